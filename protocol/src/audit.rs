@@ -1,0 +1,84 @@
+//! The servo's audit trail (`servo-<id>-audit.log`, JSON lines) and its
+//! session file (`servo-<id>-session.json`, the whole conversation).
+
+use serde::{Deserialize, Serialize};
+
+use crate::TaskId;
+use crate::chat::ChatMessage;
+
+/// Token usage, summed over a task or for one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// One line of the audit log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum AuditEvent {
+    /// The servo started.
+    Start {
+        ts: String,
+        task_id: TaskId,
+        model: String,
+        max_steps: u32,
+        timeout_s: u64,
+    },
+    /// One request to the model.
+    LlmCall {
+        ts: String,
+        step: u32,
+        model: String,
+        latency_ms: u64,
+        usage: Usage,
+        /// Set when the call failed; the servo may retry or stop.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// One tool invocation.
+    ToolCall {
+        ts: String,
+        step: u32,
+        tool: String,
+        /// The arguments exactly as the model sent them.
+        arguments: String,
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        result_bytes: usize,
+        truncated: bool,
+        duration_ms: u64,
+    },
+    /// The servo is about to exit.
+    Finish {
+        ts: String,
+        /// `complete`, `max_steps`, `timeout`, `llm_error`, …
+        outcome: String,
+        steps: u32,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+}
+
+/// The whole conversation: enough to read, resume or replay a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    pub task_id: TaskId,
+    pub model: String,
+    pub steps: u32,
+    pub usage: Usage,
+    pub messages: Vec<ChatMessage>,
+}

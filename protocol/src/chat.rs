@@ -1,0 +1,176 @@
+//! The OpenAI-compatible chat-completions wire format.
+//!
+//! The servo speaks it to the foreman's gateway; the gateway forwards it to
+//! any OpenAI-compatible upstream. Only the fields Saheeli uses are modelled;
+//! unknown fields in responses are ignored.
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/chat/completions` body.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    /// OpenAI allows null content on assistant turns that only call tools.
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::text(Role::System, text)
+    }
+
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::text(Role::User, text)
+    }
+
+    pub fn tool_result(call_id: impl Into<String>, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role: Role::Tool,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+
+    fn text(role: Role, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".to_string()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// A JSON document as a string, exactly as OpenAI sends it. It may be
+    /// invalid JSON: the servo reports that to the model.
+    pub arguments: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionSpec,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FunctionSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// The response of a chat completion.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    pub choices: Vec<Choice>,
+    #[serde(default)]
+    pub usage: Option<ChatUsage>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    #[serde(default)]
+    pub index: u32,
+    pub message: ChatMessage,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatUsage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// The OpenAI error envelope: `{"error": {"message": …, "type": …}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_openai_tool_call_response() {
+        let body = r#"{
+          "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini",
+          "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "refusal": null,
+              "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "execute_shell", "arguments": "{\"command\":\"ls\"}"}}]}}],
+          "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+        }"#;
+        let r: ChatResponse = serde_json::from_str(body).unwrap();
+        let m = &r.choices[0].message;
+        assert_eq!(m.role, Role::Assistant);
+        assert_eq!(m.content, None);
+        assert_eq!(m.tool_calls[0].function.name, "execute_shell");
+        assert_eq!(r.usage.unwrap().total_tokens, 17);
+    }
+
+    #[test]
+    fn tool_result_serializes_with_call_id() {
+        let m = ChatMessage::tool_result("call_1", "ok");
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["role"], "tool");
+        assert_eq!(v["tool_call_id"], "call_1");
+        assert!(v.get("tool_calls").is_none());
+    }
+}

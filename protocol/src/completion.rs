@@ -1,0 +1,16 @@
+//! `complete.json`: written by `task_complete`, Saheeli's definitive success signal.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{TaskId, Usage};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub task_id: TaskId,
+    /// The agent's summary of what it did.
+    pub message: String,
+    pub steps: u32,
+    pub usage: Usage,
+    /// RFC 3339, UTC.
+    pub finished_at: String,
+}

@@ -1,0 +1,82 @@
+//! What a servo's exit code means to the foreman.
+
+/// Why a servo process ended. The numeric codes are the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServoExit {
+    /// `task_complete` was called and complete.json written.
+    Complete,
+    /// The servo could not start: unreadable prompt or task.json.
+    BadTask,
+    /// `max_steps` reached without `task_complete`.
+    MaxSteps,
+    /// The servo's own time budget ran out.
+    TimeLimit,
+    /// The LLM could not be reached or kept failing.
+    LlmError,
+    /// The replay script ran out of turns.
+    ReplayExhausted,
+    /// Terminated by SIGTERM (the foreman's timeout or a cancel).
+    Terminated,
+}
+
+impl ServoExit {
+    pub const fn code(self) -> i32 {
+        match self {
+            ServoExit::Complete => 0,
+            ServoExit::BadTask => 2,
+            ServoExit::MaxSteps => 3,
+            ServoExit::TimeLimit => 4,
+            ServoExit::LlmError => 5,
+            ServoExit::ReplayExhausted => 6,
+            ServoExit::Terminated => 143,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Option<Self> {
+        [
+            ServoExit::Complete,
+            ServoExit::BadTask,
+            ServoExit::MaxSteps,
+            ServoExit::TimeLimit,
+            ServoExit::LlmError,
+            ServoExit::ReplayExhausted,
+            ServoExit::Terminated,
+        ]
+        .into_iter()
+        .find(|e| i64::from(e.code()) == code)
+    }
+
+    /// The reason word recorded on an incomplete task.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            ServoExit::Complete => "complete",
+            ServoExit::BadTask => "bad_task",
+            ServoExit::MaxSteps => "max_steps",
+            ServoExit::TimeLimit => "timeout",
+            ServoExit::LlmError => "llm_error",
+            ServoExit::ReplayExhausted => "replay_exhausted",
+            ServoExit::Terminated => "terminated",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip() {
+        for e in [
+            ServoExit::Complete,
+            ServoExit::BadTask,
+            ServoExit::MaxSteps,
+            ServoExit::TimeLimit,
+            ServoExit::LlmError,
+            ServoExit::ReplayExhausted,
+            ServoExit::Terminated,
+        ] {
+            assert_eq!(ServoExit::from_code(e.code().into()), Some(e));
+        }
+        assert_eq!(ServoExit::from_code(1), None);
+    }
+}

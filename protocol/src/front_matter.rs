@@ -1,0 +1,327 @@
+//! Prompt files: Markdown with optional YAML front-matter.
+//!
+//! ```markdown
+//! ---
+//! title: Make the failing test pass
+//! model: gpt-4o-mini
+//! ---
+//! The test `parser::tests::dates` fails. Find out why and fix it.
+//! ```
+//!
+//! Every key is optional and overrides config.yaml for this task. Unknown
+//! keys and wrong types are errors that name the line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The keys a prompt's front-matter may set.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontMatter {
+    pub title: Option<String>,
+    /// `gpt-4o-mini`, an Anthropic model, or `replay:FILE`.
+    pub model: Option<String>,
+    pub max_steps: Option<u32>,
+    /// Wall-clock limit: `90s`, `30m`, `1h 30m`, or a number of seconds.
+    pub timeout: Option<Timeout>,
+    /// A host directory (relative to the prompt file) copied into /workspace.
+    pub workspace: Option<PathBuf>,
+    pub resources: Option<Resources>,
+    pub network: Option<NetworkMode>,
+    /// Environment for the servo's shell commands. Never secrets.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A command run after `task_complete` (verify-and-retry loop).
+    pub verify: Option<String>,
+}
+
+/// Container limits; each overrides config.yaml's value.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// `512m`, `2g`, or bytes.
+    pub memory: Option<Memory>,
+    pub cpus: Option<f64>,
+    pub pids: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    None,
+    Bridge,
+    Host,
+}
+
+impl NetworkMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NetworkMode::None => "none",
+            NetworkMode::Bridge => "bridge",
+            NetworkMode::Host => "host",
+        }
+    }
+}
+
+/// A duration written as `30m` or a number of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct Timeout(pub Duration);
+
+impl From<Timeout> for String {
+    fn from(t: Timeout) -> String {
+        humantime::format_duration(t.0).to_string()
+    }
+}
+
+impl<'de> Deserialize<'de> for Timeout {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        parse_duration_value(d).map(Timeout)
+    }
+}
+
+/// Deserializes `30m`, `1h 30m` or an integer number of seconds.
+pub fn parse_duration_value<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = Duration;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a duration such as `90s`, `30m` or `1h 30m`, or a number of seconds")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
+            Ok(Duration::from_secs(v))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
+            u64::try_from(v)
+                .map(Duration::from_secs)
+                .map_err(|_| E::custom("a duration cannot be negative"))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+            let d = humantime::parse_duration(v.trim()).map_err(|e| {
+                E::custom(format!(
+                    "invalid duration `{v}`: {e} (write e.g. `90s`, `30m`, `1h 30m`)"
+                ))
+            })?;
+            if d.is_zero() {
+                return Err(E::custom("a duration must be greater than zero"));
+            }
+            Ok(d)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// A memory size written as `512m`, `2g`, `1.5g` or bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(into = "u64")]
+pub struct Memory(pub u64);
+
+impl From<Memory> for u64 {
+    fn from(m: Memory) -> u64 {
+        m.0
+    }
+}
+
+impl Memory {
+    pub fn parse(s: &str) -> Result<Memory, String> {
+        let s = s.trim().to_ascii_lowercase();
+        let s = s.strip_suffix('b').unwrap_or(&s);
+        let s = s.strip_suffix('i').unwrap_or(s);
+        let (num, mult) = match s.chars().last() {
+            Some('k') => (&s[..s.len() - 1], 1u64 << 10),
+            Some('m') => (&s[..s.len() - 1], 1 << 20),
+            Some('g') => (&s[..s.len() - 1], 1 << 30),
+            Some('t') => (&s[..s.len() - 1], 1 << 40),
+            _ => (s, 1),
+        };
+        let n: f64 = num
+            .trim()
+            .parse()
+            .map_err(|_| format!("invalid memory size `{s}` (write e.g. `512m` or `2g`)"))?;
+        if !(n.is_finite() && n > 0.0) {
+            return Err(format!("memory size `{s}` must be greater than zero"));
+        }
+        Ok(Memory((n * mult as f64) as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for Memory {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Memory;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a memory size such as `512m` or `2g`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Memory, E> {
+                Ok(Memory(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Memory, E> {
+                Memory::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A parsed prompt file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptFile {
+    pub front_matter: FrontMatter,
+    /// The Markdown after the front-matter.
+    pub body: String,
+}
+
+/// A prompt file that cannot be used, with the line at fault when known.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct FrontMatterError {
+    pub path: PathBuf,
+    /// 1-based line in the prompt file.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl PromptFile {
+    /// Splits and parses a prompt file's text. `path` only names the file in errors.
+    pub fn parse(path: impl Into<PathBuf>, text: &str) -> Result<PromptFile, FrontMatterError> {
+        let path = path.into();
+        let err = |line: Option<usize>, message: String| FrontMatterError {
+            path: path.clone(),
+            line,
+            message,
+        };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut lines = text.split_inclusive('\n');
+        let first = lines.next().unwrap_or("");
+        let (front_matter, body) = if first.trim_end() == "---" {
+            let mut yaml = String::new();
+            let mut closed = None;
+            let mut consumed = first.len();
+            for (i, line) in lines.by_ref().enumerate() {
+                consumed += line.len();
+                if matches!(line.trim_end(), "---" | "...") {
+                    closed = Some(i);
+                    break;
+                }
+                yaml.push_str(line);
+            }
+            if closed.is_none() {
+                return Err(err(
+                    Some(1),
+                    "front-matter opened with `---` is never closed; add a line `---` after it"
+                        .into(),
+                ));
+            }
+            let fm = if yaml.trim().is_empty() {
+                FrontMatter::default()
+            } else {
+                serde_yaml::from_str::<FrontMatter>(&yaml).map_err(|e| {
+                    // The YAML starts on line 2 of the file.
+                    let line = e.location().map(|l| l.line() + 1);
+                    let msg = e.to_string();
+                    // yaml_serde appends " at line N column M"; our prefix already says where.
+                    let msg = match msg.find(" at line ") {
+                        Some(i) => msg[..i].to_string(),
+                        None => msg,
+                    };
+                    err(line.or(Some(2)), format!("front-matter: {msg}"))
+                })?
+            };
+            (fm, &text[consumed..])
+        } else {
+            (FrontMatter::default(), text)
+        };
+        if body.trim().is_empty() {
+            return Err(err(
+                None,
+                "the prompt is empty; write the task for the agent below the front-matter".into(),
+            ));
+        }
+        Ok(PromptFile {
+            front_matter,
+            body: body.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<PromptFile, FrontMatterError> {
+        PromptFile::parse("p.md", text)
+    }
+
+    #[test]
+    fn no_front_matter_is_all_body() {
+        let p = parse("Fix the bug.\n").unwrap();
+        assert_eq!(p.front_matter, FrontMatter::default());
+        assert_eq!(p.body, "Fix the bug.\n");
+    }
+
+    #[test]
+    fn all_keys_parse() {
+        let p = parse(
+            "---\ntitle: T\nmodel: gpt-4o-mini\nmax_steps: 60\ntimeout: 30m\nworkspace: ./repo\n\
+             resources: { memory: 2g, cpus: 1.5, pids: 512 }\nnetwork: none\nenv: { RUST_LOG: info }\n---\nBody\n",
+        )
+        .unwrap();
+        let fm = p.front_matter;
+        assert_eq!(fm.title.as_deref(), Some("T"));
+        assert_eq!(fm.max_steps, Some(60));
+        assert_eq!(fm.timeout, Some(Timeout(Duration::from_secs(1800))));
+        let r = fm.resources.unwrap();
+        assert_eq!(r.memory, Some(Memory(2 << 30)));
+        assert_eq!(r.cpus, Some(1.5));
+        assert_eq!(fm.network, Some(NetworkMode::None));
+        assert_eq!(fm.env["RUST_LOG"], "info");
+        assert_eq!(p.body, "Body\n");
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let e = parse("---\ntitle: x\nmodle: gpt\n---\nBody\n").unwrap_err();
+        assert_eq!(e.line, Some(3));
+        assert!(e.message.contains("unknown field `modle`"), "{}", e.message);
+        assert!(e.to_string().starts_with("p.md:3: "), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_line() {
+        let e = parse("---\nmax_steps: lots\n---\nBody\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("max_steps"), "{}", e.message);
+    }
+
+    #[test]
+    fn bad_duration_is_explained() {
+        let e = parse("---\ntimeout: soon\n---\nBody\n").unwrap_err();
+        assert!(e.message.contains("invalid duration `soon`"), "{}", e.message);
+    }
+
+    #[test]
+    fn empty_body_is_an_error() {
+        let e = parse("---\ntitle: x\n---\n\n  \n").unwrap_err();
+        assert!(e.message.contains("prompt is empty"));
+    }
+
+    #[test]
+    fn unclosed_front_matter_is_an_error() {
+        let e = parse("---\ntitle: x\nBody\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+    }
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(Memory::parse("512m").unwrap(), Memory(512 << 20));
+        assert_eq!(Memory::parse("1.5G").unwrap(), Memory(3 << 29));
+        assert_eq!(Memory::parse("2gib").unwrap(), Memory(2 << 30));
+        assert!(Memory::parse("-1g").is_err());
+        assert!(Memory::parse("lots").is_err());
+    }
+}

@@ -1,0 +1,65 @@
+//! The contract between the Saheeli foreman (`saheeli`) and its servos.
+//!
+//! Everything here crosses the container boundary, so both binaries use the
+//! same definitions and cannot drift apart. Nothing here does I/O: no tokio,
+//! no Docker, no SQLite, only serde types and pure parsing.
+//!
+//! # Layout
+//!
+//! - [`task`]: [`TaskId`] and [`ServoTask`], the spec the foreman hands a servo
+//!   in `/workspace/.saheeli/task.json`.
+//! - [`front_matter`]: the YAML front-matter of a prompt file.
+//! - [`completion`]: `complete.json`, the definitive success signal.
+//! - [`audit`]: the JSON-lines audit log and the session file.
+//! - [`chat`]: the OpenAI-compatible chat-completions wire format spoken
+//!   between the servo and the foreman's gateway.
+//! - [`replay`]: scripted assistant turns for the offline `replay:` model.
+//! - [`exit`]: what a servo's exit code means.
+
+pub mod audit;
+pub mod chat;
+pub mod completion;
+pub mod exit;
+pub mod front_matter;
+pub mod replay;
+pub mod task;
+
+pub use audit::{AuditEvent, Session, Usage};
+pub use completion::Completion;
+pub use exit::ServoExit;
+pub use front_matter::{FrontMatter, FrontMatterError, NetworkMode, PromptFile, Resources};
+pub use replay::{ReplayError, ReplayScript, ReplayTurn};
+pub use task::{ServoTask, TaskId};
+
+/// Where things live inside a servo container.
+pub mod paths {
+    /// The agent's working directory; everything it may touch is below it.
+    pub const WORKSPACE: &str = "/workspace";
+    /// The prompt body (front-matter removed).
+    pub const PROMPT: &str = "/workspace/prompt.md";
+    /// The success signal written by `task_complete`.
+    pub const COMPLETE: &str = "/workspace/complete.json";
+    /// Saheeli's private directory inside the workspace.
+    pub const SAHEELI_DIR: &str = "/workspace/.saheeli";
+    /// The [`ServoTask`](crate::ServoTask) as JSON.
+    pub const TASK: &str = "/workspace/.saheeli/task.json";
+    /// Directory the gateway socket's host directory is mounted on.
+    pub const GATEWAY_DIR: &str = "/run/saheeli";
+    /// The gateway's unix socket inside the container.
+    pub const GATEWAY_SOCKET: &str = "/run/saheeli/gateway.sock";
+
+    /// `servo-<task_id>-audit.log`
+    pub fn audit_log(task_id: &crate::TaskId) -> String {
+        format!("servo-{task_id}-audit.log")
+    }
+
+    /// `servo-<task_id>-session.json`
+    pub fn session(task_id: &crate::TaskId) -> String {
+        format!("servo-{task_id}-session.json")
+    }
+}
+
+/// Seconds since the Unix epoch formatted as RFC 3339 (UTC, seconds).
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}

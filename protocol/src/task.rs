@@ -1,0 +1,71 @@
+//! Task identity and the spec a servo runs.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::replay::ReplayScript;
+
+/// A task's id: a UUIDv7, so ids sort by submission time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(Uuid);
+
+impl TaskId {
+    /// A fresh, time-ordered id.
+    pub fn new() -> Self {
+        TaskId(Uuid::now_v7())
+    }
+
+    pub fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+
+    /// The first 8 hex digits, for tables.
+    pub fn short(&self) -> String {
+        self.0.simple().to_string()[..8].to_string()
+    }
+}
+
+impl Default for TaskId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for TaskId {
+    type Err = uuid::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(TaskId)
+    }
+}
+
+/// What the foreman tells a servo, written to `/workspace/.saheeli/task.json`.
+///
+/// Never contains a secret: keys stay in the foreman's gateway.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServoTask {
+    pub task_id: TaskId,
+    pub title: String,
+    /// The model name as the user wrote it (`gpt-4o-mini`, `replay:script.yaml`).
+    pub model: String,
+    pub max_steps: u32,
+    /// Wall-clock budget in seconds; the servo stops on its own a little
+    /// before the foreman's hard timeout.
+    pub timeout_s: u64,
+    /// Largest tool output returned to the model, in bytes.
+    pub max_output_bytes: usize,
+    /// The scripted turns when `model` is `replay:…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayScript>,
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Prepares this machine for Saheeli, idempotently:
+#   1. a Docker engine that answers (installs docker.io and starts dockerd
+#      only when `docker info` fails),
+#   2. the local base image `saheeli-base:bookworm` (also tagged
+#      `debian:bookworm-slim`), made with debootstrap because no registry can
+#      be reached,
+#   3. the Rust build of both binaries (debug for the foreman, release for
+#      the servo that goes into the image).
+# Safe to run again: every step is skipped when already done.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BASE_IMAGE="${SAHEELI_BASE_IMAGE:-saheeli-base:bookworm}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" -eq 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_docker() {
+  if docker info >/dev/null 2>&1; then
+    return
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "installing docker.io (no Docker engine found)"
+    apt_install docker.io
+  fi
+  if docker info >/dev/null 2>&1; then
+    return
+  fi
+  log "starting dockerd (log: /tmp/saheeli-dockerd.log)"
+  # Started detached so it outlives this script; only started when none answers.
+  as_root sh -c 'nohup dockerd --bridge=none --iptables=false --ip-masq=false \
+      >/tmp/saheeli-dockerd.log 2>&1 &'
+  for _ in $(seq 1 60); do
+    if docker info >/dev/null 2>&1; then
+      return
+    fi
+    sleep 1
+  done
+  log "error: dockerd did not answer within 60 s; see /tmp/saheeli-dockerd.log"
+  tail -n 20 /tmp/saheeli-dockerd.log >&2 || true
+  exit 1
+}
+
+debian_mirror() {
+  local m
+  # The first non-comment Debian archive URI (deb822 `URIs:` or one-line `deb`).
+  m=$(grep -rhE '^[[:space:]]*(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
+      | grep -oE 'https?://[^ ]+/debian/?' | grep -v security | head -n 1 || true)
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
+ensure_base_image() {
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    docker image inspect debian:bookworm-slim >/dev/null 2>&1 \
+      || docker tag "$BASE_IMAGE" debian:bookworm-slim
+    return
+  fi
+  command -v debootstrap >/dev/null 2>&1 || { log "installing debootstrap"; apt_install debootstrap; }
+  local rootfs
+  rootfs=$(mktemp -d /tmp/saheeli-rootfs.XXXXXX)
+  log "building base image $BASE_IMAGE with debootstrap (a few minutes, once)"
+  as_root debootstrap --variant=minbase \
+    --include=bash,coreutils,git,ca-certificates,python3,procps \
+    bookworm "$rootfs" "$(debian_mirror)" >/tmp/saheeli-debootstrap.log 2>&1 || {
+      log "error: debootstrap failed; see /tmp/saheeli-debootstrap.log"
+      tail -n 20 /tmp/saheeli-debootstrap.log >&2
+      exit 1
+    }
+  as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  as_root tar -C "$rootfs" -c . | docker import - "$BASE_IMAGE" >/dev/null
+  as_root rm -rf "$rootfs"
+  docker tag "$BASE_IMAGE" debian:bookworm-slim
+}
+
+ensure_rust() {
+  if ! command -v cargo >/dev/null 2>&1; then
+    log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
+    exit 2
+  fi
+  command -v cc >/dev/null 2>&1 || { log "installing a C compiler"; apt_install build-essential; }
+  log "building saheeli (foreman) and servo"
+  cargo build --quiet --bin saheeli
+  cargo build --quiet --release --bin servo
+}
+
+case "${1:-all}" in
+  docker) ensure_docker ;;
+  base) ensure_docker; ensure_base_image ;;
+  all) ensure_docker; ensure_base_image; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|all]" >&2; exit 2 ;;
+esac
