@@ -1,0 +1,273 @@
+//! Bringing a finished task's /workspace home: a tar stream from a container
+//! we do not trust, extracted into `results/<task_id>/`.
+//!
+//! The archive is read as it arrives (never held whole in memory) into
+//! `results/.<task_id>.partial/`, which is renamed into place only when
+//! complete, so a results directory is never half-written. Entries that
+//! would land outside the directory (`..`, absolute paths), device files,
+//! FIFOs and hard links are skipped and counted; symlinks are created last,
+//! so no entry is ever written through one.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::Context;
+use saheeli_protocol::{AuditEvent, Completion, TaskId, Usage, paths};
+
+/// What was collected.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    pub files: u64,
+    pub bytes: u64,
+    /// Entries refused (unsafe path or type), with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// Extracts a workspace tar into `dest`, writing first to a sibling
+/// `.partial` directory. An existing `dest` is replaced.
+pub(crate) fn extract(reader: impl Read, dest: &Path) -> anyhow::Result<Collected> {
+    let parent = dest.parent().context("results path has no parent")?;
+    fs::create_dir_all(parent)
+        .with_context(|| format!("creating results directory `{}`", parent.display()))?;
+    let name = dest
+        .file_name()
+        .context("results path has no name")?
+        .to_string_lossy();
+    let partial = parent.join(format!(".{name}.partial"));
+    if partial.exists() {
+        fs::remove_dir_all(&partial)
+            .with_context(|| format!("clearing `{}`", partial.display()))?;
+    }
+    fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
+    let collected = extract_into(reader, &partial)?;
+    if dest.exists() {
+        fs::remove_dir_all(dest).with_context(|| format!("replacing `{}`", dest.display()))?;
+    }
+    fs::rename(&partial, dest)
+        .with_context(|| format!("moving results into `{}`", dest.display()))?;
+    Ok(collected)
+}
+
+fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
+    let mut archive = tar::Archive::new(reader);
+    let mut out = Collected::default();
+    let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for entry in archive.entries().context("reading the workspace archive")? {
+        let mut entry = entry.context("reading the workspace archive")?;
+        let raw = entry.path().context("reading an archive entry's path")?;
+        let shown = raw.display().to_string();
+        let Some(rel) = confined(&raw) else {
+            out.skipped.push(format!("{shown}: path leaves the workspace"));
+            continue;
+        };
+        if rel.as_os_str().is_empty() {
+            continue; // the workspace directory itself
+        }
+        let target = root.join(&rel);
+        let kind = entry.header().entry_type();
+        match kind {
+            tar::EntryType::Directory => {
+                fs::create_dir_all(&target)
+                    .with_context(|| format!("creating `{}`", target.display()))?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if let Some(p) = target.parent() {
+                    fs::create_dir_all(p).with_context(|| format!("creating `{}`", p.display()))?;
+                }
+                let mut file = fs::File::create(&target)
+                    .with_context(|| format!("writing `{}`", target.display()))?;
+                let n = io::copy(&mut entry, &mut file)
+                    .with_context(|| format!("writing `{}`", target.display()))?;
+                if let Ok(mode) = entry.header().mode() {
+                    use std::os::unix::fs::PermissionsExt;
+                    // Keep the executable bits, never setuid/setgid/sticky.
+                    let _ = file.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
+                }
+                out.files += 1;
+                out.bytes += n;
+            }
+            tar::EntryType::Symlink => {
+                if let Some(to) = entry.link_name().ok().flatten() {
+                    symlinks.push((target, to.into_owned()));
+                }
+            }
+            other => out
+                .skipped
+                .push(format!("{shown}: {other:?} entries are not collected")),
+        }
+    }
+    // Last, so that nothing above was written through a link.
+    for (at, to) in symlinks {
+        if let Some(p) = at.parent() {
+            fs::create_dir_all(p).ok();
+        }
+        if at.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(&to, &at)
+                .with_context(|| format!("creating symlink `{}`", at.display()))?;
+        }
+    }
+    Ok(out)
+}
+
+/// The entry's path relative to the workspace, or None when it would leave it.
+/// Docker prefixes entries with `workspace/`.
+fn confined(raw: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    let mut comps = raw.components().peekable();
+    if let Some(Component::CurDir) = comps.peek() {
+        comps.next();
+    }
+    match comps.next() {
+        Some(Component::Normal(first)) if first == "workspace" => {}
+        None => return Some(out),
+        _ => return None,
+    }
+    for c in comps {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The `complete.json` in a collected workspace, when present and valid for `id`.
+pub(crate) fn read_completion(dir: &Path, id: TaskId) -> Result<Option<Completion>, String> {
+    let path = dir.join("complete.json");
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(m) => m,
+        Err(_) => return Ok(None),
+    };
+    if !meta.is_file() {
+        return Err("complete.json is not a regular file".into());
+    }
+    if meta.len() > 1 << 20 {
+        return Err(format!("complete.json is too large ({} bytes)", meta.len()));
+    }
+    let text = fs::read_to_string(&path).map_err(|e| format!("complete.json unreadable: {e}"))?;
+    let c: Completion =
+        serde_json::from_str(&text).map_err(|e| format!("complete.json is invalid: {e}"))?;
+    if c.task_id != id {
+        return Err(format!(
+            "complete.json names task {} instead of {id}",
+            c.task_id
+        ));
+    }
+    Ok(Some(c))
+}
+
+/// Steps and token usage from the audit log of a collected workspace.
+pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> (u32, Usage) {
+    let path = dir.join(paths::audit_log(&id));
+    let Ok(text) = fs::read_to_string(path) else {
+        return (0, Usage::default());
+    };
+    let mut steps = 0;
+    let mut usage = Usage::default();
+    for line in text.lines() {
+        match serde_json::from_str::<AuditEvent>(line) {
+            Ok(AuditEvent::LlmCall { step, usage: u, .. }) => {
+                steps = steps.max(step);
+                usage.add(u);
+            }
+            Ok(AuditEvent::Finish { steps: s, usage: u, .. }) => return (s, u),
+            _ => {}
+        }
+    }
+    (steps, usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(path: &str, kind: tar::EntryType, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(0o644);
+        // Bypass tar's own path checks: we are the hostile side here.
+        let name = &mut h.as_old_mut().name;
+        name[..path.len()].copy_from_slice(path.as_bytes());
+        h.set_cksum();
+        h
+    }
+
+    fn archive(entries: &[(&str, tar::EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, data, link) in entries {
+            let mut h = header(path, *kind, data.len() as u64);
+            if let Some(l) = link {
+                h.set_link_name(l).unwrap();
+                h.set_cksum();
+            }
+            b.append(&h, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn extracts_normal_workspace() {
+        let d = tempfile::tempdir().unwrap();
+        let tar = archive(&[
+            ("workspace/", tar::EntryType::Directory, b"", None),
+            ("workspace/a/b.txt", tar::EntryType::Regular, b"hi", None),
+            ("workspace/link", tar::EntryType::Symlink, b"", Some("a/b.txt")),
+        ]);
+        let dest = d.path().join("results/t1");
+        let c = extract(&tar[..], &dest).unwrap();
+        assert_eq!(c.files, 1);
+        assert_eq!(fs::read_to_string(dest.join("a/b.txt")).unwrap(), "hi");
+        assert_eq!(fs::read_to_string(dest.join("link")).unwrap(), "hi");
+        assert!(!d.path().join("results/.t1.partial").exists());
+    }
+
+    #[test]
+    fn hostile_entries_stay_inside() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("r/t");
+        let tar = archive(&[
+            ("workspace/../../escape.txt", tar::EntryType::Regular, b"x", None),
+            ("/etc/evil", tar::EntryType::Regular, b"x", None),
+            ("workspace/out", tar::EntryType::Symlink, b"", Some("/")),
+            ("workspace/out/tmp/through-link", tar::EntryType::Regular, b"x", None),
+            ("workspace/dev", tar::EntryType::Char, b"", None),
+            ("workspace/hard", tar::EntryType::Link, b"", Some("/etc/passwd")),
+        ]);
+        let c = extract(&tar[..], &dest).unwrap();
+        assert!(!d.path().join("escape.txt").exists());
+        assert!(!d.path().join("r/escape.txt").exists());
+        assert!(!Path::new("/tmp/through-link").exists());
+        // The write under `out/` went into a real directory, and the
+        // symlink was then not created over it.
+        assert!(dest.join("out/tmp/through-link").is_file());
+        assert!(!dest.join("out").is_symlink());
+        assert!(!dest.join("dev").exists());
+        assert!(!dest.join("hard").exists());
+        assert_eq!(c.skipped.len(), 4, "{:?}", c.skipped);
+    }
+
+    #[test]
+    fn completion_must_match_the_task() {
+        let d = tempfile::tempdir().unwrap();
+        let id = TaskId::new();
+        assert_eq!(read_completion(d.path(), id), Ok(None));
+        fs::write(d.path().join("complete.json"), "not json").unwrap();
+        assert!(read_completion(d.path(), id).unwrap_err().contains("invalid"));
+        let other = Completion {
+            task_id: TaskId::new(),
+            message: "m".into(),
+            steps: 1,
+            usage: Usage::default(),
+            finished_at: "2026-01-01T00:00:00Z".into(),
+        };
+        fs::write(
+            d.path().join("complete.json"),
+            serde_json::to_string(&other).unwrap(),
+        )
+        .unwrap();
+        assert!(read_completion(d.path(), id).unwrap_err().contains("names task"));
+    }
+}

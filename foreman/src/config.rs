@@ -1,0 +1,216 @@
+//! `config.yaml`: every default Saheeli uses, overridable per task by a
+//! prompt's front-matter.
+//!
+//! The file is optional. Relative paths in it are relative to the file's own
+//! directory, so `saheeli` behaves the same from any working directory.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use saheeli_protocol::front_matter::{Memory, NetworkMode, parse_duration_value};
+use serde::Deserialize;
+
+/// The parsed configuration, with paths made absolute.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// The file it came from, if any.
+    pub source: Option<PathBuf>,
+    /// The directory relative paths are resolved against.
+    pub base_dir: PathBuf,
+    pub file: ConfigFile,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ConfigFile {
+    /// The servo image tasks run in.
+    pub image: String,
+    /// The base image the Dockerfile starts from (passed as build arg `BASE`).
+    pub base_image: String,
+    /// How many tasks run at once.
+    pub concurrency: usize,
+    /// The SQLite queue.
+    pub database: PathBuf,
+    /// Where `results/<task_id>/` directories are collected.
+    pub results_dir: PathBuf,
+    /// Saheeli's own state: submitted workspaces.
+    pub state_dir: PathBuf,
+    /// Gateway sockets, one directory per task. Kept short: a unix socket
+    /// path may not exceed 107 bytes.
+    pub run_dir: PathBuf,
+    /// How long a stopped servo gets to flush before it is killed.
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub stop_grace: Duration,
+    /// Per-task defaults; a prompt's front-matter overrides each.
+    pub task: TaskDefaults,
+    pub llm: LlmConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct TaskDefaults {
+    pub model: String,
+    pub max_steps: u32,
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub timeout: Duration,
+    pub network: NetworkMode,
+    pub memory: Memory,
+    pub cpus: f64,
+    pub pids: i64,
+    /// Largest tool output handed back to the model, in bytes.
+    pub max_output_bytes: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct LlmConfig {
+    /// OpenAI-compatible upstream ending in `/v1`. Empty: `$OPENAI_BASE_URL`,
+    /// else `https://api.openai.com/v1`.
+    pub base_url: Option<String>,
+    /// The environment variable (or `.env` entry) holding the key.
+    pub api_key_env: String,
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ConfigFile {
+    fn default() -> Self {
+        ConfigFile {
+            image: "saheeli-servo:latest".into(),
+            base_image: "saheeli-base:bookworm".into(),
+            concurrency: 4,
+            database: "saheeli.db".into(),
+            results_dir: "results".into(),
+            state_dir: ".saheeli".into(),
+            run_dir: "/tmp/saheeli".into(),
+            stop_grace: Duration::from_secs(10),
+            task: TaskDefaults::default(),
+            llm: LlmConfig::default(),
+        }
+    }
+}
+
+impl Default for TaskDefaults {
+    fn default() -> Self {
+        TaskDefaults {
+            model: "gpt-4o-mini".into(),
+            max_steps: 50,
+            timeout: Duration::from_secs(30 * 60),
+            network: NetworkMode::None,
+            memory: Memory(2 << 30),
+            cpus: 1.0,
+            pids: 512,
+            max_output_bytes: 16 * 1024,
+        }
+    }
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            base_url: None,
+            api_key_env: "OPENAI_API_KEY".into(),
+            request_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `explicit`, else `./config.yaml` when present, else the defaults.
+    pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
+        let path = match explicit {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from("config.yaml")).filter(|p| p.is_file()),
+        };
+        let Some(path) = path else {
+            let base_dir = std::env::current_dir().context("reading the current directory")?;
+            return Ok(Config {
+                source: None,
+                base_dir,
+                file: ConfigFile::default(),
+            });
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading config `{}`", path.display()))?;
+        let file: ConfigFile = if text.trim().is_empty() {
+            ConfigFile::default()
+        } else {
+            serde_yaml::from_str(&text).map_err(|e| {
+                let at = e
+                    .location()
+                    .map(|l| format!(":{}", l.line()))
+                    .unwrap_or_default();
+                anyhow::anyhow!("{}{at}: {e}", path.display())
+            })?
+        };
+        if file.concurrency == 0 {
+            anyhow::bail!(
+                "{}: `concurrency` must be at least 1",
+                path.display()
+            );
+        }
+        let abs = std::path::absolute(&path)
+            .with_context(|| format!("resolving `{}`", path.display()))?;
+        let base_dir = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Config {
+            source: Some(abs),
+            base_dir,
+            file,
+        })
+    }
+
+    fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.resolve(&self.file.database)
+    }
+
+    pub fn results_dir(&self) -> PathBuf {
+        self.resolve(&self.file.results_dir)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.resolve(&self.file.state_dir)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.resolve(&self.file.run_dir)
+    }
+
+    /// Reads `.env` beside the config file into the process environment
+    /// (variables already set win).
+    pub fn load_dotenv(&self) {
+        let _ = dotenvy::from_path(self.base_dir.join(".env"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = serde_yaml::from_str::<ConfigFile>("concurency: 3\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `concurency`"), "{e}");
+    }
+
+    #[test]
+    fn shipped_config_matches_defaults() {
+        let text = include_str!("../../config.yaml");
+        let file: ConfigFile = serde_yaml::from_str(text).unwrap();
+        let d = ConfigFile::default();
+        assert_eq!(file.image, d.image);
+        assert_eq!(file.concurrency, d.concurrency);
+        assert_eq!(file.task.max_steps, d.task.max_steps);
+        assert_eq!(file.task.timeout, d.task.timeout);
+        assert_eq!(file.task.memory, d.task.memory);
+        assert_eq!(file.stop_grace, d.stop_grace);
+    }
+}

@@ -1,0 +1,122 @@
+//! `saheeli build-servo`: compile the servo, pack a build context
+//! (Dockerfile + binary) and build the image through the Docker API.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use crate::cli::BuildServoArgs;
+use crate::config::Config;
+use crate::docker::{self, BuildProgress};
+
+/// Where the Dockerfile is: `--context`, else beside config.yaml, else `.`.
+fn context_dir(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
+    let dir = match &args.context {
+        Some(d) => d.clone(),
+        None if cfg.base_dir.join("Dockerfile").is_file() => cfg.base_dir.clone(),
+        None => std::env::current_dir()?,
+    };
+    if !dir.join("Dockerfile").is_file() {
+        bail!(
+            "no Dockerfile in `{}`; run from the Saheeli repository or pass `--context DIR`",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// The servo binary: `--servo-bin`, else `cargo build --release` in the repository.
+fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = &args.servo_bin {
+        if !bin.is_file() {
+            bail!("`--servo-bin {}` is not a file", bin.display());
+        }
+        return Ok(bin.clone());
+    }
+    if !dir.join("Cargo.toml").is_file() {
+        bail!(
+            "`{}` is not the Saheeli repository (no Cargo.toml); pass `--servo-bin PATH`",
+            dir.display()
+        );
+    }
+    eprintln!("building the servo binary (cargo build --release -p saheeli-servo)");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "-p", "saheeli-servo", "--bin", "servo"])
+        .current_dir(dir)
+        .status()
+        .context("running cargo (is the Rust toolchain installed?)")?;
+    if !status.success() {
+        bail!("cargo build of the servo failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_absolute() { t } else { dir.join(t) })
+        .unwrap_or_else(|| dir.join("target"));
+    let bin = target.join("release/servo");
+    if !bin.is_file() {
+        bail!("cargo succeeded but `{}` is missing", bin.display());
+    }
+    Ok(bin)
+}
+
+/// Dockerfile, the servo binary as `servo`, and an empty `workspace/`.
+fn context_tar(dockerfile: &Path, servo: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    b.mode(tar::HeaderMode::Deterministic);
+    b.append_path_with_name(dockerfile, "Dockerfile")
+        .with_context(|| format!("reading `{}`", dockerfile.display()))?;
+    let mut f = std::fs::File::open(servo).with_context(|| format!("reading `{}`", servo.display()))?;
+    let mut h = tar::Header::new_gnu();
+    h.set_size(f.metadata()?.len());
+    h.set_mode(0o755);
+    b.append_data(&mut h, "servo", &mut f)?;
+    let mut d = tar::Header::new_gnu();
+    d.set_entry_type(tar::EntryType::Directory);
+    d.set_mode(0o755);
+    d.set_size(0);
+    b.append_data(&mut d, "workspace/", std::io::empty())?;
+    Ok(b.into_inner()?)
+}
+
+pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result<()> {
+    let dir = context_dir(cfg, args)?;
+    let tag = args.tag.clone().unwrap_or_else(|| cfg.file.image.clone());
+    let servo = servo_binary(&dir, args)?;
+    let context = context_tar(&dir.join("Dockerfile"), &servo)?;
+    let d = docker::connect().await?;
+
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.enable_steady_tick(std::time::Duration::from_millis(120));
+        pb.set_message(format!("building {tag}"));
+        pb
+    });
+    let started = std::time::Instant::now();
+    let result = docker::build_image(
+        &d,
+        context.into(),
+        &tag,
+        &cfg.file.base_image,
+        args.no_cache,
+        |p| match p {
+            BuildProgress::Line(line) => match &bar {
+                Some(pb) => pb.set_message(line),
+                None => eprintln!("{line}"),
+            },
+        },
+    )
+    .await;
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    let id = result?;
+    eprintln!(
+        "built {tag} ({}) in {:.1}s",
+        &id.trim_start_matches("sha256:")[..12.min(id.len())],
+        started.elapsed().as_secs_f64()
+    );
+    println!("{tag}");
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! How tasks are shown: tables for people, JSON for scripts.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use comfy_table::presets::UTF8_BORDERS_ONLY;
+use comfy_table::{ContentArrangement, Table};
+use serde::Serialize;
+
+use crate::store::{EventRow, TaskRow, now_ms};
+
+/// A task as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub(crate) struct TaskView {
+    pub id: String,
+    pub title: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub model: String,
+    pub priority: i64,
+    pub steps: i64,
+    pub tokens: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_s: Option<f64>,
+    /// The results directory, once collected.
+    pub results: Option<String>,
+    pub retry_of: Option<String>,
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<EventView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct EventView {
+    pub at: String,
+    pub from: Option<String>,
+    pub to: String,
+    pub detail: Option<String>,
+}
+
+fn time(ms: i64) -> String {
+    saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+}
+
+fn duration_ms(t: &TaskRow) -> Option<i64> {
+    let start = t.started_at?;
+    Some(t.finished_at.unwrap_or_else(now_ms) - start)
+}
+
+impl TaskView {
+    pub fn new(t: &TaskRow, events: Option<&[EventRow]>) -> TaskView {
+        TaskView {
+            id: t.id.to_string(),
+            title: t.title.clone(),
+            state: t.state.to_string(),
+            reason: t.reason.clone(),
+            model: t.spec.model.clone(),
+            priority: t.priority,
+            steps: t.steps,
+            tokens: t.input_tokens + t.output_tokens,
+            input_tokens: t.input_tokens,
+            output_tokens: t.output_tokens,
+            created_at: time(t.created_at),
+            started_at: t.started_at.map(time),
+            finished_at: t.finished_at.map(time),
+            duration_s: duration_ms(t).map(|ms| ms as f64 / 1000.0),
+            results: t.results_path.clone(),
+            retry_of: t.retry_of.map(|r| r.to_string()),
+            prompt: t.spec.prompt_path.clone(),
+            events: events.map(|evs| {
+                evs.iter()
+                    .map(|e| EventView {
+                        at: time(e.at),
+                        from: e.from.map(|s| s.to_string()),
+                        to: e.to.to_string(),
+                        detail: e.detail.clone(),
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+/// `3s`, `4m`, `2h`, `5d`.
+pub(crate) fn short_duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// The `task status` table.
+pub(crate) fn table(tasks: &[TaskRow]) -> String {
+    if tasks.is_empty() {
+        return "no tasks yet; queue one with `saheeli task submit --prompt FILE`".into();
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header([
+            "ID", "TITLE", "STATE", "AGE", "DURATION", "STEPS", "TOKENS",
+        ]);
+    let now = now_ms();
+    for t in tasks {
+        let state = match &t.reason {
+            Some(r) if t.state.is_terminal() && r != t.state.as_str() => {
+                format!("{} ({})", t.state, r)
+            }
+            _ => t.state.to_string(),
+        };
+        table.add_row([
+            t.id.short(),
+            t.title.clone(),
+            state,
+            short_duration(now - t.created_at),
+            duration_ms(t).map(short_duration).unwrap_or_else(|| "-".into()),
+            t.steps.to_string(),
+            (t.input_tokens + t.output_tokens).to_string(),
+        ]);
+    }
+    table.to_string()
+}
+
+/// One task in detail, with its event history.
+pub(crate) fn detail(t: &TaskRow, events: &[EventRow]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "id:        {}", t.id);
+    let _ = writeln!(s, "title:     {}", t.title);
+    let _ = writeln!(
+        s,
+        "state:     {}{}",
+        t.state,
+        t.reason
+            .as_deref()
+            .filter(|r| *r != t.state.as_str())
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(s, "prompt:    {}", t.spec.prompt_path);
+    let _ = writeln!(s, "model:     {}", t.spec.model);
+    let _ = writeln!(
+        s,
+        "steps:     {} of {}",
+        t.steps, t.spec.max_steps
+    );
+    let _ = writeln!(
+        s,
+        "tokens:    {} ({} in, {} out)",
+        t.input_tokens + t.output_tokens,
+        t.input_tokens,
+        t.output_tokens
+    );
+    if let Some(ms) = duration_ms(t) {
+        let _ = writeln!(s, "duration:  {}", short_duration(ms));
+    }
+    if let Some(r) = &t.retry_of {
+        let _ = writeln!(s, "retry of:  {r}");
+    }
+    if let Some(p) = &t.results_path {
+        let _ = writeln!(s, "results:   {p}");
+    }
+    let _ = writeln!(s, "events:");
+    for e in events {
+        let _ = writeln!(
+            s,
+            "  {}  {:<10} {}",
+            time(e.at),
+            e.to,
+            e.detail.as_deref().unwrap_or("")
+        );
+    }
+    s
+}

@@ -1,0 +1,158 @@
+//! A stand-in for a paid LLM API on 127.0.0.1: real HTTP, the real OpenAI
+//! chat-completions wire format (tool calls, usage), and real failures
+//! (429 with Retry-After, 500, malformed JSON, slow answers).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// An assistant turn calling these tools, with this usage (prompt, completion).
+    Tools(Vec<(String, Value)>, (u64, u64)),
+    /// An HTTP error with an OpenAI error body, optionally with Retry-After.
+    Error(u16, Option<&'static str>),
+    /// A 200 whose body is not JSON.
+    Malformed,
+    /// Waits, then answers with the inner reply.
+    Slow(Duration, Box<Reply>),
+}
+
+impl Reply {
+    pub fn tool(name: &str, args: Value) -> Reply {
+        Reply::Tools(vec![(name.into(), args)], (100, 20))
+    }
+}
+
+/// What the fake saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub at: Instant,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    script: VecDeque<Reply>,
+    seen: Vec<Seen>,
+}
+
+pub struct FakeLlm {
+    pub addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl FakeLlm {
+    /// Starts serving `script` in order; when it runs out, answers 500.
+    pub fn start(script: Vec<Reply>) -> FakeLlm {
+        let inner = Arc::new(Mutex::new(Inner {
+            script: script.into(),
+            seen: vec![],
+        }));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handle))
+            .with_state(inner.clone());
+        runtime.spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        FakeLlm {
+            addr,
+            inner,
+            _runtime: runtime,
+        }
+    }
+
+    /// The base URL as the OpenAI SDKs expect it (ending in /v1).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.inner.lock().unwrap().seen.clone()
+    }
+}
+
+fn error(status: u16, retry_after: Option<&str>) -> Response {
+    let body = json!({"error": {"message": format!("fake error {status}"), "type": "fake"}});
+    let mut r = (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+    if let Some(s) = retry_after {
+        r.headers_mut().insert("retry-after", s.parse().unwrap());
+    }
+    r
+}
+
+async fn handle(State(inner): State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => return error(400, None),
+    };
+    let reply = {
+        let mut g = inner.lock().unwrap();
+        g.seen.push(Seen {
+            at: Instant::now(),
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from),
+            body: body.clone(),
+        });
+        g.script.pop_front()
+    };
+    let model = body["model"].as_str().unwrap_or("fake").to_string();
+    let mut reply = reply.unwrap_or(Reply::Error(500, None));
+    loop {
+        match reply {
+            Reply::Slow(d, inner) => {
+                tokio::time::sleep(d).await;
+                reply = *inner;
+            }
+            Reply::Error(status, retry_after) => return error(status, retry_after),
+            Reply::Malformed => {
+                return (StatusCode::OK, [("content-type", "application/json")], "{\"choices\": [").into_response();
+            }
+            Reply::Tools(calls, (prompt, completion)) => {
+                let n = inner.lock().unwrap().seen.len();
+                let tool_calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, args))| {
+                        json!({"id": format!("call_{n}_{i}"), "type": "function",
+                               "function": {"name": name, "arguments": args.to_string()}})
+                    })
+                    .collect();
+                let resp = json!({
+                    "id": format!("chatcmpl-{n}"),
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}
+                });
+                return axum::Json(resp).into_response();
+            }
+        }
+    }
+}

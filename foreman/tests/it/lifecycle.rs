@@ -1,0 +1,107 @@
+//! Timeouts, cancel and retry on real containers.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::util::{Saheeli, leftovers, replay_prompt, require_docker, script};
+
+/// Polls until `f` is true or `limit` passes.
+pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+fn sleeper(s: &Saheeli, seconds: u32, front_matter: &str) {
+    s.write(
+        "sleep.json",
+        &script(&[
+            ("create_file", json!({"path": "before.txt", "content": "written before the wait"})),
+            ("execute_shell", json!({"command": format!("sleep {seconds}"), "timeout_s": 600})),
+            ("task_complete", json!({"message": "woke up"})),
+        ]),
+    );
+    s.write("sleep.md", &replay_prompt("sleep.json", front_matter));
+}
+
+#[test]
+fn timeout_stops_the_servo_and_collects() {
+    require_docker();
+    let s = Saheeli::new();
+    sleeper(&s, 300, "timeout: 4s\n");
+    let started = Instant::now();
+    let out = s.run(&["run", "sleep.md", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["state"], "incomplete");
+    assert_eq!(t["reason"], "timeout");
+    let results = Path::new(t["results"].as_str().unwrap());
+    assert!(results.join("before.txt").is_file());
+    assert!(!results.join("complete.json").exists());
+    assert!(leftovers(t["id"].as_str().unwrap()).is_empty());
+}
+
+#[test]
+fn cancel_a_running_task() {
+    require_docker();
+    let s = Saheeli::new();
+    sleeper(&s, 300, "");
+    let id = s.submit("sleep.md");
+    let mut serve = s
+        .cmd(&["serve", "--drain"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(60), || s.task(&id)["state"] == "running"),
+        "task never ran"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let out = s.expect(&["task", "cancel", &id], 0);
+    assert!(out.contains("cancel requested"), "{out}");
+    let status = serve.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let t = s.task(&id);
+    assert_eq!(t["state"], "cancelled");
+    let results = Path::new(t["results"].as_str().unwrap());
+    assert!(results.join("before.txt").is_file(), "collected after cancel");
+    assert!(leftovers(&id).is_empty());
+    // A finished task cannot be cancelled again.
+    s.expect(&["task", "cancel", &id], 2);
+}
+
+#[test]
+fn retry_makes_a_new_linked_task_from_the_same_prompt() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write("ws/data.txt", "input");
+    s.write(
+        "s.json",
+        &script(&[
+            ("execute_shell", json!({"command": "cat data.txt > copy.txt"})),
+            ("task_complete", json!({"message": "copied"})),
+        ]),
+    );
+    s.write("p.md", &replay_prompt("s.json", "workspace: ws\n"));
+    let first = s.submit("p.md");
+    let out = s.expect(&["task", "retry", &first, "--json"], 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let second = v["id"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    s.expect(&["serve", "--drain"], 0);
+    let t = s.task(&second);
+    assert_eq!(t["retry_of"], first.as_str());
+    assert_eq!(t["state"], "complete");
+    let results = Path::new(t["results"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(results.join("copy.txt")).unwrap(), "input");
+}

@@ -1,0 +1,12 @@
+//! Integration tests: the real `saheeli` binary, a real Docker daemon, real
+//! containers and real SQLite files. The only double is `fake_llm`, a local
+//! server speaking the OpenAI wire format.
+
+mod fake_llm;
+mod util;
+
+mod input;
+mod lifecycle;
+mod openai;
+mod replay;
+mod safety;

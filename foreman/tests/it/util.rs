@@ -1,0 +1,164 @@
+//! The test builder: a temporary project directory with its own
+//! config.yaml, database and results, and the real `saheeli` binary run
+//! against the real Docker daemon.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+use serde_json::Value;
+
+/// The servo image the tests run (built by `scripts/test.sh` first).
+pub fn image() -> String {
+    std::env::var("SAHEELI_TEST_IMAGE").unwrap_or_else(|_| "saheeli-servo:latest".into())
+}
+
+/// Fails (never skips) when Docker or the servo image is missing.
+pub fn require_docker() {
+    static CHECK: Once = Once::new();
+    CHECK.call_once(|| {
+        let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output();
+        match info {
+            Ok(o) if o.status.success() => {}
+            _ => panic!(
+                "Docker is not reachable: these tests need a real daemon. \
+                 Run scripts/test.sh, which starts one when none answers."
+            ),
+        }
+        let img = Command::new("docker").args(["image", "inspect", &image()]).output().unwrap();
+        assert!(
+            img.status.success(),
+            "servo image `{}` is missing: run `saheeli build-servo` (scripts/test.sh does)",
+            image()
+        );
+    });
+}
+
+pub struct Saheeli {
+    pub dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+impl Saheeli {
+    /// A fresh project: config.yaml pointing at the test image, a short
+    /// run_dir for sockets, concurrency 2 and a 1 s stop grace.
+    pub fn new() -> Saheeli {
+        Self::with_config("")
+    }
+
+    /// Like `new`, with extra top-level config lines appended.
+    pub fn with_config(extra: &str) -> Saheeli {
+        let dir = tempfile::Builder::new().prefix("saheeli-it-").tempdir().unwrap();
+        let run_dir = format!("/tmp/saheeli-it-run-{}", std::process::id());
+        let config = format!(
+            "image: {}\nconcurrency: 2\nrun_dir: {run_dir}\nstop_grace: 1s\n{extra}",
+            image()
+        );
+        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+        Saheeli { dir, env: Vec::new() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Sets an environment variable for every command run.
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Writes a file below the project directory.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path().join(name);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// A `saheeli` command in the project directory, with a clean environment
+    /// for the variables Saheeli reads.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_saheeli"));
+        c.current_dir(self.path())
+            .args(args)
+            .env_remove("SAHEELI_CONFIG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env("RUST_LOG", "saheeli_foreman=info");
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        let out = self.cmd(args).output().expect("running saheeli");
+        out
+    }
+
+    /// Runs and asserts the exit code; returns stdout.
+    pub fn expect(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "saheeli {args:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+        );
+        stdout
+    }
+
+    /// `task status ID --json`.
+    pub fn task(&self, id: &str) -> Value {
+        serde_json::from_str(&self.expect(&["task", "status", id, "--json"], 0)).unwrap()
+    }
+
+    /// `task status --json`.
+    pub fn tasks(&self) -> Vec<Value> {
+        serde_json::from_str(&self.expect(&["task", "status", "--json"], 0)).unwrap()
+    }
+
+    /// `task submit --prompt FILE --json` → id.
+    pub fn submit(&self, prompt: &str) -> String {
+        let out = self.expect(&["task", "submit", "--prompt", prompt, "--json"], 0);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    }
+}
+
+/// Labelled containers and volumes left for a task (must be none).
+pub fn leftovers(id: &str) -> Vec<String> {
+    let label = format!("label=saheeli.task={id}");
+    let mut out = vec![];
+    for args in [
+        vec!["ps", "-aq", "--filter", &label],
+        vec!["volume", "ls", "-q", "--filter", &label],
+    ] {
+        let o = Command::new("docker").args(&args).output().unwrap();
+        out.extend(
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(String::from),
+        );
+    }
+    out
+}
+
+/// A replay script with the given tool calls, one per turn.
+pub fn script(turns: &[(&str, Value)]) -> String {
+    let turns: Vec<Value> = turns
+        .iter()
+        .map(|(name, args)| serde_json::json!({"tool_calls": [{"name": name, "arguments": args}]}))
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({ "turns": turns })).unwrap()
+}
+
+/// A prompt file using `replay:<script>` with extra front-matter lines.
+pub fn replay_prompt(script_file: &str, extra: &str) -> String {
+    format!("---\nmodel: replay:{script_file}\n{extra}---\nDo the scripted thing.\n")
+}
