@@ -58,7 +58,8 @@ fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
         let raw = entry.path().context("reading an archive entry's path")?;
         let shown = raw.display().to_string();
         let Some(rel) = confined(&raw) else {
-            out.skipped.push(format!("{shown}: path leaves the workspace"));
+            out.skipped
+                .push(format!("{shown}: path leaves the workspace"));
             continue;
         };
         if rel.as_os_str().is_empty() {
@@ -82,7 +83,8 @@ fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
                 if let Ok(mode) = entry.header().mode() {
                     use std::os::unix::fs::PermissionsExt;
                     // Keep the executable bits, never setuid/setgid/sticky.
-                    let _ = file.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
+                    let _ =
+                        file.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
                 }
                 out.files += 1;
                 out.bytes += n;
@@ -172,7 +174,9 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> (u32, Usage) {
                 steps = steps.max(step);
                 usage.add(u);
             }
-            Ok(AuditEvent::Finish { steps: s, usage: u, .. }) => return (s, u),
+            Ok(AuditEvent::Finish {
+                steps: s, usage: u, ..
+            }) => return (s, u),
             _ => {}
         }
     }
@@ -214,7 +218,12 @@ mod tests {
         let tar = archive(&[
             ("workspace/", tar::EntryType::Directory, b"", None),
             ("workspace/a/b.txt", tar::EntryType::Regular, b"hi", None),
-            ("workspace/link", tar::EntryType::Symlink, b"", Some("a/b.txt")),
+            (
+                "workspace/link",
+                tar::EntryType::Symlink,
+                b"",
+                Some("a/b.txt"),
+            ),
         ]);
         let dest = d.path().join("results/t1");
         let c = extract(&tar[..], &dest).unwrap();
@@ -229,12 +238,27 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dest = d.path().join("r/t");
         let tar = archive(&[
-            ("workspace/../../escape.txt", tar::EntryType::Regular, b"x", None),
+            (
+                "workspace/../../escape.txt",
+                tar::EntryType::Regular,
+                b"x",
+                None,
+            ),
             ("/etc/evil", tar::EntryType::Regular, b"x", None),
             ("workspace/out", tar::EntryType::Symlink, b"", Some("/")),
-            ("workspace/out/tmp/through-link", tar::EntryType::Regular, b"x", None),
+            (
+                "workspace/out/tmp/through-link",
+                tar::EntryType::Regular,
+                b"x",
+                None,
+            ),
             ("workspace/dev", tar::EntryType::Char, b"", None),
-            ("workspace/hard", tar::EntryType::Link, b"", Some("/etc/passwd")),
+            (
+                "workspace/hard",
+                tar::EntryType::Link,
+                b"",
+                Some("/etc/passwd"),
+            ),
         ]);
         let c = extract(&tar[..], &dest).unwrap();
         assert!(!d.path().join("escape.txt").exists());
@@ -255,7 +279,11 @@ mod tests {
         let id = TaskId::new();
         assert_eq!(read_completion(d.path(), id), Ok(None));
         fs::write(d.path().join("complete.json"), "not json").unwrap();
-        assert!(read_completion(d.path(), id).unwrap_err().contains("invalid"));
+        assert!(
+            read_completion(d.path(), id)
+                .unwrap_err()
+                .contains("invalid")
+        );
         let other = Completion {
             task_id: TaskId::new(),
             message: "m".into(),
@@ -268,6 +296,10 @@ mod tests {
             serde_json::to_string(&other).unwrap(),
         )
         .unwrap();
-        assert!(read_completion(d.path(), id).unwrap_err().contains("names task"));
+        assert!(
+            read_completion(d.path(), id)
+                .unwrap_err()
+                .contains("names task")
+        );
     }
 }

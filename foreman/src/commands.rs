@@ -13,7 +13,10 @@ use futures_util::StreamExt;
 use saheeli_protocol::{AuditEvent, TaskId, paths};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, RunArgs, ServeArgs, StatusArgs, SubmitArgs, PromptArgs};
+use crate::cli::{
+    IdArgs, LogsArgs, PromptArgs, ResultsArgs, RetryArgs, RunArgs, ServeArgs, StatusArgs,
+    SubmitArgs,
+};
 use crate::config::Config;
 use crate::gateway::Upstream;
 use crate::output::{self, TaskView};
@@ -121,17 +124,39 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
 /// One audit event as a line for people.
 fn describe(ev: &AuditEvent) -> String {
     match ev {
-        AuditEvent::Start { ts, model, max_steps, .. } => {
+        AuditEvent::Start {
+            ts,
+            model,
+            max_steps,
+            ..
+        } => {
             format!("{ts}  start     model {model}, up to {max_steps} steps")
         }
-        AuditEvent::LlmCall { ts, step, latency_ms, usage, error, .. } => match error {
+        AuditEvent::LlmCall {
+            ts,
+            step,
+            latency_ms,
+            usage,
+            error,
+            ..
+        } => match error {
             Some(e) => format!("{ts}  step {step:<4} llm error after {latency_ms} ms: {e}"),
             None => format!(
                 "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens",
                 usage.input_tokens, usage.output_tokens
             ),
         },
-        AuditEvent::ToolCall { ts, step, tool, arguments, ok, exit_code, duration_ms, result_bytes, .. } => {
+        AuditEvent::ToolCall {
+            ts,
+            step,
+            tool,
+            arguments,
+            ok,
+            exit_code,
+            duration_ms,
+            result_bytes,
+            ..
+        } => {
             let mut args: String = arguments.chars().take(100).collect();
             if args.len() < arguments.len() {
                 args.push('…');
@@ -141,12 +166,23 @@ fn describe(ev: &AuditEvent) -> String {
                 (true, None) => "ok".into(),
                 (false, None) => "error".into(),
             };
-            format!("{ts}  step {step:<4} {tool} {args} → {status}, {result_bytes} bytes, {duration_ms} ms")
+            format!(
+                "{ts}  step {step:<4} {tool} {args} → {status}, {result_bytes} bytes, {duration_ms} ms"
+            )
         }
-        AuditEvent::Finish { ts, outcome, steps, usage, detail } => format!(
+        AuditEvent::Finish {
+            ts,
+            outcome,
+            steps,
+            usage,
+            detail,
+        } => format!(
             "{ts}  finish    {outcome} after {steps} steps, {} tokens{}",
             usage.total(),
-            detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+            detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
         ),
     }
 }
@@ -162,7 +198,10 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
     let store = open_store(cfg)?;
     let t = store.require(&args.id)?;
     let mut live_printed = 0usize;
-    if matches!(t.state, TaskState::Queued | TaskState::Starting | TaskState::Running) {
+    if matches!(
+        t.state,
+        TaskState::Queued | TaskState::Starting | TaskState::Running
+    ) {
         if t.state == TaskState::Queued && !args.follow {
             eprintln!("task {} is queued; nothing logged yet", t.id);
             return Ok(ExitCode::SUCCESS);
@@ -203,7 +242,11 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
     // Finished: the audit log in the collected results.
     let t = store.require(&args.id)?;
     let Some(dir) = &t.results_path else {
-        bail!("task `{}` has no collected results ({}); nothing to show", t.id, t.state);
+        bail!(
+            "task `{}` has no collected results ({}); nothing to show",
+            t.id,
+            t.state
+        );
     };
     let path = Path::new(dir).join(paths::audit_log(&t.id));
     let text = std::fs::read_to_string(&path)
@@ -288,7 +331,10 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
     }
     store.submit(id, &old.spec, old.priority, Some(old.id))?;
     if args.json {
-        println!("{}", serde_json::json!({"id": id.to_string(), "retry_of": old.id.to_string()}));
+        println!(
+            "{}",
+            serde_json::json!({"id": id.to_string(), "retry_of": old.id.to_string()})
+        );
     } else {
         println!("{id}");
     }
@@ -309,7 +355,9 @@ fn signals() -> (CancellationToken, CancellationToken) {
                 _ = term.recv() => {}
             }
             if n == 0 {
-                tracing::warn!("draining: no new tasks start; interrupt again to stop running ones");
+                tracing::warn!(
+                    "draining: no new tasks start; interrupt again to stop running ones"
+                );
                 d.cancel();
             } else {
                 s.cancel();
@@ -343,11 +391,38 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     let ctx = context(&cfg).await?;
     docker::require_image(&ctx.docker, &cfg.file.image).await?;
     let (drain, stop) = signals();
-    tracing::info!(concurrency = cfg.file.concurrency, drain = args.drain, "serving");
-    let summary = reconciler::run(ctx, ServeOptions { drain: args.drain, only: None }, drain, stop).await?;
-    let complete = summary.finished.iter().filter(|(_, s)| *s == TaskState::Complete).count();
-    eprintln!("served {} tasks, {} complete", summary.finished.len(), complete);
-    Ok(if summary.all_complete() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    tracing::info!(
+        config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
+        concurrency = cfg.file.concurrency,
+        llm = ctx.upstream.base_url(),
+        drain = args.drain,
+        "serving"
+    );
+    let summary = reconciler::run(
+        ctx,
+        ServeOptions {
+            drain: args.drain,
+            only: None,
+        },
+        drain,
+        stop,
+    )
+    .await?;
+    let complete = summary
+        .finished
+        .iter()
+        .filter(|(_, s)| *s == TaskState::Complete)
+        .count();
+    eprintln!(
+        "served {} tasks, {} complete",
+        summary.finished.len(),
+        complete
+    );
+    Ok(if summary.all_complete() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -358,17 +433,42 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         Err(e) => {
             let mut store = open_store(cfg)?;
             let reason = format!("{e:#}");
-            store.transition(id, TaskState::Failed, Some(&reason), Some(&crate::store::Outcome { reason: Some("docker".into()), ..Default::default() }))?;
+            store.transition(
+                id,
+                TaskState::Failed,
+                Some(&reason),
+                Some(&crate::store::Outcome {
+                    reason: Some("docker".into()),
+                    ..Default::default()
+                }),
+            )?;
             return Err(e);
         }
     };
     let (drain, stop) = signals();
-    reconciler::run(ctx.clone(), ServeOptions { drain: false, only: Some(id) }, drain, stop).await?;
+    reconciler::run(
+        ctx.clone(),
+        ServeOptions {
+            drain: false,
+            only: Some(id),
+        },
+        drain,
+        stop,
+    )
+    .await?;
     let t = ctx.db(move |s| s.require(&id.to_string())).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&TaskView::new(&t, None))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&TaskView::new(&t, None))?
+        );
     } else {
-        let reason = t.reason.as_deref().filter(|r| *r != t.state.as_str()).map(|r| format!(" ({r})")).unwrap_or_default();
+        let reason = t
+            .reason
+            .as_deref()
+            .filter(|r| *r != t.state.as_str())
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
         eprintln!("task {id} {}{reason}", t.state);
         match &t.results_path {
             Some(p) => println!("{p}"),

@@ -145,10 +145,7 @@ impl Config {
             })?
         };
         if file.concurrency == 0 {
-            anyhow::bail!(
-                "{}: `concurrency` must be at least 1",
-                path.display()
-            );
+            anyhow::bail!("{}: `concurrency` must be at least 1", path.display());
         }
         let abs = std::path::absolute(&path)
             .with_context(|| format!("resolving `{}`", path.display()))?;

@@ -353,14 +353,13 @@ pub(crate) async fn build_image(
     let mut image_id = None;
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| match e {
-            DockerError::DockerStreamError { error } => anyhow::anyhow!("image build failed: {error}"),
+            DockerError::DockerStreamError { error } => {
+                anyhow::anyhow!("image build failed: {error}")
+            }
             e => anyhow::Error::new(e).context("building the servo image"),
         })?;
         if let Some(detail) = info.error_detail {
-            anyhow::bail!(
-                "image build failed: {}",
-                detail.message.unwrap_or_default()
-            );
+            anyhow::bail!("image build failed: {}", detail.message.unwrap_or_default());
         }
         if let Some(s) = info.stream {
             for line in s.lines().map(str::trim_end).filter(|l| !l.is_empty()) {

@@ -136,7 +136,8 @@ impl Gateway {
         let stop = CancellationToken::new();
         let stopped = stop.clone();
         let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
             if let Err(e) = serve.await {
                 warn!(task_id = %task_id, error = %e, "gateway stopped with an error");
             }

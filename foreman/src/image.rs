@@ -43,7 +43,15 @@ fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
     }
     eprintln!("building the servo binary (cargo build --release -p saheeli-servo)");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "-p", "saheeli-servo", "--bin", "servo"])
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "saheeli-servo",
+            "--bin",
+            "servo",
+        ])
         .current_dir(dir)
         .status()
         .context("running cargo (is the Rust toolchain installed?)")?;
@@ -67,7 +75,8 @@ fn context_tar(dockerfile: &Path, servo: &Path) -> anyhow::Result<Vec<u8>> {
     b.mode(tar::HeaderMode::Deterministic);
     b.append_path_with_name(dockerfile, "Dockerfile")
         .with_context(|| format!("reading `{}`", dockerfile.display()))?;
-    let mut f = std::fs::File::open(servo).with_context(|| format!("reading `{}`", servo.display()))?;
+    let mut f =
+        std::fs::File::open(servo).with_context(|| format!("reading `{}`", servo.display()))?;
     let mut h = tar::Header::new_gnu();
     h.set_size(f.metadata()?.len());
     h.set_mode(0o755);

@@ -24,13 +24,17 @@ pub(crate) fn pack_workspace(src: &Path, dest: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(p).with_context(|| format!("creating `{}`", p.display()))?;
     }
     let tmp = dest.with_extension("tar.tmp");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("creating `{}`", tmp.display()))?;
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("creating `{}`", tmp.display()))?;
     let mut b = tar::Builder::new(std::io::BufWriter::new(file));
     b.follow_symlinks(false);
     b.mode(tar::HeaderMode::Deterministic);
     append_owned(&mut b, src, Path::new(""))
         .with_context(|| format!("copying workspace `{}`", src.display()))?;
-    b.into_inner()?.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    b.into_inner()?
+        .into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()?;
     std::fs::rename(&tmp, dest).with_context(|| format!("writing `{}`", dest.display()))?;
     Ok(())
 }
@@ -59,7 +63,8 @@ fn append_owned<W: std::io::Write>(
             b.append_data(&mut h, &name, std::io::empty())?;
             append_owned(b, &path, &name)?;
         } else if ft.is_file() {
-            let f = std::fs::File::open(&path).with_context(|| format!("reading `{}`", path.display()))?;
+            let f = std::fs::File::open(&path)
+                .with_context(|| format!("reading `{}`", path.display()))?;
             b.append_data(&mut h, &name, f)?;
         } else if ft.is_symlink() {
             let target = std::fs::read_link(&path)?;

@@ -29,6 +29,9 @@ pub(crate) struct TaskView {
     pub results: Option<String>,
     pub retry_of: Option<String>,
     pub prompt: String,
+    /// The servo container while it exists.
+    pub container: Option<String>,
+    pub cancel_requested: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
 }
@@ -70,6 +73,8 @@ impl TaskView {
             results: t.results_path.clone(),
             retry_of: t.retry_of.map(|r| r.to_string()),
             prompt: t.spec.prompt_path.clone(),
+            container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
+            cancel_requested: t.cancel_requested,
             events: events.map(|evs| {
                 evs.iter()
                     .map(|e| EventView {
@@ -104,9 +109,7 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
     table
         .load_preset(UTF8_BORDERS_ONLY)
         .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header([
-            "ID", "TITLE", "STATE", "AGE", "DURATION", "STEPS", "TOKENS",
-        ]);
+        .set_header(["ID", "TITLE", "STATE", "AGE", "DURATION", "STEPS", "TOKENS"]);
     let now = now_ms();
     for t in tasks {
         let state = match &t.reason {
@@ -120,7 +123,9 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
             t.title.clone(),
             state,
             short_duration(now - t.created_at),
-            duration_ms(t).map(short_duration).unwrap_or_else(|| "-".into()),
+            duration_ms(t)
+                .map(short_duration)
+                .unwrap_or_else(|| "-".into()),
             t.steps.to_string(),
             (t.input_tokens + t.output_tokens).to_string(),
         ]);
@@ -144,13 +149,12 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow]) -> String {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
+    if t.cancel_requested && !t.state.is_terminal() {
+        let _ = writeln!(s, "cancel:    requested");
+    }
     let _ = writeln!(s, "prompt:    {}", t.spec.prompt_path);
     let _ = writeln!(s, "model:     {}", t.spec.model);
-    let _ = writeln!(
-        s,
-        "steps:     {} of {}",
-        t.steps, t.spec.max_steps
-    );
+    let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
     let _ = writeln!(
         s,
         "tokens:    {} ({} in, {} out)",

@@ -196,26 +196,49 @@ async fn adopt_orphans(ctx: &Arc<Ctx>) -> anyhow::Result<Vec<(TaskId, TaskRow)>>
 /// Picks up a task left behind by a foreman that stopped: a running
 /// container is supervised again; anything else is cleaned up and the task
 /// ends `incomplete` (reason `lost`) with whatever workspace remains.
-async fn resume(ctx: Arc<Ctx>, id: TaskId, task: TaskRow, handle: StopHandle) -> (TaskId, TaskState) {
+async fn resume(
+    ctx: Arc<Ctx>,
+    id: TaskId,
+    task: TaskRow,
+    handle: StopHandle,
+) -> (TaskId, TaskState) {
     let containers = docker::task_containers(&ctx.docker, Some(id))
         .await
         .unwrap_or_default();
     let Some(container) = containers.into_iter().next() else {
         info!(task_id = %id, "no container left for an interrupted task");
         let _ = docker::remove_volume(&ctx.docker, &docker::volume_name(id)).await;
-        return finish(&ctx, id, TaskState::Incomplete, "lost", Outcome::default(), "container vanished while the foreman was down").await;
+        return finish(
+            &ctx,
+            id,
+            TaskState::Incomplete,
+            "lost",
+            Outcome::default(),
+            "container vanished while the foreman was down",
+        )
+        .await;
     };
     if task.state == TaskState::Starting {
         // It never started: launch again from scratch.
         let _ = docker::remove_container(&ctx.docker, &container).await;
         let _ = docker::remove_volume(&ctx.docker, &docker::volume_name(id)).await;
-        return finish(&ctx, id, TaskState::Incomplete, "lost", Outcome::default(), "foreman stopped while starting the task").await;
+        return finish(
+            &ctx,
+            id,
+            TaskState::Incomplete,
+            "lost",
+            Outcome::default(),
+            "foreman stopped while starting the task",
+        )
+        .await;
     }
     info!(task_id = %id, container = %container, "adopting running servo");
     let gateway = if task.spec.is_replay() {
         None
     } else {
-        Gateway::start(&ctx.cfg.run_dir(), id, ctx.upstream.clone()).await.ok()
+        Gateway::start(&ctx.cfg.run_dir(), id, ctx.upstream.clone())
+            .await
+            .ok()
     };
     let started = task.started_at.unwrap_or_else(now_ms);
     monitor(ctx, task, container, gateway, started, handle).await
@@ -240,13 +263,25 @@ async fn supervise(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> (TaskId,
             }
             cleanup(&ctx, id).await;
             let reason = format!("launch: {e:#}");
-            finish(&ctx, id, TaskState::Failed, &reason, Outcome::default(), &reason).await
+            finish(
+                &ctx,
+                id,
+                TaskState::Failed,
+                &reason,
+                Outcome::default(),
+                &reason,
+            )
+            .await
         }
     }
 }
 
 /// Creates the volume and container, uploads the inputs, starts the servo.
-async fn launch(ctx: &Ctx, task: &TaskRow, gateway: &mut Option<Gateway>) -> anyhow::Result<String> {
+async fn launch(
+    ctx: &Ctx,
+    task: &TaskRow,
+    gateway: &mut Option<Gateway>,
+) -> anyhow::Result<String> {
     let id = task.id;
     let d = &ctx.docker;
     let image = ctx.cfg.file.image.clone();
@@ -421,13 +456,18 @@ async fn collect_workspace(
 /// Removes the task's containers and volume (found by label).
 async fn cleanup(ctx: &Ctx, id: TaskId) {
     let d = &ctx.docker;
-    for c in docker::task_containers(d, Some(id)).await.unwrap_or_default() {
+    for c in docker::task_containers(d, Some(id))
+        .await
+        .unwrap_or_default()
+    {
         if let Err(e) = docker::remove_container(d, &c).await {
             warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
         }
     }
-    if let Err(e) = docker::remove_volume(d, &docker::volume_name(id)).await {
-        warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
+    for v in docker::task_volumes(d, Some(id)).await.unwrap_or_default() {
+        if let Err(e) = docker::remove_volume(d, &v).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
+        }
     }
 }
 

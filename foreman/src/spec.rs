@@ -102,7 +102,10 @@ impl TaskSpec {
         let resources = fm.resources.unwrap_or_default();
         let cpus = resources.cpus.unwrap_or(d.cpus);
         if !(cpus > 0.0 && cpus.is_finite()) {
-            bail!("{}: `resources.cpus` must be greater than 0", path.display());
+            bail!(
+                "{}: `resources.cpus` must be greater than 0",
+                path.display()
+            );
         }
         let pids = resources.pids.unwrap_or(d.pids);
         if pids < 16 {
@@ -120,14 +123,21 @@ impl TaskSpec {
                 );
             }
         }
-        let title = fm.title.unwrap_or_else(|| default_title(path, &prompt.body));
+        let title = fm
+            .title
+            .unwrap_or_else(|| default_title(path, &prompt.body));
         Ok(TaskSpec {
             title,
             prompt_path: path.display().to_string(),
             body: prompt.body,
             model,
             max_steps,
-            timeout_s: fm.timeout.map(|t| t.0).unwrap_or(d.timeout).as_secs().max(1),
+            timeout_s: fm
+                .timeout
+                .map(|t| t.0)
+                .unwrap_or(d.timeout)
+                .as_secs()
+                .max(1),
             network: fm.network.unwrap_or(d.network),
             memory: resources.memory.unwrap_or(d.memory).0,
             cpus,
@@ -256,8 +266,8 @@ mod tests {
     fn params_override_front_matter() {
         let d = tempfile::tempdir().unwrap();
         let p = write(d.path(), "t.md", "---\nmax_steps: 3\n---\nGo.\n");
-        let s = TaskSpec::from_prompt(&cfg(), &p, &["max_steps=9".into(), "title=X".into()])
-            .unwrap();
+        let s =
+            TaskSpec::from_prompt(&cfg(), &p, &["max_steps=9".into(), "title=X".into()]).unwrap();
         assert_eq!(s.max_steps, 9);
         assert_eq!(s.title, "X");
         let e = TaskSpec::from_prompt(&cfg(), &p, &["bogus=1".into()]).unwrap_err();

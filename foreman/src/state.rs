@@ -52,12 +52,12 @@ impl TaskState {
     /// Whether `self → to` is a legal step of the lifecycle.
     pub fn can_become(self, to: TaskState) -> bool {
         use TaskState::*;
-        match (self, to) {
-            (Queued, Starting | Cancelled | Failed) => true,
-            (Starting, Running | Incomplete | Failed | Cancelled) => true,
-            (Running, Complete | Incomplete | Failed | Cancelled) => true,
-            _ => false,
-        }
+        matches!(
+            (self, to),
+            (Queued, Starting | Cancelled | Failed)
+                | (Starting, Running | Incomplete | Failed | Cancelled)
+                | (Running, Complete | Incomplete | Failed | Cancelled)
+        )
     }
 }
 

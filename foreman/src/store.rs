@@ -29,8 +29,6 @@ pub(crate) enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("database migration: {0}")]
     Migration(#[from] rusqlite_migration::Error),
-    #[error("stored spec of task `{0}` is unreadable: {1}")]
-    BadSpec(TaskId, serde_json::Error),
 }
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -486,7 +484,8 @@ mod tests {
         s.submit(a, &spec("a"), 0, None).unwrap();
         s.submit(b, &spec("b"), 5, None).unwrap();
         s.submit(c, &spec("c"), 0, None).unwrap();
-        let order: Vec<_> = std::iter::from_fn(|| s.claim_next(None).unwrap().map(|t| t.id)).collect();
+        let order: Vec<_> =
+            std::iter::from_fn(|| s.claim_next(None).unwrap().map(|t| t.id)).collect();
         assert_eq!(order, vec![b, a, c]);
         assert!(s.claim_next(None).unwrap().is_none());
     }

@@ -301,7 +301,11 @@ mod tests {
     #[test]
     fn bad_duration_is_explained() {
         let e = parse("---\ntimeout: soon\n---\nBody\n").unwrap_err();
-        assert!(e.message.contains("invalid duration `soon`"), "{}", e.message);
+        assert!(
+            e.message.contains("invalid duration `soon`"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -120,7 +120,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.turns.len(), 1);
-        assert_eq!(s.turns[0].tool_calls[0].arguments_json(), r#"{"command":"ls"}"#);
+        assert_eq!(
+            s.turns[0].tool_calls[0].arguments_json(),
+            r#"{"command":"ls"}"#
+        );
     }
 
     #[test]
@@ -165,6 +168,9 @@ mod tests {
         let text = serde_json::to_string(&session).unwrap();
         let s = ReplayScript::parse(&text).unwrap();
         assert_eq!(s.turns.len(), 1);
-        assert_eq!(s.turns[0].tool_calls[0].arguments_json(), r#"{"message":"ok"}"#);
+        assert_eq!(
+            s.turns[0].tool_calls[0].arguments_json(),
+            r#"{"message":"ok"}"#
+        );
     }
 }

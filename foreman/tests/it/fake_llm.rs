@@ -22,8 +22,6 @@ pub enum Reply {
     Tools(Vec<(String, Value)>, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
     Error(u16, Option<&'static str>),
-    /// A 200 whose body is not JSON.
-    Malformed,
     /// Waits, then answers with the inner reply.
     Slow(Duration, Box<Reply>),
 }
@@ -102,7 +100,11 @@ fn error(status: u16, retry_after: Option<&str>) -> Response {
     r
 }
 
-async fn handle(State(inner): State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => return error(400, None),
@@ -128,9 +130,6 @@ async fn handle(State(inner): State<Arc<Mutex<Inner>>>, headers: HeaderMap, body
                 reply = *inner;
             }
             Reply::Error(status, retry_after) => return error(status, retry_after),
-            Reply::Malformed => {
-                return (StatusCode::OK, [("content-type", "application/json")], "{\"choices\": [").into_response();
-            }
             Reply::Tools(calls, (prompt, completion)) => {
                 let n = inner.lock().unwrap().seen.len();
                 let tool_calls: Vec<Value> = calls

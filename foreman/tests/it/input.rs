@@ -69,13 +69,21 @@ fn bad_config_is_named() {
     let out = s.run(&["task", "status"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("config.yaml:1") && err.contains("unknown field `concurency`"), "{err}");
+    assert!(
+        err.contains("config.yaml:1") && err.contains("unknown field `concurency`"),
+        "{err}"
+    );
 }
 
 #[test]
 fn unknown_task_id_is_named() {
     let s = Saheeli::new();
-    for cmd in [["task", "status"], ["task", "results"], ["task", "cancel"], ["task", "retry"]] {
+    for cmd in [
+        ["task", "status"],
+        ["task", "results"],
+        ["task", "cancel"],
+        ["task", "retry"],
+    ] {
         let out = s.run(&[cmd[0], cmd[1], "0000dead"]);
         assert_eq!(out.status.code(), Some(2), "{cmd:?}");
         assert!(

@@ -24,8 +24,14 @@ fn sleeper(s: &Saheeli, seconds: u32, front_matter: &str) {
     s.write(
         "sleep.json",
         &script(&[
-            ("create_file", json!({"path": "before.txt", "content": "written before the wait"})),
-            ("execute_shell", json!({"command": format!("sleep {seconds}"), "timeout_s": 600})),
+            (
+                "create_file",
+                json!({"path": "before.txt", "content": "written before the wait"}),
+            ),
+            (
+                "execute_shell",
+                json!({"command": format!("sleep {seconds}"), "timeout_s": 600}),
+            ),
             ("task_complete", json!({"message": "woke up"})),
         ]),
     );
@@ -39,8 +45,17 @@ fn timeout_stops_the_servo_and_collects() {
     sleeper(&s, 300, "timeout: 4s\n");
     let started = Instant::now();
     let out = s.run(&["run", "sleep.md", "--json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
     let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "timeout");
@@ -63,7 +78,8 @@ fn cancel_a_running_task() {
         .spawn()
         .unwrap();
     assert!(
-        wait_for(Duration::from_secs(60), || s.task(&id)["state"] == "running"),
+        wait_for(Duration::from_secs(60), || s.task(&id)["state"]
+            == "running"),
         "task never ran"
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -74,7 +90,10 @@ fn cancel_a_running_task() {
     let t = s.task(&id);
     assert_eq!(t["state"], "cancelled");
     let results = Path::new(t["results"].as_str().unwrap());
-    assert!(results.join("before.txt").is_file(), "collected after cancel");
+    assert!(
+        results.join("before.txt").is_file(),
+        "collected after cancel"
+    );
     assert!(leftovers(&id).is_empty());
     // A finished task cannot be cancelled again.
     s.expect(&["task", "cancel", &id], 2);
@@ -88,7 +107,10 @@ fn retry_makes_a_new_linked_task_from_the_same_prompt() {
     s.write(
         "s.json",
         &script(&[
-            ("execute_shell", json!({"command": "cat data.txt > copy.txt"})),
+            (
+                "execute_shell",
+                json!({"command": "cat data.txt > copy.txt"}),
+            ),
             ("task_complete", json!({"message": "copied"})),
         ]),
     );
@@ -103,5 +125,8 @@ fn retry_makes_a_new_linked_task_from_the_same_prompt() {
     assert_eq!(t["retry_of"], first.as_str());
     assert_eq!(t["state"], "complete");
     let results = Path::new(t["results"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(results.join("copy.txt")).unwrap(), "input");
+    assert_eq!(
+        std::fs::read_to_string(results.join("copy.txt")).unwrap(),
+        "input"
+    );
 }

@@ -14,7 +14,10 @@ fn tool_calls_through_the_gateway_with_a_429_on_the_way() {
     require_docker();
     let llm = FakeLlm::start(vec![
         Reply::Error(429, Some("1")),
-        Reply::tool("create_file", json!({"path": "answer.txt", "content": "42\n"})),
+        Reply::tool(
+            "create_file",
+            json!({"path": "answer.txt", "content": "42\n"}),
+        ),
         Reply::Tools(
             vec![("execute_shell".into(), json!({"command": "cat answer.txt"}))],
             (150, 10),
@@ -24,37 +27,79 @@ fn tool_calls_through_the_gateway_with_a_429_on_the_way() {
     let s = Saheeli::new()
         .env("OPENAI_API_KEY", "sk-test")
         .env("OPENAI_BASE_URL", &llm.base_url());
-    s.write("p.md", "---\nmodel: gpt-test\nmax_steps: 10\n---\nWrite the answer to answer.txt.\n");
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\nmax_steps: 10\n---\nWrite the answer to answer.txt.\n",
+    );
     let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "complete");
     let id = t["id"].as_str().unwrap();
     let results = Path::new(t["results"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(results.join("answer.txt")).unwrap(), "42\n");
+    assert_eq!(
+        std::fs::read_to_string(results.join("answer.txt")).unwrap(),
+        "42\n"
+    );
 
     // 4 requests: the 429 was retried after its Retry-After.
     let seen = llm.seen();
     assert_eq!(seen.len(), 4);
-    assert!(seen[1].at - seen[0].at >= Duration::from_millis(950), "{:?}", seen[1].at - seen[0].at);
+    assert!(
+        seen[1].at - seen[0].at >= Duration::from_millis(950),
+        "{:?}",
+        seen[1].at - seen[0].at
+    );
     // The real wire format: model, tools, and the conversation so far.
     let first = &seen[0].body;
     assert_eq!(first["model"], "gpt-test");
-    let tools: Vec<_> = first["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].clone()).collect();
-    for name in ["execute_shell", "create_file", "read_file", "edit_file", "list_files", "task_complete"] {
-        assert!(tools.contains(&json!(name)), "{name} missing from {tools:?}");
+    let tools: Vec<_> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].clone())
+        .collect();
+    for name in [
+        "execute_shell",
+        "create_file",
+        "read_file",
+        "edit_file",
+        "list_files",
+        "task_complete",
+    ] {
+        assert!(
+            tools.contains(&json!(name)),
+            "{name} missing from {tools:?}"
+        );
     }
     let last = &seen[3].body["messages"];
-    let tool_msg = last.as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap();
-    assert!(tool_msg["content"].as_str().unwrap().contains("42"), "{tool_msg}");
+    let tool_msg = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert!(
+        tool_msg["content"].as_str().unwrap().contains("42"),
+        "{tool_msg}"
+    );
 
     // Usage is counted from the responses.
-    let c: Completion = serde_json::from_slice(&std::fs::read(results.join("complete.json")).unwrap()).unwrap();
+    let c: Completion =
+        serde_json::from_slice(&std::fs::read(results.join("complete.json")).unwrap()).unwrap();
     assert_eq!(c.usage.input_tokens, 100 + 150 + 100);
     assert_eq!(c.usage.output_tokens, 20 + 10 + 20);
     assert_eq!(t["tokens"], 400);
-    let session: Session =
-        serde_json::from_slice(&std::fs::read(results.join(format!("servo-{id}-session.json"))).unwrap()).unwrap();
+    let session: Session = serde_json::from_slice(
+        &std::fs::read(results.join(format!("servo-{id}-session.json"))).unwrap(),
+    )
+    .unwrap();
     assert_eq!(session.steps, 3);
     assert!(leftovers(id).is_empty());
 }
@@ -66,7 +111,12 @@ fn an_unreachable_llm_ends_the_task_incomplete() {
     let s = Saheeli::new().env("OPENAI_BASE_URL", &llm.base_url());
     s.write("p.md", "---\nmodel: gpt-test\n---\nAnything.\n");
     let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "llm_error");

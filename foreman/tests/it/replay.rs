@@ -43,16 +43,24 @@ fn example_prompt_runs_offline_and_collects_everything() {
         "Hello from a Saheeli servo!\n"
     );
     let audit = std::fs::read_to_string(results.join(format!("servo-{id}-audit.log"))).unwrap();
-    let events: Vec<AuditEvent> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<AuditEvent> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let shell = events.iter().find_map(|e| match e {
-        AuditEvent::ToolCall { tool, exit_code, .. } if tool == "execute_shell" => Some(*exit_code),
+        AuditEvent::ToolCall {
+            tool, exit_code, ..
+        } if tool == "execute_shell" => Some(*exit_code),
         _ => None,
     });
     assert_eq!(shell, Some(Some(0)));
-    assert!(matches!(events.last(), Some(AuditEvent::Finish { outcome, .. }) if outcome == "complete"));
-    let session: Session =
-        serde_json::from_slice(&std::fs::read(results.join(format!("servo-{id}-session.json"))).unwrap())
-            .unwrap();
+    assert!(
+        matches!(events.last(), Some(AuditEvent::Finish { outcome, .. }) if outcome == "complete")
+    );
+    let session: Session = serde_json::from_slice(
+        &std::fs::read(results.join(format!("servo-{id}-session.json"))).unwrap(),
+    )
+    .unwrap();
     // The shell ran as the unprivileged servo user.
     let shell_output = session
         .messages
@@ -66,15 +74,26 @@ fn example_prompt_runs_offline_and_collects_everything() {
     assert_eq!(t["state"], "complete");
     assert_eq!(t["steps"], 3);
     assert_eq!(t["results"], results.to_str().unwrap());
-    let states: Vec<_> = t["events"].as_array().unwrap().iter().map(|e| e["to"].clone()).collect();
+    let states: Vec<_> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["to"].clone())
+        .collect();
     assert_eq!(states, vec!["queued", "starting", "running", "complete"]);
     assert!(leftovers(&id).is_empty(), "{:?}", leftovers(&id));
 
     // logs and results work on the finished task.
     let logs = s.expect(&["task", "logs", &id], 0);
-    assert!(logs.contains("execute_shell") && logs.contains("finish"), "{logs}");
+    assert!(
+        logs.contains("execute_shell") && logs.contains("finish"),
+        "{logs}"
+    );
     let dest = s.path().join("copy");
-    s.expect(&["task", "results", &id, "--dest", dest.to_str().unwrap()], 0);
+    s.expect(
+        &["task", "results", &id, "--dest", dest.to_str().unwrap()],
+        0,
+    );
     assert!(dest.join(&id).join("complete.json").is_file());
 }
 
@@ -90,7 +109,12 @@ fn workspace_directory_is_copied_in_and_changes_come_back() {
         "model=replay:fix-test.replay.yaml",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let results = Path::new(stdout.trim());
     let fixed = std::fs::read_to_string(results.join("calc.py")).unwrap();
     assert!(fixed.contains("/ len(values)\n"), "{fixed}");
@@ -105,7 +129,10 @@ fn workspace_directory_is_copied_in_and_changes_come_back() {
             .unwrap(),
     )
     .unwrap();
-    assert!(session.contains("Ran 3 tests") && session.contains("OK"), "tests ran and passed in the servo");
+    assert!(
+        session.contains("Ran 3 tests") && session.contains("OK"),
+        "tests ran and passed in the servo"
+    );
 }
 
 #[test]
@@ -115,20 +142,31 @@ fn task_without_task_complete_is_incomplete_and_still_collected() {
     s.write(
         "loop.json",
         &script(&[
-            ("create_file", json!({"path": "notes/progress.txt", "content": "started"})),
+            (
+                "create_file",
+                json!({"path": "notes/progress.txt", "content": "started"}),
+            ),
             ("execute_shell", json!({"command": "echo still working"})),
             ("execute_shell", json!({"command": "echo never done"})),
         ]),
     );
     s.write("p.md", &replay_prompt("loop.json", "max_steps: 2\n"));
     let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "max_steps");
     assert_eq!(t["steps"], 2);
     let results = Path::new(t["results"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(results.join("notes/progress.txt")).unwrap(), "started");
+    assert_eq!(
+        std::fs::read_to_string(results.join("notes/progress.txt")).unwrap(),
+        "started"
+    );
     assert!(!results.join("complete.json").exists());
     assert!(leftovers(t["id"].as_str().unwrap()).is_empty());
 }

@@ -14,25 +14,43 @@ use crate::util::{Saheeli, leftovers, replay_prompt, require_docker, script};
 fn servo_container_is_hardened_and_holds_no_key() {
     require_docker();
     let secret = "sk-test-never-in-a-container-31337";
-    let llm = FakeLlm::start(vec![
-        Reply::Slow(Duration::from_secs(4), Box::new(Reply::tool("task_complete", json!({"message": "ok"})))),
-    ]);
+    let llm = FakeLlm::start(vec![Reply::Slow(
+        Duration::from_secs(4),
+        Box::new(Reply::tool("task_complete", json!({"message": "ok"}))),
+    )]);
     let s = Saheeli::new()
         .env("OPENAI_API_KEY", secret)
         .env("OPENAI_BASE_URL", &llm.base_url());
-    s.write("p.md", "---\nmodel: gpt-test\nresources: { memory: 512m, pids: 128, cpus: 0.5 }\n---\nFinish.\n");
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\nresources: { memory: 512m, pids: 128, cpus: 0.5 }\n---\nFinish.\n",
+    );
     let id = s.submit("p.md");
-    let mut serve = s.cmd(&["serve", "--drain"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut serve = s
+        .cmd(&["serve", "--drain"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut container = String::new();
     assert!(wait_for(Duration::from_secs(60), || {
         let o = Command::new("docker")
-            .args(["ps", "-q", "--no-trunc", "--filter", &format!("label=saheeli.task={id}")])
+            .args([
+                "ps",
+                "-q",
+                "--no-trunc",
+                "--filter",
+                &format!("label=saheeli.task={id}"),
+            ])
             .output()
             .unwrap();
         container = String::from_utf8_lossy(&o.stdout).trim().to_string();
         !container.is_empty()
     }));
-    let o = Command::new("docker").args(["inspect", &container]).output().unwrap();
+    let o = Command::new("docker")
+        .args(["inspect", &container])
+        .output()
+        .unwrap();
     let inspect: Value = serde_json::from_slice(&o.stdout).unwrap();
     let c = &inspect[0];
     let hc = &c["HostConfig"];
@@ -48,19 +66,28 @@ fn servo_container_is_hardened_and_holds_no_key() {
     assert_eq!(c["Config"]["User"], "1000:1000");
     assert_eq!(c["Config"]["Labels"]["saheeli.task"], id.as_str());
     let whole = inspect.to_string();
-    assert!(!whole.contains(secret), "the key leaked into the container config");
+    assert!(
+        !whole.contains(secret),
+        "the key leaked into the container config"
+    );
     assert!(serve.wait().unwrap().success());
     let t = s.task(&id);
     assert_eq!(t["state"], "complete");
     // The key went upstream from the foreman, and nowhere into the results.
-    assert_eq!(llm.seen()[0].authorization.as_deref(), Some(format!("Bearer {secret}").as_str()));
+    assert_eq!(
+        llm.seen()[0].authorization.as_deref(),
+        Some(format!("Bearer {secret}").as_str())
+    );
     let grep = Command::new("grep")
         .args(["-r", "-l", secret, t["results"].as_str().unwrap()])
         .output()
         .unwrap();
     assert!(grep.stdout.is_empty(), "key found in results");
     let db = std::fs::read(s.path().join("saheeli.db")).unwrap();
-    assert!(!String::from_utf8_lossy(&db).contains(secret), "key found in the database");
+    assert!(
+        !String::from_utf8_lossy(&db).contains(secret),
+        "key found in the database"
+    );
 }
 
 #[test]
@@ -70,21 +97,44 @@ fn paths_outside_the_workspace_are_refused() {
     s.write(
         "escape.json",
         &script(&[
-            ("create_file", json!({"path": "../escape.txt", "content": "x"})),
-            ("create_file", json!({"path": "/etc/escape.txt", "content": "x"})),
+            (
+                "create_file",
+                json!({"path": "../escape.txt", "content": "x"}),
+            ),
+            (
+                "create_file",
+                json!({"path": "/etc/escape.txt", "content": "x"}),
+            ),
             ("read_file", json!({"path": "/etc/passwd"})),
-            ("execute_shell", json!({"command": "ln -s /etc etc-link && ln -s / root-link"})),
+            (
+                "execute_shell",
+                json!({"command": "ln -s /etc etc-link && ln -s / root-link"}),
+            ),
             ("read_file", json!({"path": "etc-link/passwd"})),
-            ("create_file", json!({"path": "root-link/tmp/through.txt", "content": "x"})),
-            ("edit_file", json!({"path": "etc-link/hostname", "old_str": "a", "new_str": "b"})),
+            (
+                "create_file",
+                json!({"path": "root-link/tmp/through.txt", "content": "x"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": "etc-link/hostname", "old_str": "a", "new_str": "b"}),
+            ),
             ("list_files", json!({"path": "../.."})),
-            ("create_file", json!({"path": "inside/ok.txt", "content": "fine"})),
+            (
+                "create_file",
+                json!({"path": "inside/ok.txt", "content": "fine"}),
+            ),
             ("task_complete", json!({"message": "tried"})),
         ]),
     );
     s.write("p.md", &replay_prompt("escape.json", ""));
     let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = t["id"].as_str().unwrap();
     let results = std::path::Path::new(t["results"].as_str().unwrap());
@@ -92,17 +142,27 @@ fn paths_outside_the_workspace_are_refused() {
     let calls: Vec<(String, String, bool)> = audit
         .lines()
         .filter_map(|l| match serde_json::from_str(l).unwrap() {
-            AuditEvent::ToolCall { tool, arguments, ok, .. } => Some((tool, arguments, ok)),
+            AuditEvent::ToolCall {
+                tool,
+                arguments,
+                ok,
+                ..
+            } => Some((tool, arguments, ok)),
             _ => None,
         })
         .collect();
     let ok: Vec<bool> = calls.iter().map(|c| c.2).collect();
     assert_eq!(
         ok,
-        vec![false, false, false, true, false, false, false, false, true, true],
+        vec![
+            false, false, false, true, false, false, false, false, true, true
+        ],
         "{calls:#?}"
     );
-    assert_eq!(std::fs::read_to_string(results.join("inside/ok.txt")).unwrap(), "fine");
+    assert_eq!(
+        std::fs::read_to_string(results.join("inside/ok.txt")).unwrap(),
+        "fine"
+    );
     // The symlinks came back as links; nothing was written through them.
     assert!(results.join("root-link").is_symlink());
     assert!(!std::path::Path::new("/tmp/through.txt").exists());

@@ -17,7 +17,9 @@ pub fn image() -> String {
 pub fn require_docker() {
     static CHECK: Once = Once::new();
     CHECK.call_once(|| {
-        let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output();
+        let info = Command::new("docker")
+            .args(["info", "--format", "{{.ServerVersion}}"])
+            .output();
         match info {
             Ok(o) if o.status.success() => {}
             _ => panic!(
@@ -25,7 +27,10 @@ pub fn require_docker() {
                  Run scripts/test.sh, which starts one when none answers."
             ),
         }
-        let img = Command::new("docker").args(["image", "inspect", &image()]).output().unwrap();
+        let img = Command::new("docker")
+            .args(["image", "inspect", &image()])
+            .output()
+            .unwrap();
         assert!(
             img.status.success(),
             "servo image `{}` is missing: run `saheeli build-servo` (scripts/test.sh does)",
@@ -48,14 +53,20 @@ impl Saheeli {
 
     /// Like `new`, with extra top-level config lines appended.
     pub fn with_config(extra: &str) -> Saheeli {
-        let dir = tempfile::Builder::new().prefix("saheeli-it-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("saheeli-it-")
+            .tempdir()
+            .unwrap();
         let run_dir = format!("/tmp/saheeli-it-run-{}", std::process::id());
         let config = format!(
             "image: {}\nconcurrency: 2\nrun_dir: {run_dir}\nstop_grace: 1s\n{extra}",
             image()
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        Saheeli { dir, env: Vec::new() }
+        Saheeli {
+            dir,
+            env: Vec::new(),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -95,8 +106,7 @@ impl Saheeli {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        let out = self.cmd(args).output().expect("running saheeli");
-        out
+        self.cmd(args).output().expect("running saheeli")
     }
 
     /// Runs and asserts the exit code; returns stdout.

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One command from a fresh machine to a finished task, offline:
+# installs what is missing (Docker engine, base image, Rust build), builds
+# the servo image, and runs prompts/hello.md with the replay model (no API
+# key, no network). Prints where the results are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+./target/debug/saheeli build-servo
+echo "==> saheeli run prompts/hello.md" >&2
+results=$(./target/debug/saheeli run prompts/hello.md)
+echo "==> results in $results:" >&2
+ls -la "$results" >&2
+echo "==> complete.json:" >&2
+cat "$results/complete.json" >&2
+echo >&2
+echo "$results"

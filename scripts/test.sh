@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test against the real Docker daemon: sets the machine up when
+# needed (scripts/setup.sh), rebuilds the servo image from this checkout,
+# then runs the whole suite. Fails (never skips) when Docker cannot run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+./target/debug/saheeli build-servo
+export SAHEELI_TEST_IMAGE=saheeli-servo:latest
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi
