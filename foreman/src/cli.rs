@@ -31,6 +31,15 @@ pub(crate) enum Command {
     Serve(ServeArgs),
     /// Submit one prompt and serve until that task ends; print where its results are.
     Run(RunArgs),
+    /// Remove Saheeli containers and volumes whose task has ended (orphans of a crash).
+    Gc(GcArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Only list what would be removed.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -14,7 +14,7 @@ use saheeli_protocol::{AuditEvent, TaskId, paths};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{
-    IdArgs, LogsArgs, PromptArgs, ResultsArgs, RetryArgs, RunArgs, ServeArgs, StatusArgs,
+    GcArgs, IdArgs, LogsArgs, PromptArgs, ResultsArgs, RetryArgs, RunArgs, ServeArgs, StatusArgs,
     SubmitArgs,
 };
 use crate::config::Config;
@@ -476,4 +476,43 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         }
     }
     Ok(exit_for(t.state))
+}
+
+pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store(cfg)?;
+    let d = docker::connect().await?;
+    let (containers, volumes) = docker::labelled(&d).await?;
+    // Only tasks this database knows to be over: other databases on the
+    // same daemon (other projects, tests) keep theirs.
+    let ended = |id: &str| {
+        store
+            .get(id)
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.state.is_terminal())
+    };
+    let mut removed = 0;
+    for (cid, task) in containers.iter().filter(|(_, t)| ended(t)) {
+        println!("container {} (task {task})", &cid[..12.min(cid.len())]);
+        if !args.dry_run {
+            docker::remove_container(&d, cid).await?;
+        }
+        removed += 1;
+    }
+    for (name, task) in volumes.iter().filter(|(_, t)| ended(t)) {
+        println!("volume {name} (task {task})");
+        if !args.dry_run {
+            docker::remove_volume(&d, name).await?;
+        }
+        removed += 1;
+    }
+    eprintln!(
+        "{} {removed} leftover containers and volumes",
+        if args.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }

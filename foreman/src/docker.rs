@@ -316,6 +316,37 @@ pub(crate) async fn task_volumes(
         .collect())
 }
 
+/// Every Saheeli container (id, task) and volume (name, task) on the daemon.
+pub(crate) async fn labelled(
+    docker: &Docker,
+) -> anyhow::Result<(Vec<(String, String)>, Vec<(String, String)>)> {
+    let filters = HashMap::from([("label", vec![TASK_LABEL])]);
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let containers = docker
+        .list_containers(Some(opts))
+        .await
+        .context("listing Saheeli containers")?
+        .into_iter()
+        .filter_map(|c| Some((c.id?, c.labels?.get(TASK_LABEL)?.clone())))
+        .collect();
+    let opts = ListVolumesOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    let volumes = docker
+        .list_volumes(Some(opts))
+        .await
+        .context("listing Saheeli volumes")?
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| Some((v.name, v.labels.get(TASK_LABEL)?.clone())))
+        .collect();
+    Ok((containers, volumes))
+}
+
 /// Progress of an image build, for the caller to display.
 pub(crate) enum BuildProgress {
     Line(String),

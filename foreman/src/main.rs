@@ -39,7 +39,7 @@ use crate::cli::{Cli, Command, TaskCommand};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
-        Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) => "info",
+        Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
         Command::Task(_) => "warn",
     };
     let level = match cli.verbose {
@@ -84,6 +84,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => commands::serve(&cfg, args).await,
         Command::Run(args) => commands::run(&cfg, args).await,
+        Command::Gc(args) => commands::gc(&cfg, args).await,
         Command::Task(cmd) => match cmd {
             TaskCommand::Submit(a) => commands::submit(&cfg, a).await,
             TaskCommand::Status(a) => commands::status(&cfg, a).await,

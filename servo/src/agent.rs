@@ -1,0 +1,254 @@
+//! The agent loop: prompt → LLM → tools → … → `task_complete`.
+//!
+//! Each step is one LLM call followed by the tool calls it asked for. The
+//! loop ends on `task_complete` (complete.json is written), at `max_steps`,
+//! when the time budget runs out, when the LLM keeps failing, or on SIGTERM.
+//! Whatever ends it, the audit log and session file are flushed first.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use saheeli_protocol::chat::{ChatMessage, ToolSpec};
+use saheeli_protocol::{AuditEvent, Completion, ServoExit, ServoTask, Session, Usage, paths};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{info, warn};
+
+use crate::audit::{Audit, now};
+use crate::llm::{Gateway, LlmError, Provider, Replay};
+use crate::tools::{self, Toolbox};
+use crate::workspace::Workspace;
+
+const SYSTEM_PROMPT: &str = "\
+You are a coding agent working alone inside a sandboxed Linux container. \
+Your working directory is /workspace; every file you create, read or edit must be inside it. \
+You have no network access. Act through the tools: run shell commands, read, create and edit files. \
+Work step by step, check your work (run the tests or the program), and keep going until the task is done. \
+When it is done, call task_complete with a short summary of what you did and how you checked it; \
+the task counts as done only when you call task_complete.";
+
+const NUDGE: &str =
+    "Continue with the tools. When the task is done, call task_complete with a summary.";
+
+pub(crate) struct Agent {
+    task: ServoTask,
+    root: PathBuf,
+    tools: Toolbox,
+    specs: Vec<ToolSpec>,
+    llm: Provider,
+    audit: Audit,
+    messages: Vec<ChatMessage>,
+    usage: Usage,
+    steps: u32,
+}
+
+impl Agent {
+    pub fn new(
+        task: ServoTask,
+        root: &Path,
+        gateway: &str,
+        prompt: String,
+    ) -> Result<Agent, String> {
+        let ws =
+            Workspace::new(root).map_err(|e| format!("workspace `{}`: {e}", root.display()))?;
+        let llm = match &task.replay {
+            Some(script) => Provider::Replay(Replay::new(script.clone())),
+            None => Provider::Gateway(Gateway::new(gateway)?),
+        };
+        let audit_path = ws.root().join(paths::audit_log(&task.task_id));
+        let audit = Audit::open(&audit_path, true)
+            .map_err(|e| format!("opening `{}`: {e}", audit_path.display()))?;
+        let root = ws.root().to_path_buf();
+        Ok(Agent {
+            tools: Toolbox {
+                ws,
+                max_output: task.max_output_bytes.max(1024),
+                shell_timeout: Duration::from_secs(120),
+            },
+            specs: tools::specs(),
+            llm,
+            audit,
+            messages: vec![
+                ChatMessage::system(SYSTEM_PROMPT),
+                ChatMessage::user(prompt),
+            ],
+            usage: Usage::default(),
+            steps: 0,
+            root,
+            task,
+        })
+    }
+
+    /// The servo's own deadline: a little before the foreman's hard one, so
+    /// it can still flush its files.
+    fn budget(&self) -> Duration {
+        let total = Duration::from_secs(self.task.timeout_s.max(1));
+        let margin = (total / 20).min(Duration::from_secs(10));
+        total - margin
+    }
+
+    pub async fn run(mut self) -> ServoExit {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started + self.budget());
+        let mut term = signal(SignalKind::terminate()).ok();
+        let terminated = async move {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::pin!(terminated);
+        self.audit.log(&AuditEvent::Start {
+            ts: now(),
+            task_id: self.task.task_id,
+            model: self.task.model.clone(),
+            max_steps: self.task.max_steps,
+            timeout_s: self.task.timeout_s,
+        });
+        info!(task_id = %self.task.task_id, model = %self.task.model, "servo started");
+
+        let outcome = tokio::select! {
+            r = self.steps_loop() => r,
+            _ = tokio::time::sleep_until(deadline) => (ServoExit::TimeLimit, Some("time budget used up".to_string())),
+            _ = &mut terminated => (ServoExit::Terminated, Some("stopped by SIGTERM".to_string())),
+        };
+        self.finish(outcome.0, outcome.1)
+    }
+
+    /// Steps until something ends the task; returns why.
+    async fn steps_loop(&mut self) -> (ServoExit, Option<String>) {
+        loop {
+            if self.steps >= self.task.max_steps {
+                return (
+                    ServoExit::MaxSteps,
+                    Some(format!("reached max_steps ({})", self.task.max_steps)),
+                );
+            }
+            self.steps += 1;
+            let step = self.steps;
+            let t0 = Instant::now();
+            let turn = self
+                .llm
+                .next_turn(&self.task.model, &self.messages, &self.specs)
+                .await;
+            let latency_ms = t0.elapsed().as_millis() as u64;
+            let turn = match turn {
+                Ok(t) => t,
+                Err(e) => {
+                    self.audit.log(&AuditEvent::LlmCall {
+                        ts: now(),
+                        step,
+                        model: self.task.model.clone(),
+                        latency_ms,
+                        usage: Usage::default(),
+                        error: Some(e.to_string()),
+                    });
+                    let exit = match e {
+                        LlmError::Exhausted => ServoExit::ReplayExhausted,
+                        LlmError::Failed(_) => ServoExit::LlmError,
+                    };
+                    return (exit, Some(e.to_string()));
+                }
+            };
+            self.usage.add(turn.usage);
+            self.audit.log(&AuditEvent::LlmCall {
+                ts: now(),
+                step,
+                model: self.task.model.clone(),
+                latency_ms,
+                usage: turn.usage,
+                error: None,
+            });
+            let calls = turn.message.tool_calls.clone();
+            self.messages.push(turn.message);
+            if calls.is_empty() {
+                self.messages.push(ChatMessage::user(NUDGE));
+            }
+            for call in calls {
+                let t0 = Instant::now();
+                let out = self
+                    .tools
+                    .dispatch(&call.function.name, &call.function.arguments)
+                    .await;
+                self.audit.log(&AuditEvent::ToolCall {
+                    ts: now(),
+                    step,
+                    tool: call.function.name.clone(),
+                    arguments: call.function.arguments.clone(),
+                    ok: out.ok,
+                    exit_code: out.exit_code,
+                    result_bytes: out.text.len(),
+                    truncated: out.truncated,
+                    duration_ms: t0.elapsed().as_millis() as u64,
+                });
+                self.messages
+                    .push(ChatMessage::tool_result(call.id, out.text));
+                if let Some(message) = out.complete {
+                    return match self.write_completion(message) {
+                        Ok(()) => (ServoExit::Complete, None),
+                        Err(e) => (
+                            ServoExit::BadTask,
+                            Some(format!("writing complete.json: {e}")),
+                        ),
+                    };
+                }
+            }
+            self.save_session();
+        }
+    }
+
+    fn write_completion(&self, message: String) -> std::io::Result<()> {
+        let c = Completion {
+            task_id: self.task.task_id,
+            message,
+            steps: self.steps,
+            usage: self.usage,
+            finished_at: now(),
+        };
+        write_atomic(
+            &self.root.join("complete.json"),
+            &serde_json::to_vec_pretty(&c)?,
+        )
+    }
+
+    fn save_session(&self) {
+        let session = Session {
+            task_id: self.task.task_id,
+            model: self.task.model.clone(),
+            steps: self.steps,
+            usage: self.usage,
+            messages: self.messages.clone(),
+        };
+        let path = self.root.join(paths::session(&self.task.task_id));
+        let bytes = serde_json::to_vec_pretty(&session).expect("sessions serialize");
+        if let Err(e) = write_atomic(&path, &bytes) {
+            warn!(error = %e, "writing the session failed");
+        }
+    }
+
+    fn finish(mut self, exit: ServoExit, detail: Option<String>) -> ServoExit {
+        self.save_session();
+        self.audit.log(&AuditEvent::Finish {
+            ts: now(),
+            outcome: exit.reason().to_string(),
+            steps: self.steps,
+            usage: self.usage,
+            detail: detail.clone(),
+        });
+        info!(
+            outcome = exit.reason(),
+            steps = self.steps,
+            detail = detail.as_deref().unwrap_or(""),
+            "servo finished"
+        );
+        exit
+    }
+}
+
+/// Writes via a temporary file and rename, so readers never see half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,55 @@
+//! Where the next assistant turn comes from: the foreman's gateway
+//! (OpenAI chat completions) or a replay script.
+
+mod openai;
+mod replay;
+mod retry;
+
+use saheeli_protocol::Usage;
+use saheeli_protocol::chat::{ChatMessage, ToolSpec};
+
+pub(crate) use openai::Gateway;
+pub(crate) use replay::Replay;
+
+/// One assistant turn and what it cost.
+pub(crate) struct Turn {
+    pub message: ChatMessage,
+    pub usage: Usage,
+}
+
+#[derive(Debug)]
+pub(crate) enum LlmError {
+    /// Not worth retrying (4xx, or retries exhausted).
+    Failed(String),
+    /// The replay script has no more turns.
+    Exhausted,
+}
+
+/// Providers are an enum until a trait earns its place.
+pub(crate) enum Provider {
+    Gateway(Gateway),
+    Replay(Replay),
+}
+
+impl Provider {
+    pub async fn next_turn(
+        &mut self,
+        model: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<Turn, LlmError> {
+        match self {
+            Provider::Gateway(g) => g.complete(model, messages, tools).await,
+            Provider::Replay(r) => r.next_turn(),
+        }
+    }
+}
+
+impl std::fmt::Display for LlmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LlmError::Failed(m) => f.write_str(m),
+            LlmError::Exhausted => f.write_str("the replay script has no more turns"),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! OpenAI chat completions through the foreman's gateway (a unix socket in
+//! a container; plain HTTP in tests). No key: the gateway adds it.
+
+use std::time::{Duration, Instant};
+
+use saheeli_protocol::Usage;
+use saheeli_protocol::chat::{ChatMessage, ChatResponse, ToolSpec};
+use serde::Serialize;
+
+use super::retry::{self, MAX_ATTEMPTS};
+use super::{LlmError, Turn};
+
+pub(crate) struct Gateway {
+    http: reqwest::Client,
+    url: String,
+}
+
+/// The request body, borrowing the conversation instead of copying it.
+#[derive(Serialize)]
+struct Request<'a> {
+    model: &'a str,
+    messages: &'a [ChatMessage],
+    tools: &'a [ToolSpec],
+}
+
+impl Gateway {
+    /// `unix:/path/to.sock` or `http://host:port`.
+    pub fn new(address: &str) -> Result<Gateway, String> {
+        let builder = reqwest::Client::builder()
+            .timeout(Duration::from_secs(600))
+            .connect_timeout(Duration::from_secs(10));
+        let (builder, base) = match address.strip_prefix("unix:") {
+            Some(path) => (
+                builder.unix_socket(path.to_string()),
+                "http://gateway".to_string(),
+            ),
+            None => (builder, address.trim_end_matches('/').to_string()),
+        };
+        let http = builder
+            .build()
+            .map_err(|e| format!("building the HTTP client: {e}"))?;
+        Ok(Gateway {
+            http,
+            url: format!("{base}/v1/chat/completions"),
+        })
+    }
+
+    pub async fn complete(
+        &mut self,
+        model: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+    ) -> Result<Turn, LlmError> {
+        let body = serde_json::to_vec(&Request {
+            model,
+            messages,
+            tools,
+        })
+        .map_err(|e| LlmError::Failed(format!("encoding the request: {e}")))?;
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            let started = Instant::now();
+            let result = self
+                .http
+                .post(&self.url)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            let retry_after = match result {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let retry_after = retry::parse_retry_after(resp.headers().get("retry-after"));
+                    let bytes = resp.bytes().await.unwrap_or_default();
+                    if (200..300).contains(&status) {
+                        match serde_json::from_slice::<ChatResponse>(&bytes) {
+                            Ok(r) => return into_turn(r),
+                            Err(e) => {
+                                last_error = format!("malformed response: {e}");
+                                None
+                            }
+                        }
+                    } else {
+                        last_error = format!("HTTP {status}: {}", error_message(&bytes));
+                        if !retry::retryable(status) {
+                            return Err(LlmError::Failed(last_error));
+                        }
+                        retry_after
+                    }
+                }
+                Err(e) => {
+                    last_error = format!("request failed: {e}");
+                    None
+                }
+            };
+            if attempt == MAX_ATTEMPTS {
+                break;
+            }
+            let wait = retry::backoff(attempt, retry_after);
+            tracing::warn!(attempt, error = %last_error, wait_ms = wait.as_millis() as u64,
+                elapsed_ms = started.elapsed().as_millis() as u64, "LLM call failed; retrying");
+            tokio::time::sleep(wait).await;
+        }
+        Err(LlmError::Failed(format!(
+            "giving up after {MAX_ATTEMPTS} attempts: {last_error}"
+        )))
+    }
+}
+
+/// The message of an OpenAI error body, else the body's start.
+fn error_message(bytes: &[u8]) -> String {
+    serde_json::from_slice::<saheeli_protocol::chat::ErrorBody>(bytes)
+        .map(|e| e.error.message)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned())
+}
+
+fn into_turn(r: ChatResponse) -> Result<Turn, LlmError> {
+    let usage = r
+        .usage
+        .map(|u| Usage {
+            input_tokens: u.prompt_tokens,
+            output_tokens: u.completion_tokens,
+        })
+        .unwrap_or_default();
+    let choice = r
+        .choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| LlmError::Failed("the response has no choices".into()))?;
+    let mut message = choice.message;
+    message.role = saheeli_protocol::chat::Role::Assistant;
+    Ok(Turn { message, usage })
+}

@@ -1,0 +1,227 @@
+//! `execute_shell`: a bash command in the workspace, in its own process
+//! group so that a timeout kills everything it started.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ToolOutput, Toolbox};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecuteShell {
+    command: String,
+    timeout_s: Option<u64>,
+}
+
+/// The first and last `max` bytes of a stream, and its full length.
+struct HeadTail {
+    max: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: usize,
+}
+
+impl HeadTail {
+    fn read_all(mut r: impl Read, max: usize) -> HeadTail {
+        let mut ht = HeadTail {
+            max,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+        };
+        let mut buf = [0u8; 8192];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => ht.push(&buf[..n]),
+            }
+        }
+        ht
+    }
+
+    fn push(&mut self, mut data: &[u8]) {
+        self.total += data.len();
+        let room = self.max.saturating_sub(self.head.len());
+        let take = room.min(data.len());
+        self.head.extend_from_slice(&data[..take]);
+        data = &data[take..];
+        self.tail.extend(data);
+        while self.tail.len() > self.max {
+            self.tail.pop_front();
+        }
+    }
+
+    fn text(self) -> String {
+        let dropped = self.total - self.head.len() - self.tail.len();
+        let mut s = String::from_utf8_lossy(&self.head).into_owned();
+        if dropped > 0 {
+            s.push_str(&format!("\n[… {dropped} bytes cut …]\n"));
+        }
+        let (a, b) = self.tail.as_slices();
+        s.push_str(&String::from_utf8_lossy(&[a, b].concat()));
+        s
+    }
+}
+
+fn kill_group(pgid: u32) {
+    // SAFETY: killpg only sends a signal; a stale pgid fails with ESRCH.
+    unsafe {
+        libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
+    if a.command.trim().is_empty() {
+        return ToolOutput::error("`command` is empty");
+    }
+    let timeout = a
+        .timeout_s
+        .map(Duration::from_secs)
+        .unwrap_or(tb.shell_timeout);
+    let (reader, writer) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(format!("creating a pipe: {e}")),
+    };
+    let writer2 = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return ToolOutput::error(format!("creating a pipe: {e}")),
+    };
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(&a.command)
+        .current_dir(tb.ws.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(format!("starting bash: {e}")),
+    };
+    // The parent's copies of the write end must close, or reading never ends.
+    drop(cmd);
+    let pgid = child.id().unwrap_or(0);
+    let max = tb.max_output;
+    let mut output = tokio::task::spawn_blocking(move || HeadTail::read_all(reader, max));
+
+    let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => (status.ok(), false),
+        Err(_) => {
+            kill_group(pgid);
+            (child.wait().await.ok(), true)
+        }
+    };
+    // Background jobs may keep the pipe open: give them a moment, then end them.
+    let collected = match tokio::time::timeout(Duration::from_secs(2), &mut output).await {
+        Ok(r) => r,
+        Err(_) => {
+            kill_group(pgid);
+            output.await
+        }
+    };
+    let text = collected.map(HeadTail::text).unwrap_or_default();
+    let code = status.map(|s| {
+        use std::os::unix::process::ExitStatusExt;
+        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+    });
+    let mut out = String::new();
+    out.push_str(&text);
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if timed_out {
+        out.push_str(&format!(
+            "[killed after {}s timeout; pass a larger timeout_s if it needs longer]\n",
+            timeout.as_secs()
+        ));
+    }
+    out.push_str(&format!(
+        "[exit code {}]",
+        code.map(|c| c.to_string())
+            .unwrap_or_else(|| "unknown".into())
+    ));
+    ToolOutput {
+        text: out,
+        ok: code == Some(0) && !timed_out,
+        exit_code: code,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use crate::tools::tests::toolbox;
+
+    #[tokio::test]
+    async fn runs_in_the_workspace_with_combined_output() {
+        let (d, tb) = toolbox();
+        std::fs::write(d.path().join("here.txt"), "x").unwrap();
+        let out = tb
+            .dispatch(
+                "execute_shell",
+                r#"{"command": "ls; echo err >&2; exit 3"}"#,
+            )
+            .await;
+        assert_eq!(out.exit_code, Some(3));
+        assert!(!out.ok);
+        assert!(
+            out.text.contains("here.txt") && out.text.contains("err"),
+            "{}",
+            out.text
+        );
+        assert!(out.text.ends_with("[exit code 3]"));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let (_d, tb) = toolbox();
+        let start = Instant::now();
+        let out = tb
+            .dispatch(
+                "execute_shell",
+                r#"{"command": "sleep 30 & sleep 30", "timeout_s": 1}"#,
+            )
+            .await;
+        assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
+        assert!(!out.ok);
+        assert!(out.text.contains("killed after 1s"), "{}", out.text);
+    }
+
+    #[tokio::test]
+    async fn background_jobs_do_not_hang_the_call() {
+        let (_d, tb) = toolbox();
+        let start = Instant::now();
+        let out = tb
+            .dispatch("execute_shell", r#"{"command": "sleep 30 & echo started"}"#)
+            .await;
+        assert!(start.elapsed().as_secs() < 10);
+        assert_eq!(out.exit_code, Some(0));
+        assert!(out.text.contains("started"));
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_head_and_tail() {
+        let (_d, tb) = toolbox();
+        let out = tb
+            .dispatch(
+                "execute_shell",
+                r#"{"command": "echo FIRST; seq 1 100000; echo LAST"}"#,
+            )
+            .await;
+        assert!(out.truncated);
+        assert!(
+            out.text.starts_with("FIRST") && out.text.contains("LAST"),
+            "{}",
+            &out.text[..100]
+        );
+        assert!(out.text.contains("bytes cut"));
+        assert!(out.text.len() < 4096 + 200);
+    }
+}

@@ -1,0 +1,128 @@
+//! Path confinement: every path a tool touches resolves inside the
+//! workspace, `..`, absolute paths and symlinks included.
+
+use std::path::{Component, Path, PathBuf};
+
+#[derive(Clone, Debug)]
+pub(crate) struct Workspace {
+    /// Canonical (symlink-free) root.
+    root: PathBuf,
+}
+
+impl Workspace {
+    pub fn new(root: &Path) -> std::io::Result<Workspace> {
+        Ok(Workspace {
+            root: root.canonicalize()?,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolves a path given by the model (relative to the workspace, or
+    /// absolute under it) to a real path inside the workspace. The target
+    /// need not exist; whatever part of it exists must, after following
+    /// symlinks, still be inside.
+    pub fn resolve(&self, raw: &str) -> Result<PathBuf, String> {
+        let outside = || {
+            format!(
+                "`{raw}` is outside the workspace; use paths inside {}",
+                self.root.display()
+            )
+        };
+        let given = Path::new(raw.trim());
+        let joined = if given.is_absolute() {
+            given.to_path_buf()
+        } else {
+            self.root.join(given)
+        };
+        // Lexical normalisation first: `..` may not climb above the root.
+        let mut norm = PathBuf::new();
+        for c in joined.components() {
+            match c {
+                Component::ParentDir => {
+                    if !norm.pop() || !norm.starts_with(&self.root) {
+                        return Err(outside());
+                    }
+                }
+                Component::CurDir => {}
+                other => norm.push(other),
+            }
+        }
+        if !norm.starts_with(&self.root) {
+            return Err(outside());
+        }
+        // Then the real path of the longest existing prefix.
+        let mut existing = norm.as_path();
+        let mut rest = Vec::new();
+        while existing.symlink_metadata().is_err() {
+            rest.push(existing.file_name().ok_or_else(outside)?.to_os_string());
+            existing = existing.parent().ok_or_else(outside)?;
+        }
+        let real = existing
+            .canonicalize()
+            .map_err(|e| format!("`{raw}`: {e}"))?;
+        if !real.starts_with(&self.root) {
+            return Err(outside());
+        }
+        let mut out = real;
+        for part in rest.into_iter().rev() {
+            out.push(part);
+        }
+        Ok(out)
+    }
+
+    /// The path as the model should see it: relative to the workspace.
+    pub fn display(&self, p: &Path) -> String {
+        match p.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => p.display().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Workspace) {
+        let d = tempfile::tempdir().unwrap();
+        let w = Workspace::new(d.path()).unwrap();
+        (d, w)
+    }
+
+    #[test]
+    fn relative_and_absolute_inside_are_fine() {
+        let (_d, w) = ws();
+        assert_eq!(w.resolve("a/b.txt").unwrap(), w.root().join("a/b.txt"));
+        let abs = w.root().join("x").display().to_string();
+        assert_eq!(w.resolve(&abs).unwrap(), w.root().join("x"));
+        assert_eq!(w.resolve("a/../b").unwrap(), w.root().join("b"));
+        assert_eq!(w.resolve("").unwrap(), w.root());
+        assert_eq!(w.resolve(".").unwrap(), w.root());
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        let (_d, w) = ws();
+        for p in ["..", "../x", "a/../../x", "/etc/passwd", "/"] {
+            let e = w.resolve(p).unwrap_err();
+            assert!(e.contains("outside the workspace"), "{p}: {e}");
+        }
+    }
+
+    #[test]
+    fn symlinks_leading_out_are_refused() {
+        let (_d, w) = ws();
+        std::os::unix::fs::symlink("/etc", w.root().join("etc")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", w.root().join("pw")).unwrap();
+        std::fs::create_dir(w.root().join("in")).unwrap();
+        std::os::unix::fs::symlink(w.root().join("in"), w.root().join("inlink")).unwrap();
+        assert!(w.resolve("etc/passwd").is_err());
+        assert!(w.resolve("etc/new/file").is_err());
+        assert!(w.resolve("pw").is_err());
+        assert_eq!(w.resolve("inlink/f").unwrap(), w.root().join("in/f"));
+    }
+}
