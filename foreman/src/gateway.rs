@@ -167,6 +167,18 @@ impl Gateway {
     }
 }
 
+/// An error and its causes on one line (reqwest's own message is terse).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 fn error_response(status: StatusCode, message: &str) -> Response {
     let body = serde_json::json!({"error": {"message": message, "type": "saheeli_gateway"}});
     (status, axum::Json(body)).into_response()
@@ -192,7 +204,7 @@ async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: Bytes) -> R
         Ok(r) => r,
         Err(e) => {
             let timeout = e.is_timeout();
-            let e = e.without_url();
+            let e = error_chain(&e.without_url());
             warn!(task_id = %gw.task_id, error = %e, "upstream unreachable");
             let status = if timeout {
                 StatusCode::GATEWAY_TIMEOUT
@@ -209,7 +221,10 @@ async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: Bytes) -> R
         Err(e) => {
             return error_response(
                 StatusCode::BAD_GATEWAY,
-                &format!("upstream response was cut off: {}", e.without_url()),
+                &format!(
+                    "upstream response was cut off: {}",
+                    error_chain(&e.without_url())
+                ),
             );
         }
     };

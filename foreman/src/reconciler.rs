@@ -365,13 +365,15 @@ async fn monitor(
         }
     };
     let oom = docker::oom_killed(&d, &container).await;
-    if let Some(g) = gateway {
-        g.stop().await;
-    }
 
     let dest = ctx.cfg.results_dir().join(id.to_string());
     let collected = collect_workspace(&d, &container, dest.clone()).await;
     cleanup(&ctx, id).await;
+    // Only now: Docker needs the bind-mounted socket directory to exist
+    // for as long as the container does (copying out included).
+    if let Some(g) = gateway {
+        g.stop().await;
+    }
 
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),

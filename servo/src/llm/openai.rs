@@ -89,7 +89,13 @@ impl Gateway {
                     }
                 }
                 Err(e) => {
-                    last_error = format!("request failed: {e}");
+                    let mut msg = e.to_string();
+                    let mut cur = std::error::Error::source(&e);
+                    while let Some(c) = cur {
+                        msg = format!("{msg}: {c}");
+                        cur = c.source();
+                    }
+                    last_error = format!("request failed: {msg}");
                     None
                 }
             };
