@@ -142,7 +142,7 @@ pub(crate) async fn create_container(
         ..Default::default()
     };
     let opts = CreateContainerOptionsBuilder::default()
-        .name(&format!("saheeli-{}", id.short()))
+        .name(&format!("saheeli-{id}"))
         .build();
     let created = match docker.create_container(Some(opts), body.clone()).await {
         // A stale container may hold the short name; names are cosmetic, so retry without one.

@@ -323,9 +323,10 @@ impl Store {
         Ok(ids)
     }
 
-    /// One task by full id or unique prefix.
-    pub fn get(&self, id_or_prefix: &str) -> Result<Option<TaskRow>> {
-        let q = id_or_prefix.trim().to_ascii_lowercase();
+    /// One task by full id, or a unique prefix or suffix of one (the
+    /// tables show the last 12 digits).
+    pub fn get(&self, id_or_part: &str) -> Result<Option<TaskRow>> {
+        let q = id_or_part.trim().to_ascii_lowercase();
         if q.is_empty() || !q.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Ok(None);
         }
@@ -335,10 +336,27 @@ impl Store {
         let rows: Vec<TaskRow> = stmt
             .query_map(params![q], read_row)?
             .collect::<rusqlite::Result<_>>()?;
-        match rows.len() {
-            1 => Ok(rows.into_iter().next()),
-            _ => Ok(rows.into_iter().find(|r| r.id.to_string() == q)),
+        if let Some(exact) = rows.iter().find(|r| r.id.to_string() == q) {
+            return Ok(Some(exact.clone()));
         }
+        if rows.len() == 1 {
+            return Ok(rows.into_iter().next());
+        }
+        if !rows.is_empty() || q.len() < 6 {
+            return Ok(None);
+        }
+        // The random tail of an id, as the tables show it.
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE replace(id, '-', '') LIKE '%' || ?1 LIMIT 2"
+        ))?;
+        let rows: Vec<TaskRow> = stmt
+            .query_map(params![q.replace('-', "")], read_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(if rows.len() == 1 {
+            rows.into_iter().next()
+        } else {
+            None
+        })
     }
 
     /// Like [`Store::get`] but a missing task is an error naming the id.
@@ -531,6 +549,7 @@ mod tests {
         s.submit(id, &spec("t"), 0, None).unwrap();
         let full = id.to_string();
         assert_eq!(s.require(&full[..8]).unwrap().id, id);
+        assert_eq!(s.require(&id.short()).unwrap().id, id);
         assert!(matches!(
             s.require("ffffffff"),
             Err(StoreError::TaskNotFound(_))

@@ -23,9 +23,11 @@ impl TaskId {
         &self.0
     }
 
-    /// The first 8 hex digits, for tables.
+    /// The last 12 hex digits, for tables. A v7 id starts with its
+    /// timestamp, so ids submitted together share a prefix; the tail is
+    /// random. `saheeli` accepts either end of an id.
     pub fn short(&self) -> String {
-        self.0.simple().to_string()[..8].to_string()
+        self.0.simple().to_string()[20..].to_string()
     }
 }
 

@@ -8,5 +8,6 @@ mod util;
 mod input;
 mod lifecycle;
 mod openai;
+mod output;
 mod replay;
 mod safety;
