@@ -6,7 +6,9 @@
 //! complete, so a results directory is never half-written. Entries that
 //! would land outside the directory (`..`, absolute paths), device files,
 //! FIFOs and hard links are skipped and counted; symlinks are created last,
-//! so no entry is ever written through one.
+//! so no entry is ever written through one. Before the rename, every file is
+//! scanned for the values of the configured API keys, and any hit is
+//! replaced by `[REDACTED:<VARIABLE>]`.
 
 use std::fs;
 use std::io::{self, Read};
@@ -22,11 +24,18 @@ pub(crate) struct Collected {
     pub bytes: u64,
     /// Entries refused (unsafe path or type), with the reason.
     pub skipped: Vec<String>,
+    /// Secrets found and redacted: `OPENAI_API_KEY in 2 files`.
+    pub redacted: Vec<String>,
 }
 
 /// Extracts a workspace tar into `dest`, writing first to a sibling
-/// `.partial` directory. An existing `dest` is replaced.
-pub(crate) fn extract(reader: impl Read, dest: &Path) -> anyhow::Result<Collected> {
+/// `.partial` directory and redacting `secrets` (variable, value) there.
+/// An existing `dest` is replaced.
+pub(crate) fn extract(
+    reader: impl Read,
+    dest: &Path,
+    secrets: &[(String, String)],
+) -> anyhow::Result<Collected> {
     let parent = dest.parent().context("results path has no parent")?;
     fs::create_dir_all(parent)
         .with_context(|| format!("creating results directory `{}`", parent.display()))?;
@@ -40,7 +49,17 @@ pub(crate) fn extract(reader: impl Read, dest: &Path) -> anyhow::Result<Collecte
             .with_context(|| format!("clearing `{}`", partial.display()))?;
     }
     fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
-    let collected = extract_into(reader, &partial)?;
+    let mut collected = extract_into(reader, &partial)?;
+    for (var, value) in secrets {
+        let files = redact_tree(
+            &partial,
+            value.as_bytes(),
+            format!("[REDACTED:{var}]").as_bytes(),
+        )?;
+        if files > 0 {
+            collected.redacted.push(format!("{var} in {files} files"));
+        }
+    }
     if dest.exists() {
         fs::remove_dir_all(dest).with_context(|| format!("replacing `{}`", dest.display()))?;
     }
@@ -110,6 +129,56 @@ fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
         }
     }
     Ok(out)
+}
+
+/// Replaces `secret` in every regular file below `dir`; returns how many
+/// files had it. Files are scanned in chunks and only rewritten on a hit.
+fn redact_tree(dir: &Path, secret: &[u8], with: &[u8]) -> anyhow::Result<usize> {
+    let mut hits = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let ft = entry.file_type()?;
+        let path = entry.path();
+        if ft.is_dir() {
+            hits += redact_tree(&path, secret, with)?;
+        } else if ft.is_file() && contains(&path, secret)? {
+            let data = fs::read(&path)?;
+            let mut out = Vec::with_capacity(data.len());
+            let mut rest = &data[..];
+            while let Some(i) = memchr::memmem::find(rest, secret) {
+                out.extend_from_slice(&rest[..i]);
+                out.extend_from_slice(with);
+                rest = &rest[i + secret.len()..];
+            }
+            out.extend_from_slice(rest);
+            fs::write(&path, out).with_context(|| format!("redacting `{}`", path.display()))?;
+            hits += 1;
+        }
+    }
+    Ok(hits)
+}
+
+/// Whether a file contains `needle`, reading 1 MiB at a time.
+fn contains(path: &Path, needle: &[u8]) -> io::Result<bool> {
+    let mut f = fs::File::open(path)?;
+    let finder = memchr::memmem::Finder::new(needle);
+    let keep = needle.len().saturating_sub(1);
+    let mut buf = vec![0u8; (1 << 20) + keep];
+    let mut have = 0;
+    loop {
+        let n = f.read(&mut buf[have..])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        have += n;
+        if finder.find(&buf[..have]).is_some() {
+            return Ok(true);
+        }
+        // Keep the tail in case the secret straddles two reads.
+        let from = have.saturating_sub(keep);
+        buf.copy_within(from..have, 0);
+        have -= from;
+    }
 }
 
 /// The entry's path relative to the workspace, or None when it would leave it.
@@ -226,7 +295,7 @@ mod tests {
             ),
         ]);
         let dest = d.path().join("results/t1");
-        let c = extract(&tar[..], &dest).unwrap();
+        let c = extract(&tar[..], &dest, &[]).unwrap();
         assert_eq!(c.files, 1);
         assert_eq!(fs::read_to_string(dest.join("a/b.txt")).unwrap(), "hi");
         assert_eq!(fs::read_to_string(dest.join("link")).unwrap(), "hi");
@@ -260,7 +329,7 @@ mod tests {
                 Some("/etc/passwd"),
             ),
         ]);
-        let c = extract(&tar[..], &dest).unwrap();
+        let c = extract(&tar[..], &dest, &[]).unwrap();
         assert!(!d.path().join("escape.txt").exists());
         assert!(!d.path().join("r/escape.txt").exists());
         assert!(!Path::new("/tmp/through-link").exists());
@@ -271,6 +340,50 @@ mod tests {
         assert!(!dest.join("dev").exists());
         assert!(!dest.join("hard").exists());
         assert_eq!(c.skipped.len(), 4, "{:?}", c.skipped);
+    }
+
+    #[test]
+    fn secrets_are_redacted_before_results_are_final() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = "sk-live-abcdefghijklmnop";
+        let big = format!("{}{secret}{}", "x".repeat((1 << 20) - 5), "y".repeat(100));
+        let tar = archive(&[
+            (
+                "workspace/log.txt",
+                tar::EntryType::Regular,
+                format!("key={secret} and {secret}\n").as_bytes(),
+                None,
+            ),
+            (
+                "workspace/big.bin",
+                tar::EntryType::Regular,
+                big.as_bytes(),
+                None,
+            ),
+            (
+                "workspace/clean.txt",
+                tar::EntryType::Regular,
+                b"nothing here",
+                None,
+            ),
+        ]);
+        let dest = d.path().join("r/t");
+        let secrets = vec![("OPENAI_API_KEY".to_string(), secret.to_string())];
+        let c = extract(&tar[..], &dest, &secrets).unwrap();
+        assert_eq!(c.redacted, vec!["OPENAI_API_KEY in 2 files".to_string()]);
+        assert_eq!(
+            fs::read_to_string(dest.join("log.txt")).unwrap(),
+            "key=[REDACTED:OPENAI_API_KEY] and [REDACTED:OPENAI_API_KEY]\n"
+        );
+        assert!(
+            !fs::read_to_string(dest.join("big.bin"))
+                .unwrap()
+                .contains(secret)
+        );
+        assert_eq!(
+            fs::read_to_string(dest.join("clean.txt")).unwrap(),
+            "nothing here"
+        );
     }
 
     #[test]

@@ -394,7 +394,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     tracing::info!(
         config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
         concurrency = cfg.file.concurrency,
-        llm = ctx.upstream.base_url(),
+        providers = %ctx.upstream.providers.summary(),
         drain = args.drain,
         "serving"
     );

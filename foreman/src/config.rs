@@ -4,6 +4,7 @@
 //! The file is optional. Relative paths in it are relative to the file's own
 //! directory, so `saheeli` behaves the same from any working directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,6 +46,40 @@ pub(crate) struct ConfigFile {
     /// Per-task defaults; a prompt's front-matter overrides each.
     pub task: TaskDefaults,
     pub llm: LlmConfig,
+    /// LLM servers by name, added to (or replacing) the built-in `openai`
+    /// and `anthropic`. A model `NAME/model` goes to provider NAME.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// USD per million tokens, by model name (as sent upstream).
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// Which wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ProviderKind {
+    /// OpenAI chat completions (OpenAI, vLLM, Ollama, LiteLLM, OpenRouter, …).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// OpenAI-style URLs end in `/v1`; Anthropic's do not.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The environment variable (or `.env` entry) holding the key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -60,18 +95,25 @@ pub(crate) struct TaskDefaults {
     pub pids: i64,
     /// Largest tool output handed back to the model, in bytes.
     pub max_output_bytes: usize,
+    /// Token budget per task (input + output); none when unset.
+    pub max_tokens: Option<u64>,
+    /// Cost budget per task in USD (needs `prices` for the model).
+    pub max_cost: Option<f64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct LlmConfig {
-    /// OpenAI-compatible upstream ending in `/v1`. Empty: `$OPENAI_BASE_URL`,
-    /// else `https://api.openai.com/v1`.
-    pub base_url: Option<String>,
-    /// The environment variable (or `.env` entry) holding the key.
-    pub api_key_env: String,
+    /// Limit on one upstream request.
     #[serde(deserialize_with = "parse_duration_value")]
     pub request_timeout: Duration,
+    /// Attempts per call for 429, 5xx, resets and timeouts (the first included).
+    pub max_attempts: u32,
+    /// Give up retrying a call after this long.
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub max_retry_time: Duration,
+    /// `max_tokens` sent to Anthropic, which requires one.
+    pub anthropic_max_tokens: u64,
 }
 
 impl Default for ConfigFile {
@@ -87,6 +129,8 @@ impl Default for ConfigFile {
             stop_grace: Duration::from_secs(10),
             task: TaskDefaults::default(),
             llm: LlmConfig::default(),
+            providers: BTreeMap::new(),
+            prices: BTreeMap::new(),
         }
     }
 }
@@ -102,6 +146,8 @@ impl Default for TaskDefaults {
             cpus: 1.0,
             pids: 512,
             max_output_bytes: 16 * 1024,
+            max_tokens: None,
+            max_cost: None,
         }
     }
 }
@@ -109,9 +155,10 @@ impl Default for TaskDefaults {
 impl Default for LlmConfig {
     fn default() -> Self {
         LlmConfig {
-            base_url: None,
-            api_key_env: "OPENAI_API_KEY".into(),
             request_timeout: Duration::from_secs(300),
+            max_attempts: 6,
+            max_retry_time: Duration::from_secs(300),
+            anthropic_max_tokens: 8192,
         }
     }
 }
@@ -144,6 +191,16 @@ impl Config {
                 anyhow::anyhow!("{}{at}: {e}", path.display())
             })?
         };
+        if let Some(name) = file
+            .providers
+            .keys()
+            .find(|n| n.is_empty() || n.contains('/'))
+        {
+            anyhow::bail!(
+                "{}: provider name `{name}` must be non-empty and contain no `/`",
+                path.display()
+            );
+        }
         if file.concurrency == 0 {
             anyhow::bail!("{}: `concurrency` must be at least 1", path.display());
         }

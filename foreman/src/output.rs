@@ -21,6 +21,8 @@ pub(crate) struct TaskView {
     pub tokens: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// USD, from the price table in config.yaml (0 when no price is known).
+    pub cost_usd: f64,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -66,6 +68,7 @@ impl TaskView {
             tokens: t.input_tokens + t.output_tokens,
             input_tokens: t.input_tokens,
             output_tokens: t.output_tokens,
+            cost_usd: t.cost_usd,
             created_at: time(t.created_at),
             started_at: t.started_at.map(time),
             finished_at: t.finished_at.map(time),
@@ -100,6 +103,14 @@ pub(crate) fn short_duration(ms: i64) -> String {
     }
 }
 
+fn cost(usd: f64) -> String {
+    if usd > 0.0 {
+        format!("${usd:.4}")
+    } else {
+        "-".into()
+    }
+}
+
 /// The `task status` table.
 pub(crate) fn table(tasks: &[TaskRow]) -> String {
     if tasks.is_empty() {
@@ -109,7 +120,9 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
     table
         .load_preset(UTF8_BORDERS_ONLY)
         .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(["ID", "TITLE", "STATE", "AGE", "DURATION", "STEPS", "TOKENS"]);
+        .set_header([
+            "ID", "TITLE", "STATE", "AGE", "DURATION", "STEPS", "TOKENS", "COST",
+        ]);
     let now = now_ms();
     for t in tasks {
         let state = match &t.reason {
@@ -128,6 +141,7 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
                 .unwrap_or_else(|| "-".into()),
             t.steps.to_string(),
             (t.input_tokens + t.output_tokens).to_string(),
+            cost(t.cost_usd),
         ]);
     }
     table.to_string()
@@ -162,6 +176,21 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow]) -> String {
         t.input_tokens,
         t.output_tokens
     );
+    let _ = writeln!(s, "cost:      {}", cost(t.cost_usd));
+    if t.spec.max_tokens.is_some() || t.spec.max_cost.is_some() {
+        let _ = writeln!(
+            s,
+            "budget:    {} tokens, {}",
+            t.spec
+                .max_tokens
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "no limit on".into()),
+            t.spec
+                .max_cost
+                .map(|c| format!("${c:.4}"))
+                .unwrap_or_else(|| "no cost limit".into())
+        );
+    }
     if let Some(ms) = duration_ms(t) {
         let _ = writeln!(s, "duration:  {}", short_duration(ms));
     }

@@ -236,9 +236,15 @@ async fn resume(
     let gateway = if task.spec.is_replay() {
         None
     } else {
-        Gateway::start(&ctx.cfg.run_dir(), id, ctx.upstream.clone())
-            .await
-            .ok()
+        Gateway::start(
+            &ctx.cfg.run_dir(),
+            id,
+            ctx.upstream.clone(),
+            &task.spec.model,
+            task.spec.budget(),
+        )
+        .await
+        .ok()
     };
     let started = task.started_at.unwrap_or_else(now_ms);
     monitor(ctx, task, container, gateway, started, handle).await
@@ -287,7 +293,16 @@ async fn launch(
     let image = ctx.cfg.file.image.clone();
     docker::require_image(d, &image).await?;
     if !task.spec.is_replay() {
-        *gateway = Some(Gateway::start(&ctx.cfg.run_dir(), id, ctx.upstream.clone()).await?);
+        *gateway = Some(
+            Gateway::start(
+                &ctx.cfg.run_dir(),
+                id,
+                ctx.upstream.clone(),
+                &task.spec.model,
+                task.spec.budget(),
+            )
+            .await?,
+        );
     }
     let volume = docker::create_volume(d, id).await?;
     let container = docker::create_container(
@@ -353,21 +368,22 @@ async fn monitor(
                 let _ = docker::stop(&d, &container, grace).await;
             }
             _ = usage_tick.tick(), if gateway.is_some() => {
-                if let Some(g) = &gateway {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    let m = g.meter();
-                    let (c, i, o) = (m.calls.load(Relaxed) as i64, m.input_tokens.load(Relaxed) as i64, m.output_tokens.load(Relaxed) as i64);
-                    if c > 0 {
-                        let _ = ctx.db(move |s| s.set_usage(id, c, i, o)).await;
-                    }
+                if let Some(m) = gateway.as_ref().map(|g| Metered::read(g.meter()))
+                    && m.calls > 0
+                {
+                    let _ = ctx
+                        .db(move |s| s.set_usage(id, m.calls, m.input, m.output, m.cost))
+                        .await;
                 }
             }
         }
     };
     let oom = docker::oom_killed(&d, &container).await;
+    let metered = gateway.as_ref().map(|g| Metered::read(g.meter()));
 
     let dest = ctx.cfg.results_dir().join(id.to_string());
-    let collected = collect_workspace(&d, &container, dest.clone()).await;
+    let secrets = ctx.upstream.providers.secrets();
+    let collected = collect_workspace(&d, &container, dest.clone(), secrets).await;
     cleanup(&ctx, id).await;
     // Only now: Docker needs the bind-mounted socket directory to exist
     // for as long as the container does (copying out included).
@@ -400,23 +416,35 @@ async fn monitor(
         Ok(code) => format!("exit {code}"),
         Err(e) => format!("wait failed: {e:#}"),
     };
-    let detail = format!(
+    let mut detail = format!(
         "{exit_desc}; collected {} files, {} bytes into {}",
         collected.files,
         collected.bytes,
         dest.display()
     );
+    if !collected.redacted.is_empty() {
+        warn!(task_id = %id, redacted = %collected.redacted.join(", "), "API key found in the workspace; redacted");
+        detail.push_str(&format!("; redacted {}", collected.redacted.join(", ")));
+    }
+
+    let completion = collect::read_completion(&dest, id);
+    if let Ok(Some(c)) = &completion {
+        outcome.steps = c.steps.into();
+        outcome.input_tokens = c.usage.input_tokens as i64;
+        outcome.output_tokens = c.usage.output_tokens as i64;
+    }
+    // What the gateway counted beats what the servo says it used.
+    if let Some(m) = &metered {
+        outcome.input_tokens = m.input;
+        outcome.output_tokens = m.output;
+        outcome.cost_usd = m.cost;
+    }
 
     if let Some(reason) = stopped {
         return finish(&ctx, id, TaskState::Cancelled, reason, outcome, &detail).await;
     }
-    match collect::read_completion(&dest, id) {
-        Ok(Some(c)) => {
-            outcome.steps = c.steps.into();
-            outcome.input_tokens = c.usage.input_tokens as i64;
-            outcome.output_tokens = c.usage.output_tokens as i64;
-            finish(&ctx, id, TaskState::Complete, "complete", outcome, &detail).await
-        }
+    match completion {
+        Ok(Some(_)) => finish(&ctx, id, TaskState::Complete, "complete", outcome, &detail).await,
         Ok(None) => {
             let reason = if timed_out {
                 "timeout".to_string()
@@ -426,6 +454,11 @@ async fn monitor(
                 match exit {
                     Ok(code) => match ServoExit::from_code(code) {
                         Some(ServoExit::Complete) => "no_completion".to_string(),
+                        // The gateway knows why the LLM failed for good.
+                        Some(ServoExit::LlmError) => metered
+                            .and_then(|m| m.fatal)
+                            .unwrap_or("llm_error")
+                            .to_string(),
                         Some(e) => e.reason().to_string(),
                         None => format!("exit {code}"),
                     },
@@ -441,16 +474,40 @@ async fn monitor(
     }
 }
 
+/// A snapshot of a gateway's meter.
+#[derive(Clone, Copy, Debug)]
+struct Metered {
+    calls: i64,
+    input: i64,
+    output: i64,
+    cost: f64,
+    fatal: Option<&'static str>,
+}
+
+impl Metered {
+    fn read(m: &crate::gateway::Meter) -> Metered {
+        use std::sync::atomic::Ordering::Relaxed;
+        Metered {
+            calls: m.calls.load(Relaxed) as i64,
+            input: m.input_tokens.load(Relaxed) as i64,
+            output: m.output_tokens.load(Relaxed) as i64,
+            cost: m.cost(),
+            fatal: m.fatal(),
+        }
+    }
+}
+
 /// Streams the container's /workspace into `dest` without buffering it.
 async fn collect_workspace(
     d: &Docker,
     container: &str,
     dest: PathBuf,
+    secrets: Vec<(String, String)>,
 ) -> anyhow::Result<collect::Collected> {
     let stream = docker::download_workspace(d, container);
     let reader = tokio_util::io::StreamReader::new(stream);
     let sync = tokio_util::io::SyncIoBridge::new(reader);
-    tokio::task::spawn_blocking(move || collect::extract(sync, &dest))
+    tokio::task::spawn_blocking(move || collect::extract(sync, &dest, &secrets))
         .await
         .context("collector thread panicked")?
 }

@@ -21,6 +21,10 @@ pub(crate) struct TaskSpec {
     pub body: String,
     pub model: String,
     pub max_steps: u32,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_cost: Option<f64>,
     pub timeout_s: u64,
     pub network: NetworkMode,
     pub memory: u64,
@@ -39,6 +43,8 @@ const PARAM_KEYS: &[&str] = &[
     "title",
     "model",
     "max_steps",
+    "max_tokens",
+    "max_cost",
     "timeout",
     "workspace",
     "network",
@@ -123,6 +129,27 @@ impl TaskSpec {
                 );
             }
         }
+        let max_tokens = fm.max_tokens.or(d.max_tokens);
+        let max_cost = fm.max_cost.or(d.max_cost);
+        if let Some(c) = max_cost {
+            if !(c > 0.0 && c.is_finite()) {
+                bail!(
+                    "{}: `max_cost` must be a positive number of USD",
+                    path.display()
+                );
+            }
+            if replay.is_none()
+                && crate::gateway::Providers::from_config(cfg)
+                    .route(&model)
+                    .price
+                    .is_none()
+            {
+                bail!(
+                    "{}: `max_cost` needs a price for model `{model}`: add it under `prices:` in config.yaml",
+                    path.display()
+                );
+            }
+        }
         let title = fm
             .title
             .unwrap_or_else(|| default_title(path, &prompt.body));
@@ -132,6 +159,8 @@ impl TaskSpec {
             body: prompt.body,
             model,
             max_steps,
+            max_tokens,
+            max_cost,
             timeout_s: fm
                 .timeout
                 .map(|t| t.0)
@@ -156,6 +185,7 @@ impl TaskSpec {
             title: self.title.clone(),
             model: self.model.clone(),
             max_steps: self.max_steps,
+            max_tokens: self.max_tokens,
             timeout_s: self.timeout_s,
             max_output_bytes: self.max_output_bytes,
             replay: self.replay.clone(),
@@ -164,6 +194,13 @@ impl TaskSpec {
 
     pub fn is_replay(&self) -> bool {
         self.replay.is_some()
+    }
+
+    pub fn budget(&self) -> crate::gateway::Budget {
+        crate::gateway::Budget {
+            max_tokens: self.max_tokens,
+            max_cost: self.max_cost,
+        }
     }
 }
 

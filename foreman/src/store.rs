@@ -33,8 +33,9 @@ pub(crate) enum StoreError {
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-const MIGRATIONS: &[M<'static>] = &[M::up(
-    "CREATE TABLE tasks (
+const MIGRATIONS: &[M<'static>] = &[
+    M::up(
+        "CREATE TABLE tasks (
         id            TEXT PRIMARY KEY,
         title         TEXT NOT NULL,
         state         TEXT NOT NULL,
@@ -62,7 +63,9 @@ const MIGRATIONS: &[M<'static>] = &[M::up(
         detail     TEXT
     );
     CREATE INDEX events_by_task ON events(task_id, id);",
-)];
+    ),
+    M::up("ALTER TABLE tasks ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;"),
+];
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
@@ -91,6 +94,7 @@ pub(crate) struct TaskRow {
     pub output_tokens: i64,
     pub results_path: Option<String>,
     pub cancel_requested: bool,
+    pub cost_usd: f64,
 }
 
 /// One row of `events`.
@@ -109,6 +113,7 @@ pub(crate) struct Outcome {
     pub steps: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    pub cost_usd: f64,
     pub results_path: Option<String>,
 }
 
@@ -117,7 +122,7 @@ pub(crate) struct Store {
 }
 
 const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
-     started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested";
+     started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd";
 
 impl Store {
     /// Opens (creating when absent) and migrates the database.
@@ -232,14 +237,15 @@ impl Store {
         if let Some(o) = outcome {
             tx.execute(
                 "UPDATE tasks SET reason = ?2, steps = ?3, input_tokens = ?4,
-                    output_tokens = ?5, results_path = ?6 WHERE id = ?1",
+                    output_tokens = ?5, results_path = ?6, cost_usd = ?7 WHERE id = ?1",
                 params![
                     id.to_string(),
                     o.reason,
                     o.steps,
                     o.input_tokens,
                     o.output_tokens,
-                    o.results_path
+                    o.results_path,
+                    o.cost_usd
                 ],
             )?;
         }
@@ -257,10 +263,18 @@ impl Store {
     }
 
     /// Live usage while a task runs (from the gateway).
-    pub fn set_usage(&mut self, id: TaskId, steps: i64, input: i64, output: i64) -> Result<()> {
+    pub fn set_usage(
+        &mut self,
+        id: TaskId,
+        steps: i64,
+        input: i64,
+        output: i64,
+        cost: f64,
+    ) -> Result<()> {
         self.conn.execute(
-            "UPDATE tasks SET steps = ?2, input_tokens = ?3, output_tokens = ?4 WHERE id = ?1",
-            params![id.to_string(), steps, input, output],
+            "UPDATE tasks SET steps = ?2, input_tokens = ?3, output_tokens = ?4, cost_usd = ?5
+             WHERE id = ?1",
+            params![id.to_string(), steps, input, output, cost],
         )?;
         Ok(())
     }
@@ -460,6 +474,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         output_tokens: r.get(13)?,
         results_path: r.get(14)?,
         cancel_requested: r.get::<_, i64>(15)? != 0,
+        cost_usd: r.get(16)?,
     })
 }
 
@@ -475,6 +490,8 @@ mod tests {
             body: "b".into(),
             model: "gpt".into(),
             max_steps: 5,
+            max_tokens: None,
+            max_cost: None,
             timeout_s: 60,
             network: saheeli_protocol::NetworkMode::None,
             memory: 1 << 30,

@@ -130,6 +130,22 @@ pub struct ChatUsage {
     pub total_tokens: u64,
 }
 
+/// The `error.type` values the foreman's gateway answers with, so the
+/// servo can tell a spent budget from a broken key.
+pub mod gateway_error {
+    /// The task's token or cost budget would be exceeded (HTTP 402).
+    pub const BUDGET: &str = "budget_exceeded";
+    /// The provider refused the key (HTTP 401/403); not retried.
+    pub const AUTH: &str = "auth";
+    /// The provider refused the request (HTTP 400/404/422); not retried.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// The provider answered, but not with a usable completion (HTTP 502).
+    /// The servo reports it to the model and carries on.
+    pub const MALFORMED: &str = "malformed_response";
+    /// Retries are used up: rate limits, 5xx, resets, timeouts (HTTP 503).
+    pub const UNAVAILABLE: &str = "upstream_unavailable";
+}
+
 /// The OpenAI error envelope: `{"error": {"message": …, "type": …}}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -15,6 +15,8 @@ pub enum ServoExit {
     LlmError,
     /// The replay script ran out of turns.
     ReplayExhausted,
+    /// The gateway refused a call: the token or cost budget is spent.
+    Budget,
     /// Terminated by SIGTERM (the foreman's timeout or a cancel).
     Terminated,
 }
@@ -28,6 +30,7 @@ impl ServoExit {
             ServoExit::TimeLimit => 4,
             ServoExit::LlmError => 5,
             ServoExit::ReplayExhausted => 6,
+            ServoExit::Budget => 7,
             ServoExit::Terminated => 143,
         }
     }
@@ -40,6 +43,7 @@ impl ServoExit {
             ServoExit::TimeLimit,
             ServoExit::LlmError,
             ServoExit::ReplayExhausted,
+            ServoExit::Budget,
             ServoExit::Terminated,
         ]
         .into_iter()
@@ -55,6 +59,7 @@ impl ServoExit {
             ServoExit::TimeLimit => "timeout",
             ServoExit::LlmError => "llm_error",
             ServoExit::ReplayExhausted => "replay_exhausted",
+            ServoExit::Budget => "budget",
             ServoExit::Terminated => "terminated",
         }
     }
@@ -73,6 +78,7 @@ mod tests {
             ServoExit::TimeLimit,
             ServoExit::LlmError,
             ServoExit::ReplayExhausted,
+            ServoExit::Budget,
             ServoExit::Terminated,
         ] {
             assert_eq!(ServoExit::from_code(e.code().into()), Some(e));

@@ -26,6 +26,10 @@ pub struct FrontMatter {
     /// `gpt-4o-mini`, an Anthropic model, or `replay:FILE`.
     pub model: Option<String>,
     pub max_steps: Option<u32>,
+    /// Token budget (input + output), enforced by the gateway.
+    pub max_tokens: Option<u64>,
+    /// Cost budget in USD, enforced by the gateway.
+    pub max_cost: Option<f64>,
     /// Wall-clock limit: `90s`, `30m`, `1h 30m`, or a number of seconds.
     pub timeout: Option<Timeout>,
     /// A host directory (relative to the prompt file) copied into /workspace.

@@ -62,6 +62,9 @@ pub struct ServoTask {
     /// The model name as the user wrote it (`gpt-4o-mini`, `replay:script.yaml`).
     pub model: String,
     pub max_steps: u32,
+    /// Token budget, so the servo can tell the model what remains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
     /// Wall-clock budget in seconds; the servo stops on its own a little
     /// before the foreman's hard timeout.
     pub timeout_s: u64,

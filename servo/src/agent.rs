@@ -109,7 +109,7 @@ impl Agent {
         info!(task_id = %self.task.task_id, model = %self.task.model, "servo started");
 
         let outcome = tokio::select! {
-            r = self.steps_loop() => r,
+            r = self.steps_loop(started) => r,
             _ = tokio::time::sleep_until(deadline) => (ServoExit::TimeLimit, Some("time budget used up".to_string())),
             _ = &mut terminated => (ServoExit::Terminated, Some("stopped by SIGTERM".to_string())),
         };
@@ -117,7 +117,7 @@ impl Agent {
     }
 
     /// Steps until something ends the task; returns why.
-    async fn steps_loop(&mut self) -> (ServoExit, Option<String>) {
+    async fn steps_loop(&mut self, started: Instant) -> (ServoExit, Option<String>) {
         loop {
             if self.steps >= self.task.max_steps {
                 return (
@@ -147,6 +147,15 @@ impl Agent {
                     let exit = match e {
                         LlmError::Exhausted => ServoExit::ReplayExhausted,
                         LlmError::Failed(_) => ServoExit::LlmError,
+                        LlmError::Budget(_) => ServoExit::Budget,
+                        // An error turn: the model hears about it and answers again.
+                        LlmError::Malformed(why) => {
+                            self.messages.push(ChatMessage::user(format!(
+                                "[saheeli] Your last response could not be used ({why}). Please answer again."
+                            )));
+                            self.save_session();
+                            continue;
+                        }
                     };
                     return (exit, Some(e.to_string()));
                 }
@@ -194,7 +203,37 @@ impl Agent {
                     };
                 }
             }
+            self.note_budget(started);
             self.save_session();
+        }
+    }
+
+    /// Tells the model, on the last message it will read, how much of its
+    /// budget remains, and asks it to wrap up when little does.
+    fn note_budget(&mut self, started: Instant) {
+        let steps_left = self.task.max_steps.saturating_sub(self.steps);
+        let budget = self.budget();
+        let time_left = budget.saturating_sub(started.elapsed());
+        let mut note = format!(
+            "[saheeli] Remaining: {steps_left} of {} steps, {}s of {}s",
+            self.task.max_steps,
+            time_left.as_secs(),
+            budget.as_secs()
+        );
+        let mut low = steps_left <= 2 || time_left < budget / 5;
+        if let Some(max) = self.task.max_tokens {
+            let left = max.saturating_sub(self.usage.total());
+            note.push_str(&format!(", {left} of {max} tokens"));
+            low |= left < max / 5;
+        }
+        note.push('.');
+        if low {
+            note.push_str(" Little remains: finish now, check your work and call task_complete.");
+        }
+        if let Some(last) = self.messages.last_mut() {
+            let text = last.content.get_or_insert_with(String::new);
+            text.push_str("\n\n");
+            text.push_str(&note);
         }
     }
 

@@ -16,6 +16,7 @@ fn run(script: &str, max_steps: u32) -> (tempfile::TempDir, TaskId, i32) {
         title: "t".into(),
         model: "replay:s.yaml".into(),
         max_steps,
+        max_tokens: None,
         timeout_s: 60,
         max_output_bytes: 4096,
         replay: Some(ReplayScript::parse(script).unwrap()),

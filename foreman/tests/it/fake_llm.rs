@@ -1,6 +1,8 @@
-//! A stand-in for a paid LLM API on 127.0.0.1: real HTTP, the real OpenAI
-//! chat-completions wire format (tool calls, usage), and real failures
-//! (429 with Retry-After, 500, malformed JSON, slow answers).
+//! A stand-in for a paid LLM API on 127.0.0.1: real HTTP, the real wire
+//! formats (OpenAI chat completions with tool calls and usage at
+//! `/v1/chat/completions`, Anthropic Messages with tool_use at
+//! `/v1/messages`), and real failures (429 with Retry-After, 500, 401,
+//! malformed JSON, a truncated body, slow answers).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -21,7 +23,13 @@ pub enum Reply {
     /// An assistant turn calling these tools, with this usage (prompt, completion).
     Tools(Vec<(String, Value)>, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
-    Error(u16, Option<&'static str>),
+    Error(u16, Option<String>),
+    /// A 200 whose body is not JSON (usage cannot be read).
+    Malformed,
+    /// A 200 whose JSON parses but is not a completion; it reports usage.
+    Unusable((u64, u64)),
+    /// A 200 that promises more bytes than it sends.
+    Truncated,
     /// Waits, then answers with the inner reply.
     Slow(Duration, Box<Reply>),
 }
@@ -36,7 +44,9 @@ impl Reply {
 #[derive(Clone, Debug)]
 pub struct Seen {
     pub at: Instant,
+    pub path: String,
     pub authorization: Option<String>,
+    pub api_key: Option<String>,
     pub body: Value,
 }
 
@@ -69,7 +79,8 @@ impl FakeLlm {
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let app = Router::new()
-            .route("/v1/chat/completions", post(handle))
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
             .with_state(inner.clone());
         runtime.spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -86,6 +97,11 @@ impl FakeLlm {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The base URL as the Anthropic SDKs expect it (no /v1).
+    pub fn anthropic_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     pub fn seen(&self) -> Vec<Seen> {
         self.inner.lock().unwrap().seen.clone()
     }
@@ -100,26 +116,54 @@ fn error(status: u16, retry_after: Option<&str>) -> Response {
     r
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    OpenAi,
+    Anthropic,
+}
+
+async fn openai(state: State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, headers, body, Format::OpenAi).await
+}
+
+async fn anthropic(state: State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
+    if headers.get("anthropic-version").is_none() {
+        return error(400, None);
+    }
+    handle(state, headers, body, Format::Anthropic).await
+}
+
 async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
     headers: HeaderMap,
     body: Bytes,
+    format: Format,
 ) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => return error(400, None),
     };
-    let reply = {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let (reply, n) = {
         let mut g = inner.lock().unwrap();
         g.seen.push(Seen {
             at: Instant::now(),
-            authorization: headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .map(String::from),
+            path: if format == Format::OpenAi {
+                "/v1/chat/completions"
+            } else {
+                "/v1/messages"
+            }
+            .into(),
+            authorization: header("authorization"),
+            api_key: header("x-api-key"),
             body: body.clone(),
         });
-        g.script.pop_front()
+        (g.script.pop_front(), g.seen.len())
     };
     let model = body["model"].as_str().unwrap_or("fake").to_string();
     let mut reply = reply.unwrap_or(Reply::Error(500, None));
@@ -129,27 +173,68 @@ async fn handle(
                 tokio::time::sleep(d).await;
                 reply = *inner;
             }
-            Reply::Error(status, retry_after) => return error(status, retry_after),
+            Reply::Error(status, retry_after) => return error(status, retry_after.as_deref()),
+            Reply::Malformed => {
+                return (
+                    StatusCode::OK,
+                    [("content-type", "application/json")],
+                    "{\"choices\": [",
+                )
+                    .into_response();
+            }
+            Reply::Unusable((i, o)) => {
+                let usage = match format {
+                    Format::OpenAi => {
+                        json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o})
+                    }
+                    Format::Anthropic => json!({"input_tokens": i, "output_tokens": o}),
+                };
+                return axum::Json(json!({"unexpected": true, "usage": usage})).into_response();
+            }
+            Reply::Truncated => {
+                let mut r = (StatusCode::OK, "{\"choices\": []").into_response();
+                r.headers_mut()
+                    .insert("content-length", "4096".parse().unwrap());
+                return r;
+            }
             Reply::Tools(calls, (prompt, completion)) => {
-                let n = inner.lock().unwrap().seen.len();
-                let tool_calls: Vec<Value> = calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (name, args))| {
-                        json!({"id": format!("call_{n}_{i}"), "type": "function",
-                               "function": {"name": name, "arguments": args.to_string()}})
-                    })
-                    .collect();
-                let resp = json!({
-                    "id": format!("chatcmpl-{n}"),
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": model,
-                    "choices": [{"index": 0, "finish_reason": "tool_calls",
-                        "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}}],
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                              "total_tokens": prompt + completion}
-                });
+                let resp = match format {
+                    Format::OpenAi => {
+                        let tool_calls: Vec<Value> = calls
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (name, args))| {
+                                json!({"id": format!("call_{n}_{i}"), "type": "function",
+                                       "function": {"name": name, "arguments": args.to_string()}})
+                            })
+                            .collect();
+                        json!({
+                            "id": format!("chatcmpl-{n}"),
+                            "object": "chat.completion",
+                            "created": 0,
+                            "model": model,
+                            "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}}],
+                            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                      "total_tokens": prompt + completion}
+                        })
+                    }
+                    Format::Anthropic => {
+                        let mut content = vec![json!({"type": "text", "text": "On it."})];
+                        content.extend(calls.iter().enumerate().map(|(i, (name, args))| {
+                            json!({"type": "tool_use", "id": format!("toolu_{n}_{i}"), "name": name, "input": args})
+                        }));
+                        json!({
+                            "id": format!("msg_{n}"),
+                            "type": "message",
+                            "role": "assistant",
+                            "model": model,
+                            "content": content,
+                            "stop_reason": "tool_use",
+                            "usage": {"input_tokens": prompt, "output_tokens": completion}
+                        })
+                    }
+                };
                 return axum::Json(resp).into_response();
             }
         }

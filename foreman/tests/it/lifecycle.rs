@@ -94,6 +94,15 @@ fn cancel_a_running_task() {
         results.join("before.txt").is_file(),
         "collected after cancel"
     );
+    // SIGTERM reached the servo, which flushed its trail before exiting.
+    let audit = std::fs::read_to_string(results.join(format!("servo-{id}-audit.log"))).unwrap();
+    let last: saheeli_protocol::AuditEvent =
+        serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert!(
+        matches!(last, saheeli_protocol::AuditEvent::Finish { ref outcome, .. } if outcome == "terminated"),
+        "{last:?}"
+    );
+    assert!(results.join(format!("servo-{id}-session.json")).is_file());
     assert!(leftovers(&id).is_empty());
     // A finished task cannot be cancelled again.
     s.expect(&["task", "cancel", &id], 2);

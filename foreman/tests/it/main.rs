@@ -5,6 +5,7 @@
 mod fake_llm;
 mod util;
 
+mod gateway;
 mod input;
 mod lifecycle;
 mod openai;

@@ -13,7 +13,7 @@ use crate::util::{Saheeli, leftovers, require_docker};
 fn tool_calls_through_the_gateway_with_a_429_on_the_way() {
     require_docker();
     let llm = FakeLlm::start(vec![
-        Reply::Error(429, Some("1")),
+        Reply::Error(429, Some("1".into())),
         Reply::tool(
             "create_file",
             json!({"path": "answer.txt", "content": "42\n"}),
@@ -105,10 +105,11 @@ fn tool_calls_through_the_gateway_with_a_429_on_the_way() {
 }
 
 #[test]
-fn an_unreachable_llm_ends_the_task_incomplete() {
+fn an_unreachable_provider_ends_the_task_incomplete() {
     require_docker();
-    let llm = FakeLlm::start(vec![Reply::Error(401, None)]);
-    let s = Saheeli::new().env("OPENAI_BASE_URL", &llm.base_url());
+    // Nothing listens on this port: every attempt fails to connect.
+    let s = Saheeli::with_config("llm:\n  max_attempts: 2\n")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1");
     s.write("p.md", "---\nmodel: gpt-test\n---\nAnything.\n");
     let out = s.run(&["run", "p.md", "--json"]);
     assert_eq!(
@@ -120,5 +121,4 @@ fn an_unreachable_llm_ends_the_task_incomplete() {
     let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "llm_error");
-    assert_eq!(llm.seen().len(), 1, "a 401 is not retried");
 }

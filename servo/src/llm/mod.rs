@@ -23,6 +23,10 @@ pub(crate) enum LlmError {
     Failed(String),
     /// The replay script has no more turns.
     Exhausted,
+    /// The gateway refused the call: the budget is spent.
+    Budget(String),
+    /// The provider's answer was unusable; worth telling the model and going on.
+    Malformed(String),
 }
 
 /// Providers are an enum until a trait earns its place.
@@ -50,6 +54,8 @@ impl std::fmt::Display for LlmError {
         match self {
             LlmError::Failed(m) => f.write_str(m),
             LlmError::Exhausted => f.write_str("the replay script has no more turns"),
+            LlmError::Budget(m) => write!(f, "budget spent: {m}"),
+            LlmError::Malformed(m) => write!(f, "unusable response: {m}"),
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::Usage;
-use saheeli_protocol::chat::{ChatMessage, ChatResponse, ToolSpec};
+use saheeli_protocol::chat::{ChatMessage, ChatResponse, ToolSpec, gateway_error};
 use serde::Serialize;
 
 use super::retry::{self, MAX_ATTEMPTS};
@@ -45,6 +45,9 @@ impl Gateway {
         })
     }
 
+    /// One completion. The gateway already retries what the provider
+    /// failed; here only a gateway that cannot be reached (the foreman
+    /// restarting) is retried.
     pub async fn complete(
         &mut self,
         model: &str,
@@ -67,26 +70,23 @@ impl Gateway {
                 .body(body.clone())
                 .send()
                 .await;
-            let retry_after = match result {
+            match result {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
-                    let retry_after = retry::parse_retry_after(resp.headers().get("retry-after"));
                     let bytes = resp.bytes().await.unwrap_or_default();
                     if (200..300).contains(&status) {
-                        match serde_json::from_slice::<ChatResponse>(&bytes) {
-                            Ok(r) => return into_turn(r),
-                            Err(e) => {
-                                last_error = format!("malformed response: {e}");
-                                None
-                            }
-                        }
-                    } else {
-                        last_error = format!("HTTP {status}: {}", error_message(&bytes));
-                        if !retry::retryable(status) {
-                            return Err(LlmError::Failed(last_error));
-                        }
-                        retry_after
+                        return match serde_json::from_slice::<ChatResponse>(&bytes) {
+                            Ok(r) => into_turn(r),
+                            Err(e) => Err(LlmError::Malformed(e.to_string())),
+                        };
                     }
+                    let (kind, message) = error_body(&bytes);
+                    let text = format!("HTTP {status}: {message}");
+                    return Err(match kind.as_deref() {
+                        Some(gateway_error::BUDGET) => LlmError::Budget(message),
+                        Some(gateway_error::MALFORMED) => LlmError::Malformed(message),
+                        _ => LlmError::Failed(text),
+                    });
                 }
                 Err(e) => {
                     let mut msg = e.to_string();
@@ -95,16 +95,15 @@ impl Gateway {
                         msg = format!("{msg}: {c}");
                         cur = c.source();
                     }
-                    last_error = format!("request failed: {msg}");
-                    None
+                    last_error = format!("gateway unreachable: {msg}");
                 }
-            };
+            }
             if attempt == MAX_ATTEMPTS {
                 break;
             }
-            let wait = retry::backoff(attempt, retry_after);
+            let wait = retry::backoff(attempt, None);
             tracing::warn!(attempt, error = %last_error, wait_ms = wait.as_millis() as u64,
-                elapsed_ms = started.elapsed().as_millis() as u64, "LLM call failed; retrying");
+                elapsed_ms = started.elapsed().as_millis() as u64, "retrying");
             tokio::time::sleep(wait).await;
         }
         Err(LlmError::Failed(format!(
@@ -113,11 +112,15 @@ impl Gateway {
     }
 }
 
-/// The message of an OpenAI error body, else the body's start.
-fn error_message(bytes: &[u8]) -> String {
-    serde_json::from_slice::<saheeli_protocol::chat::ErrorBody>(bytes)
-        .map(|e| e.error.message)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned())
+/// The `error.type` and message of an error body.
+fn error_body(bytes: &[u8]) -> (Option<String>, String) {
+    match serde_json::from_slice::<saheeli_protocol::chat::ErrorBody>(bytes) {
+        Ok(e) => (e.error.kind, e.error.message),
+        Err(_) => (
+            None,
+            String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned(),
+        ),
+    }
 }
 
 fn into_turn(r: ChatResponse) -> Result<Turn, LlmError> {

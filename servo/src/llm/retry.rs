@@ -1,5 +1,5 @@
-//! Backoff for transient LLM failures: exponential with jitter, and the
-//! server's `Retry-After` when it sends one.
+//! Backoff for reaching the gateway again: exponential with jitter.
+//! (Provider failures, and their `Retry-After`, are the gateway's job.)
 
 use std::time::Duration;
 
@@ -18,18 +18,6 @@ pub(crate) fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
     base.mul_f64(factor)
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is read by the gateway).
-pub(crate) fn parse_retry_after(value: Option<&reqwest::header::HeaderValue>) -> Option<Duration> {
-    let s = value?.to_str().ok()?.trim();
-    let secs: f64 = s.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
-}
-
-/// Whether an HTTP status is worth retrying.
-pub(crate) fn retryable(status: u16) -> bool {
-    status == 429 || status == 408 || (500..600).contains(&status)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,14 +32,5 @@ mod tests {
             backoff(1, Some(Duration::from_secs(3))),
             Duration::from_secs(3)
         );
-    }
-
-    #[test]
-    fn retry_after_seconds() {
-        let v = reqwest::header::HeaderValue::from_static("2");
-        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::from_secs(2)));
-        let v = reqwest::header::HeaderValue::from_static("soon");
-        assert_eq!(parse_retry_after(Some(&v)), None);
-        assert!(retryable(429) && retryable(503) && !retryable(401) && !retryable(400));
     }
 }

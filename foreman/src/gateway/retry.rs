@@ -1,0 +1,99 @@
+//! When and how long to wait before trying an upstream call again.
+
+use std::time::{Duration, SystemTime};
+
+/// What an upstream answer means for retrying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Success,
+    /// 429, 408, 5xx and Anthropic's 529: try again later.
+    Retry,
+    /// 401, 403: the key is wrong or not allowed.
+    Auth,
+    /// Any other 4xx: the request itself is wrong.
+    BadRequest,
+}
+
+pub(crate) fn verdict(status: u16) -> Verdict {
+    match status {
+        200..=299 => Verdict::Success,
+        401 | 403 => Verdict::Auth,
+        408 | 429 | 500..=599 => Verdict::Retry,
+        _ => Verdict::BadRequest,
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+pub(crate) fn retry_after(value: Option<&str>, now: SystemTime) -> Option<Duration> {
+    let v = value?.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Exponential backoff with ±25 % jitter; the server's wish wins when given.
+pub(crate) fn backoff(attempt: u32, server_wish: Option<Duration>) -> Duration {
+    if let Some(d) = server_wish {
+        return d;
+    }
+    let base = Duration::from_millis(500) * 2u32.pow(attempt.saturating_sub(1).min(6));
+    let base = base.min(Duration::from_secs(30));
+    let jitter = 0.75 + (jitter_seed() % 1000) as f64 / 2000.0;
+    base.mul_f64(jitter)
+}
+
+/// Cheap randomness for jitter: the clock's nanoseconds.
+fn jitter_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        assert_eq!(verdict(200), Verdict::Success);
+        assert_eq!(verdict(429), Verdict::Retry);
+        assert_eq!(verdict(529), Verdict::Retry);
+        assert_eq!(verdict(503), Verdict::Retry);
+        assert_eq!(verdict(401), Verdict::Auth);
+        assert_eq!(verdict(403), Verdict::Auth);
+        assert_eq!(verdict(400), Verdict::BadRequest);
+        assert_eq!(verdict(404), Verdict::BadRequest);
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after(Some("2"), now), Some(Duration::from_secs(2)));
+        assert_eq!(
+            retry_after(Some("0.5"), now),
+            Some(Duration::from_millis(500))
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(retry_after(Some(&later), now), Some(Duration::from_secs(7)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(7));
+        assert_eq!(retry_after(Some(&past), now), Some(Duration::ZERO));
+        assert_eq!(retry_after(Some("soon"), now), None);
+        assert_eq!(retry_after(None, now), None);
+    }
+
+    #[test]
+    fn backoff_grows_within_bounds() {
+        for attempt in 1..10 {
+            let d = backoff(attempt, None);
+            assert!(d <= Duration::from_millis(37_500), "{attempt}: {d:?}");
+            assert!(d >= Duration::from_millis(375), "{attempt}: {d:?}");
+        }
+        assert_eq!(
+            backoff(3, Some(Duration::from_secs(1))),
+            Duration::from_secs(1)
+        );
+    }
+}
