@@ -218,6 +218,18 @@ pub(crate) async fn oom_killed(docker: &Docker, container: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the container was ever started (running, exited or dead, as
+/// opposed to only created).
+pub(crate) async fn has_started(docker: &Docker, container: &str) -> bool {
+    docker
+        .inspect_container(container, None)
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .and_then(|s| s.started_at)
+        .is_some_and(|t| !t.starts_with("0001-01-01"))
+}
+
 /// SIGTERM, then SIGKILL after `grace`.
 pub(crate) async fn stop(docker: &Docker, container: &str, grace: Duration) -> anyhow::Result<()> {
     let opts = StopContainerOptionsBuilder::default()

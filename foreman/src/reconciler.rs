@@ -29,6 +29,8 @@ use crate::store::{Outcome, Store, TaskRow, now_ms};
 /// What a serve loop shares with its task supervisors.
 pub(crate) struct Ctx {
     pub cfg: Config,
+    /// This foreman's lease on the tasks it runs.
+    pub lease: crate::store::Lease,
     pub docker: Docker,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,
@@ -98,6 +100,18 @@ impl StopHandle {
     }
 }
 
+/// How long a task's lease lasts without renewal, and how often it is renewed.
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
+const RENEW_EVERY: Duration = Duration::from_secs(2);
+/// How often the idle loop looks for new work (a cheap `PRAGMA data_version`).
+const POLL: Duration = Duration::from_millis(20);
+/// How often labelled leftovers of ended tasks are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// What a supervisor reports: the terminal state, or None when it handed
+/// the task back (put it back in the queue) without finishing it.
+type Joined = (TaskId, Option<TaskState>);
+
 /// The serve loop. `drain` (first Ctrl-C) stops launching and waits for
 /// running tasks; `stop` (second Ctrl-C) also stops their containers.
 pub(crate) async fn run(
@@ -107,25 +121,45 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) -> anyhow::Result<ServeSummary> {
     let concurrency = ctx.cfg.file.concurrency;
-    let mut running: JoinSet<(TaskId, TaskState)> = JoinSet::new();
+    let mut running: JoinSet<Joined> = JoinSet::new();
     let mut handles: HashMap<TaskId, StopHandle> = HashMap::new();
     let mut summary = ServeSummary::default();
 
-    if opts.only.is_none() {
-        for task in adopt_orphans(&ctx).await? {
-            let handle = StopHandle::new();
-            handles.insert(task.0, handle.clone());
-            let ctx = ctx.clone();
-            running.spawn(async move { resume(ctx, task.0, task.1, handle).await });
-        }
-    }
-
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_renew: Option<tokio::time::Instant> = None;
+    let mut last_sweep: Option<tokio::time::Instant> = None;
+    let mut seen_version = None;
+    let mut look_for_work = true;
     loop {
-        while !drain.is_cancelled() && running.len() < concurrency {
+        // Leases: renew ours; adopt tasks whose foreman died.
+        if last_renew.is_none_or(|t| t.elapsed() >= RENEW_EVERY) {
+            last_renew = Some(tokio::time::Instant::now());
+            // Requeued tasks become claimable later without any write.
+            look_for_work = true;
+            let lease = ctx.lease.clone();
+            ctx.db(move |s| s.renew(&lease)).await?;
+            if opts.only.is_none() && !drain.is_cancelled() {
+                let lease = ctx.lease.clone();
+                for task in ctx.db(move |s| s.take_over_expired(&lease)).await? {
+                    info!(task_id = %task.id, state = %task.state, "taking over a task whose foreman stopped");
+                    let handle = StopHandle::new();
+                    handles.insert(task.id, handle.clone());
+                    let ctx = ctx.clone();
+                    running.spawn(async move { resume(ctx, task, handle).await });
+                }
+            }
+        }
+        if opts.only.is_none() && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            last_sweep = Some(tokio::time::Instant::now());
+            sweep(&ctx, &handles).await;
+        }
+
+        while look_for_work && !drain.is_cancelled() && running.len() < concurrency {
             let only = opts.only;
-            let Some(task) = ctx.db(move |s| s.claim_next(only)).await? else {
+            let lease = ctx.lease.clone();
+            let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
+                look_for_work = false;
                 break;
             };
             info!(task_id = %task.id, title = %task.title, "task claimed");
@@ -153,19 +187,30 @@ pub(crate) async fn run(
         }
 
         tokio::select! {
-            Some(joined) = running.join_next() => match joined {
-                Ok((id, state)) => {
-                    handles.remove(&id);
-                    summary.finished.push((id, state));
+            Some(joined) = running.join_next() => {
+                look_for_work = true;
+                match joined {
+                    Ok((id, state)) => {
+                        handles.remove(&id);
+                        if let Some(state) = state {
+                            summary.finished.push((id, state));
+                        }
+                    }
+                    Err(e) => error!(error = %e, "a task supervisor panicked"),
                 }
-                Err(e) => error!(error = %e, "a task supervisor panicked"),
-            },
+            }
             _ = tick.tick() => {
-                if !handles.is_empty() {
-                    for id in ctx.db(|s| s.cancel_requests()).await? {
-                        if let Some(h) = handles.get(&id) {
-                            info!(task_id = %id, "cancel requested");
-                            h.stop("cancelled");
+                // Another process wrote (a submit, a cancel): look again.
+                let version = ctx.db(|s| s.data_version()).await?;
+                if seen_version != Some(version) {
+                    seen_version = Some(version);
+                    look_for_work = true;
+                    if !handles.is_empty() {
+                        for id in ctx.db(|s| s.cancel_requests()).await? {
+                            if let Some(h) = handles.get(&id) {
+                                info!(task_id = %id, "cancel requested");
+                                h.stop("cancelled");
+                            }
                         }
                     }
                 }
@@ -182,76 +227,184 @@ pub(crate) async fn run(
     Ok(summary)
 }
 
-/// Tasks a previous foreman left `starting` or `running`.
-async fn adopt_orphans(ctx: &Arc<Ctx>) -> anyhow::Result<Vec<(TaskId, TaskRow)>> {
-    let mut out = Vec::new();
-    for state in [TaskState::Starting, TaskState::Running] {
-        for t in ctx.db(move |s| s.in_state(state)).await? {
-            out.push((t.id, t));
+/// Removes containers and volumes of tasks that have ended (left behind
+/// when a foreman died mid-cleanup). Tasks this loop is running are skipped.
+async fn sweep(ctx: &Arc<Ctx>, active: &HashMap<TaskId, StopHandle>) {
+    let Ok((containers, volumes)) = docker::labelled(&ctx.docker).await else {
+        return;
+    };
+    let mut ended = HashMap::new();
+    for task in containers
+        .iter()
+        .chain(volumes.iter())
+        .map(|(_, t)| t.clone())
+    {
+        if ended.contains_key(&task) {
+            continue;
+        }
+        let lookup = task.clone();
+        let is_ended = ctx
+            .db(move |s| s.get(&lookup))
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.state.is_terminal() && !active.contains_key(&t.id));
+        ended.insert(task, is_ended);
+    }
+    for (cid, task) in &containers {
+        if ended[task] {
+            info!(task_id = %task, container = %cid, "removing a leftover container");
+            let _ = docker::remove_container(&ctx.docker, cid).await;
         }
     }
-    Ok(out)
+    for (name, task) in &volumes {
+        if ended[task] {
+            info!(task_id = %task, volume = %name, "removing a leftover volume");
+            let _ = docker::remove_volume(&ctx.docker, name).await;
+        }
+    }
 }
 
-/// Picks up a task left behind by a foreman that stopped: a running
-/// container is supervised again; anything else is cleaned up and the task
-/// ends `incomplete` (reason `lost`) with whatever workspace remains.
-async fn resume(
-    ctx: Arc<Ctx>,
-    id: TaskId,
-    task: TaskRow,
-    handle: StopHandle,
-) -> (TaskId, TaskState) {
-    let containers = docker::task_containers(&ctx.docker, Some(id))
-        .await
-        .unwrap_or_default();
-    let Some(container) = containers.into_iter().next() else {
-        info!(task_id = %id, "no container left for an interrupted task");
-        let _ = docker::remove_volume(&ctx.docker, &docker::volume_name(id)).await;
-        return finish(
-            &ctx,
-            id,
-            TaskState::Incomplete,
-            "lost",
-            Outcome::default(),
-            "container vanished while the foreman was down",
-        )
-        .await;
+/// Picks up a task whose foreman stopped. A servo that started is
+/// supervised again (timeout still counted from its original start); one
+/// that never started is put back in the queue; a servo that vanished ends
+/// the task from whatever results were collected, else it is requeued
+/// (up to 3 times) as an infrastructure failure.
+async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
+    let id = task.id;
+    let d = &ctx.docker;
+    let containers = match docker::task_containers(d, Some(id)).await {
+        Ok(c) => c,
+        Err(e) => {
+            // Docker is not answering: leave the task for the next round.
+            warn!(task_id = %id, error = %format!("{e:#}"), "cannot inspect the task's container yet");
+            let _ = ctx.db(move |s| s.release(id)).await;
+            return (id, None);
+        }
     };
-    if task.state == TaskState::Starting {
-        // It never started: launch again from scratch.
-        let _ = docker::remove_container(&ctx.docker, &container).await;
-        let _ = docker::remove_volume(&ctx.docker, &docker::volume_name(id)).await;
-        return finish(
-            &ctx,
-            id,
-            TaskState::Incomplete,
-            "lost",
-            Outcome::default(),
-            "foreman stopped while starting the task",
-        )
-        .await;
+    let started = match containers.first() {
+        Some(cid) => docker::has_started(d, cid).await,
+        None => false,
+    };
+    if let (Some(cid), true) = (containers.first(), started) {
+        info!(task_id = %id, container = %cid, "adopting servo");
+        if task.state == TaskState::Starting {
+            let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
+            if let Err(e) = ctx
+                .db(move |s| s.transition(id, TaskState::Running, Some(&detail), None))
+                .await
+            {
+                error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
+            }
+        }
+        let gateway = if task.spec.is_replay() {
+            None
+        } else {
+            match Gateway::start(
+                &ctx.cfg.run_dir(),
+                id,
+                ctx.upstream.clone(),
+                &task.spec.model,
+                task.spec.budget(),
+            )
+            .await
+            {
+                Ok(g) => {
+                    // Budgets go on from what was already spent.
+                    g.meter().seed(
+                        task.input_tokens as u64,
+                        task.output_tokens as u64,
+                        task.cost_usd,
+                    );
+                    Some(g)
+                }
+                Err(e) => {
+                    warn!(task_id = %id, error = %format!("{e:#}"), "gateway not restarted");
+                    None
+                }
+            }
+        };
+        let started = task.started_at.unwrap_or_else(now_ms);
+        return monitor(ctx.clone(), task, cid.clone(), gateway, started, handle).await;
     }
-    info!(task_id = %id, container = %container, "adopting running servo");
-    let gateway = if task.spec.is_replay() {
-        None
-    } else {
-        Gateway::start(
-            &ctx.cfg.run_dir(),
-            id,
-            ctx.upstream.clone(),
-            &task.spec.model,
-            task.spec.budget(),
-        )
-        .await
-        .ok()
+    // No servo ran (or none is left): clean up what is there.
+    for cid in &containers {
+        let _ = docker::remove_container(d, cid).await;
+    }
+    for v in docker::task_volumes(d, Some(id)).await.unwrap_or_default() {
+        let _ = docker::remove_volume(d, &v).await;
+    }
+    let dest = ctx.cfg.results_dir().join(id.to_string());
+    if task.state == TaskState::Running && dest.is_dir() {
+        // Collected, but the foreman stopped before recording it.
+        let outcome = Outcome {
+            results_path: Some(dest.display().to_string()),
+            ..Default::default()
+        };
+        return match collect::read_completion(&dest, id) {
+            Ok(Some(c)) => {
+                let outcome = Outcome {
+                    steps: c.steps.into(),
+                    input_tokens: c.usage.input_tokens as i64,
+                    output_tokens: c.usage.output_tokens as i64,
+                    ..outcome
+                };
+                finish(
+                    &ctx,
+                    id,
+                    TaskState::Complete,
+                    "complete",
+                    outcome,
+                    "recorded after a foreman restart",
+                )
+                .await
+            }
+            _ => {
+                finish(
+                    &ctx,
+                    id,
+                    TaskState::Incomplete,
+                    "lost",
+                    outcome,
+                    "servo ended while the foreman was down",
+                )
+                .await
+            }
+        };
+    }
+    let (detail, retry) = match task.state {
+        TaskState::Starting => (
+            "the foreman stopped before the servo started; queued again",
+            true,
+        ),
+        _ => (
+            "the servo's container vanished; queued again",
+            task.requeues < MAX_REQUEUES,
+        ),
     };
-    let started = task.started_at.unwrap_or_else(now_ms);
-    monitor(ctx, task, container, gateway, started, handle).await
+    if retry {
+        info!(task_id = %id, "{detail}");
+        match ctx.db(move |s| s.requeue(id, detail, Duration::ZERO)).await {
+            Ok(()) => return (id, None),
+            Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+        }
+    }
+    finish(
+        &ctx,
+        id,
+        TaskState::Incomplete,
+        "lost",
+        Outcome::default(),
+        "the servo's container vanished",
+    )
+    .await
 }
+
+/// Infrastructure retries of a task whose container vanished.
+const MAX_REQUEUES: i64 = 3;
 
 /// Runs one task from `starting` to a terminal state.
-async fn supervise(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> (TaskId, TaskState) {
+async fn supervise(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
     let id = task.id;
     let mut gateway = None;
     let launched = launch(&ctx, &task, &mut gateway).await;
@@ -268,6 +421,19 @@ async fn supervise(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> (TaskId,
                 g.stop().await;
             }
             cleanup(&ctx, id).await;
+            // Docker errors are worth another try, later; a missing image is not.
+            let image_missing = format!("{e:#}").contains("saheeli build-servo");
+            if !image_missing && task.requeues < MAX_REQUEUES && !handle.token.is_cancelled() {
+                let delay = Duration::from_secs(1 << task.requeues.clamp(0, 5));
+                let detail = format!(
+                    "launch failed ({e:#}); queued again in {}s",
+                    delay.as_secs()
+                );
+                match ctx.db(move |s| s.requeue(id, &detail, delay)).await {
+                    Ok(()) => return (id, None),
+                    Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+                }
+            }
             let reason = format!("launch: {e:#}");
             finish(
                 &ctx,
@@ -339,7 +505,7 @@ async fn monitor(
     gateway: Option<Gateway>,
     started_ms: i64,
     handle: StopHandle,
-) -> (TaskId, TaskState) {
+) -> Joined {
     let id = task.id;
     let d = ctx.docker.clone();
     let grace = ctx.cfg.file.stop_grace;
@@ -538,7 +704,7 @@ async fn finish(
     reason: &str,
     mut outcome: Outcome,
     detail: &str,
-) -> (TaskId, TaskState) {
+) -> Joined {
     outcome.reason = Some(reason.to_string());
     let detail = detail.to_string();
     match ctx
@@ -548,5 +714,5 @@ async fn finish(
         Ok(()) => info!(task_id = %id, state = %to, reason, "task finished"),
         Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "recording the outcome failed"),
     }
-    (id, to)
+    (id, Some(to))
 }

@@ -65,6 +65,14 @@ const MIGRATIONS: &[M<'static>] = &[
     CREATE INDEX events_by_task ON events(task_id, id);",
     ),
     M::up("ALTER TABLE tasks ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;"),
+    // Leases: the foreman running a task renews `lease_until`; another
+    // foreman takes the task over only once the lease has expired.
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN owner TEXT;
+         ALTER TABLE tasks ADD COLUMN lease_until INTEGER;
+         ALTER TABLE tasks ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN not_before INTEGER;",
+    ),
 ];
 
 /// Milliseconds since the Unix epoch.
@@ -95,6 +103,24 @@ pub(crate) struct TaskRow {
     pub results_path: Option<String>,
     pub cancel_requested: bool,
     pub cost_usd: f64,
+    pub requeues: i64,
+}
+
+/// Who holds a task while it runs, and for how long without renewal.
+#[derive(Clone, Debug)]
+pub(crate) struct Lease {
+    /// A fresh id per foreman process.
+    pub owner: String,
+    pub ms: i64,
+}
+
+impl Lease {
+    pub fn new(duration: Duration) -> Lease {
+        Lease {
+            owner: uuid::Uuid::new_v4().to_string(),
+            ms: duration.as_millis() as i64,
+        }
+    }
 }
 
 /// One row of `events`.
@@ -122,7 +148,8 @@ pub(crate) struct Store {
 }
 
 const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
-     started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd";
+     started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
+     requeues";
 
 impl Store {
     /// Opens (creating when absent) and migrates the database.
@@ -171,20 +198,26 @@ impl Store {
     }
 
     /// Moves the best queued task (or `only`, if it is queued) to
-    /// `starting` and returns it.
-    pub fn claim_next(&mut self, only: Option<TaskId>) -> Result<Option<TaskRow>> {
+    /// `starting`, leased to `lease.owner`, and returns it.
+    pub fn claim_next(&mut self, only: Option<TaskId>, lease: &Lease) -> Result<Option<TaskRow>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
         let id: Option<String> = tx
             .query_row(
-                "UPDATE tasks SET state = 'starting', started_at = ?1
+                "UPDATE tasks SET state = 'starting', started_at = ?1, owner = ?3, lease_until = ?4
                  WHERE id = (SELECT id FROM tasks WHERE state = 'queued'
                              AND (?2 IS NULL OR id = ?2)
+                             AND (not_before IS NULL OR not_before <= ?1)
                              ORDER BY priority DESC, id LIMIT 1)
                  RETURNING id",
-                params![now, only.map(|i| i.to_string())],
+                params![
+                    now,
+                    only.map(|i| i.to_string()),
+                    lease.owner,
+                    now + lease.ms
+                ],
                 |r| r.get(0),
             )
             .optional()?;
@@ -252,6 +285,92 @@ impl Store {
         insert_event(&tx, id, now, Some(from), to, detail)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Extends the lease on every active task `lease.owner` holds.
+    pub fn renew(&mut self, lease: &Lease) -> Result<usize> {
+        Ok(self.conn.execute(
+            "UPDATE tasks SET lease_until = ?2
+             WHERE owner = ?1 AND state IN ('starting', 'running')",
+            params![lease.owner, now_ms() + lease.ms],
+        )?)
+    }
+
+    /// Takes over active tasks whose lease has expired (their foreman died).
+    pub fn take_over_expired(&mut self, lease: &Lease) -> Result<Vec<TaskRow>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        let ids: Vec<String> = {
+            let mut stmt = tx.prepare(
+                "UPDATE tasks SET owner = ?1, lease_until = ?2
+                 WHERE state IN ('starting', 'running')
+                   AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3)
+                 RETURNING id",
+            )?;
+            stmt.query_map(params![lease.owner, now + lease.ms, now], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        tx.commit()?;
+        let mut rows = Vec::new();
+        for id in ids {
+            rows.extend(self.get(&id)?);
+        }
+        Ok(rows)
+    }
+
+    /// Puts a task back in the queue after an infrastructure failure (its
+    /// foreman died before the servo started, Docker failed, the container
+    /// vanished), to be claimed again no sooner than `delay` from now.
+    /// Counted in `requeues`, not as an attempt of the agent.
+    pub fn requeue(&mut self, id: TaskId, detail: &str, delay: Duration) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let from: String = tx
+            .query_row(
+                "SELECT state FROM tasks WHERE id = ?1",
+                params![id.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
+        let from: TaskState = from.parse().expect("stored states are valid");
+        if !matches!(from, TaskState::Starting | TaskState::Running) {
+            return Err(StoreError::BadTransition {
+                id,
+                from,
+                to: TaskState::Queued,
+            });
+        }
+        let now = now_ms();
+        tx.execute(
+            "UPDATE tasks SET state = 'queued', owner = NULL, lease_until = NULL,
+                container_id = NULL, started_at = NULL, requeues = requeues + 1,
+                not_before = ?2
+             WHERE id = ?1",
+            params![id.to_string(), now + delay.as_millis() as i64],
+        )?;
+        insert_event(&tx, id, now, Some(from), TaskState::Queued, Some(detail))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Gives a task's lease up, so that the next take-over round retries it.
+    pub fn release(&mut self, id: TaskId) -> Result<()> {
+        self.conn.execute(
+            "UPDATE tasks SET owner = NULL, lease_until = NULL WHERE id = ?1",
+            params![id.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// Changes whenever another connection commits: a cheap "anything new?".
+    pub fn data_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
     }
 
     pub fn set_container(&mut self, id: TaskId, container_id: &str) -> Result<()> {
@@ -390,17 +509,6 @@ impl Store {
         Ok(rows)
     }
 
-    /// Tasks in the given state.
-    pub fn in_state(&self, state: TaskState) -> Result<Vec<TaskRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM tasks WHERE state = ?1 ORDER BY id"
-        ))?;
-        let rows = stmt
-            .query_map(params![state.as_str()], read_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    }
-
     pub fn count_in(&self, states: &[TaskState]) -> Result<i64> {
         let list = states
             .iter()
@@ -475,6 +583,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         results_path: r.get(14)?,
         cancel_requested: r.get::<_, i64>(15)? != 0,
         cost_usd: r.get(16)?,
+        requeues: r.get(17)?,
     })
 }
 
@@ -504,6 +613,13 @@ mod tests {
         }
     }
 
+    fn lease() -> Lease {
+        Lease {
+            owner: "test".into(),
+            ms: 10_000,
+        }
+    }
+
     fn store() -> (tempfile::TempDir, Store) {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(&d.path().join("q.db")).unwrap();
@@ -520,9 +636,9 @@ mod tests {
         s.submit(b, &spec("b"), 5, None).unwrap();
         s.submit(c, &spec("c"), 0, None).unwrap();
         let order: Vec<_> =
-            std::iter::from_fn(|| s.claim_next(None).unwrap().map(|t| t.id)).collect();
+            std::iter::from_fn(|| s.claim_next(None, &lease()).unwrap().map(|t| t.id)).collect();
         assert_eq!(order, vec![b, a, c]);
-        assert!(s.claim_next(None).unwrap().is_none());
+        assert!(s.claim_next(None, &lease()).unwrap().is_none());
     }
 
     #[test]
@@ -534,7 +650,7 @@ mod tests {
             .transition(id, TaskState::Complete, None, None)
             .unwrap_err();
         assert!(matches!(err, StoreError::BadTransition { .. }), "{err}");
-        s.claim_next(None).unwrap();
+        s.claim_next(None, &lease()).unwrap();
         s.transition(id, TaskState::Running, None, None).unwrap();
         let o = Outcome {
             reason: Some("max_steps".into()),
@@ -560,6 +676,38 @@ mod tests {
     }
 
     #[test]
+    fn expired_leases_are_taken_over_live_ones_are_not() {
+        let (_d, mut s) = store();
+        let (a, b) = (TaskId::new(), TaskId::new());
+        s.submit(a, &spec("a"), 0, None).unwrap();
+        s.submit(b, &spec("b"), 0, None).unwrap();
+        let live = lease();
+        let dead = Lease {
+            owner: "dead".into(),
+            ms: -1,
+        };
+        s.claim_next(Some(a), &live).unwrap();
+        s.claim_next(Some(b), &dead).unwrap();
+        let me = Lease {
+            owner: "me".into(),
+            ms: 10_000,
+        };
+        let taken: Vec<_> = s
+            .take_over_expired(&me)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(taken, vec![b]);
+        assert!(s.take_over_expired(&me).unwrap().is_empty());
+        assert_eq!(s.renew(&live).unwrap(), 1);
+        s.requeue(b, "never started", Duration::ZERO).unwrap();
+        let t = s.require(&b.to_string()).unwrap();
+        assert_eq!((t.state, t.requeues), (TaskState::Queued, 1));
+        assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+    }
+
+    #[test]
     fn prefix_lookup_and_cancel() {
         let (_d, mut s) = store();
         let id = TaskId::new();
@@ -573,6 +721,6 @@ mod tests {
         ));
         assert_eq!(s.request_cancel(id).unwrap(), TaskState::Queued);
         assert_eq!(s.require(&full).unwrap().state, TaskState::Cancelled);
-        assert!(s.claim_next(None).unwrap().is_none());
+        assert!(s.claim_next(None, &lease()).unwrap().is_none());
     }
 }

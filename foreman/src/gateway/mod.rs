@@ -92,6 +92,14 @@ impl Meter {
         *self.fatal.lock().unwrap()
     }
 
+    /// Starts from usage already spent (a task adopted after a restart).
+    pub fn seed(&self, input: u64, output: u64, cost_usd: f64) {
+        self.input_tokens.store(input, Ordering::Relaxed);
+        self.output_tokens.store(output, Ordering::Relaxed);
+        self.cost_micro_usd
+            .store((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+    }
+
     fn set_fatal(&self, reason: &'static str) {
         *self.fatal.lock().unwrap() = Some(reason);
     }
