@@ -374,7 +374,7 @@ async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     let upstream = Arc::new(Upstream::from_config(cfg)?);
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
-        lease: crate::store::Lease::new(reconciler::LEASE),
+        lease: crate::store::Lease::new(cfg.file.lease),
         docker,
         store: Arc::new(Mutex::new(store)),
         upstream,

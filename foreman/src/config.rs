@@ -43,6 +43,10 @@ pub(crate) struct ConfigFile {
     /// How long a stopped servo gets to flush before it is killed.
     #[serde(deserialize_with = "parse_duration_value")]
     pub stop_grace: Duration,
+    /// A foreman renews its hold on running tasks every fifth of this; when
+    /// it dies, another foreman takes them over once this has passed.
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub lease: Duration,
     /// Per-task defaults; a prompt's front-matter overrides each.
     pub task: TaskDefaults,
     pub llm: LlmConfig,
@@ -127,6 +131,7 @@ impl Default for ConfigFile {
             state_dir: ".saheeli".into(),
             run_dir: "/tmp/saheeli".into(),
             stop_grace: Duration::from_secs(10),
+            lease: Duration::from_secs(10),
             task: TaskDefaults::default(),
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),
@@ -200,6 +205,9 @@ impl Config {
                 "{}: provider name `{name}` must be non-empty and contain no `/`",
                 path.display()
             );
+        }
+        if file.lease < Duration::from_secs(1) {
+            anyhow::bail!("{}: `lease` must be at least 1s", path.display());
         }
         if file.concurrency == 0 {
             anyhow::bail!("{}: `concurrency` must be at least 1", path.display());

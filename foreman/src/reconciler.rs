@@ -100,9 +100,6 @@ impl StopHandle {
     }
 }
 
-/// How long a task's lease lasts without renewal, and how often it is renewed.
-pub(crate) const LEASE: Duration = Duration::from_secs(10);
-const RENEW_EVERY: Duration = Duration::from_secs(2);
 /// How often the idle loop looks for new work (a cheap `PRAGMA data_version`).
 const POLL: Duration = Duration::from_millis(20);
 /// How often labelled leftovers of ended tasks are swept.
@@ -133,7 +130,7 @@ pub(crate) async fn run(
     let mut look_for_work = true;
     loop {
         // Leases: renew ours; adopt tasks whose foreman died.
-        if last_renew.is_none_or(|t| t.elapsed() >= RENEW_EVERY) {
+        if last_renew.is_none_or(|t| t.elapsed() >= ctx.cfg.file.lease / 5) {
             last_renew = Some(tokio::time::Instant::now());
             // Requeued tasks become claimable later without any write.
             look_for_work = true;
@@ -179,8 +176,12 @@ pub(crate) async fn run(
                     break;
                 }
             } else if opts.drain {
-                let queued = ctx.db(|s| s.count_in(&[TaskState::Queued])).await?;
-                if queued == 0 {
+                // Tasks another foreman holds count too: if it died, they
+                // are ours once its lease expires.
+                let left = ctx
+                    .db(|s| s.count_in(&[TaskState::Queued, TaskState::Starting, TaskState::Running]))
+                    .await?;
+                if left == 0 {
                     break;
                 }
             }

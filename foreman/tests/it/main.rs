@@ -5,6 +5,7 @@
 mod fake_llm;
 mod util;
 
+mod chaos;
 mod gateway;
 mod input;
 mod lifecycle;
