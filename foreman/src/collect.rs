@@ -26,7 +26,13 @@ pub(crate) struct Collected {
     pub skipped: Vec<String>,
     /// Secrets found and redacted: `OPENAI_API_KEY in 2 files`.
     pub redacted: Vec<String>,
+    /// The size cap was reached: what was collected is partial, and the
+    /// results directory holds `RESULTS_TRUNCATED.txt` saying so.
+    pub truncated: bool,
 }
+
+/// The marker left in a results directory cut short by the size cap.
+pub(crate) const TRUNCATED_MARKER: &str = "RESULTS_TRUNCATED.txt";
 
 /// Extracts a workspace tar into `dest`, writing first to a sibling
 /// `.partial` directory and redacting `secrets` (variable, value) there.
@@ -35,6 +41,7 @@ pub(crate) fn extract(
     reader: impl Read,
     dest: &Path,
     secrets: &[(String, String)],
+    max_bytes: u64,
 ) -> anyhow::Result<Collected> {
     let parent = dest.parent().context("results path has no parent")?;
     fs::create_dir_all(parent)
@@ -49,7 +56,17 @@ pub(crate) fn extract(
             .with_context(|| format!("clearing `{}`", partial.display()))?;
     }
     fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
-    let mut collected = extract_into(reader, &partial)?;
+    let mut collected = extract_into(reader, &partial, max_bytes)?;
+    if collected.truncated {
+        fs::write(
+            partial.join(TRUNCATED_MARKER),
+            format!(
+                "Collection stopped at the results size cap ({max_bytes} bytes, \
+                 `max_results_size` in config.yaml): this directory is partial.\n"
+            ),
+        )
+        .context("marking truncated results")?;
+    }
     for (var, value) in secrets {
         let files = redact_tree(
             &partial,
@@ -68,7 +85,7 @@ pub(crate) fn extract(
     Ok(collected)
 }
 
-fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
+fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Result<Collected> {
     let mut archive = tar::Archive::new(reader);
     let mut out = Collected::default();
     let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -92,13 +109,30 @@ fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
                     .with_context(|| format!("creating `{}`", target.display()))?;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
-                if let Some(p) = target.parent() {
-                    fs::create_dir_all(p).with_context(|| format!("creating `{}`", p.display()))?;
+                let size = entry.header().size().unwrap_or(0);
+                if out.bytes + size > max_bytes {
+                    out.truncated = true;
+                    break;
                 }
-                let mut file = fs::File::create(&target)
-                    .with_context(|| format!("writing `{}`", target.display()))?;
-                let n = io::copy(&mut entry, &mut file)
-                    .with_context(|| format!("writing `{}`", target.display()))?;
+                if let Some(p) = target.parent()
+                    && let Err(e) = fs::create_dir_all(p)
+                {
+                    out.skipped.push(format!("{shown}: {e}"));
+                    continue;
+                }
+                let mut file = match fs::File::create(&target) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        out.skipped.push(format!("{shown}: {e}"));
+                        continue;
+                    }
+                };
+                // Bounded even if the header lied about the size.
+                let n = io::copy(
+                    &mut (&mut entry).take((max_bytes - out.bytes).saturating_add(1)),
+                    &mut file,
+                )
+                .with_context(|| format!("writing `{}`", target.display()))?;
                 if let Ok(mode) = entry.header().mode() {
                     use std::os::unix::fs::PermissionsExt;
                     // Keep the executable bits, never setuid/setgid/sticky.
@@ -107,6 +141,10 @@ fn extract_into(reader: impl Read, root: &Path) -> anyhow::Result<Collected> {
                 }
                 out.files += 1;
                 out.bytes += n;
+                if out.bytes > max_bytes {
+                    out.truncated = true;
+                    break;
+                }
             }
             tar::EntryType::Symlink => {
                 if let Some(to) = entry.link_name().ok().flatten() {
@@ -295,7 +333,7 @@ mod tests {
             ),
         ]);
         let dest = d.path().join("results/t1");
-        let c = extract(&tar[..], &dest, &[]).unwrap();
+        let c = extract(&tar[..], &dest, &[], u64::MAX).unwrap();
         assert_eq!(c.files, 1);
         assert_eq!(fs::read_to_string(dest.join("a/b.txt")).unwrap(), "hi");
         assert_eq!(fs::read_to_string(dest.join("link")).unwrap(), "hi");
@@ -329,7 +367,7 @@ mod tests {
                 Some("/etc/passwd"),
             ),
         ]);
-        let c = extract(&tar[..], &dest, &[]).unwrap();
+        let c = extract(&tar[..], &dest, &[], u64::MAX).unwrap();
         assert!(!d.path().join("escape.txt").exists());
         assert!(!d.path().join("r/escape.txt").exists());
         assert!(!Path::new("/tmp/through-link").exists());
@@ -369,7 +407,7 @@ mod tests {
         ]);
         let dest = d.path().join("r/t");
         let secrets = vec![("OPENAI_API_KEY".to_string(), secret.to_string())];
-        let c = extract(&tar[..], &dest, &secrets).unwrap();
+        let c = extract(&tar[..], &dest, &secrets, u64::MAX).unwrap();
         assert_eq!(c.redacted, vec!["OPENAI_API_KEY in 2 files".to_string()]);
         assert_eq!(
             fs::read_to_string(dest.join("log.txt")).unwrap(),
@@ -384,6 +422,36 @@ mod tests {
             fs::read_to_string(dest.join("clean.txt")).unwrap(),
             "nothing here"
         );
+    }
+
+    #[test]
+    fn the_size_cap_stops_collection_and_marks_it() {
+        let d = tempfile::tempdir().unwrap();
+        let tar = archive(&[
+            ("workspace/a", tar::EntryType::Regular, &[b'a'; 600], None),
+            ("workspace/b", tar::EntryType::Regular, &[b'b'; 600], None),
+            ("workspace/c", tar::EntryType::Regular, &[b'c'; 10], None),
+        ]);
+        let dest = d.path().join("r/t");
+        let c = extract(&tar[..], &dest, &[], 1000).unwrap();
+        assert!(c.truncated);
+        assert_eq!((c.files, c.bytes), (1, 600));
+        assert!(dest.join("a").is_file() && !dest.join("b").exists());
+        assert!(dest.join(TRUNCATED_MARKER).is_file());
+    }
+
+    #[test]
+    fn a_file_over_a_directory_is_skipped_not_fatal() {
+        let d = tempfile::tempdir().unwrap();
+        let tar = archive(&[
+            ("workspace/x/", tar::EntryType::Directory, b"", None),
+            ("workspace/x", tar::EntryType::Regular, b"file", None),
+            ("workspace/y", tar::EntryType::Regular, b"fine", None),
+        ]);
+        let dest = d.path().join("r/t");
+        let c = extract(&tar[..], &dest, &[], u64::MAX).unwrap();
+        assert_eq!(c.skipped.len(), 1, "{:?}", c.skipped);
+        assert_eq!(fs::read_to_string(dest.join("y")).unwrap(), "fine");
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub(crate) struct ConfigFile {
     /// it dies, another foreman takes them over once this has passed.
     #[serde(deserialize_with = "parse_duration_value")]
     pub lease: Duration,
+    /// Collection stops at this many bytes of files (the task then ends
+    /// `incomplete` with reason `results_too_large`, partial results kept).
+    pub max_results_size: Memory,
     /// Per-task defaults; a prompt's front-matter overrides each.
     pub task: TaskDefaults,
     pub llm: LlmConfig,
@@ -132,6 +135,7 @@ impl Default for ConfigFile {
             run_dir: "/tmp/saheeli".into(),
             stop_grace: Duration::from_secs(10),
             lease: Duration::from_secs(10),
+            max_results_size: Memory(10 << 30),
             task: TaskDefaults::default(),
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),

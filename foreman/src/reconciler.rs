@@ -179,7 +179,9 @@ pub(crate) async fn run(
                 // Tasks another foreman holds count too: if it died, they
                 // are ours once its lease expires.
                 let left = ctx
-                    .db(|s| s.count_in(&[TaskState::Queued, TaskState::Starting, TaskState::Running]))
+                    .db(|s| {
+                        s.count_in(&[TaskState::Queued, TaskState::Starting, TaskState::Running])
+                    })
                     .await?;
                 if left == 0 {
                     break;
@@ -550,7 +552,8 @@ async fn monitor(
 
     let dest = ctx.cfg.results_dir().join(id.to_string());
     let secrets = ctx.upstream.providers.secrets();
-    let collected = collect_workspace(&d, &container, dest.clone(), secrets).await;
+    let cap = ctx.cfg.file.max_results_size.0;
+    let collected = collect_workspace(&d, &container, dest.clone(), secrets, cap).await;
     cleanup(&ctx, id).await;
     // Only now: Docker needs the bind-mounted socket directory to exist
     // for as long as the container does (copying out included).
@@ -609,6 +612,18 @@ async fn monitor(
 
     if let Some(reason) = stopped {
         return finish(&ctx, id, TaskState::Cancelled, reason, outcome, &detail).await;
+    }
+    if collected.truncated {
+        warn!(task_id = %id, cap, "results over the size cap; collection stopped");
+        return finish(
+            &ctx,
+            id,
+            TaskState::Incomplete,
+            "results_too_large",
+            outcome,
+            &detail,
+        )
+        .await;
     }
     match completion {
         Ok(Some(_)) => finish(&ctx, id, TaskState::Complete, "complete", outcome, &detail).await,
@@ -670,11 +685,12 @@ async fn collect_workspace(
     container: &str,
     dest: PathBuf,
     secrets: Vec<(String, String)>,
+    max_bytes: u64,
 ) -> anyhow::Result<collect::Collected> {
     let stream = docker::download_workspace(d, container);
     let reader = tokio_util::io::StreamReader::new(stream);
     let sync = tokio_util::io::SyncIoBridge::new(reader);
-    tokio::task::spawn_blocking(move || collect::extract(sync, &dest, &secrets))
+    tokio::task::spawn_blocking(move || collect::extract(sync, &dest, &secrets, max_bytes))
         .await
         .context("collector thread panicked")?
 }

@@ -16,9 +16,15 @@ struct Rng(u64);
 
 impl Rng {
     fn new() -> Rng {
-        let seed = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos() as u64
-        });
+        let seed = std::env::var("CHAOS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
         eprintln!("chaos seed: {seed} (set CHAOS_SEED to replay)");
         Rng(seed | 1)
     }
@@ -51,19 +57,37 @@ fn check_invariants(s: &Saheeli, ids: &[String]) {
     for id in ids {
         let t = s.task(id);
         assert_eq!(t["state"], "complete", "task {id}: {t:#}");
-        let runs = t["events"].as_array().unwrap().iter().filter(|e| e["to"] == "running").count();
+        let runs = t["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["to"] == "running")
+            .count();
         assert_eq!(runs, 1, "task {id} ran {runs} times: {t:#}");
         let dir = results.join(id);
-        assert!(dir.join("complete.json").is_file(), "task {id}: no complete.json");
-        assert!(dir.join("work.txt").is_file(), "task {id}: workspace not collected");
-        assert!(leftovers(id).is_empty(), "task {id} leaked {:?}", leftovers(id));
+        assert!(
+            dir.join("complete.json").is_file(),
+            "task {id}: no complete.json"
+        );
+        assert!(
+            dir.join("work.txt").is_file(),
+            "task {id}: workspace not collected"
+        );
+        assert!(
+            leftovers(id).is_empty(),
+            "task {id} leaked {:?}",
+            leftovers(id)
+        );
     }
     let partial: Vec<_> = std::fs::read_dir(&results)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".partial"))
         .collect();
-    assert!(partial.is_empty(), "half-collected results left: {partial:?}");
+    assert!(
+        partial.is_empty(),
+        "half-collected results left: {partial:?}"
+    );
 }
 
 #[test]
@@ -77,12 +101,21 @@ fn kill_dash_nine_at_random_moments_loses_and_leaks_nothing() {
         s.write(
             &format!("t{i}.json"),
             &script(&[
-                ("create_file", json!({"path": "work.txt", "content": format!("task {i}")})),
-                ("execute_shell", json!({"command": format!("sleep {}.{:03}", ms / 1000, ms % 1000)})),
+                (
+                    "create_file",
+                    json!({"path": "work.txt", "content": format!("task {i}")}),
+                ),
+                (
+                    "execute_shell",
+                    json!({"command": format!("sleep {}.{:03}", ms / 1000, ms % 1000)}),
+                ),
                 ("task_complete", json!({"message": "done"})),
             ]),
         );
-        s.write(&format!("t{i}.md"), &replay_prompt(&format!("t{i}.json"), ""));
+        s.write(
+            &format!("t{i}.md"),
+            &replay_prompt(&format!("t{i}.json"), ""),
+        );
         ids.push(s.submit(&format!("t{i}.md")));
     }
     let started = Instant::now();
@@ -146,11 +179,17 @@ fn a_hundred_concurrent_submits_all_land() {
     let mut ids = HashSet::new();
     for c in children {
         let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         ids.insert(String::from_utf8(out.stdout).unwrap().trim().to_string());
     }
     assert_eq!(ids.len(), 100);
-    let listed: Vec<Value> = serde_json::from_str(&s.expect(&["task", "status", "--json", "--limit", "1000"], 0)).unwrap();
+    let listed: Vec<Value> =
+        serde_json::from_str(&s.expect(&["task", "status", "--json", "--limit", "1000"], 0))
+            .unwrap();
     assert_eq!(listed.len(), 100);
 }
 
@@ -161,7 +200,10 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
     s.write(
         "crash.json",
         &script(&[
-            ("create_file", json!({"path": "work.txt", "content": "before the crash"})),
+            (
+                "create_file",
+                json!({"path": "work.txt", "content": "before the crash"}),
+            ),
             // The servo is the shell's parent: kill it outright.
             ("execute_shell", json!({"command": "kill -KILL $PPID"})),
         ]),
@@ -174,15 +216,26 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
             ("execute_shell", json!({"command": "python3 -c \"b = bytearray(512 * 1024 * 1024); print(len(b))\""})),
         ]),
     );
-    s.write("oom.md", &replay_prompt("oom.json", "resources: { memory: 64m }\n"));
+    s.write(
+        "oom.md",
+        &replay_prompt("oom.json", "resources: { memory: 64m }\n"),
+    );
     for (prompt, reason) in [("crash.md", "exit 137"), ("oom.md", "oom")] {
         let out = s.run(&["run", prompt, "--json"]);
-        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let t: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(t["state"], "incomplete", "{prompt}");
         assert_eq!(t["reason"], reason, "{prompt}");
         let results = std::path::Path::new(t["results"].as_str().unwrap());
-        assert!(results.join("work.txt").is_file(), "{prompt}: workspace not collected");
+        assert!(
+            results.join("work.txt").is_file(),
+            "{prompt}: workspace not collected"
+        );
         assert!(leftovers(t["id"].as_str().unwrap()).is_empty());
     }
     // The chaos helpers' wait_for is shared; keep it used here too.

@@ -168,3 +168,34 @@ fn paths_outside_the_workspace_are_refused() {
     assert!(!std::path::Path::new("/tmp/through.txt").exists());
     assert!(leftovers(id).is_empty());
 }
+
+#[test]
+fn results_over_the_size_cap_are_kept_partial_and_marked() {
+    require_docker();
+    let s = Saheeli::with_config("max_results_size: 1m\n");
+    s.write(
+        "big.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "head -c 3000000 /dev/zero > big.bin"}),
+            ),
+            ("task_complete", json!({"message": "made a big file"})),
+        ]),
+    );
+    s.write("p.md", &replay_prompt("big.json", ""));
+    let out = s.run(&["run", "p.md", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["state"], "incomplete");
+    assert_eq!(t["reason"], "results_too_large");
+    let results = std::path::Path::new(t["results"].as_str().unwrap());
+    assert!(results.join("RESULTS_TRUNCATED.txt").is_file());
+    assert!(!results.join("big.bin").exists());
+    assert!(leftovers(t["id"].as_str().unwrap()).is_empty());
+}
