@@ -218,6 +218,23 @@ pub(crate) async fn oom_killed(docker: &Docker, container: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// After a Docker error: pings with backoff until the daemon answers again
+/// (it may be restarting), for up to `limit`. Returns whether it did.
+pub(crate) async fn await_daemon(docker: &Docker, limit: Duration) -> bool {
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(250);
+    loop {
+        if docker.ping().await.is_ok() {
+            return true;
+        }
+        if started.elapsed() + wait > limit {
+            return false;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// Whether the container was ever started (running, exited or dead, as
 /// opposed to only created).
 pub(crate) async fn has_started(docker: &Docker, container: &str) -> bool {

@@ -403,6 +403,9 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
     .await
 }
 
+/// How long a supervisor waits for a restarting Docker daemon.
+const DAEMON_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Infrastructure retries of a task whose container vanished.
 const MAX_REQUEUES: i64 = 3;
 
@@ -517,14 +520,23 @@ async fn monitor(
     let mut timed_out = false;
     let mut stopped: Option<&'static str> = None;
 
-    let wait = docker::wait(&d, &container);
-    tokio::pin!(wait);
+    let mut wait = Box::pin(docker::wait(&d, &container));
+    let mut reconnects = 0;
     let sleep = tokio::time::sleep(deadline);
     tokio::pin!(sleep);
     let mut usage_tick = tokio::time::interval(Duration::from_secs(1));
     let exit = loop {
         tokio::select! {
-            r = &mut wait => break r,
+            r = &mut wait => match r {
+                // The daemon went away (a restart?): wait for it, then ask again.
+                Err(e) if reconnects < 5 => {
+                    reconnects += 1;
+                    warn!(task_id = %id, error = %format!("{e:#}"), "lost Docker while waiting; reconnecting");
+                    docker::await_daemon(&d, DAEMON_PATIENCE).await;
+                    wait = Box::pin(docker::wait(&d, &container));
+                }
+                r => break r,
+            },
             _ = &mut sleep, if !timed_out && stopped.is_none() => {
                 warn!(task_id = %id, timeout_s = task.spec.timeout_s, "timeout: stopping servo");
                 timed_out = true;
@@ -553,7 +565,13 @@ async fn monitor(
     let dest = ctx.cfg.results_dir().join(id.to_string());
     let secrets = ctx.upstream.providers.secrets();
     let cap = ctx.cfg.file.max_results_size.0;
-    let collected = collect_workspace(&d, &container, dest.clone(), secrets, cap).await;
+    let mut collected = collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await;
+    for _ in 0..3 {
+        if collected.is_ok() || !docker::await_daemon(&d, DAEMON_PATIENCE).await {
+            break;
+        }
+        collected = collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await;
+    }
     cleanup(&ctx, id).await;
     // Only now: Docker needs the bind-mounted socket directory to exist
     // for as long as the container does (copying out included).

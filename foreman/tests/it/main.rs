@@ -6,6 +6,7 @@ mod fake_llm;
 mod util;
 
 mod chaos;
+mod daemon;
 mod gateway;
 mod input;
 mod lifecycle;
