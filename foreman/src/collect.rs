@@ -306,7 +306,7 @@ mod tests {
         h
     }
 
-    fn archive(entries: &[(&str, tar::EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+    pub(super) fn archive(entries: &[(&str, tar::EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         for (path, kind, data, link) in entries {
             let mut h = header(path, *kind, data.len() as u64);
@@ -482,5 +482,81 @@ mod tests {
                 .unwrap_err()
                 .contains("names task")
         );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::tests::archive;
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry_path() -> impl Strategy<Value = String> {
+        let part = prop_oneof![
+            Just("..".to_string()),
+            Just(".".to_string()),
+            Just("workspace".to_string()),
+            Just("link".to_string()),
+            Just("tmp".to_string()),
+            "[a-z]{1,3}",
+        ];
+        (any::<bool>(), prop::collection::vec(part, 1..6))
+            .prop_map(|(abs, parts)| format!("{}{}", if abs { "/" } else { "" }, parts.join("/")))
+    }
+
+    fn entry() -> impl Strategy<Value = (String, tar::EntryType, Option<String>)> {
+        (
+            entry_path(),
+            prop_oneof![
+                Just(tar::EntryType::Regular),
+                Just(tar::EntryType::Directory),
+                Just(tar::EntryType::Symlink),
+                Just(tar::EntryType::Link),
+                Just(tar::EntryType::Char),
+            ],
+            prop_oneof![Just(None), entry_path().prop_map(Some)],
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn nothing_is_written_outside_the_results_directory(entries in prop::collection::vec(entry(), 1..12)) {
+            let d = tempfile::tempdir().unwrap();
+            let outside = d.path().join("outside");
+            fs::create_dir(&outside).unwrap();
+            let dest = d.path().join("results/t");
+            let list: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = entries
+                .iter()
+                .map(|(p, k, l)| (p.as_str(), *k, &b"data"[..], l.as_deref().or(Some("x"))))
+                .collect();
+            let tar = archive(&list);
+            let _ = extract(&tar[..], &dest, &[], 1 << 20);
+            // Only `results/` was created, and nothing appeared beside it.
+            let top: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert_eq!(top.len(), 2, "{:?}", top);
+            prop_assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+            let in_results: Vec<_> = fs::read_dir(d.path().join("results")).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert!(in_results.len() <= 1, "{:?}", in_results);
+            // No regular file below dest is reached through a symlink.
+            fn walk(dir: &Path, root: &Path) -> Result<(), String> {
+                for e in fs::read_dir(dir).map_err(|e| e.to_string())? {
+                    let e = e.map_err(|e| e.to_string())?;
+                    let ft = e.file_type().map_err(|e| e.to_string())?;
+                    if ft.is_dir() {
+                        walk(&e.path(), root)?;
+                    } else if ft.is_file() {
+                        let real = e.path().canonicalize().map_err(|e| e.to_string())?;
+                        if !real.starts_with(root.canonicalize().unwrap()) {
+                            return Err(format!("{} escapes", e.path().display()));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            if dest.is_dir() {
+                prop_assert!(walk(&dest, &dest).is_ok());
+            }
+        }
     }
 }

@@ -333,3 +333,51 @@ mod tests {
         assert!(Memory::parse("lots").is_err());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the bytes, parsing answers (never panics) and an error
+        /// names a line that exists.
+        #[test]
+        fn any_text_parses_or_fails_cleanly(text in "(---\n)?([a-z_]{0,8}: ?[^\n]{0,12}\n){0,6}(---\n)?[^\u{0}]{0,40}") {
+            match PromptFile::parse("p.md", &text) {
+                Ok(p) => prop_assert!(!p.body.trim().is_empty()),
+                Err(e) => {
+                    if let Some(line) = e.line {
+                        prop_assert!(line >= 1 && line <= text.lines().count().max(1), "{e}");
+                    }
+                }
+            }
+        }
+
+        /// Valid front-matter round-trips its values.
+        #[test]
+        fn valid_front_matter_round_trips(title in "[A-Za-z][A-Za-z ]{0,20}", steps in 1u32..10_000, secs in 1u64..100_000) {
+            let text = format!("---\ntitle: {title}\nmax_steps: {steps}\ntimeout: {secs}\n---\nGo.\n");
+            let p = PromptFile::parse("p.md", &text).unwrap();
+            prop_assert_eq!(p.front_matter.title.as_deref(), Some(title.trim()));
+            prop_assert_eq!(p.front_matter.max_steps, Some(steps));
+            prop_assert_eq!(p.front_matter.timeout, Some(Timeout(Duration::from_secs(secs))));
+        }
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        // Nine levels of nine-fold aliases inside one value: 9^9 strings if expanded.
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        let mut parts = vec![format!("&a [{}]", vec!["\"lol\""; 9].join(","))];
+        for w in names.windows(2) {
+            let refs = vec![format!("*{}", w[0]); 9].join(",");
+            parts.push(format!("&{} [{refs}]", w[1]));
+        }
+        let mut text = format!("---\ntitle: [{}]\n", parts.join(", "));
+        text.push_str("---\nGo.\n");
+        let started = std::time::Instant::now();
+        assert!(PromptFile::parse("p.md", &text).is_err());
+        assert!(started.elapsed().as_secs() < 5);
+    }
+}

@@ -126,3 +126,48 @@ mod tests {
         assert_eq!(w.resolve("inlink/f").unwrap(), w.root().join("in/f"));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Paths built from parts that tend to escape: `..`, `/`, symlinks.
+    fn hostile_path() -> impl Strategy<Value = String> {
+        let part = prop_oneof![
+            Just("..".to_string()),
+            Just(".".to_string()),
+            Just("".to_string()),
+            Just("out".to_string()),
+            Just("in".to_string()),
+            Just("loop".to_string()),
+            Just("etc".to_string()),
+            "[a-z]{1,3}",
+        ];
+        (any::<bool>(), prop::collection::vec(part, 0..8))
+            .prop_map(|(abs, parts)| format!("{}{}", if abs { "/" } else { "" }, parts.join("/")))
+    }
+
+    proptest! {
+        #[test]
+        fn resolved_paths_never_leave_the_workspace(raw in hostile_path()) {
+            let d = tempfile::tempdir().unwrap();
+            let root = d.path().join("ws");
+            std::fs::create_dir_all(root.join("in/deeper")).unwrap();
+            std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
+            std::os::unix::fs::symlink("../..", root.join("in/deeper/up")).unwrap();
+            std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
+            let ws = Workspace::new(&root).unwrap();
+            if let Ok(p) = ws.resolve(&raw) {
+                prop_assert!(p.starts_with(ws.root()), "{raw} -> {}", p.display());
+                // The part that exists really is inside, links followed.
+                let mut existing = p.as_path();
+                while existing.symlink_metadata().is_err() {
+                    existing = existing.parent().unwrap();
+                }
+                let real = existing.canonicalize().unwrap();
+                prop_assert!(real.starts_with(ws.root()), "{raw} -> {}", real.display());
+            }
+        }
+    }
+}
