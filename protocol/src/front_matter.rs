@@ -369,7 +369,7 @@ mod properties {
     fn alias_bombs_are_refused() {
         // Nine levels of nine-fold aliases inside one value: 9^9 strings if expanded.
         let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
-        let mut parts = vec![format!("&a [{}]", vec!["\"lol\""; 9].join(","))];
+        let mut parts = vec![format!("&a [{}]", ["\"lol\""; 9].join(","))];
         for w in names.windows(2) {
             let refs = vec![format!("*{}", w[0]); 9].join(",");
             parts.push(format!("&{} [{refs}]", w[1]));
