@@ -13,3 +13,7 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+# The benchmark's quick mode: proves every measurement still works (it
+# never fails on a timing).
+cargo build --quiet -p saheeli-bench
+./target/debug/saheeli-bench --quick --saheeli target/debug/saheeli --servo target/release/servo

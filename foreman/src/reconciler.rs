@@ -565,6 +565,7 @@ async fn monitor(
     let dest = ctx.cfg.results_dir().join(id.to_string());
     let secrets = ctx.upstream.providers.secrets();
     let cap = ctx.cfg.file.max_results_size.0;
+    let collect_started = std::time::Instant::now();
     let mut collected = collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await;
     for _ in 0..3 {
         if collected.is_ok() || !docker::await_daemon(&d, DAEMON_PATIENCE).await {
@@ -572,6 +573,7 @@ async fn monitor(
         }
         collected = collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await;
     }
+    let collect_ms = collect_started.elapsed().as_millis();
     cleanup(&ctx, id).await;
     // Only now: Docker needs the bind-mounted socket directory to exist
     // for as long as the container does (copying out included).
@@ -605,7 +607,7 @@ async fn monitor(
         Err(e) => format!("wait failed: {e:#}"),
     };
     let mut detail = format!(
-        "{exit_desc}; collected {} files, {} bytes into {}",
+        "{exit_desc}; collected {} files, {} bytes in {collect_ms} ms into {}",
         collected.files,
         collected.bytes,
         dest.display()
