@@ -89,6 +89,7 @@ pub(crate) async fn create_container(
     image: &str,
     volume: &str,
     gateway_dir: Option<&Path>,
+    launch_env: Option<String>,
 ) -> anyhow::Result<String> {
     let mut mounts = vec![Mount {
         target: Some(paths::WORKSPACE.into()),
@@ -111,6 +112,9 @@ pub(crate) async fn create_container(
     }
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     env.push("HOME=/tmp".into());
+    if let Some(json) = launch_env {
+        env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
+    }
     let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
     let host_config = HostConfig {
         cap_drop: Some(vec!["ALL".into()]),

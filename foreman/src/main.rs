@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("saheeli_foreman={level},warn")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("saheeli={level},warn")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

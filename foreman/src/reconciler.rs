@@ -463,7 +463,10 @@ async fn launch(
     let id = task.id;
     let d = &ctx.docker;
     let image = ctx.cfg.file.image.clone();
+    let t0 = std::time::Instant::now();
+    let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
     docker::require_image(d, &image).await?;
+    lap("image checked");
     if !task.spec.is_replay() {
         *gateway = Some(
             Gateway::start(
@@ -477,6 +480,14 @@ async fn launch(
         );
     }
     let volume = docker::create_volume(d, id).await?;
+    lap("volume created");
+    // Small launches travel in the environment: no upload before start.
+    let launch = saheeli_protocol::Launch {
+        task: task.spec.servo_task(id),
+        prompt: task.spec.body.clone(),
+    };
+    let launch_json = serde_json::to_string(&launch)?;
+    let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
     let container = docker::create_container(
         d,
         id,
@@ -484,17 +495,23 @@ async fn launch(
         &image,
         &volume,
         gateway.as_ref().map(|g| g.dir()),
+        in_env.then_some(launch_json),
     )
     .await?;
+    lap("container created");
     let cid = container.clone();
     ctx.db(move |s| s.set_container(id, &cid)).await?;
     let input = inputs::workspace_tar(&ctx.cfg.state_dir(), id);
     if input.is_file() {
         docker::upload_file(d, &container, &input).await?;
     }
-    let launch = inputs::launch_tar(&task.spec.body, &task.spec.servo_task(id))?;
-    docker::upload(d, &container, launch.into()).await?;
+    if !in_env {
+        let tar = inputs::launch_tar(&launch.prompt, &launch.task)?;
+        docker::upload(d, &container, tar.into()).await?;
+    }
+    lap("uploaded");
     docker::start(d, &container).await?;
+    lap("started");
     let detail = format!("container {}", &container[..12.min(container.len())]);
     ctx.db(move |s| s.transition(id, TaskState::Running, Some(&detail), None))
         .await?;
@@ -709,7 +726,9 @@ async fn collect_workspace(
 ) -> anyhow::Result<collect::Collected> {
     let stream = docker::download_workspace(d, container);
     let reader = tokio_util::io::StreamReader::new(stream);
-    let sync = tokio_util::io::SyncIoBridge::new(reader);
+    // tar reads 512-byte headers: buffer, or every read is a trip across the bridge.
+    let sync =
+        std::io::BufReader::with_capacity(1 << 20, tokio_util::io::SyncIoBridge::new(reader));
     tokio::task::spawn_blocking(move || collect::extract(sync, &dest, &secrets, max_bytes))
         .await
         .context("collector thread panicked")?

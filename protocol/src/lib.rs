@@ -29,7 +29,7 @@ pub use completion::Completion;
 pub use exit::ServoExit;
 pub use front_matter::{FrontMatter, FrontMatterError, NetworkMode, PromptFile, Resources};
 pub use replay::{ReplayError, ReplayScript, ReplayTurn};
-pub use task::{ServoTask, TaskId};
+pub use task::{LAUNCH_ENV, Launch, ServoTask, TaskId};
 
 /// Where things live inside a servo container.
 pub mod paths {

@@ -74,3 +74,24 @@ pub struct ServoTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,
 }
+
+/// The environment variable that may carry a [`Launch`] as JSON, sparing
+/// the foreman an upload into the container before it starts (an archive
+/// upload to a stopped container costs a mount; an environment variable is
+/// free). Larger launches are uploaded as files instead.
+pub const LAUNCH_ENV: &str = "SAHEELI_LAUNCH";
+
+/// What a servo needs to start: its task and the prompt body. The servo
+/// writes both into the workspace (`.saheeli/task.json`, `prompt.md`), so
+/// the collected results look the same however they arrived.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    pub task: ServoTask,
+    pub prompt: String,
+}
+
+impl Launch {
+    /// Largest launch passed in the environment (Linux caps one variable at 128 KiB).
+    pub const MAX_ENV_BYTES: usize = 96 * 1024;
+}

@@ -39,6 +39,7 @@ pub(crate) struct Agent {
     messages: Vec<ChatMessage>,
     usage: Usage,
     steps: u32,
+    last_save: Instant,
 }
 
 impl Agent {
@@ -73,6 +74,7 @@ impl Agent {
             ],
             usage: Usage::default(),
             steps: 0,
+            last_save: Instant::now(),
             root,
             task,
         })
@@ -153,7 +155,7 @@ impl Agent {
                             self.messages.push(ChatMessage::user(format!(
                                 "[saheeli] Your last response could not be used ({why}). Please answer again."
                             )));
-                            self.save_session();
+                            self.save_session_soon();
                             continue;
                         }
                     };
@@ -204,7 +206,7 @@ impl Agent {
                 }
             }
             self.note_budget(started);
-            self.save_session();
+            self.save_session_soon();
         }
     }
 
@@ -249,6 +251,16 @@ impl Agent {
             &self.root.join("complete.json"),
             &serde_json::to_vec_pretty(&c)?,
         )
+    }
+
+    /// Saves the session at most once a second while the loop runs (it is
+    /// rewritten whole, so saving every step costs O(steps²)); the final
+    /// save happens on every exit, SIGTERM included.
+    fn save_session_soon(&mut self) {
+        if self.last_save.elapsed() >= Duration::from_secs(1) {
+            self.save_session();
+            self.last_save = Instant::now();
+        }
     }
 
     fn save_session(&self) {

@@ -49,6 +49,10 @@ async fn run() -> ServoExit {
         PathBuf::from(std::env::var("SAHEELI_WORKSPACE").unwrap_or_else(|_| "/workspace".into()));
     let gateway = std::env::var("SAHEELI_GATEWAY")
         .unwrap_or_else(|_| format!("unix:{}", saheeli_protocol::paths::GATEWAY_SOCKET));
+    if let Err(e) = unpack_launch(&root) {
+        eprintln!("servo: {e}");
+        return ServoExit::BadTask;
+    }
     let task_path = root.join(".saheeli/task.json");
     let task: ServoTask = match std::fs::read(&task_path)
         .map_err(|e| e.to_string())
@@ -77,4 +81,21 @@ async fn run() -> ServoExit {
             ServoExit::BadTask
         }
     }
+}
+
+/// Writes a launch passed in the environment into the workspace, as the
+/// foreman would otherwise have uploaded it.
+fn unpack_launch(root: &std::path::Path) -> Result<(), String> {
+    let Ok(json) = std::env::var(saheeli_protocol::LAUNCH_ENV) else {
+        return Ok(());
+    };
+    let launch: saheeli_protocol::Launch = serde_json::from_str(&json)
+        .map_err(|e| format!("invalid {}: {e}", saheeli_protocol::LAUNCH_ENV))?;
+    let dir = root.join(".saheeli");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating `{}`: {e}", dir.display()))?;
+    let task = serde_json::to_vec_pretty(&launch.task).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("task.json"), task).map_err(|e| format!("writing task.json: {e}"))?;
+    std::fs::write(root.join("prompt.md"), launch.prompt)
+        .map_err(|e| format!("writing prompt.md: {e}"))?;
+    Ok(())
 }

@@ -44,7 +44,7 @@ fn chaos_project() -> Saheeli {
 
 fn serve(s: &Saheeli, jobs: &str) -> Child {
     s.cmd(&["serve", "--drain", "-j", jobs])
-        .env("RUST_LOG", "saheeli_foreman=warn")
+        .env("RUST_LOG", "saheeli=warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

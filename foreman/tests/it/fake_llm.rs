@@ -192,9 +192,17 @@ async fn handle(
                 return axum::Json(json!({"unexpected": true, "usage": usage})).into_response();
             }
             Reply::Truncated => {
-                let mut r = (StatusCode::OK, "{\"choices\": []").into_response();
+                // Promise 4096 bytes, send 14, then drop the connection.
+                let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                    Ok(Bytes::from_static(b"{\"choices\": [")),
+                    Err(std::io::Error::other("connection cut")),
+                ];
+                let body = axum::body::Body::from_stream(futures_util::stream::iter(chunks));
+                let mut r = (StatusCode::OK, body).into_response();
                 r.headers_mut()
                     .insert("content-length", "4096".parse().unwrap());
+                r.headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
                 return r;
             }
             Reply::Tools(calls, (prompt, completion)) => {
