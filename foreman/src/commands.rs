@@ -52,7 +52,7 @@ fn submit_prompt(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow::Resu
         // Copied before the row exists: a failure here queues nothing.
         inputs::pack_workspace(ws, &inputs::workspace_tar(&cfg.state_dir(), id))?;
     }
-    store.submit(id, &spec, args.priority, None)?;
+    store.submit(id, &spec, args.priority, None, 1)?;
     Ok(id)
 }
 
@@ -84,10 +84,13 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
             Some(id) => {
                 let t = store.require(id)?;
                 let events = store.events(t.id)?;
+                let attempts = store.attempts(t.id)?;
                 if args.json {
-                    serde_json::to_string_pretty(&TaskView::new(&t, Some(&events)))?
+                    let mut view = TaskView::new(&t, Some(&events));
+                    view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
+                    serde_json::to_string_pretty(&view)?
                 } else {
-                    output::detail(&t, &events)
+                    output::detail(&t, &events, &attempts)
                 }
             }
             None => {
@@ -323,13 +326,8 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
     let mut store = open_store(cfg)?;
     let old: TaskRow = store.require(&args.id)?;
     let id = TaskId::new();
-    let old_input = inputs::workspace_tar(&cfg.state_dir(), old.id);
-    if old_input.is_file() {
-        let new_input = inputs::workspace_tar(&cfg.state_dir(), id);
-        std::fs::copy(&old_input, &new_input)
-            .with_context(|| format!("copying the workspace of `{}`", old.id))?;
-    }
-    store.submit(id, &old.spec, old.priority, Some(old.id))?;
+    inputs::copy_workspace(&cfg.state_dir(), old.id, id)?;
+    store.submit(id, &old.spec, old.priority, Some(old.id), old.attempt + 1)?;
     if args.json {
         println!(
             "{}",
@@ -457,7 +455,13 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         stop,
     )
     .await?;
-    let t = ctx.db(move |s| s.require(&id.to_string())).await?;
+    // The last attempt is the outcome (retries by policy are new tasks).
+    let t = ctx
+        .db(move |s| s.attempts(id))
+        .await?
+        .pop()
+        .expect("a task has at least one attempt");
+    let id = t.id;
     if args.json {
         println!(
             "{}",

@@ -106,7 +106,25 @@ pub(crate) struct TaskDefaults {
     pub max_tokens: Option<u64>,
     /// Cost budget per task in USD (needs `prices` for the model).
     pub max_cost: Option<f64>,
+    /// Further attempts when the agent ends incomplete (0: none).
+    pub retries: u32,
+    /// The incomplete reasons that are retried.
+    pub retry_on: Vec<String>,
 }
+
+/// Reasons an agent attempt may end incomplete that a retry can help with.
+pub(crate) const RETRYABLE: &[&str] = &[
+    "timeout",
+    "max_steps",
+    "llm_error",
+    "oom",
+    "exit",
+    "terminated",
+    "lost",
+    "replay_exhausted",
+    "no_completion",
+    "invalid_completion",
+];
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -157,6 +175,8 @@ impl Default for TaskDefaults {
             max_output_bytes: 16 * 1024,
             max_tokens: None,
             max_cost: None,
+            retries: 0,
+            retry_on: RETRYABLE.iter().map(|s| s.to_string()).collect(),
         }
     }
 }

@@ -18,6 +18,16 @@ pub(crate) fn workspace_tar(state_dir: &Path, id: TaskId) -> PathBuf {
     state_dir.join("inputs").join(format!("{id}.tar"))
 }
 
+/// Gives task `to` the submitted workspace of task `from`, if it had one.
+pub(crate) fn copy_workspace(state_dir: &Path, from: TaskId, to: TaskId) -> anyhow::Result<()> {
+    let src = workspace_tar(state_dir, from);
+    if src.is_file() {
+        std::fs::copy(&src, workspace_tar(state_dir, to))
+            .with_context(|| format!("copying the workspace of `{from}`"))?;
+    }
+    Ok(())
+}
+
 /// Copies `src` into a tar at `dest` (symlinks kept as links, never followed).
 pub(crate) fn pack_workspace(src: &Path, dest: &Path) -> anyhow::Result<()> {
     if let Some(p) = dest.parent() {

@@ -30,12 +30,38 @@ pub(crate) struct TaskView {
     /// The results directory, once collected.
     pub results: Option<String>,
     pub retry_of: Option<String>,
+    /// 1 for the first attempt; retries (by policy or `task retry`) count up.
+    pub attempt: i64,
     pub prompt: String,
     /// The servo container while it exists.
     pub container: Option<String>,
     pub cancel_requested: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
+    /// Every attempt of this task, oldest first (one task each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct AttemptView {
+    pub id: String,
+    pub attempt: i64,
+    pub state: String,
+    pub reason: Option<String>,
+    pub results: Option<String>,
+}
+
+impl AttemptView {
+    pub fn new(t: &TaskRow) -> AttemptView {
+        AttemptView {
+            id: t.id.to_string(),
+            attempt: t.attempt,
+            state: t.state.to_string(),
+            reason: t.reason.clone(),
+            results: t.results_path.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +101,7 @@ impl TaskView {
             duration_s: duration_ms(t).map(|ms| ms as f64 / 1000.0),
             results: t.results_path.clone(),
             retry_of: t.retry_of.map(|r| r.to_string()),
+            attempt: t.attempt,
             prompt: t.spec.prompt_path.clone(),
             container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
             cancel_requested: t.cancel_requested,
@@ -88,6 +115,7 @@ impl TaskView {
                     })
                     .collect()
             }),
+            attempts: None,
         }
     }
 }
@@ -147,8 +175,8 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
     table.to_string()
 }
 
-/// One task in detail, with its event history.
-pub(crate) fn detail(t: &TaskRow, events: &[EventRow]) -> String {
+/// One task in detail, with its attempts and event history.
+pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "id:        {}", t.id);
@@ -199,6 +227,24 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow]) -> String {
     }
     if let Some(p) = &t.results_path {
         let _ = writeln!(s, "results:   {p}");
+    }
+    if attempts.len() > 1 {
+        let _ = writeln!(s, "attempts:");
+        for a in attempts {
+            let _ = writeln!(
+                s,
+                "  {} {}  {}{}{}",
+                a.attempt,
+                a.id,
+                a.state,
+                a.reason
+                    .as_deref()
+                    .filter(|r| *r != a.state.as_str())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
+                if a.id == t.id { "  <- this one" } else { "" }
+            );
+        }
     }
     let _ = writeln!(s, "events:");
     for e in events {

@@ -128,6 +128,8 @@ pub(crate) async fn run(
     let mut last_sweep: Option<tokio::time::Instant> = None;
     let mut seen_version = None;
     let mut look_for_work = true;
+    // `saheeli run` follows its task through retries.
+    let mut only = opts.only;
     loop {
         // Leases: renew ours; adopt tasks whose foreman died.
         if last_renew.is_none_or(|t| t.elapsed() >= ctx.cfg.file.lease / 5) {
@@ -136,7 +138,7 @@ pub(crate) async fn run(
             look_for_work = true;
             let lease = ctx.lease.clone();
             ctx.db(move |s| s.renew(&lease)).await?;
-            if opts.only.is_none() && !drain.is_cancelled() {
+            if only.is_none() && !drain.is_cancelled() {
                 let lease = ctx.lease.clone();
                 for task in ctx.db(move |s| s.take_over_expired(&lease)).await? {
                     info!(task_id = %task.id, state = %task.state, "taking over a task whose foreman stopped");
@@ -147,13 +149,12 @@ pub(crate) async fn run(
                 }
             }
         }
-        if opts.only.is_none() && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+        if only.is_none() && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
             last_sweep = Some(tokio::time::Instant::now());
             sweep(&ctx, &handles).await;
         }
 
         while look_for_work && !drain.is_cancelled() && running.len() < concurrency {
-            let only = opts.only;
             let lease = ctx.lease.clone();
             let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
                 look_for_work = false;
@@ -170,10 +171,17 @@ pub(crate) async fn run(
             if drain.is_cancelled() {
                 break;
             }
-            if let Some(id) = opts.only {
+            if let Some(id) = only {
                 let t = ctx.db(move |s| s.require(&id.to_string())).await?;
                 if t.state.is_terminal() {
-                    break;
+                    match ctx.db(move |s| s.retried_as(id)).await? {
+                        Some(next) => {
+                            only = Some(next.id);
+                            look_for_work = true;
+                            continue;
+                        }
+                        None => break,
+                    }
                 }
             } else if opts.drain {
                 // Tasks another foreman holds count too: if it died, they
@@ -762,13 +770,51 @@ async fn finish(
     detail: &str,
 ) -> Joined {
     outcome.reason = Some(reason.to_string());
-    let detail = detail.to_string();
+    let mut detail = detail.to_string();
+    // The retry policy: another attempt, as a new task linked to this one.
+    let mut retry = None;
+    if to == TaskState::Incomplete
+        && let Ok(task) = ctx.db(move |s| s.require(&id.to_string())).await
+    {
+        let kind = reason.split([' ', ':']).next().unwrap_or(reason);
+        let allowed = task.spec.retry_on.iter().any(|r| r == kind);
+        if allowed && task.attempt <= i64::from(task.spec.retries) {
+            let next = TaskId::new();
+            match inputs::copy_workspace(&ctx.cfg.state_dir(), id, next) {
+                Ok(()) => {
+                    detail.push_str(&format!(
+                        "; retried as {next} (attempt {} of {})",
+                        task.attempt + 1,
+                        task.spec.retries + 1
+                    ));
+                    retry = Some((next, task));
+                }
+                Err(e) => warn!(task_id = %id, error = %format!("{e:#}"), "not retried"),
+            }
+        }
+    }
     match ctx
         .db(move |s| s.transition(id, to, Some(&detail), Some(&outcome)))
         .await
     {
         Ok(()) => info!(task_id = %id, state = %to, reason, "task finished"),
         Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "recording the outcome failed"),
+    }
+    if let Some((next, task)) = retry {
+        let attempt = task.attempt + 1;
+        match ctx
+            .db(move |s| s.submit(next, &task.spec, task.priority, Some(id), attempt))
+            .await
+        {
+            Ok(()) => {
+                info!(task_id = %id, retry = %next, attempt, "agent outcome retried by policy");
+                // Superseded: the retry reports for both.
+                return (id, None);
+            }
+            Err(e) => {
+                error!(task_id = %id, error = %format!("{e:#}"), "submitting the retry failed")
+            }
+        }
     }
     (id, Some(to))
 }

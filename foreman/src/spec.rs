@@ -25,6 +25,10 @@ pub(crate) struct TaskSpec {
     pub max_tokens: Option<u64>,
     #[serde(default)]
     pub max_cost: Option<f64>,
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default)]
+    pub retry_on: Vec<String>,
     pub timeout_s: u64,
     pub network: NetworkMode,
     pub memory: u64,
@@ -45,6 +49,7 @@ const PARAM_KEYS: &[&str] = &[
     "max_steps",
     "max_tokens",
     "max_cost",
+    "retries",
     "timeout",
     "workspace",
     "network",
@@ -129,6 +134,18 @@ impl TaskSpec {
                 );
             }
         }
+        let retries = fm.retries.unwrap_or(d.retries);
+        let retry_on = fm.retry_on.unwrap_or_else(|| d.retry_on.clone());
+        if let Some(bad) = retry_on
+            .iter()
+            .find(|r| !crate::config::RETRYABLE.contains(&r.as_str()))
+        {
+            bail!(
+                "{}: `retry_on` reason `{bad}` is not retryable; use any of {}",
+                path.display(),
+                crate::config::RETRYABLE.join(", ")
+            );
+        }
         let max_tokens = fm.max_tokens.or(d.max_tokens);
         let max_cost = fm.max_cost.or(d.max_cost);
         if let Some(c) = max_cost {
@@ -161,6 +178,8 @@ impl TaskSpec {
             max_steps,
             max_tokens,
             max_cost,
+            retries,
+            retry_on,
             timeout_s: fm
                 .timeout
                 .map(|t| t.0)

@@ -73,6 +73,7 @@ const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0;
          ALTER TABLE tasks ADD COLUMN not_before INTEGER;",
     ),
+    M::up("ALTER TABLE tasks ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;"),
 ];
 
 /// Milliseconds since the Unix epoch.
@@ -104,6 +105,7 @@ pub(crate) struct TaskRow {
     pub cancel_requested: bool,
     pub cost_usd: f64,
     pub requeues: i64,
+    pub attempt: i64,
 }
 
 /// Who holds a task while it runs, and for how long without renewal.
@@ -149,7 +151,7 @@ pub(crate) struct Store {
 
 const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
-     requeues";
+     requeues, attempt";
 
 impl Store {
     /// Opens (creating when absent) and migrates the database.
@@ -170,6 +172,7 @@ impl Store {
         spec: &TaskSpec,
         priority: i64,
         retry_of: Option<TaskId>,
+        attempt: i64,
     ) -> Result<()> {
         let tx = self
             .conn
@@ -177,19 +180,23 @@ impl Store {
         let now = now_ms();
         let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
         tx.execute(
-            "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at)
-             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+            "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7)",
             params![
                 id.to_string(),
                 spec.title,
                 priority,
                 spec_json,
                 retry_of.map(|r| r.to_string()),
-                now
+                now,
+                attempt
             ],
         )?;
         let detail = match retry_of {
-            Some(old) => format!("submitted from {} (retry of {old})", spec.prompt_path),
+            Some(old) => format!(
+                "submitted from {} (attempt {attempt}, retry of {old})",
+                spec.prompt_path
+            ),
             None => format!("submitted from {}", spec.prompt_path),
         };
         insert_event(&tx, id, now, None, TaskState::Queued, Some(&detail))?;
@@ -364,6 +371,34 @@ impl Store {
             params![id.to_string()],
         )?;
         Ok(())
+    }
+
+    /// Every attempt of the task `id` belongs to, oldest first: the chain
+    /// of tasks linked by `retry_of`.
+    pub fn attempts(&self, id: TaskId) -> Result<Vec<TaskRow>> {
+        let mut root = self.require(&id.to_string())?;
+        while let Some(parent) = root
+            .retry_of
+            .and_then(|p| self.get(&p.to_string()).ok().flatten())
+        {
+            root = parent;
+        }
+        let mut chain = vec![root];
+        while let Some(next) = self.retried_as(chain.last().expect("non-empty").id)? {
+            chain.push(next);
+        }
+        Ok(chain)
+    }
+
+    /// The task that retried `id`, if any.
+    pub fn retried_as(&self, id: TaskId) -> Result<Option<TaskRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE retry_of = ?1 ORDER BY id LIMIT 1"
+        ))?;
+        Ok(stmt
+            .query_map(params![id.to_string()], read_row)?
+            .next()
+            .transpose()?)
     }
 
     /// Changes whenever another connection commits: a cheap "anything new?".
@@ -584,6 +619,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         cancel_requested: r.get::<_, i64>(15)? != 0,
         cost_usd: r.get(16)?,
         requeues: r.get(17)?,
+        attempt: r.get(18)?,
     })
 }
 
@@ -601,6 +637,8 @@ mod tests {
             max_steps: 5,
             max_tokens: None,
             max_cost: None,
+            retries: 0,
+            retry_on: vec![],
             timeout_s: 60,
             network: saheeli_protocol::NetworkMode::None,
             memory: 1 << 30,
@@ -632,9 +670,9 @@ mod tests {
         let a = TaskId::new();
         let b = TaskId::new();
         let c = TaskId::new();
-        s.submit(a, &spec("a"), 0, None).unwrap();
-        s.submit(b, &spec("b"), 5, None).unwrap();
-        s.submit(c, &spec("c"), 0, None).unwrap();
+        s.submit(a, &spec("a"), 0, None, 1).unwrap();
+        s.submit(b, &spec("b"), 5, None, 1).unwrap();
+        s.submit(c, &spec("c"), 0, None, 1).unwrap();
         let order: Vec<_> =
             std::iter::from_fn(|| s.claim_next(None, &lease()).unwrap().map(|t| t.id)).collect();
         assert_eq!(order, vec![b, a, c]);
@@ -645,7 +683,7 @@ mod tests {
     fn transitions_are_checked_and_recorded() {
         let (_d, mut s) = store();
         let id = TaskId::new();
-        s.submit(id, &spec("t"), 0, None).unwrap();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
         let err = s
             .transition(id, TaskState::Complete, None, None)
             .unwrap_err();
@@ -679,8 +717,8 @@ mod tests {
     fn expired_leases_are_taken_over_live_ones_are_not() {
         let (_d, mut s) = store();
         let (a, b) = (TaskId::new(), TaskId::new());
-        s.submit(a, &spec("a"), 0, None).unwrap();
-        s.submit(b, &spec("b"), 0, None).unwrap();
+        s.submit(a, &spec("a"), 0, None, 1).unwrap();
+        s.submit(b, &spec("b"), 0, None, 1).unwrap();
         let live = lease();
         let dead = Lease {
             owner: "dead".into(),
@@ -711,7 +749,7 @@ mod tests {
     fn prefix_lookup_and_cancel() {
         let (_d, mut s) = store();
         let id = TaskId::new();
-        s.submit(id, &spec("t"), 0, None).unwrap();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
         let full = id.to_string();
         assert_eq!(s.require(&full[..8]).unwrap().id, id);
         assert_eq!(s.require(&id.short()).unwrap().id, id);

@@ -39,6 +39,11 @@ pub struct FrontMatter {
     /// Environment for the servo's shell commands. Never secrets.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Further attempts when the agent ends incomplete (Kubernetes Job
+    /// `backoffLimit`); each attempt is a new task linked to the last.
+    pub retries: Option<u32>,
+    /// Which incomplete reasons are retried (`timeout`, `max_steps`, …).
+    pub retry_on: Option<Vec<String>>,
     /// A command run after `task_complete` (verify-and-retry loop).
     pub verify: Option<String>,
 }

@@ -139,3 +139,94 @@ fn retry_makes_a_new_linked_task_from_the_same_prompt() {
         "input"
     );
 }
+
+#[test]
+fn the_retry_policy_makes_linked_attempts() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "never.json",
+        &script(&[
+            ("execute_shell", json!({"command": "true"})),
+            ("task_complete", json!({"message": "too late"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        &replay_prompt("never.json", "max_steps: 1\nretries: 2\n"),
+    );
+    let out = s.run(&["run", "p.md", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(last["attempt"], 3);
+    assert_eq!(last["reason"], "max_steps");
+    let tasks = s.tasks();
+    assert_eq!(tasks.len(), 3);
+    let first = tasks.iter().find(|t| t["attempt"] == 1).unwrap();
+    let detail = s.task(first["id"].as_str().unwrap());
+    let attempts: Vec<_> = detail["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["attempt"].clone())
+        .collect();
+    assert_eq!(attempts, vec![1, 2, 3]);
+    assert!(
+        detail["events"].as_array().unwrap().last().unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("retried as"),
+        "{detail:#}"
+    );
+    // Each attempt kept its own results.
+    for t in &tasks {
+        assert!(
+            Path::new(t["results"].as_str().unwrap())
+                .join(".saheeli/task.json")
+                .is_file()
+        );
+        assert!(leftovers(t["id"].as_str().unwrap()).is_empty());
+    }
+}
+
+#[test]
+fn a_retry_can_succeed_and_run_reports_it() {
+    require_docker();
+    use crate::fake_llm::{FakeLlm, Reply};
+    let llm = FakeLlm::start(vec![
+        Reply::tool("execute_shell", json!({"command": "true"})),
+        Reply::tool("task_complete", json!({"message": "second time lucky"})),
+    ]);
+    let s = Saheeli::new().env("OPENAI_BASE_URL", &llm.base_url());
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\nmax_steps: 1\nretries: 1\nretry_on: [max_steps]\n---\nTry.\n",
+    );
+    let out = s.run(&["run", "p.md", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (t["state"].as_str(), t["attempt"].as_i64()),
+        (Some("complete"), Some(2))
+    );
+    assert!(t["retry_of"].is_string());
+
+    // Unknown reasons are refused at submit time.
+    s.write("q.md", "---\nretry_on: [budget]\n---\nTry.\n");
+    let out = s.run(&["task", "submit", "--prompt", "q.md"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("`retry_on` reason `budget` is not retryable")
+    );
+}
