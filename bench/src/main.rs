@@ -43,6 +43,10 @@ struct Args {
     /// Where the JSON report goes.
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    /// Run only these measurements: floor, dispatch, step, throughput,
+    /// collection, rss, status, size (repeatable).
+    #[arg(long)]
+    only: Vec<String>,
 }
 
 #[tokio::main]
@@ -125,19 +129,36 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(env: &Env, args: &Args) -> anyhow::Result<Vec<stats::Figure>> {
-    let (cs, total, burst) = measure::floors(env).await?;
-    let (cs_median, burst_ms) = (cs.median, burst.median);
-    let mut figures = vec![cs, total, burst];
-    figures.push(measure::dispatch(env, cs_median).await?);
-    figures.push(measure::per_step(env).await?);
-    figures.push(measure::throughput(env, burst_ms).await?);
-    figures.push(footprint::collection(env).await?);
-    figures.push(footprint::foreman_rss(env).await?);
-    let (table, json) = footprint::status_latency(env).await?;
-    figures.push(table);
-    figures.push(json);
-    let (bin, img) = footprint::sizes(env, &args.servo).await?;
-    figures.push(bin);
-    figures.push(img);
+    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    let mut figures = vec![];
+    let (mut cs_median, mut burst_ms) = (f64::NAN, f64::NAN);
+    if want("floor") || want("dispatch") || want("throughput") {
+        let (cs, total, burst) = measure::floors(env).await?;
+        (cs_median, burst_ms) = (cs.median, burst.median);
+        figures.extend([cs, total, burst]);
+    }
+    if want("dispatch") {
+        figures.push(measure::dispatch(env, cs_median).await?);
+    }
+    if want("step") {
+        figures.push(measure::per_step(env).await?);
+    }
+    if want("throughput") {
+        figures.push(measure::throughput(env, burst_ms).await?);
+    }
+    if want("collection") {
+        figures.push(footprint::collection(env).await?);
+    }
+    if want("rss") {
+        figures.push(footprint::foreman_rss(env).await?);
+    }
+    if want("status") {
+        let (table, json) = footprint::status_latency(env).await?;
+        figures.extend([table, json]);
+    }
+    if want("size") {
+        let (bin, img) = footprint::sizes(env, &args.servo).await?;
+        figures.extend([bin, img]);
+    }
     Ok(figures)
 }

@@ -34,6 +34,37 @@ pub(crate) struct Collected {
 /// The marker left in a results directory cut short by the size cap.
 pub(crate) const TRUNCATED_MARKER: &str = "RESULTS_TRUNCATED.txt";
 
+/// Reads pieces of an archive sent from the async side.
+pub(crate) struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl ChannelReader {
+    pub fn new(rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>) -> Self {
+        ChannelReader {
+            rx,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(piece)) => self.current = piece,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        bytes::Buf::advance(&mut self.current, n);
+        Ok(n)
+    }
+}
+
 /// Extracts a workspace tar into `dest`, writing first to a sibling
 /// `.partial` directory and redacting `secrets` (variable, value) there.
 /// An existing `dest` is replaced.
@@ -89,6 +120,9 @@ fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Resul
     let mut archive = tar::Archive::new(reader);
     let mut out = Collected::default();
     let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
+    // Directories known to exist: spares a create_dir_all per file.
+    let mut dirs: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    dirs.insert(root.to_path_buf());
     for entry in archive.entries().context("reading the workspace archive")? {
         let mut entry = entry.context("reading the workspace archive")?;
         let raw = entry.path().context("reading an archive entry's path")?;
@@ -104,10 +138,12 @@ fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Resul
         let target = root.join(&rel);
         let kind = entry.header().entry_type();
         match kind {
-            tar::EntryType::Directory => {
-                fs::create_dir_all(&target)
-                    .with_context(|| format!("creating `{}`", target.display()))?;
-            }
+            tar::EntryType::Directory => match fs::create_dir_all(&target) {
+                Ok(()) => {
+                    dirs.insert(target);
+                }
+                Err(e) => out.skipped.push(format!("{shown}: {e}")),
+            },
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.header().size().unwrap_or(0);
                 if out.bytes + size > max_bytes {
@@ -115,10 +151,13 @@ fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Resul
                     break;
                 }
                 if let Some(p) = target.parent()
-                    && let Err(e) = fs::create_dir_all(p)
+                    && !dirs.contains(p)
                 {
-                    out.skipped.push(format!("{shown}: {e}"));
-                    continue;
+                    if let Err(e) = fs::create_dir_all(p) {
+                        out.skipped.push(format!("{shown}: {e}"));
+                        continue;
+                    }
+                    dirs.insert(p.to_path_buf());
                 }
                 let mut file = match fs::File::create(&target) {
                     Ok(f) => f,
@@ -133,7 +172,9 @@ fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Resul
                     &mut file,
                 )
                 .with_context(|| format!("writing `{}`", target.display()))?;
-                if let Ok(mode) = entry.header().mode() {
+                if let Ok(mode) = entry.header().mode()
+                    && mode & 0o111 != 0
+                {
                     use std::os::unix::fs::PermissionsExt;
                     // Keep the executable bits, never setuid/setgid/sticky.
                     let _ =

@@ -724,7 +724,10 @@ impl Metered {
     }
 }
 
-/// Streams the container's /workspace into `dest` without buffering it.
+/// Streams the container's /workspace into `dest` without holding it in
+/// memory: an async pump gathers the HTTP chunks into 256 KiB pieces (so the
+/// extracting thread is woken per piece, not per 8 KiB frame) and a blocking
+/// thread unpacks them as they come.
 async fn collect_workspace(
     d: &Docker,
     container: &str,
@@ -732,14 +735,35 @@ async fn collect_workspace(
     secrets: Vec<(String, String)>,
     max_bytes: u64,
 ) -> anyhow::Result<collect::Collected> {
-    let stream = docker::download_workspace(d, container);
-    let reader = tokio_util::io::StreamReader::new(stream);
-    // tar reads 512-byte headers: buffer, or every read is a trip across the bridge.
-    let sync =
-        std::io::BufReader::with_capacity(1 << 20, tokio_util::io::SyncIoBridge::new(reader));
-    tokio::task::spawn_blocking(move || collect::extract(sync, &dest, &secrets, max_bytes))
-        .await
-        .context("collector thread panicked")?
+    use futures_util::StreamExt;
+    const PIECE: usize = 256 * 1024;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
+    let mut stream = Box::pin(docker::download_workspace(d, container));
+    let pump = async move {
+        let mut piece = bytes::BytesMut::with_capacity(PIECE * 2);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(chunk) => {
+                    piece.extend_from_slice(&chunk);
+                    if piece.len() >= PIECE && tx.send(Ok(piece.split().freeze())).await.is_err() {
+                        return; // the extractor stopped (size cap or error)
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+        if !piece.is_empty() {
+            let _ = tx.send(Ok(piece.freeze())).await;
+        }
+    };
+    let extract = tokio::task::spawn_blocking(move || {
+        collect::extract(collect::ChannelReader::new(rx), &dest, &secrets, max_bytes)
+    });
+    let ((), extracted) = tokio::join!(pump, extract);
+    extracted.context("collector thread panicked")?
 }
 
 /// Removes the task's containers and volume (found by label).

@@ -83,6 +83,12 @@ fn cancel_a_running_task() {
         "task never ran"
     );
     std::thread::sleep(Duration::from_secs(1));
+    // The audit trail is readable live, from the container's log.
+    let logs = s.expect(&["task", "logs", &id], 0);
+    assert!(
+        logs.contains("start") && logs.contains("create_file"),
+        "{logs}"
+    );
     let out = s.expect(&["task", "cancel", &id], 0);
     assert!(out.contains("cancel requested"), "{out}");
     let status = serve.wait().unwrap();

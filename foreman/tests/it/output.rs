@@ -38,6 +38,8 @@ fn status_outputs() {
         ".duration_s" => "[duration]",
         ".results" => "[results]",
         ".events[].at" => "[time]",
+        ".attempts[].id" => "[id]",
+        ".attempts[].results" => "[results]",
     });
     let list = s.tasks();
     assert_json_snapshot!("status_list_json", list, {
