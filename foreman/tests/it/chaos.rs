@@ -241,3 +241,70 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
     // The chaos helpers' wait_for is shared; keep it used here too.
     assert!(wait_for(Duration::from_millis(10), || true));
 }
+
+#[test]
+fn a_missing_image_fails_the_task_with_advice() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write("cfg.yaml", "image: saheeli-servo:does-not-exist\n");
+    s.write(
+        "t.json",
+        &script(&[("task_complete", json!({"message": "x"}))]),
+    );
+    s.write("t.md", &replay_prompt("t.json", ""));
+    let out = s.run(&["--config", "cfg.yaml", "run", "t.md", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["state"], "failed");
+    let reason = t["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("saheeli-servo:does-not-exist") && reason.contains("saheeli build-servo"),
+        "{reason}"
+    );
+    // `serve` refuses to start at all, with the same advice.
+    let out = s.run(&["--config", "cfg.yaml", "serve", "--drain"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("saheeli build-servo"));
+}
+
+#[test]
+fn gc_removes_leftovers_of_ended_tasks_only() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "t.json",
+        &script(&[("task_complete", json!({"message": "x"}))]),
+    );
+    s.write("t.md", &replay_prompt("t.json", ""));
+    let ended = s.submit("t.md");
+    s.expect(&["task", "cancel", &ended], 0);
+    let queued = s.submit("t.md");
+    // Leftovers as a crash mid-cleanup would leave them.
+    for id in [&ended, &queued] {
+        let st = std::process::Command::new("docker")
+            .args([
+                "volume",
+                "create",
+                "--label",
+                &format!("saheeli.task={id}"),
+                &format!("saheeli-gc-test-{id}"),
+            ])
+            .output()
+            .unwrap();
+        assert!(st.status.success());
+    }
+    let dry = s.expect(&["gc", "--dry-run"], 0);
+    assert!(dry.contains(&ended) && !dry.contains(&queued), "{dry}");
+    assert_eq!(leftovers(&ended).len(), 1, "dry run removed nothing");
+    s.expect(&["gc"], 0);
+    assert!(leftovers(&ended).is_empty());
+    assert_eq!(leftovers(&queued).len(), 1, "a live task keeps its volume");
+    s.expect(&["task", "cancel", &queued], 0);
+    s.expect(&["gc"], 0);
+    assert!(leftovers(&queued).is_empty());
+}
