@@ -216,7 +216,7 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
             if t.state.is_terminal() {
                 break;
             }
-            if let Some(cid) = docker::task_containers(&d, Some(t.id)).await?.first() {
+            if let Some(cid) = docker::task_containers(&d, t.id).await?.first() {
                 let opts = bollard::query_parameters::LogsOptionsBuilder::default()
                     .stdout(true)
                     .follow(args.follow)

@@ -305,15 +305,9 @@ pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result
     }
 }
 
-/// Ids of containers labelled with a task (any task when `id` is None).
-pub(crate) async fn task_containers(
-    docker: &Docker,
-    id: Option<TaskId>,
-) -> anyhow::Result<Vec<String>> {
-    let filter = match id {
-        Some(id) => format!("{TASK_LABEL}={id}"),
-        None => TASK_LABEL.to_string(),
-    };
+/// Ids of the containers labelled with a task.
+pub(crate) async fn task_containers(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
+    let filter = format!("{TASK_LABEL}={id}");
     let opts = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&HashMap::from([("label", vec![filter.as_str()])]))
@@ -325,15 +319,9 @@ pub(crate) async fn task_containers(
     Ok(list.into_iter().filter_map(|c| c.id).collect())
 }
 
-/// Names of volumes labelled with a task (any task when `id` is None).
-pub(crate) async fn task_volumes(
-    docker: &Docker,
-    id: Option<TaskId>,
-) -> anyhow::Result<Vec<String>> {
-    let filter = match id {
-        Some(id) => format!("{TASK_LABEL}={id}"),
-        None => TASK_LABEL.to_string(),
-    };
+/// Names of the volumes labelled with a task.
+pub(crate) async fn task_volumes(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
+    let filter = format!("{TASK_LABEL}={id}");
     let opts = ListVolumesOptionsBuilder::default()
         .filters(&HashMap::from([("label", vec![filter.as_str()])]))
         .build();

@@ -284,7 +284,7 @@ async fn sweep(ctx: &Arc<Ctx>, active: &HashMap<TaskId, StopHandle>) {
 async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
     let id = task.id;
     let d = &ctx.docker;
-    let containers = match docker::task_containers(d, Some(id)).await {
+    let containers = match docker::task_containers(d, id).await {
         Ok(c) => c,
         Err(e) => {
             // Docker is not answering: leave the task for the next round.
@@ -342,7 +342,7 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
     for cid in &containers {
         let _ = docker::remove_container(d, cid).await;
     }
-    for v in docker::task_volumes(d, Some(id)).await.unwrap_or_default() {
+    for v in docker::task_volumes(d, id).await.unwrap_or_default() {
         let _ = docker::remove_volume(d, &v).await;
     }
     let dest = ctx.cfg.results_dir().join(id.to_string());
@@ -769,15 +769,12 @@ async fn collect_workspace(
 /// Removes the task's containers and volume (found by label).
 async fn cleanup(ctx: &Ctx, id: TaskId) {
     let d = &ctx.docker;
-    for c in docker::task_containers(d, Some(id))
-        .await
-        .unwrap_or_default()
-    {
+    for c in docker::task_containers(d, id).await.unwrap_or_default() {
         if let Err(e) = docker::remove_container(d, &c).await {
             warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
         }
     }
-    for v in docker::task_volumes(d, Some(id)).await.unwrap_or_default() {
+    for v in docker::task_volumes(d, id).await.unwrap_or_default() {
         if let Err(e) = docker::remove_volume(d, &v).await {
             warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
         }

@@ -255,15 +255,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let from: String = tx
-            .query_row(
-                "SELECT state FROM tasks WHERE id = ?1",
-                params![id.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
-        let from: TaskState = from.parse().expect("stored states are valid");
+        let from = current_state(&tx, id)?;
         if !from.can_become(to) {
             return Err(StoreError::BadTransition { id, from, to });
         }
@@ -335,15 +327,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let from: String = tx
-            .query_row(
-                "SELECT state FROM tasks WHERE id = ?1",
-                params![id.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
-        let from: TaskState = from.parse().expect("stored states are valid");
+        let from = current_state(&tx, id)?;
         if !matches!(from, TaskState::Starting | TaskState::Running) {
             return Err(StoreError::BadTransition {
                 id,
@@ -440,15 +424,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state: String = tx
-            .query_row(
-                "SELECT state FROM tasks WHERE id = ?1",
-                params![id.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
-        let state: TaskState = state.parse().expect("stored states are valid");
+        let state = current_state(&tx, id)?;
         match state {
             TaskState::Queued => {
                 let now = now_ms();
@@ -575,6 +551,19 @@ impl Store {
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
+}
+
+/// A task's state, read inside a write transaction.
+fn current_state(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<TaskState> {
+    let state: String = tx
+        .query_row(
+            "SELECT state FROM tasks WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
+    Ok(state.parse().expect("stored states are valid"))
 }
 
 fn insert_event(
