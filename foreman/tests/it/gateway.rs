@@ -83,7 +83,7 @@ fn transient_failures_are_retried_honouring_retry_after() {
     require_docker();
     // An HTTP date has whole seconds, and the first call comes about a second
     // after this line: the gateway must still wait a good part of it.
-    let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(5));
+    let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(7));
     let llm = FakeLlm::start(vec![
         Reply::Error(503, Some(later)),
         Reply::Error(500, Some("0".into())),
