@@ -236,3 +236,38 @@ fn a_retry_can_succeed_and_run_reports_it() {
             .contains("`retry_on` reason `budget` is not retryable")
     );
 }
+
+#[test]
+fn submit_wait_returns_when_the_task_ends() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "ok.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write("ok.md", &replay_prompt("ok.json", ""));
+    s.expect(&["task", "status"], 0); // the database exists before two processes race to create it
+    let waiter = s
+        .cmd(&["task", "submit", "--prompt", "ok.md", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || s.tasks().len() == 1),
+        "never queued"
+    );
+    s.expect(&["serve", "--drain"], 0);
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(s.task(&id)["state"], "complete");
+    // `--watch` on a finished task prints it once and returns.
+    let shown = s.expect(&["task", "status", &id, "--watch"], 0);
+    assert!(shown.contains("complete"), "{shown}");
+}
