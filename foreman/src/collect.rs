@@ -74,6 +74,47 @@ pub(crate) fn extract(
     secrets: &[(String, String)],
     max_bytes: u64,
 ) -> anyhow::Result<Collected> {
+    collect_into(dest, secrets, max_bytes, |partial| {
+        extract_into(reader, partial, max_bytes)
+    })
+}
+
+/// Copies a stopped task's volume from its directory on this host (what
+/// the archive API would stream, without mounting the container). Links
+/// are never followed; FIFOs, sockets and devices are skipped.
+pub(crate) fn copy_volume(
+    src: &Path,
+    dest: &Path,
+    secrets: &[(String, String)],
+    max_bytes: u64,
+) -> anyhow::Result<Collected> {
+    // Fail before touching anything when the directory is not ours to read.
+    fs::read_dir(src).with_context(|| format!("reading volume directory `{}`", src.display()))?;
+    collect_into(dest, secrets, max_bytes, |partial| {
+        let mut out = Collected::default();
+        let mut links = Vec::new();
+        copy_dir(
+            src,
+            partial,
+            Path::new(""),
+            max_bytes,
+            0,
+            &mut out,
+            &mut links,
+        )?;
+        make_links(links)?;
+        Ok(out)
+    })
+}
+
+/// Fills a fresh `.partial` sibling of `dest`, marks a truncated result,
+/// redacts `secrets`, and renames it into place.
+fn collect_into(
+    dest: &Path,
+    secrets: &[(String, String)],
+    max_bytes: u64,
+    fill: impl FnOnce(&Path) -> anyhow::Result<Collected>,
+) -> anyhow::Result<Collected> {
     let parent = dest.parent().context("results path has no parent")?;
     fs::create_dir_all(parent)
         .with_context(|| format!("creating results directory `{}`", parent.display()))?;
@@ -87,7 +128,7 @@ pub(crate) fn extract(
             .with_context(|| format!("clearing `{}`", partial.display()))?;
     }
     fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
-    let mut collected = extract_into(reader, &partial, max_bytes)?;
+    let mut collected = fill(&partial)?;
     if collected.truncated {
         fs::write(
             partial.join(TRUNCATED_MARKER),
@@ -197,8 +238,13 @@ fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Resul
                 .push(format!("{shown}: {other:?} entries are not collected")),
         }
     }
-    // Last, so that nothing above was written through a link.
-    for (at, to) in symlinks {
+    make_links(symlinks)?;
+    Ok(out)
+}
+
+/// Creates symlinks last, so that nothing collected was written through one.
+fn make_links(links: Vec<(PathBuf, PathBuf)>) -> anyhow::Result<()> {
+    for (at, to) in links {
         if let Some(p) = at.parent() {
             fs::create_dir_all(p).ok();
         }
@@ -207,7 +253,90 @@ fn extract_into(reader: impl Read, root: &Path, max_bytes: u64) -> anyhow::Resul
                 .with_context(|| format!("creating symlink `{}`", at.display()))?;
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// One directory of [`copy_volume`]; `rel` names entries in messages.
+fn copy_dir(
+    src: &Path,
+    dst: &Path,
+    rel: &Path,
+    max_bytes: u64,
+    depth: usize,
+    out: &mut Collected,
+    links: &mut Vec<(PathBuf, PathBuf)>,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if depth > 256 {
+        out.skipped
+            .push(format!("{}: nested too deep", rel.display()));
+        return Ok(());
+    }
+    let mut entries: Vec<_> = fs::read_dir(src)
+        .with_context(|| format!("reading `{}`", src.display()))?
+        .collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        if out.truncated {
+            return Ok(());
+        }
+        let name = entry.file_name();
+        let shown = rel.join(&name);
+        let (from, to) = (entry.path(), dst.join(&name));
+        // The entry's own type: links are not followed.
+        let ft = entry.file_type()?;
+        if ft.is_dir() {
+            fs::create_dir(&to).with_context(|| format!("creating `{}`", to.display()))?;
+            copy_dir(&from, &to, &shown, max_bytes, depth + 1, out, links)?;
+        } else if ft.is_symlink() {
+            links.push((to, fs::read_link(&from)?));
+        } else if ft.is_file() {
+            // O_NOFOLLOW and O_NONBLOCK: never a link, never a FIFO that blocks.
+            let file = match fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&from)
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    out.skipped.push(format!("{}: {e}", shown.display()));
+                    continue;
+                }
+            };
+            let meta = file.metadata()?;
+            if !meta.is_file() {
+                out.skipped
+                    .push(format!("{}: not a regular file", shown.display()));
+                continue;
+            }
+            if out.bytes + meta.len() > max_bytes {
+                out.truncated = true;
+                return Ok(());
+            }
+            let mut w =
+                fs::File::create_new(&to).with_context(|| format!("writing `{}`", to.display()))?;
+            let n = io::copy(
+                &mut (&file).take((max_bytes - out.bytes).saturating_add(1)),
+                &mut w,
+            )
+            .with_context(|| format!("copying `{}`", shown.display()))?;
+            let mode = meta.permissions().mode();
+            if mode & 0o111 != 0 {
+                let _ = w.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
+            }
+            out.files += 1;
+            out.bytes += n;
+            if out.bytes > max_bytes {
+                out.truncated = true;
+            }
+        } else {
+            out.skipped.push(format!(
+                "{}: not a regular file, directory or link",
+                shown.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Replaces `secret` in every regular file below `dir`; returns how many
@@ -493,6 +622,51 @@ mod tests {
         let c = extract(&tar[..], &dest, &[], u64::MAX).unwrap();
         assert_eq!(c.skipped.len(), 1, "{:?}", c.skipped);
         assert_eq!(fs::read_to_string(dest.join("y")).unwrap(), "fine");
+    }
+
+    #[test]
+    fn a_volume_directory_is_copied_without_following_anything() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        fs::create_dir_all(vol.join("sub/deeper")).unwrap();
+        fs::write(vol.join("sub/deeper/a.txt"), "a").unwrap();
+        fs::write(vol.join("run.sh"), "#!/bin/sh").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(vol.join("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("/etc", vol.join("etc-link")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", vol.join("passwd-link")).unwrap();
+        let fifo = std::ffi::CString::new(vol.join("pipe").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let dest = d.path().join("r/t");
+        let secrets = vec![("K".to_string(), "sk-secret-123456".to_string())];
+        fs::write(vol.join("leak.txt"), "sk-secret-123456").unwrap();
+        let c = copy_volume(&vol, &dest, &secrets, u64::MAX).unwrap();
+        assert_eq!(c.files, 3);
+        assert_eq!(
+            fs::read_to_string(dest.join("sub/deeper/a.txt")).unwrap(),
+            "a"
+        );
+        assert_eq!(
+            fs::metadata(dest.join("run.sh"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o111,
+            0o111
+        );
+        assert!(dest.join("etc-link").is_symlink() && dest.join("passwd-link").is_symlink());
+        assert!(!dest.join("pipe").exists());
+        assert_eq!(c.skipped.len(), 1, "{:?}", c.skipped);
+        assert_eq!(
+            fs::read_to_string(dest.join("leak.txt")).unwrap(),
+            "[REDACTED:K]"
+        );
+        // The size cap applies here too.
+        let c = copy_volume(&vol, &d.path().join("r/u"), &[], 10).unwrap();
+        assert!(c.truncated && d.path().join("r/u").join(TRUNCATED_MARKER).is_file());
+        // A directory we cannot read fails before anything is written.
+        assert!(copy_volume(&d.path().join("nope"), &d.path().join("r/v"), &[], 10).is_err());
+        assert!(!d.path().join("r/.v.partial").exists());
     }
 
     #[test]

@@ -47,6 +47,11 @@ pub(crate) struct ConfigFile {
     /// it dies, another foreman takes them over once this has passed.
     #[serde(deserialize_with = "parse_duration_value")]
     pub lease: Duration,
+    /// How a finished workspace is brought home: `auto` copies the task's
+    /// volume straight from its directory when the daemon is on this host
+    /// and the directory is readable (fast: no mount), else through the
+    /// Docker archive API; `archive` always uses the API.
+    pub collection: Collection,
     /// Collection stops at this many bytes of files (the task then ends
     /// `incomplete` with reason `results_too_large`, partial results kept).
     pub max_results_size: Memory,
@@ -58,6 +63,13 @@ pub(crate) struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Collection {
+    Auto,
+    Archive,
 }
 
 /// Which wire format a provider speaks.
@@ -154,6 +166,7 @@ impl Default for ConfigFile {
             stop_grace: Duration::from_secs(10),
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),
+            collection: Collection::Auto,
             task: TaskDefaults::default(),
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),

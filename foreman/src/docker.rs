@@ -239,6 +239,18 @@ pub(crate) async fn await_daemon(docker: &Docker, limit: Duration) -> bool {
     }
 }
 
+/// The host directory holding a task's volume, when the daemon runs on
+/// this host (a unix socket) and the directory is readable by us.
+pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std::path::PathBuf> {
+    let local = std::env::var("DOCKER_HOST").map_or(true, |h| h.starts_with("unix://"));
+    if !local {
+        return None;
+    }
+    let v = docker.inspect_volume(&volume_name(id)).await.ok()?;
+    let dir = std::path::PathBuf::from(v.mountpoint);
+    std::fs::read_dir(&dir).ok().map(|_| dir)
+}
+
 /// Whether the container was ever started (running, exited or dead, as
 /// opposed to only created).
 pub(crate) async fn has_started(docker: &Docker, container: &str) -> bool {

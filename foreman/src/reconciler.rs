@@ -591,7 +591,17 @@ async fn monitor(
     let secrets = ctx.upstream.providers.secrets();
     let cap = ctx.cfg.file.max_results_size.0;
     let collect_started = std::time::Instant::now();
-    let mut collected = collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await;
+    let mut collected = match ctx.cfg.file.collection {
+        crate::config::Collection::Auto => {
+            copy_local(&d, id, dest.clone(), secrets.clone(), cap).await
+        }
+        crate::config::Collection::Archive => None,
+    };
+    if collected.is_none() {
+        collected =
+            Some(collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await);
+    }
+    let mut collected = collected.expect("set above");
     for _ in 0..3 {
         if collected.is_ok() || !docker::await_daemon(&d, DAEMON_PATIENCE).await {
             break;
@@ -720,6 +730,30 @@ impl Metered {
             output: m.output_tokens.load(Relaxed) as i64,
             cost: m.cost(),
             fatal: m.fatal(),
+        }
+    }
+}
+
+/// Copies the task's volume from its directory on this host, when there is
+/// one we can read; None means "use the archive API" (also after an error,
+/// which is logged).
+async fn copy_local(
+    d: &Docker,
+    id: TaskId,
+    dest: PathBuf,
+    secrets: Vec<(String, String)>,
+    max_bytes: u64,
+) -> Option<anyhow::Result<collect::Collected>> {
+    let src = docker::local_volume_dir(d, id).await?;
+    let copied =
+        tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
+            .await
+            .ok()?;
+    match copied {
+        Ok(c) => Some(Ok(c)),
+        Err(e) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "local copy failed; using the archive API");
+            None
         }
     }
 }

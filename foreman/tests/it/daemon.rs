@@ -159,6 +159,10 @@ fn dockerd_restart_mid_run_ends_every_task() {
         .unwrap();
     assert!(wait_for(Duration::from_secs(60), || s.task(&long)["state"]
         == "running"));
+    // The servo wrote its first file before the daemon goes away.
+    assert!(wait_for(Duration::from_secs(60), || {
+        String::from_utf8_lossy(&s.run(&["task", "logs", &long]).stdout).contains("create_file")
+    }));
 
     dockerd.stop();
     std::thread::sleep(Duration::from_secs(2));

@@ -196,3 +196,49 @@ fn serve_drain_runs_the_queue_and_reports() {
     // Nothing left: serving again is a no-op that succeeds.
     s.expect(&["serve", "--drain"], 0);
 }
+
+#[test]
+fn both_collection_paths_bring_back_the_same_workspace() {
+    require_docker();
+    let mut trees = Vec::new();
+    for mode in ["auto", "archive"] {
+        let s = Saheeli::with_config(&format!("collection: {mode}\n"));
+        s.write(
+            "s.json",
+            &script(&[
+                (
+                    "execute_shell",
+                    json!({"command": "mkdir -p a/b && echo x > a/b/f && ln -s a/b/f link && ln -s /etc etc && mkfifo pipe && chmod +x a/b/f"}),
+                ),
+                ("task_complete", json!({"message": "done"})),
+            ]),
+        );
+        s.write("p.md", &replay_prompt("s.json", ""));
+        let out = s.run(&["run", "p.md"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let results = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let listing = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("find . -path ./.saheeli -prune -o -printf '%y %p %l\\n' | grep -v -e servo- -e complete.json | sort")
+            .current_dir(&results)
+            .output()
+            .unwrap();
+        trees.push(String::from_utf8(listing.stdout).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(results.join("a/b/f")).unwrap(),
+            "x\n",
+            "{mode}"
+        );
+        assert!(results.join("etc").is_symlink(), "{mode}");
+        assert!(
+            !results.join("pipe").exists(),
+            "{mode}: a FIFO is not collected"
+        );
+    }
+    assert_eq!(trees[0], trees[1]);
+}
