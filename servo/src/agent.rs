@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
 use saheeli_protocol::{AuditEvent, Completion, ServoExit, ServoTask, Session, Usage, paths};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::audit::{Audit, now};
 use crate::llm::{Gateway, LlmError, Provider, Replay};
@@ -19,12 +19,23 @@ use crate::tools::{self, Toolbox};
 use crate::workspace::Workspace;
 
 const SYSTEM_PROMPT: &str = "\
-You are a coding agent working alone inside a sandboxed Linux container. \
+You are Saheeli's servo, a coding agent working alone inside a sandboxed Linux container. \
 Your working directory is /workspace; every file you create, read or edit must be inside it. \
-You have no network access. Act through the tools: run shell commands, read, create and edit files. \
+You have no network access. Act only through your tools: \
+execute_shell (run a bash command in /workspace), create_file (write a whole file), \
+read_file (read a file with line numbers), edit_file (replace one exact, unique span of text), \
+list_files (list a directory recursively) and task_complete. \
 Work step by step, check your work (run the tests or the program), and keep going until the task is done. \
 When it is done, call task_complete with a short summary of what you did and how you checked it; \
 the task counts as done only when you call task_complete.";
+
+/// Default limit on one `execute_shell` command without `timeout_s`.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The session file is rewritten whole, so saving it after every step
+/// costs O(steps²) bytes; while the loop runs it is saved after a step at
+/// most this often, and always on exit (SIGTERM included).
+const SESSION_SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
 const NUDGE: &str =
     "Continue with the tools. When the task is done, call task_complete with a summary.";
@@ -53,6 +64,12 @@ impl Agent {
             Workspace::new(root).map_err(|e| format!("workspace `{}`: {e}", root.display()))?;
         let llm = match &task.replay {
             Some(script) => Provider::Replay(Replay::new(script.clone())),
+            None if task.model.starts_with("replay:") => {
+                return Err(format!(
+                    "model `{}` is a replay, but task.json has no `replay` script",
+                    task.model
+                ));
+            }
             None => Provider::Gateway(Gateway::new(gateway)?),
         };
         let audit_path = ws.root().join(paths::audit_log(&task.task_id));
@@ -63,7 +80,7 @@ impl Agent {
             tools: Toolbox {
                 ws,
                 max_output: task.max_output_bytes.max(1024),
-                shell_timeout: Duration::from_secs(120),
+                shell_timeout: SHELL_TIMEOUT,
             },
             specs: tools::specs(),
             llm,
@@ -138,6 +155,7 @@ impl Agent {
             let turn = match turn {
                 Ok(t) => t,
                 Err(e) => {
+                    warn!(step, latency_ms, error = %e, "LLM call failed");
                     self.audit.log(&AuditEvent::LlmCall {
                         ts: now(),
                         step,
@@ -171,6 +189,14 @@ impl Agent {
                 usage: turn.usage,
                 error: None,
             });
+            debug!(
+                step,
+                latency_ms,
+                input_tokens = turn.usage.input_tokens,
+                output_tokens = turn.usage.output_tokens,
+                tool_calls = turn.message.tool_calls.len(),
+                "LLM call"
+            );
             let calls = turn.message.tool_calls.clone();
             self.messages.push(turn.message);
             if calls.is_empty() {
@@ -182,6 +208,8 @@ impl Agent {
                     .tools
                     .dispatch(&call.function.name, &call.function.arguments)
                     .await;
+                let duration_ms = t0.elapsed().as_millis() as u64;
+                debug!(step, tool = %call.function.name, ok = out.ok, duration_ms, "tool call");
                 self.audit.log(&AuditEvent::ToolCall {
                     ts: now(),
                     step,
@@ -191,7 +219,7 @@ impl Agent {
                     exit_code: out.exit_code,
                     result_bytes: out.text.len(),
                     truncated: out.truncated,
-                    duration_ms: t0.elapsed().as_millis() as u64,
+                    duration_ms,
                 });
                 self.messages
                     .push(ChatMessage::tool_result(call.id, out.text));
@@ -253,11 +281,10 @@ impl Agent {
         )
     }
 
-    /// Saves the session at most once a second while the loop runs (it is
-    /// rewritten whole, so saving every step costs O(steps²)); the final
-    /// save happens on every exit, SIGTERM included.
+    /// Saves the session after a step, unless it was saved less than
+    /// [`SESSION_SAVE_INTERVAL`] ago.
     fn save_session_soon(&mut self) {
-        if self.last_save.elapsed() >= Duration::from_secs(1) {
+        if self.last_save.elapsed() >= SESSION_SAVE_INTERVAL {
             self.save_session();
             self.last_save = Instant::now();
         }

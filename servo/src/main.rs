@@ -11,9 +11,22 @@
 //! - `tools`: one file per tool; `mod.rs` holds the schemas and dispatch.
 //! - `workspace`: path confinement; `audit`: the JSON-lines audit log.
 //!
-//! Environment (for running outside a container, e.g. in tests):
-//! `SAHEELI_WORKSPACE` (default `/workspace`), `SAHEELI_GATEWAY`
-//! (default `unix:/run/saheeli/gateway.sock`, or `http://HOST:PORT`).
+//! # Contract
+//!
+//! No arguments. The environment (the defaults are the container's):
+//!
+//! - `SAHEELI_WORKSPACE`: the workspace (default `/workspace`); the task is
+//!   `<ws>/.saheeli/task.json`, the prompt `<ws>/prompt.md`.
+//! - `SAHEELI_GATEWAY`: `unix:/run/saheeli/gateway.sock` (the default) or
+//!   `http://HOST:PORT`. No key and no auth header are ever sent.
+//! - `SAHEELI_LAUNCH`: optionally a `protocol::Launch` as JSON, written to
+//!   the two files above before anything else.
+//! - `SAHEELI_LOG`: a tracing filter for stderr (default `servo=info`).
+//!
+//! It writes `<ws>/servo-<id>-audit.log` (also echoed to stdout),
+//! `<ws>/servo-<id>-session.json` and, on success, `<ws>/complete.json`.
+//! The exit code is a [`ServoExit`]: 0 complete, 2 bad task, 3 max steps,
+//! 4 time limit, 5 LLM error, 6 replay exhausted, 7 budget spent, 143 SIGTERM.
 
 mod agent;
 mod audit;
@@ -41,6 +54,9 @@ fn main() -> ExitCode {
         .build()
         .expect("building the tokio runtime");
     let code = runtime.block_on(run());
+    // Everything is flushed by now. Do not wait for a reader thread still
+    // blocked on a pipe that some escaped background process holds open.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     ExitCode::from(code.code() as u8)
 }
 

@@ -60,9 +60,12 @@ impl Workspace {
             rest.push(existing.file_name().ok_or_else(outside)?.to_os_string());
             existing = existing.parent().ok_or_else(outside)?;
         }
-        let real = existing
-            .canonicalize()
-            .map_err(|e| format!("`{raw}`: {e}"))?;
+        let real = existing.canonicalize().map_err(|e| {
+            format!(
+                "`{raw}`: {e} (`{}` is a symlink whose target is missing or loops)",
+                self.display(existing)
+            )
+        })?;
         if !real.starts_with(&self.root) {
             return Err(outside());
         }
@@ -102,6 +105,21 @@ mod tests {
         assert_eq!(w.resolve("a/../b").unwrap(), w.root().join("b"));
         assert_eq!(w.resolve("").unwrap(), w.root());
         assert_eq!(w.resolve(".").unwrap(), w.root());
+        assert_eq!(w.resolve("./a//b/").unwrap(), w.root().join("a/b"));
+    }
+
+    #[test]
+    fn paths_that_do_not_exist_yet_are_fine() {
+        let (_d, w) = ws();
+        std::fs::create_dir(w.root().join("src")).unwrap();
+        assert_eq!(
+            w.resolve("src/new/deeper/f.rs").unwrap(),
+            w.root().join("src/new/deeper/f.rs")
+        );
+        assert_eq!(
+            w.resolve("not/there/either").unwrap(),
+            w.root().join("not/there/either")
+        );
     }
 
     #[test]
@@ -120,9 +138,24 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", w.root().join("pw")).unwrap();
         std::fs::create_dir(w.root().join("in")).unwrap();
         std::os::unix::fs::symlink(w.root().join("in"), w.root().join("inlink")).unwrap();
-        assert!(w.resolve("etc/passwd").is_err());
-        assert!(w.resolve("etc/new/file").is_err());
-        assert!(w.resolve("pw").is_err());
+        std::os::unix::fs::symlink("/nonexistent/dir", w.root().join("dangling")).unwrap();
+        // A symlinked file, a symlinked directory (existing and new files
+        // below it), and the same through an absolute path.
+        for p in [
+            "pw",
+            "etc",
+            "etc/passwd",
+            "etc/new/file",
+            "etc/../etc/hosts",
+        ] {
+            let e = w.resolve(p).unwrap_err();
+            assert!(e.contains("outside the workspace"), "{p}: {e}");
+        }
+        let abs = w.root().join("etc/passwd").display().to_string();
+        assert!(w.resolve(&abs).is_err());
+        let e = w.resolve("dangling/f").unwrap_err();
+        assert!(e.contains("symlink whose target is missing"), "{e}");
+        // Links that stay inside are followed.
         assert_eq!(w.resolve("inlink/f").unwrap(), w.root().join("in/f"));
     }
 }

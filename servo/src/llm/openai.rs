@@ -1,13 +1,14 @@
-//! OpenAI chat completions through the foreman's gateway (a unix socket in
-//! a container; plain HTTP in tests). No key: the gateway adds it.
+//! OpenAI chat completions through the foreman's gateway: a unix socket in
+//! a container, plain HTTP in tests. No key and no auth header: the gateway
+//! adds the key, which never enters the container.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use saheeli_protocol::Usage;
-use saheeli_protocol::chat::{ChatMessage, ChatResponse, ToolSpec, gateway_error};
+use saheeli_protocol::chat::{ChatMessage, ChatResponse, ErrorBody, Role, ToolSpec};
 use serde::Serialize;
 
-use super::retry::{self, MAX_ATTEMPTS};
+use super::retry::{self, Attempt, Verdict};
 use super::{LlmError, Turn};
 
 pub(crate) struct Gateway {
@@ -15,7 +16,8 @@ pub(crate) struct Gateway {
     url: String,
 }
 
-/// The request body, borrowing the conversation instead of copying it.
+/// The request body (a `protocol::chat::ChatRequest` on the wire),
+/// borrowing the conversation instead of copying it every step.
 #[derive(Serialize)]
 struct Request<'a> {
     model: &'a str,
@@ -27,14 +29,22 @@ impl Gateway {
     /// `unix:/path/to.sock` or `http://host:port`.
     pub fn new(address: &str) -> Result<Gateway, String> {
         let builder = reqwest::Client::builder()
-            .timeout(Duration::from_secs(600))
+            .timeout(retry::REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10));
         let (builder, base) = match address.strip_prefix("unix:") {
             Some(path) => (
                 builder.unix_socket(path.to_string()),
                 "http://gateway".to_string(),
             ),
-            None => (builder, address.trim_end_matches('/').to_string()),
+            None if address.starts_with("http://") => {
+                (builder, address.trim_end_matches('/').to_string())
+            }
+            None => {
+                return Err(format!(
+                    "gateway `{address}` is neither `unix:/path/to.sock` nor `http://host:port`; \
+                     fix SAHEELI_GATEWAY"
+                ));
+            }
         };
         let http = builder
             .build()
@@ -45,11 +55,9 @@ impl Gateway {
         })
     }
 
-    /// One completion. The gateway already retries what the provider
-    /// failed; here only a gateway that cannot be reached (the foreman
-    /// restarting) is retried.
+    /// One completion, retried as [`retry`] says.
     pub async fn complete(
-        &mut self,
+        &self,
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
@@ -60,66 +68,83 @@ impl Gateway {
             tools,
         })
         .map_err(|e| LlmError::Failed(format!("encoding the request: {e}")))?;
-        let mut last_error = String::new();
-        for attempt in 1..=MAX_ATTEMPTS {
-            let started = Instant::now();
-            let result = self
-                .http
-                .post(&self.url)
-                .header("content-type", "application/json")
-                .body(body.clone())
-                .send()
-                .await;
-            match result {
-                Ok(resp) => {
-                    let status = resp.status().as_u16();
-                    let bytes = resp.bytes().await.unwrap_or_default();
-                    if (200..300).contains(&status) {
-                        return match serde_json::from_slice::<ChatResponse>(&bytes) {
-                            Ok(r) => into_turn(r),
-                            Err(e) => Err(LlmError::Malformed(e.to_string())),
-                        };
-                    }
-                    let (kind, message) = error_body(&bytes);
-                    let text = format!("HTTP {status}: {message}");
-                    return Err(match kind.as_deref() {
-                        Some(gateway_error::BUDGET) => LlmError::Budget(message),
-                        Some(gateway_error::MALFORMED) => LlmError::Malformed(message),
-                        _ => LlmError::Failed(text),
-                    });
-                }
-                Err(e) => {
-                    let mut msg = e.to_string();
-                    let mut cur = std::error::Error::source(&e);
-                    while let Some(c) = cur {
-                        msg = format!("{msg}: {c}");
-                        cur = c.source();
-                    }
-                    last_error = format!("gateway unreachable: {msg}");
-                }
+        retry::run(|| self.attempt(body.clone())).await
+    }
+
+    async fn attempt(&self, body: Vec<u8>) -> Attempt<Turn> {
+        let resp = match self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                return Attempt::Retry {
+                    error: format!("gateway unreachable: {}", error_chain(&e)),
+                    retry_after: None,
+                };
             }
-            if attempt == MAX_ATTEMPTS {
-                break;
+        };
+        let status = resp.status().as_u16();
+        let wish = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry::retry_after(v, SystemTime::now()));
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                return Attempt::Retry {
+                    error: format!("response cut off: {}", error_chain(&e)),
+                    retry_after: None,
+                };
             }
-            let wait = retry::backoff(attempt, None);
-            tracing::warn!(attempt, error = %last_error, wait_ms = wait.as_millis() as u64,
-                elapsed_ms = started.elapsed().as_millis() as u64, "retrying");
-            tokio::time::sleep(wait).await;
+        };
+        if (200..300).contains(&status) {
+            return Attempt::Done(match serde_json::from_slice::<ChatResponse>(&bytes) {
+                Ok(r) => into_turn(r),
+                Err(e) => Err(LlmError::Malformed(format!("not a chat completion: {e}"))),
+            });
         }
-        Err(LlmError::Failed(format!(
-            "giving up after {MAX_ATTEMPTS} attempts: {last_error}"
-        )))
+        let (kind, message) = error_body(&bytes);
+        let text = format!("HTTP {status}: {message}");
+        Attempt::Done(Err(match retry::verdict(status, kind.as_deref()) {
+            Verdict::Retry => {
+                return Attempt::Retry {
+                    error: text,
+                    retry_after: wish,
+                };
+            }
+            Verdict::Fail => LlmError::Failed(text),
+            Verdict::Budget => LlmError::Budget(message),
+            Verdict::Malformed => LlmError::Malformed(message),
+        }))
     }
 }
 
-/// The `error.type` and message of an error body.
+/// An error and its causes, for a message that says what went wrong
+/// (reqwest's own text is often just "error sending request").
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(c) = cur {
+        msg = format!("{msg}: {c}");
+        cur = c.source();
+    }
+    msg
+}
+
+/// The `error.type` and message of an error body, else the body's start.
 fn error_body(bytes: &[u8]) -> (Option<String>, String) {
-    match serde_json::from_slice::<saheeli_protocol::chat::ErrorBody>(bytes) {
+    match serde_json::from_slice::<ErrorBody>(bytes) {
         Ok(e) => (e.error.kind, e.error.message),
-        Err(_) => (
-            None,
-            String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned(),
-        ),
+        Err(_) => {
+            let start = &bytes[..bytes.len().min(300)];
+            (None, String::from_utf8_lossy(start).trim().to_string())
+        }
     }
 }
 
@@ -135,8 +160,50 @@ fn into_turn(r: ChatResponse) -> Result<Turn, LlmError> {
         .choices
         .into_iter()
         .next()
-        .ok_or_else(|| LlmError::Failed("the response has no choices".into()))?;
+        .ok_or_else(|| LlmError::Malformed("the response has no choices".into()))?;
     let mut message = choice.message;
-    message.role = saheeli_protocol::chat::Role::Assistant;
+    message.role = Role::Assistant;
     Ok(Turn { message, usage })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_addresses() {
+        let g = Gateway::new("unix:/run/saheeli/gateway.sock").unwrap();
+        assert_eq!(g.url, "http://gateway/v1/chat/completions");
+        let g = Gateway::new("http://127.0.0.1:8080/").unwrap();
+        assert_eq!(g.url, "http://127.0.0.1:8080/v1/chat/completions");
+        let e = Gateway::new("127.0.0.1:8080").err().unwrap();
+        assert!(e.contains("SAHEELI_GATEWAY"), "{e}");
+    }
+
+    #[test]
+    fn request_has_the_chat_request_shape() {
+        let messages = [ChatMessage::user("hi")];
+        let tools = crate::tools::specs();
+        let body = serde_json::to_vec(&Request {
+            model: "m",
+            messages: &messages,
+            tools: &tools,
+        })
+        .unwrap();
+        let req: saheeli_protocol::chat::ChatRequest = serde_json::from_slice(&body).unwrap();
+        assert_eq!(req.model, "m");
+        assert_eq!(req.tools.len(), 6);
+    }
+
+    #[test]
+    fn error_bodies() {
+        let (kind, msg) =
+            error_body(br#"{"error": {"message": "spent", "type": "budget_exceeded"}}"#);
+        assert_eq!(kind.as_deref(), Some("budget_exceeded"));
+        assert_eq!(msg, "spent");
+        assert_eq!(
+            error_body(b"<html>bad</html>\n"),
+            (None, "<html>bad</html>".into())
+        );
+    }
 }

@@ -1,21 +1,153 @@
-//! Backoff for reaching the gateway again: exponential with jitter.
-//! (Provider failures, and their `Retry-After`, are the gateway's job.)
+//! Retrying a call to the gateway: which failures are worth another
+//! attempt, how long to wait (exponential backoff with jitter, or the
+//! server's `Retry-After`), and the loop that does it.
+//!
+//! The foreman's gateway retries provider failures itself and then answers
+//! with a typed error (`upstream_unavailable`, `budget_exceeded`, …); those
+//! answers are final here, so the two retry loops never multiply. What is
+//! retried is what the gateway did not type: a gateway that cannot be
+//! reached (the foreman restarting), and plain 408/429/5xx answers from an
+//! OpenAI-compatible server reached directly.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use saheeli_protocol::chat::gateway_error;
+
+use super::LlmError;
 
 /// Attempts per request, the first included.
-pub(crate) const MAX_ATTEMPTS: u32 = 6;
+pub(crate) const MAX_ATTEMPTS: u32 = 5;
 
-/// The wait before retry number `attempt` (1-based).
+/// Limit on one request. Longer than the gateway's own worst case (one
+/// upstream request plus its retries), so the servo does not abandon, and
+/// then repeat, a call the gateway is still working on and will bill.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(660);
+
+/// Longest wait honoured from a `Retry-After` header.
+const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// The outcome of one attempt.
+pub(crate) enum Attempt<T> {
+    /// Success, or a failure that another attempt would not fix.
+    Done(Result<T, LlmError>),
+    /// Worth another attempt, after the server's wish if it gave one.
+    Retry {
+        error: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// What an HTTP error answer means.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Verdict {
+    Retry,
+    Fail,
+    Budget,
+    Malformed,
+}
+
+/// Classifies an error answer by its status and, when the gateway typed
+/// it, its `error.type`.
+pub(crate) fn verdict(status: u16, kind: Option<&str>) -> Verdict {
+    match kind {
+        Some(gateway_error::BUDGET) => return Verdict::Budget,
+        Some(gateway_error::MALFORMED) => return Verdict::Malformed,
+        // The gateway already retried, or the request itself is wrong.
+        Some(gateway_error::UNAVAILABLE | gateway_error::AUTH | gateway_error::BAD_REQUEST) => {
+            return Verdict::Fail;
+        }
+        _ => {}
+    }
+    match status {
+        408 | 429 | 500..=599 => Verdict::Retry,
+        _ => Verdict::Fail,
+    }
+}
+
+/// Runs `attempt` until it is done or [`MAX_ATTEMPTS`] are used up.
+pub(crate) async fn run<T, F, Fut>(mut attempt: F) -> Result<T, LlmError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Attempt<T>>,
+{
+    let mut n = 1;
+    loop {
+        match attempt().await {
+            Attempt::Done(result) => return result,
+            Attempt::Retry { error, retry_after } => {
+                if n >= MAX_ATTEMPTS {
+                    return Err(LlmError::Failed(format!(
+                        "giving up after {MAX_ATTEMPTS} attempts: {error}"
+                    )));
+                }
+                let wait = backoff(n, retry_after);
+                tracing::warn!(attempt = n, wait_ms = wait.as_millis() as u64, %error, "retrying the LLM call");
+                tokio::time::sleep(wait).await;
+                n += 1;
+            }
+        }
+    }
+}
+
+/// The wait before retry number `attempt` (1-based): the server's wish
+/// when it gave one (capped), else exponential backoff with ±25 % jitter,
+/// so that many servos do not retry in step.
 pub(crate) fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
     if let Some(d) = retry_after {
-        return d.min(Duration::from_secs(120));
+        return d.min(MAX_WAIT);
     }
     let base = Duration::from_millis(500) * 2u32.pow(attempt.saturating_sub(1).min(6));
     let base = base.min(Duration::from_secs(30));
-    // ±25 % jitter so that many servos do not retry in step.
-    let factor = 0.75 + fastrand::f64() * 0.5;
-    base.mul_f64(factor)
+    base.mul_f64(0.75 + fastrand::f64() * 0.5)
+}
+
+/// A `Retry-After` value: seconds (`2`, `0.5`) or an HTTP date
+/// (`Sun, 06 Nov 1994 08:49:37 GMT`).
+pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(http_date(v)?);
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Seconds since the epoch of an IMF-fixdate, the one HTTP date format
+/// servers send today.
+fn http_date(v: &str) -> Option<u64> {
+    let mut parts = v.split_ascii_whitespace();
+    let (_weekday, day, month, year, time, zone) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+    );
+    if zone != "GMT" || parts.next().is_some() {
+        return None;
+    }
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| *m == month)? as i64 + 1;
+    let day: i64 = day.parse().ok()?;
+    let year: i64 = year.parse().ok()?;
+    let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    if !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()
 }
 
 #[cfg(test)]
@@ -26,11 +158,109 @@ mod tests {
     fn backoff_grows_and_is_capped() {
         let d1 = backoff(1, None);
         assert!(d1 >= Duration::from_millis(375) && d1 <= Duration::from_millis(625));
-        let d10 = backoff(10, None);
-        assert!(d10 <= Duration::from_millis(37_500));
+        let d3 = backoff(3, None);
+        assert!(d3 >= Duration::from_millis(1500) && d3 <= Duration::from_millis(2500));
+        assert!(backoff(10, None) <= Duration::from_millis(37_500));
+        let wish = Duration::from_secs(3);
+        assert_eq!(backoff(1, Some(wish)), wish);
+        assert_eq!(backoff(1, Some(Duration::from_secs(3600))), MAX_WAIT);
+    }
+
+    #[test]
+    fn verdicts() {
+        assert_eq!(verdict(429, None), Verdict::Retry);
+        assert_eq!(verdict(408, None), Verdict::Retry);
+        assert_eq!(verdict(500, None), Verdict::Retry);
+        assert_eq!(verdict(503, None), Verdict::Retry);
+        assert_eq!(verdict(400, None), Verdict::Fail);
+        assert_eq!(verdict(401, None), Verdict::Fail);
+        assert_eq!(verdict(404, None), Verdict::Fail);
+        // The gateway's typed answers are final.
         assert_eq!(
-            backoff(1, Some(Duration::from_secs(3))),
-            Duration::from_secs(3)
+            verdict(503, Some(gateway_error::UNAVAILABLE)),
+            Verdict::Fail
         );
+        assert_eq!(verdict(402, Some(gateway_error::BUDGET)), Verdict::Budget);
+        assert_eq!(
+            verdict(502, Some(gateway_error::MALFORMED)),
+            Verdict::Malformed
+        );
+        assert_eq!(verdict(401, Some(gateway_error::AUTH)), Verdict::Fail);
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_770);
+        assert_eq!(retry_after("2", now), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(" 0.5 ", now), Some(Duration::from_millis(500)));
+        assert_eq!(retry_after("-1", now), None);
+        // 784111777 is Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example).
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after("Sat, 05 Nov 1994 08:49:37 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Tue, 29 Feb 2000 12:00:00 GMT"),
+            Some(951_825_600)
+        );
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 CET", now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_honour_the_wish_then_give_up() {
+        let started = tokio::time::Instant::now();
+        let mut calls = 0;
+        let r: Result<u32, LlmError> = run(|| {
+            calls += 1;
+            let n = calls;
+            async move {
+                if n < 3 {
+                    Attempt::Retry {
+                        error: "HTTP 429".into(),
+                        retry_after: Some(Duration::from_secs(7)),
+                    }
+                } else {
+                    Attempt::Done(Ok(n))
+                }
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 3);
+        assert_eq!(started.elapsed().as_secs(), 14);
+
+        let mut calls = 0;
+        let r: Result<(), LlmError> = run(|| {
+            calls += 1;
+            async {
+                Attempt::Retry {
+                    error: "HTTP 503".into(),
+                    retry_after: None,
+                }
+            }
+        })
+        .await;
+        assert_eq!(calls, MAX_ATTEMPTS);
+        match r {
+            Err(LlmError::Failed(m)) => assert!(m.contains("giving up after 5 attempts"), "{m}"),
+            _ => panic!("expected a failure"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn final_answers_are_not_retried() {
+        let mut calls = 0;
+        let r: Result<(), LlmError> = run(|| {
+            calls += 1;
+            async { Attempt::Done(Err(LlmError::Failed("HTTP 400".into()))) }
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(calls, 1);
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::output::{cap, join_cut};
 use super::{ToolOutput, Toolbox};
 
 #[derive(Deserialize)]
@@ -50,27 +51,48 @@ impl HeadTail {
         self.head.extend_from_slice(&data[..take]);
         data = &data[take..];
         self.tail.extend(data);
-        while self.tail.len() > self.max {
-            self.tail.pop_front();
+        if self.tail.len() > self.max {
+            self.tail.drain(..self.tail.len() - self.max);
         }
     }
 
-    fn text(self) -> String {
+    /// The output within `max` bytes, and whether it was cut.
+    fn text(mut self, max: usize) -> (String, bool) {
         let dropped = self.total - self.head.len() - self.tail.len();
-        let mut s = String::from_utf8_lossy(&self.head).into_owned();
-        if dropped > 0 {
-            s.push_str(&format!("\n[… {dropped} bytes cut …]\n"));
+        if dropped == 0 {
+            self.head.extend(self.tail);
+            return cap(&String::from_utf8_lossy(&self.head), max);
         }
-        let (a, b) = self.tail.as_slices();
-        s.push_str(&String::from_utf8_lossy(&[a, b].concat()));
-        s
+        let head = String::from_utf8_lossy(&self.head);
+        let tail = String::from_utf8_lossy(self.tail.make_contiguous());
+        (join_cut(&head, &tail, self.total, max), true)
     }
 }
 
-fn kill_group(pgid: u32) {
-    // SAFETY: killpg only sends a signal; a stale pgid fails with ESRCH.
-    unsafe {
-        libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
+/// Kills the command's whole process group when dropped while armed: on a
+/// timeout, and when the servo stops mid-command (SIGTERM, time budget),
+/// so nothing the model started outlives its call by accident.
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pgid) = self.0.filter(|&p| p > 0) {
+            // SAFETY: killpg only sends a signal; a stale group fails with ESRCH.
+            unsafe {
+                libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// The command ended normally: leave what it started in the background.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -82,6 +104,7 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
         .timeout_s
         .map(Duration::from_secs)
         .unwrap_or(tb.shell_timeout);
+    // One pipe for stdout and stderr, so the output keeps its order.
     let (reader, writer) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(format!("creating a pipe: {e}")),
@@ -105,14 +128,14 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     };
     // The parent's copies of the write end must close, or reading never ends.
     drop(cmd);
-    let pgid = child.id().unwrap_or(0);
+    let group = GroupGuard(child.id());
     let max = tb.max_output;
     let mut output = tokio::task::spawn_blocking(move || HeadTail::read_all(reader, max));
 
     let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
         Ok(status) => (status.ok(), false),
         Err(_) => {
-            kill_group(pgid);
+            group.kill();
             (child.wait().await.ok(), true)
         }
     };
@@ -120,35 +143,42 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     let collected = match tokio::time::timeout(Duration::from_secs(2), &mut output).await {
         Ok(r) => r,
         Err(_) => {
-            kill_group(pgid);
+            group.kill();
             output.await
         }
     };
-    let text = collected.map(HeadTail::text).unwrap_or_default();
+    group.disarm();
     let code = status.map(|s| {
         use std::os::unix::process::ExitStatusExt;
         s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
     });
-    let mut out = String::new();
-    out.push_str(&text);
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
-    }
+    let mut trailer = String::new();
     if timed_out {
-        out.push_str(&format!(
+        trailer.push_str(&format!(
             "[killed after {}s timeout; pass a larger timeout_s if it needs longer]\n",
             timeout.as_secs()
         ));
     }
-    out.push_str(&format!(
+    trailer.push_str(&format!(
         "[exit code {}]",
         code.map(|c| c.to_string())
             .unwrap_or_else(|| "unknown".into())
     ));
+    // The output gets what the trailer leaves, so the cap never cuts the exit code.
+    let room = tb.max_output.saturating_sub(trailer.len() + 1);
+    let (mut text, truncated) = match collected {
+        Ok(ht) => ht.text(room),
+        Err(_) => (String::new(), false),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&trailer);
     ToolOutput {
-        text: out,
+        text,
         ok: code == Some(0) && !timed_out,
         exit_code: code,
+        truncated,
         ..Default::default()
     }
 }
@@ -195,6 +225,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_call_dropped_midway_kills_its_group() {
+        // What happens on SIGTERM or at the time budget: the loop's future
+        // is dropped while the command runs.
+        let (d, tb) = toolbox();
+        let call = tb.dispatch(
+            "execute_shell",
+            r#"{"command": "sleep 30 & echo $! > bg.pid; wait"}"#,
+        );
+        let dropped = tokio::time::timeout(std::time::Duration::from_millis(500), call).await;
+        assert!(dropped.is_err(), "the command should still be running");
+        let pid = std::fs::read_to_string(d.path().join("bg.pid")).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let start = Instant::now();
+        // Gone, or a zombie waiting for whoever inherited it.
+        while std::fs::read_to_string(&stat)
+            .is_ok_and(|s| s.contains("(sleep) ") && !s.contains(") Z "))
+        {
+            assert!(start.elapsed().as_secs() < 15, "`sleep 30` survived");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[tokio::test]
     async fn background_jobs_do_not_hang_the_call() {
         let (_d, tb) = toolbox();
         let start = Instant::now();
@@ -222,6 +275,7 @@ mod tests {
             &out.text[..100]
         );
         assert!(out.text.contains("bytes cut"));
-        assert!(out.text.len() < 4096 + 200);
+        assert!(out.text.ends_with("[exit code 0]"), "{}", out.text);
+        assert!(out.text.len() <= 4096, "{}", out.text.len());
     }
 }

@@ -2,9 +2,13 @@
 //! its implementation. A bad call (unknown tool, invalid JSON, missing or
 //! extra argument) becomes an error text for the model, never a crash.
 
+mod create_file;
 mod edit_file;
 mod execute_shell;
-mod files;
+mod list_files;
+mod output;
+mod read_file;
+mod task_complete;
 
 use std::time::Duration;
 
@@ -14,34 +18,7 @@ use serde_json::json;
 
 use crate::workspace::Workspace;
 
-/// What a tool hands back.
-#[derive(Debug, Default)]
-pub(crate) struct ToolOutput {
-    pub text: String,
-    pub ok: bool,
-    pub exit_code: Option<i32>,
-    pub truncated: bool,
-    /// Set by `task_complete`: the agent's final message.
-    pub complete: Option<String>,
-}
-
-impl ToolOutput {
-    pub fn ok(text: impl Into<String>) -> Self {
-        ToolOutput {
-            text: text.into(),
-            ok: true,
-            ..Default::default()
-        }
-    }
-
-    pub fn error(text: impl Into<String>) -> Self {
-        ToolOutput {
-            text: format!("error: {}", text.into()),
-            ok: false,
-            ..Default::default()
-        }
-    }
-}
+pub(crate) use output::ToolOutput;
 
 /// What tools need to know.
 pub(crate) struct Toolbox {
@@ -119,12 +96,6 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
     ]
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskComplete {
-    message: String,
-}
-
 fn parse<T: DeserializeOwned>(tool: &str, arguments: &str) -> Result<T, ToolOutput> {
     let raw = if arguments.trim().is_empty() {
         "{}"
@@ -139,7 +110,8 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: &str) -> Result<T, ToolOutp
 }
 
 impl Toolbox {
-    /// Runs one tool call.
+    /// Runs one tool call. Whatever the model sent, the answer is text for
+    /// it; the output is capped at `max_output` bytes.
     pub async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
         let out = match name {
             "execute_shell" => match parse(name, arguments) {
@@ -147,11 +119,11 @@ impl Toolbox {
                 Err(e) => e,
             },
             "create_file" => match parse(name, arguments) {
-                Ok(a) => files::create_file(self, a),
+                Ok(a) => create_file::run(self, a),
                 Err(e) => e,
             },
             "read_file" => match parse(name, arguments) {
-                Ok(a) => files::read_file(self, a),
+                Ok(a) => read_file::run(self, a),
                 Err(e) => e,
             },
             "edit_file" => match parse(name, arguments) {
@@ -159,14 +131,11 @@ impl Toolbox {
                 Err(e) => e,
             },
             "list_files" => match parse(name, arguments) {
-                Ok(a) => files::list_files(self, a),
+                Ok(a) => list_files::run(self, a),
                 Err(e) => e,
             },
-            "task_complete" => match parse::<TaskComplete>(name, arguments) {
-                Ok(a) => ToolOutput {
-                    complete: Some(a.message),
-                    ..ToolOutput::ok("Task marked complete.")
-                },
+            "task_complete" => match parse(name, arguments) {
+                Ok(a) => task_complete::run(a),
                 Err(e) => e,
             },
             other => ToolOutput::error(format!(
@@ -178,38 +147,13 @@ impl Toolbox {
     }
 
     fn capped(&self, mut out: ToolOutput) -> ToolOutput {
-        let (text, cut) = cap(&out.text, self.max_output);
+        let (text, cut) = output::cap(&out.text, self.max_output);
         if cut {
             out.text = text;
             out.truncated = true;
         }
         out
     }
-}
-
-/// Keeps the head and tail of `text` within `max` bytes, stating the cut.
-pub(crate) fn cap(text: &str, max: usize) -> (String, bool) {
-    if text.len() <= max {
-        return (text.to_string(), false);
-    }
-    let half = max / 2;
-    let mut head_end = half;
-    while !text.is_char_boundary(head_end) {
-        head_end -= 1;
-    }
-    let mut tail_start = text.len() - half;
-    while !text.is_char_boundary(tail_start) {
-        tail_start += 1;
-    }
-    let cut = tail_start - head_end;
-    (
-        format!(
-            "{}\n[… {cut} bytes cut: output is limited to {max} bytes; head and tail kept …]\n{}",
-            &text[..head_end],
-            &text[tail_start..]
-        ),
-        true,
-    )
 }
 
 #[cfg(test)]
@@ -224,16 +168,6 @@ mod tests {
             shell_timeout: Duration::from_secs(10),
         };
         (d, tb)
-    }
-
-    #[test]
-    fn cap_keeps_head_and_tail_on_char_boundaries() {
-        let text = "é".repeat(1000); // 2000 bytes
-        let (out, cut) = cap(&text, 101);
-        assert!(cut);
-        assert!(out.starts_with('é') && out.ends_with('é'));
-        assert!(out.contains("bytes cut"));
-        assert_eq!(cap("short", 100), ("short".into(), false));
     }
 
     #[tokio::test]
@@ -263,10 +197,55 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn task_complete_carries_the_message() {
+    async fn escapes_are_refused_by_every_file_tool() {
         let (_d, tb) = toolbox();
-        let out = tb.dispatch("task_complete", r#"{"message": "done"}"#).await;
-        assert!(out.ok);
-        assert_eq!(out.complete.as_deref(), Some("done"));
+        for (name, args) in [
+            ("create_file", r#"{"path": "../x", "content": ""}"#),
+            ("read_file", r#"{"path": "/etc/passwd"}"#),
+            ("list_files", r#"{"path": "/"}"#),
+            (
+                "edit_file",
+                r#"{"path": "../../etc/hosts", "old_str": "a", "new_str": "b"}"#,
+            ),
+        ] {
+            let out = tb.dispatch(name, args).await;
+            assert!(
+                !out.ok && out.text.contains("outside the workspace"),
+                "{name}: {}",
+                out.text
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn long_output_of_any_tool_is_capped() {
+        let (d, tb) = toolbox();
+        std::fs::write(d.path().join("one-long-line"), "x".repeat(10_000)).unwrap();
+        let out = tb
+            .dispatch("read_file", r#"{"path": "one-long-line"}"#)
+            .await;
+        assert!(out.ok && out.truncated);
+        assert!(out.text.len() <= tb.max_output);
+        assert!(out.text.contains("bytes cut"));
+    }
+
+    #[test]
+    fn every_spec_is_an_object_schema_with_a_dispatch() {
+        let names: Vec<_> = specs().into_iter().map(|s| s.function.name).collect();
+        assert_eq!(
+            names,
+            [
+                "execute_shell",
+                "create_file",
+                "read_file",
+                "edit_file",
+                "list_files",
+                "task_complete"
+            ]
+        );
+        for s in specs() {
+            assert_eq!(s.kind, "function");
+            assert_eq!(s.function.parameters["type"], "object");
+        }
     }
 }
