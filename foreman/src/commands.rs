@@ -325,9 +325,20 @@ pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
 pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
     let mut store = open_store(cfg)?;
     let old: TaskRow = store.require(&args.id)?;
+    if !old.state.is_terminal() {
+        bail!(
+            "task `{}` is {}; only an ended task can be retried (wait for it, or `saheeli task cancel {}` first)",
+            old.id,
+            old.state,
+            old.id.short()
+        );
+    }
     let id = TaskId::new();
     inputs::copy_workspace(&cfg.state_dir(), old.id, id)?;
-    store.submit(id, &old.spec, old.priority, Some(old.id), old.attempt + 1)?;
+    if let Err(e) = store.retry(old.id, id) {
+        inputs::remove_workspace(&cfg.state_dir(), id);
+        return Err(e.into());
+    }
     if args.json {
         println!(
             "{}",
@@ -432,15 +443,7 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         Err(e) => {
             let mut store = open_store(cfg)?;
             let reason = format!("{e:#}");
-            store.transition(
-                id,
-                TaskState::Failed,
-                Some(&reason),
-                Some(&crate::store::Outcome {
-                    reason: Some("docker".into()),
-                    ..Default::default()
-                }),
-            )?;
+            store.fail_queued(id, "docker", &reason)?;
             return Err(e);
         }
     };

@@ -253,14 +253,15 @@ pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std:
 
 /// Whether the container was ever started (running, exited or dead, as
 /// opposed to only created).
-pub(crate) async fn has_started(docker: &Docker, container: &str) -> bool {
-    docker
+/// An error means "unknown, ask again", never "not started".
+pub(crate) async fn has_started(docker: &Docker, container: &str) -> anyhow::Result<bool> {
+    let c = docker
         .inspect_container(container, None)
         .await
-        .ok()
-        .and_then(|c| c.state)
+        .context("inspecting the servo container")?;
+    Ok(c.state
         .and_then(|s| s.started_at)
-        .is_some_and(|t| !t.starts_with("0001-01-01"))
+        .is_some_and(|t| !t.starts_with("0001-01-01")))
 }
 
 /// SIGTERM, then SIGKILL after `grace`.
@@ -274,6 +275,25 @@ pub(crate) async fn stop(docker: &Docker, container: &str, grace: Duration) -> a
             status_code: 304, ..
         }) => Ok(()),
         Err(e) => Err(e).context("stopping the servo container"),
+    }
+}
+
+/// SIGKILL, when a stop did not take. A container that is not running
+/// (any more) is not an error.
+pub(crate) async fn kill(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    match docker
+        .kill_container(
+            container,
+            None::<bollard::query_parameters::KillContainerOptions>,
+        )
+        .await
+    {
+        Ok(())
+        | Err(DockerError::DockerResponseServerError {
+            status_code: 304 | 404 | 409,
+            ..
+        }) => Ok(()),
+        Err(e) => Err(e).context("killing the servo container"),
     }
 }
 

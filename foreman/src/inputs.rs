@@ -28,6 +28,11 @@ pub(crate) fn copy_workspace(state_dir: &Path, from: TaskId, to: TaskId) -> anyh
     Ok(())
 }
 
+/// Forgets the submitted workspace of `id` (a retry that was not queued).
+pub(crate) fn remove_workspace(state_dir: &Path, id: TaskId) {
+    let _ = std::fs::remove_file(workspace_tar(state_dir, id));
+}
+
 /// Copies `src` into a tar at `dest` (symlinks kept as links, never followed).
 pub(crate) fn pack_workspace(src: &Path, dest: &Path) -> anyhow::Result<()> {
     if let Some(p) = dest.parent() {

@@ -24,7 +24,7 @@ use crate::docker;
 use crate::gateway::{Gateway, Upstream};
 use crate::inputs;
 use crate::state::TaskState;
-use crate::store::{Outcome, Store, TaskRow, now_ms};
+use crate::store::{Outcome, Retry, Store, StoreError, TaskRow, now_ms};
 
 /// What a serve loop shares with its task supervisors.
 pub(crate) struct Ctx {
@@ -53,6 +53,15 @@ impl Ctx {
     }
 }
 
+/// Whether `e` says another foreman took the task over: the supervisor
+/// then stops quietly, touching neither the container nor the results.
+fn lease_lost(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<StoreError>(),
+        Some(StoreError::LeaseLost(_))
+    )
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct ServeOptions {
     /// Return once nothing is queued or running.
@@ -78,6 +87,10 @@ impl ServeSummary {
 struct StopHandle {
     token: CancellationToken,
     reason: Arc<Mutex<&'static str>>,
+    /// Another foreman holds the task now: let go without touching it.
+    lost: CancellationToken,
+    /// When this foreman took the task.
+    since: std::time::Instant,
 }
 
 impl StopHandle {
@@ -85,6 +98,8 @@ impl StopHandle {
         StopHandle {
             token: CancellationToken::new(),
             reason: Arc::new(Mutex::new("cancelled")),
+            lost: CancellationToken::new(),
+            since: std::time::Instant::now(),
         }
     }
 
@@ -109,49 +124,169 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// the task back (put it back in the queue) without finishing it.
 type Joined = (TaskId, Option<TaskState>);
 
+/// The supervisors' control handles, shared with the lease renewer.
+type Handles = Arc<Mutex<HashMap<TaskId, StopHandle>>>;
+
 /// The serve loop. `drain` (first Ctrl-C) stops launching and waits for
 /// running tasks; `stop` (second Ctrl-C) also stops their containers.
+///
+/// Whatever ends the loop, an error included, the tasks already running
+/// are seen to their end before this returns: nothing is dropped mid-run.
 pub(crate) async fn run(
     ctx: Arc<Ctx>,
     opts: ServeOptions,
     drain: CancellationToken,
     stop: CancellationToken,
 ) -> anyhow::Result<ServeSummary> {
-    let concurrency = ctx.cfg.file.concurrency;
+    let handles: Handles = Arc::default();
     let mut running: JoinSet<Joined> = JoinSet::new();
-    let mut handles: HashMap<TaskId, StopHandle> = HashMap::new();
     let mut summary = ServeSummary::default();
+    // Leases are renewed on a timer of their own, so a slow turn of the
+    // loop (a hung Docker call, a long sweep) never lets one lapse.
+    let renewer_stop = CancellationToken::new();
+    // Its own connection too: never queued behind the loop's queries.
+    let own = Store::open(&ctx.cfg.database()).context("opening the database for lease renewal")?;
+    let renewer = tokio::spawn(renew_leases(
+        ctx.clone(),
+        Arc::new(Mutex::new(own)),
+        handles.clone(),
+        renewer_stop.clone(),
+    ));
+    let result = serve_loop(
+        &ctx,
+        opts,
+        &drain,
+        &stop,
+        &mut running,
+        &handles,
+        &mut summary,
+    )
+    .await;
+    if let Err(e) = &result {
+        error!(error = %format!("{e:#}"), running = running.len(), "serve loop failed; letting running tasks finish");
+    }
+    let mut stopped = false;
+    loop {
+        tokio::select! {
+            joined = running.join_next() => match joined {
+                Some(joined) => record(joined, &handles, &mut summary),
+                None => break,
+            },
+            _ = stop.cancelled(), if !stopped => {
+                stopped = true;
+                for h in handles.lock().unwrap().values() {
+                    h.stop("interrupted");
+                }
+            }
+        }
+    }
+    renewer_stop.cancel();
+    let _ = renewer.await;
+    result.map(|()| summary)
+}
 
+/// Notes what a supervisor reported.
+fn record(
+    joined: Result<Joined, tokio::task::JoinError>,
+    handles: &Handles,
+    summary: &mut ServeSummary,
+) {
+    match joined {
+        Ok((id, state)) => {
+            handles.lock().unwrap().remove(&id);
+            if let Some(state) = state {
+                summary.finished.push((id, state));
+            }
+        }
+        Err(e) => error!(error = %e, "a task supervisor panicked"),
+    }
+}
+
+/// Renews this foreman's leases every `lease`/5. A task missing from the
+/// renewal was taken over by another foreman (this one was paused or cut
+/// off for longer than the lease): its supervisor is told to let go.
+async fn renew_leases(
+    ctx: Arc<Ctx>,
+    store: Arc<Mutex<Store>>,
+    handles: Handles,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(ctx.cfg.file.lease / 5);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let asked = std::time::Instant::now();
+        let lease = ctx.lease.clone();
+        let store = store.clone();
+        let renewed = tokio::task::spawn_blocking(move || {
+            store
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .renew(&lease)
+        })
+        .await;
+        match renewed {
+            Ok(Ok(held)) => {
+                for (id, h) in handles.lock().unwrap().iter() {
+                    // Claimed after the renewal was asked: not in its answer.
+                    if h.since < asked && !held.contains(id) && !h.lost.is_cancelled() {
+                        warn!(task_id = %id, "lease lost: another foreman holds this task now");
+                        h.lost.cancel();
+                    }
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "renewing leases failed; trying again"),
+            Err(e) => warn!(error = %e, "lease renewal thread panicked; trying again"),
+        }
+    }
+}
+
+async fn serve_loop(
+    ctx: &Arc<Ctx>,
+    opts: ServeOptions,
+    drain: &CancellationToken,
+    stop: &CancellationToken,
+    running: &mut JoinSet<Joined>,
+    handles: &Handles,
+    summary: &mut ServeSummary,
+) -> anyhow::Result<()> {
+    let concurrency = ctx.cfg.file.concurrency;
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_renew: Option<tokio::time::Instant> = None;
+    let mut last_takeover: Option<tokio::time::Instant> = None;
     let mut last_sweep: Option<tokio::time::Instant> = None;
+    let mut sweeping: Option<tokio::task::JoinHandle<()>> = None;
     let mut seen_version = None;
     let mut look_for_work = true;
     // `saheeli run` follows its task through retries.
     let mut only = opts.only;
     loop {
-        // Leases: renew ours; adopt tasks whose foreman died.
-        if last_renew.is_none_or(|t| t.elapsed() >= ctx.cfg.file.lease / 5) {
-            last_renew = Some(tokio::time::Instant::now());
+        // Adopt tasks whose foreman died.
+        if last_takeover.is_none_or(|t| t.elapsed() >= ctx.cfg.file.lease / 5) {
+            last_takeover = Some(tokio::time::Instant::now());
             // Requeued tasks become claimable later without any write.
             look_for_work = true;
-            let lease = ctx.lease.clone();
-            ctx.db(move |s| s.renew(&lease)).await?;
             if only.is_none() && !drain.is_cancelled() {
                 let lease = ctx.lease.clone();
                 for task in ctx.db(move |s| s.take_over_expired(&lease)).await? {
                     info!(task_id = %task.id, state = %task.state, "taking over a task whose foreman stopped");
                     let handle = StopHandle::new();
-                    handles.insert(task.id, handle.clone());
+                    handles.lock().unwrap().insert(task.id, handle.clone());
                     let ctx = ctx.clone();
                     running.spawn(async move { resume(ctx, task, handle).await });
                 }
             }
         }
-        if only.is_none() && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+        // Sweeping talks to Docker, which may hang: never inside the loop.
+        if only.is_none()
+            && sweeping.as_ref().is_none_or(|s| s.is_finished())
+            && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY)
+        {
             last_sweep = Some(tokio::time::Instant::now());
-            sweep(&ctx, &handles).await;
+            sweeping = Some(tokio::spawn(sweep(ctx.clone(), handles.clone())));
         }
 
         while look_for_work && !drain.is_cancelled() && running.len() < concurrency {
@@ -162,7 +297,7 @@ pub(crate) async fn run(
             };
             info!(task_id = %task.id, title = %task.title, "task claimed");
             let handle = StopHandle::new();
-            handles.insert(task.id, handle.clone());
+            handles.lock().unwrap().insert(task.id, handle.clone());
             let ctx = ctx.clone();
             running.spawn(async move { supervise(ctx, task, handle).await });
         }
@@ -197,18 +332,15 @@ pub(crate) async fn run(
             }
         }
 
+        let stoppable = handles
+            .lock()
+            .unwrap()
+            .values()
+            .any(|h| !h.token.is_cancelled());
         tokio::select! {
             Some(joined) = running.join_next() => {
                 look_for_work = true;
-                match joined {
-                    Ok((id, state)) => {
-                        handles.remove(&id);
-                        if let Some(state) = state {
-                            summary.finished.push((id, state));
-                        }
-                    }
-                    Err(e) => error!(error = %e, "a task supervisor panicked"),
-                }
+                record(joined, handles, summary);
             }
             _ = tick.tick() => {
                 // Another process wrote (a submit, a cancel): look again.
@@ -216,9 +348,9 @@ pub(crate) async fn run(
                 if seen_version != Some(version) {
                     seen_version = Some(version);
                     look_for_work = true;
-                    if !handles.is_empty() {
+                    if !handles.lock().unwrap().is_empty() {
                         for id in ctx.db(|s| s.cancel_requests()).await? {
-                            if let Some(h) = handles.get(&id) {
+                            if let Some(h) = handles.lock().unwrap().get(&id) {
                                 info!(task_id = %id, "cancel requested");
                                 h.stop("cancelled");
                             }
@@ -226,7 +358,8 @@ pub(crate) async fn run(
                     }
                 }
             }
-            _ = stop.cancelled(), if !handles.is_empty() && handles.values().any(|h| !h.token.is_cancelled()) => {
+            _ = stop.cancelled(), if stoppable => {
+                let handles = handles.lock().unwrap();
                 warn!(running = handles.len(), "stopping running tasks");
                 for h in handles.values() {
                     h.stop("interrupted");
@@ -235,12 +368,12 @@ pub(crate) async fn run(
             _ = drain.cancelled(), if !drain.is_cancelled() => {}
         }
     }
-    Ok(summary)
+    Ok(())
 }
 
 /// Removes containers and volumes of tasks that have ended (left behind
 /// when a foreman died mid-cleanup). Tasks this loop is running are skipped.
-async fn sweep(ctx: &Arc<Ctx>, active: &HashMap<TaskId, StopHandle>) {
+async fn sweep(ctx: Arc<Ctx>, active: Handles) {
     let Ok((containers, volumes)) = docker::labelled(&ctx.docker).await else {
         return;
     };
@@ -259,7 +392,7 @@ async fn sweep(ctx: &Arc<Ctx>, active: &HashMap<TaskId, StopHandle>) {
             .await
             .ok()
             .flatten()
-            .is_some_and(|t| t.state.is_terminal() && !active.contains_key(&t.id));
+            .is_some_and(|t| t.state.is_terminal() && !active.lock().unwrap().contains_key(&t.id));
         ended.insert(task, is_ended);
     }
     for (cid, task) in &containers {
@@ -286,25 +419,29 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
     let d = &ctx.docker;
     let containers = match docker::task_containers(d, id).await {
         Ok(c) => c,
-        Err(e) => {
-            // Docker is not answering: leave the task for the next round.
-            warn!(task_id = %id, error = %format!("{e:#}"), "cannot inspect the task's container yet");
-            let _ = ctx.db(move |s| s.release(id)).await;
-            return (id, None);
-        }
+        Err(e) => return let_go(&ctx, id, &e).await,
     };
+    // A Docker error means "unknown", never "not started": acting on a
+    // guess would remove a running servo's container and volume.
     let started = match containers.first() {
-        Some(cid) => docker::has_started(d, cid).await,
+        Some(cid) => match docker::has_started(d, cid).await {
+            Ok(started) => started,
+            Err(e) => return let_go(&ctx, id, &e).await,
+        },
         None => false,
     };
     if let (Some(cid), true) = (containers.first(), started) {
         info!(task_id = %id, container = %cid, "adopting servo");
         if task.state == TaskState::Starting {
             let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
+            let lease = ctx.lease.clone();
             if let Err(e) = ctx
-                .db(move |s| s.transition(id, TaskState::Running, Some(&detail), None))
+                .db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
                 .await
             {
+                if lease_lost(&e) {
+                    return (id, None);
+                }
                 error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
             }
         }
@@ -338,7 +475,11 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
         let started = task.started_at.unwrap_or_else(now_ms);
         return monitor(ctx.clone(), task, cid.clone(), gateway, started, handle).await;
     }
-    // No servo ran (or none is left): clean up what is there.
+    // No servo ran (or none is left): clean up what is there, if still ours.
+    let lease = ctx.lease.clone();
+    if let Err(e) = ctx.db(move |s| s.hold(id, &lease)).await {
+        return let_go(&ctx, id, &e).await;
+    }
     for cid in &containers {
         let _ = docker::remove_container(d, cid).await;
     }
@@ -395,8 +536,13 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
     };
     if retry {
         info!(task_id = %id, "{detail}");
-        match ctx.db(move |s| s.requeue(id, detail, Duration::ZERO)).await {
+        let lease = ctx.lease.clone();
+        match ctx
+            .db(move |s| s.requeue(id, &lease, detail, Duration::ZERO))
+            .await
+        {
             Ok(()) => return (id, None),
+            Err(e) if lease_lost(&e) => return (id, None),
             Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
         }
     }
@@ -409,6 +555,15 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
         "the servo's container vanished",
     )
     .await
+}
+
+/// Gives a task back for a later take-over round when its actual state
+/// cannot be learnt now (Docker not answering).
+async fn let_go(ctx: &Ctx, id: TaskId, e: &anyhow::Error) -> Joined {
+    warn!(task_id = %id, error = %format!("{e:#}"), "cannot inspect the task's container yet; trying again later");
+    let lease = ctx.lease.clone();
+    let _ = ctx.db(move |s| s.release(id, &lease)).await;
+    (id, None)
 }
 
 /// How long a supervisor waits for a restarting Docker daemon.
@@ -429,6 +584,15 @@ async fn supervise(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
             }
             monitor(ctx, task, container, gateway, now_ms(), handle).await
         }
+        Err(e) if lease_lost(&e) => {
+            // The container is the other foreman's now; so is the socket
+            // directory it is mounted from.
+            warn!(task_id = %id, "lease lost while launching; letting go");
+            if let Some(g) = gateway {
+                g.abandon().await;
+            }
+            (id, None)
+        }
         Err(e) => {
             error!(task_id = %id, error = %format!("{e:#}"), "launch failed");
             if let Some(g) = gateway {
@@ -443,8 +607,10 @@ async fn supervise(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
                     "launch failed ({e:#}); queued again in {}s",
                     delay.as_secs()
                 );
-                match ctx.db(move |s| s.requeue(id, &detail, delay)).await {
+                let lease = ctx.lease.clone();
+                match ctx.db(move |s| s.requeue(id, &lease, &detail, delay)).await {
                     Ok(()) => return (id, None),
+                    Err(e) if lease_lost(&e) => return (id, None),
                     Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
                 }
             }
@@ -508,7 +674,8 @@ async fn launch(
     .await?;
     lap("container created");
     let cid = container.clone();
-    ctx.db(move |s| s.set_container(id, &cid)).await?;
+    let lease = ctx.lease.clone();
+    ctx.db(move |s| s.set_container(id, &lease, &cid)).await?;
     let input = inputs::workspace_tar(&ctx.cfg.state_dir(), id);
     if input.is_file() {
         docker::upload_file(d, &container, &input).await?;
@@ -518,10 +685,14 @@ async fn launch(
         docker::upload(d, &container, tar.into()).await?;
     }
     lap("uploaded");
+    // Only the holder starts the servo.
+    let lease = ctx.lease.clone();
+    ctx.db(move |s| s.hold(id, &lease)).await?;
     docker::start(d, &container).await?;
     lap("started");
     let detail = format!("container {}", &container[..12.min(container.len())]);
-    ctx.db(move |s| s.transition(id, TaskState::Running, Some(&detail), None))
+    let lease = ctx.lease.clone();
+    ctx.db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
         .await?;
     info!(task_id = %id, "servo running");
     Ok(container)
@@ -544,12 +715,16 @@ async fn monitor(
     let deadline = Duration::from_secs(task.spec.timeout_s).saturating_sub(elapsed);
     let mut timed_out = false;
     let mut stopped: Option<&'static str> = None;
+    // Set once the servo was asked to stop: when to ask again, harder.
+    let mut escalate_at: Option<tokio::time::Instant> = None;
+    let mut escalations = 0u32;
 
     let mut wait = Box::pin(docker::wait(&d, &container));
     let mut reconnects = 0;
     let sleep = tokio::time::sleep(deadline);
     tokio::pin!(sleep);
     let mut usage_tick = tokio::time::interval(Duration::from_secs(1));
+    let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let exit = loop {
         tokio::select! {
             r = &mut wait => match r {
@@ -562,28 +737,50 @@ async fn monitor(
                 }
                 r => break r,
             },
+            _ = handle.lost.cancelled() => return abandon(id, gateway).await,
             _ = &mut sleep, if !timed_out && stopped.is_none() => {
+                if !still_held(&ctx, id).await {
+                    return abandon(id, gateway).await;
+                }
                 warn!(task_id = %id, timeout_s = task.spec.timeout_s, "timeout: stopping servo");
                 timed_out = true;
-                let _ = docker::stop(&d, &container, grace).await;
+                escalate_at = Some(stop_servo(&d, id, &container, grace, 0).await);
             }
             _ = handle.token.cancelled(), if stopped.is_none() && !timed_out => {
+                if !still_held(&ctx, id).await {
+                    return abandon(id, gateway).await;
+                }
                 let reason = handle.reason();
                 info!(task_id = %id, reason, "stopping servo");
                 stopped = Some(reason);
-                let _ = docker::stop(&d, &container, grace).await;
+                escalate_at = Some(stop_servo(&d, id, &container, grace, 0).await);
+            }
+            // Asked to stop, and still not gone: the stop call failed or
+            // the daemon lost it. Ask again, with SIGKILL.
+            _ = tokio::time::sleep_until(escalate_at.unwrap_or(far)), if escalate_at.is_some() => {
+                escalations += 1;
+                escalate_at = Some(stop_servo(&d, id, &container, grace, escalations).await);
             }
             _ = usage_tick.tick(), if gateway.is_some() => {
                 if let Some(m) = gateway.as_ref().map(|g| Metered::read(g.meter()))
                     && m.calls > 0
                 {
-                    let _ = ctx
-                        .db(move |s| s.set_usage(id, m.calls, m.input, m.output, m.cost))
+                    let lease = ctx.lease.clone();
+                    let r = ctx
+                        .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost))
                         .await;
+                    if let Err(e) = r && lease_lost(&e) {
+                        return abandon(id, gateway).await;
+                    }
                 }
             }
         }
     };
+    // Only the holder collects: a foreman that was paused past its lease
+    // must not write into results another one is collecting.
+    if !still_held(&ctx, id).await {
+        return abandon(id, gateway).await;
+    }
     let oom = docker::oom_killed(&d, &container).await;
     let metered = gateway.as_ref().map(|g| Metered::read(g.meter()));
 
@@ -711,6 +908,46 @@ async fn monitor(
     }
 }
 
+/// Whether this foreman still holds `id` (renewing the lease if so).
+/// A database error counts as held: the writes that follow are fenced.
+async fn still_held(ctx: &Ctx, id: TaskId) -> bool {
+    let lease = ctx.lease.clone();
+    !matches!(ctx.db(move |s| s.hold(id, &lease)).await, Err(e) if lease_lost(&e))
+}
+
+/// Lets a task go that another foreman holds now: its container, volume,
+/// results and gateway directory are the other's, so nothing is touched.
+async fn abandon(id: TaskId, gateway: Option<Gateway>) -> Joined {
+    warn!(task_id = %id, "lease lost: another foreman took this task over; letting go");
+    if let Some(g) = gateway {
+        g.abandon().await;
+    }
+    (id, None)
+}
+
+/// Asks Docker to stop the servo: SIGTERM then SIGKILL after `grace` the
+/// first time, SIGKILL after that. Returns when to ask again if the servo
+/// is still there (a failed call is never the end of a timeout).
+async fn stop_servo(
+    d: &Docker,
+    id: TaskId,
+    container: &str,
+    grace: Duration,
+    attempt: u32,
+) -> tokio::time::Instant {
+    let r = if attempt == 0 {
+        docker::stop(d, container, grace).await
+    } else {
+        warn!(task_id = %id, attempt, "servo still running after stop; killing it");
+        docker::kill(d, container).await
+    };
+    if let Err(e) = r {
+        warn!(task_id = %id, error = %format!("{e:#}"), "stopping the servo failed; asking again");
+    }
+    let again = Duration::from_secs(5).min(grace + Duration::from_secs(1));
+    tokio::time::Instant::now() + again.max(Duration::from_secs(1))
+}
+
 /// A snapshot of a gateway's meter.
 #[derive(Clone, Copy, Debug)]
 struct Metered {
@@ -815,7 +1052,8 @@ async fn cleanup(ctx: &Ctx, id: TaskId) {
     }
 }
 
-/// Records the terminal state; returns what the loop reports.
+/// Records the terminal state, and by the retry policy queues the next
+/// attempt in the same transaction; returns what the loop reports.
 async fn finish(
     ctx: &Ctx,
     id: TaskId,
@@ -835,41 +1073,64 @@ async fn finish(
         let allowed = task.spec.retry_on.iter().any(|r| r == kind);
         if allowed && task.attempt <= i64::from(task.spec.retries) {
             let next = TaskId::new();
-            match inputs::copy_workspace(&ctx.cfg.state_dir(), id, next) {
+            let state_dir = ctx.cfg.state_dir();
+            let copied =
+                tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, id, next))
+                    .await
+                    .context("copy thread panicked")
+                    .and_then(|r| r);
+            match copied {
                 Ok(()) => {
                     detail.push_str(&format!(
                         "; retried as {next} (attempt {} of {})",
                         task.attempt + 1,
                         task.spec.retries + 1
                     ));
-                    retry = Some((next, task));
+                    retry = Some(Retry {
+                        id: next,
+                        spec: task.spec,
+                        priority: task.priority,
+                        attempt: task.attempt + 1,
+                    });
                 }
                 Err(e) => warn!(task_id = %id, error = %format!("{e:#}"), "not retried"),
             }
         }
     }
-    match ctx
-        .db(move |s| s.transition(id, to, Some(&detail), Some(&outcome)))
-        .await
-    {
-        Ok(()) => info!(task_id = %id, state = %to, reason, "task finished"),
-        Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "recording the outcome failed"),
-    }
-    if let Some((next, task)) = retry {
-        let attempt = task.attempt + 1;
-        match ctx
-            .db(move |s| s.submit(next, &task.spec, task.priority, Some(id), attempt))
-            .await
-        {
-            Ok(()) => {
-                info!(task_id = %id, retry = %next, attempt, "agent outcome retried by policy");
-                // Superseded: the retry reports for both.
+    let lease = ctx.lease.clone();
+    let queued = retry.clone();
+    let recorded = ctx
+        .db(move |s| {
+            s.finish(
+                id,
+                &lease,
+                to,
+                Some(&detail),
+                Some(&outcome),
+                queued.as_ref(),
+            )
+        })
+        .await;
+    match (recorded, retry) {
+        (Ok(()), Some(r)) => {
+            info!(task_id = %id, state = %to, reason, retry = %r.id, attempt = r.attempt, "task finished; retried by policy");
+            // Superseded: the retry reports for both.
+            (id, None)
+        }
+        (Ok(()), None) => {
+            info!(task_id = %id, state = %to, reason, "task finished");
+            (id, Some(to))
+        }
+        (Err(e), retry) => {
+            if let Some(r) = retry {
+                inputs::remove_workspace(&ctx.cfg.state_dir(), r.id);
+            }
+            if lease_lost(&e) {
+                warn!(task_id = %id, "lease lost before the outcome was recorded; the new holder records it");
                 return (id, None);
             }
-            Err(e) => {
-                error!(task_id = %id, error = %format!("{e:#}"), "submitting the retry failed")
-            }
+            error!(task_id = %id, error = %format!("{e:#}"), "recording the outcome failed");
+            (id, Some(to))
         }
     }
-    (id, Some(to))
 }

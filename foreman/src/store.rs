@@ -25,6 +25,12 @@ pub(crate) enum StoreError {
         from: TaskState,
         to: TaskState,
     },
+    /// Another foreman took the task over (this one's lease expired while
+    /// it was paused, hung or cut off): every write about it is refused.
+    #[error("task `{0}` is no longer held by this foreman; another one took it over")]
+    LeaseLost(TaskId),
+    #[error("task `{id}` has not ended ({state}); only an ended task can be retried")]
+    NotEnded { id: TaskId, state: TaskState },
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("database migration: {0}")]
@@ -161,7 +167,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        Migrations::from_slice(MIGRATIONS).to_latest(&mut conn)?;
+        migrate(&mut conn)?;
         Ok(Store { conn })
     }
 
@@ -177,29 +183,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = now_ms();
-        let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
-        tx.execute(
-            "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt)
-             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7)",
-            params![
-                id.to_string(),
-                spec.title,
-                priority,
-                spec_json,
-                retry_of.map(|r| r.to_string()),
-                now,
-                attempt
-            ],
-        )?;
-        let detail = match retry_of {
-            Some(old) => format!(
-                "submitted from {} (attempt {attempt}, retry of {old})",
-                spec.prompt_path
-            ),
-            None => format!("submitted from {}", spec.prompt_path),
-        };
-        insert_event(&tx, id, now, None, TaskState::Queued, Some(&detail))?;
+        insert_task(&tx, id, spec, priority, retry_of, attempt)?;
         tx.commit()?;
         Ok(())
     }
@@ -244,25 +228,44 @@ impl Store {
         self.get(&id)
     }
 
-    /// Applies a lifecycle transition, checked against the current state.
+    /// Applies a lifecycle transition of a task this foreman holds, checked
+    /// against the current state and the lease (fenced: a foreman whose
+    /// task was taken over gets [`StoreError::LeaseLost`] and writes nothing).
     pub fn transition(
         &mut self,
         id: TaskId,
+        lease: &Lease,
         to: TaskState,
         detail: Option<&str>,
         outcome: Option<&Outcome>,
     ) -> Result<()> {
+        self.finish(id, lease, to, detail, outcome, None)
+    }
+
+    /// [`Store::transition`], and when `retry` is given, the task that
+    /// retries this one is queued in the same transaction: a crash between
+    /// the two can neither lose the retry nor run it twice.
+    pub fn finish(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        to: TaskState,
+        detail: Option<&str>,
+        outcome: Option<&Outcome>,
+        retry: Option<&Retry>,
+    ) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let from = current_state(&tx, id)?;
+        let from = held_state(&tx, id, lease)?;
         if !from.can_become(to) {
             return Err(StoreError::BadTransition { id, from, to });
         }
         let now = now_ms();
         tx.execute(
             "UPDATE tasks SET state = ?2,
-                finished_at = CASE WHEN ?3 THEN ?4 ELSE finished_at END
+                finished_at = CASE WHEN ?3 THEN ?4 ELSE finished_at END,
+                lease_until = CASE WHEN ?3 THEN NULL ELSE lease_until END
              WHERE id = ?1",
             params![id.to_string(), to.as_str(), to.is_terminal(), now],
         )?;
@@ -282,17 +285,91 @@ impl Store {
             )?;
         }
         insert_event(&tx, id, now, Some(from), to, detail)?;
+        if let Some(r) = retry {
+            insert_task(&tx, r.id, &r.spec, r.priority, Some(id), r.attempt)?;
+        }
         tx.commit()?;
         Ok(())
     }
 
-    /// Extends the lease on every active task `lease.owner` holds.
-    pub fn renew(&mut self, lease: &Lease) -> Result<usize> {
-        Ok(self.conn.execute(
-            "UPDATE tasks SET lease_until = ?2
-             WHERE owner = ?1 AND state IN ('starting', 'running')",
-            params![lease.owner, now_ms() + lease.ms],
-        )?)
+    /// Moves a task nobody holds yet (queued) to `failed`: `saheeli run`
+    /// could not reach Docker after submitting it.
+    pub fn fail_queued(&mut self, id: TaskId, reason: &str, detail: &str) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let from = current_state(&tx, id)?;
+        if from != TaskState::Queued {
+            return Err(StoreError::BadTransition {
+                id,
+                from,
+                to: TaskState::Failed,
+            });
+        }
+        let now = now_ms();
+        tx.execute(
+            "UPDATE tasks SET state = 'failed', reason = ?2, finished_at = ?3 WHERE id = ?1",
+            params![id.to_string(), reason, now],
+        )?;
+        insert_event(&tx, id, now, Some(from), TaskState::Failed, Some(detail))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Confirms that this foreman still holds `id` and extends its lease;
+    /// [`StoreError::LeaseLost`] otherwise. Called before acting on the
+    /// task's container or results, so a foreman that was paused past its
+    /// lease learns it before it touches anything.
+    pub fn hold(&mut self, id: TaskId, lease: &Lease) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET lease_until = ?3
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running')",
+            params![id.to_string(), lease.owner, now_ms() + lease.ms],
+        )
+    }
+
+    /// Runs one UPDATE of a held task in a write transaction (a deferred
+    /// one could fail at once with SQLITE_BUSY, ignoring the busy timeout);
+    /// no row changed means the lease is lost.
+    fn fenced_update(
+        &mut self,
+        id: TaskId,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(sql, params)?;
+        if n == 0 {
+            return Err(StoreError::LeaseLost(id));
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Extends the lease on every active task `lease.owner` holds and
+    /// returns their ids: a task missing from the answer was taken over.
+    pub fn renew(&mut self, lease: &Lease) -> Result<Vec<TaskId>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let ids: Vec<String> = {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE tasks SET lease_until = ?2
+                 WHERE owner = ?1 AND state IN ('starting', 'running')
+                 RETURNING id",
+            )?;
+            // An error here must not read as "nothing held": propagate it.
+            stmt.query_map(params![lease.owner, now_ms() + lease.ms], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        tx.commit()?;
+        Ok(ids
+            .iter()
+            .map(|s| s.parse().expect("stored ids are UUIDs"))
+            .collect())
     }
 
     /// Takes over active tasks whose lease has expired (their foreman died).
@@ -323,11 +400,17 @@ impl Store {
     /// foreman died before the servo started, Docker failed, the container
     /// vanished), to be claimed again no sooner than `delay` from now.
     /// Counted in `requeues`, not as an attempt of the agent.
-    pub fn requeue(&mut self, id: TaskId, detail: &str, delay: Duration) -> Result<()> {
+    pub fn requeue(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        detail: &str,
+        delay: Duration,
+    ) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let from = current_state(&tx, id)?;
+        let from = held_state(&tx, id, lease)?;
         if !matches!(from, TaskState::Starting | TaskState::Running) {
             return Err(StoreError::BadTransition {
                 id,
@@ -349,12 +432,12 @@ impl Store {
     }
 
     /// Gives a task's lease up, so that the next take-over round retries it.
-    pub fn release(&mut self, id: TaskId) -> Result<()> {
-        self.conn.execute(
-            "UPDATE tasks SET owner = NULL, lease_until = NULL WHERE id = ?1",
-            params![id.to_string()],
-        )?;
-        Ok(())
+    pub fn release(&mut self, id: TaskId, lease: &Lease) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
+            params![id.to_string(), lease.owner],
+        )
     }
 
     /// Every attempt of the task `id` belongs to, oldest first: the chain
@@ -392,29 +475,57 @@ impl Store {
             .query_row("PRAGMA data_version", [], |r| r.get(0))?)
     }
 
-    pub fn set_container(&mut self, id: TaskId, container_id: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE tasks SET container_id = ?2 WHERE id = ?1",
-            params![id.to_string(), container_id],
-        )?;
-        Ok(())
+    pub fn set_container(&mut self, id: TaskId, lease: &Lease, container_id: &str) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET container_id = ?3 WHERE id = ?1 AND owner = ?2",
+            params![id.to_string(), lease.owner, container_id],
+        )
     }
 
     /// Live usage while a task runs (from the gateway).
     pub fn set_usage(
         &mut self,
         id: TaskId,
+        lease: &Lease,
         steps: i64,
         input: i64,
         output: i64,
         cost: f64,
     ) -> Result<()> {
-        self.conn.execute(
-            "UPDATE tasks SET steps = ?2, input_tokens = ?3, output_tokens = ?4, cost_usd = ?5
-             WHERE id = ?1",
-            params![id.to_string(), steps, input, output, cost],
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running')",
+            params![id.to_string(), lease.owner, steps, input, output, cost],
+        )
+    }
+
+    /// Queues a new attempt of an ended task (`saheeli task retry`);
+    /// refused while the task has not ended, so it never runs twice at once.
+    pub fn retry(&mut self, old: TaskId, new: TaskId) -> Result<TaskRow> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, old)?;
+        if !state.is_terminal() {
+            return Err(StoreError::NotEnded { id: old, state });
+        }
+        let row = tx.query_row(
+            &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
+            params![old.to_string()],
+            read_row,
         )?;
-        Ok(())
+        insert_task(
+            &tx,
+            new,
+            &row.spec,
+            row.priority,
+            Some(old),
+            row.attempt + 1,
+        )?;
+        tx.commit()?;
+        Ok(row)
     }
 
     /// Asks for a task to be cancelled. A queued task is cancelled at once;
@@ -553,6 +664,86 @@ impl Store {
     }
 }
 
+/// A new attempt to queue with a terminal transition.
+#[derive(Clone, Debug)]
+pub(crate) struct Retry {
+    pub id: TaskId,
+    pub spec: TaskSpec,
+    pub priority: i64,
+    pub attempt: i64,
+}
+
+/// Brings the schema up to date. Several processes may open a new
+/// database at the same moment: each migration runs under SQLite's write
+/// lock, and one that finds the work done by another (or loses the race for
+/// it) reads the version again and goes on from there.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let migrations = Migrations::from_slice(MIGRATIONS);
+    let mut tries = 0;
+    loop {
+        match migrations.to_latest(conn) {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 50 => {
+                tries += 1;
+                tracing::debug!(error = %e, "migration raced another process; trying again");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn insert_task(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    spec: &TaskSpec,
+    priority: i64,
+    retry_of: Option<TaskId>,
+    attempt: i64,
+) -> Result<()> {
+    let now = now_ms();
+    let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
+    tx.execute(
+        "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt)
+         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7)",
+        params![
+            id.to_string(),
+            spec.title,
+            priority,
+            spec_json,
+            retry_of.map(|r| r.to_string()),
+            now,
+            attempt
+        ],
+    )?;
+    let detail = match retry_of {
+        Some(old) => format!(
+            "submitted from {} (attempt {attempt}, retry of {old})",
+            spec.prompt_path
+        ),
+        None => format!("submitted from {}", spec.prompt_path),
+    };
+    insert_event(tx, id, now, None, TaskState::Queued, Some(&detail))?;
+    Ok(())
+}
+
+/// The state of a task this foreman holds, inside a write transaction;
+/// [`StoreError::LeaseLost`] when another foreman owns it now.
+fn held_state(tx: &rusqlite::Transaction<'_>, id: TaskId, lease: &Lease) -> Result<TaskState> {
+    let row: Option<(String, Option<String>)> = tx
+        .query_row(
+            "SELECT state, owner FROM tasks WHERE id = ?1",
+            params![id.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (state, owner) = row.ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
+    if owner.as_deref() != Some(lease.owner.as_str()) {
+        return Err(StoreError::LeaseLost(id));
+    }
+    Ok(state.parse().expect("stored states are valid"))
+}
+
 /// A task's state, read inside a write transaction.
 fn current_state(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<TaskState> {
     let state: String = tx
@@ -674,18 +865,29 @@ mod tests {
         let id = TaskId::new();
         s.submit(id, &spec("t"), 0, None, 1).unwrap();
         let err = s
-            .transition(id, TaskState::Complete, None, None)
+            .transition(id, &lease(), TaskState::Running, None, None)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::LeaseLost(_)), "unclaimed: {err}");
+        s.claim_next(None, &lease()).unwrap();
+        let err = s
+            .transition(id, &lease(), TaskState::Complete, None, None)
             .unwrap_err();
         assert!(matches!(err, StoreError::BadTransition { .. }), "{err}");
-        s.claim_next(None, &lease()).unwrap();
-        s.transition(id, TaskState::Running, None, None).unwrap();
+        s.transition(id, &lease(), TaskState::Running, None, None)
+            .unwrap();
         let o = Outcome {
             reason: Some("max_steps".into()),
             steps: 5,
             ..Default::default()
         };
-        s.transition(id, TaskState::Incomplete, Some("exit 3"), Some(&o))
-            .unwrap();
+        s.transition(
+            id,
+            &lease(),
+            TaskState::Incomplete,
+            Some("exit 3"),
+            Some(&o),
+        )
+        .unwrap();
         let t = s.require(&id.to_string()).unwrap();
         assert_eq!(t.state, TaskState::Incomplete);
         assert_eq!(t.reason.as_deref(), Some("max_steps"));
@@ -727,11 +929,85 @@ mod tests {
             .collect();
         assert_eq!(taken, vec![b]);
         assert!(s.take_over_expired(&me).unwrap().is_empty());
-        assert_eq!(s.renew(&live).unwrap(), 1);
-        s.requeue(b, "never started", Duration::ZERO).unwrap();
+        assert_eq!(s.renew(&live).unwrap(), vec![a]);
+        s.requeue(b, &me, "never started", Duration::ZERO).unwrap();
         let t = s.require(&b.to_string()).unwrap();
         assert_eq!((t.state, t.requeues), (TaskState::Queued, 1));
         assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+    }
+
+    /// Issue 9 §2: a foreman whose task was taken over writes nothing.
+    #[test]
+    fn writes_are_fenced_by_the_lease() {
+        let (_d, mut s) = store();
+        let id = TaskId::new();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
+        let old = Lease {
+            owner: "old".into(),
+            ms: -1,
+        };
+        s.claim_next(None, &old).unwrap();
+        s.transition(id, &old, TaskState::Running, None, None)
+            .unwrap();
+        let new = lease();
+        assert_eq!(s.take_over_expired(&new).unwrap().len(), 1);
+        let lost = |e: StoreError| matches!(e, StoreError::LeaseLost(t) if t == id);
+        assert!(lost(s.hold(id, &old).unwrap_err()));
+        assert!(lost(s.set_usage(id, &old, 1, 2, 3, 0.0).unwrap_err()));
+        assert!(lost(s.set_container(id, &old, "c").unwrap_err()));
+        assert!(lost(s.release(id, &old).unwrap_err()));
+        assert!(lost(s.requeue(id, &old, "x", Duration::ZERO).unwrap_err()));
+        let retry = Retry {
+            id: TaskId::new(),
+            spec: spec("t"),
+            priority: 0,
+            attempt: 2,
+        };
+        let err = s
+            .finish(id, &old, TaskState::Incomplete, None, None, Some(&retry))
+            .unwrap_err();
+        assert!(lost(err));
+        assert!(s.renew(&old).unwrap().is_empty());
+        // Nothing the old foreman tried left a trace; the new one goes on.
+        assert!(s.get(&retry.id.to_string()).unwrap().is_none());
+        s.hold(id, &new).unwrap();
+        s.finish(id, &new, TaskState::Incomplete, None, None, Some(&retry))
+            .unwrap();
+        let next = s.retried_as(id).unwrap().unwrap();
+        assert_eq!((next.id, next.attempt), (retry.id, 2));
+        assert!(
+            lost(s.hold(id, &new).unwrap_err()),
+            "ended tasks are held by none"
+        );
+    }
+
+    #[test]
+    fn only_ended_tasks_are_retried() {
+        let (_d, mut s) = store();
+        let id = TaskId::new();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
+        let err = s.retry(id, TaskId::new()).unwrap_err();
+        assert!(matches!(err, StoreError::NotEnded { .. }), "{err}");
+        s.request_cancel(id).unwrap();
+        let next = TaskId::new();
+        s.retry(id, next).unwrap();
+        assert_eq!(s.retried_as(id).unwrap().unwrap().id, next);
+    }
+
+    /// Issue 9 §6: processes opening a new database at once all succeed.
+    #[test]
+    fn concurrent_opens_of_a_new_database() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("new.db");
+        let threads: Vec<_> = (0..10)
+            .map(|_| {
+                let p = path.clone();
+                std::thread::spawn(move || Store::open(&p).map(|_| ()))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
     }
 
     #[test]

@@ -203,6 +203,14 @@ impl Gateway {
         &self.meter
     }
 
+    /// Stops serving but leaves the socket directory: the task was taken
+    /// over, and the new holder serves its own socket there (the container
+    /// has the directory mounted, so it must stay the same directory).
+    pub async fn abandon(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+    }
+
     /// Stops serving and removes the socket directory.
     pub async fn stop(self) {
         self.stop.cancel();

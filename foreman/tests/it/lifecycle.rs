@@ -131,6 +131,8 @@ fn retry_makes_a_new_linked_task_from_the_same_prompt() {
     );
     s.write("p.md", &replay_prompt("s.json", "workspace: ws\n"));
     let first = s.submit("p.md");
+    // Only an ended task can be retried (issue 9: else it would run twice).
+    s.expect(&["serve", "--drain"], 0);
     let out = s.expect(&["task", "retry", &first, "--json"], 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let second = v["id"].as_str().unwrap().to_string();

@@ -7,6 +7,7 @@ mod util;
 
 mod chaos;
 mod daemon;
+mod fencing;
 mod gateway;
 mod input;
 mod lifecycle;
