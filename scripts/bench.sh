@@ -5,11 +5,13 @@
 # same figures as JSON to results/bench-<time>.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo puts its output (CARGO_TARGET_DIR when set).
+TARGET="${CARGO_TARGET_DIR:-target}"
 
 scripts/setup.sh base
 # The servo alone: built with the other crates, cargo would unify tokio's
 # features into it and the binary would double in size.
 cargo build --quiet --release -p saheeli-servo
 cargo build --quiet --release -p saheeli-foreman -p saheeli-bench
-./target/release/saheeli build-servo --servo-bin target/release/servo >/dev/null
-exec ./target/release/saheeli-bench --saheeli target/release/saheeli "$@"
+"$TARGET"/release/saheeli build-servo --servo-bin "$TARGET"/release/servo >/dev/null
+exec "$TARGET"/release/saheeli-bench --saheeli "$TARGET"/release/saheeli "$@"

@@ -5,11 +5,13 @@
 # key, no network). Prints where the results are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo puts its output (CARGO_TARGET_DIR when set).
+TARGET="${CARGO_TARGET_DIR:-target}"
 
 scripts/setup.sh
-./target/debug/saheeli build-servo
+"$TARGET"/debug/saheeli build-servo
 echo "==> saheeli run prompts/hello.md" >&2
-results=$(./target/debug/saheeli run prompts/hello.md)
+results=$("$TARGET"/debug/saheeli run prompts/hello.md)
 echo "==> results in $results:" >&2
 ls -la "$results" >&2
 echo "==> complete.json:" >&2

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test against the real Docker daemon: sets the machine up when
 # needed (scripts/setup.sh), rebuilds the servo image from this checkout,
-# then runs the whole suite. Fails (never skips) when Docker cannot run.
+# then runs the whole suite (after `cargo fmt --check` and clippy). Fails
+# (never skips) when Docker cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo puts its output (CARGO_TARGET_DIR when set).
+TARGET="${CARGO_TARGET_DIR:-target}"
+
+# Formatting and lints first: they fail in seconds.
+cargo fmt --all --check
+cargo clippy --quiet --all-targets -- -D warnings
 
 scripts/setup.sh
-./target/debug/saheeli build-servo
+"$TARGET"/debug/saheeli build-servo
 export SAHEELI_TEST_IMAGE=saheeli-servo:latest
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
@@ -16,4 +23,4 @@ fi
 # The benchmark's quick mode: proves every measurement still works (it
 # never fails on a timing).
 cargo build --quiet -p saheeli-bench
-./target/debug/saheeli-bench --quick --saheeli target/debug/saheeli --servo target/release/servo
+"$TARGET"/debug/saheeli-bench --quick --saheeli "$TARGET"/debug/saheeli --servo "$TARGET"/release/servo
