@@ -15,12 +15,14 @@
 //!   between the servo and the foreman's gateway.
 //! - [`replay`]: scripted assistant turns for the offline `replay:` model.
 //! - [`exit`]: what a servo's exit code means.
+//! - [`reason`]: [`Reason`], why a task ended.
 
 pub mod audit;
 pub mod chat;
 pub mod completion;
 pub mod exit;
 pub mod front_matter;
+pub mod reason;
 pub mod replay;
 pub mod task;
 
@@ -28,6 +30,7 @@ pub use audit::{AuditEvent, Session, Usage};
 pub use completion::Completion;
 pub use exit::ServoExit;
 pub use front_matter::{FrontMatter, FrontMatterError, NetworkMode, PromptFile, Resources};
+pub use reason::Reason;
 pub use replay::{ReplayError, ReplayScript, ReplayTurn};
 pub use task::{LAUNCH_ENV, Launch, ServoTask, TaskId};
 
