@@ -62,10 +62,15 @@ pub(crate) async fn require_image(docker: &Docker, image: &str) -> anyhow::Resul
         Ok(_) => Ok(()),
         Err(DockerError::DockerResponseServerError {
             status_code: 404, ..
-        }) => anyhow::bail!("image `{image}` not found; build it with `saheeli build-servo`"),
+        }) => Err(ImageMissing(image.to_string()).into()),
         Err(e) => Err(e).with_context(|| format!("inspecting image `{image}`")),
     }
 }
+
+/// The servo image is not there: no retry can help until it is built.
+#[derive(Debug, thiserror::Error)]
+#[error("image `{0}` not found; build it with `saheeli build-servo`")]
+pub(crate) struct ImageMissing(pub String);
 
 /// Creates the task's named volume (mounted on /workspace).
 pub(crate) async fn create_volume(docker: &Docker, id: TaskId) -> anyhow::Result<String> {

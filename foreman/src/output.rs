@@ -14,7 +14,10 @@ pub(crate) struct TaskView {
     pub id: String,
     pub title: String,
     pub state: String,
+    /// Why it ended: a code from a fixed set (`max_steps`, `exit 137`, …).
     pub reason: Option<String>,
+    /// What happened, for people.
+    pub detail: Option<String>,
     pub model: String,
     pub priority: i64,
     pub steps: i64,
@@ -88,6 +91,7 @@ impl TaskView {
             title: t.title.clone(),
             state: t.state.to_string(),
             reason: t.reason.clone(),
+            detail: t.detail.clone(),
             model: t.spec.model.clone(),
             priority: t.priority,
             steps: t.steps,

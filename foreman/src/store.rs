@@ -80,6 +80,12 @@ const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN not_before INTEGER;",
     ),
     M::up("ALTER TABLE tasks ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;"),
+    // `reason` holds a code from a fixed set (protocol::Reason); the human
+    // detail of an ending goes beside it. `task status ID` follows retries.
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN detail TEXT;
+         CREATE INDEX tasks_by_retry_of ON tasks(retry_of);",
+    ),
 ];
 
 /// Milliseconds since the Unix epoch.
@@ -112,6 +118,7 @@ pub(crate) struct TaskRow {
     pub cost_usd: f64,
     pub requeues: i64,
     pub attempt: i64,
+    pub detail: Option<String>,
 }
 
 /// Who holds a task while it runs, and for how long without renewal.
@@ -144,6 +151,8 @@ pub(crate) struct EventRow {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Outcome {
     pub reason: Option<String>,
+    /// What happened, for people (an error chain, what was collected).
+    pub detail: Option<String>,
     pub steps: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
@@ -157,7 +166,7 @@ pub(crate) struct Store {
 
 const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
-     requeues, attempt";
+     requeues, attempt, detail";
 
 impl Store {
     /// Opens (creating when absent) and migrates the database.
@@ -272,7 +281,8 @@ impl Store {
         if let Some(o) = outcome {
             tx.execute(
                 "UPDATE tasks SET reason = ?2, steps = ?3, input_tokens = ?4,
-                    output_tokens = ?5, results_path = ?6, cost_usd = ?7 WHERE id = ?1",
+                    output_tokens = ?5, results_path = ?6, cost_usd = ?7, detail = ?8
+                 WHERE id = ?1",
                 params![
                     id.to_string(),
                     o.reason,
@@ -280,7 +290,8 @@ impl Store {
                     o.input_tokens,
                     o.output_tokens,
                     o.results_path,
-                    o.cost_usd
+                    o.cost_usd,
+                    o.detail
                 ],
             )?;
         }
@@ -800,6 +811,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         cost_usd: r.get(16)?,
         requeues: r.get(17)?,
         attempt: r.get(18)?,
+        detail: r.get(19)?,
     })
 }
 

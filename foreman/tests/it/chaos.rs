@@ -256,10 +256,12 @@ fn a_missing_image_fails_the_task_with_advice() {
     );
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "failed");
-    let reason = t["reason"].as_str().unwrap();
+    // A code for scripts, and the advice for people beside it.
+    assert_eq!(t["reason"], "launch", "{t:#}");
+    let detail = t["detail"].as_str().unwrap();
     assert!(
-        reason.contains("saheeli-servo:does-not-exist") && reason.contains("saheeli build-servo"),
-        "{reason}"
+        detail.contains("saheeli-servo:does-not-exist") && detail.contains("saheeli build-servo"),
+        "{detail}"
     );
     // `serve` refuses to start at all, with the same advice.
     let out = s.run(&["--config", "cfg.yaml", "serve", "--drain"]);

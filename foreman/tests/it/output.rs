@@ -37,6 +37,7 @@ fn status_outputs() {
         ".finished_at" => "[time]",
         ".duration_s" => "[duration]",
         ".results" => "[results]",
+        ".detail" => "[detail]",
         ".events[].at" => "[time]",
         ".attempts[].id" => "[id]",
         ".attempts[].results" => "[results]",
@@ -49,6 +50,7 @@ fn status_outputs() {
         "[].finished_at" => "[time]",
         "[].duration_s" => "[duration]",
         "[].results" => "[results]",
+        "[].detail" => "[detail]",
     });
 
     let table = s.expect(&["task", "status"], 0);

@@ -1,0 +1,163 @@
+//! Taking over a task whose foreman stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use saheeli_protocol::Reason;
+use tracing::{error, info, warn};
+
+use crate::collect;
+use crate::docker;
+use crate::gateway::Gateway;
+use crate::state::TaskState;
+use crate::store::{Outcome, TaskRow, now_ms};
+
+use super::*;
+
+/// Picks up a task whose foreman stopped. A servo that started is
+/// supervised again (timeout still counted from its original start); one
+/// that never started is put back in the queue; a servo that vanished ends
+/// the task from whatever results were collected, else it is requeued
+/// (up to 3 times) as an infrastructure failure.
+pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined {
+    let id = task.id;
+    let d = &ctx.docker;
+    let containers = match docker::task_containers(d, id).await {
+        Ok(c) => c,
+        Err(e) => return let_go(&ctx, id, &e).await,
+    };
+    // A Docker error means "unknown", never "not started": acting on a
+    // guess would remove a running servo's container and volume.
+    let started = match containers.first() {
+        Some(cid) => match docker::has_started(d, cid).await {
+            Ok(started) => started,
+            Err(e) => return let_go(&ctx, id, &e).await,
+        },
+        None => false,
+    };
+    if let (Some(cid), true) = (containers.first(), started) {
+        info!(task_id = %id, container = %cid, "adopting servo");
+        if task.state == TaskState::Starting {
+            let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
+            let lease = ctx.lease.clone();
+            if let Err(e) = ctx
+                .db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
+                .await
+            {
+                if lease_lost(&e) {
+                    return (id, None);
+                }
+                error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
+            }
+        }
+        let gateway = if task.spec.is_replay() {
+            None
+        } else {
+            match Gateway::start(
+                &ctx.cfg.run_dir(),
+                id,
+                ctx.upstream.clone(),
+                &task.spec.model,
+                task.spec.budget(),
+            )
+            .await
+            {
+                Ok(g) => {
+                    // Budgets go on from what was already spent.
+                    g.meter().seed(
+                        task.input_tokens as u64,
+                        task.output_tokens as u64,
+                        task.cost_usd,
+                    );
+                    Some(g)
+                }
+                Err(e) => {
+                    warn!(task_id = %id, error = %format!("{e:#}"), "gateway not restarted");
+                    None
+                }
+            }
+        };
+        let started = task.started_at.unwrap_or_else(now_ms);
+        return monitor(ctx.clone(), task, cid.clone(), gateway, started, inbox).await;
+    }
+    // No servo ran (or none is left): clean up what is there, if still ours.
+    let lease = ctx.lease.clone();
+    if let Err(e) = ctx.db(move |s| s.hold(id, &lease)).await {
+        return let_go(&ctx, id, &e).await;
+    }
+    for cid in &containers {
+        let _ = docker::remove_container(d, cid).await;
+    }
+    for v in docker::task_volumes(d, id).await.unwrap_or_default() {
+        let _ = docker::remove_volume(d, &v).await;
+    }
+    let dest = ctx.cfg.results_dir().join(id.to_string());
+    if task.state == TaskState::Running && dest.is_dir() {
+        // Collected, but the foreman stopped before recording it.
+        let outcome = Outcome {
+            results_path: Some(dest.display().to_string()),
+            ..Default::default()
+        };
+        return match collect::read_completion(&dest, id) {
+            Ok(Some(c)) => {
+                let outcome = Outcome {
+                    steps: c.steps.into(),
+                    input_tokens: c.usage.input_tokens as i64,
+                    output_tokens: c.usage.output_tokens as i64,
+                    ..outcome
+                };
+                finish(
+                    &ctx,
+                    id,
+                    TaskState::Complete,
+                    Reason::Complete,
+                    outcome,
+                    "recorded after a foreman restart",
+                )
+                .await
+            }
+            _ => {
+                finish(
+                    &ctx,
+                    id,
+                    TaskState::Incomplete,
+                    Reason::Lost,
+                    outcome,
+                    "servo ended while the foreman was down",
+                )
+                .await
+            }
+        };
+    }
+    let (detail, retry) = match task.state {
+        TaskState::Starting => (
+            "the foreman stopped before the servo started; queued again",
+            true,
+        ),
+        _ => (
+            "the servo's container vanished; queued again",
+            task.requeues < MAX_REQUEUES,
+        ),
+    };
+    if retry {
+        info!(task_id = %id, "{detail}");
+        let lease = ctx.lease.clone();
+        match ctx
+            .db(move |s| s.requeue(id, &lease, detail, Duration::ZERO))
+            .await
+        {
+            Ok(()) => return (id, None),
+            Err(e) if lease_lost(&e) => return (id, None),
+            Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+        }
+    }
+    finish(
+        &ctx,
+        id,
+        TaskState::Incomplete,
+        Reason::Lost,
+        Outcome::default(),
+        "the servo's container vanished",
+    )
+    .await
+}

@@ -1,0 +1,70 @@
+//! What a serve loop shares with the supervisors it spawns.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use bollard::Docker;
+use saheeli_protocol::TaskId;
+
+use crate::config::Config;
+use crate::gateway::Upstream;
+use crate::state::TaskState;
+use crate::store::Store;
+
+/// What a serve loop shares with its task supervisors.
+pub(crate) struct Ctx {
+    pub cfg: Config,
+    /// This foreman's lease on the tasks it runs.
+    pub lease: crate::store::Lease,
+    pub docker: Docker,
+    pub store: Arc<Mutex<Store>>,
+    pub upstream: Arc<Upstream>,
+}
+
+impl Ctx {
+    /// Runs a store operation off the async threads.
+    pub async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> Result<T, crate::store::StoreError> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let store = self.store.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut s)
+        })
+        .await
+        .context("database thread panicked")??;
+        Ok(r)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ServeOptions {
+    /// Return once nothing is queued or running.
+    pub drain: bool,
+    /// Run only this task and return when it ends (`saheeli run`).
+    pub only: Option<TaskId>,
+}
+
+/// What a serve loop did.
+#[derive(Debug, Default)]
+pub(crate) struct ServeSummary {
+    pub finished: Vec<(TaskId, TaskState)>,
+}
+
+impl ServeSummary {
+    pub fn all_complete(&self) -> bool {
+        self.finished.iter().all(|(_, s)| *s == TaskState::Complete)
+    }
+}
+
+/// What a supervisor reports: the terminal state, or None when it handed
+/// the task back (put it back in the queue) without finishing it.
+pub(super) type Joined = (TaskId, Option<TaskState>);
+
+/// How long a supervisor waits for a restarting Docker daemon.
+pub(super) const DAEMON_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Infrastructure retries of a task whose container vanished.
+pub(super) const MAX_REQUEUES: i64 = 3;

@@ -1,0 +1,128 @@
+//! Recording how a task ended, and the retry policy.
+
+use anyhow::Context;
+use saheeli_protocol::{Reason, TaskId};
+use tracing::{error, info, warn};
+
+use crate::inputs;
+use crate::state::TaskState;
+use crate::store::{Outcome, Retry};
+
+use super::*;
+
+/// Records the terminal state, and by the retry policy queues the next
+/// attempt in the same transaction; returns what the loop reports.
+pub(super) async fn finish(
+    ctx: &Ctx,
+    id: TaskId,
+    to: TaskState,
+    reason: Reason,
+    mut outcome: Outcome,
+    detail: &str,
+) -> Joined {
+    outcome.reason = Some(reason.to_string());
+    let mut detail = detail.to_string();
+    // The retry policy: another attempt, as a new task linked to this one.
+    let mut retry = None;
+    if to == TaskState::Incomplete
+        && let Ok(task) = ctx.db(move |s| s.require(&id.to_string())).await
+        && should_retry(reason, &task.spec.retry_on, task.attempt, task.spec.retries)
+    {
+        let next = TaskId::new();
+        let state_dir = ctx.cfg.state_dir();
+        let copied =
+            tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, id, next))
+                .await
+                .context("copy thread panicked")
+                .and_then(|r| r);
+        match copied {
+            Ok(()) => {
+                detail.push_str(&format!(
+                    "; retried as {next} (attempt {} of {})",
+                    task.attempt + 1,
+                    task.spec.retries + 1
+                ));
+                retry = Some(Retry {
+                    id: next,
+                    spec: task.spec,
+                    priority: task.priority,
+                    attempt: task.attempt + 1,
+                });
+            }
+            Err(e) => warn!(task_id = %id, error = %format!("{e:#}"), "not retried"),
+        }
+    }
+    let lease = ctx.lease.clone();
+    outcome.detail = Some(detail.clone());
+    let queued = retry.clone();
+    let recorded = ctx
+        .db(move |s| {
+            s.finish(
+                id,
+                &lease,
+                to,
+                Some(&detail),
+                Some(&outcome),
+                queued.as_ref(),
+            )
+        })
+        .await;
+    match (recorded, retry) {
+        (Ok(()), Some(r)) => {
+            info!(task_id = %id, state = %to, %reason, retry = %r.id, attempt = r.attempt, "task finished; retried by policy");
+            // Superseded: the retry reports for both.
+            (id, None)
+        }
+        (Ok(()), None) => {
+            info!(task_id = %id, state = %to, %reason, "task finished");
+            (id, Some(to))
+        }
+        (Err(e), retry) => {
+            if let Some(r) = retry {
+                inputs::remove_workspace(&ctx.cfg.state_dir(), r.id);
+            }
+            if lease_lost(&e) {
+                warn!(task_id = %id, "lease lost before the outcome was recorded; the new holder records it");
+                return (id, None);
+            }
+            error!(task_id = %id, error = %format!("{e:#}"), "recording the outcome failed");
+            (id, Some(to))
+        }
+    }
+}
+
+/// The retry policy (Kubernetes Job semantics): another attempt when the
+/// reason is one `retry_on` lists, another attempt can help, and fewer
+/// than `retries` + 1 attempts were made.
+pub(super) fn should_retry(
+    reason: Reason,
+    retry_on: &[String],
+    attempt: i64,
+    retries: u32,
+) -> bool {
+    !reason.is_final()
+        && retry_on.iter().any(|r| r == reason.code())
+        && attempt <= i64::from(retries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_policy() {
+        let on = vec![
+            "timeout".to_string(),
+            "exit".to_string(),
+            "budget".to_string(),
+        ];
+        assert!(should_retry(Reason::Timeout, &on, 1, 1));
+        assert!(
+            !should_retry(Reason::Timeout, &on, 2, 1),
+            "attempts used up"
+        );
+        assert!(should_retry(Reason::Exit(137), &on, 1, 2));
+        assert!(!should_retry(Reason::MaxSteps, &on, 1, 2), "not listed");
+        assert!(!should_retry(Reason::Budget, &on, 1, 2), "never helps");
+    }
+}

@@ -1,0 +1,141 @@
+//! From `starting` to a running servo: gateway, volume, container, inputs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use saheeli_protocol::Reason;
+use tracing::{error, info, warn};
+
+use crate::docker;
+use crate::gateway::Gateway;
+use crate::inputs;
+use crate::state::TaskState;
+use crate::store::{Outcome, TaskRow, now_ms};
+
+use super::*;
+
+/// Runs one task from `starting` to a terminal state.
+pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
+    let id = task.id;
+    let mut gateway = None;
+    let launched = launch(&ctx, &task, &mut gateway).await;
+    match launched {
+        Ok(container) => {
+            if inbox.stop_requested().is_some() {
+                info!(task_id = %id, "cancelled while starting");
+            }
+            monitor(ctx, task, container, gateway, now_ms(), inbox).await
+        }
+        Err(e) if lease_lost(&e) => {
+            // The container is the other foreman's now; so is the socket
+            // directory it is mounted from.
+            warn!(task_id = %id, "lease lost while launching; letting go");
+            if let Some(g) = gateway {
+                g.abandon().await;
+            }
+            (id, None)
+        }
+        Err(e) => {
+            error!(task_id = %id, error = %format!("{e:#}"), "launch failed");
+            if let Some(g) = gateway {
+                g.stop().await;
+            }
+            cleanup(&ctx, id).await;
+            // Docker errors are worth another try, later; a missing image is not.
+            let image_missing = e.downcast_ref::<docker::ImageMissing>().is_some();
+            if !image_missing && task.requeues < MAX_REQUEUES && inbox.stop_requested().is_none() {
+                let delay = Duration::from_secs(1 << task.requeues.clamp(0, 5));
+                let detail = format!(
+                    "launch failed ({e:#}); queued again in {}s",
+                    delay.as_secs()
+                );
+                let lease = ctx.lease.clone();
+                match ctx.db(move |s| s.requeue(id, &lease, &detail, delay)).await {
+                    Ok(()) => return (id, None),
+                    Err(e) if lease_lost(&e) => return (id, None),
+                    Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+                }
+            }
+            let detail = format!("launch: {e:#}");
+            finish(
+                &ctx,
+                id,
+                TaskState::Failed,
+                Reason::Launch,
+                Outcome::default(),
+                &detail,
+            )
+            .await
+        }
+    }
+}
+
+/// Creates the volume and container, uploads the inputs, starts the servo.
+pub(super) async fn launch(
+    ctx: &Ctx,
+    task: &TaskRow,
+    gateway: &mut Option<Gateway>,
+) -> anyhow::Result<String> {
+    let id = task.id;
+    let d = &ctx.docker;
+    let image = ctx.cfg.file.image.clone();
+    let t0 = std::time::Instant::now();
+    let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
+    docker::require_image(d, &image).await?;
+    lap("image checked");
+    if !task.spec.is_replay() {
+        *gateway = Some(
+            Gateway::start(
+                &ctx.cfg.run_dir(),
+                id,
+                ctx.upstream.clone(),
+                &task.spec.model,
+                task.spec.budget(),
+            )
+            .await?,
+        );
+    }
+    let volume = docker::create_volume(d, id).await?;
+    lap("volume created");
+    // Small launches travel in the environment: no upload before start.
+    let launch = saheeli_protocol::Launch {
+        task: task.spec.servo_task(id),
+        prompt: task.spec.body.clone(),
+    };
+    let launch_json = serde_json::to_string(&launch)?;
+    let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
+    let container = docker::create_container(
+        d,
+        id,
+        &task.spec,
+        &image,
+        &volume,
+        gateway.as_ref().map(|g| g.dir()),
+        in_env.then_some(launch_json),
+    )
+    .await?;
+    lap("container created");
+    let cid = container.clone();
+    let lease = ctx.lease.clone();
+    ctx.db(move |s| s.set_container(id, &lease, &cid)).await?;
+    let input = inputs::workspace_tar(&ctx.cfg.state_dir(), id);
+    if input.is_file() {
+        docker::upload_file(d, &container, &input).await?;
+    }
+    if !in_env {
+        let tar = inputs::launch_tar(&launch.prompt, &launch.task)?;
+        docker::upload(d, &container, tar.into()).await?;
+    }
+    lap("uploaded");
+    // Only the holder starts the servo.
+    let lease = ctx.lease.clone();
+    ctx.db(move |s| s.hold(id, &lease)).await?;
+    docker::start(d, &container).await?;
+    lap("started");
+    let detail = format!("container {}", &container[..12.min(container.len())]);
+    let lease = ctx.lease.clone();
+    ctx.db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
+        .await?;
+    info!(task_id = %id, "servo running");
+    Ok(container)
+}

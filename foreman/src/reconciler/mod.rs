@@ -1,0 +1,34 @@
+//! `saheeli serve`: the foreman's loop. SQLite holds the desired state,
+//! Docker the actual one; this loop moves tasks from one to the other:
+//! queue → launch → monitor → collect.
+//!
+//! One owner of task state: only this loop and the per-task supervisors it
+//! spawns write transitions. Other `saheeli` processes talk to it through
+//! the database (`task cancel` sets a flag it polls).
+
+mod adopt;
+mod context;
+mod control;
+mod finish;
+mod gather;
+mod launch;
+mod lease;
+mod monitor;
+mod outcome;
+mod serve;
+mod sweep;
+
+use adopt::*;
+use context::*;
+use control::*;
+use finish::*;
+use gather::*;
+use launch::*;
+use lease::*;
+use monitor::*;
+use outcome::*;
+use serve::*;
+use sweep::*;
+
+pub(crate) use context::{Ctx, ServeOptions};
+pub(crate) use serve::run;

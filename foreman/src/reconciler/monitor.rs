@@ -1,0 +1,289 @@
+//! Watching a running servo: timeout, cancel, live usage, then collection
+//! and the outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::Docker;
+use saheeli_protocol::{Reason, TaskId};
+use tracing::{error, info, warn};
+
+use crate::collect;
+use crate::docker;
+use crate::gateway::Gateway;
+use crate::state::TaskState;
+use crate::store::{Outcome, TaskRow, now_ms};
+
+use super::*;
+
+/// How watching a servo ended (unless the task was lost).
+struct Watched {
+    exit: anyhow::Result<i64>,
+    timed_out: bool,
+    stopped: Option<Reason>,
+}
+
+/// Waits for the servo (enforcing the timeout and cancel), collects the
+/// workspace, decides the outcome and cleans up.
+pub(super) async fn monitor(
+    ctx: Arc<Ctx>,
+    task: TaskRow,
+    container: String,
+    gateway: Option<Gateway>,
+    started_ms: i64,
+    inbox: Inbox,
+) -> Joined {
+    let id = task.id;
+    let watched = watch(&ctx, &task, &container, gateway.as_ref(), started_ms, inbox).await;
+    // Only the holder collects: a foreman that was paused past its lease
+    // must not write into results another one is collecting.
+    let Some(watched) = watched else {
+        return abandon(id, gateway).await;
+    };
+    if !still_held(&ctx, id).await {
+        return abandon(id, gateway).await;
+    }
+    let d = &ctx.docker;
+    let oom = docker::oom_killed(d, &container).await;
+    let metered = gateway.as_ref().map(|g| Metered::read(g.meter()));
+
+    let dest = ctx.cfg.results_dir().join(id.to_string());
+    let secrets = ctx.upstream.providers.secrets();
+    let cap = ctx.cfg.file.max_results_size.0;
+    let collect_started = std::time::Instant::now();
+    let mut collected = match ctx.cfg.file.collection {
+        crate::config::Collection::Auto => {
+            copy_local(d, id, dest.clone(), secrets.clone(), cap).await
+        }
+        crate::config::Collection::Archive => None,
+    };
+    if collected.is_none() {
+        collected =
+            Some(collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await);
+    }
+    let mut collected = collected.expect("set above");
+    for _ in 0..3 {
+        if collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
+            break;
+        }
+        collected = collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await;
+    }
+    let collect_ms = collect_started.elapsed().as_millis();
+    cleanup(&ctx, id).await;
+    // Only now: Docker needs the bind-mounted socket directory to exist
+    // for as long as the container does (copying out included).
+    if let Some(g) = gateway {
+        g.stop().await;
+    }
+
+    let mut outcome = Outcome {
+        results_path: Some(dest.display().to_string()),
+        ..Default::default()
+    };
+    let (steps, usage) = collect::audit_totals(&dest, id);
+    outcome.steps = steps.into();
+    outcome.input_tokens = usage.input_tokens as i64;
+    outcome.output_tokens = usage.output_tokens as i64;
+
+    let collected = match collected {
+        Ok(c) => c,
+        Err(e) => {
+            let detail = format!("collect: {e:#}");
+            error!(task_id = %id, error = %detail, "collection failed");
+            outcome.results_path = None;
+            return finish(
+                &ctx,
+                id,
+                TaskState::Failed,
+                Reason::Collect,
+                outcome,
+                &detail,
+            )
+            .await;
+        }
+    };
+    if !collected.skipped.is_empty() {
+        warn!(task_id = %id, skipped = collected.skipped.len(), first = %collected.skipped[0], "unsafe entries not collected");
+    }
+    let exit_desc = match &watched.exit {
+        Ok(code) => format!("exit {code}"),
+        Err(e) => format!("wait failed: {e:#}"),
+    };
+    let mut detail = format!(
+        "{exit_desc}; collected {} files, {} bytes in {collect_ms} ms into {}",
+        collected.files,
+        collected.bytes,
+        dest.display()
+    );
+    if !collected.redacted.is_empty() {
+        warn!(task_id = %id, redacted = %collected.redacted.join(", "), "API key found in the workspace; redacted");
+        detail.push_str(&format!("; redacted {}", collected.redacted.join(", ")));
+    }
+    if collected.truncated {
+        warn!(task_id = %id, cap, "results over the size cap; collection stopped");
+    }
+
+    let completion = match collect::read_completion(&dest, id) {
+        Ok(Some(c)) => {
+            outcome.steps = c.steps.into();
+            outcome.input_tokens = c.usage.input_tokens as i64;
+            outcome.output_tokens = c.usage.output_tokens as i64;
+            Completion::Valid
+        }
+        Ok(None) => Completion::Absent,
+        Err(why) => {
+            detail.push_str(&format!("; invalid complete.json: {why}"));
+            Completion::Invalid(why)
+        }
+    };
+    // What the gateway counted beats what the servo says it used.
+    if let Some(m) = &metered {
+        outcome.input_tokens = m.input;
+        outcome.output_tokens = m.output;
+        outcome.cost_usd = m.cost;
+    }
+    let ending = Ending {
+        stopped: watched.stopped,
+        truncated: collected.truncated,
+        completion,
+        timed_out: watched.timed_out,
+        oom,
+        exit: watched.exit.ok(),
+        gateway_fatal: metered.and_then(|m| m.fatal).and_then(|f| f.parse().ok()),
+    };
+    let (state, reason) = classify(&ending);
+    finish(&ctx, id, state, reason, outcome, &detail).await
+}
+
+/// Waits for the servo to exit, stopping it at the timeout or when asked
+/// (escalating to SIGKILL until it is gone) and recording live usage.
+/// None: the task was taken over by another foreman meanwhile.
+async fn watch(
+    ctx: &Ctx,
+    task: &TaskRow,
+    container: &str,
+    gateway: Option<&Gateway>,
+    started_ms: i64,
+    mut inbox: Inbox,
+) -> Option<Watched> {
+    let id = task.id;
+    let d = &ctx.docker;
+    let grace = ctx.cfg.file.stop_grace;
+    let elapsed = Duration::from_millis((now_ms() - started_ms).max(0) as u64);
+    let deadline = Duration::from_secs(task.spec.timeout_s).saturating_sub(elapsed);
+    let mut timed_out = false;
+    let mut stopped: Option<Reason> = None;
+    // Set once the servo was asked to stop: when to ask again, harder.
+    let mut escalate_at: Option<tokio::time::Instant> = None;
+    let mut escalations = 0u32;
+
+    let mut wait = Box::pin(docker::wait(d, container));
+    let mut reconnects = 0;
+    let sleep = tokio::time::sleep(deadline);
+    tokio::pin!(sleep);
+    let mut usage_tick = tokio::time::interval(Duration::from_secs(1));
+    let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    let lost = inbox.lost();
+    let exit = loop {
+        tokio::select! {
+            r = &mut wait => match r {
+                // The daemon went away (a restart?): wait for it, then ask again.
+                Err(e) if reconnects < 5 => {
+                    reconnects += 1;
+                    warn!(task_id = %id, error = %format!("{e:#}"), "lost Docker while waiting; reconnecting");
+                    docker::await_daemon(d, DAEMON_PATIENCE).await;
+                    wait = Box::pin(docker::wait(d, container));
+                }
+                r => break r,
+            },
+            _ = lost.cancelled() => return None,
+            _ = &mut sleep, if !timed_out && stopped.is_none() => {
+                if !still_held(ctx, id).await {
+                    return None;
+                }
+                warn!(task_id = %id, timeout_s = task.spec.timeout_s, "timeout: stopping servo");
+                timed_out = true;
+                escalate_at = Some(stop_servo(d, id, container, grace, 0).await);
+            }
+            command = inbox.recv(), if stopped.is_none() && !timed_out => {
+                let Command::Stop(reason) = command;
+                if !still_held(ctx, id).await {
+                    return None;
+                }
+                info!(task_id = %id, %reason, "stopping servo");
+                stopped = Some(reason);
+                escalate_at = Some(stop_servo(d, id, container, grace, 0).await);
+            }
+            // Asked to stop, and still not gone: the stop call failed or
+            // the daemon lost it. Ask again, with SIGKILL.
+            _ = tokio::time::sleep_until(escalate_at.unwrap_or(far)), if escalate_at.is_some() => {
+                escalations += 1;
+                escalate_at = Some(stop_servo(d, id, container, grace, escalations).await);
+            }
+            _ = usage_tick.tick(), if gateway.is_some() => {
+                if let Some(m) = gateway.map(|g| Metered::read(g.meter()))
+                    && m.calls > 0
+                {
+                    let lease = ctx.lease.clone();
+                    let r = ctx
+                        .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost))
+                        .await;
+                    if let Err(e) = r && lease_lost(&e) {
+                        return None;
+                    }
+                }
+            }
+        }
+    };
+    Some(Watched {
+        exit,
+        timed_out,
+        stopped,
+    })
+}
+
+/// Asks Docker to stop the servo: SIGTERM then SIGKILL after `grace` the
+/// first time, SIGKILL after that. Returns when to ask again if the servo
+/// is still there (a failed call is never the end of a timeout).
+pub(super) async fn stop_servo(
+    d: &Docker,
+    id: TaskId,
+    container: &str,
+    grace: Duration,
+    attempt: u32,
+) -> tokio::time::Instant {
+    let r = if attempt == 0 {
+        docker::stop(d, container, grace).await
+    } else {
+        warn!(task_id = %id, attempt, "servo still running after stop; killing it");
+        docker::kill(d, container).await
+    };
+    if let Err(e) = r {
+        warn!(task_id = %id, error = %format!("{e:#}"), "stopping the servo failed; asking again");
+    }
+    let again = Duration::from_secs(5).min(grace + Duration::from_secs(1));
+    tokio::time::Instant::now() + again.max(Duration::from_secs(1))
+}
+
+/// A snapshot of a gateway's meter.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Metered {
+    calls: i64,
+    input: i64,
+    output: i64,
+    cost: f64,
+    fatal: Option<&'static str>,
+}
+
+impl Metered {
+    fn read(m: &crate::gateway::Meter) -> Metered {
+        use std::sync::atomic::Ordering::Relaxed;
+        Metered {
+            calls: m.calls.load(Relaxed) as i64,
+            input: m.input_tokens.load(Relaxed) as i64,
+            output: m.output_tokens.load(Relaxed) as i64,
+            cost: m.cost(),
+            fatal: m.fatal(),
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The loop: claim queued tasks up to the concurrency limit, take over
+//! tasks whose foreman died, notice cancels, and see every supervisor to
+//! its end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use saheeli_protocol::{Reason, TaskId};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::state::TaskState;
+use crate::store::Store;
+
+use super::*;
+
+/// How often the idle loop looks for new work (a cheap `PRAGMA data_version`).
+pub(super) const POLL: Duration = Duration::from_millis(20);
+
+/// How often labelled leftovers of ended tasks are swept.
+pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The supervisors' control handles, shared with the lease renewer.
+pub(super) type Handles = Arc<Mutex<HashMap<TaskId, Control>>>;
+
+/// The serve loop. `drain` (first Ctrl-C) stops launching and waits for
+/// running tasks; `stop` (second Ctrl-C) also stops their containers.
+///
+/// Whatever ends the loop, an error included, the tasks already running
+/// are seen to their end before this returns: nothing is dropped mid-run.
+pub(crate) async fn run(
+    ctx: Arc<Ctx>,
+    opts: ServeOptions,
+    drain: CancellationToken,
+    stop: CancellationToken,
+) -> anyhow::Result<ServeSummary> {
+    let handles: Handles = Arc::default();
+    let mut running: JoinSet<Joined> = JoinSet::new();
+    let mut summary = ServeSummary::default();
+    // Leases are renewed on a timer of their own, so a slow turn of the
+    // loop (a hung Docker call, a long sweep) never lets one lapse.
+    let renewer_stop = CancellationToken::new();
+    // Its own connection too: never queued behind the loop's queries.
+    let own = Store::open(&ctx.cfg.database()).context("opening the database for lease renewal")?;
+    let renewer = tokio::spawn(renew_leases(
+        ctx.clone(),
+        Arc::new(Mutex::new(own)),
+        handles.clone(),
+        renewer_stop.clone(),
+    ));
+    let result = serve_loop(
+        &ctx,
+        opts,
+        &drain,
+        &stop,
+        &mut running,
+        &handles,
+        &mut summary,
+    )
+    .await;
+    if let Err(e) = &result {
+        error!(error = %format!("{e:#}"), running = running.len(), "serve loop failed; letting running tasks finish");
+    }
+    let mut stopped = false;
+    loop {
+        tokio::select! {
+            joined = running.join_next() => match joined {
+                Some(joined) => record(joined, &handles, &mut summary),
+                None => break,
+            },
+            _ = stop.cancelled(), if !stopped => {
+                stopped = true;
+                for h in handles.lock().unwrap().values() {
+                    h.stop(Reason::Interrupted);
+                }
+            }
+        }
+    }
+    renewer_stop.cancel();
+    let _ = renewer.await;
+    result.map(|()| summary)
+}
+
+/// Notes what a supervisor reported.
+pub(super) fn record(
+    joined: Result<Joined, tokio::task::JoinError>,
+    handles: &Handles,
+    summary: &mut ServeSummary,
+) {
+    match joined {
+        Ok((id, state)) => {
+            handles.lock().unwrap().remove(&id);
+            if let Some(state) = state {
+                summary.finished.push((id, state));
+            }
+        }
+        Err(e) => error!(error = %e, "a task supervisor panicked"),
+    }
+}
+
+pub(super) async fn serve_loop(
+    ctx: &Arc<Ctx>,
+    opts: ServeOptions,
+    drain: &CancellationToken,
+    stop: &CancellationToken,
+    running: &mut JoinSet<Joined>,
+    handles: &Handles,
+    summary: &mut ServeSummary,
+) -> anyhow::Result<()> {
+    let concurrency = ctx.cfg.file.concurrency;
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_takeover: Option<tokio::time::Instant> = None;
+    let mut last_sweep: Option<tokio::time::Instant> = None;
+    let mut sweeping: Option<tokio::task::JoinHandle<()>> = None;
+    let mut seen_version = None;
+    let mut look_for_work = true;
+    // `saheeli run` follows its task through retries.
+    let mut only = opts.only;
+    loop {
+        // Adopt tasks whose foreman died.
+        if last_takeover.is_none_or(|t| t.elapsed() >= ctx.cfg.file.lease / 5) {
+            last_takeover = Some(tokio::time::Instant::now());
+            // Requeued tasks become claimable later without any write.
+            look_for_work = true;
+            if only.is_none() && !drain.is_cancelled() {
+                let lease = ctx.lease.clone();
+                for task in ctx.db(move |s| s.take_over_expired(&lease)).await? {
+                    info!(task_id = %task.id, state = %task.state, "taking over a task whose foreman stopped");
+                    let (control, inbox) = channel();
+                    handles.lock().unwrap().insert(task.id, control);
+                    let ctx = ctx.clone();
+                    running.spawn(async move { resume(ctx, task, inbox).await });
+                }
+            }
+        }
+        // Sweeping talks to Docker, which may hang: never inside the loop.
+        if only.is_none()
+            && sweeping.as_ref().is_none_or(|s| s.is_finished())
+            && last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY)
+        {
+            last_sweep = Some(tokio::time::Instant::now());
+            sweeping = Some(tokio::spawn(sweep(ctx.clone(), handles.clone())));
+        }
+
+        while look_for_work && !drain.is_cancelled() && running.len() < concurrency {
+            let lease = ctx.lease.clone();
+            let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
+                look_for_work = false;
+                break;
+            };
+            info!(task_id = %task.id, title = %task.title, "task claimed");
+            let (control, inbox) = channel();
+            handles.lock().unwrap().insert(task.id, control);
+            let ctx = ctx.clone();
+            running.spawn(async move { supervise(ctx, task, inbox).await });
+        }
+
+        if running.is_empty() {
+            if drain.is_cancelled() {
+                break;
+            }
+            if let Some(id) = only {
+                let t = ctx.db(move |s| s.require(&id.to_string())).await?;
+                if t.state.is_terminal() {
+                    match ctx.db(move |s| s.retried_as(id)).await? {
+                        Some(next) => {
+                            only = Some(next.id);
+                            look_for_work = true;
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+            } else if opts.drain {
+                // Tasks another foreman holds count too: if it died, they
+                // are ours once its lease expires.
+                let left = ctx
+                    .db(|s| {
+                        s.count_in(&[TaskState::Queued, TaskState::Starting, TaskState::Running])
+                    })
+                    .await?;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+
+        let stoppable = handles.lock().unwrap().values().any(|h| !h.is_stopping());
+        tokio::select! {
+            Some(joined) = running.join_next() => {
+                look_for_work = true;
+                record(joined, handles, summary);
+            }
+            _ = tick.tick() => {
+                // Another process wrote (a submit, a cancel): look again.
+                let version = ctx.db(|s| s.data_version()).await?;
+                if seen_version != Some(version) {
+                    seen_version = Some(version);
+                    look_for_work = true;
+                    if !handles.lock().unwrap().is_empty() {
+                        for id in ctx.db(|s| s.cancel_requests()).await? {
+                            if let Some(h) = handles.lock().unwrap().get(&id) {
+                                info!(task_id = %id, "cancel requested");
+                                h.stop(Reason::Cancelled);
+                            }
+                        }
+                    }
+                }
+            }
+            _ = stop.cancelled(), if stoppable => {
+                let handles = handles.lock().unwrap();
+                warn!(running = handles.len(), "stopping running tasks");
+                for h in handles.values() {
+                    h.stop(Reason::Interrupted);
+                }
+            }
+            _ = drain.cancelled(), if !drain.is_cancelled() => {}
+        }
+    }
+    Ok(())
+}

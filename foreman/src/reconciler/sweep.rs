@@ -1,0 +1,64 @@
+//! Removing containers and volumes of ended tasks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use saheeli_protocol::TaskId;
+use tracing::{info, warn};
+
+use crate::docker;
+
+use super::*;
+
+/// Removes containers and volumes of tasks that have ended (left behind
+/// when a foreman died mid-cleanup). Tasks this loop is running are skipped.
+pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
+    let Ok((containers, volumes)) = docker::labelled(&ctx.docker).await else {
+        return;
+    };
+    let mut ended = HashMap::new();
+    for task in containers
+        .iter()
+        .chain(volumes.iter())
+        .map(|(_, t)| t.clone())
+    {
+        if ended.contains_key(&task) {
+            continue;
+        }
+        let lookup = task.clone();
+        let is_ended = ctx
+            .db(move |s| s.get(&lookup))
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.state.is_terminal() && !active.lock().unwrap().contains_key(&t.id));
+        ended.insert(task, is_ended);
+    }
+    for (cid, task) in &containers {
+        if ended[task] {
+            info!(task_id = %task, container = %cid, "removing a leftover container");
+            let _ = docker::remove_container(&ctx.docker, cid).await;
+        }
+    }
+    for (name, task) in &volumes {
+        if ended[task] {
+            info!(task_id = %task, volume = %name, "removing a leftover volume");
+            let _ = docker::remove_volume(&ctx.docker, name).await;
+        }
+    }
+}
+
+/// Removes the task's containers and volume (found by label).
+pub(super) async fn cleanup(ctx: &Ctx, id: TaskId) {
+    let d = &ctx.docker;
+    for c in docker::task_containers(d, id).await.unwrap_or_default() {
+        if let Err(e) = docker::remove_container(d, &c).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
+        }
+    }
+    for v in docker::task_volumes(d, id).await.unwrap_or_default() {
+        if let Err(e) = docker::remove_volume(d, &v).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
+        }
+    }
+}
