@@ -55,6 +55,8 @@ impl TaskState {
         matches!(
             (self, to),
             (Queued, Starting | Cancelled | Failed)
+                // Requeued after an infrastructure failure.
+                | (Starting | Running, Queued)
                 | (Starting, Running | Incomplete | Failed | Cancelled)
                 | (Running, Complete | Incomplete | Failed | Cancelled)
         )

@@ -1,0 +1,110 @@
+//! `saheeli`, the foreman: queues agent tasks in SQLite and runs each in a
+//! hardened servo container through the Docker API, collecting the whole
+//! workspace into `results/<task_id>/`.
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command line (clap); `commands`: one handler per
+//!   subcommand; `output`: tables and `--json`.
+//! - `config`: config.yaml and `.env`; `spec`: prompt + config + `--param`
+//!   → `TaskSpec`; `inputs`: what goes into /workspace.
+//! - `state`: the task lifecycle (one enum, one table of allowed moves).
+//! - `store/`: the SQLite queue: schema and migrations, submit and claim,
+//!   the one state-change function, leases (fenced writes), lookups.
+//! - `reconciler/`: `saheeli serve`, the sole owner of task state: the
+//!   loop, lease renewal, launch, adopt, monitor, outcome (a pure function
+//!   into `protocol::Reason`), finish and the retry policy, sweep, and a
+//!   control channel per task.
+//! - `docker`: the bollard calls the reconciler makes; `image`:
+//!   `build-servo`.
+//! - `collect`: bringing a workspace home safely (links never followed,
+//!   sizes capped, keys redacted).
+//! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
+//!   providers, retries).
+//!
+//! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
+//! failure of Saheeli itself.
+
+pub mod cli;
+mod collect;
+mod commands;
+mod config;
+mod docker;
+mod gateway;
+mod image;
+mod inputs;
+mod output;
+mod reconciler;
+mod spec;
+mod state;
+mod store;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command, TaskCommand};
+
+/// The `saheeli` command: parses the command line, runs it, and returns
+/// the exit code (`error: …` on stderr and 2 for any error).
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let quiet_default = match &cli.command {
+        Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
+        Command::Task(_) => "warn",
+    };
+    let level = match cli.verbose {
+        0 => quiet_default,
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("saheeli={level},warn")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .compact()
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let cfg = config::Config::load(cli.config.as_deref())?;
+    cfg.load_dotenv();
+    match cli.command {
+        Command::BuildServo(args) => image::build_servo(&cfg, &args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => commands::serve(&cfg, args).await,
+        Command::Run(args) => commands::run(&cfg, args).await,
+        Command::Gc(args) => commands::gc(&cfg, args).await,
+        Command::Task(cmd) => match cmd {
+            TaskCommand::Submit(a) => commands::submit(&cfg, a).await,
+            TaskCommand::Status(a) => commands::status(&cfg, a).await,
+            TaskCommand::Logs(a) => commands::logs(&cfg, a).await,
+            TaskCommand::Results(a) => commands::results(&cfg, a).await,
+            TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
+            TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
+        },
+    }
+}

@@ -1,0 +1,29 @@
+//! What can go wrong in the store; callers branch on the cause.
+
+use saheeli_protocol::TaskId;
+
+use crate::state::TaskState;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    #[error("no task with id `{0}`; `saheeli task status` lists them")]
+    TaskNotFound(String),
+    #[error("task `{id}` is {from}; it cannot become {to}")]
+    BadTransition {
+        id: TaskId,
+        from: TaskState,
+        to: TaskState,
+    },
+    /// Another foreman took the task over (this one's lease expired while
+    /// it was paused, hung or cut off): every write about it is refused.
+    #[error("task `{0}` is no longer held by this foreman; another one took it over")]
+    LeaseLost(TaskId),
+    #[error("task `{id}` has not ended ({state}); only an ended task can be retried")]
+    NotEnded { id: TaskId, state: TaskState },
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("database migration: {0}")]
+    Migration(#[from] rusqlite_migration::Error),
+}
+
+pub(super) type Result<T> = std::result::Result<T, StoreError>;

@@ -1,0 +1,124 @@
+//! Leases: who holds a running task, renewal, take-over, and the fence
+//! every write about a held task goes through.
+
+use rusqlite::{TransactionBehavior, params};
+use saheeli_protocol::TaskId;
+
+use super::*;
+
+impl Store {
+    /// Confirms that this foreman still holds `id` and extends its lease;
+    /// [`StoreError::LeaseLost`] otherwise. Called before acting on the
+    /// task's container or results, so a foreman that was paused past its
+    /// lease learns it before it touches anything.
+    pub fn hold(&mut self, id: TaskId, lease: &Lease) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET lease_until = ?3
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running')",
+            params![id.to_string(), lease.owner, now_ms() + lease.ms],
+        )
+    }
+
+    /// Runs one UPDATE of a held task in a write transaction (a deferred
+    /// one could fail at once with SQLITE_BUSY, ignoring the busy timeout);
+    /// no row changed means the lease is lost.
+    fn fenced_update(
+        &mut self,
+        id: TaskId,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(sql, params)?;
+        if n == 0 {
+            return Err(StoreError::LeaseLost(id));
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Extends the lease on every active task `lease.owner` holds and
+    /// returns their ids: a task missing from the answer was taken over.
+    pub fn renew(&mut self, lease: &Lease) -> Result<Vec<TaskId>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let ids: Vec<String> = {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE tasks SET lease_until = ?2
+                 WHERE owner = ?1 AND state IN ('starting', 'running')
+                 RETURNING id",
+            )?;
+            // An error here must not read as "nothing held": propagate it.
+            stmt.query_map(params![lease.owner, now_ms() + lease.ms], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        tx.commit()?;
+        Ok(ids
+            .iter()
+            .map(|s| s.parse().expect("stored ids are UUIDs"))
+            .collect())
+    }
+
+    /// Takes over active tasks whose lease has expired (their foreman died).
+    pub fn take_over_expired(&mut self, lease: &Lease) -> Result<Vec<TaskRow>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        let ids: Vec<String> = {
+            let mut stmt = tx.prepare(
+                "UPDATE tasks SET owner = ?1, lease_until = ?2
+                 WHERE state IN ('starting', 'running')
+                   AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3)
+                 RETURNING id",
+            )?;
+            stmt.query_map(params![lease.owner, now + lease.ms, now], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        tx.commit()?;
+        let mut rows = Vec::new();
+        for id in ids {
+            rows.extend(self.get(&id)?);
+        }
+        Ok(rows)
+    }
+
+    /// Gives a task's lease up, so that the next take-over round retries it.
+    pub fn release(&mut self, id: TaskId, lease: &Lease) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET owner = NULL, lease_until = NULL WHERE id = ?1 AND owner = ?2",
+            params![id.to_string(), lease.owner],
+        )
+    }
+
+    pub fn set_container(&mut self, id: TaskId, lease: &Lease, container_id: &str) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET container_id = ?3 WHERE id = ?1 AND owner = ?2",
+            params![id.to_string(), lease.owner, container_id],
+        )
+    }
+
+    /// Live usage while a task runs (from the gateway).
+    pub fn set_usage(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        steps: i64,
+        input: i64,
+        output: i64,
+        cost: f64,
+    ) -> Result<()> {
+        self.fenced_update(
+            id,
+            "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running')",
+            params![id.to_string(), lease.owner, steps, input, output, cost],
+        )
+    }
+}

@@ -1,0 +1,130 @@
+//! Reading tasks: by id or a unique part of one, lists, events, attempts.
+
+use rusqlite::params;
+use saheeli_protocol::TaskId;
+
+use crate::state::TaskState;
+
+use super::*;
+
+impl Store {
+    /// One task by full id, or a unique prefix or suffix of one (the
+    /// tables show the last 12 digits).
+    pub fn get(&self, id_or_part: &str) -> Result<Option<TaskRow>> {
+        let q = id_or_part.trim().to_ascii_lowercase();
+        if q.is_empty() || !q.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(None);
+        }
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE id >= ?1 AND id < ?1 || 'g' ORDER BY id LIMIT 2"
+        ))?;
+        let rows: Vec<TaskRow> = stmt
+            .query_map(params![q], read_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        if let Some(exact) = rows.iter().find(|r| r.id.to_string() == q) {
+            return Ok(Some(exact.clone()));
+        }
+        if rows.len() == 1 {
+            return Ok(rows.into_iter().next());
+        }
+        if !rows.is_empty() || q.len() < 6 {
+            return Ok(None);
+        }
+        // The random tail of an id, as the tables show it.
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE replace(id, '-', '') LIKE '%' || ?1 LIMIT 2"
+        ))?;
+        let rows: Vec<TaskRow> = stmt
+            .query_map(params![q.replace('-', "")], read_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(if rows.len() == 1 {
+            rows.into_iter().next()
+        } else {
+            None
+        })
+    }
+
+    /// Like [`Store::get`] but a missing task is an error naming the id.
+    pub fn require(&self, id_or_prefix: &str) -> Result<TaskRow> {
+        self.get(id_or_prefix)?
+            .ok_or_else(|| StoreError::TaskNotFound(id_or_prefix.to_string()))
+    }
+
+    /// The newest `limit` tasks, newest first.
+    pub fn list(&self, limit: usize) -> Result<Vec<TaskRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks ORDER BY id DESC LIMIT ?1"
+        ))?;
+        let rows = stmt
+            .query_map(params![limit as i64], read_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn count_in(&self, states: &[TaskState]) -> Result<i64> {
+        let list = states
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(self.conn.query_row(
+            &format!("SELECT COUNT(*) FROM tasks WHERE state IN ({list})"),
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn events(&self, id: TaskId) -> Result<Vec<EventRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at, from_state, to_state, detail FROM events WHERE task_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map(params![id.to_string()], |r| {
+                let from: Option<String> = r.get(1)?;
+                let to: String = r.get(2)?;
+                Ok(EventRow {
+                    at: r.get(0)?,
+                    from: from.and_then(|s| s.parse().ok()),
+                    to: to.parse().unwrap_or(TaskState::Failed),
+                    detail: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Every attempt of the task `id` belongs to, oldest first: the chain
+    /// of tasks linked by `retry_of`.
+    pub fn attempts(&self, id: TaskId) -> Result<Vec<TaskRow>> {
+        let mut root = self.require(&id.to_string())?;
+        while let Some(parent) = root
+            .retry_of
+            .and_then(|p| self.get(&p.to_string()).ok().flatten())
+        {
+            root = parent;
+        }
+        let mut chain = vec![root];
+        while let Some(next) = self.retried_as(chain.last().expect("non-empty").id)? {
+            chain.push(next);
+        }
+        Ok(chain)
+    }
+
+    /// The task that retried `id`, if any.
+    pub fn retried_as(&self, id: TaskId) -> Result<Option<TaskRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE retry_of = ?1 ORDER BY id LIMIT 1"
+        ))?;
+        Ok(stmt
+            .query_map(params![id.to_string()], read_row)?
+            .next()
+            .transpose()?)
+    }
+
+    /// Changes whenever another connection commits: a cheap "anything new?".
+    pub fn data_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+}

@@ -1,0 +1,26 @@
+//! The SQLite queue: tasks, their state transitions and the event trail.
+//!
+//! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
+//! transaction, so several `saheeli` processes can share one file without
+//! SQLITE_BUSY errors. Every state change writes an event row in the same
+//! transaction. Synchronous on purpose: async callers use `spawn_blocking`.
+
+mod error;
+mod lease;
+mod lifecycle;
+mod lookup;
+mod queue;
+mod rows;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+// Helpers the parts share (private to the store).
+use error::Result;
+use lifecycle::*;
+use queue::*;
+use rows::{COLUMNS, read_row};
+
+pub(crate) use error::StoreError;
+pub(crate) use rows::{EventRow, Lease, Outcome, Retry, TaskRow, now_ms};
+pub(crate) use schema::Store;

@@ -1,0 +1,136 @@
+//! Submitting and claiming tasks.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use saheeli_protocol::TaskId;
+
+use crate::spec::TaskSpec;
+use crate::state::TaskState;
+
+use super::*;
+
+impl Store {
+    /// Queues a task and records its first event.
+    pub fn submit(
+        &mut self,
+        id: TaskId,
+        spec: &TaskSpec,
+        priority: i64,
+        retry_of: Option<TaskId>,
+        attempt: i64,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        insert_task(&tx, id, spec, priority, retry_of, attempt)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Moves the best queued task (or `only`, if it is queued) to
+    /// `starting`, leased to `lease.owner`, and returns it.
+    pub fn claim_next(&mut self, only: Option<TaskId>, lease: &Lease) -> Result<Option<TaskRow>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        // The write lock is held (BEGIN IMMEDIATE): nobody claims between
+        // the pick and the move.
+        let id: Option<String> = tx
+            .query_row(
+                "SELECT id FROM tasks WHERE state = 'queued'
+                   AND (?2 IS NULL OR id = ?2)
+                   AND (not_before IS NULL OR not_before <= ?1)
+                 ORDER BY priority DESC, id LIMIT 1",
+                params![now, only.map(|i| i.to_string())],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        let task_id: TaskId = id.parse().expect("stored ids are UUIDs");
+        move_state(&tx, task_id, TaskState::Queued, TaskState::Starting, None)?;
+        tx.execute(
+            "UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1",
+            params![id, lease.owner, now + lease.ms],
+        )?;
+        tx.commit()?;
+        self.get(&id)
+    }
+
+    /// Queues a new attempt of an ended task (`saheeli task retry`);
+    /// refused while the task has not ended, so it never runs twice at once.
+    pub fn retry(&mut self, old: TaskId, new: TaskId) -> Result<TaskRow> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, old)?;
+        if !state.is_terminal() {
+            return Err(StoreError::NotEnded { id: old, state });
+        }
+        let row = tx.query_row(
+            &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
+            params![old.to_string()],
+            read_row,
+        )?;
+        insert_task(
+            &tx,
+            new,
+            &row.spec,
+            row.priority,
+            Some(old),
+            row.attempt + 1,
+        )?;
+        tx.commit()?;
+        Ok(row)
+    }
+}
+
+pub(super) fn insert_task(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    spec: &TaskSpec,
+    priority: i64,
+    retry_of: Option<TaskId>,
+    attempt: i64,
+) -> Result<()> {
+    let now = now_ms();
+    let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
+    tx.execute(
+        "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt)
+         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7)",
+        params![
+            id.to_string(),
+            spec.title,
+            priority,
+            spec_json,
+            retry_of.map(|r| r.to_string()),
+            now,
+            attempt
+        ],
+    )?;
+    let detail = match retry_of {
+        Some(old) => format!(
+            "submitted from {} (attempt {attempt}, retry of {old})",
+            spec.prompt_path
+        ),
+        None => format!("submitted from {}", spec.prompt_path),
+    };
+    insert_event(tx, id, now, None, TaskState::Queued, Some(&detail))?;
+    Ok(())
+}
+
+pub(super) fn insert_event(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    at: i64,
+    from: Option<TaskState>,
+    to: TaskState,
+    detail: Option<&str>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO events (task_id, at, from_state, to_state, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![id.to_string(), at, from.map(|s| s.as_str()), to.as_str(), detail],
+    )?;
+    Ok(())
+}

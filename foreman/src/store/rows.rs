@@ -1,0 +1,125 @@
+//! What the store reads and writes: task and event rows, outcomes, leases.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use saheeli_protocol::TaskId;
+
+use crate::spec::TaskSpec;
+use crate::state::TaskState;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One row of `tasks`.
+#[derive(Clone, Debug)]
+pub(crate) struct TaskRow {
+    pub id: TaskId,
+    pub title: String,
+    pub state: TaskState,
+    pub reason: Option<String>,
+    pub priority: i64,
+    pub spec: TaskSpec,
+    pub retry_of: Option<TaskId>,
+    pub container_id: Option<String>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub steps: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub results_path: Option<String>,
+    pub cancel_requested: bool,
+    pub cost_usd: f64,
+    pub requeues: i64,
+    pub attempt: i64,
+    pub detail: Option<String>,
+}
+
+/// Who holds a task while it runs, and for how long without renewal.
+#[derive(Clone, Debug)]
+pub(crate) struct Lease {
+    /// A fresh id per foreman process.
+    pub owner: String,
+    pub ms: i64,
+}
+
+impl Lease {
+    pub fn new(duration: Duration) -> Lease {
+        Lease {
+            owner: uuid::Uuid::new_v4().to_string(),
+            ms: duration.as_millis() as i64,
+        }
+    }
+}
+
+/// One row of `events`.
+#[derive(Clone, Debug)]
+pub(crate) struct EventRow {
+    pub at: i64,
+    pub from: Option<TaskState>,
+    pub to: TaskState,
+    pub detail: Option<String>,
+}
+
+/// How a task ended, written with its final transition.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outcome {
+    pub reason: Option<String>,
+    /// What happened, for people (an error chain, what was collected).
+    pub detail: Option<String>,
+    pub steps: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+    pub results_path: Option<String>,
+}
+
+/// A new attempt to queue with a terminal transition.
+#[derive(Clone, Debug)]
+pub(crate) struct Retry {
+    pub id: TaskId,
+    pub spec: TaskSpec,
+    pub priority: i64,
+    pub attempt: i64,
+}
+
+pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
+     started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
+     requeues, attempt, detail";
+
+pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    let id: String = r.get(0)?;
+    let state: String = r.get(2)?;
+    let spec: String = r.get(5)?;
+    let retry_of: Option<String> = r.get(6)?;
+    let conv = |i: usize, e: Box<dyn std::error::Error + Send + Sync>| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e)
+    };
+    Ok(TaskRow {
+        id: id.parse().map_err(|e| conv(0, Box::new(e)))?,
+        title: r.get(1)?,
+        state: state.parse().map_err(|e: String| conv(2, e.into()))?,
+        reason: r.get(3)?,
+        priority: r.get(4)?,
+        spec: serde_json::from_str(&spec).map_err(|e| conv(5, Box::new(e)))?,
+        retry_of: retry_of.and_then(|s| s.parse().ok()),
+        container_id: r.get(7)?,
+        created_at: r.get(8)?,
+        started_at: r.get(9)?,
+        finished_at: r.get(10)?,
+        steps: r.get(11)?,
+        input_tokens: r.get(12)?,
+        output_tokens: r.get(13)?,
+        results_path: r.get(14)?,
+        cancel_requested: r.get::<_, i64>(15)? != 0,
+        cost_usd: r.get(16)?,
+        requeues: r.get(17)?,
+        attempt: r.get(18)?,
+        detail: r.get(19)?,
+    })
+}

@@ -1,0 +1,227 @@
+//! Unit tests of the store on real SQLite files.
+
+use super::*;
+use crate::spec::TaskSpec;
+use crate::state::TaskState;
+use saheeli_protocol::TaskId;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn spec(title: &str) -> TaskSpec {
+    TaskSpec {
+        title: title.into(),
+        prompt_path: "p.md".into(),
+        body: "b".into(),
+        model: "gpt".into(),
+        max_steps: 5,
+        max_tokens: None,
+        max_cost: None,
+        retries: 0,
+        retry_on: vec![],
+        timeout_s: 60,
+        network: saheeli_protocol::NetworkMode::None,
+        memory: 1 << 30,
+        cpus: 1.0,
+        pids: 64,
+        env: BTreeMap::new(),
+        max_output_bytes: 1000,
+        replay: None,
+        workspace: None,
+    }
+}
+
+fn lease() -> Lease {
+    Lease {
+        owner: "test".into(),
+        ms: 10_000,
+    }
+}
+
+fn store() -> (tempfile::TempDir, Store) {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(&d.path().join("q.db")).unwrap();
+    (d, s)
+}
+
+#[test]
+fn claim_follows_priority_then_age() {
+    let (_d, mut s) = store();
+    let a = TaskId::new();
+    let b = TaskId::new();
+    let c = TaskId::new();
+    s.submit(a, &spec("a"), 0, None, 1).unwrap();
+    s.submit(b, &spec("b"), 5, None, 1).unwrap();
+    s.submit(c, &spec("c"), 0, None, 1).unwrap();
+    let order: Vec<_> =
+        std::iter::from_fn(|| s.claim_next(None, &lease()).unwrap().map(|t| t.id)).collect();
+    assert_eq!(order, vec![b, a, c]);
+    assert!(s.claim_next(None, &lease()).unwrap().is_none());
+}
+
+#[test]
+fn transitions_are_checked_and_recorded() {
+    let (_d, mut s) = store();
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    let err = s
+        .transition(id, &lease(), TaskState::Running, None, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLost(_)), "unclaimed: {err}");
+    s.claim_next(None, &lease()).unwrap();
+    let err = s
+        .transition(id, &lease(), TaskState::Complete, None, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::BadTransition { .. }), "{err}");
+    s.transition(id, &lease(), TaskState::Running, None, None)
+        .unwrap();
+    let o = Outcome {
+        reason: Some("max_steps".into()),
+        steps: 5,
+        ..Default::default()
+    };
+    s.transition(
+        id,
+        &lease(),
+        TaskState::Incomplete,
+        Some("exit 3"),
+        Some(&o),
+    )
+    .unwrap();
+    let t = s.require(&id.to_string()).unwrap();
+    assert_eq!(t.state, TaskState::Incomplete);
+    assert_eq!(t.reason.as_deref(), Some("max_steps"));
+    assert!(t.finished_at.is_some());
+    let ev: Vec<_> = s.events(id).unwrap().into_iter().map(|e| e.to).collect();
+    assert_eq!(
+        ev,
+        vec![
+            TaskState::Queued,
+            TaskState::Starting,
+            TaskState::Running,
+            TaskState::Incomplete
+        ]
+    );
+}
+
+#[test]
+fn expired_leases_are_taken_over_live_ones_are_not() {
+    let (_d, mut s) = store();
+    let (a, b) = (TaskId::new(), TaskId::new());
+    s.submit(a, &spec("a"), 0, None, 1).unwrap();
+    s.submit(b, &spec("b"), 0, None, 1).unwrap();
+    let live = lease();
+    let dead = Lease {
+        owner: "dead".into(),
+        ms: -1,
+    };
+    s.claim_next(Some(a), &live).unwrap();
+    s.claim_next(Some(b), &dead).unwrap();
+    let me = Lease {
+        owner: "me".into(),
+        ms: 10_000,
+    };
+    let taken: Vec<_> = s
+        .take_over_expired(&me)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(taken, vec![b]);
+    assert!(s.take_over_expired(&me).unwrap().is_empty());
+    assert_eq!(s.renew(&live).unwrap(), vec![a]);
+    s.requeue(b, &me, "never started", Duration::ZERO).unwrap();
+    let t = s.require(&b.to_string()).unwrap();
+    assert_eq!((t.state, t.requeues), (TaskState::Queued, 1));
+    assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+}
+
+/// Issue 9 §2: a foreman whose task was taken over writes nothing.
+#[test]
+fn writes_are_fenced_by_the_lease() {
+    let (_d, mut s) = store();
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    let old = Lease {
+        owner: "old".into(),
+        ms: -1,
+    };
+    s.claim_next(None, &old).unwrap();
+    s.transition(id, &old, TaskState::Running, None, None)
+        .unwrap();
+    let new = lease();
+    assert_eq!(s.take_over_expired(&new).unwrap().len(), 1);
+    let lost = |e: StoreError| matches!(e, StoreError::LeaseLost(t) if t == id);
+    assert!(lost(s.hold(id, &old).unwrap_err()));
+    assert!(lost(s.set_usage(id, &old, 1, 2, 3, 0.0).unwrap_err()));
+    assert!(lost(s.set_container(id, &old, "c").unwrap_err()));
+    assert!(lost(s.release(id, &old).unwrap_err()));
+    assert!(lost(s.requeue(id, &old, "x", Duration::ZERO).unwrap_err()));
+    let retry = Retry {
+        id: TaskId::new(),
+        spec: spec("t"),
+        priority: 0,
+        attempt: 2,
+    };
+    let err = s
+        .finish(id, &old, TaskState::Incomplete, None, None, Some(&retry))
+        .unwrap_err();
+    assert!(lost(err));
+    assert!(s.renew(&old).unwrap().is_empty());
+    // Nothing the old foreman tried left a trace; the new one goes on.
+    assert!(s.get(&retry.id.to_string()).unwrap().is_none());
+    s.hold(id, &new).unwrap();
+    s.finish(id, &new, TaskState::Incomplete, None, None, Some(&retry))
+        .unwrap();
+    let next = s.retried_as(id).unwrap().unwrap();
+    assert_eq!((next.id, next.attempt), (retry.id, 2));
+    assert!(
+        lost(s.hold(id, &new).unwrap_err()),
+        "ended tasks are held by none"
+    );
+}
+
+#[test]
+fn only_ended_tasks_are_retried() {
+    let (_d, mut s) = store();
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    let err = s.retry(id, TaskId::new()).unwrap_err();
+    assert!(matches!(err, StoreError::NotEnded { .. }), "{err}");
+    s.request_cancel(id).unwrap();
+    let next = TaskId::new();
+    s.retry(id, next).unwrap();
+    assert_eq!(s.retried_as(id).unwrap().unwrap().id, next);
+}
+
+/// Issue 9 §6: processes opening a new database at once all succeed.
+#[test]
+fn concurrent_opens_of_a_new_database() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("new.db");
+    let threads: Vec<_> = (0..10)
+        .map(|_| {
+            let p = path.clone();
+            std::thread::spawn(move || Store::open(&p).map(|_| ()))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn prefix_lookup_and_cancel() {
+    let (_d, mut s) = store();
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    let full = id.to_string();
+    assert_eq!(s.require(&full[..8]).unwrap().id, id);
+    assert_eq!(s.require(&id.short()).unwrap().id, id);
+    assert!(matches!(
+        s.require("ffffffff"),
+        Err(StoreError::TaskNotFound(_))
+    ));
+    assert_eq!(s.request_cancel(id).unwrap(), TaskState::Queued);
+    assert_eq!(s.require(&full).unwrap().state, TaskState::Cancelled);
+    assert!(s.claim_next(None, &lease()).unwrap().is_none());
+}
