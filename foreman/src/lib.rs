@@ -30,6 +30,7 @@ mod collect;
 mod commands;
 mod config;
 mod docker;
+mod events;
 mod gateway;
 mod image;
 mod inputs;

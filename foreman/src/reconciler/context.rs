@@ -20,6 +20,8 @@ pub(crate) struct Ctx {
     pub docker: Docker,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,
+    /// Every transition, for subscribers (fed from the event trail).
+    pub bus: crate::events::Bus,
 }
 
 impl Ctx {

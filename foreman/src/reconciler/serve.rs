@@ -51,6 +51,15 @@ pub(crate) async fn run(
         handles.clone(),
         renewer_stop.clone(),
     ));
+    // The bus is fed from the durable event trail, so subscribers see what
+    // every process wrote (submits, cancels, other foremen) in order.
+    let feeder_stop = CancellationToken::new();
+    let feeder = tokio::spawn(crate::events::feed(
+        ctx.cfg.database(),
+        ctx.bus.clone(),
+        None,
+        feeder_stop.clone(),
+    ));
     let result = serve_loop(
         &ctx,
         opts,
@@ -81,6 +90,9 @@ pub(crate) async fn run(
     }
     renewer_stop.cancel();
     let _ = renewer.await;
+    // The feeder publishes what is left before it stops.
+    feeder_stop.cancel();
+    let _ = feeder.await;
     result.map(|()| summary)
 }
 

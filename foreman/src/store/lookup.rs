@@ -93,6 +93,42 @@ impl Store {
         Ok(rows)
     }
 
+    /// The id of the newest event row (0 when there is none).
+    pub fn last_event_seq(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get(0))?)
+    }
+
+    /// Up to `limit` event rows after the one with id `after`, oldest
+    /// first, with the task's reason on terminal transitions.
+    pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<TrailRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT e.id, e.task_id, e.at, e.from_state, e.to_state, e.detail,
+                    CASE WHEN e.to_state IN ('complete', 'incomplete', 'failed', 'cancelled')
+                         THEN t.reason END
+             FROM events e JOIN tasks t ON t.id = e.task_id
+             WHERE e.id > ?1 ORDER BY e.id LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(params![after, limit as i64], |r| {
+                let task: String = r.get(1)?;
+                let from: Option<String> = r.get(3)?;
+                let to: String = r.get(4)?;
+                Ok(TrailRow {
+                    seq: r.get(0)?,
+                    task_id: task.parse().expect("stored ids are UUIDs"),
+                    at: r.get(2)?,
+                    from: from.and_then(|s| s.parse().ok()),
+                    to: to.parse().unwrap_or(TaskState::Failed),
+                    detail: r.get(5)?,
+                    reason: r.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
     /// Every attempt of the task `id` belongs to, oldest first: the chain
     /// of tasks linked by `retry_of`.
     pub fn attempts(&self, id: TaskId) -> Result<Vec<TaskRow>> {

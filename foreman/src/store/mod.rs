@@ -22,5 +22,5 @@ use queue::*;
 use rows::{COLUMNS, read_row};
 
 pub(crate) use error::StoreError;
-pub(crate) use rows::{EventRow, Lease, Outcome, Retry, TaskRow, now_ms};
+pub(crate) use rows::{EventRow, Lease, Outcome, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;

@@ -66,6 +66,18 @@ pub(crate) struct EventRow {
     pub detail: Option<String>,
 }
 
+/// One row of the event trail with its task (what the event bus carries).
+#[derive(Clone, Debug)]
+pub(crate) struct TrailRow {
+    pub seq: i64,
+    pub task_id: TaskId,
+    pub at: i64,
+    pub from: Option<TaskState>,
+    pub to: TaskState,
+    pub detail: Option<String>,
+    pub reason: Option<String>,
+}
+
 /// How a task ended, written with its final transition.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Outcome {

@@ -175,6 +175,20 @@ fn the_retry_policy_makes_linked_attempts() {
     assert_eq!(last["reason"], "max_steps");
     let tasks = s.tasks();
     assert_eq!(tasks.len(), 3);
+    // `run` follows the attempts on the event bus: each one's transitions.
+    let progress = String::from_utf8_lossy(&out.stderr);
+    for t in &tasks {
+        let short = t["id"].as_str().unwrap().replace('-', "")[20..].to_string();
+        for line in ["starting", "running", "incomplete (max_steps)"] {
+            assert!(
+                progress.contains(&format!("task {short} {line}")),
+                "no `{line}` for attempt {}:\n{progress}",
+                t["attempt"]
+            );
+        }
+        let queued = format!("task {short} queued");
+        assert_eq!(progress.contains(&queued), t["attempt"] != 1, "{progress}");
+    }
     let first = tasks.iter().find(|t| t["attempt"] == 1).unwrap();
     let detail = s.task(first["id"].as_str().unwrap());
     let attempts: Vec<_> = detail["attempts"]
