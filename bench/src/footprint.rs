@@ -1,209 +1,102 @@
-//! Collection against `docker cp`, and the footprint figures: foreman
-//! memory with a long queue, `task status` with a big database, binary and
-//! image sizes.
+//! Footprint: the foreman's memory with a long queue, `task status` with a
+//! big database, the servo binary and what the image adds to its base.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
-use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::measure::Env;
-use crate::project::{Project, rss_mb};
+use crate::env::{Env, progress};
+use crate::history;
+use crate::project::{Project, interrupt_twice, rss_mb};
 use crate::stats::{Figure, median};
 
-fn progress(msg: &str) {
-    eprintln!("bench: {msg}");
-}
-
-fn fill_command(files: usize) -> String {
-    format!(
-        "python3 -c \"import os; os.makedirs('data', exist_ok=True); b = os.urandom(10000); \
-         [open('data/f%d' % i, 'wb').write(b) for i in range({files})]\""
-    )
-}
-
-/// The foreman's collection time (from its own event detail) against
-/// `docker cp` of the same amount of data from a stopped container.
-pub async fn collection(env: &Env) -> anyhow::Result<Figure> {
-    let files = env.sizes.collect_files;
-    let mb = files * 10_000 / 1_000_000;
-    progress(&format!(
-        "collection: {mb} MB in {files} files, saheeli vs docker cp"
-    ));
-    let p = Project::new(&env.saheeli, &env.image, 8)?;
-    let prompt = p.replay_prompt(
-        "fill",
-        &[
-            (
-                "execute_shell",
-                json!({"command": fill_command(files), "timeout_s": 600}),
-            ),
-            ("task_complete", json!({"message": "ok"})),
-        ],
-    )?;
-    let mut ours = Vec::new();
-    for _ in 0..env.sizes.collect_runs {
-        let (_, task) = p.timed_run(&prompt)?;
-        let id = task["id"].as_str().context("no id")?;
-        let detail: Value = serde_json::from_str(&p.ok(&["task", "status", id, "--json"])?)?;
-        let text = detail["events"]
-            .as_array()
-            .and_then(|e| e.last())
-            .and_then(|e| e["detail"].as_str())
-            .unwrap_or_default()
-            .to_string();
-        let ms = text
-            .split(" ms into ")
-            .next()
-            .and_then(|s| s.rsplit(" in ").next())
-            .and_then(|s| s.parse::<f64>().ok())
-            .with_context(|| format!("no collection time in `{text}`"))?;
-        ours.push(ms);
-        std::fs::remove_dir_all(task["results"].as_str().unwrap_or("/nonexistent")).ok();
-    }
-
-    // The same data in a stopped container's volume, copied out with `docker cp`.
-    let volume = format!("saheeli-bench-{}", std::process::id());
-    let body = ContainerCreateBody {
-        image: Some(env.base.clone()),
-        cmd: Some(vec![
-            "bash".into(),
-            "-c".into(),
-            format!("cd /workspace && {}", fill_command(files)),
-        ]),
-        labels: Some(HashMap::from([(
-            crate::floor::LABEL.to_string(),
-            "1".to_string(),
-        )])),
-        network_disabled: Some(true),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".into()),
-            mounts: Some(vec![Mount {
-                target: Some("/workspace".into()),
-                source: Some(volume.clone()),
-                typ: Some(MountType::VOLUME),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let c = env.docker.create_container(None, body).await?;
-    env.docker.start_container(&c.id, None).await?;
-    let _ = env.docker.wait_container(&c.id, None).next().await;
-    let mut cp = Vec::new();
-    for _ in 0..env.sizes.collect_runs.max(3) {
-        let dest = tempfile::tempdir()?;
-        let t0 = Instant::now();
-        let st = std::process::Command::new("docker")
-            .args(["cp", &format!("{}:/workspace", c.id)])
-            .arg(dest.path().join("ws"))
-            .status()?;
-        if !st.success() {
-            bail!("docker cp failed");
-        }
-        cp.push(t0.elapsed().as_secs_f64() * 1000.0);
-    }
-    let rm = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
-        .force(true)
-        .v(true)
-        .build();
-    env.docker.remove_container(&c.id, Some(rm)).await?;
-    let _ = env
-        .docker
-        .remove_volume(
-            &volume,
-            None::<bollard::query_parameters::RemoveVolumeOptions>,
-        )
-        .await;
-    Ok(Figure::new(&format!("collection: {mb} MB in {files} files"), "ms", &ours)
-        .against("docker cp", median(&cp), 1.0)
-        .note("saheeli: streamed, checked and extracted by the foreman (its own timing); docker cp: the CLI, same data"))
-}
-
-/// Foreman RSS while serving 8 tasks with many more queued.
+/// Foreman RSS while 8 tasks run (each sleeps 3 s, so they keep being
+/// collected and replaced) and the rest of the queue waits.
 pub async fn foreman_rss(env: &Env) -> anyhow::Result<Figure> {
     let queued = env.sizes.queued;
     progress(&format!(
         "footprint: foreman memory with {queued} queued and 8 running"
     ));
-    let p = Project::new(&env.saheeli, &env.image, 8)?;
+    let p = Project::new(env, 8)?;
+    let result = measure_rss(env, &p, queued).await;
+    p.cleanup(env).await;
+    result
+}
+
+async fn measure_rss(env: &Env, p: &Project, queued: usize) -> anyhow::Result<Figure> {
     let prompt = p.replay_prompt(
         "sleep",
         &[
             (
                 "execute_shell",
-                json!({"command": "sleep 20", "timeout_s": 60}),
+                json!({"command": "sleep 3", "timeout_s": 60}),
             ),
             ("task_complete", json!({"message": "ok"})),
         ],
     )?;
     let first = p.submit(&prompt)?;
     p.clone_queued(&first, queued + 8 - 1)?;
-    let mut serve = p
-        .cmd(&["serve", "--drain", "-j", "8"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
-    let db = rusqlite::Connection::open(p.path().join("saheeli.db"))?;
+    let mut serve = p.spawn(&["serve", "-j", "8"], "serve.log", "saheeli=info,warn")?;
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let running: i64 = db.query_row(
-            "SELECT COUNT(*) FROM tasks WHERE state = 'running'",
-            [],
-            |r| r.get(0),
-        )?;
-        if running >= 8 {
-            break;
+    while p.count("running")? < 8 {
+        if Instant::now() > deadline || serve.try_wait()?.is_some() {
+            interrupt_twice(&mut serve).await?;
+            bail!("8 tasks never ran at once: {}", p.read_log("serve.log"));
         }
-        if Instant::now() > deadline {
-            bail!("8 tasks never ran at once");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut rss = Vec::new();
     let mut peak: f64 = 0.0;
-    for _ in 0..5 {
+    for _ in 0..env.sizes.rss_samples {
         let (now, hwm) = rss_mb(serve.id())?;
         rss.push(now);
         peak = peak.max(hwm);
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // Wind down: cancel everything, let the foreman stop and collect the 8.
-    db.execute(
-        "UPDATE tasks SET state = 'cancelled' WHERE state = 'queued'",
-        [],
-    )?;
-    db.execute(
-        "UPDATE tasks SET cancel_requested = 1 WHERE state IN ('starting', 'running')",
-        [],
-    )?;
-    let _ = serve.wait();
+    let left = p.count("queued")?;
+    let t0 = Instant::now();
+    interrupt_twice(&mut serve).await?;
+    let stop_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let done = p.count("complete")?;
     Ok(Figure::new(
         &format!("foreman RSS, {queued} queued + 8 running"),
         "MB",
         &rss,
     )
     .at_most(30.0)
-    .note(format!("peak (VmHWM) {peak:.1} MB")))
+    .detail("VmHWM peak MB", peak)
+    .note(format!(
+        "peak (VmHWM) {peak:.1} MB; {done} tasks done and {left} still queued when measured; stopped (two SIGINTs) in {stop_ms:.0} ms"
+    )))
 }
 
-/// `task status` (table and --json, 50 newest) with a big database.
-pub async fn status_latency(env: &Env) -> anyhow::Result<(Figure, Figure)> {
+/// `task status` (the table of the 50 newest, its --json, and one task in
+/// detail) with a big database of realistic history.
+pub async fn status_latency(env: &Env) -> anyhow::Result<Vec<Figure>> {
     let rows = env.sizes.status_rows;
     progress(&format!(
         "footprint: `task status` with {rows} tasks in the database"
     ));
-    let p = Project::new(&env.saheeli, &env.image, 8)?;
-    let prompt = p.replay_prompt("one", &[("task_complete", json!({"message": "ok"}))])?;
-    let first = p.submit(&prompt)?;
-    p.clone_queued(&first, rows - 1)?;
+    let p = Project::new(env, 8)?;
+    let result = measure_status(&p, rows);
+    p.cleanup(env).await;
+    result
+}
+
+fn measure_status(p: &Project, rows: usize) -> anyhow::Result<Vec<Figure>> {
+    let prompt = p.one_step()?;
+    let template = p.submit(&prompt)?;
+    let t0 = Instant::now();
+    let (events, some_id) = history::fill(p, &template, rows - 1)?;
+    progress(&format!(
+        "footprint: wrote {rows} tasks and {events} events in {:.1}s",
+        t0.elapsed().as_secs_f64()
+    ));
+    let db_mb = std::fs::metadata(p.db_path())?.len() as f64 / 1e6;
     let time = |args: &[&str]| -> anyhow::Result<Vec<f64>> {
-        let mut xs = Vec::new();
         p.ok(args)?; // warm the page cache
+        let mut xs = Vec::new();
         for _ in 0..7 {
             let t0 = Instant::now();
             p.ok(args)?;
@@ -211,41 +104,98 @@ pub async fn status_latency(env: &Env) -> anyhow::Result<(Figure, Figure)> {
         }
         Ok(xs)
     };
+    let note = format!(
+        "{rows} tasks, {events} events, database {db_mb:.0} MB; the whole process, 7 runs after a warm-up"
+    );
     let table = time(&["task", "status"])?;
     let json = time(&["task", "status", "--json"])?;
-    Ok((
-        Figure::new(&format!("task status (table), {rows} tasks"), "ms", &table).at_most(100.0),
+    let one = time(&["task", "status", &some_id])?;
+    Ok(vec![
+        Figure::new(&format!("task status (table), {rows} tasks"), "ms", &table)
+            .at_most(100.0)
+            .note(note),
         Figure::new(&format!("task status --json, {rows} tasks"), "ms", &json).at_most(100.0),
-    ))
+        Figure::new(&format!("task status ID, {rows} tasks"), "ms", &one).note(format!(
+            "one task in detail; median of the table {:.1} ms",
+            median(&table)
+        )),
+    ])
 }
 
-/// The stripped servo binary, and what the image adds to its base.
+/// Whether an ELF file still has a symbol table or debug sections.
+fn has_symbols(elf: &[u8]) -> anyhow::Result<bool> {
+    let u16_at = |o: usize| -> Option<u64> {
+        Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?) as u64)
+    };
+    let u32_at = |o: usize| -> Option<u64> {
+        Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?) as u64)
+    };
+    let u64_at =
+        |o: usize| -> Option<u64> { Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?)) };
+    if elf.get(0..5) != Some(b"\x7fELF\x02") {
+        bail!("not a 64-bit ELF file");
+    }
+    let parse = || -> Option<bool> {
+        let shoff = u64_at(0x28)? as usize;
+        let shentsize = u16_at(0x3A)? as usize;
+        let shnum = u16_at(0x3C)? as usize;
+        let shstrndx = u16_at(0x3E)? as usize;
+        let strtab = shoff + shstrndx * shentsize;
+        let names = u64_at(strtab + 0x18)? as usize;
+        let mut found = false;
+        for i in 0..shnum {
+            let sh = shoff + i * shentsize;
+            let off = names + u32_at(sh)? as usize;
+            let end = elf[off..].iter().position(|&b| b == 0)? + off;
+            let name = &elf[off..end];
+            found |= name == b".symtab" || name.starts_with(b".debug_");
+        }
+        Some(found)
+    };
+    parse().context("reading the ELF section headers")
+}
+
+/// The servo binary (stripped), and what the servo image adds to its base.
 pub async fn sizes(env: &Env, servo: &std::path::Path) -> anyhow::Result<(Figure, Figure)> {
-    let bin = std::fs::metadata(servo)
-        .with_context(|| {
-            format!(
-                "reading `{}` (build it with cargo build --release)",
-                servo.display()
-            )
-        })?
-        .len() as f64
-        / 1e6;
-    let size = |img: &str| {
+    progress("footprint: servo binary and image sizes");
+    let bytes = std::fs::read(servo).with_context(|| {
+        format!(
+            "reading `{}` (build it with `cargo build --release -p saheeli-servo`)",
+            servo.display()
+        )
+    })?;
+    let mut size = bytes.len() as f64 / 1e6;
+    let mut how = "as built (the release profile strips it)".to_string();
+    if has_symbols(&bytes)? {
+        let dir = tempfile::tempdir()?;
+        let out = dir.path().join("servo");
+        let st = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&out)
+            .arg(servo)
+            .status()
+            .context("running `strip` (binutils)")?;
+        if !st.success() {
+            bail!("`strip` failed on `{}`", servo.display());
+        }
+        how = format!("after `strip` (as built: {size:.2} MB)");
+        size = std::fs::metadata(&out)?.len() as f64 / 1e6;
+    }
+    let image_size = |img: String| {
         let d = env.docker.clone();
-        let img = img.to_string();
         async move {
             d.inspect_image(&img)
                 .await
-                .ok()
-                .and_then(|i| i.size)
-                .unwrap_or(0) as f64
-                / 1e6
+                .with_context(|| format!("inspecting image `{img}`"))
+                .map(|i| i.size.unwrap_or(0) as f64 / 1e6)
         }
     };
-    let over = size(&env.image).await - size(&env.base).await;
+    let over = image_size(env.image.clone()).await? - image_size(env.base.clone()).await?;
     Ok((
-        Figure::new("servo binary (release, stripped)", "MB", &[bin]).at_most(12.0),
+        Figure::new("servo binary (release, stripped)", "MB", &[size])
+            .at_most(12.0)
+            .note(format!("`{}` {how}", servo.display())),
         Figure::new("servo image over its base", "MB", &[over])
-            .note(format!("base `{}`", env.base)),
+            .note(format!("`{}` minus `{}`", env.image, env.base)),
     ))
 }

@@ -1,33 +1,61 @@
 //! `saheeli-bench`: Saheeli side by side with raw Docker, on the local
-//! daemon, offline (replay model). Every figure is compared with a floor
-//! measured in the same run. Progress goes to stderr; the table to stdout;
-//! the same figures as JSON to `results/bench-<time>.json`.
+//! daemon, offline (replay model). It drives the real `saheeli` binary in
+//! throwaway project directories and talks to Docker through bollard for
+//! the floors. Every figure is compared with a floor measured in the same
+//! run. Progress goes to stderr; the table to stdout; the same figures as
+//! JSON to `results/bench-<UTC time>.json`. Targets are reported, never
+//! enforced: the exit code is non-zero only when a measurement broke.
 //!
 //! # Layout
 //!
-//! - `floor`: raw Docker API cycles; `project`: a throwaway Saheeli project.
-//! - `measure`: dispatch, per-step overhead, throughput.
-//! - `footprint`: collection, memory, status latency, sizes.
+//! - `env`: what measurements share, and cleanup of what the bench made.
+//! - `events`: Docker's container events, recorded with their timestamps.
+//! - `floor`: raw and hardened Docker cycles; `cpu`: CPU accounting.
+//! - `extract`: a reference collector, to compare the foreman's with.
+//! - `project`: a throwaway Saheeli project; `history`: bulk task rows.
+//! - `dispatch`, `steps`, `throughput`, `collection`, `footprint`: the
+//!   measurements.
 //! - `stats`: medians, p95 and the report.
 
+mod collection;
+mod cpu;
+mod dispatch;
+mod env;
+mod events;
+mod extract;
 mod floor;
 mod footprint;
-mod measure;
+mod history;
 mod project;
 mod stats;
+mod steps;
+mod throughput;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
 
-use measure::{Env, Sizes};
+use env::{Env, Sizes, progress};
+
+const MEASUREMENTS: &[&str] = &[
+    "floor",
+    "dispatch",
+    "step",
+    "throughput",
+    "collection",
+    "rss",
+    "status",
+    "size",
+];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
 #[derive(Parser)]
 struct Args {
-    /// Small sizes: checks that every measurement works, in about two minutes.
+    /// Small sizes: checks that every measurement works, in about two
+    /// minutes; never fails on a timing.
     #[arg(long)]
     quick: bool,
     /// The `saheeli` binary (default: target/release/saheeli, else target/debug/saheeli).
@@ -36,129 +64,201 @@ struct Args {
     /// The servo binary whose size is reported.
     #[arg(long, default_value = "target/release/servo")]
     servo: PathBuf,
+    /// The servo image tasks run in.
     #[arg(long, default_value = "saheeli-servo:latest")]
     image: String,
+    /// The base image the raw floor runs `true` in.
     #[arg(long, default_value = "saheeli-base:bookworm")]
     base: String,
     /// Where the JSON report goes.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Run only these measurements: floor, dispatch, step, throughput,
-    /// collection, rss, status, size (repeatable).
-    #[arg(long)]
+    /// Run only these measurements (repeatable): floor, dispatch, step,
+    /// throughput, collection, rss, status, size.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args = Args::parse();
-    let saheeli = args.saheeli.clone().unwrap_or_else(|| {
-        let release = PathBuf::from("target/release/saheeli");
-        if release.is_file() {
-            release
-        } else {
-            PathBuf::from("target/debug/saheeli")
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
         }
-    });
-    let saheeli = std::path::absolute(&saheeli)?;
+    };
+    match runtime.block_on(bench(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn default_saheeli() -> PathBuf {
+    let release = PathBuf::from("target/release/saheeli");
+    if release.is_file() {
+        release
+    } else {
+        PathBuf::from("target/debug/saheeli")
+    }
+}
+
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
+    let saheeli = std::path::absolute(args.saheeli.clone().unwrap_or_else(default_saheeli))?;
     anyhow::ensure!(
         saheeli.is_file(),
         "`{}` not found; build it first (scripts/bench.sh does)",
         saheeli.display()
     );
-    let docker = bollard::Docker::connect_with_local_defaults()?
+    let docker = bollard::Docker::connect_with_local_defaults()
+        .context("connecting to Docker")?
         .negotiate_version()
-        .await?;
+        .await
+        .context("connecting to Docker: is the daemon running? (`docker info`)")?;
+    for img in [&args.image, &args.base] {
+        docker.inspect_image(img).await.with_context(|| {
+            format!("image `{img}` not found (`saheeli build-servo`, `scripts/setup.sh base`)")
+        })?;
+    }
+    progress("starting");
+    let host = host_info(&docker).await;
+    let load = loadavg();
     let sizes = if args.quick {
-        Sizes {
-            floor_n: 5,
-            burst: 16,
-            dispatch_n: 5,
-            step_runs: 1,
-            collect_files: 1000,
-            collect_runs: 1,
-            queued: 1000,
-            status_rows: 5000,
-        }
+        Sizes::quick()
     } else {
-        Sizes {
-            floor_n: 20,
-            burst: 200,
-            dispatch_n: 20,
-            step_runs: 3,
-            collect_files: 10_000,
-            collect_runs: 3,
-            queued: 10_000,
-            status_rows: 100_000,
-        }
+        Sizes::full()
     };
-    let env = Env {
+    let events = events::Events::start(&docker).await;
+    let env = Env::new(
         docker,
         saheeli,
-        image: args.image.clone(),
-        base: args.base.clone(),
+        args.image.clone(),
+        args.base.clone(),
         sizes,
-    };
+        events,
+    );
     let started = Instant::now();
-    let result = run(&env, &args).await;
-    floor::clean(&env.docker).await;
-    let figures = result?;
-    println!("{}", stats::table(&figures));
-    std::fs::create_dir_all(&args.out)?;
     let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
         .to_string()
         .replace(':', "");
+    let mut figures = vec![];
+    let mut busy = serde_json::Map::new();
+    let result = run(&env, &args, &mut figures, &mut busy).await;
+    env.clean().await;
+    if let Err(e) = &result {
+        progress(&format!("failed after {} figures: {e:#}", figures.len()));
+    }
+    result?;
+    println!("{}", stats::table(&figures));
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating `{}`", args.out.display()))?;
     let path = args.out.join(format!(
         "bench-{stamp}{}.json",
         if args.quick { "-quick" } else { "" }
     ));
     let report = serde_json::json!({
         "quick": args.quick,
+        "started": stamp,
         "seconds": started.elapsed().as_secs_f64(),
         "saheeli": env.saheeli,
+        "host": host,
+        "load_average_before": load,
+        "load_average_after": loadavg(),
+        "busy_before": busy,
         "figures": figures,
     });
     std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing `{}`", path.display()))?;
-    eprintln!(
-        "bench: done in {:.0}s; figures in {}",
+    progress(&format!(
+        "done in {:.0}s; figures in {}",
         started.elapsed().as_secs_f64(),
         path.display()
-    );
+    ));
     Ok(())
 }
 
-async fn run(env: &Env, args: &Args) -> anyhow::Result<Vec<stats::Figure>> {
-    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
-    let mut figures = vec![];
-    let (mut cs_median, mut burst_ms) = (f64::NAN, f64::NAN);
-    if want("floor") || want("dispatch") || want("throughput") {
-        let (cs, total, burst) = measure::floors(env).await?;
-        (cs_median, burst_ms) = (cs.median, burst.median);
-        figures.extend([cs, total, burst]);
+async fn host_info(docker: &bollard::Docker) -> serde_json::Value {
+    let info = docker.info().await.ok();
+    let version = docker.version().await.ok();
+    let git = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    serde_json::json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "docker": version.and_then(|v| v.version),
+        "storage_driver": info.as_ref().and_then(|i| i.driver.clone()),
+        "cgroup_version": info.and_then(|i| i.cgroup_version).and_then(|c| serde_json::to_value(c).ok()),
+        "git": git,
+    })
+}
+
+/// Measures how busy the machine is before a measurement (nothing of ours
+/// runs then) and warns when something else is using it.
+async fn quiet_check(section: &str, busy: &mut serde_json::Map<String, serde_json::Value>) {
+    let share = cpu::busy_share(std::time::Duration::from_millis(500)).await;
+    busy.insert(section.into(), share.into());
+    if share > 0.25 {
+        progress(&format!(
+            "warning: {:.0}% of the CPU busy before `{section}` with nothing of ours running: its figures will be noisy",
+            share * 100.0
+        ));
     }
-    if want("dispatch") {
-        figures.push(measure::dispatch(env, cs_median).await?);
+}
+
+async fn run(
+    env: &Env,
+    args: &Args,
+    figures: &mut Vec<stats::Figure>,
+    busy: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    if want("floor") || want("dispatch") {
+        quiet_check("floor", busy).await;
+        let floors = dispatch::floors(env).await?;
+        if want("dispatch") {
+            let d = dispatch::dispatch(env, &floors).await?;
+            figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle, d]);
+        } else {
+            figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle]);
+        }
     }
     if want("step") {
-        figures.push(measure::per_step(env).await?);
+        quiet_check("step", busy).await;
+        figures.push(steps::per_step(env).await?);
     }
     if want("throughput") {
-        figures.push(measure::throughput(env, burst_ms).await?);
+        quiet_check("throughput", busy).await;
+        let b = throughput::bursts(env).await?;
+        figures.extend([b.raw, b.hardened, b.saheeli]);
     }
     if want("collection") {
-        figures.push(footprint::collection(env).await?);
+        quiet_check("collection", busy).await;
+        figures.extend(collection::collection(env).await?);
     }
     if want("rss") {
+        quiet_check("rss", busy).await;
         figures.push(footprint::foreman_rss(env).await?);
     }
     if want("status") {
-        let (table, json) = footprint::status_latency(env).await?;
-        figures.extend([table, json]);
+        quiet_check("status", busy).await;
+        figures.extend(footprint::status_latency(env).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;
         figures.extend([bin, img]);
     }
-    Ok(figures)
+    Ok(())
 }

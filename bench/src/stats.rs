@@ -1,8 +1,11 @@
-//! Samples, their median and p95, and the report row each figure becomes.
+//! Samples, their median and p95, and the report row each figure becomes:
+//! a line of the table on stdout and an object in the JSON report.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-/// Milliseconds per sample.
+/// The median of the samples (NaN when there are none).
 pub fn median(xs: &[f64]) -> f64 {
     percentile(xs, 0.5)
 }
@@ -36,6 +39,11 @@ pub struct Figure {
     pub target: String,
     pub met: Option<bool>,
     pub note: String,
+    /// The samples themselves.
+    pub samples: Vec<f64>,
+    /// Where the time goes: named parts, in the figure's unit unless the
+    /// name says otherwise.
+    pub details: BTreeMap<String, f64>,
 }
 
 impl Figure {
@@ -52,6 +60,8 @@ impl Figure {
             target: String::new(),
             met: None,
             note: String::new(),
+            samples: samples.to_vec(),
+            details: BTreeMap::new(),
         }
     }
 
@@ -73,8 +83,20 @@ impl Figure {
         self
     }
 
+    /// A line under the figure in the table (and `note` in the JSON).
     pub fn note(mut self, note: impl Into<String>) -> Figure {
-        self.note = note.into();
+        let note = note.into();
+        if self.note.is_empty() {
+            self.note = note;
+        } else {
+            self.note = format!("{}\n{note}", self.note);
+        }
+        self
+    }
+
+    /// A named part of the figure, for the JSON report.
+    pub fn detail(mut self, name: &str, value: f64) -> Figure {
+        self.details.insert(name.into(), value);
         self
     }
 }
@@ -112,8 +134,8 @@ pub fn table(figures: &[Figure]) -> String {
                 None => "-",
             }
         ));
-        if !f.note.is_empty() {
-            out.push_str(&format!("    {}\n", f.note));
+        for line in f.note.lines() {
+            out.push_str(&format!("    {line}\n"));
         }
     }
     out
