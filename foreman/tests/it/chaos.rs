@@ -264,9 +264,10 @@ fn a_missing_image_fails_the_task_with_advice() {
         "{detail}"
     );
     // `serve` refuses to start at all, with the same advice.
-    let out = s.run(&["--config", "cfg.yaml", "serve", "--drain"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("saheeli build-servo"));
+    assert!(
+        s.expect_err(&["--config", "cfg.yaml", "serve", "--drain"], 2)
+            .contains("saheeli build-servo")
+    );
 }
 
 #[test]

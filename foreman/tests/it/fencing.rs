@@ -119,9 +119,7 @@ fn retry_of_a_task_that_has_not_ended_is_refused() {
     let s = Saheeli::new();
     s.write("p.md", "Hello.\n");
     let id = s.submit("p.md");
-    let out = s.run(&["task", "retry", &id]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = s.expect_err(&["task", "retry", &id], 2);
     assert!(err.contains("only an ended task can be retried"), "{err}");
     assert_eq!(s.tasks().len(), 1, "a retry was queued anyway");
     s.expect(&["task", "cancel", &id], 0);

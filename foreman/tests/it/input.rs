@@ -46,19 +46,22 @@ fn wrong_type_and_bad_values_are_rejected() {
 #[test]
 fn missing_file_empty_body_and_bad_utf8() {
     let s = Saheeli::new();
-    let out = s.run(&["task", "submit", "--prompt", "absent.md"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("absent.md"));
+    assert!(
+        s.expect_err(&["task", "submit", "--prompt", "absent.md"], 2)
+            .contains("absent.md")
+    );
 
     s.write("empty.md", "---\ntitle: x\n---\n\n");
-    let out = s.run(&["task", "submit", "--prompt", "empty.md"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("prompt is empty"));
+    assert!(
+        s.expect_err(&["task", "submit", "--prompt", "empty.md"], 2)
+            .contains("prompt is empty")
+    );
 
     std::fs::write(s.path().join("bin.md"), b"hello \xff\xfe world").unwrap();
-    let out = s.run(&["task", "submit", "--prompt", "bin.md"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not valid UTF-8"));
+    assert!(
+        s.expect_err(&["task", "submit", "--prompt", "bin.md"], 2)
+            .contains("not valid UTF-8")
+    );
     assert_nothing_queued(&s);
 }
 
@@ -66,9 +69,7 @@ fn missing_file_empty_body_and_bad_utf8() {
 fn bad_config_is_named() {
     let s = Saheeli::new();
     s.write("config.yaml", "concurency: 3\n");
-    let out = s.run(&["task", "status"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = s.expect_err(&["task", "status"], 2);
     assert!(
         err.contains("config.yaml:1") && err.contains("unknown field `concurency`"),
         "{err}"

@@ -6,6 +6,7 @@ mod fake_llm;
 mod util;
 
 mod chaos;
+mod cli;
 mod daemon;
 mod fencing;
 mod gateway;

@@ -122,6 +122,20 @@ impl Saheeli {
         stdout
     }
 
+    /// Runs, asserts the exit code (showing both streams when it differs)
+    /// and returns stderr: for commands expected to fail.
+    pub fn expect_err(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "saheeli {args:?}\n--- stdout\n{}\n--- stderr\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        stderr
+    }
+
     /// `task status ID --json`.
     pub fn task(&self, id: &str) -> Value {
         serde_json::from_str(&self.expect(&["task", "status", id, "--json"], 0)).unwrap()
