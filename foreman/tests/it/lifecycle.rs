@@ -82,11 +82,13 @@ fn cancel_a_running_task() {
             == "running"),
         "task never ran"
     );
-    std::thread::sleep(Duration::from_secs(1));
     // The audit trail is readable live, from the container's log.
-    let logs = s.expect(&["task", "logs", &id], 0);
+    let mut logs = String::new();
     assert!(
-        logs.contains("start") && logs.contains("create_file"),
+        wait_for(Duration::from_secs(30), || {
+            logs = s.expect(&["task", "logs", &id], 0);
+            logs.contains("start") && logs.contains("create_file")
+        }),
         "{logs}"
     );
     let out = s.expect(&["task", "cancel", &id], 0);
