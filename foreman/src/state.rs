@@ -2,13 +2,25 @@
 //!
 //! `queued → starting → running → complete | incomplete | failed | cancelled`
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::Serialize;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+/// `as_str`, `Display` and `FromStr` use the snake_case names stored in
+/// the database and printed in `--json`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub(crate) enum TaskState {
     Queued,
     Starting,
@@ -20,26 +32,8 @@ pub(crate) enum TaskState {
 }
 
 impl TaskState {
-    pub const ALL: [TaskState; 7] = [
-        TaskState::Queued,
-        TaskState::Starting,
-        TaskState::Running,
-        TaskState::Complete,
-        TaskState::Incomplete,
-        TaskState::Failed,
-        TaskState::Cancelled,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Queued => "queued",
-            TaskState::Starting => "starting",
-            TaskState::Running => "running",
-            TaskState::Complete => "complete",
-            TaskState::Incomplete => "incomplete",
-            TaskState::Failed => "failed",
-            TaskState::Cancelled => "cancelled",
-        }
+        self.into()
     }
 
     pub fn is_terminal(self) -> bool {
@@ -63,32 +57,16 @@ impl TaskState {
     }
 }
 
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for TaskState {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TaskState::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| format!("unknown task state `{s}`"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::TaskState::*;
     use super::*;
+    use strum::IntoEnumIterator;
 
     #[test]
     fn terminal_states_are_final() {
-        for from in TaskState::ALL.into_iter().filter(|s| s.is_terminal()) {
-            for to in TaskState::ALL {
+        for from in TaskState::iter().filter(|s| s.is_terminal()) {
+            for to in TaskState::iter() {
                 assert!(!from.can_become(to), "{from} -> {to}");
             }
         }
@@ -96,14 +74,14 @@ mod tests {
 
     #[test]
     fn complete_only_from_running() {
-        for from in TaskState::ALL {
+        for from in TaskState::iter() {
             assert_eq!(from.can_become(Complete), from == Running, "{from}");
         }
     }
 
     #[test]
     fn names_round_trip() {
-        for s in TaskState::ALL {
+        for s in TaskState::iter() {
             assert_eq!(s.as_str().parse::<TaskState>().unwrap(), s);
         }
     }

@@ -115,7 +115,9 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok(TaskRow {
         id: id.parse().map_err(|e| conv(0, Box::new(e)))?,
         title: r.get(1)?,
-        state: state.parse().map_err(|e: String| conv(2, e.into()))?,
+        state: state
+            .parse()
+            .map_err(|e: strum::ParseError| conv(2, Box::new(e)))?,
         reason: r.get(3)?,
         priority: r.get(4)?,
         spec: serde_json::from_str(&spec).map_err(|e| conv(5, Box::new(e)))?,
