@@ -22,6 +22,17 @@ pub enum ServoExit {
 }
 
 impl ServoExit {
+    pub const ALL: [ServoExit; 8] = [
+        ServoExit::Complete,
+        ServoExit::BadTask,
+        ServoExit::MaxSteps,
+        ServoExit::TimeLimit,
+        ServoExit::LlmError,
+        ServoExit::ReplayExhausted,
+        ServoExit::Budget,
+        ServoExit::Terminated,
+    ];
+
     pub const fn code(self) -> i32 {
         match self {
             ServoExit::Complete => 0,
@@ -36,18 +47,7 @@ impl ServoExit {
     }
 
     pub fn from_code(code: i64) -> Option<Self> {
-        [
-            ServoExit::Complete,
-            ServoExit::BadTask,
-            ServoExit::MaxSteps,
-            ServoExit::TimeLimit,
-            ServoExit::LlmError,
-            ServoExit::ReplayExhausted,
-            ServoExit::Budget,
-            ServoExit::Terminated,
-        ]
-        .into_iter()
-        .find(|e| i64::from(e.code()) == code)
+        Self::ALL.into_iter().find(|e| i64::from(e.code()) == code)
     }
 
     /// The reason word recorded on an incomplete task.
@@ -71,16 +71,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for e in [
-            ServoExit::Complete,
-            ServoExit::BadTask,
-            ServoExit::MaxSteps,
-            ServoExit::TimeLimit,
-            ServoExit::LlmError,
-            ServoExit::ReplayExhausted,
-            ServoExit::Budget,
-            ServoExit::Terminated,
-        ] {
+        for e in ServoExit::ALL {
             assert_eq!(ServoExit::from_code(e.code().into()), Some(e));
         }
         assert_eq!(ServoExit::from_code(1), None);
