@@ -591,19 +591,28 @@ async fn monitor(
     let secrets = ctx.upstream.providers.secrets();
     let cap = ctx.cfg.file.max_results_size.0;
     let collect_started = std::time::Instant::now();
-    let mut collected = match ctx.cfg.file.collection {
-        crate::config::Collection::Auto => {
-            copy_local(&d, id, dest.clone(), secrets.clone(), cap).await
-        }
+    // Local or archive is decided while the container still exists: the
+    // archive API needs it, and a local copy must not start before it is
+    // gone (a removed container runs nothing that could swap an entry for
+    // a link mid-walk; its named volume survives the removal).
+    let local = match ctx.cfg.file.collection {
+        crate::config::Collection::Auto => docker::local_volume_dir(&d, id).await,
         crate::config::Collection::Archive => None,
     };
-    if collected.is_none() {
-        collected =
-            Some(collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await);
-    }
-    let mut collected = collected.expect("set above");
+    let (mut collected, archived) = match local {
+        Some(src) if remove_containers(&ctx, id).await => (
+            copy_local(id, src, dest.clone(), secrets.clone(), cap).await,
+            false,
+        ),
+        // A container that would not go away is read through the API.
+        _ => (
+            collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await,
+            true,
+        ),
+    };
+    // The daemon restarted mid-stream: the archive is asked for again.
     for _ in 0..3 {
-        if collected.is_ok() || !docker::await_daemon(&d, DAEMON_PATIENCE).await {
+        if !archived || collected.is_ok() || !docker::await_daemon(&d, DAEMON_PATIENCE).await {
             break;
         }
         collected = collect_workspace(&d, &container, dest.clone(), secrets.clone(), cap).await;
@@ -615,15 +624,29 @@ async fn monitor(
     if let Some(g) = gateway {
         g.stop().await;
     }
+    // The submitted workspace is in no further launch of this task; only a
+    // retry by policy may still need it (`finish` hands it over).
+    if task.attempt > i64::from(task.spec.retries) {
+        inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
+    }
 
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
         ..Default::default()
     };
-    let (steps, usage) = collect::audit_totals(&dest, id);
-    outcome.steps = steps.into();
-    outcome.input_tokens = usage.input_tokens as i64;
-    outcome.output_tokens = usage.output_tokens as i64;
+    let totals = {
+        let dest = dest.clone();
+        tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await
+    };
+    match totals {
+        Ok(Ok((steps, usage))) => {
+            outcome.steps = steps.into();
+            outcome.input_tokens = usage.input_tokens as i64;
+            outcome.output_tokens = usage.output_tokens as i64;
+        }
+        Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
+        Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
+    }
 
     let collected = match collected {
         Ok(c) => c,
@@ -734,28 +757,34 @@ impl Metered {
     }
 }
 
-/// Copies the task's volume from its directory on this host, when there is
-/// one we can read; None means "use the archive API" (also after an error,
-/// which is logged).
+/// Copies the task's volume from its directory on this host (its container
+/// already removed), off the async threads.
 async fn copy_local(
-    d: &Docker,
     id: TaskId,
+    src: PathBuf,
     dest: PathBuf,
     secrets: Vec<(String, String)>,
     max_bytes: u64,
-) -> Option<anyhow::Result<collect::Collected>> {
-    let src = docker::local_volume_dir(d, id).await?;
-    let copied =
-        tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
-            .await
-            .ok()?;
-    match copied {
-        Ok(c) => Some(Ok(c)),
-        Err(e) => {
-            warn!(task_id = %id, error = %format!("{e:#}"), "local copy failed; using the archive API");
-            None
+) -> anyhow::Result<collect::Collected> {
+    tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
+        .await
+        .with_context(|| format!("collector thread of task `{id}` panicked"))?
+}
+
+/// Removes the task's containers (not its volume); whether none is left.
+async fn remove_containers(ctx: &Ctx, id: TaskId) -> bool {
+    let d = &ctx.docker;
+    let Ok(containers) = docker::task_containers(d, id).await else {
+        return false;
+    };
+    let mut all = true;
+    for c in containers {
+        if let Err(e) = docker::remove_container(d, &c).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "container not removed before collection");
+            all = false;
         }
     }
+    all
 }
 
 /// Streams the container's /workspace into `dest` without holding it in
@@ -835,7 +864,7 @@ async fn finish(
         let allowed = task.spec.retry_on.iter().any(|r| r == kind);
         if allowed && task.attempt <= i64::from(task.spec.retries) {
             let next = TaskId::new();
-            match inputs::copy_workspace(&ctx.cfg.state_dir(), id, next) {
+            match inputs::hand_over_workspace(ctx.cfg.state_dir(), id, next).await {
                 Ok(()) => {
                     detail.push_str(&format!(
                         "; retried as {next} (attempt {} of {})",
@@ -855,6 +884,8 @@ async fn finish(
         Ok(()) => info!(task_id = %id, state = %to, reason, "task finished"),
         Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "recording the outcome failed"),
     }
+    // Ended: no launch needs its submitted workspace (a retry took it over).
+    inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
     if let Some((next, task)) = retry {
         let attempt = task.attempt + 1;
         match ctx

@@ -637,6 +637,7 @@ mod tests {
             max_output_bytes: 1000,
             replay: None,
             workspace: None,
+            workspace_include_ignored: false,
         }
     }
 
