@@ -82,6 +82,9 @@ pub(crate) struct PromptArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i64,
+    /// Accept a `workspace:` outside the prompt file's directory tree.
+    #[arg(long)]
+    pub allow_workspace_outside: bool,
 }
 
 #[derive(Debug, Args)]

@@ -9,13 +9,25 @@
 //! so no entry is ever written through one. Before the rename, every file is
 //! scanned for the values of the configured API keys, and any hit is
 //! replaced by `[REDACTED:<VARIABLE>]`.
+//!
+//! `volume` copies a stopped task's volume from its host directory instead
+//! (with `*at` calls, links never followed); `read` reads files of a
+//! collected workspace (`complete.json`, the audit log) without following
+//! links and under a cap.
 
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::Context;
-use saheeli_protocol::{AuditEvent, Completion, TaskId, Usage, paths};
+
+mod read;
+mod volume;
+
+pub(crate) use read::{
+    AuditTotals, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, read_completion,
+};
+pub(crate) use volume::copy_volume;
 
 /// What was collected.
 #[derive(Debug, Default)]
@@ -76,34 +88,6 @@ pub(crate) fn extract(
 ) -> anyhow::Result<Collected> {
     collect_into(dest, secrets, max_bytes, |partial| {
         extract_into(reader, partial, max_bytes)
-    })
-}
-
-/// Copies a stopped task's volume from its directory on this host (what
-/// the archive API would stream, without mounting the container). Links
-/// are never followed; FIFOs, sockets and devices are skipped.
-pub(crate) fn copy_volume(
-    src: &Path,
-    dest: &Path,
-    secrets: &[(String, String)],
-    max_bytes: u64,
-) -> anyhow::Result<Collected> {
-    // Fail before touching anything when the directory is not ours to read.
-    fs::read_dir(src).with_context(|| format!("reading volume directory `{}`", src.display()))?;
-    collect_into(dest, secrets, max_bytes, |partial| {
-        let mut out = Collected::default();
-        let mut links = Vec::new();
-        copy_dir(
-            src,
-            partial,
-            Path::new(""),
-            max_bytes,
-            0,
-            &mut out,
-            &mut links,
-        )?;
-        make_links(links)?;
-        Ok(out)
     })
 }
 
@@ -256,89 +240,6 @@ fn make_links(links: Vec<(PathBuf, PathBuf)>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One directory of [`copy_volume`]; `rel` names entries in messages.
-fn copy_dir(
-    src: &Path,
-    dst: &Path,
-    rel: &Path,
-    max_bytes: u64,
-    depth: usize,
-    out: &mut Collected,
-    links: &mut Vec<(PathBuf, PathBuf)>,
-) -> anyhow::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    if depth > 256 {
-        out.skipped
-            .push(format!("{}: nested too deep", rel.display()));
-        return Ok(());
-    }
-    let mut entries: Vec<_> = fs::read_dir(src)
-        .with_context(|| format!("reading `{}`", src.display()))?
-        .collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        if out.truncated {
-            return Ok(());
-        }
-        let name = entry.file_name();
-        let shown = rel.join(&name);
-        let (from, to) = (entry.path(), dst.join(&name));
-        // The entry's own type: links are not followed.
-        let ft = entry.file_type()?;
-        if ft.is_dir() {
-            fs::create_dir(&to).with_context(|| format!("creating `{}`", to.display()))?;
-            copy_dir(&from, &to, &shown, max_bytes, depth + 1, out, links)?;
-        } else if ft.is_symlink() {
-            links.push((to, fs::read_link(&from)?));
-        } else if ft.is_file() {
-            // O_NOFOLLOW and O_NONBLOCK: never a link, never a FIFO that blocks.
-            let file = match fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(&from)
-            {
-                Ok(f) => f,
-                Err(e) => {
-                    out.skipped.push(format!("{}: {e}", shown.display()));
-                    continue;
-                }
-            };
-            let meta = file.metadata()?;
-            if !meta.is_file() {
-                out.skipped
-                    .push(format!("{}: not a regular file", shown.display()));
-                continue;
-            }
-            if out.bytes + meta.len() > max_bytes {
-                out.truncated = true;
-                return Ok(());
-            }
-            let mut w =
-                fs::File::create_new(&to).with_context(|| format!("writing `{}`", to.display()))?;
-            let n = io::copy(
-                &mut (&file).take((max_bytes - out.bytes).saturating_add(1)),
-                &mut w,
-            )
-            .with_context(|| format!("copying `{}`", shown.display()))?;
-            let mode = meta.permissions().mode();
-            if mode & 0o111 != 0 {
-                let _ = w.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
-            }
-            out.files += 1;
-            out.bytes += n;
-            if out.bytes > max_bytes {
-                out.truncated = true;
-            }
-        } else {
-            out.skipped.push(format!(
-                "{}: not a regular file, directory or link",
-                shown.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Replaces `secret` in every regular file below `dir`; returns how many
 /// files had it. Files are scanned in chunks and only rewritten on a hit.
 fn redact_tree(dir: &Path, secret: &[u8], with: &[u8]) -> anyhow::Result<usize> {
@@ -410,54 +311,6 @@ fn confined(raw: &Path) -> Option<PathBuf> {
         }
     }
     Some(out)
-}
-
-/// The `complete.json` in a collected workspace, when present and valid for `id`.
-pub(crate) fn read_completion(dir: &Path, id: TaskId) -> Result<Option<Completion>, String> {
-    let path = dir.join("complete.json");
-    let meta = match fs::symlink_metadata(&path) {
-        Ok(m) => m,
-        Err(_) => return Ok(None),
-    };
-    if !meta.is_file() {
-        return Err("complete.json is not a regular file".into());
-    }
-    if meta.len() > 1 << 20 {
-        return Err(format!("complete.json is too large ({} bytes)", meta.len()));
-    }
-    let text = fs::read_to_string(&path).map_err(|e| format!("complete.json unreadable: {e}"))?;
-    let c: Completion =
-        serde_json::from_str(&text).map_err(|e| format!("complete.json is invalid: {e}"))?;
-    if c.task_id != id {
-        return Err(format!(
-            "complete.json names task {} instead of {id}",
-            c.task_id
-        ));
-    }
-    Ok(Some(c))
-}
-
-/// Steps and token usage from the audit log of a collected workspace.
-pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> (u32, Usage) {
-    let path = dir.join(paths::audit_log(&id));
-    let Ok(text) = fs::read_to_string(path) else {
-        return (0, Usage::default());
-    };
-    let mut steps = 0;
-    let mut usage = Usage::default();
-    for line in text.lines() {
-        match serde_json::from_str::<AuditEvent>(line) {
-            Ok(AuditEvent::LlmCall { step, usage: u, .. }) => {
-                steps = steps.max(step);
-                usage.add(u);
-            }
-            Ok(AuditEvent::Finish {
-                steps: s, usage: u, ..
-            }) => return (s, u),
-            _ => {}
-        }
-    }
-    (steps, usage)
 }
 
 #[cfg(test)]
@@ -622,81 +475,6 @@ mod tests {
         let c = extract(&tar[..], &dest, &[], u64::MAX).unwrap();
         assert_eq!(c.skipped.len(), 1, "{:?}", c.skipped);
         assert_eq!(fs::read_to_string(dest.join("y")).unwrap(), "fine");
-    }
-
-    #[test]
-    fn a_volume_directory_is_copied_without_following_anything() {
-        let d = tempfile::tempdir().unwrap();
-        let vol = d.path().join("vol");
-        fs::create_dir_all(vol.join("sub/deeper")).unwrap();
-        fs::write(vol.join("sub/deeper/a.txt"), "a").unwrap();
-        fs::write(vol.join("run.sh"), "#!/bin/sh").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(vol.join("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
-        std::os::unix::fs::symlink("/etc", vol.join("etc-link")).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", vol.join("passwd-link")).unwrap();
-        let fifo = std::ffi::CString::new(vol.join("pipe").to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let dest = d.path().join("r/t");
-        let secrets = vec![("K".to_string(), "sk-secret-123456".to_string())];
-        fs::write(vol.join("leak.txt"), "sk-secret-123456").unwrap();
-        let c = copy_volume(&vol, &dest, &secrets, u64::MAX).unwrap();
-        assert_eq!(c.files, 3);
-        assert_eq!(
-            fs::read_to_string(dest.join("sub/deeper/a.txt")).unwrap(),
-            "a"
-        );
-        assert_eq!(
-            fs::metadata(dest.join("run.sh"))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o111,
-            0o111
-        );
-        assert!(dest.join("etc-link").is_symlink() && dest.join("passwd-link").is_symlink());
-        assert!(!dest.join("pipe").exists());
-        assert_eq!(c.skipped.len(), 1, "{:?}", c.skipped);
-        assert_eq!(
-            fs::read_to_string(dest.join("leak.txt")).unwrap(),
-            "[REDACTED:K]"
-        );
-        // The size cap applies here too.
-        let c = copy_volume(&vol, &d.path().join("r/u"), &[], 10).unwrap();
-        assert!(c.truncated && d.path().join("r/u").join(TRUNCATED_MARKER).is_file());
-        // A directory we cannot read fails before anything is written.
-        assert!(copy_volume(&d.path().join("nope"), &d.path().join("r/v"), &[], 10).is_err());
-        assert!(!d.path().join("r/.v.partial").exists());
-    }
-
-    #[test]
-    fn completion_must_match_the_task() {
-        let d = tempfile::tempdir().unwrap();
-        let id = TaskId::new();
-        assert_eq!(read_completion(d.path(), id), Ok(None));
-        fs::write(d.path().join("complete.json"), "not json").unwrap();
-        assert!(
-            read_completion(d.path(), id)
-                .unwrap_err()
-                .contains("invalid")
-        );
-        let other = Completion {
-            task_id: TaskId::new(),
-            message: "m".into(),
-            steps: 1,
-            usage: Usage::default(),
-            finished_at: "2026-01-01T00:00:00Z".into(),
-        };
-        fs::write(
-            d.path().join("complete.json"),
-            serde_json::to_string(&other).unwrap(),
-        )
-        .unwrap();
-        assert!(
-            read_completion(d.path(), id)
-                .unwrap_err()
-                .contains("names task")
-        );
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
-use saheeli_protocol::{AuditEvent, TaskId, paths};
+use saheeli_protocol::{TaskId, paths};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{
@@ -24,7 +24,7 @@ use crate::reconciler::{self, Ctx, ServeOptions};
 use crate::spec::TaskSpec;
 use crate::state::TaskState;
 use crate::store::{Store, TaskRow};
-use crate::{docker, inputs};
+use crate::{collect, docker, inputs};
 
 /// Opens the database named by the config, creating its directory.
 pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
@@ -44,20 +44,88 @@ fn exit_for(state: TaskState) -> ExitCode {
 }
 
 /// Validates and queues a prompt; returns the new id.
-fn submit_prompt(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow::Result<TaskId> {
+async fn submit_prompt(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow::Result<TaskId> {
     let spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
-    let mut store = open_store(cfg)?;
     let id = TaskId::new();
-    if let Some(ws) = &spec.workspace {
-        // Copied before the row exists: a failure here queues nothing.
-        inputs::pack_workspace(ws, &inputs::workspace_tar(&cfg.state_dir(), id))?;
+    // Copied before the row exists (and the database is opened): a failure
+    // here queues nothing and leaves nothing behind.
+    let packed = match &spec.workspace {
+        Some(ws) => {
+            inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)?;
+            let (cfg, ws) = (cfg.clone(), ws.clone());
+            let include_ignored = spec.workspace_include_ignored;
+            let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, include_ignored))
+                .await
+                .context("packing thread panicked")??;
+            Some(tar)
+        }
+        None => None,
+    };
+    let queued = open_store(cfg).and_then(|mut store| {
+        store
+            .submit(id, &spec, args.priority, None, 1)
+            .map_err(anyhow::Error::from)
+    });
+    if let (Err(_), Some(tar)) = (&queued, packed) {
+        let _ = std::fs::remove_file(tar);
     }
-    store.submit(id, &spec, args.priority, None, 1)?;
-    Ok(id)
+    queued.map(|()| id)
+}
+
+/// Packs `ws` as task `id`'s submitted workspace; returns the tar. Blocking.
+fn pack(cfg: &Config, ws: &Path, id: TaskId, include_ignored: bool) -> anyhow::Result<PathBuf> {
+    let db = cfg.database();
+    let mut exclude = vec![cfg.state_dir(), cfg.results_dir()];
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        exclude.push(p.into());
+    }
+    let opts = inputs::PackOptions {
+        include_ignored,
+        exclude,
+        max_bytes: cfg.file.max_workspace_size.0,
+        secrets: known_secrets(cfg),
+    };
+    let tar = inputs::new_workspace_tar(&cfg.state_dir(), id).with_context(|| {
+        format!(
+            "creating the inputs directory in `{}`",
+            cfg.state_dir().display()
+        )
+    })?;
+    inputs::pack_workspace(ws, &tar, &opts)?;
+    Ok(tar)
+}
+
+/// The value of every key variable Saheeli knows, from the environment and
+/// from `.env` beside config.yaml (where the environment may hold another).
+fn known_secrets(cfg: &Config) -> Vec<(String, String)> {
+    let mut vars = vec![
+        "OPENAI_API_KEY".to_string(),
+        "ANTHROPIC_API_KEY".to_string(),
+    ];
+    vars.extend(
+        cfg.file
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone()),
+    );
+    let mut out: Vec<(String, String)> = vars
+        .iter()
+        .filter_map(|v| Some((v.clone(), std::env::var(v).ok()?)))
+        .collect();
+    if let Ok(entries) = dotenvy::from_path_iter(cfg.base_dir.join(".env")) {
+        out.extend(entries.flatten().filter(|(k, _)| vars.contains(k)));
+    }
+    // As collection's redaction does: a short value would match by chance.
+    out.retain(|(_, v)| v.trim().len() >= 8);
+    out.sort();
+    out.dedup();
+    out
 }
 
 pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let id = submit_prompt(cfg, &args.prompt, &args.prompt_args)?;
+    let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
     if args.json {
         println!("{}", serde_json::json!({ "id": id.to_string() }));
     } else {
@@ -124,79 +192,6 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
     }
 }
 
-/// One audit event as a line for people.
-fn describe(ev: &AuditEvent) -> String {
-    match ev {
-        AuditEvent::Start {
-            ts,
-            model,
-            max_steps,
-            ..
-        } => {
-            format!("{ts}  start     model {model}, up to {max_steps} steps")
-        }
-        AuditEvent::LlmCall {
-            ts,
-            step,
-            latency_ms,
-            usage,
-            error,
-            ..
-        } => match error {
-            Some(e) => format!("{ts}  step {step:<4} llm error after {latency_ms} ms: {e}"),
-            None => format!(
-                "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens",
-                usage.input_tokens, usage.output_tokens
-            ),
-        },
-        AuditEvent::ToolCall {
-            ts,
-            step,
-            tool,
-            arguments,
-            ok,
-            exit_code,
-            duration_ms,
-            result_bytes,
-            ..
-        } => {
-            let mut args: String = arguments.chars().take(100).collect();
-            if args.len() < arguments.len() {
-                args.push('…');
-            }
-            let status = match (ok, exit_code) {
-                (_, Some(c)) => format!("exit {c}"),
-                (true, None) => "ok".into(),
-                (false, None) => "error".into(),
-            };
-            format!(
-                "{ts}  step {step:<4} {tool} {args} → {status}, {result_bytes} bytes, {duration_ms} ms"
-            )
-        }
-        AuditEvent::Finish {
-            ts,
-            outcome,
-            steps,
-            usage,
-            detail,
-        } => format!(
-            "{ts}  finish    {outcome} after {steps} steps, {} tokens{}",
-            usage.total(),
-            detail
-                .as_deref()
-                .map(|d| format!(": {d}"))
-                .unwrap_or_default()
-        ),
-    }
-}
-
-fn print_audit_line(line: &str) {
-    match serde_json::from_str::<AuditEvent>(line) {
-        Ok(ev) => println!("{}", describe(&ev)),
-        Err(_) => println!("{line}"),
-    }
-}
-
 pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(cfg)?;
     let t = store.require(&args.id)?;
@@ -228,7 +223,7 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
                     for line in chunk.to_string().lines() {
                         n += 1;
                         if n > live_printed {
-                            print_audit_line(line);
+                            println!("{}", output::audit_line(line));
                             live_printed = n;
                         }
                     }
@@ -251,12 +246,33 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
             t.state
         );
     };
-    let path = Path::new(dir).join(paths::audit_log(&t.id));
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading audit log `{}`", path.display()))?;
-    for line in text.lines().skip(live_printed) {
-        print_audit_line(line);
-    }
+    // The collected log is the agent's file: never followed, never read whole.
+    let dir = PathBuf::from(dir);
+    let lines = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let Some(lines) = collect::audit_lines(&dir, t.id)
+            .with_context(|| format!("reading the audit log of task `{}`", t.id))?
+        else {
+            bail!(
+                "task `{}` left no audit log `{}` in its results",
+                t.id,
+                paths::audit_log(&t.id)
+            );
+        };
+        let mut out = std::io::stdout().lock();
+        for line in lines.skip(live_printed) {
+            let shown = match line.context("reading the audit log")? {
+                collect::Line::Text(l) => output::audit_line(&l),
+                collect::Line::TooLong(n) => format!("[an audit line of {n} bytes, not shown]"),
+                collect::Line::Truncated => format!(
+                    "[the audit log goes on past {} MiB; the rest is not shown]",
+                    collect::MAX_AUDIT_LOG >> 20
+                ),
+            };
+            writeln!(out, "{shown}")?;
+        }
+        Ok(())
+    });
+    lines.await.context("audit log reader panicked")??;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -312,7 +328,11 @@ pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
     let mut store = open_store(cfg)?;
     let t = store.require(&args.id)?;
     match store.request_cancel(t.id)? {
-        TaskState::Queued => println!("cancelled {} (it had not started)", t.id),
+        TaskState::Queued => {
+            // It never starts: its submitted workspace is not needed.
+            inputs::remove_workspace(&cfg.state_dir(), t.id).await;
+            println!("cancelled {} (it had not started)", t.id)
+        }
         TaskState::Starting | TaskState::Running => println!(
             "cancel requested for {}; the serving foreman stops it and collects its workspace",
             t.id
@@ -334,9 +354,28 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
         );
     }
     let id = TaskId::new();
-    inputs::copy_workspace(&cfg.state_dir(), old.id, id)?;
+    let state_dir = cfg.state_dir();
+    let had_copy = inputs::workspace_tar(&state_dir, old.id).is_file();
+    if had_copy {
+        let (from, state_dir) = (old.id, state_dir.clone());
+        tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, from, id))
+            .await
+            .context("copying thread panicked")??;
+    } else if let Some(ws) = &old.spec.workspace {
+        // The submitted copy is deleted once a task's workspace is
+        // collected: copy the directory again, under the same rules.
+        let (cfg2, ws2, include) = (cfg.clone(), ws.clone(), old.spec.workspace_include_ignored);
+        tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, id, include))
+            .await
+            .context("packing thread panicked")??;
+        eprintln!(
+            "note: task `{}` has run, so its submitted workspace is gone; copied `{}` again as it is now",
+            old.id,
+            ws.display()
+        );
+    }
     if let Err(e) = store.retry(old.id, id) {
-        inputs::remove_workspace(&cfg.state_dir(), id);
+        inputs::remove_workspace(&state_dir, id).await;
         return Err(e.into());
     }
     if args.json {
@@ -437,7 +476,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
 }
 
 pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let id = submit_prompt(cfg, &args.prompt, &args.prompt_args)?;
+    let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
     eprintln!("submitted {id}");
     let ctx = match context(cfg).await {
         Ok(c) => c,

@@ -55,6 +55,8 @@ pub(crate) struct ConfigFile {
     /// Collection stops at this many bytes of files (the task then ends
     /// `incomplete` with reason `results_too_large`, partial results kept).
     pub max_results_size: Memory,
+    /// A submitted `workspace:` larger than this (in files) is refused.
+    pub max_workspace_size: Memory,
     /// Per-task defaults; a prompt's front-matter overrides each.
     pub task: TaskDefaults,
     pub llm: LlmConfig,
@@ -122,6 +124,8 @@ pub(crate) struct TaskDefaults {
     pub retries: u32,
     /// The incomplete reasons that are retried.
     pub retry_on: Vec<String>,
+    /// Copy what `.gitignore` names into /workspace too.
+    pub workspace_include_ignored: bool,
 }
 
 /// Reasons an agent attempt may end incomplete that a retry can help with.
@@ -166,6 +170,7 @@ impl Default for ConfigFile {
             stop_grace: Duration::from_secs(10),
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),
+            max_workspace_size: Memory(1 << 30),
             collection: Collection::Auto,
             task: TaskDefaults::default(),
             llm: LlmConfig::default(),
@@ -190,6 +195,7 @@ impl Default for TaskDefaults {
             max_cost: None,
             retries: 0,
             retry_on: RETRYABLE.iter().map(|s| s.to_string()).collect(),
+            workspace_include_ignored: false,
         }
     }
 }
@@ -311,5 +317,10 @@ mod tests {
         assert_eq!(file.task.timeout, d.task.timeout);
         assert_eq!(file.task.memory, d.task.memory);
         assert_eq!(file.stop_grace, d.stop_grace);
+        assert_eq!(file.max_workspace_size, d.max_workspace_size);
+        assert_eq!(
+            file.task.workspace_include_ignored,
+            d.task.workspace_include_ignored
+        );
     }
 }

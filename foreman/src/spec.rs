@@ -40,6 +40,9 @@ pub(crate) struct TaskSpec {
     pub replay: Option<ReplayScript>,
     /// The host directory named by `workspace:`, copied at submit time.
     pub workspace: Option<PathBuf>,
+    /// Pack what `.gitignore` names too (front-matter or config).
+    #[serde(default)]
+    pub workspace_include_ignored: bool,
 }
 
 /// Keys a `--param` may override (the front-matter's keys).
@@ -194,6 +197,9 @@ impl TaskSpec {
             max_output_bytes: d.max_output_bytes,
             replay,
             workspace,
+            workspace_include_ignored: fm
+                .workspace_include_ignored
+                .unwrap_or(d.workspace_include_ignored),
         })
     }
 

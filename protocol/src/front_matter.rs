@@ -34,6 +34,9 @@ pub struct FrontMatter {
     pub timeout: Option<Timeout>,
     /// A host directory (relative to the prompt file) copied into /workspace.
     pub workspace: Option<PathBuf>,
+    /// Copy what `.gitignore` names into /workspace too (`.env*` and what
+    /// `.saheeliignore` names never are).
+    pub workspace_include_ignored: Option<bool>,
     pub resources: Option<Resources>,
     pub network: Option<NetworkMode>,
     /// Environment for the servo's shell commands. Never secrets.

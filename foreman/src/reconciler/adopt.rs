@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use saheeli_protocol::Reason;
+use saheeli_protocol::{Reason, TaskId};
 use tracing::{error, info, warn};
 
 use crate::collect;
@@ -88,46 +88,26 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     for cid in &containers {
         let _ = docker::remove_container(d, cid).await;
     }
+    let dest = ctx.cfg.results_dir().join(id.to_string());
+    if task.state == TaskState::Running
+        && containers.is_empty()
+        && !dest.is_dir()
+        && let Some(src) = docker::local_volume_dir(d, id).await
+    {
+        // The servo ran, and its foreman removed the container to collect
+        // the volume, then stopped: the volume still holds the workspace.
+        let secrets = ctx.upstream.providers.secrets();
+        let cap = ctx.cfg.file.max_results_size.0;
+        if let Err(e) = copy_local(id, src, dest.clone(), secrets, cap).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "collecting the left volume failed");
+        }
+    }
     for v in docker::task_volumes(d, id).await.unwrap_or_default() {
         let _ = docker::remove_volume(d, &v).await;
     }
-    let dest = ctx.cfg.results_dir().join(id.to_string());
     if task.state == TaskState::Running && dest.is_dir() {
         // Collected, but the foreman stopped before recording it.
-        let outcome = Outcome {
-            results_path: Some(dest.display().to_string()),
-            ..Default::default()
-        };
-        return match collect::read_completion(&dest, id) {
-            Ok(Some(c)) => {
-                let outcome = Outcome {
-                    steps: c.steps.into(),
-                    input_tokens: c.usage.input_tokens as i64,
-                    output_tokens: c.usage.output_tokens as i64,
-                    ..outcome
-                };
-                finish(
-                    &ctx,
-                    id,
-                    TaskState::Complete,
-                    Reason::Complete,
-                    outcome,
-                    "recorded after a foreman restart",
-                )
-                .await
-            }
-            _ => {
-                finish(
-                    &ctx,
-                    id,
-                    TaskState::Incomplete,
-                    Reason::Lost,
-                    outcome,
-                    "servo ended while the foreman was down",
-                )
-                .await
-            }
-        };
+        return record_collected(&ctx, id, dest).await;
     }
     let (detail, retry) = match task.state {
         TaskState::Starting => (
@@ -160,4 +140,50 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
         "the servo's container vanished",
     )
     .await
+}
+
+/// Ends a task whose workspace was collected while no foreman watched it:
+/// complete when complete.json is valid, else for the reason the servo's
+/// audit log gives (`lost` when it gives none).
+async fn record_collected(ctx: &Ctx, id: TaskId, dest: std::path::PathBuf) -> Joined {
+    let mut outcome = Outcome {
+        results_path: Some(dest.display().to_string()),
+        ..Default::default()
+    };
+    let read = {
+        let dest = dest.clone();
+        tokio::task::spawn_blocking(move || {
+            (
+                collect::read_completion(&dest, id),
+                collect::audit_totals(&dest, id).unwrap_or_default(),
+            )
+        })
+        .await
+    };
+    let (completion, totals) = match read {
+        Ok(r) => r,
+        Err(e) => (Err(e.to_string()), collect::AuditTotals::default()),
+    };
+    outcome.steps = totals.steps.into();
+    outcome.input_tokens = totals.usage.input_tokens as i64;
+    outcome.output_tokens = totals.usage.output_tokens as i64;
+    let detail = "collected after a foreman restart";
+    if let Ok(Some(c)) = completion {
+        outcome.steps = c.steps.into();
+        return finish(
+            ctx,
+            id,
+            TaskState::Complete,
+            Reason::Complete,
+            outcome,
+            detail,
+        )
+        .await;
+    }
+    let reason = match totals.outcome.as_deref().map(str::parse::<Reason>) {
+        Some(Ok(Reason::Complete)) => Reason::NoCompletion,
+        Some(Ok(r)) => r,
+        _ => Reason::Lost,
+    };
+    finish(ctx, id, TaskState::Incomplete, reason, outcome, detail).await
 }

@@ -1,6 +1,5 @@
 //! Recording how a task ended, and the retry policy.
 
-use anyhow::Context;
 use saheeli_protocol::{Reason, TaskId};
 use tracing::{error, info, warn};
 
@@ -29,13 +28,8 @@ pub(super) async fn finish(
         && should_retry(reason, &task.spec.retry_on, task.attempt, task.spec.retries)
     {
         let next = TaskId::new();
-        let state_dir = ctx.cfg.state_dir();
-        let copied =
-            tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, id, next))
-                .await
-                .context("copy thread panicked")
-                .and_then(|r| r);
-        match copied {
+        // One copy of the submitted workspace per chain of attempts.
+        match inputs::hand_over_workspace(ctx.cfg.state_dir(), id, next).await {
             Ok(()) => {
                 detail.push_str(&format!(
                     "; retried as {next} (attempt {} of {})",
@@ -75,11 +69,16 @@ pub(super) async fn finish(
         }
         (Ok(()), None) => {
             info!(task_id = %id, state = %to, %reason, "task finished");
+            // Ended: no launch needs its submitted workspace any more.
+            inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
             (id, Some(to))
         }
         (Err(e), retry) => {
-            if let Some(r) = retry {
-                inputs::remove_workspace(&ctx.cfg.state_dir(), r.id);
+            // Not recorded: the workspace stays with this task.
+            if let Some(r) = retry
+                && let Err(e) = inputs::hand_over_workspace(ctx.cfg.state_dir(), r.id, id).await
+            {
+                warn!(task_id = %id, error = %format!("{e:#}"), "submitted workspace not handed back");
             }
             if lease_lost(&e) {
                 warn!(task_id = %id, "lease lost before the outcome was recorded; the new holder records it");

@@ -10,29 +10,36 @@ use tracing::warn;
 
 use crate::collect;
 use crate::docker;
+use crate::reconciler::Ctx;
 
-/// Copies the task's volume from its directory on this host, when there is
-/// one we can read; None means "use the archive API" (also after an error,
-/// which is logged).
+/// Copies the task's volume from its directory on this host (its container
+/// already removed), off the async threads.
 pub(super) async fn copy_local(
-    d: &Docker,
     id: TaskId,
+    src: PathBuf,
     dest: PathBuf,
     secrets: Vec<(String, String)>,
     max_bytes: u64,
-) -> Option<anyhow::Result<collect::Collected>> {
-    let src = docker::local_volume_dir(d, id).await?;
-    let copied =
-        tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
-            .await
-            .ok()?;
-    match copied {
-        Ok(c) => Some(Ok(c)),
-        Err(e) => {
-            warn!(task_id = %id, error = %format!("{e:#}"), "local copy failed; using the archive API");
-            None
+) -> anyhow::Result<collect::Collected> {
+    tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
+        .await
+        .with_context(|| format!("collector thread of task `{id}` panicked"))?
+}
+
+/// Removes the task's containers (not its volume); whether none is left.
+pub(super) async fn remove_containers(ctx: &Ctx, id: TaskId) -> bool {
+    let d = &ctx.docker;
+    let Ok(containers) = docker::task_containers(d, id).await else {
+        return false;
+    };
+    let mut all = true;
+    for c in containers {
+        if let Err(e) = docker::remove_container(d, &c).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "container not removed before collection");
+            all = false;
         }
     }
+    all
 }
 
 /// Streams the container's /workspace into `dest` without holding it in

@@ -11,6 +11,7 @@ use tracing::{error, info, warn};
 use crate::collect;
 use crate::docker;
 use crate::gateway::Gateway;
+use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow, now_ms};
 
@@ -51,19 +52,28 @@ pub(super) async fn monitor(
     let secrets = ctx.upstream.providers.secrets();
     let cap = ctx.cfg.file.max_results_size.0;
     let collect_started = std::time::Instant::now();
-    let mut collected = match ctx.cfg.file.collection {
-        crate::config::Collection::Auto => {
-            copy_local(d, id, dest.clone(), secrets.clone(), cap).await
-        }
+    // Local or archive is decided while the container still exists: the
+    // archive API needs it, and a local copy must not start before it is
+    // gone (a removed container runs nothing that could swap an entry for
+    // a link mid-walk; its named volume survives the removal).
+    let local = match ctx.cfg.file.collection {
+        crate::config::Collection::Auto => docker::local_volume_dir(d, id).await,
         crate::config::Collection::Archive => None,
     };
-    if collected.is_none() {
-        collected =
-            Some(collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await);
-    }
-    let mut collected = collected.expect("set above");
+    let (mut collected, archived) = match local {
+        Some(src) if remove_containers(&ctx, id).await => (
+            copy_local(id, src, dest.clone(), secrets.clone(), cap).await,
+            false,
+        ),
+        // A container that would not go away is read through the API.
+        _ => (
+            collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await,
+            true,
+        ),
+    };
+    // The daemon restarted mid-stream: the archive is asked for again.
     for _ in 0..3 {
-        if collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
+        if !archived || collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
             break;
         }
         collected = collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await;
@@ -75,15 +85,29 @@ pub(super) async fn monitor(
     if let Some(g) = gateway {
         g.stop().await;
     }
+    // The submitted workspace is in no further launch of this task; only a
+    // retry by policy may still need it (`finish` hands it over).
+    if task.attempt > i64::from(task.spec.retries) {
+        inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
+    }
 
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
         ..Default::default()
     };
-    let (steps, usage) = collect::audit_totals(&dest, id);
-    outcome.steps = steps.into();
-    outcome.input_tokens = usage.input_tokens as i64;
-    outcome.output_tokens = usage.output_tokens as i64;
+    let totals = {
+        let dest = dest.clone();
+        tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await
+    };
+    match totals {
+        Ok(Ok(t)) => {
+            outcome.steps = t.steps.into();
+            outcome.input_tokens = t.usage.input_tokens as i64;
+            outcome.output_tokens = t.usage.output_tokens as i64;
+        }
+        Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
+        Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
+    }
 
     let collected = match collected {
         Ok(c) => c,

@@ -27,6 +27,7 @@ fn spec(title: &str) -> TaskSpec {
         max_output_bytes: 1000,
         replay: None,
         workspace: None,
+        workspace_include_ignored: false,
     }
 }
 
