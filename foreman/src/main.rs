@@ -7,7 +7,8 @@
 //! - `cli`: the command line (clap); `commands`: one handler per subcommand.
 //! - `config`: config.yaml; `spec`: prompt + config + `--param` → `TaskSpec`.
 //! - `state`: the task lifecycle; `store`: the SQLite queue and event trail.
-//! - `docker`: bollard calls; `image`: `build-servo`.
+//! - `docker`: bollard calls; `image`: `build-servo`; `disk`: size-limited
+//!   workspaces (loop-mounted images).
 //! - `inputs`: what goes into /workspace; `collect`: what comes back.
 //! - `gateway`: the per-task LLM endpoint on a unix socket.
 //! - `reconciler`: the serve loop; `output`: tables and `--json`.
@@ -19,6 +20,7 @@ mod cli;
 mod collect;
 mod commands;
 mod config;
+mod disk;
 mod docker;
 mod gateway;
 mod image;
@@ -57,6 +59,18 @@ fn main() -> ExitCode {
         .compact()
         .init();
 
+    // Before the runtime: `.env` is loaded with `set_var`, which is only
+    // sound while this is the process's only thread.
+    let cfg = match config::Config::load(cli.config.as_deref()).and_then(|cfg| {
+        cfg.load_dotenv()?;
+        Ok(cfg)
+    }) {
+        Ok(cfg) => cfg,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -67,7 +81,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    match runtime.block_on(dispatch(cfg, cli)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -76,9 +90,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let cfg = config::Config::load(cli.config.as_deref())?;
-    cfg.load_dotenv();
+async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::BuildServo(args) => image::build_servo(&cfg, &args)
             .await

@@ -3,6 +3,10 @@
 use crate::util::Saheeli;
 
 fn assert_nothing_queued(s: &Saheeli) {
+    // Read-only commands no longer create a database: none is nothing queued.
+    if !s.path().join("saheeli.db").exists() {
+        return;
+    }
     assert_eq!(s.tasks(), Vec::<serde_json::Value>::new());
 }
 
@@ -77,7 +81,9 @@ fn bad_config_is_named() {
 
 #[test]
 fn unknown_task_id_is_named() {
-    let s = Saheeli::new();
+    let s = Saheeli::new().env("OPENAI_API_KEY", "sk-test-not-used");
+    s.write("p.md", "Hello.\n");
+    s.submit("p.md");
     for cmd in [
         ["task", "status"],
         ["task", "results"],
@@ -95,7 +101,8 @@ fn unknown_task_id_is_named() {
 
 #[test]
 fn submit_prints_a_v7_id_and_queues() {
-    let s = Saheeli::new();
+    // The default model needs its key at submit.
+    let s = Saheeli::new().env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("p.md", "# Hello\nSay hi.\n");
     let id = s.submit("p.md");
     let uuid: uuid::Uuid = id.parse().unwrap();
