@@ -36,6 +36,21 @@ pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
     Store::open(&path).with_context(|| format!("opening database `{}`", path.display()))
 }
 
+/// Opens an existing database for a command that only reads (status, logs,
+/// results): never creates one, and says where it looked.
+pub(crate) fn open_existing_store(cfg: &Config) -> anyhow::Result<Store> {
+    let path = cfg.database();
+    if !path.exists() {
+        bail!(
+            "no database at `{}` (from {}); run this in the project directory, or pass \
+             `--config FILE`; `saheeli task submit` creates it",
+            path.display(),
+            cfg.describe_source()
+        );
+    }
+    open_store(cfg)
+}
+
 fn exit_for(state: TaskState) -> ExitCode {
     match state {
         TaskState::Complete => ExitCode::SUCCESS,
@@ -146,7 +161,7 @@ pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<Exi
 }
 
 pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(cfg)?;
+    let store = open_existing_store(cfg)?;
     loop {
         let text = match &args.id {
             Some(id) => {
@@ -193,7 +208,7 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
 }
 
 pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(cfg)?;
+    let store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
     let mut live_printed = 0usize;
     if matches!(
@@ -298,7 +313,7 @@ fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(cfg)?;
+    let store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
     let Some(dir) = t.results_path.clone() else {
         bail!(
@@ -325,7 +340,7 @@ pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<E
 }
 
 pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_store(cfg)?;
+    let mut store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
     match store.request_cancel(t.id)? {
         TaskState::Queued => {
@@ -343,7 +358,7 @@ pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
 }
 
 pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_store(cfg)?;
+    let mut store = open_existing_store(cfg)?;
     let old: TaskRow = store.require(&args.id)?;
     if !old.state.is_terminal() {
         bail!(
@@ -417,6 +432,12 @@ fn signals() -> (CancellationToken, CancellationToken) {
 }
 
 async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
+    match cfg.file.limits.disk_enforcement {
+        crate::config::DiskEnforcement::Loop => crate::disk::preflight()?,
+        crate::config::DiskEnforcement::Off => tracing::warn!(
+            "`limits.disk_enforcement: off`: workspaces have no size limit; an agent can fill this host's disk"
+        ),
+    }
     let store = open_store(cfg)?;
     let docker = docker::connect().await?;
     let upstream = Arc::new(Upstream::from_config(cfg)?);
@@ -576,7 +597,7 @@ async fn follow(
 }
 
 pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(cfg)?;
+    let store = open_existing_store(cfg)?;
     let d = docker::connect().await?;
     let (containers, volumes) = docker::labelled(&d).await?;
     // Only tasks this database knows to be over: other databases on the

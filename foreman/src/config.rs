@@ -59,12 +59,51 @@ pub(crate) struct ConfigFile {
     pub max_workspace_size: Memory,
     /// Per-task defaults; a prompt's front-matter overrides each.
     pub task: TaskDefaults,
+    /// Ceilings a prompt cannot lift: it may only ask for less.
+    pub limits: Limits,
     pub llm: LlmConfig,
     /// LLM servers by name, added to (or replacing) the built-in `openai`
     /// and `anthropic`. A model `NAME/model` goes to provider NAME.
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
+}
+
+/// The most any task may ask for. The defaults in `task:` must lie within.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct Limits {
+    pub memory: Memory,
+    pub cpus: f64,
+    pub pids: i64,
+    /// Largest /workspace.
+    pub disk: Memory,
+    /// The network modes a task may ask for.
+    pub networks: Vec<NetworkMode>,
+    /// How `resources.disk` is enforced: `loop` (an ext4 image per task,
+    /// loop-mounted by the foreman: needs root and a local daemon) or `off`
+    /// (no size limit: an agent can fill the host's disk).
+    pub disk_enforcement: DiskEnforcement,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum DiskEnforcement {
+    Loop,
+    Off,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory: Memory(8 << 30),
+            cpus: 4.0,
+            pids: 4096,
+            disk: Memory(20 << 30),
+            networks: vec![NetworkMode::None],
+            disk_enforcement: DiskEnforcement::Loop,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -114,6 +153,8 @@ pub(crate) struct TaskDefaults {
     pub memory: Memory,
     pub cpus: f64,
     pub pids: i64,
+    /// Size of each task's /workspace.
+    pub disk: Memory,
     /// Largest tool output handed back to the model, in bytes.
     pub max_output_bytes: usize,
     /// Token budget per task (input + output); none when unset.
@@ -173,6 +214,7 @@ impl Default for ConfigFile {
             max_workspace_size: Memory(1 << 30),
             collection: Collection::Auto,
             task: TaskDefaults::default(),
+            limits: Limits::default(),
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),
             prices: BTreeMap::new(),
@@ -190,6 +232,7 @@ impl Default for TaskDefaults {
             memory: Memory(2 << 30),
             cpus: 1.0,
             pids: 512,
+            disk: Memory(2 << 30),
             max_output_bytes: 16 * 1024,
             max_tokens: None,
             max_cost: None,
@@ -255,6 +298,8 @@ impl Config {
         if file.concurrency == 0 {
             anyhow::bail!("{}: `concurrency` must be at least 1", path.display());
         }
+        file.check_limits()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let abs = std::path::absolute(&path)
             .with_context(|| format!("resolving `{}`", path.display()))?;
         let base_dir = abs.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -263,6 +308,17 @@ impl Config {
             base_dir,
             file,
         })
+    }
+
+    /// What `saheeli` read its settings from, for messages.
+    pub fn describe_source(&self) -> String {
+        match &self.source {
+            Some(p) => format!("config `{}`", p.display()),
+            None => format!(
+                "built-in defaults (no `config.yaml` in `{}`; pass `--config FILE` or set SAHEELI_CONFIG)",
+                self.base_dir.display()
+            ),
+        }
     }
 
     fn resolve(&self, p: &Path) -> PathBuf {
@@ -290,9 +346,88 @@ impl Config {
     }
 
     /// Reads `.env` beside the config file into the process environment
-    /// (variables already set win).
-    pub fn load_dotenv(&self) {
-        let _ = dotenvy::from_path(self.base_dir.join(".env"));
+    /// (variables already set win). A missing file is fine; a malformed one
+    /// is an error naming its line (never its text: it holds keys). Call it
+    /// before any thread starts: it uses `set_var`.
+    pub fn load_dotenv(&self) -> anyhow::Result<()> {
+        let path = self.base_dir.join(".env");
+        if !path.exists() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading `{}`", path.display()))?;
+        // Parse everything first, so a bad line sets nothing.
+        let mut vars = Vec::new();
+        for item in dotenvy::from_read_iter(text.as_bytes()) {
+            match item {
+                Ok(kv) => vars.push(kv),
+                Err(dotenvy::Error::LineParse(bad, _)) => {
+                    let line = line_of(&text, &bad);
+                    anyhow::bail!(
+                        "{}:{line}: not a `KEY=value` line; fix or remove it",
+                        path.display()
+                    );
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e))
+                        .with_context(|| format!("reading `{}`", path.display()));
+                }
+            }
+        }
+        for (k, v) in vars {
+            if std::env::var_os(&k).is_none() {
+                // SAFETY: called from `main` before the runtime or any other
+                // thread exists, so nothing reads the environment concurrently.
+                unsafe { std::env::set_var(k, v) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The 1-based line of `text` where `fragment` (a line dotenvy refused) starts.
+fn line_of(text: &str, fragment: &str) -> usize {
+    let first = fragment.lines().next().unwrap_or("").trim();
+    text.lines()
+        .position(|l| !first.is_empty() && l.trim() == first)
+        .or_else(|| {
+            text.find(fragment)
+                .map(|at| text[..at].matches('\n').count())
+        })
+        .map_or(1, |i| i + 1)
+}
+
+impl ConfigFile {
+    /// The `task:` defaults must lie within `limits:`.
+    fn check_limits(&self) -> Result<(), String> {
+        let (t, l) = (&self.task, &self.limits);
+        let over = |key: &str, v: String, max: String| {
+            Err(format!(
+                "`task.{key}` {v} is above `limits.{key}` {max}; lower the default or raise the ceiling"
+            ))
+        };
+        if t.memory.0 > l.memory.0 {
+            return over("memory", t.memory.to_string(), l.memory.to_string());
+        }
+        if t.cpus > l.cpus {
+            return over("cpus", t.cpus.to_string(), l.cpus.to_string());
+        }
+        if t.pids > l.pids {
+            return over("pids", t.pids.to_string(), l.pids.to_string());
+        }
+        if t.disk.0 > l.disk.0 {
+            return over("disk", t.disk.to_string(), l.disk.to_string());
+        }
+        if !(l.cpus > 0.0 && l.cpus.is_finite()) || l.pids < 16 {
+            return Err("`limits.cpus` must be above 0 and `limits.pids` at least 16".into());
+        }
+        if !l.networks.contains(&t.network) {
+            return Err(format!(
+                "`task.network` {} is not in `limits.networks`; add it there or change the default",
+                t.network.as_str()
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -32,8 +32,8 @@ pub(crate) const TASK_LABEL: &str = "saheeli.task";
 
 /// Connects to the local daemon (honouring `DOCKER_HOST`) and negotiates the API version.
 pub(crate) async fn connect() -> anyhow::Result<Docker> {
-    let hint = "is the Docker daemon running? (`docker info` should answer; \
-                `scripts/setup.sh docker` starts one)";
+    let hint = connect_hint();
+    let hint = hint.as_str();
     let docker = Docker::connect_with_local_defaults()
         .with_context(|| format!("connecting to Docker: {hint}"))?;
     let docker = docker
@@ -45,6 +45,29 @@ pub(crate) async fn connect() -> anyhow::Result<Docker> {
         .await
         .with_context(|| format!("pinging Docker: {hint}"))?;
     Ok(docker)
+}
+
+/// Why connecting may fail, for the error: a socket we may not open is not
+/// a daemon that is down.
+fn connect_hint() -> String {
+    let socket = match std::env::var("DOCKER_HOST") {
+        Ok(h) if !h.is_empty() => match h.strip_prefix("unix://") {
+            Some(p) => p.to_string(),
+            None => return format!("is the Docker daemon at `{h}` (DOCKER_HOST) running?"),
+        },
+        _ => "/var/run/docker.sock".to_string(),
+    };
+    match std::os::unix::net::UnixStream::connect(&socket) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+            "permission denied on the Docker socket `{socket}`: this user may not use Docker; \
+             add it to the `docker` group (`sudo usermod -aG docker $USER`, then log in \
+             again) or run saheeli as root"
+        ),
+        _ => format!(
+            "is the Docker daemon running? (`docker info` should answer on `{socket}`; \
+             `scripts/setup.sh docker` starts one)"
+        ),
+    }
 }
 
 /// The labels on a task's container and volume.
@@ -72,18 +95,49 @@ pub(crate) async fn require_image(docker: &Docker, image: &str) -> anyhow::Resul
 #[error("image `{0}` not found; build it with `saheeli build-servo`")]
 pub(crate) struct ImageMissing(pub String);
 
-/// Creates the task's named volume (mounted on /workspace).
-pub(crate) async fn create_volume(docker: &Docker, id: TaskId) -> anyhow::Result<String> {
+/// Creates the task's named volume (mounted on /workspace). With a disk
+/// size, the volume binds a loop-mounted image of that size (see
+/// [`crate::disk`]): the volume is created first, so that a crash before
+/// the mount leaves a labelled volume the sweeper removes.
+pub(crate) async fn create_volume(
+    docker: &Docker,
+    id: TaskId,
+    disk: Option<(std::path::PathBuf, u64)>,
+) -> anyhow::Result<String> {
     let name = volume_name(id);
+    let mut req = VolumeCreateRequest {
+        name: Some(name.clone()),
+        labels: Some(labels(id)),
+        ..Default::default()
+    };
+    if let Some((state_dir, _)) = &disk {
+        let mnt = crate::disk::task_dir(state_dir, id).join("mnt");
+        req.driver = Some("local".into());
+        req.driver_opts = Some(HashMap::from([
+            ("type".to_string(), "none".to_string()),
+            ("o".to_string(), "bind".to_string()),
+            ("device".to_string(), mnt.display().to_string()),
+        ]));
+    }
     docker
-        .create_volume(VolumeCreateRequest {
-            name: Some(name.clone()),
-            labels: Some(labels(id)),
-            ..Default::default()
-        })
+        .create_volume(req)
         .await
         .with_context(|| format!("creating volume `{name}`"))?;
+    if let Some((state_dir, bytes)) = disk {
+        tokio::task::spawn_blocking(move || crate::disk::create(&state_dir, id, bytes))
+            .await
+            .context("the workspace image thread panicked")??;
+    }
     Ok(name)
+}
+
+/// The loop-mounted workspace a volume binds, if it is one of ours.
+fn bound_workspace(v: &bollard::models::Volume) -> Option<std::path::PathBuf> {
+    let o = &v.options;
+    (o.get("type").map(String::as_str) == Some("none")
+        && o.get("o").map(String::as_str) == Some("bind"))
+    .then(|| o.get("device").map(std::path::PathBuf::from))
+    .flatten()
 }
 
 /// Creates the hardened servo container for a task; does not start it.
@@ -252,7 +306,9 @@ pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std:
         return None;
     }
     let v = docker.inspect_volume(&volume_name(id)).await.ok()?;
-    let dir = std::path::PathBuf::from(v.mountpoint);
+    // A size-limited workspace: its own mount stays when the driver's bind
+    // of it (the volume's mountpoint) goes away as the container stops.
+    let dir = bound_workspace(&v).unwrap_or_else(|| std::path::PathBuf::from(v.mountpoint));
     std::fs::read_dir(&dir).ok().map(|_| dir)
 }
 
@@ -330,16 +386,29 @@ pub(crate) async fn remove_container(docker: &Docker, container: &str) -> anyhow
     }
 }
 
-/// Removes a named volume; absent is fine.
+/// Removes a named volume, and the workspace image it binds if any;
+/// absent is fine.
 pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result<()> {
+    let bound = docker
+        .inspect_volume(name)
+        .await
+        .ok()
+        .and_then(|v| bound_workspace(&v));
     let opts = RemoveVolumeOptionsBuilder::default().force(true).build();
     match docker.remove_volume(name, Some(opts)).await {
         Ok(())
         | Err(DockerError::DockerResponseServerError {
             status_code: 404, ..
-        }) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing volume `{name}`")),
+        }) => {}
+        Err(e) => return Err(e).with_context(|| format!("removing volume `{name}`")),
     }
+    if let Some(mnt) = bound {
+        tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt))
+            .await
+            .context("the workspace image thread panicked")?
+            .with_context(|| format!("removing the workspace image of volume `{name}`"))?;
+    }
+    Ok(())
 }
 
 /// Ids of the containers labelled with a task.

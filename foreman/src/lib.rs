@@ -16,7 +16,7 @@
 //!   into `protocol::Reason`), finish and the retry policy, sweep, and a
 //!   control channel per task.
 //! - `docker`: the bollard calls the reconciler makes; `image`:
-//!   `build-servo`.
+//!   `build-servo`; `disk`: size-limited workspaces (loop-mounted images).
 //! - `collect`: bringing a workspace home safely (links never followed,
 //!   sizes capped, keys redacted).
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
@@ -29,6 +29,7 @@ pub mod cli;
 mod collect;
 mod commands;
 mod config;
+mod disk;
 mod docker;
 mod events;
 mod gateway;
@@ -70,6 +71,18 @@ pub fn main() -> ExitCode {
         .compact()
         .init();
 
+    // Before the runtime: `.env` is loaded with `set_var`, which is only
+    // sound while this is the process's only thread.
+    let cfg = match config::Config::load(cli.config.as_deref()).and_then(|cfg| {
+        cfg.load_dotenv()?;
+        Ok(cfg)
+    }) {
+        Ok(cfg) => cfg,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -80,7 +93,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    match runtime.block_on(dispatch(cfg, cli)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -89,9 +102,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let cfg = config::Config::load(cli.config.as_deref())?;
-    cfg.load_dotenv();
+async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::BuildServo(args) => image::build_servo(&cfg, &args)
             .await

@@ -125,6 +125,13 @@ impl TaskView {
     }
 }
 
+/// Text from a prompt or the agent, made safe for a terminal: control
+/// characters (newlines, escape sequences) are shown escaped, so a title
+/// cannot break a table row or drive the terminal.
+pub(crate) fn clean(text: &str) -> String {
+    printable(text).into_owned()
+}
+
 /// `3s`, `4m`, `2h`, `5d`.
 pub(crate) fn short_duration(ms: i64) -> String {
     let s = ms.max(0) / 1000;
@@ -166,7 +173,7 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
         };
         table.add_row([
             t.id.short(),
-            t.title.clone(),
+            clean(&t.title),
             state,
             short_duration(now - t.created_at),
             duration_ms(t)
@@ -185,7 +192,7 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "id:        {}", t.id);
-    let _ = writeln!(s, "title:     {}", t.title);
+    let _ = writeln!(s, "title:     {}", clean(&t.title));
     let _ = writeln!(
         s,
         "state:     {}{}",
@@ -199,8 +206,8 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
     if t.cancel_requested && !t.state.is_terminal() {
         let _ = writeln!(s, "cancel:    requested");
     }
-    let _ = writeln!(s, "prompt:    {}", t.spec.prompt_path);
-    let _ = writeln!(s, "model:     {}", t.spec.model);
+    let _ = writeln!(s, "prompt:    {}", clean(&t.spec.prompt_path));
+    let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
     let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
     let _ = writeln!(
         s,
@@ -258,7 +265,7 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
             "  {}  {:<10} {}",
             time(e.at),
             e.to,
-            e.detail.as_deref().unwrap_or("")
+            clean(e.detail.as_deref().unwrap_or(""))
         );
     }
     s
@@ -277,7 +284,7 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     text.chars()
         .map(|c| {
             if unsafe_char(c) {
-                c.escape_unicode().to_string()
+                c.escape_default().to_string()
             } else {
                 c.to_string()
             }
@@ -378,5 +385,11 @@ mod tests {
             line.starts_with("[not an audit event] \\u{1b}[31m"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(clean("plain title"), "plain title");
+        assert_eq!(clean("a\nb\x1b[2Jc"), "a\\nb\\u{1b}[2Jc");
     }
 }

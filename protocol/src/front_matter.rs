@@ -59,6 +59,8 @@ pub struct Resources {
     pub memory: Option<Memory>,
     pub cpus: Option<f64>,
     pub pids: Option<i64>,
+    /// Size of /workspace (`10g`): writes past it fail with ENOSPC.
+    pub disk: Option<Memory>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -105,12 +107,15 @@ pub fn parse_duration_value<'de, D: Deserializer<'de>>(d: D) -> Result<Duration,
             f.write_str("a duration such as `90s`, `30m` or `1h 30m`, or a number of seconds")
         }
         fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
+            // 0 would mean "no time at all", never "no limit".
+            if v == 0 {
+                return Err(E::custom("a duration must be greater than zero"));
+            }
             Ok(Duration::from_secs(v))
         }
         fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
-            u64::try_from(v)
-                .map(Duration::from_secs)
-                .map_err(|_| E::custom("a duration cannot be negative"))
+            let v = u64::try_from(v).map_err(|_| E::custom("a duration cannot be negative"))?;
+            self.visit_u64(v)
         }
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
             let d = humantime::parse_duration(v.trim()).map_err(|e| {
@@ -157,7 +162,24 @@ impl Memory {
         if !(n.is_finite() && n > 0.0) {
             return Err(format!("memory size `{s}` must be greater than zero"));
         }
-        Ok(Memory((n * mult as f64) as u64))
+        let bytes = (n * mult as f64) as u64;
+        if bytes == 0 {
+            return Err(format!("memory size `{s}` must be at least one byte"));
+        }
+        Ok(Memory(bytes))
+    }
+}
+
+/// The shortest exact form: `2g`, `512m`, `64k`, else bytes.
+impl fmt::Display for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        for (unit, shift) in [("t", 40), ("g", 30), ("m", 20), ("k", 10)] {
+            if n != 0 && n.trailing_zeros() >= shift {
+                return write!(f, "{}{unit}", n >> shift);
+            }
+        }
+        write!(f, "{n}")
     }
 }
 
@@ -170,7 +192,18 @@ impl<'de> Deserialize<'de> for Memory {
                 f.write_str("a memory size such as `512m` or `2g`")
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Memory, E> {
+                // Docker reads a memory limit of 0 as "unlimited"; a size of
+                // 0 never means that here.
+                if v == 0 {
+                    return Err(E::custom(
+                        "a size must be greater than zero (0 does not mean unlimited)",
+                    ));
+                }
                 Ok(Memory(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Memory, E> {
+                let v = u64::try_from(v).map_err(|_| E::custom("a size cannot be negative"))?;
+                self.visit_u64(v)
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Memory, E> {
                 Memory::parse(v).map_err(E::custom)
@@ -339,6 +372,17 @@ mod tests {
         assert_eq!(Memory::parse("2gib").unwrap(), Memory(2 << 30));
         assert!(Memory::parse("-1g").is_err());
         assert!(Memory::parse("lots").is_err());
+        assert_eq!(Memory(2 << 30).to_string(), "2g");
+        assert_eq!(Memory(1536 << 20).to_string(), "1536m");
+        assert_eq!(Memory(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn zero_is_never_unlimited() {
+        let e = parse("---\nresources: { memory: 0 }\n---\nBody\n").unwrap_err();
+        assert!(e.message.contains("greater than zero"), "{}", e.message);
+        assert!(parse("---\nresources: { disk: 0 }\n---\nBody\n").is_err());
+        assert!(parse("---\ntimeout: 0\n---\nBody\n").is_err());
     }
 }
 

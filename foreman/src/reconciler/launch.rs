@@ -95,7 +95,7 @@ pub(super) async fn launch(
             .await?,
         );
     }
-    let volume = docker::create_volume(d, id).await?;
+    let volume = docker::create_volume(d, id, crate::disk::for_task(&ctx.cfg, &task.spec)).await?;
     lap("volume created");
     // Small launches travel in the environment: no upload before start.
     let launch = saheeli_protocol::Launch {

@@ -8,6 +8,8 @@ use crate::state::TaskState;
 pub(crate) enum StoreError {
     #[error("no task with id `{0}`; `saheeli task status` lists them")]
     TaskNotFound(String),
+    #[error("id `{query}` matches more than one task ({}); give more digits", .matches.join(", "))]
+    Ambiguous { query: String, matches: Vec<String> },
     #[error("task `{id}` is {from}; it cannot become {to}")]
     BadTransition {
         id: TaskId,

@@ -11,12 +11,25 @@ impl Store {
     /// One task by full id, or a unique prefix or suffix of one (the
     /// tables show the last 12 digits).
     pub fn get(&self, id_or_part: &str) -> Result<Option<TaskRow>> {
+        /// Matches listed when an id is ambiguous (one more shows there are more).
+        const SHOWN: usize = 5;
         let q = id_or_part.trim().to_ascii_lowercase();
         if q.is_empty() || !q.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Ok(None);
         }
+        let ambiguous = |rows: &[TaskRow]| {
+            let mut matches: Vec<String> =
+                rows.iter().take(SHOWN).map(|r| r.id.to_string()).collect();
+            if rows.len() > SHOWN {
+                matches.push("…".into());
+            }
+            StoreError::Ambiguous {
+                query: id_or_part.trim().to_string(),
+                matches,
+            }
+        };
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM tasks WHERE id >= ?1 AND id < ?1 || 'g' ORDER BY id LIMIT 2"
+            "SELECT {COLUMNS} FROM tasks WHERE id >= ?1 AND id < ?1 || 'g' ORDER BY id LIMIT 6"
         ))?;
         let rows: Vec<TaskRow> = stmt
             .query_map(params![q], read_row)?
@@ -27,21 +40,24 @@ impl Store {
         if rows.len() == 1 {
             return Ok(rows.into_iter().next());
         }
-        if !rows.is_empty() || q.len() < 6 {
+        if rows.len() > 1 {
+            return Err(ambiguous(&rows));
+        }
+        if q.len() < 6 {
             return Ok(None);
         }
         // The random tail of an id, as the tables show it.
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM tasks WHERE replace(id, '-', '') LIKE '%' || ?1 LIMIT 2"
+            "SELECT {COLUMNS} FROM tasks WHERE replace(id, '-', '') LIKE '%' || ?1 LIMIT 6"
         ))?;
         let rows: Vec<TaskRow> = stmt
             .query_map(params![q.replace('-', "")], read_row)?
             .collect::<rusqlite::Result<_>>()?;
-        Ok(if rows.len() == 1 {
-            rows.into_iter().next()
-        } else {
-            None
-        })
+        match rows.len() {
+            0 => Ok(None),
+            1 => Ok(rows.into_iter().next()),
+            _ => Err(ambiguous(&rows)),
+        }
     }
 
     /// Like [`Store::get`] but a missing task is an error naming the id.

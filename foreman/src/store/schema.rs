@@ -65,32 +65,53 @@ pub(crate) struct Store {
 impl Store {
     /// Opens (creating when absent) and migrates the database.
     pub fn open(path: &Path) -> Result<Store> {
-        let mut conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(10))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        migrate(&mut conn)?;
-        Ok(Store { conn })
+        // Several processes may open a new database at the same moment:
+        // switching it to WAL and migrating it take the write lock, and
+        // one that loses a race (to SQLITE_BUSY, or to another process
+        // that migrated first) tries again, for as long as the busy
+        // timeout would have waited.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match open_once(path) {
+                Ok(conn) => return Ok(Store { conn }),
+                Err(e) if std::time::Instant::now() < deadline && retryable(&e) => {
+                    tracing::debug!(error = %e, "opening the database raced another process; trying again");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
-/// Brings the schema up to date. Several processes may open a new
-/// database at the same moment: each migration runs under SQLite's write
-/// lock, and one that finds the work done by another (or loses the race for
-/// it) reads the version again and goes on from there.
-pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
-    let migrations = Migrations::from_slice(MIGRATIONS);
-    let mut tries = 0;
-    loop {
-        match migrations.to_latest(conn) {
-            Ok(()) => return Ok(()),
-            Err(e) if tries < 50 => {
-                tries += 1;
-                tracing::debug!(error = %e, "migration raced another process; trying again");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+/// How long a writer waits for the lock before SQLITE_BUSY.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn open_once(path: &Path) -> Result<Connection> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Migrations::from_slice(MIGRATIONS).to_latest(&mut conn)?;
+    Ok(conn)
+}
+
+/// Errors that another process opening or migrating at the same moment
+/// can cause; a missing directory or a file that is not a database cannot
+/// be helped by waiting.
+fn retryable(e: &StoreError) -> bool {
+    use rusqlite::ErrorCode::{CannotOpen, NotADatabase, PermissionDenied, ReadOnly};
+    let sqlite = match e {
+        StoreError::Sqlite(e) => Some(e),
+        StoreError::Migration(rusqlite_migration::Error::RusqliteError { err, .. }) => Some(err),
+        StoreError::Migration(_) => None,
+        _ => return false,
+    };
+    !matches!(
+        sqlite.and_then(|e| e.sqlite_error_code()),
+        Some(CannotOpen | NotADatabase | PermissionDenied | ReadOnly)
+    )
 }

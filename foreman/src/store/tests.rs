@@ -23,6 +23,7 @@ fn spec(title: &str) -> TaskSpec {
         memory: 1 << 30,
         cpus: 1.0,
         pids: 64,
+        disk: None,
         env: BTreeMap::new(),
         max_output_bytes: 1000,
         replay: None,

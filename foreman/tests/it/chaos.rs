@@ -162,7 +162,8 @@ fn two_foremen_on_one_database_never_run_a_task_twice() {
 
 #[test]
 fn a_hundred_concurrent_submits_all_land() {
-    let s = Saheeli::new();
+    // The default model needs its key at submit.
+    let s = Saheeli::new().env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("p.md", "Hello.\n");
     let children: Vec<_> = (0..100)
         .map(|_| {

@@ -22,7 +22,9 @@ fn signal(pid: u32, sig: &str) {
 #[test]
 fn a_paused_foreman_whose_lease_was_taken_over_touches_nothing() {
     require_docker();
-    let s = Saheeli::with_config("lease: 2s\n");
+    let s = Saheeli::with_config("lease: 2s\n")
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write(
         "slow.json",
         &script(&[
@@ -116,7 +118,9 @@ fn a_paused_foreman_whose_lease_was_taken_over_touches_nothing() {
 /// Issue 9 §2: retrying a task that has not ended would run it twice.
 #[test]
 fn retry_of_a_task_that_has_not_ended_is_refused() {
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("p.md", "Hello.\n");
     let id = s.submit("p.md");
     let err = s.expect_err(&["task", "retry", &id], 2);
@@ -130,7 +134,9 @@ fn retry_of_a_task_that_has_not_ended_is_refused() {
 /// Issue 9 §6: ten processes opening a new database at once all work.
 #[test]
 fn ten_processes_open_a_new_database_at_once() {
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("p.md", "Hello.\n");
     let children: Vec<_> = (0..10)
         .map(|_| {
@@ -157,7 +163,9 @@ fn ten_processes_open_a_new_database_at_once() {
 #[test]
 fn a_database_error_in_the_loop_drains_running_tasks() {
     require_docker();
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write(
         "slow.json",
         &script(&[

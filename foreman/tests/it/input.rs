@@ -1,10 +1,6 @@
 //! Bad input: a clear error naming the file, line and key; exit 2; nothing queued.
 
-use crate::util::Saheeli;
-
-fn assert_nothing_queued(s: &Saheeli) {
-    assert_eq!(s.tasks(), Vec::<serde_json::Value>::new());
-}
+use crate::util::{Saheeli, assert_nothing_queued};
 
 #[test]
 fn unknown_front_matter_key_names_file_line_and_key() {
@@ -78,7 +74,9 @@ fn bad_config_is_named() {
 
 #[test]
 fn unknown_task_id_is_named() {
-    let s = Saheeli::new();
+    let s = Saheeli::new().env("OPENAI_API_KEY", "sk-test-not-used");
+    s.write("p.md", "Hello.\n");
+    s.submit("p.md");
     for cmd in [
         ["task", "status"],
         ["task", "results"],
@@ -96,7 +94,8 @@ fn unknown_task_id_is_named() {
 
 #[test]
 fn submit_prints_a_v7_id_and_queues() {
-    let s = Saheeli::new();
+    // The default model needs its key at submit.
+    let s = Saheeli::new().env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("p.md", "# Hello\nSay hi.\n");
     let id = s.submit("p.md");
     let uuid: uuid::Uuid = id.parse().unwrap();

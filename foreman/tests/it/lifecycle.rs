@@ -264,7 +264,9 @@ fn submit_wait_returns_when_the_task_ends() {
         &script(&[("task_complete", json!({"message": "done"}))]),
     );
     s.write("ok.md", &replay_prompt("ok.json", ""));
-    s.expect(&["task", "status"], 0); // the database exists before two processes race to create it
+    // The database exists before two processes race to create it (status
+    // no longer creates one; an idle `serve --drain` does).
+    s.expect(&["serve", "--drain"], 0);
     let waiter = s
         .cmd(&["task", "submit", "--prompt", "ok.md", "--wait"])
         .stdout(Stdio::piped())

@@ -154,6 +154,14 @@ impl Saheeli {
     }
 }
 
+/// Nothing was queued: no database (read-only commands never create one)
+/// or an empty one.
+pub fn assert_nothing_queued(s: &Saheeli) {
+    if s.path().join("saheeli.db").exists() {
+        assert_eq!(s.tasks(), Vec::<Value>::new());
+    }
+}
+
 /// Labelled containers and volumes left for a task (must be none).
 pub fn leftovers(id: &str) -> Vec<String> {
     let label = format!("label=saheeli.task={id}");

@@ -50,7 +50,9 @@ fn submit_fails(s: &Saheeli, prompt: &str) -> String {
 #[test]
 fn issue9_a_workspace_holding_a_key_is_refused_and_nothing_is_left() {
     let key = "sk-proj-fake-but-recognisable-0042";
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write(".env", &format!("OPENAI_API_KEY={key}\n"));
     s.write("ws/src/main.py", &format!("client = Client(\"{key}\")\n"));
     s.write("ws/README.md", "a project\n");
@@ -66,9 +68,12 @@ fn issue9_a_workspace_holding_a_key_is_refused_and_nothing_is_left() {
         "a refused submit made a database"
     );
     assert_eq!(input_files(&s), Vec::<String>::new());
-    assert_eq!(s.tasks(), Vec::<serde_json::Value>::new());
+    crate::util::assert_nothing_queued(&s);
     // A key from the environment counts too, in any file.
-    let s = Saheeli::new().env("ANTHROPIC_API_KEY", "sk-ant-fake-env-key-1234");
+    let s = Saheeli::new()
+        .env("ANTHROPIC_API_KEY", "sk-ant-fake-env-key-1234")
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write(
         "ws/deep/er/config.toml",
         "key = 'sk-ant-fake-env-key-1234'\n",
@@ -85,7 +90,9 @@ fn issue9_a_workspace_holding_a_key_is_refused_and_nothing_is_left() {
 #[test]
 fn issue9_env_files_and_ignored_files_stay_out_of_the_workspace() {
     require_docker();
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("ws/keep.txt", "kept");
     s.write("ws/.env", "NOT_A_KNOWN_KEY=whatever-value\n");
     s.write("ws/sub/.env.local", "X=1\n");
@@ -145,7 +152,9 @@ fn issue9_env_files_and_ignored_files_stay_out_of_the_workspace() {
 
 #[test]
 fn issue9_outside_home_and_root_workspaces_are_refused() {
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("other/f.txt", "x");
     s.write("prompts/p.md", "---\nworkspace: ../other\n---\nDo it.\n");
     let err = submit_fails(&s, "prompts/p.md");
@@ -153,7 +162,7 @@ fn issue9_outside_home_and_root_workspaces_are_refused() {
         err.contains("outside the prompt's directory") && err.contains("--allow-workspace-outside"),
         "{err}"
     );
-    assert_eq!(s.tasks(), Vec::<serde_json::Value>::new());
+    crate::util::assert_nothing_queued(&s);
     s.expect(
         &[
             "task",
@@ -167,7 +176,9 @@ fn issue9_outside_home_and_root_workspaces_are_refused() {
     // A home directory, and anything holding one, even with the flag.
     let home = s.path().join("home/someone");
     std::fs::create_dir_all(&home).unwrap();
-    let s2 = Saheeli::new().env("HOME", home.to_str().unwrap());
+    let s2 = Saheeli::new()
+        .env("HOME", home.to_str().unwrap())
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     for ws in [home.clone(), home.parent().unwrap().to_path_buf()] {
         s2.write(
             "p.md",
@@ -196,13 +207,15 @@ fn issue9_outside_home_and_root_workspaces_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("the whole host"), "{err}");
-    assert_eq!(s2.tasks(), Vec::<serde_json::Value>::new());
+    crate::util::assert_nothing_queued(&s2);
     assert_eq!(input_files(&s2), Vec::<String>::new());
 }
 
 #[test]
 fn issue9_saheelis_own_files_are_never_copied() {
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("first.md", "Make the database exist.\n");
     s.submit("first.md");
     s.write("results/old/out.txt", "an old result");
@@ -248,7 +261,9 @@ fn issue9_saheelis_own_files_are_never_copied() {
 
 #[test]
 fn issue9_an_oversized_workspace_is_refused_by_the_size_cap() {
-    let s = Saheeli::with_config("max_workspace_size: 1m\n");
+    let s = Saheeli::with_config("max_workspace_size: 1m\n")
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("ws/small.txt", "x");
     std::fs::write(s.path().join("ws/big.bin"), vec![7u8; 2 << 20]).unwrap();
     s.write("p.md", "---\nworkspace: ws\n---\nDo it.\n");
@@ -259,7 +274,7 @@ fn issue9_an_oversized_workspace_is_refused_by_the_size_cap() {
     );
     // No temporary file is left behind.
     assert_eq!(input_files(&s), Vec::<String>::new());
-    assert_eq!(s.tasks(), Vec::<serde_json::Value>::new());
+    crate::util::assert_nothing_queued(&s);
     // Ignored files are not counted.
     s.write("ws/.saheeliignore", "big.bin\n");
     s.submit("p.md");
@@ -267,7 +282,9 @@ fn issue9_an_oversized_workspace_is_refused_by_the_size_cap() {
 
 #[test]
 fn issue9_a_cancelled_queued_task_drops_its_workspace_copy() {
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("ws/a.txt", "a");
     s.write("p.md", "---\nworkspace: ws\n---\nDo it.\n");
     let id = s.submit("p.md");
@@ -279,7 +296,9 @@ fn issue9_a_cancelled_queued_task_drops_its_workspace_copy() {
 #[test]
 fn issue9_a_retry_by_policy_gets_the_submitted_workspace_then_it_is_deleted() {
     require_docker();
-    let s = Saheeli::new();
+    let s = Saheeli::new()
+        // The default model needs its key at submit.
+        .env("OPENAI_API_KEY", "sk-test-not-used");
     s.write("ws/data.txt", "input");
     s.write(
         "s.json",

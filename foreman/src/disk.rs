@@ -1,0 +1,223 @@
+//! A size-limited `/workspace` per task (`resources.disk`).
+//!
+//! Docker's own ways cannot do it here: the `local` volume driver's `size`
+//! option needs XFS project quotas, and its `type`/`device`/`o` options call
+//! mount(2) directly, which cannot mount a plain file (no loop device is set
+//! up). So the foreman does it: a sparse ext4 image of exactly that size
+//! (mkfs.ext4 from e2fsprogs), loop-mounted (`mount -o loop`, which frees
+//! the loop device on unmount) at a private directory:
+//!
+//! ```text
+//! <state_dir>/workspaces/            0700, root's
+//!   <task_id>/disk.img               the sparse image: never more than its size on disk
+//!   <task_id>/mnt/                   its mount point, bound into the container
+//! ```
+//!
+//! The task's Docker volume is a `local` volume that binds `mnt/`, so it
+//! keeps its label (the sweeper and `gc` find it) and records the path
+//! (adoption after a foreman restart finds the mount, which outlives the
+//! process). Collection reads `mnt/`, which stays mounted after the
+//! container stops (the driver's bind of it is what goes away);
+//! [`destroy`] unmounts and deletes it once the volume is removed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use saheeli_protocol::TaskId;
+
+use crate::config::{Config, DiskEnforcement};
+use crate::spec::TaskSpec;
+
+/// The state directory and size of a task's workspace image, when the disk
+/// limit is enforced (None: a plain Docker volume, no size limit).
+pub(crate) fn for_task(cfg: &Config, spec: &TaskSpec) -> Option<(PathBuf, u64)> {
+    match cfg.file.limits.disk_enforcement {
+        DiskEnforcement::Loop => Some((cfg.state_dir(), spec.disk.unwrap_or(cfg.file.task.disk.0))),
+        DiskEnforcement::Off => None,
+    }
+}
+
+/// Where a task's image and mount point live.
+pub(crate) fn task_dir(state_dir: &Path, id: TaskId) -> PathBuf {
+    state_dir.join("workspaces").join(id.to_string())
+}
+
+/// Whether this process can make loop mounts that the Docker daemon sees:
+/// root, a daemon on this host, and mkfs.ext4. The error says what to do.
+pub(crate) fn preflight() -> anyhow::Result<()> {
+    const OFF: &str = "or set `limits.disk_enforcement: off` in config.yaml to run \
+                       without a workspace size limit";
+    if let Ok(host) = std::env::var("DOCKER_HOST")
+        && !host.is_empty()
+        && !host.starts_with("unix://")
+    {
+        bail!(
+            "`resources.disk` cannot be enforced with a remote Docker daemon (DOCKER_HOST \
+             `{host}`): the workspace image is mounted on this host; use a local daemon, {OFF}"
+        );
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "`resources.disk` is enforced with a loop-mounted image per task, which needs \
+             root: run `saheeli serve` as root, {OFF}"
+        );
+    }
+    if which("mkfs.ext4").is_none() {
+        bail!(
+            "`mkfs.ext4` not found (it makes each task's workspace image): \
+             `apt-get install e2fsprogs`, {OFF}"
+        );
+    }
+    Ok(())
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().with_context(|| format!("running {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Makes and mounts a task's workspace of `bytes`; returns the mount point,
+/// owned by the servo's user (1000) and empty. Idempotent: an existing
+/// mount is kept (a foreman retrying a launch).
+pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let root = state_dir.join("workspaces");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&root)
+        .with_context(|| format!("creating `{}`", root.display()))?;
+    // Only root may look in: the images hold other tasks' workspaces.
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("restricting `{}`", root.display()))?;
+    let dir = task_dir(state_dir, id);
+    let image = dir.join("disk.img");
+    let mnt = dir.join("mnt");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&mnt)
+        .with_context(|| format!("creating `{}`", mnt.display()))?;
+    if is_mounted(&mnt)? {
+        return Ok(mnt);
+    }
+    let made = (|| {
+        let f = std::fs::File::create(&image)
+            .with_context(|| format!("creating `{}`", image.display()))?;
+        // Sparse: takes disk only as the agent writes, never more than `bytes`.
+        f.set_len(bytes)
+            .with_context(|| format!("sizing `{}`", image.display()))?;
+        drop(f);
+        // -m 0: no blocks reserved for root (the agent is uid 1000);
+        // root_owner: the servo's user owns /workspace.
+        run(
+            Command::new(which("mkfs.ext4").unwrap_or("mkfs.ext4".into()))
+                .args([
+                    "-q",
+                    "-F",
+                    "-m",
+                    "0",
+                    "-E",
+                    "root_owner=1000:1000",
+                    "-O",
+                    "^has_journal",
+                ])
+                .arg(&image),
+        )?;
+        run(Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop,nosuid,nodev"])
+            .arg(&image)
+            .arg(&mnt))?;
+        // The agent would see (and results would carry) an empty lost+found.
+        let _ = std::fs::remove_dir(mnt.join("lost+found"));
+        anyhow::Ok(())
+    })();
+    if let Err(e) = made {
+        let _ = destroy(&mnt);
+        return Err(e).context("making the task's workspace image (`resources.disk`)");
+    }
+    Ok(mnt)
+}
+
+/// Whether `path` is a mount point (its device differs from its parent's).
+fn is_mounted(path: &Path) -> anyhow::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let here = std::fs::symlink_metadata(path)
+        .with_context(|| format!("inspecting `{}`", path.display()))?;
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let up = std::fs::symlink_metadata(parent)
+        .with_context(|| format!("inspecting `{}`", parent.display()))?;
+    Ok(here.dev() != up.dev())
+}
+
+/// Unmounts a task's workspace and deletes its image. `mnt` must be a
+/// `<task_id>/mnt` directory made by [`create`]; anything else is refused
+/// (the path comes from a Docker volume's options). Absent is fine.
+pub(crate) fn destroy(mnt: &Path) -> anyhow::Result<()> {
+    let dir = mnt.parent().context("a workspace mount has a parent")?;
+    let ours = mnt.file_name().is_some_and(|n| n == "mnt")
+        && dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.parse::<TaskId>().is_ok())
+        && dir
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "workspaces");
+    if !ours {
+        bail!(
+            "`{}` is not a Saheeli workspace mount; not removing it",
+            mnt.display()
+        );
+    }
+    if !mnt.exists() {
+        let _ = std::fs::remove_file(dir.join("disk.img"));
+        let _ = std::fs::remove_dir(dir);
+        return Ok(());
+    }
+    // Still held (a container being removed): detach it now; the kernel
+    // frees it when the last user goes.
+    if is_mounted(mnt)? && run(Command::new("umount").arg(mnt)).is_err() {
+        run(Command::new("umount").arg("-l").arg(mnt))
+            .with_context(|| format!("unmounting `{}`", mnt.display()))?;
+    }
+    std::fs::remove_dir(mnt).with_context(|| format!("removing `{}`", mnt.display()))?;
+    let image = dir.join("disk.img");
+    match std::fs::remove_file(&image) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing `{}`", image.display())),
+    }
+    let _ = std::fs::remove_dir(dir);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destroy_refuses_paths_it_did_not_make() {
+        for p in ["/etc", "/tmp/x/mnt", "/tmp/workspaces/not-an-id/mnt"] {
+            assert!(destroy(Path::new(p)).is_err(), "{p}");
+        }
+    }
+}
