@@ -9,6 +9,7 @@ use saheeli_protocol::Usage;
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
 
 pub(crate) use openai::Gateway;
+pub(crate) use retry::Waiting;
 pub(crate) use replay::Replay;
 
 /// One assistant turn and what it cost.
@@ -41,9 +42,10 @@ impl Provider {
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
+        notify: impl FnMut(Waiting),
     ) -> Result<Turn, LlmError> {
         match self {
-            Provider::Gateway(g) => g.complete(model, messages, tools).await,
+            Provider::Gateway(g) => g.complete(model, messages, tools, notify).await,
             Provider::Replay(r) => r.next_turn(),
         }
     }
