@@ -311,24 +311,22 @@ async fn resume(ctx: Arc<Ctx>, task: TaskRow, handle: StopHandle) -> Joined {
         let gateway = if task.spec.is_replay() {
             None
         } else {
-            match Gateway::start(
+            // Budgets go on from what was already spent (the call ledger).
+            match Gateway::adopt(
                 &ctx.cfg.run_dir(),
                 id,
                 ctx.upstream.clone(),
                 &task.spec.model,
                 task.spec.budget(),
+                (
+                    task.input_tokens as u64,
+                    task.output_tokens as u64,
+                    task.cost_usd,
+                ),
             )
             .await
             {
-                Ok(g) => {
-                    // Budgets go on from what was already spent.
-                    g.meter().seed(
-                        task.input_tokens as u64,
-                        task.output_tokens as u64,
-                        task.cost_usd,
-                    );
-                    Some(g)
-                }
+                Ok(g) => Some(g),
                 Err(e) => {
                     warn!(task_id = %id, error = %format!("{e:#}"), "gateway not restarted");
                     None
@@ -490,8 +488,10 @@ async fn launch(
     let volume = docker::create_volume(d, id).await?;
     lap("volume created");
     // Small launches travel in the environment: no upload before start.
+    let mut servo_task = task.spec.servo_task(id);
+    servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
     let launch = saheeli_protocol::Launch {
-        task: task.spec.servo_task(id),
+        task: servo_task,
         prompt: task.spec.body.clone(),
     };
     let launch_json = serde_json::to_string(&launch)?;

@@ -6,8 +6,10 @@ mod fake_llm;
 mod util;
 
 mod chaos;
+mod chaos_gateway;
 mod daemon;
 mod gateway;
+mod gateway_attack;
 mod input;
 mod lifecycle;
 mod openai;
