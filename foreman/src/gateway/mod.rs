@@ -234,7 +234,13 @@ fn error_response(gw: &GatewayState, status: StatusCode, kind: &str, message: &s
 }
 
 /// Any other path or method: the gateway serves chat completions only.
-async fn not_found(State(gw): State<Arc<GatewayState>>, uri: axum::http::Uri) -> Response {
+/// The body is read first: answering before it is, hyper would close the
+/// connection under a client still sending (a broken pipe, not a 404).
+async fn not_found(
+    State(gw): State<Arc<GatewayState>>,
+    uri: axum::http::Uri,
+    _body: Bytes,
+) -> Response {
     error_response(
         &gw,
         StatusCode::NOT_FOUND,

@@ -9,8 +9,8 @@ use saheeli_protocol::Usage;
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
 
 pub(crate) use openai::Gateway;
-pub(crate) use retry::Waiting;
 pub(crate) use replay::Replay;
+pub(crate) use retry::Waiting;
 
 /// One assistant turn and what it cost.
 pub(crate) struct Turn {

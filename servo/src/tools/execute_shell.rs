@@ -45,7 +45,10 @@ impl HeadTail {
         loop {
             match r.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => into.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]),
+                Ok(n) => into
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(&buf[..n]),
             }
         }
     }

@@ -192,7 +192,11 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
         let out = within(std::time::Duration::from_secs(5), tb, r#"{"path": "pipe"}"#)
             .expect("read_file blocked on a FIFO");
-        assert!(!out.ok && out.text.contains("not a regular file"), "{}", out.text);
+        assert!(
+            !out.ok && out.text.contains("not a regular file"),
+            "{}",
+            out.text
+        );
     }
 
     #[test]
@@ -203,11 +207,23 @@ mod tests {
         std::io::Write::write_all(&mut &f, b"first line\n").unwrap();
         f.set_len(1 << 30).unwrap();
         let started = std::time::Instant::now();
-        let out = within(std::time::Duration::from_secs(20), tb, r#"{"path": "huge.bin"}"#)
-            .expect("read_file never returned");
-        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        let out = within(
+            std::time::Duration::from_secs(20),
+            tb,
+            r#"{"path": "huge.bin"}"#,
+        )
+        .expect("read_file never returned");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(out.ok, "{}", out.text);
-        assert!(out.text.starts_with("     1\tfirst line\n"), "{}", &out.text[..40]);
+        assert!(
+            out.text.starts_with("     1\tfirst line\n"),
+            "{}",
+            &out.text[..40]
+        );
         assert!(out.text.contains("only the first"), "{}", out.text);
     }
 }

@@ -57,7 +57,9 @@ fn a_gateway_gone_longer_than_a_lease_is_waited_for() {
         .expect("the wait is in the audit log");
     let back = events
         .iter()
-        .position(|e| matches!(e, AuditEvent::GatewayBack { waited_ms, .. } if *waited_ms >= 13_000))
+        .position(
+            |e| matches!(e, AuditEvent::GatewayBack { waited_ms, .. } if *waited_ms >= 13_000),
+        )
         .expect("the return is in the audit log");
     assert!(wait < back);
 }
@@ -75,7 +77,10 @@ fn wait_for_step_two(ws: &Workspace) {
     while !std::fs::read_to_string(ws.path(&format!("servo-{}-audit.log", ws.id)))
         .is_ok_and(|a| a.contains("mkfifo"))
     {
-        assert!(start.elapsed() < Duration::from_secs(10), "step one never ran");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "step one never ran"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -124,7 +129,11 @@ fn the_request_limit_comes_from_the_task() {
         .request_timeout_s(1)
         .run();
     assert_eq!(ws.code, Some(ServoExit::LlmError.code()), "{}", ws.stderr);
-    assert!(started.elapsed() < Duration::from_secs(40), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
     let events = ws.audit();
     let error = events
         .iter()
