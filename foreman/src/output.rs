@@ -318,6 +318,14 @@ fn describe(ev: &AuditEvent) -> String {
                 usage.input_tokens, usage.output_tokens
             ),
         },
+        AuditEvent::GatewayWait { ts, step, error } => {
+            format!("{ts}  step {step:<4} gateway unreachable, waiting: {error}")
+        }
+        AuditEvent::GatewayBack {
+            ts,
+            step,
+            waited_ms,
+        } => format!("{ts}  step {step:<4} gateway back after {waited_ms} ms"),
         AuditEvent::ToolCall {
             ts,
             step,

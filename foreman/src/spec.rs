@@ -256,6 +256,8 @@ impl TaskSpec {
             max_tokens: self.max_tokens,
             timeout_s: self.timeout_s,
             max_output_bytes: self.max_output_bytes,
+            // Set at launch from the gateway's policy (config, not the spec).
+            request_timeout_s: None,
             replay: self.replay.clone(),
         }
     }

@@ -47,6 +47,19 @@ pub enum AuditEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// The gateway cannot be reached (the foreman restarting): the servo
+    /// keeps trying, with capped backoff, for as long as its deadline allows.
+    GatewayWait {
+        ts: String,
+        step: u32,
+        error: String,
+    },
+    /// The gateway answered again after a [`AuditEvent::GatewayWait`].
+    GatewayBack {
+        ts: String,
+        step: u32,
+        waited_ms: u64,
+    },
     /// One tool invocation.
     ToolCall {
         ts: String,

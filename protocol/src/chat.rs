@@ -6,13 +6,27 @@
 
 use serde::{Deserialize, Serialize};
 
-/// `POST /v1/chat/completions` body.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `POST /v1/chat/completions` body. Unknown fields are dropped when it is
+/// parsed: the gateway forwards only what this type holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolSpec>,
+    /// Output token limit (the older OpenAI name, which most compatible
+    /// servers understand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Output token limit (the newer OpenAI name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u64>,
+    /// Server-sent events; the gateway refuses it (it meters whole answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// Number of choices; the gateway never forwards it (one choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -70,6 +70,12 @@ pub struct ServoTask {
     pub timeout_s: u64,
     /// Largest tool output returned to the model, in bytes.
     pub max_output_bytes: usize,
+    /// Limit on one call to the gateway, in seconds: the foreman's worst
+    /// case for one call (upstream timeout × attempts, retry time) plus a
+    /// margin, so the servo never abandons, and then repeats, a call the
+    /// gateway is still working on. None: the servo's own default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_s: Option<u64>,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

@@ -14,7 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, info, warn};
 
 use crate::audit::{Audit, now};
-use crate::llm::{Gateway, LlmError, Provider, Replay};
+use crate::llm::{Gateway, LlmError, Provider, Replay, Waiting};
 use crate::tools::{self, Toolbox};
 use crate::workspace::Workspace;
 
@@ -70,7 +70,10 @@ impl Agent {
                     task.model
                 ));
             }
-            None => Provider::Gateway(Gateway::new(gateway)?),
+            None => Provider::Gateway(Gateway::new(
+                gateway,
+                task.request_timeout_s.map(Duration::from_secs),
+            )?),
         };
         let audit_path = ws.root().join(paths::audit_log(&task.task_id));
         let audit = Audit::open(&audit_path, true)
@@ -147,9 +150,23 @@ impl Agent {
             self.steps += 1;
             let step = self.steps;
             let t0 = Instant::now();
+            let audit = &mut self.audit;
             let turn = self
                 .llm
-                .next_turn(&self.task.model, &self.messages, &self.specs)
+                .next_turn(&self.task.model, &self.messages, &self.specs, |w| {
+                    audit.log(&match w {
+                        Waiting::Started { error } => AuditEvent::GatewayWait {
+                            ts: now(),
+                            step,
+                            error,
+                        },
+                        Waiting::Back { waited } => AuditEvent::GatewayBack {
+                            ts: now(),
+                            step,
+                            waited_ms: waited.as_millis() as u64,
+                        },
+                    })
+                })
                 .await;
             let latency_ms = t0.elapsed().as_millis() as u64;
             let turn = match turn {

@@ -197,6 +197,7 @@ mod tests {
                     parameters: json!({"type": "object"}),
                 },
             }],
+            ..Default::default()
         };
         let body = request(&req, "claude-x", 100);
         assert_eq!(body["system"], "be good");

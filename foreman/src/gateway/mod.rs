@@ -7,14 +7,32 @@
 //! retries what is worth retrying, and counts every billed response.
 //! Because each task has its own socket directory, a servo can only spend
 //! its own budget.
+//!
+//! The agent's shell can reach the socket too, so nothing of a request is
+//! trusted: only `POST /v1/chat/completions` is served, the body is parsed
+//! into protocol's typed request and a new one is built from it (the task's
+//! model, one choice, no streaming, the output capped to what the budget
+//! leaves), each call's estimate is reserved before it is forwarded, and
+//! every answer and log line is redacted for the keys.
+//!
+//! # Layout
+//!
+//! - `meter`: budget, usage and reservations; `ledger`: the same per call
+//!   in SQLite, for a foreman that adopts a task.
+//! - `socket`: the run directory and socket permissions; `redact`: keys out.
+//! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
 
 mod anthropic;
+mod ledger;
+mod meter;
 mod providers;
+mod redact;
 mod retry;
+mod socket;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
@@ -30,9 +48,12 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::{Providers, Route};
 
 use crate::config::{Config, LlmConfig, ProviderKind};
+use ledger::Ledger;
+use redact::Redactor;
 use retry::Verdict;
 
 /// The HTTP client and retry policy shared by every task's gateway.
@@ -41,81 +62,36 @@ pub(crate) struct Upstream {
     pub providers: Providers,
     client: reqwest::Client,
     policy: LlmConfig,
+    redactor: Redactor,
+    ledger: Arc<Ledger>,
 }
 
 impl Upstream {
+    /// Needs the database migrated (the store opens it first) and checks
+    /// the run directory, so a planted one stops `serve` before any task.
     pub fn from_config(cfg: &Config) -> anyhow::Result<Upstream> {
+        socket::prepare_run_dir(&cfg.run_dir())?;
         let client = reqwest::Client::builder()
             .timeout(cfg.file.llm.request_timeout)
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("building the HTTP client for LLM providers")?;
+        let providers = Providers::from_config(cfg);
+        let redactor = Redactor::new(&providers.secrets());
         Ok(Upstream {
-            providers: Providers::from_config(cfg),
+            providers,
             client,
             policy: cfg.file.llm.clone(),
+            redactor,
+            ledger: Arc::new(Ledger::open(&cfg.database())?),
         })
     }
-}
 
-/// A task's limits, checked before every call.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Budget {
-    pub max_tokens: Option<u64>,
-    pub max_cost: Option<f64>,
-}
-
-/// Everything that passed through one task's gateway.
-#[derive(Debug, Default)]
-pub(crate) struct Meter {
-    pub calls: AtomicU64,
-    pub input_tokens: AtomicU64,
-    pub output_tokens: AtomicU64,
-    /// Millionths of a USD.
-    pub cost_micro_usd: AtomicU64,
-    pub malformed: AtomicU64,
-    /// The reason a call was refused or failed for good: `auth`,
-    /// `bad_request`, `budget`.
-    pub fatal: Mutex<Option<&'static str>>,
-}
-
-impl Meter {
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens.load(Ordering::Relaxed) + self.output_tokens.load(Ordering::Relaxed)
-    }
-
-    pub fn cost(&self) -> f64 {
-        self.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6
-    }
-
-    pub fn fatal(&self) -> Option<&'static str> {
-        *self.fatal.lock().unwrap()
-    }
-
-    /// Starts from usage already spent (a task adopted after a restart).
-    pub fn seed(&self, input: u64, output: u64, cost_usd: f64) {
-        self.input_tokens.store(input, Ordering::Relaxed);
-        self.output_tokens.store(output, Ordering::Relaxed);
-        self.cost_micro_usd
-            .store((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-    }
-
-    fn set_fatal(&self, reason: &'static str) {
-        *self.fatal.lock().unwrap() = Some(reason);
-    }
-
-    fn bill(&self, usage: ChatUsage, route: &Route) {
-        self.input_tokens
-            .fetch_add(usage.prompt_tokens, Ordering::Relaxed);
-        self.output_tokens
-            .fetch_add(usage.completion_tokens, Ordering::Relaxed);
-        if let Some(p) = route.price {
-            let cost = usage.prompt_tokens as f64 * p.input_per_mtok
-                + usage.completion_tokens as f64 * p.output_per_mtok;
-            // per-million-token price × tokens = micro-USD
-            self.cost_micro_usd
-                .fetch_add(cost.round() as u64, Ordering::Relaxed);
-        }
+    /// The longest one call through the gateway can take: the last attempt
+    /// starts before `max_retry_time` and takes up to `request_timeout`;
+    /// the margin covers the ledger's writes. The servo waits this long.
+    pub fn servo_request_timeout(&self) -> Duration {
+        self.policy.max_retry_time + self.policy.request_timeout + Duration::from_secs(60)
     }
 }
 
@@ -136,7 +112,7 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
-    /// Serves `<run_dir>/<task_id>/gateway.sock` for a task using `model`.
+    /// Serves `<run_dir>/<task_id>/gateway.sock` for a new task using `model`.
     pub async fn start(
         run_dir: &Path,
         task_id: TaskId,
@@ -144,14 +120,48 @@ impl Gateway {
         model: &str,
         budget: Budget,
     ) -> anyhow::Result<Gateway> {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = run_dir.join(task_id.to_string());
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("creating gateway directory `{}`", dir.display()))?;
-        for d in [run_dir, dir.as_path()] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))
-                .with_context(|| format!("setting permissions on `{}`", d.display()))?;
+        Self::serve(run_dir, task_id, upstream, model, budget, false).await
+    }
+
+    /// Serves a running servo whose foreman stopped, in the directory its
+    /// container has mounted. Its meter starts from the ledger (calls the
+    /// dead foreman left in flight counted once, at their reservation), or
+    /// from `spent` (input, output, cost) when the ledger knows no call.
+    pub async fn adopt(
+        run_dir: &Path,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        spent: (u64, u64, f64),
+    ) -> anyhow::Result<Gateway> {
+        let ledger = upstream.ledger.clone();
+        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
+            .await
+            .context("ledger thread panicked")??;
+        let g = Self::serve(run_dir, task_id, upstream, model, budget, true).await?;
+        match from_ledger {
+            Some(s) => {
+                if s.lost > 0 {
+                    warn!(task_id = %task_id, lost = s.lost, "calls cut off by a foreman's death counted at their reservation");
+                }
+                g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                g.meter.calls.store(s.calls, Ordering::Relaxed);
+            }
+            None => g.meter.seed(spent.0, spent.1, spent.2),
         }
+        Ok(g)
+    }
+
+    async fn serve(
+        run_dir: &Path,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        adopt: bool,
+    ) -> anyhow::Result<Gateway> {
+        let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
         let sock = dir.join("gateway.sock");
         if sock.as_os_str().len() > 107 {
             anyhow::bail!(
@@ -159,13 +169,12 @@ impl Gateway {
                 sock.display()
             );
         }
-        let _ = std::fs::remove_file(&sock);
+        socket::remove_stale_socket(&sock)?;
         let listener = tokio::net::UnixListener::bind(&sock)
             .with_context(|| format!("listening on `{}`", sock.display()))?;
-        // The servo runs as another user; the socket's directory is its only door.
-        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
+        socket::secure_socket(&sock)?;
         let route = upstream.providers.route(model);
-        info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, "gateway listening");
+        info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
         let state = Arc::new(GatewayState {
             task_id,
@@ -176,6 +185,7 @@ impl Gateway {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
+            .fallback(not_found)
             .with_state(state);
         let stop = CancellationToken::new();
         let stopped = stop.clone();
@@ -219,9 +229,35 @@ impl Gateway {
     }
 }
 
-fn error_response(status: StatusCode, kind: &str, message: &str) -> Response {
+/// A JSON answer for the container, redacted for every key.
+fn json_response(gw: &GatewayState, status: StatusCode, body: &impl serde::Serialize) -> Response {
+    let text = serde_json::to_string(body).expect("answers serialize");
+    let text = gw.upstream.redactor.redact(&text).into_owned();
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+fn error_response(gw: &GatewayState, status: StatusCode, kind: &str, message: &str) -> Response {
     let body = serde_json::json!({"error": {"message": message, "type": kind}});
-    (status, axum::Json(body)).into_response()
+    json_response(gw, status, &body)
+}
+
+/// Any other path or method: the gateway serves chat completions only.
+/// The body is read first: answering before it is, hyper would close the
+/// connection under a client still sending (a broken pipe, not a 404).
+async fn not_found(
+    State(gw): State<Arc<GatewayState>>,
+    uri: axum::http::Uri,
+    _body: Bytes,
+) -> Response {
+    error_response(
+        &gw,
+        StatusCode::NOT_FOUND,
+        gateway_error::BAD_REQUEST,
+        &format!(
+            "`{}` is not served; the gateway serves only POST /v1/chat/completions",
+            uri.path()
+        ),
+    )
 }
 
 /// An error and its causes on one line (reqwest's own message is terse).
@@ -239,33 +275,18 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Refuses a call that would take the task past its budget.
-fn check_budget(gw: &GatewayState, request_bytes: usize) -> Result<(), String> {
-    // A rough count of the input this call sends: about 4 bytes a token.
-    let estimate = (request_bytes / 4) as u64;
-    let m = &gw.meter;
-    if let Some(max) = gw.budget.max_tokens {
-        let used = m.tokens();
-        if used + estimate > max {
-            return Err(format!(
-                "token budget: {used} of {max} used, and this call sends about {estimate} more"
-            ));
-        }
+/// Runs a ledger write off the async threads; a failure is logged, not
+/// fatal (the meter in memory still enforces the budget).
+async fn ledger(
+    gw: &GatewayState,
+    f: impl FnOnce(&Ledger) -> Result<(), ledger::LedgerError> + Send + 'static,
+) {
+    let l = gw.upstream.ledger.clone();
+    match tokio::task::spawn_blocking(move || f(&l)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!(task_id = %gw.task_id, error = %e, "call ledger not written"),
+        Err(e) => warn!(task_id = %gw.task_id, error = %e, "call ledger thread failed"),
     }
-    if let Some(max) = gw.budget.max_cost {
-        let used = m.cost();
-        let next = gw
-            .route
-            .price
-            .map(|p| estimate as f64 * p.input_per_mtok / 1e6)
-            .unwrap_or(0.0);
-        if used + next > max {
-            return Err(format!(
-                "cost budget: ${used:.4} of ${max:.4} used, and this call costs about ${next:.4} more"
-            ));
-        }
-    }
-    Ok(())
 }
 
 async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Response {
@@ -273,41 +294,95 @@ async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: Bytes) -> R
         Ok(r) => r,
         Err(e) => {
             return error_response(
+                &gw,
                 StatusCode::BAD_REQUEST,
                 gateway_error::BAD_REQUEST,
                 &format!("request is not a chat completion: {e}"),
             );
         }
     };
-    if let Err(why) = check_budget(&gw, body.len()) {
-        info!(task_id = %gw.task_id, %why, "call refused");
-        gw.meter.set_fatal("budget");
-        return error_response(StatusCode::PAYMENT_REQUIRED, gateway_error::BUDGET, &why);
+    if req.stream == Some(true) {
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            gateway_error::BAD_REQUEST,
+            "`stream: true` is not supported: the gateway meters whole answers; send `stream: false`",
+        );
     }
     let route = &gw.route;
+    // The request forwarded is built here, from typed fields only: the
+    // task's model, one choice, no stream, and the output cap set below.
+    let asked = req.max_completion_tokens.or(req.max_tokens);
+    let mut up = ChatRequest {
+        model: route.model.clone(),
+        messages: req.messages,
+        tools: req.tools,
+        ..Default::default()
+    };
+    // A rough count of the input this call sends: about 4 bytes a token.
+    let input = (serde_json::to_vec(&up).map_or(0, |b| b.len()) / 4) as u64;
+    let want = match route.provider.kind {
+        ProviderKind::Anthropic => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
+        // Without a budget an OpenAI call keeps its own limit (or none).
+        ProviderKind::Openai if !gw.budget.is_limited() => asked,
+        ProviderKind::Openai => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
+    };
+    let grant = match gw.meter.reserve(&gw.budget, route.price, input, want) {
+        Ok(g) => g,
+        Err(why) => {
+            info!(task_id = %gw.task_id, %why, "call refused");
+            gw.meter.set_fatal("budget");
+            return error_response(
+                &gw,
+                StatusCode::PAYMENT_REQUIRED,
+                gateway_error::BUDGET,
+                &why,
+            );
+        }
+    };
     let upstream_body: Bytes = match route.provider.kind {
         ProviderKind::Openai => {
-            let mut v: Value = serde_json::from_slice(&body).unwrap_or_default();
-            v["model"] = Value::String(route.model.clone());
-            v.to_string().into()
+            // Keep the field the caller used: newer models refuse the other.
+            if req.max_completion_tokens.is_some() {
+                up.max_completion_tokens = grant.max_output;
+            } else {
+                up.max_tokens = grant.max_output;
+            }
+            serde_json::to_vec(&up).expect("requests serialize").into()
         }
         ProviderKind::Anthropic => {
-            let mut max = gw.upstream.policy.anthropic_max_tokens;
-            if let Some(budget) = gw.budget.max_tokens {
-                max = max.min(budget.saturating_sub(gw.meter.tokens()).max(1));
-            }
-            anthropic::request(&req, &route.model, max)
+            let max = grant
+                .max_output
+                .unwrap_or(gw.upstream.policy.anthropic_max_tokens);
+            anthropic::request(&up, &route.model, max.max(1))
                 .to_string()
                 .into()
         }
     };
-    call(&gw, upstream_body).await
+    let call_id = uuid::Uuid::now_v7().to_string();
+    let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
+    ledger(&gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    let (response, usage) = call(&gw, upstream_body).await;
+    let usage = usage.unwrap_or_default();
+    let cost_micro = gw.meter.settle(&grant, usage, route.price);
+    ledger(&gw, move |l| {
+        l.settle(
+            &call_id,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            cost_micro as f64 / 1e6,
+        )
+    })
+    .await;
+    response
 }
 
-/// One call with retries; the answer for the servo.
-async fn call(gw: &GatewayState, body: Bytes) -> Response {
+/// One call with retries: the answer for the servo, and the usage billed
+/// (None when the provider billed nothing).
+async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<ChatUsage>) {
     let policy = &gw.upstream.policy;
     let provider = &gw.route.provider;
+    let redactor = &gw.upstream.redactor;
     let started = Instant::now();
     let mut last = String::new();
     for attempt in 1..=policy.max_attempts.max(1) {
@@ -367,17 +442,30 @@ async fn call(gw: &GatewayState, body: Bytes) -> Response {
                 }
             }
         };
+        // Whatever the provider said may hold the key: never log or pass it on raw.
+        last = redactor.redact(&last).into_owned();
         match verdict {
             Verdict::Auth => {
                 gw.meter.set_fatal("auth");
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the key");
                 let hint = format!("{last} (check {})", provider.key_env);
-                return error_response(StatusCode::UNAUTHORIZED, gateway_error::AUTH, &hint);
+                return (
+                    error_response(gw, StatusCode::UNAUTHORIZED, gateway_error::AUTH, &hint),
+                    None,
+                );
             }
             Verdict::BadRequest => {
                 gw.meter.set_fatal("bad_request");
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the request");
-                return error_response(StatusCode::BAD_REQUEST, gateway_error::BAD_REQUEST, &last);
+                return (
+                    error_response(
+                        gw,
+                        StatusCode::BAD_REQUEST,
+                        gateway_error::BAD_REQUEST,
+                        &last,
+                    ),
+                    None,
+                );
             }
             Verdict::Retry | Verdict::Success => {}
         }
@@ -388,15 +476,20 @@ async fn call(gw: &GatewayState, body: Bytes) -> Response {
         warn!(task_id = %gw.task_id, attempt, wait_ms = wait.as_millis() as u64, error = %last, "retrying LLM call");
         tokio::time::sleep(wait).await;
     }
-    error_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        gateway_error::UNAVAILABLE,
-        &format!("giving up after {:.0?}: {last}", started.elapsed()),
+    let why = format!("giving up after {:.0?}: {last}", started.elapsed());
+    (
+        error_response(
+            gw,
+            StatusCode::SERVICE_UNAVAILABLE,
+            gateway_error::UNAVAILABLE,
+            &why,
+        ),
+        None,
     )
 }
 
-/// Counts a successful response and hands it on in the OpenAI format.
-fn answer(gw: &GatewayState, bytes: &[u8]) -> Response {
+/// A successful response in the OpenAI format, and the usage it billed.
+fn answer(gw: &GatewayState, bytes: &[u8]) -> (Response, Option<ChatUsage>) {
     let m = &gw.meter;
     m.calls.fetch_add(1, Ordering::Relaxed);
     let parsed: Result<Value, String> = serde_json::from_slice(bytes).map_err(|e| e.to_string());
@@ -408,9 +501,11 @@ fn answer(gw: &GatewayState, bytes: &[u8]) -> Response {
         (Ok(v), ProviderKind::Anthropic) => anthropic::response(v),
     };
     match response {
-        Ok(r) if !r.choices.is_empty() => {
-            m.bill(r.usage.unwrap_or_default(), &gw.route);
-            axum::Json(r).into_response()
+        Ok(mut r) if !r.choices.is_empty() => {
+            // One choice, whatever the provider sent.
+            r.choices.truncate(1);
+            let usage = r.usage.unwrap_or_default();
+            (json_response(gw, StatusCode::OK, &r), Some(usage))
         }
         other => {
             // Billed all the same: count what usage the body reports.
@@ -420,14 +515,18 @@ fn answer(gw: &GatewayState, bytes: &[u8]) -> Response {
                 }
                 ProviderKind::Anthropic => anthropic::usage(&v),
             });
-            m.bill(usage.unwrap_or_default(), &gw.route);
             m.malformed.fetch_add(1, Ordering::Relaxed);
             let why = other.err().unwrap_or_else(|| "no choices".into());
+            let why = gw.upstream.redactor.redact(&why).into_owned();
             warn!(task_id = %gw.task_id, error = %why, "malformed provider response");
-            error_response(
-                StatusCode::BAD_GATEWAY,
-                gateway_error::MALFORMED,
-                &format!("the provider's response could not be used: {why}"),
+            (
+                error_response(
+                    gw,
+                    StatusCode::BAD_GATEWAY,
+                    gateway_error::MALFORMED,
+                    &format!("the provider's response could not be used: {why}"),
+                ),
+                usage,
             )
         }
     }

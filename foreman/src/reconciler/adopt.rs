@@ -53,24 +53,22 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
         let gateway = if task.spec.is_replay() {
             None
         } else {
-            match Gateway::start(
+            // Budgets go on from what was already spent (the call ledger).
+            match Gateway::adopt(
                 &ctx.cfg.run_dir(),
                 id,
                 ctx.upstream.clone(),
                 &task.spec.model,
                 task.spec.budget(),
+                (
+                    task.input_tokens as u64,
+                    task.output_tokens as u64,
+                    task.cost_usd,
+                ),
             )
             .await
             {
-                Ok(g) => {
-                    // Budgets go on from what was already spent.
-                    g.meter().seed(
-                        task.input_tokens as u64,
-                        task.output_tokens as u64,
-                        task.cost_usd,
-                    );
-                    Some(g)
-                }
+                Ok(g) => Some(g),
                 Err(e) => {
                     warn!(task_id = %id, error = %format!("{e:#}"), "gateway not restarted");
                     None

@@ -98,8 +98,10 @@ pub(super) async fn launch(
     let volume = docker::create_volume(d, id, crate::disk::for_task(&ctx.cfg, &task.spec)).await?;
     lap("volume created");
     // Small launches travel in the environment: no upload before start.
+    let mut servo_task = task.spec.servo_task(id);
+    servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
     let launch = saheeli_protocol::Launch {
-        task: task.spec.servo_task(id),
+        task: servo_task,
         prompt: task.spec.body.clone(),
     };
     let launch_json = serde_json::to_string(&launch)?;

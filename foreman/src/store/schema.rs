@@ -56,6 +56,24 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         "ALTER TABLE tasks ADD COLUMN detail TEXT;
          CREATE INDEX tasks_by_retry_of ON tasks(retry_of);",
     ),
+    // The gateway's per-call ledger (gateway/ledger.rs): each call's
+    // reservation, then its real usage; `lost` when a foreman died with
+    // the call in flight.
+    M::up(
+        "CREATE TABLE llm_calls (
+            call_id         TEXT PRIMARY KEY,
+            task_id         TEXT NOT NULL,
+            state           TEXT NOT NULL,
+            reserved_tokens INTEGER NOT NULL,
+            reserved_cost   REAL NOT NULL,
+            input_tokens    INTEGER NOT NULL DEFAULT 0,
+            output_tokens   INTEGER NOT NULL DEFAULT 0,
+            cost_usd        REAL NOT NULL DEFAULT 0,
+            started_at      INTEGER NOT NULL,
+            settled_at      INTEGER
+        );
+        CREATE INDEX llm_calls_by_task ON llm_calls(task_id, state);",
+    ),
 ];
 
 pub(crate) struct Store {

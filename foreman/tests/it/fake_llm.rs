@@ -32,6 +32,12 @@ pub enum Reply {
     Truncated,
     /// Waits, then answers with the inner reply.
     Slow(Duration, Box<Reply>),
+    /// An HTTP error whose body echoes the key the caller sent, raw and in
+    /// base64 (standard and URL-safe), as a careless provider might.
+    EchoKey(u16),
+    /// A 200 completion whose text echoes the key (raw and base64) and calls
+    /// `task_complete`; usage (100, 20).
+    EchoKeyContent,
 }
 
 impl Reply {
@@ -50,10 +56,14 @@ pub struct Seen {
     pub body: Value,
 }
 
+/// Picks the reply for a request body before the script is consulted.
+type Matcher = Box<dyn Fn(&Value) -> Option<Reply> + Send>;
+
 #[derive(Default)]
 struct Inner {
     script: VecDeque<Reply>,
     seen: Vec<Seen>,
+    matcher: Option<Matcher>,
 }
 
 pub struct FakeLlm {
@@ -65,9 +75,20 @@ pub struct FakeLlm {
 impl FakeLlm {
     /// Starts serving `script` in order; when it runs out, answers 500.
     pub fn start(script: Vec<Reply>) -> FakeLlm {
+        Self::start_matching(script, |_| None)
+    }
+
+    /// Like `start`, but a request for which `matcher` returns a reply gets
+    /// that reply and leaves the script alone (requests arriving in parallel
+    /// from several sources then cannot steal each other's turns).
+    pub fn start_matching(
+        script: Vec<Reply>,
+        matcher: impl Fn(&Value) -> Option<Reply> + Send + 'static,
+    ) -> FakeLlm {
         let inner = Arc::new(Mutex::new(Inner {
             script: script.into(),
             seen: vec![],
+            matcher: Some(Box::new(matcher)),
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -114,6 +135,15 @@ fn error(status: u16, retry_after: Option<&str>) -> Response {
         r.headers_mut().insert("retry-after", s.parse().unwrap());
     }
     r
+}
+
+/// The key as a careless provider echoes it: raw, and in base64 with both
+/// alphabets, inside a longer text.
+pub fn echo(key: &str) -> String {
+    use base64::Engine;
+    let std = base64::engine::general_purpose::STANDARD.encode(format!("Bearer {key}"));
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("key={key};"));
+    format!("Incorrect API key provided: {key}. Trace: {std} / {url}")
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -163,8 +193,14 @@ async fn handle(
             api_key: header("x-api-key"),
             body: body.clone(),
         });
-        (g.script.pop_front(), g.seen.len())
+        let matched = g.matcher.as_ref().and_then(|m| m(&body));
+        let reply = matched.or_else(|| g.script.pop_front());
+        (reply, g.seen.len())
     };
+    let key = header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer ").map(String::from))
+        .or_else(|| header("x-api-key"))
+        .unwrap_or_default();
     let model = body["model"].as_str().unwrap_or("fake").to_string();
     let mut reply = reply.unwrap_or(Reply::Error(500, None));
     loop {
@@ -174,6 +210,23 @@ async fn handle(
                 reply = *inner;
             }
             Reply::Error(status, retry_after) => return error(status, retry_after.as_deref()),
+            Reply::EchoKey(status) => {
+                let body =
+                    json!({"error": {"message": echo(&key), "type": "invalid_request_error"}});
+                return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+            }
+            Reply::EchoKeyContent => {
+                let resp = json!({
+                    "id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": model,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": echo(&key),
+                            "tool_calls": [{"id": format!("call_{n}_0"), "type": "function",
+                                "function": {"name": "task_complete",
+                                    "arguments": json!({"message": "done"}).to_string()}}]}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+                });
+                return axum::Json(resp).into_response();
+            }
             Reply::Malformed => {
                 return (
                     StatusCode::OK,

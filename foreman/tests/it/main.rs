@@ -6,10 +6,12 @@ mod fake_llm;
 mod util;
 
 mod chaos;
+mod chaos_gateway;
 mod cli;
 mod daemon;
 mod fencing;
 mod gateway;
+mod gateway_attack;
 mod hardening;
 mod hostile_files;
 mod input;

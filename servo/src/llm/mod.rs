@@ -10,6 +10,7 @@ use saheeli_protocol::chat::{ChatMessage, ToolSpec};
 
 pub(crate) use openai::Gateway;
 pub(crate) use replay::Replay;
+pub(crate) use retry::Waiting;
 
 /// One assistant turn and what it cost.
 pub(crate) struct Turn {
@@ -41,9 +42,10 @@ impl Provider {
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
+        notify: impl FnMut(Waiting),
     ) -> Result<Turn, LlmError> {
         match self {
-            Provider::Gateway(g) => g.complete(model, messages, tools).await,
+            Provider::Gateway(g) => g.complete(model, messages, tools, notify).await,
             Provider::Replay(r) => r.next_turn(),
         }
     }

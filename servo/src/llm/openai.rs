@@ -8,7 +8,7 @@ use saheeli_protocol::Usage;
 use saheeli_protocol::chat::{ChatMessage, ChatResponse, ErrorBody, Role, ToolSpec};
 use serde::Serialize;
 
-use super::retry::{self, Attempt, Verdict};
+use super::retry::{self, Attempt, Verdict, Waiting};
 use super::{LlmError, Turn};
 
 pub(crate) struct Gateway {
@@ -26,10 +26,11 @@ struct Request<'a> {
 }
 
 impl Gateway {
-    /// `unix:/path/to.sock` or `http://host:port`.
-    pub fn new(address: &str) -> Result<Gateway, String> {
+    /// `unix:/path/to.sock` or `http://host:port`; `timeout` limits one
+    /// request ([`retry::REQUEST_TIMEOUT`] when None).
+    pub fn new(address: &str, timeout: Option<Duration>) -> Result<Gateway, String> {
         let builder = reqwest::Client::builder()
-            .timeout(retry::REQUEST_TIMEOUT)
+            .timeout(timeout.unwrap_or(retry::REQUEST_TIMEOUT))
             .connect_timeout(Duration::from_secs(10));
         let (builder, base) = match address.strip_prefix("unix:") {
             Some(path) => (
@@ -61,6 +62,7 @@ impl Gateway {
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
+        notify: impl FnMut(Waiting),
     ) -> Result<Turn, LlmError> {
         let body = serde_json::to_vec(&Request {
             model,
@@ -68,7 +70,7 @@ impl Gateway {
             tools,
         })
         .map_err(|e| LlmError::Failed(format!("encoding the request: {e}")))?;
-        retry::run(|| self.attempt(body.clone())).await
+        retry::run(|| self.attempt(body.clone()), notify).await
     }
 
     async fn attempt(&self, body: Vec<u8>) -> Attempt<Turn> {
@@ -81,12 +83,7 @@ impl Gateway {
             .await
         {
             Ok(r) => r,
-            Err(e) => {
-                return Attempt::Retry {
-                    error: format!("gateway unreachable: {}", error_chain(&e)),
-                    retry_after: None,
-                };
-            }
+            Err(e) => return transport_error("gateway unreachable", &e),
         };
         let status = resp.status().as_u16();
         let wish = resp
@@ -96,12 +93,7 @@ impl Gateway {
             .and_then(|v| retry::retry_after(v, SystemTime::now()));
         let bytes = match resp.bytes().await {
             Ok(b) => b,
-            Err(e) => {
-                return Attempt::Retry {
-                    error: format!("response cut off: {}", error_chain(&e)),
-                    retry_after: None,
-                };
-            }
+            Err(e) => return transport_error("response cut off", &e),
         };
         if (200..300).contains(&status) {
             return Attempt::Done(match serde_json::from_slice::<ChatResponse>(&bytes) {
@@ -122,6 +114,21 @@ impl Gateway {
             Verdict::Budget => LlmError::Budget(message),
             Verdict::Malformed => LlmError::Malformed(message),
         }))
+    }
+}
+
+/// A call that got no answer. A timeout is retried a few times (the
+/// gateway is alive but slow); anything else (refused, reset, cut off)
+/// means the gateway's foreman is gone, and is waited for.
+fn transport_error<T>(what: &str, e: &reqwest::Error) -> Attempt<T> {
+    let error = format!("{what}: {}", error_chain(e));
+    if e.is_timeout() {
+        Attempt::Retry {
+            error,
+            retry_after: None,
+        }
+    } else {
+        Attempt::Unreachable { error }
     }
 }
 
@@ -172,11 +179,11 @@ mod tests {
 
     #[test]
     fn gateway_addresses() {
-        let g = Gateway::new("unix:/run/saheeli/gateway.sock").unwrap();
+        let g = Gateway::new("unix:/run/saheeli/gateway.sock", None).unwrap();
         assert_eq!(g.url, "http://gateway/v1/chat/completions");
-        let g = Gateway::new("http://127.0.0.1:8080/").unwrap();
+        let g = Gateway::new("http://127.0.0.1:8080/", None).unwrap();
         assert_eq!(g.url, "http://127.0.0.1:8080/v1/chat/completions");
-        let e = Gateway::new("127.0.0.1:8080").err().unwrap();
+        let e = Gateway::new("127.0.0.1:8080", None).err().unwrap();
         assert!(e.contains("SAHEELI_GATEWAY"), "{e}");
     }
 

@@ -5,9 +5,12 @@
 //! The foreman's gateway retries provider failures itself and then answers
 //! with a typed error (`upstream_unavailable`, `budget_exceeded`, …); those
 //! answers are final here, so the two retry loops never multiply. What is
-//! retried is what the gateway did not type: a gateway that cannot be
-//! reached (the foreman restarting), and plain 408/429/5xx answers from an
-//! OpenAI-compatible server reached directly.
+//! retried is what the gateway did not type: plain 408/429/5xx answers from
+//! an OpenAI-compatible server reached directly, and timeouts, up to
+//! [`MAX_ATTEMPTS`]; and a gateway that cannot be reached or cut a call off
+//! (its foreman died; the next one takes the task over within a lease or
+//! two), which is waited for with capped backoff for as long as the servo's
+//! deadline allows: the agent's loop ends the wait at its deadline.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -19,10 +22,16 @@ use super::LlmError;
 /// Attempts per request, the first included.
 pub(crate) const MAX_ATTEMPTS: u32 = 5;
 
-/// Limit on one request. Longer than the gateway's own worst case (one
-/// upstream request plus its retries), so the servo does not abandon, and
-/// then repeat, a call the gateway is still working on and will bill.
+/// Limit on one request when the task does not say (`request_timeout_s`,
+/// which the foreman derives from its retry policy). Longer than the
+/// gateway's default worst case (one upstream request plus its retries), so
+/// the servo does not abandon, and then repeat, a call the gateway is still
+/// working on and will bill.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(660);
+
+/// Longest pause between two tries of a gateway that cannot be reached:
+/// short, because a new foreman serves as soon as it takes the task over.
+const MAX_UNREACHABLE_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest wait honoured from a `Retry-After` header.
 const MAX_WAIT: Duration = Duration::from_secs(120);
@@ -36,6 +45,17 @@ pub(crate) enum Attempt<T> {
         error: String,
         retry_after: Option<Duration>,
     },
+    /// The gateway could not be reached, or cut the call off: wait for it.
+    Unreachable { error: String },
+}
+
+/// What the retry loop reports while it waits for an unreachable gateway.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Waiting {
+    /// The first failed try.
+    Started { error: String },
+    /// The gateway answered again (any answer) after this long.
+    Back { waited: Duration },
 }
 
 /// What an HTTP error answer means.
@@ -65,16 +85,46 @@ pub(crate) fn verdict(status: u16, kind: Option<&str>) -> Verdict {
     }
 }
 
-/// Runs `attempt` until it is done or [`MAX_ATTEMPTS`] are used up.
-pub(crate) async fn run<T, F, Fut>(mut attempt: F) -> Result<T, LlmError>
+/// Runs `attempt` until it is done or [`MAX_ATTEMPTS`] are used up; an
+/// unreachable gateway is tried again without limit (the caller's deadline
+/// ends the wait by dropping this future), and `notify` hears when such a
+/// wait starts and ends.
+pub(crate) async fn run<T, F, Fut>(
+    mut attempt: F,
+    mut notify: impl FnMut(Waiting),
+) -> Result<T, LlmError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Attempt<T>>,
 {
     let mut n = 1;
+    let mut waiting: Option<(tokio::time::Instant, u32)> = None;
     loop {
-        match attempt().await {
+        let outcome = attempt().await;
+        if !matches!(outcome, Attempt::Unreachable { .. })
+            && let Some((since, _)) = waiting.take()
+        {
+            notify(Waiting::Back {
+                waited: since.elapsed(),
+            });
+        }
+        match outcome {
             Attempt::Done(result) => return result,
+            Attempt::Unreachable { error } => {
+                let tries = match &mut waiting {
+                    Some((_, tries)) => {
+                        *tries += 1;
+                        *tries
+                    }
+                    None => {
+                        tracing::warn!(%error, "the gateway cannot be reached; waiting for it");
+                        notify(Waiting::Started { error });
+                        waiting = Some((tokio::time::Instant::now(), 1));
+                        1
+                    }
+                };
+                tokio::time::sleep(backoff(tries, None).min(MAX_UNREACHABLE_WAIT)).await;
+            }
             Attempt::Retry { error, retry_after } => {
                 if n >= MAX_ATTEMPTS {
                     return Err(LlmError::Failed(format!(
@@ -216,34 +266,40 @@ mod tests {
     async fn retries_honour_the_wish_then_give_up() {
         let started = tokio::time::Instant::now();
         let mut calls = 0;
-        let r: Result<u32, LlmError> = run(|| {
-            calls += 1;
-            let n = calls;
-            async move {
-                if n < 3 {
-                    Attempt::Retry {
-                        error: "HTTP 429".into(),
-                        retry_after: Some(Duration::from_secs(7)),
+        let r: Result<u32, LlmError> = run(
+            || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    if n < 3 {
+                        Attempt::Retry {
+                            error: "HTTP 429".into(),
+                            retry_after: Some(Duration::from_secs(7)),
+                        }
+                    } else {
+                        Attempt::Done(Ok(n))
                     }
-                } else {
-                    Attempt::Done(Ok(n))
                 }
-            }
-        })
+            },
+            |_| {},
+        )
         .await;
         assert_eq!(r.unwrap(), 3);
         assert_eq!(started.elapsed().as_secs(), 14);
 
         let mut calls = 0;
-        let r: Result<(), LlmError> = run(|| {
-            calls += 1;
-            async {
-                Attempt::Retry {
-                    error: "HTTP 503".into(),
-                    retry_after: None,
+        let r: Result<(), LlmError> = run(
+            || {
+                calls += 1;
+                async {
+                    Attempt::Retry {
+                        error: "HTTP 503".into(),
+                        retry_after: None,
+                    }
                 }
-            }
-        })
+            },
+            |_| {},
+        )
         .await;
         assert_eq!(calls, MAX_ATTEMPTS);
         match r {
@@ -255,12 +311,47 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn final_answers_are_not_retried() {
         let mut calls = 0;
-        let r: Result<(), LlmError> = run(|| {
-            calls += 1;
-            async { Attempt::Done(Err(LlmError::Failed("HTTP 400".into()))) }
-        })
+        let r: Result<(), LlmError> = run(
+            || {
+                calls += 1;
+                async { Attempt::Done(Err(LlmError::Failed("HTTP 400".into()))) }
+            },
+            |_| {},
+        )
         .await;
         assert!(r.is_err());
         assert_eq!(calls, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_gateway_is_waited_for_without_limit() {
+        let started = tokio::time::Instant::now();
+        let mut calls = 0;
+        let mut heard = Vec::new();
+        let r: Result<u32, LlmError> = run(
+            || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    if n <= 40 {
+                        Attempt::Unreachable {
+                            error: "connection refused".into(),
+                        }
+                    } else {
+                        Attempt::Done(Ok(n))
+                    }
+                }
+            },
+            |w| heard.push(w),
+        )
+        .await;
+        assert_eq!(r.unwrap(), 41);
+        // Capped backoff: 40 waits of at most 2 s.
+        let waited = started.elapsed();
+        assert!(waited <= Duration::from_secs(80), "{waited:?}");
+        assert!(waited >= Duration::from_secs(40), "{waited:?}");
+        assert_eq!(heard.len(), 2, "{heard:?}");
+        assert!(matches!(&heard[0], Waiting::Started { error } if error == "connection refused"));
+        assert_eq!(heard[1], Waiting::Back { waited });
     }
 }

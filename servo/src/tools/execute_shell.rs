@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::io::Read;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -27,21 +28,29 @@ struct HeadTail {
 }
 
 impl HeadTail {
-    fn read_all(mut r: impl Read, max: usize) -> HeadTail {
-        let mut ht = HeadTail {
+    fn new(max: usize) -> HeadTail {
+        HeadTail {
             max,
             head: Vec::new(),
             tail: VecDeque::new(),
             total: 0,
-        };
+        }
+    }
+
+    /// Reads until end of file into `into`, which the caller may take at
+    /// any time: a reader can block for ever on a pipe that a detached
+    /// process holds open, and what it read so far is still wanted.
+    fn read_all(mut r: impl Read, into: &Mutex<HeadTail>) {
         let mut buf = [0u8; 8192];
         loop {
             match r.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => ht.push(&buf[..n]),
+                Ok(n) => into
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(&buf[..n]),
             }
         }
-        ht
     }
 
     fn push(&mut self, mut data: &[u8]) {
@@ -96,6 +105,9 @@ impl Drop for GroupGuard {
     }
 }
 
+/// How long output is still read after the process group was killed.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(1);
+
 pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     if a.command.trim().is_empty() {
         return ToolOutput::error("`command` is empty");
@@ -129,8 +141,9 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     // The parent's copies of the write end must close, or reading never ends.
     drop(cmd);
     let group = GroupGuard(child.id());
-    let max = tb.max_output;
-    let mut output = tokio::task::spawn_blocking(move || HeadTail::read_all(reader, max));
+    let collected = Arc::new(Mutex::new(HeadTail::new(tb.max_output)));
+    let into = collected.clone();
+    let mut output = tokio::task::spawn_blocking(move || HeadTail::read_all(reader, &into));
 
     let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
         Ok(status) => (status.ok(), false),
@@ -139,20 +152,36 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
             (child.wait().await.ok(), true)
         }
     };
-    // Background jobs may keep the pipe open: give them a moment, then end them.
-    let collected = match tokio::time::timeout(Duration::from_secs(2), &mut output).await {
-        Ok(r) => r,
-        Err(_) => {
-            group.kill();
-            output.await
-        }
-    };
+    // Background jobs may keep the pipe open: give them a moment, then end
+    // them. One that left the process group (`setsid`) survives that: stop
+    // reading after a bound and keep what came, or the call would hang
+    // until the whole task times out.
+    let mut abandoned = false;
+    if tokio::time::timeout(Duration::from_secs(2), &mut output)
+        .await
+        .is_err()
+    {
+        group.kill();
+        abandoned = tokio::time::timeout(DRAIN_AFTER_KILL, &mut output)
+            .await
+            .is_err();
+    }
     group.disarm();
+    let collected = std::mem::replace(
+        &mut *collected.lock().unwrap_or_else(|p| p.into_inner()),
+        HeadTail::new(0),
+    );
     let code = status.map(|s| {
         use std::os::unix::process::ExitStatusExt;
         s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
     });
     let mut trailer = String::new();
+    if abandoned {
+        trailer.push_str(
+            "[stopped reading: a process that left the command's process group (setsid, nohup &) \
+             still holds its output open; redirect its output to a file]\n",
+        );
+    }
     if timed_out {
         trailer.push_str(&format!(
             "[killed after {}s timeout; pass a larger timeout_s if it needs longer]\n",
@@ -166,10 +195,7 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     ));
     // The output gets what the trailer leaves, so the cap never cuts the exit code.
     let room = tb.max_output.saturating_sub(trailer.len() + 1);
-    let (mut text, truncated) = match collected {
-        Ok(ht) => ht.text(room),
-        Err(_) => (String::new(), false),
-    };
+    let (mut text, truncated) = collected.text(room);
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
@@ -277,5 +303,37 @@ mod tests {
         assert!(out.text.contains("bytes cut"));
         assert!(out.text.ends_with("[exit code 0]"), "{}", out.text);
         assert!(out.text.len() <= 4096, "{}", out.text.len());
+    }
+
+    #[tokio::test]
+    async fn a_detached_job_holding_the_pipe_does_not_hang_the_call() {
+        // `setsid` leaves the process group, so killing the group does not
+        // end it, and it keeps the output pipe open.
+        let (d, tb) = toolbox();
+        let start = Instant::now();
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tb.dispatch(
+                "execute_shell",
+                r#"{"command": "setsid sleep 5000 & echo $! > bg.pid; echo started"}"#,
+            ),
+        )
+        .await;
+        // `setsid` in a non-interactive shell execs the sleep in place: $!
+        // is the sleep, which this test started and now ends.
+        if let Ok(pid) = std::fs::read_to_string(d.path().join("bg.pid")) {
+            let pid: i32 = pid.trim().parse().unwrap();
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "sleep" {
+                // SAFETY: only sends a signal to the process this test started.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        let out = out.expect("the call hung on the detached job");
+        assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
+        assert_eq!(out.exit_code, Some(0), "{}", out.text);
+        assert!(out.text.contains("started"), "{}", out.text);
     }
 }

@@ -21,6 +21,7 @@ use crate::workspace::Workspace;
 pub(crate) use output::ToolOutput;
 
 /// What tools need to know.
+#[derive(Clone)]
 pub(crate) struct Toolbox {
     pub ws: Workspace,
     /// Cap on any one tool output, in bytes.
@@ -119,19 +120,19 @@ impl Toolbox {
                 Err(e) => e,
             },
             "create_file" => match parse(name, arguments) {
-                Ok(a) => create_file::run(self, a),
+                Ok(a) => self.off_runtime(move |tb| create_file::run(tb, a)).await,
                 Err(e) => e,
             },
             "read_file" => match parse(name, arguments) {
-                Ok(a) => read_file::run(self, a),
+                Ok(a) => self.off_runtime(move |tb| read_file::run(tb, a)).await,
                 Err(e) => e,
             },
             "edit_file" => match parse(name, arguments) {
-                Ok(a) => edit_file::run(self, a),
+                Ok(a) => self.off_runtime(move |tb| edit_file::run(tb, a)).await,
                 Err(e) => e,
             },
             "list_files" => match parse(name, arguments) {
-                Ok(a) => list_files::run(self, a),
+                Ok(a) => self.off_runtime(move |tb| list_files::run(tb, a)).await,
                 Err(e) => e,
             },
             "task_complete" => match parse(name, arguments) {
@@ -144,6 +145,21 @@ impl Toolbox {
             )),
         };
         self.capped(out)
+    }
+
+    /// Runs a file tool on a blocking thread. The servo's runtime has one
+    /// thread, which also runs the SIGTERM handler and the time budget: a
+    /// file call that blocks (a FIFO, a hung mount) must not stop those.
+    /// When the loop is abandoned (SIGTERM, deadline) the thread is left
+    /// behind; the process exits without waiting for it.
+    async fn off_runtime(
+        &self,
+        f: impl FnOnce(&Toolbox) -> ToolOutput + Send + 'static,
+    ) -> ToolOutput {
+        let tb = self.clone();
+        tokio::task::spawn_blocking(move || f(&tb))
+            .await
+            .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")))
     }
 
     fn capped(&self, mut out: ToolOutput) -> ToolOutput {

@@ -5,4 +5,5 @@
 mod gateway;
 mod replay;
 mod signals;
+mod stalls;
 mod util;

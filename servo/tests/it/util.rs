@@ -38,6 +38,7 @@ impl Servo {
                 max_tokens: None,
                 timeout_s: 60,
                 max_output_bytes: 4096,
+                request_timeout_s: None,
                 replay: None,
             },
             prompt: "Do it.\n".into(),
@@ -53,6 +54,11 @@ impl Servo {
 
     pub fn timeout_s(mut self, n: u64) -> Servo {
         self.task.timeout_s = n;
+        self
+    }
+
+    pub fn request_timeout_s(mut self, n: u64) -> Servo {
+        self.task.request_timeout_s = Some(n);
         self
     }
 

@@ -1,0 +1,218 @@
+//! The per-call ledger in SQLite (`llm_calls`), so that a foreman crash
+//! neither forgets nor double-counts what a task spent.
+//!
+//! Before forwarding a call the gateway reserves its estimate in a row
+//! (`in_flight`); after the answer it settles the row to the real usage.
+//! A foreman adopting a task marks the rows a dead foreman left in flight
+//! `lost` (the call may have been billed upstream: it is counted once, at
+//! its reservation) and seeds the task's meter from settled usage plus lost
+//! reservations. The gateway keeps its own connection to the database file
+//! (WAL, 10 s busy timeout, `BEGIN IMMEDIATE` for writes) and is called
+//! from blocking threads only.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior, params};
+use saheeli_protocol::TaskId;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LedgerError {
+    #[error("call ledger in `{path}`: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+}
+
+/// What a task spent according to the ledger.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Spent {
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// Calls a dead foreman left in flight, now counted at their reservation.
+    pub lost: u64,
+}
+
+pub(crate) struct Ledger {
+    path: String,
+    conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger").field("path", &self.path).finish()
+    }
+}
+
+fn now_ms() -> i64 {
+    crate::store::now_ms()
+}
+
+impl Ledger {
+    /// Opens the database the store already migrated.
+    pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
+        let p = path.display().to_string();
+        let err = |source| LedgerError::Sqlite {
+            path: p.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err)?;
+        Ok(Ledger {
+            path: p,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, LedgerError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let run = || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let r = f(&tx)?;
+            tx.commit()?;
+            Ok(r)
+        };
+        run().map_err(|source| LedgerError::Sqlite {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Records a call about to be forwarded, with what it may cost at most.
+    pub fn reserve(
+        &self,
+        task: TaskId,
+        call: &str,
+        tokens: u64,
+        cost_usd: f64,
+    ) -> Result<(), LedgerError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO llm_calls (call_id, task_id, state, reserved_tokens, reserved_cost, started_at)
+                 VALUES (?1, ?2, 'in_flight', ?3, ?4, ?5)",
+                params![call, task.to_string(), tokens as i64, cost_usd, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records what the call really cost (zero when nothing was billed).
+    pub fn settle(
+        &self,
+        call: &str,
+        input: u64,
+        output: u64,
+        cost_usd: f64,
+    ) -> Result<(), LedgerError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE llm_calls SET state = 'settled', input_tokens = ?2, output_tokens = ?3,
+                        cost_usd = ?4, settled_at = ?5
+                 WHERE call_id = ?1 AND state = 'in_flight'",
+                params![call, input as i64, output as i64, cost_usd, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Takes a task over: calls left in flight become `lost` (counted once,
+    /// at their reservation), and the task's total spend is returned. None
+    /// when the ledger knows no call of the task.
+    pub fn adopt(&self, task: TaskId) -> Result<Option<Spent>, LedgerError> {
+        self.write(|tx| {
+            let id = task.to_string();
+            let lost = tx.execute(
+                "UPDATE llm_calls SET state = 'lost', settled_at = ?2
+                 WHERE task_id = ?1 AND state = 'in_flight'",
+                params![id, now_ms()],
+            )?;
+            let (calls, input, output, cost, reserved, reserved_cost): (
+                i64,
+                i64,
+                i64,
+                f64,
+                i64,
+                f64,
+            ) = tx.query_row(
+                "SELECT count(*),
+                        coalesce(sum(CASE state WHEN 'settled' THEN input_tokens END), 0),
+                        coalesce(sum(CASE state WHEN 'settled' THEN output_tokens END), 0),
+                        coalesce(sum(CASE state WHEN 'settled' THEN cost_usd END), 0.0),
+                        coalesce(sum(CASE state WHEN 'lost' THEN reserved_tokens END), 0),
+                        coalesce(sum(CASE state WHEN 'lost' THEN reserved_cost END), 0.0)
+                     FROM llm_calls WHERE task_id = ?1",
+                [&id],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
+            )?;
+            if calls == 0 {
+                return Ok(None);
+            }
+            // A lost call's reservation is counted as input: which part of
+            // it the provider billed as output is unknown.
+            Ok(Some(Spent {
+                calls: calls as u64,
+                input_tokens: (input + reserved) as u64,
+                output_tokens: output as u64,
+                cost_usd: cost + reserved_cost,
+                lost: lost as u64,
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_calls_are_counted_once_at_their_reservation() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("q.db");
+        drop(crate::store::Store::open(&db).unwrap());
+        let l = Ledger::open(&db).unwrap();
+        let (a, b) = (TaskId::new(), TaskId::new());
+        assert_eq!(l.adopt(a).unwrap(), None);
+        l.reserve(a, "c1", 1000, 0.5).unwrap();
+        l.settle("c1", 100, 20, 0.1).unwrap();
+        l.reserve(a, "c2", 900, 0.4).unwrap(); // the foreman dies here
+        l.reserve(b, "c3", 50, 0.0).unwrap();
+        let spent = l.adopt(a).unwrap().unwrap();
+        assert_eq!(
+            (
+                spent.calls,
+                spent.input_tokens,
+                spent.output_tokens,
+                spent.lost
+            ),
+            (2, 100 + 900, 20, 1)
+        );
+        assert!((spent.cost_usd - 0.5).abs() < 1e-9);
+        // A second adoption counts the lost call again only once.
+        l.settle("c2", 1, 1, 0.0).unwrap(); // too late: already lost
+        let again = l.adopt(a).unwrap().unwrap();
+        assert_eq!(again.input_tokens, 1000);
+        assert_eq!(again.lost, 0);
+        // Another task's call is untouched.
+        assert_eq!(l.adopt(b).unwrap().unwrap().lost, 1);
+    }
+}

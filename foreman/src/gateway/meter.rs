@@ -1,0 +1,227 @@
+//! A task's budget and what it spent, with reservations: each call holds
+//! its estimate (input, plus the output cap it is given) until its real
+//! usage is known, so parallel calls cannot all pass one check.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use saheeli_protocol::chat::ChatUsage;
+
+use crate::config::Price;
+
+/// A task's limits, checked before every call.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Budget {
+    pub max_tokens: Option<u64>,
+    pub max_cost: Option<f64>,
+}
+
+impl Budget {
+    pub fn is_limited(&self) -> bool {
+        self.max_tokens.is_some() || self.max_cost.is_some()
+    }
+}
+
+/// Fewest output tokens a call is allowed: below this no tool call fits,
+/// and the call is refused instead of being cut to nothing.
+pub(crate) const MIN_OUTPUT: u64 = 256;
+
+/// Everything that passed through one task's gateway.
+#[derive(Debug, Default)]
+pub(crate) struct Meter {
+    pub calls: AtomicU64,
+    pub input_tokens: AtomicU64,
+    pub output_tokens: AtomicU64,
+    /// Millionths of a USD.
+    pub cost_micro_usd: AtomicU64,
+    pub malformed: AtomicU64,
+    /// The reason a call was refused or failed for good: `auth`,
+    /// `bad_request`, `budget`.
+    pub fatal: Mutex<Option<&'static str>>,
+    /// Held by calls in flight. Reserving and settling take this lock, so
+    /// the check and the reservation are one step.
+    reserved: Mutex<Reserved>,
+}
+
+#[derive(Debug, Default)]
+struct Reserved {
+    tokens: u64,
+    micro_usd: u64,
+}
+
+/// What one call may spend, held until it settles.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Grant {
+    pub tokens: u64,
+    pub micro_usd: u64,
+    /// The output cap to send upstream; None leaves the request's own.
+    pub max_output: Option<u64>,
+}
+
+impl Grant {
+    pub fn cost_usd(&self) -> f64 {
+        self.micro_usd as f64 / 1e6
+    }
+}
+
+/// USD per token → micro-USD for `tokens`.
+fn micro(tokens: u64, per_mtok: f64) -> u64 {
+    (tokens as f64 * per_mtok).ceil() as u64
+}
+
+impl Meter {
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens.load(Ordering::Relaxed) + self.output_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn cost(&self) -> f64 {
+        self.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    pub fn fatal(&self) -> Option<&'static str> {
+        *self.fatal.lock().unwrap()
+    }
+
+    pub fn set_fatal(&self, reason: &'static str) {
+        *self.fatal.lock().unwrap() = Some(reason);
+    }
+
+    /// Starts from usage already spent (a task adopted after a restart).
+    pub fn seed(&self, input: u64, output: u64, cost_usd: f64) {
+        self.input_tokens.store(input, Ordering::Relaxed);
+        self.output_tokens.store(output, Ordering::Relaxed);
+        self.cost_micro_usd
+            .store((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+    }
+
+    /// Reserves a call sending about `input` tokens and asking for up to
+    /// `want_output` (None: no limit asked). The output cap is cut to what
+    /// the budget leaves; a call for which less than [`MIN_OUTPUT`] is left
+    /// is refused with the reason.
+    pub fn reserve(
+        &self,
+        budget: &Budget,
+        price: Option<Price>,
+        input: u64,
+        want_output: Option<u64>,
+    ) -> Result<Grant, String> {
+        let mut held = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cap = want_output;
+        if let Some(max) = budget.max_tokens {
+            let used = self.tokens();
+            let left = max.saturating_sub(used + held.tokens);
+            if left < input + MIN_OUTPUT {
+                return Err(format!(
+                    "token budget: {used} of {max} used and {} held by calls in flight; this call \
+                     sends about {input} tokens and needs room for {MIN_OUTPUT} more",
+                    held.tokens
+                ));
+            }
+            cap = Some(cap.unwrap_or(u64::MAX).min(left - input));
+        }
+        if let (Some(max), Some(p)) = (budget.max_cost, price) {
+            let used = self.cost_micro_usd.load(Ordering::Relaxed);
+            let left = ((max * 1e6) as u64).saturating_sub(used + held.micro_usd);
+            let need = micro(input, p.input_per_mtok) + micro(MIN_OUTPUT, p.output_per_mtok);
+            if left < need {
+                return Err(format!(
+                    "cost budget: ${:.4} of ${max:.4} used and ${:.4} held by calls in flight; \
+                     this call costs about ${:.4} more",
+                    used as f64 / 1e6,
+                    held.micro_usd as f64 / 1e6,
+                    need as f64 / 1e6
+                ));
+            }
+            if p.output_per_mtok > 0.0 {
+                let room = left - micro(input, p.input_per_mtok);
+                let affordable = (room as f64 / p.output_per_mtok).floor() as u64;
+                cap = Some(cap.unwrap_or(u64::MAX).min(affordable));
+            }
+        }
+        let out = cap.unwrap_or(0);
+        let grant = Grant {
+            tokens: input + out,
+            micro_usd: price.map_or(0, |p| {
+                micro(input, p.input_per_mtok) + micro(out, p.output_per_mtok)
+            }),
+            max_output: cap,
+        };
+        held.tokens += grant.tokens;
+        held.micro_usd += grant.micro_usd;
+        Ok(grant)
+    }
+
+    /// Releases a grant and bills what the call really used.
+    pub fn settle(&self, grant: &Grant, usage: ChatUsage, price: Option<Price>) -> u64 {
+        let mut held = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        held.tokens = held.tokens.saturating_sub(grant.tokens);
+        held.micro_usd = held.micro_usd.saturating_sub(grant.micro_usd);
+        self.input_tokens
+            .fetch_add(usage.prompt_tokens, Ordering::Relaxed);
+        self.output_tokens
+            .fetch_add(usage.completion_tokens, Ordering::Relaxed);
+        let cost = price.map_or(0, |p| {
+            // per-million-token price × tokens = micro-USD
+            (usage.prompt_tokens as f64 * p.input_per_mtok
+                + usage.completion_tokens as f64 * p.output_per_mtok)
+                .round() as u64
+        });
+        self.cost_micro_usd.fetch_add(cost, Ordering::Relaxed);
+        cost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_reservations_cannot_overspend() {
+        let m = Meter::default();
+        let budget = Budget {
+            max_tokens: Some(2 * 1020 + 100),
+            max_cost: None,
+        };
+        let grants: Vec<_> = (0..8)
+            .map(|_| m.reserve(&budget, None, 20, Some(1000)))
+            .collect();
+        assert_eq!(grants.iter().filter(|g| g.is_ok()).count(), 2);
+        let g = grants[0].clone().unwrap();
+        assert_eq!(g.max_output, Some(1000));
+        // Settling frees the reservation and bills the real usage.
+        m.settle(
+            &g,
+            ChatUsage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+                total_tokens: 15,
+            },
+            None,
+        );
+        assert_eq!(m.tokens(), 15);
+        // Now a huge request is capped to what is left.
+        let capped = m.reserve(&budget, None, 20, Some(1 << 40)).unwrap();
+        assert_eq!(capped.max_output, Some(2140 - 15 - 1020 - 20));
+    }
+
+    #[test]
+    fn cost_budgets_cap_output_too() {
+        let m = Meter::default();
+        let budget = Budget {
+            max_tokens: None,
+            max_cost: Some(1.0),
+        };
+        let price = Some(Price {
+            input_per_mtok: 100.0,
+            output_per_mtok: 1000.0,
+        });
+        // 1000 input tokens cost $0.10; $0.90 buys 900 output tokens.
+        let g = m.reserve(&budget, price, 1000, None).unwrap();
+        assert_eq!(g.max_output, Some(900));
+        assert!(m.reserve(&budget, price, 1000, None).is_err());
+        // Unlimited: no cap added.
+        let free = Meter::default();
+        let g = free.reserve(&Budget::default(), None, 1000, None).unwrap();
+        assert_eq!(g.max_output, None);
+    }
+}

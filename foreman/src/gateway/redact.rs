@@ -1,0 +1,108 @@
+//! Keys out of everything the gateway hands back to a container or logs: a
+//! provider may echo the key in an error body or a completion, raw or in
+//! base64 (as part of an encoded header, at any alignment).
+
+use std::borrow::Cow;
+
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+
+/// Replaces every form of every key with `[REDACTED:<VARIABLE>]`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Redactor {
+    /// (needle, replacement), longest needles first.
+    patterns: Vec<(String, String)>,
+}
+
+/// Shortest base64 run worth matching: shorter ones would hit innocent text.
+const MIN_ENCODED: usize = 12;
+
+impl Redactor {
+    /// From `(variable, value)` pairs, as `Providers::secrets` lists them.
+    pub fn new(secrets: &[(String, String)]) -> Redactor {
+        let mut patterns = Vec::new();
+        for (var, key) in secrets {
+            let mark = format!("[REDACTED:{var}]");
+            patterns.push((key.clone(), mark.clone()));
+            for needle in encoded_forms(key.as_bytes()) {
+                patterns.push((needle, mark.clone()));
+            }
+        }
+        patterns.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+        patterns.dedup_by(|a, b| a.0 == b.0);
+        Redactor { patterns }
+    }
+
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut out = Cow::Borrowed(text);
+        for (needle, mark) in &self.patterns {
+            if out.contains(needle.as_str()) {
+                out = Cow::Owned(out.replace(needle.as_str(), mark));
+            }
+        }
+        out
+    }
+}
+
+/// The base64 runs (standard and URL-safe alphabets) that only the key's
+/// own bytes determine, for each of the three alignments the key can have
+/// inside a longer encoded text.
+fn encoded_forms(key: &[u8]) -> Vec<String> {
+    let mut forms = Vec::new();
+    for offset in 0..3 {
+        let mut bytes = vec![0u8; offset];
+        bytes.extend_from_slice(key);
+        // Character i covers bits [6i, 6i + 6); the key's bits are
+        // [8 * offset, 8 * (offset + len)).
+        let start = (8 * offset).div_ceil(6);
+        let end = 8 * (offset + key.len()) / 6;
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let enc = engine.encode(&bytes);
+            if end > start && end - start >= MIN_ENCODED {
+                forms.push(enc[start..end].to_string());
+            }
+        }
+    }
+    forms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+
+    #[test]
+    fn raw_and_base64_forms_at_any_alignment_are_redacted() {
+        let key = "sk-test->>??>>??-0123456789";
+        let r = Redactor::new(&[("OPENAI_API_KEY".into(), key.into())]);
+        for prefix in ["", "B", "Be", "Bearer "] {
+            for encoded in [
+                STANDARD.encode(format!("{prefix}{key}")),
+                URL_SAFE.encode(format!("{prefix}{key};")),
+            ] {
+                let text = format!("trace {encoded} end");
+                let out = r.redact(&text);
+                assert!(
+                    out.contains("[REDACTED:OPENAI_API_KEY]"),
+                    "{prefix:?}: {out}"
+                );
+                // What is left of the encoding cannot spell the key.
+                let left = out
+                    .split(' ')
+                    .nth(1)
+                    .unwrap()
+                    .replace("[REDACTED:OPENAI_API_KEY]", "");
+                // The prefix's own encoding, and a few edge characters.
+                assert!(
+                    left.len() <= (prefix.len() * 4).div_ceil(3) + 8,
+                    "{prefix:?}: {out}"
+                );
+            }
+        }
+        assert_eq!(
+            r.redact(&format!("key {key}!")),
+            "key [REDACTED:OPENAI_API_KEY]!"
+        );
+        assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+}
