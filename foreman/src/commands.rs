@@ -624,8 +624,20 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         removed += 1;
     }
+    // Workspace images whose volume is already gone.
+    for (id, mnt) in crate::disk::present(&cfg.state_dir()) {
+        let task = id.to_string();
+        if volumes.iter().any(|(_, t)| *t == task) || !ended(&task) {
+            continue;
+        }
+        println!("workspace image {} (task {task})", mnt.display());
+        if !args.dry_run {
+            crate::disk::destroy(&mnt)?;
+        }
+        removed += 1;
+    }
     eprintln!(
-        "{} {removed} leftover containers and volumes",
+        "{} {removed} leftover containers, volumes and workspace images",
         if args.dry_run {
             "would remove"
         } else {

@@ -157,6 +157,21 @@ pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result
     Ok(mnt)
 }
 
+/// The task workspaces present under `state_dir` (mounted or not), for the
+/// sweeper: a foreman stopped at the wrong moment can leave one behind.
+pub(crate) fn present(state_dir: &Path) -> Vec<(TaskId, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("workspaces")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let id = e.file_name().to_str()?.parse().ok()?;
+            Some((id, e.path().join("mnt")))
+        })
+        .collect()
+}
+
 /// Whether `path` is a mount point (its device differs from its parent's).
 fn is_mounted(path: &Path) -> anyhow::Result<bool> {
     use std::os::unix::fs::MetadataExt;

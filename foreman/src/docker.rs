@@ -394,6 +394,15 @@ pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result
         .await
         .ok()
         .and_then(|v| bound_workspace(&v));
+    // The mount goes first: a foreman stopped between the two steps
+    // leaves a labelled volume that the sweeper finds (destroying is
+    // idempotent), never a mount that nothing points at any more.
+    if let Some(mnt) = bound {
+        tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt))
+            .await
+            .context("the workspace image thread panicked")?
+            .with_context(|| format!("removing the workspace image of volume `{name}`"))?;
+    }
     let opts = RemoveVolumeOptionsBuilder::default().force(true).build();
     match docker.remove_volume(name, Some(opts)).await {
         Ok(())
@@ -401,12 +410,6 @@ pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result
             status_code: 404, ..
         }) => {}
         Err(e) => return Err(e).with_context(|| format!("removing volume `{name}`")),
-    }
-    if let Some(mnt) = bound {
-        tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt))
-            .await
-            .context("the workspace image thread panicked")?
-            .with_context(|| format!("removing the workspace image of volume `{name}`"))?;
     }
     Ok(())
 }

@@ -46,6 +46,30 @@ pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
             let _ = docker::remove_volume(&ctx.docker, name).await;
         }
     }
+    // Workspace images whose volume is gone (a foreman stopped between
+    // the two): unmounted and deleted once their task has ended.
+    let state_dir = ctx.cfg.state_dir();
+    let present = tokio::task::spawn_blocking(move || crate::disk::present(&state_dir))
+        .await
+        .unwrap_or_default();
+    for (id, mnt) in present {
+        if volumes.iter().any(|(_, t)| *t == id.to_string()) {
+            continue;
+        }
+        let ended = ctx
+            .db(move |s| s.get(&id.to_string()))
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.state.is_terminal() && !active.lock().unwrap().contains_key(&id));
+        if ended {
+            info!(task_id = %id, "removing a leftover workspace image");
+            let removed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
+            if let Ok(Err(e)) = removed {
+                warn!(task_id = %id, error = %format!("{e:#}"), "workspace image not removed");
+            }
+        }
+    }
 }
 
 /// Removes the task's containers and volume (found by label).

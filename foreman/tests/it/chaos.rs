@@ -52,6 +52,12 @@ fn serve(s: &Saheeli, jobs: &str) -> Child {
 
 /// Every task ended complete, ran its servo once, and left nothing behind.
 fn check_invariants(s: &Saheeli, ids: &[String]) {
+    // Workspace images are unmounted once their tasks end, whenever the
+    // foremen were killed.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let project = s.path().display().to_string();
+    let left: Vec<_> = mounts.lines().filter(|l| l.contains(&project)).collect();
+    assert!(left.is_empty(), "mounts left behind: {left:#?}");
     let results = s.path().join("results");
     for id in ids {
         let t = s.task(id);
