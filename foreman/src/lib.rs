@@ -25,21 +25,21 @@
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
 
+mod backend;
 pub mod cli;
 mod collect;
 mod commands;
 mod config;
-mod disk;
-mod docker;
 mod events;
 mod gateway;
-mod image;
 mod inputs;
 mod output;
 mod reconciler;
 mod spec;
 mod state;
 mod store;
+
+use backend::{disk, docker};
 
 use std::process::ExitCode;
 
@@ -104,7 +104,7 @@ pub fn main() -> ExitCode {
 
 async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::BuildServo(args) => image::build_servo(&cfg, &args)
+        Command::BuildServo(args) => commands::build_servo(&cfg, &args)
             .await
             .map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => commands::serve(&cfg, args).await,

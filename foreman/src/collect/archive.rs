@@ -1,0 +1,258 @@
+//! Extracting a tar stream from a container we do not trust: entries
+//! that would leave the results directory, devices, FIFOs and hard links are
+//! skipped; symlinks are made last, so nothing is written through one.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::Context;
+
+use super::*;
+
+/// Reads pieces of an archive sent from the async side.
+pub(crate) struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl ChannelReader {
+    pub fn new(rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>) -> Self {
+        ChannelReader {
+            rx,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(piece)) => self.current = piece,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        bytes::Buf::advance(&mut self.current, n);
+        Ok(n)
+    }
+}
+
+/// Extracts a workspace tar into `dest`, writing first to a sibling
+/// `.partial` directory and redacting `secrets` (variable, value) there.
+/// An existing `dest` is replaced.
+pub(crate) fn extract(
+    reader: impl Read,
+    dest: &Path,
+    secrets: &[(String, String)],
+    max_bytes: u64,
+) -> anyhow::Result<Collected> {
+    collect_into(dest, secrets, max_bytes, |partial| {
+        extract_into(reader, partial, max_bytes)
+    })
+}
+
+pub(super) fn extract_into(
+    reader: impl Read,
+    root: &Path,
+    max_bytes: u64,
+) -> anyhow::Result<Collected> {
+    let mut archive = tar::Archive::new(reader);
+    let mut out = Collected::default();
+    let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
+    // Directories known to exist: spares a create_dir_all per file.
+    let mut dirs: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    dirs.insert(root.to_path_buf());
+    for entry in archive.entries().context("reading the workspace archive")? {
+        let mut entry = entry.context("reading the workspace archive")?;
+        let raw = entry.path().context("reading an archive entry's path")?;
+        let shown = raw.display().to_string();
+        let Some(rel) = confined(&raw) else {
+            out.skipped
+                .push(format!("{shown}: path leaves the workspace"));
+            continue;
+        };
+        if rel.as_os_str().is_empty() {
+            continue; // the workspace directory itself
+        }
+        let target = root.join(&rel);
+        let kind = entry.header().entry_type();
+        match kind {
+            tar::EntryType::Directory => match fs::create_dir_all(&target) {
+                Ok(()) => {
+                    dirs.insert(target);
+                }
+                Err(e) => out.skipped.push(format!("{shown}: {e}")),
+            },
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let size = entry.header().size().unwrap_or(0);
+                if out.bytes + size > max_bytes {
+                    out.truncated = true;
+                    break;
+                }
+                if let Some(p) = target.parent()
+                    && !dirs.contains(p)
+                {
+                    if let Err(e) = fs::create_dir_all(p) {
+                        out.skipped.push(format!("{shown}: {e}"));
+                        continue;
+                    }
+                    dirs.insert(p.to_path_buf());
+                }
+                let mut file = match fs::File::create(&target) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        out.skipped.push(format!("{shown}: {e}"));
+                        continue;
+                    }
+                };
+                // Bounded even if the header lied about the size.
+                let n = io::copy(
+                    &mut (&mut entry).take((max_bytes - out.bytes).saturating_add(1)),
+                    &mut file,
+                )
+                .with_context(|| format!("writing `{}`", target.display()))?;
+                if let Ok(mode) = entry.header().mode()
+                    && mode & 0o111 != 0
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    // Keep the executable bits, never setuid/setgid/sticky.
+                    let _ =
+                        file.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
+                }
+                out.files += 1;
+                out.bytes += n;
+                if out.bytes > max_bytes {
+                    out.truncated = true;
+                    break;
+                }
+            }
+            tar::EntryType::Symlink => {
+                if let Some(to) = entry.link_name().ok().flatten() {
+                    symlinks.push((target, to.into_owned()));
+                }
+            }
+            other => out
+                .skipped
+                .push(format!("{shown}: {other:?} entries are not collected")),
+        }
+    }
+    make_links(symlinks)?;
+    Ok(out)
+}
+
+/// Creates symlinks last, so that nothing collected was written through one.
+pub(super) fn make_links(links: Vec<(PathBuf, PathBuf)>) -> anyhow::Result<()> {
+    for (at, to) in links {
+        if let Some(p) = at.parent() {
+            fs::create_dir_all(p).ok();
+        }
+        if at.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(&to, &at)
+                .with_context(|| format!("creating symlink `{}`", at.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The entry's path relative to the workspace, or None when it would leave it.
+/// Docker prefixes entries with `workspace/`.
+pub(super) fn confined(raw: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    let mut comps = raw.components().peekable();
+    if let Some(Component::CurDir) = comps.peek() {
+        comps.next();
+    }
+    match comps.next() {
+        Some(Component::Normal(first)) if first == "workspace" => {}
+        None => return Some(out),
+        _ => return None,
+    }
+    for c in comps {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod properties {
+    use super::tests::archive;
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry_path() -> impl Strategy<Value = String> {
+        let part = prop_oneof![
+            Just("..".to_string()),
+            Just(".".to_string()),
+            Just("workspace".to_string()),
+            Just("link".to_string()),
+            Just("tmp".to_string()),
+            "[a-z]{1,3}",
+        ];
+        (any::<bool>(), prop::collection::vec(part, 1..6))
+            .prop_map(|(abs, parts)| format!("{}{}", if abs { "/" } else { "" }, parts.join("/")))
+    }
+
+    fn entry() -> impl Strategy<Value = (String, tar::EntryType, Option<String>)> {
+        (
+            entry_path(),
+            prop_oneof![
+                Just(tar::EntryType::Regular),
+                Just(tar::EntryType::Directory),
+                Just(tar::EntryType::Symlink),
+                Just(tar::EntryType::Link),
+                Just(tar::EntryType::Char),
+            ],
+            prop_oneof![Just(None), entry_path().prop_map(Some)],
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn nothing_is_written_outside_the_results_directory(entries in prop::collection::vec(entry(), 1..12)) {
+            let d = tempfile::tempdir().unwrap();
+            let outside = d.path().join("outside");
+            fs::create_dir(&outside).unwrap();
+            let dest = d.path().join("results/t");
+            let list: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = entries
+                .iter()
+                .map(|(p, k, l)| (p.as_str(), *k, &b"data"[..], l.as_deref().or(Some("x"))))
+                .collect();
+            let tar = archive(&list);
+            let _ = extract(&tar[..], &dest, &[], 1 << 20);
+            // Only `results/` was created, and nothing appeared beside it.
+            let top: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert_eq!(top.len(), 2, "{:?}", top);
+            prop_assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+            let in_results: Vec<_> = fs::read_dir(d.path().join("results")).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert!(in_results.len() <= 1, "{:?}", in_results);
+            // No regular file below dest is reached through a symlink.
+            fn walk(dir: &Path, root: &Path) -> Result<(), String> {
+                for e in fs::read_dir(dir).map_err(|e| e.to_string())? {
+                    let e = e.map_err(|e| e.to_string())?;
+                    let ft = e.file_type().map_err(|e| e.to_string())?;
+                    if ft.is_dir() {
+                        walk(&e.path(), root)?;
+                    } else if ft.is_file() {
+                        let real = e.path().canonicalize().map_err(|e| e.to_string())?;
+                        if !real.starts_with(root.canonicalize().unwrap()) {
+                            return Err(format!("{} escapes", e.path().display()));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            if dest.is_dir() {
+                prop_assert!(walk(&dest, &dest).is_ok());
+            }
+        }
+    }
+}

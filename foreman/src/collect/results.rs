@@ -1,0 +1,72 @@
+//! A results directory comes to be whole or not at all: filled under a
+//! private `.partial` name, marked when truncated, redacted, then renamed.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::*;
+
+/// What was collected.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    pub files: u64,
+    pub bytes: u64,
+    /// Entries refused (unsafe path or type), with the reason.
+    pub skipped: Vec<String>,
+    /// Secrets found and redacted: `OPENAI_API_KEY in 2 files`.
+    pub redacted: Vec<String>,
+    /// The size cap was reached: what was collected is partial, and the
+    /// results directory holds `RESULTS_TRUNCATED.txt` saying so.
+    pub truncated: bool,
+}
+
+/// The marker left in a results directory cut short by the size cap.
+pub(crate) const TRUNCATED_MARKER: &str = "RESULTS_TRUNCATED.txt";
+
+/// Fills a fresh `.partial` sibling of `dest`, marks a truncated result,
+/// redacts `secrets`, and renames it into place.
+pub(super) fn collect_into(
+    dest: &Path,
+    secrets: &[(String, String)],
+    max_bytes: u64,
+    fill: impl FnOnce(&Path) -> anyhow::Result<Collected>,
+) -> anyhow::Result<Collected> {
+    let parent = dest.parent().context("results path has no parent")?;
+    fs::create_dir_all(parent)
+        .with_context(|| format!("creating results directory `{}`", parent.display()))?;
+    let name = dest
+        .file_name()
+        .context("results path has no name")?
+        .to_string_lossy();
+    // Private to this collector: two never share one (a foreman that lost
+    // its lease must not write into another's collection).
+    let partial = parent.join(format!(".{name}.{}.partial", uuid::Uuid::new_v4().simple()));
+    fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
+    let mut collected = fill(&partial).inspect_err(|_| {
+        let _ = fs::remove_dir_all(&partial);
+    })?;
+    if collected.truncated {
+        fs::write(
+            partial.join(TRUNCATED_MARKER),
+            format!(
+                "Collection stopped at the results size cap ({max_bytes} bytes, \
+                 `max_results_size` in config.yaml): this directory is partial.\n"
+            ),
+        )
+        .context("marking truncated results")?;
+    }
+    let redacted = redact_tree(&partial, secrets).inspect_err(|_| {
+        let _ = fs::remove_dir_all(&partial);
+    })?;
+    for (var, files) in redacted {
+        collected.redacted.push(format!("{var} in {files} files"));
+    }
+    if dest.exists() {
+        fs::remove_dir_all(dest).with_context(|| format!("replacing `{}`", dest.display()))?;
+    }
+    fs::rename(&partial, dest)
+        .with_context(|| format!("moving results into `{}`", dest.display()))?;
+    Ok(collected)
+}

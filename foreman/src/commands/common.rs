@@ -1,0 +1,137 @@
+//! What the command handlers share: opening the store, exit codes,
+//! submitting a prompt file.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use saheeli_protocol::TaskId;
+
+use crate::cli::PromptArgs;
+use crate::config::Config;
+use crate::inputs;
+use crate::spec::TaskSpec;
+use crate::state::TaskState;
+use crate::store::Store;
+
+/// Opens the database named by the config, creating its directory.
+pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
+    let path = cfg.database();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating database directory `{}`", dir.display()))?;
+    }
+    Store::open(&path).with_context(|| format!("opening database `{}`", path.display()))
+}
+
+/// Opens an existing database for a command that only reads (status, logs,
+/// results): never creates one, and says where it looked.
+pub(crate) fn open_existing_store(cfg: &Config) -> anyhow::Result<Store> {
+    let path = cfg.database();
+    if !path.exists() {
+        bail!(
+            "no database at `{}` (from {}); run this in the project directory, or pass \
+             `--config FILE`; `saheeli task submit` creates it",
+            path.display(),
+            cfg.describe_source()
+        );
+    }
+    open_store(cfg)
+}
+
+pub(super) fn exit_for(state: TaskState) -> ExitCode {
+    match state {
+        TaskState::Complete => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    }
+}
+
+/// Validates and queues a prompt; returns the new id.
+pub(super) async fn submit_prompt(
+    cfg: &Config,
+    prompt: &Path,
+    args: &PromptArgs,
+) -> anyhow::Result<TaskId> {
+    let spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
+    let id = TaskId::new();
+    // Copied before the row exists (and the database is opened): a failure
+    // here queues nothing and leaves nothing behind.
+    let packed = match &spec.workspace {
+        Some(ws) => {
+            inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)?;
+            let (cfg, ws) = (cfg.clone(), ws.clone());
+            let include_ignored = spec.workspace_include_ignored;
+            let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, include_ignored))
+                .await
+                .context("packing thread panicked")??;
+            Some(tar)
+        }
+        None => None,
+    };
+    let queued = open_store(cfg).and_then(|mut store| {
+        store
+            .submit(id, &spec, args.priority, None, 1)
+            .map_err(anyhow::Error::from)
+    });
+    if let (Err(_), Some(tar)) = (&queued, packed) {
+        let _ = std::fs::remove_file(tar);
+    }
+    queued.map(|()| id)
+}
+
+/// Packs `ws` as task `id`'s submitted workspace; returns the tar. Blocking.
+pub(super) fn pack(
+    cfg: &Config,
+    ws: &Path,
+    id: TaskId,
+    include_ignored: bool,
+) -> anyhow::Result<PathBuf> {
+    let db = cfg.database();
+    let mut exclude = vec![cfg.state_dir(), cfg.results_dir()];
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        exclude.push(p.into());
+    }
+    let opts = inputs::PackOptions {
+        include_ignored,
+        exclude,
+        max_bytes: cfg.file.max_workspace_size.0,
+        secrets: known_secrets(cfg),
+    };
+    let tar = inputs::new_workspace_tar(&cfg.state_dir(), id).with_context(|| {
+        format!(
+            "creating the inputs directory in `{}`",
+            cfg.state_dir().display()
+        )
+    })?;
+    inputs::pack_workspace(ws, &tar, &opts)?;
+    Ok(tar)
+}
+
+/// The value of every key variable Saheeli knows, from the environment and
+/// from `.env` beside config.yaml (where the environment may hold another).
+pub(super) fn known_secrets(cfg: &Config) -> Vec<(String, String)> {
+    let mut vars = vec![
+        "OPENAI_API_KEY".to_string(),
+        "ANTHROPIC_API_KEY".to_string(),
+    ];
+    vars.extend(
+        cfg.file
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone()),
+    );
+    let mut out: Vec<(String, String)> = vars
+        .iter()
+        .filter_map(|v| Some((v.clone(), std::env::var(v).ok()?)))
+        .collect();
+    if let Ok(entries) = dotenvy::from_path_iter(cfg.base_dir.join(".env")) {
+        out.extend(entries.flatten().filter(|(k, _)| vars.contains(k)));
+    }
+    // As collection's redaction does: a short value would match by chance.
+    out.retain(|(_, v)| v.trim().len() >= 8);
+    out.sort();
+    out.dedup();
+    out
+}

@@ -1,0 +1,109 @@
+//! `saheeli serve`, and what it shares with `run`: signals and the
+//! reconciler's context.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::bail;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ServeArgs;
+use crate::config::Config;
+use crate::docker;
+use crate::gateway::Upstream;
+use crate::reconciler::{self, Ctx, ServeOptions};
+use crate::state::TaskState;
+
+use super::*;
+
+/// Ctrl-C or SIGTERM once: drain; twice: stop running containers too.
+pub(super) fn signals() -> (CancellationToken, CancellationToken) {
+    let drain = CancellationToken::new();
+    let stop = CancellationToken::new();
+    let (d, s) = (drain.clone(), stop.clone());
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        for n in 0.. {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            if n == 0 {
+                tracing::warn!(
+                    "draining: no new tasks start; interrupt again to stop running ones"
+                );
+                d.cancel();
+            } else {
+                s.cancel();
+                break;
+            }
+        }
+    });
+    (drain, stop)
+}
+
+pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
+    match cfg.file.limits.disk_enforcement {
+        crate::config::DiskEnforcement::Loop => crate::disk::preflight()?,
+        crate::config::DiskEnforcement::Off => tracing::warn!(
+            "`limits.disk_enforcement: off`: workspaces have no size limit; an agent can fill this host's disk"
+        ),
+    }
+    let store = open_store(cfg)?;
+    let docker = docker::connect().await?;
+    let upstream = Arc::new(Upstream::from_config(cfg)?);
+    Ok(Arc::new(Ctx {
+        cfg: cfg.clone(),
+        lease: crate::store::Lease::new(cfg.file.lease),
+        docker,
+        store: Arc::new(Mutex::new(store)),
+        bus: crate::events::Bus::new(1024),
+        upstream,
+    }))
+}
+
+pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = cfg.clone();
+    if let Some(n) = args.concurrency {
+        if n == 0 {
+            bail!("`--concurrency` must be at least 1");
+        }
+        cfg.file.concurrency = n;
+    }
+    let ctx = context(&cfg).await?;
+    docker::require_image(&ctx.docker, &cfg.file.image).await?;
+    let (drain, stop) = signals();
+    tracing::info!(
+        config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
+        concurrency = cfg.file.concurrency,
+        providers = %ctx.upstream.providers.summary(),
+        drain = args.drain,
+        "serving"
+    );
+    let summary = reconciler::run(
+        ctx,
+        ServeOptions {
+            drain: args.drain,
+            only: None,
+        },
+        drain,
+        stop,
+    )
+    .await?;
+    let complete = summary
+        .finished
+        .iter()
+        .filter(|(_, s)| *s == TaskState::Complete)
+        .count();
+    eprintln!(
+        "served {} tasks, {} complete",
+        summary.finished.len(),
+        complete
+    );
+    Ok(if summary.all_complete() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

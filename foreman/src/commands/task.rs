@@ -1,0 +1,284 @@
+//! `saheeli task …`: submit, status, logs, results, cancel, retry.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures_util::StreamExt;
+use saheeli_protocol::{TaskId, paths};
+
+use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArgs};
+use crate::config::Config;
+use crate::output::{self, TaskView};
+use crate::state::TaskState;
+use crate::store::TaskRow;
+use crate::{collect, docker, inputs};
+
+use super::*;
+
+pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
+    if args.json {
+        println!("{}", serde_json::json!({ "id": id.to_string() }));
+    } else {
+        println!("{id}");
+    }
+    if !args.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store = open_store(cfg)?;
+    loop {
+        let t = store.require(&id.to_string())?;
+        if t.state.is_terminal() {
+            eprintln!("task {id} {}", t.state);
+            return Ok(exit_for(t.state));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let store = open_existing_store(cfg)?;
+    loop {
+        let text = match &args.id {
+            Some(id) => {
+                let t = store.require(id)?;
+                let events = store.events(t.id)?;
+                let attempts = store.attempts(t.id)?;
+                if args.json {
+                    let mut view = TaskView::new(&t, Some(&events));
+                    view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
+                    serde_json::to_string_pretty(&view)?
+                } else {
+                    output::detail(&t, &events, &attempts)
+                }
+            }
+            None => {
+                let tasks = store.list(args.limit)?;
+                if args.json {
+                    let views: Vec<_> = tasks.iter().map(|t| TaskView::new(t, None)).collect();
+                    serde_json::to_string_pretty(&views)?
+                } else {
+                    output::table(&tasks)
+                }
+            }
+        };
+        if args.watch {
+            // Clear the screen and home the cursor before each redraw.
+            print!("\x1b[2J\x1b[H");
+        }
+        println!("{}", text.trim_end());
+        if !args.watch {
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Some(id) = &args.id
+            && store.require(id)?.state.is_terminal()
+        {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::io::stdout().flush()?;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCode> {
+    let store = open_existing_store(cfg)?;
+    let t = store.require(&args.id)?;
+    let mut live_printed = 0usize;
+    if matches!(
+        t.state,
+        TaskState::Queued | TaskState::Starting | TaskState::Running
+    ) {
+        if t.state == TaskState::Queued && !args.follow {
+            eprintln!("task {} is queued; nothing logged yet", t.id);
+            return Ok(ExitCode::SUCCESS);
+        }
+        // Live: the servo mirrors its audit lines to stdout, i.e. the container log.
+        let d = docker::connect().await?;
+        loop {
+            let t = store.require(&args.id)?;
+            if t.state.is_terminal() {
+                break;
+            }
+            if let Some(cid) = docker::task_containers(&d, t.id).await?.first() {
+                let opts = bollard::query_parameters::LogsOptionsBuilder::default()
+                    .stdout(true)
+                    .follow(args.follow)
+                    .build();
+                let mut stream = d.logs(cid, Some(opts));
+                let mut n = 0;
+                while let Some(item) = stream.next().await {
+                    let Ok(chunk) = item else { break };
+                    for line in chunk.to_string().lines() {
+                        n += 1;
+                        if n > live_printed {
+                            println!("{}", output::audit_line(line));
+                            live_printed = n;
+                        }
+                    }
+                }
+                if !args.follow {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            } else if !args.follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    // Finished: the audit log in the collected results.
+    let t = store.require(&args.id)?;
+    let Some(dir) = &t.results_path else {
+        bail!(
+            "task `{}` has no collected results ({}); nothing to show",
+            t.id,
+            t.state
+        );
+    };
+    // The collected log is the agent's file: never followed, never read whole.
+    let dir = PathBuf::from(dir);
+    let lines = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let Some(lines) = collect::audit_lines(&dir, t.id)
+            .with_context(|| format!("reading the audit log of task `{}`", t.id))?
+        else {
+            bail!(
+                "task `{}` left no audit log `{}` in its results",
+                t.id,
+                paths::audit_log(&t.id)
+            );
+        };
+        let mut out = std::io::stdout().lock();
+        for line in lines.skip(live_printed) {
+            let shown = match line.context("reading the audit log")? {
+                collect::Line::Text(l) => output::audit_line(&l),
+                collect::Line::TooLong(n) => format!("[an audit line of {n} bytes, not shown]"),
+                collect::Line::Truncated => format!(
+                    "[the audit log goes on past {} MiB; the rest is not shown]",
+                    collect::MAX_AUDIT_LOG >> 20
+                ),
+            };
+            writeln!(out, "{shown}")?;
+        }
+        Ok(())
+    });
+    lines.await.context("audit log reader panicked")??;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Copies a directory tree, keeping symlinks as links.
+pub(super) fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating `{}`", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading `{}`", from.display()))? {
+        let entry = entry?;
+        let ft = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if ft.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(entry.path())?;
+            let _ = std::fs::remove_file(&dest);
+            std::os::unix::fs::symlink(target, &dest)?;
+        } else if ft.is_file() {
+            std::fs::copy(entry.path(), &dest)
+                .with_context(|| format!("copying to `{}`", dest.display()))?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<ExitCode> {
+    let store = open_existing_store(cfg)?;
+    let t = store.require(&args.id)?;
+    let Some(dir) = t.results_path.clone() else {
+        bail!(
+            "task `{}` is {}: results are collected when it ends",
+            t.id,
+            t.state
+        );
+    };
+    let mut shown = PathBuf::from(&dir);
+    if let Some(dest) = &args.dest {
+        let target = dest.join(t.id.to_string());
+        copy_tree(Path::new(&dir), &target)?;
+        shown = target;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"id": t.id.to_string(), "state": t.state.as_str(), "results": shown})
+        );
+    } else {
+        println!("{}", shown.display());
+    }
+    Ok(exit_for(t.state))
+}
+
+pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
+    let mut store = open_existing_store(cfg)?;
+    let t = store.require(&args.id)?;
+    match store.request_cancel(t.id)? {
+        TaskState::Queued => {
+            // It never starts: its submitted workspace is not needed.
+            inputs::remove_workspace(&cfg.state_dir(), t.id).await;
+            println!("cancelled {} (it had not started)", t.id)
+        }
+        TaskState::Starting | TaskState::Running => println!(
+            "cancel requested for {}; the serving foreman stops it and collects its workspace",
+            t.id
+        ),
+        done => bail!("task `{}` already ended ({done}); nothing to cancel", t.id),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
+    let mut store = open_existing_store(cfg)?;
+    let old: TaskRow = store.require(&args.id)?;
+    if !old.state.is_terminal() {
+        bail!(
+            "task `{}` is {}; only an ended task can be retried (wait for it, or `saheeli task cancel {}` first)",
+            old.id,
+            old.state,
+            old.id.short()
+        );
+    }
+    let id = TaskId::new();
+    let state_dir = cfg.state_dir();
+    let had_copy = inputs::workspace_tar(&state_dir, old.id).is_file();
+    if had_copy {
+        let (from, state_dir) = (old.id, state_dir.clone());
+        tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, from, id))
+            .await
+            .context("copying thread panicked")??;
+    } else if let Some(ws) = &old.spec.workspace {
+        // The submitted copy is deleted once a task's workspace is
+        // collected: copy the directory again, under the same rules.
+        let (cfg2, ws2, include) = (cfg.clone(), ws.clone(), old.spec.workspace_include_ignored);
+        tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, id, include))
+            .await
+            .context("packing thread panicked")??;
+        eprintln!(
+            "note: task `{}` has run, so its submitted workspace is gone; copied `{}` again as it is now",
+            old.id,
+            ws.display()
+        );
+    }
+    if let Err(e) = store.retry(old.id, id) {
+        inputs::remove_workspace(&state_dir, id).await;
+        return Err(e.into());
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"id": id.to_string(), "retry_of": old.id.to_string()})
+        );
+    } else {
+        println!("{id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
