@@ -16,6 +16,7 @@
 //! - [`replay`]: scripted assistant turns for the offline `replay:` model.
 //! - [`exit`]: what a servo's exit code means.
 //! - [`reason`]: [`Reason`], why a task ended.
+//! - [`retry`]: when to try an LLM call again and how long to wait.
 
 pub mod audit;
 pub mod chat;
@@ -24,6 +25,7 @@ pub mod exit;
 pub mod front_matter;
 pub mod reason;
 pub mod replay;
+pub mod retry;
 pub mod task;
 
 pub use audit::{AuditEvent, Session, Usage};

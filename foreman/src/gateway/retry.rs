@@ -2,6 +2,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use saheeli_protocol::retry;
+
 /// What an upstream answer means for retrying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -18,38 +20,19 @@ pub(crate) fn verdict(status: u16) -> Verdict {
     match status {
         200..=299 => Verdict::Success,
         401 | 403 => Verdict::Auth,
-        408 | 429 | 500..=599 => Verdict::Retry,
+        s if retry::retryable_status(s) => Verdict::Retry,
         _ => Verdict::BadRequest,
     }
 }
 
 /// `Retry-After` as seconds or an HTTP date.
 pub(crate) fn retry_after(value: Option<&str>, now: SystemTime) -> Option<Duration> {
-    let v = value?.trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    retry::retry_after(value?, now)
 }
 
 /// Exponential backoff with ±25 % jitter; the server's wish wins when given.
 pub(crate) fn backoff(attempt: u32, server_wish: Option<Duration>) -> Duration {
-    if let Some(d) = server_wish {
-        return d;
-    }
-    let base = Duration::from_millis(500) * 2u32.pow(attempt.saturating_sub(1).min(6));
-    let base = base.min(Duration::from_secs(30));
-    let jitter = 0.75 + (jitter_seed() % 1000) as f64 / 2000.0;
-    base.mul_f64(jitter)
-}
-
-/// Cheap randomness for jitter: the clock's nanoseconds.
-fn jitter_seed() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0)
+    retry::backoff(attempt, server_wish, Duration::MAX, fastrand::f64())
 }
 
 #[cfg(test)]

@@ -13,9 +13,10 @@
 //! deadline allows: the agent's loop ends the wait at its deadline.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use saheeli_protocol::chat::gateway_error;
+use saheeli_protocol::retry;
 
 use super::LlmError;
 
@@ -79,9 +80,10 @@ pub(crate) fn verdict(status: u16, kind: Option<&str>) -> Verdict {
         }
         _ => {}
     }
-    match status {
-        408 | 429 | 500..=599 => Verdict::Retry,
-        _ => Verdict::Fail,
+    if retry::retryable_status(status) {
+        Verdict::Retry
+    } else {
+        Verdict::Fail
     }
 }
 
@@ -144,61 +146,10 @@ where
 /// when it gave one (capped), else exponential backoff with ±25 % jitter,
 /// so that many servos do not retry in step.
 pub(crate) fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
-    if let Some(d) = retry_after {
-        return d.min(MAX_WAIT);
-    }
-    let base = Duration::from_millis(500) * 2u32.pow(attempt.saturating_sub(1).min(6));
-    let base = base.min(Duration::from_secs(30));
-    base.mul_f64(0.75 + fastrand::f64() * 0.5)
+    retry::backoff(attempt, retry_after, MAX_WAIT, fastrand::f64())
 }
 
-/// A `Retry-After` value: seconds (`2`, `0.5`) or an HTTP date
-/// (`Sun, 06 Nov 1994 08:49:37 GMT`).
-pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let v = value.trim();
-    if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
-    }
-    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(http_date(v)?);
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// Seconds since the epoch of an IMF-fixdate, the one HTTP date format
-/// servers send today.
-fn http_date(v: &str) -> Option<u64> {
-    let mut parts = v.split_ascii_whitespace();
-    let (_weekday, day, month, year, time, zone) = (
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-    );
-    if zone != "GMT" || parts.next().is_some() {
-        return None;
-    }
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| *m == month)? as i64 + 1;
-    let day: i64 = day.parse().ok()?;
-    let year: i64 = year.parse().ok()?;
-    let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()
-}
+pub(crate) use retry::retry_after;
 
 #[cfg(test)]
 mod tests {
@@ -236,30 +187,6 @@ mod tests {
             Verdict::Malformed
         );
         assert_eq!(verdict(401, Some(gateway_error::AUTH)), Verdict::Fail);
-    }
-
-    #[test]
-    fn retry_after_seconds_and_dates() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_770);
-        assert_eq!(retry_after("2", now), Some(Duration::from_secs(2)));
-        assert_eq!(retry_after(" 0.5 ", now), Some(Duration::from_millis(500)));
-        assert_eq!(retry_after("-1", now), None);
-        // 784111777 is Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example).
-        assert_eq!(
-            retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(
-            retry_after("Sat, 05 Nov 1994 08:49:37 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
-        assert_eq!(
-            http_date("Tue, 29 Feb 2000 12:00:00 GMT"),
-            Some(951_825_600)
-        );
-        assert_eq!(retry_after("soon", now), None);
-        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 CET", now), None);
     }
 
     #[tokio::test(start_paused = true)]
