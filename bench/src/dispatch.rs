@@ -106,7 +106,6 @@ async fn measure_dispatch(
     floors: &Floors,
 ) -> anyhow::Result<Figure> {
     let prompt = p.one_step()?;
-    p.ok(&["task", "status"])?; // creates the database
     let log = "serve.log";
     let mut serve = p.spawn(&["serve"], log, "saheeli=debug,warn")?;
     let ready = Instant::now();
