@@ -1,0 +1,123 @@
+//! Tasks as `--json` prints them: the shapes scripts rely on.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::store::{EventRow, TaskRow, now_ms};
+
+/// A task as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub(crate) struct TaskView {
+    pub id: String,
+    pub title: String,
+    pub state: String,
+    /// Why it ended: a code from a fixed set (`max_steps`, `exit 137`, …).
+    pub reason: Option<String>,
+    /// What happened, for people.
+    pub detail: Option<String>,
+    pub model: String,
+    pub priority: i64,
+    pub steps: i64,
+    pub tokens: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    /// USD, from the price table in config.yaml (0 when no price is known).
+    pub cost_usd: f64,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_s: Option<f64>,
+    /// The results directory, once collected.
+    pub results: Option<String>,
+    pub retry_of: Option<String>,
+    /// 1 for the first attempt; retries (by policy or `task retry`) count up.
+    pub attempt: i64,
+    pub prompt: String,
+    /// The servo container while it exists.
+    pub container: Option<String>,
+    pub cancel_requested: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<EventView>>,
+    /// Every attempt of this task, oldest first (one task each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct AttemptView {
+    pub id: String,
+    pub attempt: i64,
+    pub state: String,
+    pub reason: Option<String>,
+    pub results: Option<String>,
+}
+
+impl AttemptView {
+    pub fn new(t: &TaskRow) -> AttemptView {
+        AttemptView {
+            id: t.id.to_string(),
+            attempt: t.attempt,
+            state: t.state.to_string(),
+            reason: t.reason.clone(),
+            results: t.results_path.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct EventView {
+    pub at: String,
+    pub from: Option<String>,
+    pub to: String,
+    pub detail: Option<String>,
+}
+
+pub(super) fn time(ms: i64) -> String {
+    saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+}
+
+pub(super) fn duration_ms(t: &TaskRow) -> Option<i64> {
+    let start = t.started_at?;
+    Some(t.finished_at.unwrap_or_else(now_ms) - start)
+}
+
+impl TaskView {
+    pub fn new(t: &TaskRow, events: Option<&[EventRow]>) -> TaskView {
+        TaskView {
+            id: t.id.to_string(),
+            title: t.title.clone(),
+            state: t.state.to_string(),
+            reason: t.reason.clone(),
+            detail: t.detail.clone(),
+            model: t.spec.model.clone(),
+            priority: t.priority,
+            steps: t.steps,
+            tokens: t.input_tokens + t.output_tokens,
+            input_tokens: t.input_tokens,
+            output_tokens: t.output_tokens,
+            cost_usd: t.cost_usd,
+            created_at: time(t.created_at),
+            started_at: t.started_at.map(time),
+            finished_at: t.finished_at.map(time),
+            duration_s: duration_ms(t).map(|ms| ms as f64 / 1000.0),
+            results: t.results_path.clone(),
+            retry_of: t.retry_of.map(|r| r.to_string()),
+            attempt: t.attempt,
+            prompt: t.spec.prompt_path.clone(),
+            container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
+            cancel_requested: t.cancel_requested,
+            events: events.map(|evs| {
+                evs.iter()
+                    .map(|e| EventView {
+                        at: time(e.at),
+                        from: e.from.map(|s| s.to_string()),
+                        to: e.to.to_string(),
+                        detail: e.detail.clone(),
+                    })
+                    .collect()
+            }),
+            attempts: None,
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Tasks as tables and text for people.
+
+use comfy_table::presets::UTF8_BORDERS_ONLY;
+use comfy_table::{ContentArrangement, Table};
+
+use crate::store::{EventRow, TaskRow, now_ms};
+
+use super::*;
+
+/// `3s`, `4m`, `2h`, `5d`.
+pub(crate) fn short_duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+pub(super) fn cost(usd: f64) -> String {
+    if usd > 0.0 {
+        format!("${usd:.4}")
+    } else {
+        "-".into()
+    }
+}
+
+/// The `task status` table.
+pub(crate) fn table(tasks: &[TaskRow]) -> String {
+    if tasks.is_empty() {
+        return "no tasks yet; queue one with `saheeli task submit --prompt FILE`".into();
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header([
+            "ID", "TITLE", "STATE", "AGE", "DURATION", "STEPS", "TOKENS", "COST",
+        ]);
+    let now = now_ms();
+    for t in tasks {
+        let state = match &t.reason {
+            Some(r) if t.state.is_terminal() && r != t.state.as_str() => {
+                format!("{} ({})", t.state, r)
+            }
+            _ => t.state.to_string(),
+        };
+        table.add_row([
+            t.id.short(),
+            clean(&t.title),
+            state,
+            short_duration(now - t.created_at),
+            duration_ms(t)
+                .map(short_duration)
+                .unwrap_or_else(|| "-".into()),
+            t.steps.to_string(),
+            (t.input_tokens + t.output_tokens).to_string(),
+            cost(t.cost_usd),
+        ]);
+    }
+    table.to_string()
+}
+
+/// One task in detail, with its attempts and event history.
+pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "id:        {}", t.id);
+    let _ = writeln!(s, "title:     {}", clean(&t.title));
+    let _ = writeln!(
+        s,
+        "state:     {}{}",
+        t.state,
+        t.reason
+            .as_deref()
+            .filter(|r| *r != t.state.as_str())
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    if t.cancel_requested && !t.state.is_terminal() {
+        let _ = writeln!(s, "cancel:    requested");
+    }
+    let _ = writeln!(s, "prompt:    {}", clean(&t.spec.prompt_path));
+    let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
+    let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
+    let _ = writeln!(
+        s,
+        "tokens:    {} ({} in, {} out)",
+        t.input_tokens + t.output_tokens,
+        t.input_tokens,
+        t.output_tokens
+    );
+    let _ = writeln!(s, "cost:      {}", cost(t.cost_usd));
+    if t.spec.max_tokens.is_some() || t.spec.max_cost.is_some() {
+        let _ = writeln!(
+            s,
+            "budget:    {} tokens, {}",
+            t.spec
+                .max_tokens
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "no limit on".into()),
+            t.spec
+                .max_cost
+                .map(|c| format!("${c:.4}"))
+                .unwrap_or_else(|| "no cost limit".into())
+        );
+    }
+    if let Some(ms) = duration_ms(t) {
+        let _ = writeln!(s, "duration:  {}", short_duration(ms));
+    }
+    if let Some(r) = &t.retry_of {
+        let _ = writeln!(s, "retry of:  {r}");
+    }
+    if let Some(p) = &t.results_path {
+        let _ = writeln!(s, "results:   {p}");
+    }
+    if attempts.len() > 1 {
+        let _ = writeln!(s, "attempts:");
+        for a in attempts {
+            let _ = writeln!(
+                s,
+                "  {} {}  {}{}{}",
+                a.attempt,
+                a.id,
+                a.state,
+                a.reason
+                    .as_deref()
+                    .filter(|r| *r != a.state.as_str())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
+                if a.id == t.id { "  <- this one" } else { "" }
+            );
+        }
+    }
+    let _ = writeln!(s, "events:");
+    for e in events {
+        let _ = writeln!(
+            s,
+            "  {}  {:<10} {}",
+            time(e.at),
+            e.to,
+            clean(e.detail.as_deref().unwrap_or(""))
+        );
+    }
+    s
+}

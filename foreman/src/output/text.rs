@@ -1,0 +1,142 @@
+//! Text from prompts and agents made safe for a terminal, and audit
+//! events as lines for people.
+
+use saheeli_protocol::AuditEvent;
+
+/// Text from a prompt or the agent, made safe for a terminal: control
+/// characters (newlines, escape sequences) are shown escaped, so a title
+/// cannot break a table row or drive the terminal.
+pub(crate) fn clean(text: &str) -> String {
+    printable(text).into_owned()
+}
+
+/// `text` with control characters (C0 but tab, DEL, C1) and bidi overrides
+/// shown as `\u{..}` escapes: what an agent wrote never drives the terminal.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !text.chars().any(unsafe_char) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if unsafe_char(c) {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
+/// One audit event as a line for people.
+pub(super) fn describe(ev: &AuditEvent) -> String {
+    match ev {
+        AuditEvent::Start {
+            ts,
+            model,
+            max_steps,
+            ..
+        } => {
+            format!("{ts}  start     model {model}, up to {max_steps} steps")
+        }
+        AuditEvent::LlmCall {
+            ts,
+            step,
+            latency_ms,
+            usage,
+            error,
+            ..
+        } => match error {
+            Some(e) => format!("{ts}  step {step:<4} llm error after {latency_ms} ms: {e}"),
+            None => format!(
+                "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens",
+                usage.input_tokens, usage.output_tokens
+            ),
+        },
+        AuditEvent::GatewayWait { ts, step, error } => {
+            format!("{ts}  step {step:<4} gateway unreachable, waiting: {error}")
+        }
+        AuditEvent::GatewayBack {
+            ts,
+            step,
+            waited_ms,
+        } => format!("{ts}  step {step:<4} gateway back after {waited_ms} ms"),
+        AuditEvent::ToolCall {
+            ts,
+            step,
+            tool,
+            arguments,
+            ok,
+            exit_code,
+            duration_ms,
+            result_bytes,
+            ..
+        } => {
+            let mut args: String = arguments.chars().take(100).collect();
+            if args.len() < arguments.len() {
+                args.push('…');
+            }
+            let status = match (ok, exit_code) {
+                (_, Some(c)) => format!("exit {c}"),
+                (true, None) => "ok".into(),
+                (false, None) => "error".into(),
+            };
+            format!(
+                "{ts}  step {step:<4} {tool} {args} → {status}, {result_bytes} bytes, {duration_ms} ms"
+            )
+        }
+        AuditEvent::Finish {
+            ts,
+            outcome,
+            steps,
+            usage,
+            detail,
+        } => format!(
+            "{ts}  finish    {outcome} after {steps} steps, {} tokens{}",
+            usage.total(),
+            detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+/// One line of an audit log (or of a servo's live output) for people.
+/// Every field came from the container, so the result is made printable;
+/// a line that is not an audit event is shown escaped, never raw.
+pub(crate) fn audit_line(line: &str) -> String {
+    match serde_json::from_str::<AuditEvent>(line) {
+        Ok(ev) => printable(&describe(&ev)).into_owned(),
+        Err(_) => format!("[not an audit event] {}", printable(line)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_escapes_and_newlines_are_shown_not_sent() {
+        let hostile = "ok\x1b]0;owned\x07 \x1b[2J\r\u{9b}31m \u{202e}evil";
+        let shown = printable(hostile);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
+        assert!(shown.contains("\\u{1b}]0;owned") && shown.contains("\\u{202e}evil"));
+        assert_eq!(printable("plain\ttext ✓"), "plain\ttext ✓");
+        let line = audit_line("\x1b[31mnot json");
+        assert!(
+            line.starts_with("[not an audit event] \\u{1b}[31m"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(clean("plain title"), "plain title");
+        assert_eq!(clean("a\nb\x1b[2Jc"), "a\\nb\\u{1b}[2Jc");
+    }
+}

@@ -1,0 +1,192 @@
+//! What a task may ask for: bounds, ceilings, models and their keys,
+//! replay files, and keys that must not be stored.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use saheeli_protocol::ReplayScript;
+use saheeli_protocol::front_matter::{Memory, NetworkMode};
+
+use crate::config::Config;
+
+/// Most steps, retries, title length and timeout a task may ask for: far
+/// above any real use, low enough that a typo is caught.
+pub(super) const MAX_STEPS: u32 = 100_000;
+
+pub(super) const MAX_RETRIES: u32 = 100;
+
+pub(super) const MAX_TITLE: usize = 200;
+
+pub(super) const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// A key value as it may appear in text: itself, and base64 of it at each
+/// of the three alignments it can take inside a longer encoded string
+/// (standard and URL-safe alphabets).
+pub(super) fn secret_forms(value: &str) -> Vec<String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let mut forms = vec![value.to_string()];
+    for engine in [STANDARD_NO_PAD, URL_SAFE_NO_PAD] {
+        for pad in 0..3 {
+            let mut bytes = vec![0u8; pad];
+            bytes.extend_from_slice(value.as_bytes());
+            let enc = engine.encode(&bytes);
+            // Drop the characters that depend on the unknown neighbours.
+            let skip = if pad == 0 { 0 } else { (pad * 4).div_ceil(3) };
+            let keep = (bytes.len() * 8 / 6).saturating_sub(skip);
+            let core: String = enc.chars().skip(skip).take(keep).collect();
+            if core.len() >= 8 {
+                forms.push(core);
+            }
+        }
+    }
+    forms.sort();
+    forms.dedup();
+    // Longest first, so a longer form is not broken by a shorter one.
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms
+}
+
+/// Reads a `replay:` script. It must lie inside the prompt's directory tree
+/// (a prompt cannot read host files through it), and errors never quote its
+/// contents.
+pub(super) fn read_replay(prompt: &Path, dir: &Path, file: &str) -> anyhow::Result<ReplayScript> {
+    let named = dir.join(file);
+    let root = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    })
+    .with_context(|| format!("resolving the directory of `{}`", prompt.display()))?;
+    let script_path = std::fs::canonicalize(&named).with_context(|| {
+        format!(
+            "{}: reading replay script `{}` named by `model`",
+            prompt.display(),
+            named.display()
+        )
+    })?;
+    if !script_path.starts_with(&root) {
+        bail!(
+            "{}: replay script `{file}` is outside the prompt's directory `{}`; \
+             put the script beside the prompt or below it",
+            prompt.display(),
+            root.display()
+        );
+    }
+    let text = std::fs::read_to_string(&script_path).with_context(|| {
+        format!(
+            "{}: reading replay script `{}` named by `model`",
+            prompt.display(),
+            named.display()
+        )
+    })?;
+    ReplayScript::parse(&text).map_err(|e| {
+        // Parser messages quote the offending text; name only the place.
+        let at = match &e {
+            saheeli_protocol::replay::ReplayError::Empty => "has no turns".to_string(),
+            _ => "is neither a replay script (`turns:` …) nor a recorded session".to_string(),
+        };
+        anyhow::anyhow!(
+            "{}: replay script `{}` {at}; see prompts/hello.replay.yaml",
+            prompt.display(),
+            named.display()
+        )
+    })
+}
+
+/// A model must name a known provider and, for the vendors' own servers or
+/// a provider with `api_key_env`, have its key: better refused at submit
+/// than retried and failed inside a running task.
+pub(super) fn check_model(cfg: &Config, prompt: &Path, model: &str) -> anyhow::Result<()> {
+    if model.trim().is_empty() {
+        bail!(
+            "{}: `model` is empty; name one (e.g. `gpt-4o-mini`) or `replay:FILE`",
+            prompt.display()
+        );
+    }
+    let providers = crate::gateway::Providers::from_config(cfg);
+    if let Some((prefix, rest)) = model.split_once('/') {
+        let known =
+            prefix == "openai" || prefix == "anthropic" || cfg.file.providers.contains_key(prefix);
+        if !known || rest.is_empty() {
+            let mut names: Vec<&str> = vec!["openai", "anthropic"];
+            names.extend(cfg.file.providers.keys().map(String::as_str));
+            bail!(
+                "{}: model `{model}` names provider `{prefix}`, which is not configured \
+                 (known: {}); add it under `providers:` in config.yaml, or write \
+                 `openai/{model}` to send the name as it is",
+                prompt.display(),
+                names.join(", ")
+            );
+        }
+    }
+    let route = providers.route(model);
+    let p = &route.provider;
+    let vendor = matches!(
+        p.base_url.as_str(),
+        "https://api.openai.com/v1" | "https://api.anthropic.com"
+    );
+    let explicit = cfg
+        .file
+        .providers
+        .get(&p.name)
+        .is_some_and(|c| c.api_key_env.is_some());
+    if p.key.is_none() && (vendor || explicit) {
+        bail!(
+            "{}: model `{model}` goes to provider `{}`, which needs `{}`: set it in the \
+             environment or in `.env` beside config.yaml",
+            prompt.display(),
+            p.name,
+            p.key_env
+        );
+    }
+    Ok(())
+}
+
+/// Everything a prompt asks for must lie within config.yaml's `limits:`.
+pub(super) fn check_ceilings(
+    cfg: &Config,
+    prompt: &Path,
+    memory: Memory,
+    cpus: f64,
+    pids: i64,
+    disk: Memory,
+    network: NetworkMode,
+) -> anyhow::Result<()> {
+    let l = &cfg.file.limits;
+    let over = |key: &str, asked: String, max: String| {
+        anyhow::anyhow!(
+            "{}: `{key}` {asked} is above the ceiling {max} (`limits.{}` in config.yaml); \
+             ask for less, or have the operator raise the ceiling",
+            prompt.display(),
+            key.trim_start_matches("resources.")
+        )
+    };
+    if memory.0 > l.memory.0 {
+        return Err(over(
+            "resources.memory",
+            memory.to_string(),
+            l.memory.to_string(),
+        ));
+    }
+    if cpus > l.cpus {
+        return Err(over("resources.cpus", cpus.to_string(), l.cpus.to_string()));
+    }
+    if pids > l.pids {
+        return Err(over("resources.pids", pids.to_string(), l.pids.to_string()));
+    }
+    if disk.0 > l.disk.0 {
+        return Err(over("resources.disk", disk.to_string(), l.disk.to_string()));
+    }
+    if !l.networks.contains(&network) {
+        let allowed: Vec<&str> = l.networks.iter().map(NetworkMode::as_str).collect();
+        bail!(
+            "{}: `network` {} is not allowed (`limits.networks` in config.yaml allows {}); \
+             the servo needs no network to reach the LLM",
+            prompt.display(),
+            network.as_str(),
+            allowed.join(", ")
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! `TaskSpec`: a prompt file, its front-matter, config.yaml and `--param`
+//! merged and checked into what is queued.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use saheeli_protocol::front_matter::{NetworkMode, PromptFile};
+use saheeli_protocol::{ReplayScript, ServoTask, TaskId};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+
+use super::*;
+
+/// A task as stored in the queue (JSON in the `spec` column).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TaskSpec {
+    pub title: String,
+    /// The prompt file as given, for display.
+    pub prompt_path: String,
+    /// The prompt body (front-matter removed).
+    pub body: String,
+    pub model: String,
+    pub max_steps: u32,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_cost: Option<f64>,
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default)]
+    pub retry_on: Vec<String>,
+    pub timeout_s: u64,
+    pub network: NetworkMode,
+    pub memory: u64,
+    pub cpus: f64,
+    pub pids: i64,
+    /// Size of /workspace in bytes (None in tasks queued before it existed).
+    #[serde(default)]
+    pub disk: Option<u64>,
+    pub env: BTreeMap<String, String>,
+    pub max_output_bytes: usize,
+    /// The script for `replay:` models, read at submit time.
+    pub replay: Option<ReplayScript>,
+    /// The host directory named by `workspace:`, copied at submit time.
+    pub workspace: Option<PathBuf>,
+    /// Pack what `.gitignore` names too (front-matter or config).
+    #[serde(default)]
+    pub workspace_include_ignored: bool,
+}
+
+impl TaskSpec {
+    /// Reads and validates a prompt file. Nothing is written.
+    pub fn from_prompt(cfg: &Config, path: &Path, params: &[String]) -> anyhow::Result<TaskSpec> {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading prompt `{}`", path.display()))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not valid UTF-8 (byte {}); save the prompt as UTF-8",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            )
+        })?;
+        let prompt = PromptFile::parse(path, &text)?;
+        let fm = apply_params(path, prompt.front_matter, params)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let d = &cfg.file.task;
+
+        if fm.verify.is_some() {
+            bail!(
+                "{}: `verify` is not supported yet (the verify-and-retry loop is a later issue); remove it",
+                path.display()
+            );
+        }
+        let model = fm.model.unwrap_or_else(|| d.model.clone());
+        let replay = match model.strip_prefix("replay:") {
+            Some(file) => Some(read_replay(path, dir, file)?),
+            None => None,
+        };
+        let workspace = match fm.workspace {
+            Some(ws) => {
+                let ws = dir.join(ws);
+                if !ws.is_dir() {
+                    bail!(
+                        "{}: `workspace` `{}` is not a directory",
+                        path.display(),
+                        ws.display()
+                    );
+                }
+                Some(std::path::absolute(&ws)?)
+            }
+            None => None,
+        };
+        let resources = fm.resources.unwrap_or_default();
+        let cpus = resources.cpus.unwrap_or(d.cpus);
+        if !(cpus > 0.0 && cpus.is_finite()) {
+            bail!(
+                "{}: `resources.cpus` must be greater than 0",
+                path.display()
+            );
+        }
+        let pids = resources.pids.unwrap_or(d.pids);
+        if pids < 16 {
+            bail!("{}: `resources.pids` must be at least 16", path.display());
+        }
+        let memory = resources.memory.unwrap_or(d.memory);
+        let disk = resources.disk.unwrap_or(d.disk);
+        let network = fm.network.unwrap_or(d.network);
+        check_ceilings(cfg, path, memory, cpus, pids, disk, network)?;
+        let max_steps = fm.max_steps.unwrap_or(d.max_steps);
+        if !(1..=MAX_STEPS).contains(&max_steps) {
+            bail!(
+                "{}: `max_steps` {max_steps} is out of range; use 1 to {MAX_STEPS}",
+                path.display()
+            );
+        }
+        let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
+        if timeout > MAX_TIMEOUT {
+            bail!(
+                "{}: `timeout` {} is longer than the most allowed, {}",
+                path.display(),
+                humantime::format_duration(timeout),
+                humantime::format_duration(MAX_TIMEOUT)
+            );
+        }
+        for key in fm.env.keys() {
+            if key.is_empty() || key.contains('=') || key.starts_with("SAHEELI_") {
+                bail!(
+                    "{}: `env` key `{key}` is not allowed (empty, contains `=`, or reserved SAHEELI_ prefix)",
+                    path.display()
+                );
+            }
+        }
+        let retries = fm.retries.unwrap_or(d.retries);
+        if retries > MAX_RETRIES {
+            bail!(
+                "{}: `retries` {retries} is out of range; use 0 to {MAX_RETRIES}",
+                path.display()
+            );
+        }
+        let retry_on = fm.retry_on.unwrap_or_else(|| d.retry_on.clone());
+        if let Some(bad) = retry_on
+            .iter()
+            .find(|r| !crate::config::RETRYABLE.contains(&r.as_str()))
+        {
+            bail!(
+                "{}: `retry_on` reason `{bad}` is not retryable; use any of {}",
+                path.display(),
+                crate::config::RETRYABLE.join(", ")
+            );
+        }
+        let max_tokens = fm.max_tokens.or(d.max_tokens);
+        let max_cost = fm.max_cost.or(d.max_cost);
+        if let Some(c) = max_cost {
+            if !(c > 0.0 && c.is_finite()) {
+                bail!(
+                    "{}: `max_cost` must be a positive number of USD",
+                    path.display()
+                );
+            }
+            if replay.is_none()
+                && crate::gateway::Providers::from_config(cfg)
+                    .route(&model)
+                    .price
+                    .is_none()
+            {
+                bail!(
+                    "{}: `max_cost` needs a price for model `{model}`: add it under `prices:` in config.yaml",
+                    path.display()
+                );
+            }
+        }
+        if replay.is_none() {
+            check_model(cfg, path, &model)?;
+        }
+        let title = fm
+            .title
+            .unwrap_or_else(|| default_title(path, &prompt.body));
+        if title.trim().is_empty() || title.chars().count() > MAX_TITLE {
+            bail!(
+                "{}: `title` must be 1 to {MAX_TITLE} characters",
+                path.display()
+            );
+        }
+        let mut spec = TaskSpec {
+            title,
+            prompt_path: path.display().to_string(),
+            body: prompt.body,
+            model,
+            max_steps,
+            max_tokens,
+            max_cost,
+            retries,
+            retry_on,
+            timeout_s: timeout.as_secs().max(1),
+            network,
+            memory: memory.0,
+            cpus,
+            pids,
+            disk: Some(disk.0),
+            env: fm.env,
+            max_output_bytes: d.max_output_bytes,
+            replay,
+            workspace,
+            workspace_include_ignored: fm
+                .workspace_include_ignored
+                .unwrap_or(d.workspace_include_ignored),
+        };
+        // Keys pasted into a prompt or a replay script must not reach the
+        // database (nor, through it, `task status --json` or a container).
+        let secrets = crate::gateway::Providers::from_config(cfg).secrets();
+        spec.redact(&secrets)?;
+        Ok(spec)
+    }
+
+    /// Replaces every known key value, and its base64 forms, in every text
+    /// of the spec with `[REDACTED:<VARIABLE>]`.
+    fn redact(&mut self, secrets: &[(String, String)]) -> anyhow::Result<()> {
+        if secrets.is_empty() {
+            return Ok(());
+        }
+        let mut json = serde_json::to_string(self)?;
+        let before = json.len();
+        for (var, value) in secrets {
+            for form in secret_forms(value) {
+                // Keys are plain ASCII tokens: JSON escaping leaves them as they are.
+                json = json.replace(&form, &format!("[REDACTED:{var}]"));
+            }
+        }
+        if json.len() != before {
+            *self = serde_json::from_str(&json).context("re-reading the redacted task")?;
+        }
+        Ok(())
+    }
+
+    /// What the servo is told (no secrets, no host paths).
+    pub fn servo_task(&self, id: TaskId) -> ServoTask {
+        ServoTask {
+            task_id: id,
+            title: self.title.clone(),
+            model: self.model.clone(),
+            max_steps: self.max_steps,
+            max_tokens: self.max_tokens,
+            timeout_s: self.timeout_s,
+            max_output_bytes: self.max_output_bytes,
+            // Set at launch from the gateway's policy (config, not the spec).
+            request_timeout_s: None,
+            replay: self.replay.clone(),
+        }
+    }
+
+    pub fn is_replay(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    pub fn budget(&self) -> crate::gateway::Budget {
+        crate::gateway::Budget {
+            max_tokens: self.max_tokens,
+            max_cost: self.max_cost,
+        }
+    }
+}
