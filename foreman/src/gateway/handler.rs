@@ -1,0 +1,347 @@
+//! Serving one request: only the known path, a typed request built here,
+//! the budget reserved before forwarding and settled after, answers and
+//! errors redacted.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use saheeli_protocol::TaskId;
+use saheeli_protocol::chat::{ChatRequest, ChatResponse, ChatUsage, gateway_error};
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::*;
+use crate::config::ProviderKind;
+
+pub(super) struct GatewayState {
+    pub(super) task_id: TaskId,
+    pub(super) upstream: Arc<Upstream>,
+    pub(super) route: Route,
+    pub(super) budget: Budget,
+    pub(super) meter: Arc<Meter>,
+}
+
+/// A JSON answer for the container, redacted for every key.
+pub(super) fn json_response(
+    gw: &GatewayState,
+    status: StatusCode,
+    body: &impl serde::Serialize,
+) -> Response {
+    let text = serde_json::to_string(body).expect("answers serialize");
+    let text = gw.upstream.redactor.redact(&text).into_owned();
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+pub(super) fn error_response(
+    gw: &GatewayState,
+    status: StatusCode,
+    kind: &str,
+    message: &str,
+) -> Response {
+    let body = serde_json::json!({"error": {"message": message, "type": kind}});
+    json_response(gw, status, &body)
+}
+
+/// Any other path or method: the gateway serves chat completions only.
+/// The body is read first: answering before it is, hyper would close the
+/// connection under a client still sending (a broken pipe, not a 404).
+pub(super) async fn not_found(
+    State(gw): State<Arc<GatewayState>>,
+    uri: axum::http::Uri,
+    _body: Bytes,
+) -> Response {
+    error_response(
+        &gw,
+        StatusCode::NOT_FOUND,
+        gateway_error::BAD_REQUEST,
+        &format!(
+            "`{}` is not served; the gateway serves only POST /v1/chat/completions",
+            uri.path()
+        ),
+    )
+}
+
+/// An error and its causes on one line (reqwest's own message is terse).
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Runs a ledger write off the async threads; a failure is logged, not
+/// fatal (the meter in memory still enforces the budget).
+pub(super) async fn ledger(
+    gw: &GatewayState,
+    f: impl FnOnce(&Ledger) -> Result<(), ledger::LedgerError> + Send + 'static,
+) {
+    let l = gw.upstream.ledger.clone();
+    match tokio::task::spawn_blocking(move || f(&l)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!(task_id = %gw.task_id, error = %e, "call ledger not written"),
+        Err(e) => warn!(task_id = %gw.task_id, error = %e, "call ledger thread failed"),
+    }
+}
+
+pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Response {
+    let req: ChatRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error_response(
+                &gw,
+                StatusCode::BAD_REQUEST,
+                gateway_error::BAD_REQUEST,
+                &format!("request is not a chat completion: {e}"),
+            );
+        }
+    };
+    if req.stream == Some(true) {
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            gateway_error::BAD_REQUEST,
+            "`stream: true` is not supported: the gateway meters whole answers; send `stream: false`",
+        );
+    }
+    let route = &gw.route;
+    // The request forwarded is built here, from typed fields only: the
+    // task's model, one choice, no stream, and the output cap set below.
+    let asked = req.max_completion_tokens.or(req.max_tokens);
+    let mut up = ChatRequest {
+        model: route.model.clone(),
+        messages: req.messages,
+        tools: req.tools,
+        ..Default::default()
+    };
+    // A rough count of the input this call sends: about 4 bytes a token.
+    let input = (serde_json::to_vec(&up).map_or(0, |b| b.len()) / 4) as u64;
+    let want = match route.provider.kind {
+        ProviderKind::Anthropic => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
+        // Without a budget an OpenAI call keeps its own limit (or none).
+        ProviderKind::Openai if !gw.budget.is_limited() => asked,
+        ProviderKind::Openai => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
+    };
+    let grant = match gw.meter.reserve(&gw.budget, route.price, input, want) {
+        Ok(g) => g,
+        Err(why) => {
+            info!(task_id = %gw.task_id, %why, "call refused");
+            gw.meter.set_fatal("budget");
+            return error_response(
+                &gw,
+                StatusCode::PAYMENT_REQUIRED,
+                gateway_error::BUDGET,
+                &why,
+            );
+        }
+    };
+    let upstream_body: Bytes = match route.provider.kind {
+        ProviderKind::Openai => {
+            // Keep the field the caller used: newer models refuse the other.
+            if req.max_completion_tokens.is_some() {
+                up.max_completion_tokens = grant.max_output;
+            } else {
+                up.max_tokens = grant.max_output;
+            }
+            serde_json::to_vec(&up).expect("requests serialize").into()
+        }
+        ProviderKind::Anthropic => {
+            let max = grant
+                .max_output
+                .unwrap_or(gw.upstream.policy.anthropic_max_tokens);
+            anthropic::request(&up, &route.model, max.max(1))
+                .to_string()
+                .into()
+        }
+    };
+    let call_id = uuid::Uuid::now_v7().to_string();
+    let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
+    ledger(&gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    let (response, usage) = call(&gw, upstream_body).await;
+    let usage = usage.unwrap_or_default();
+    let cost_micro = gw.meter.settle(&grant, usage, route.price);
+    ledger(&gw, move |l| {
+        l.settle(
+            &call_id,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            cost_micro as f64 / 1e6,
+        )
+    })
+    .await;
+    response
+}
+
+/// One call with retries: the answer for the servo, and the usage billed
+/// (None when the provider billed nothing).
+pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<ChatUsage>) {
+    let policy = &gw.upstream.policy;
+    let provider = &gw.route.provider;
+    let redactor = &gw.upstream.redactor;
+    let started = Instant::now();
+    let mut last = String::new();
+    for attempt in 1..=policy.max_attempts.max(1) {
+        let mut req = gw
+            .upstream
+            .client
+            .post(provider.endpoint())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        if let Some(key) = &provider.key {
+            req = match provider.kind {
+                ProviderKind::Openai => req.bearer_auth(&key.0),
+                ProviderKind::Anthropic => req.header("x-api-key", &key.0),
+            };
+        }
+        if provider.kind == ProviderKind::Anthropic {
+            req = req.header("anthropic-version", "2023-06-01");
+        }
+        let (verdict, wish) = match req.send().await {
+            Err(e) => {
+                last = format!(
+                    "{} unreachable: {}",
+                    provider.name,
+                    error_chain(&e.without_url())
+                );
+                (Verdict::Retry, None)
+            }
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let wish = retry::retry_after(
+                    resp.headers()
+                        .get(header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok()),
+                    SystemTime::now(),
+                );
+                match resp.bytes().await {
+                    Err(e) => {
+                        last = format!(
+                            "{} response cut off: {}",
+                            provider.name,
+                            error_chain(&e.without_url())
+                        );
+                        (Verdict::Retry, None)
+                    }
+                    Ok(bytes) => {
+                        let verdict = retry::verdict(status);
+                        if verdict == Verdict::Success {
+                            return answer(gw, &bytes);
+                        }
+                        last = format!(
+                            "{} answered HTTP {status}: {}",
+                            provider.name,
+                            error_text(&bytes)
+                        );
+                        (verdict, wish)
+                    }
+                }
+            }
+        };
+        // Whatever the provider said may hold the key: never log or pass it on raw.
+        last = redactor.redact(&last).into_owned();
+        match verdict {
+            Verdict::Auth => {
+                gw.meter.set_fatal("auth");
+                warn!(task_id = %gw.task_id, error = %last, "provider refused the key");
+                let hint = format!("{last} (check {})", provider.key_env);
+                return (
+                    error_response(gw, StatusCode::UNAUTHORIZED, gateway_error::AUTH, &hint),
+                    None,
+                );
+            }
+            Verdict::BadRequest => {
+                gw.meter.set_fatal("bad_request");
+                warn!(task_id = %gw.task_id, error = %last, "provider refused the request");
+                return (
+                    error_response(
+                        gw,
+                        StatusCode::BAD_REQUEST,
+                        gateway_error::BAD_REQUEST,
+                        &last,
+                    ),
+                    None,
+                );
+            }
+            Verdict::Retry | Verdict::Success => {}
+        }
+        let wait = retry::backoff(attempt, wish);
+        if attempt == policy.max_attempts || started.elapsed() + wait > policy.max_retry_time {
+            break;
+        }
+        warn!(task_id = %gw.task_id, attempt, wait_ms = wait.as_millis() as u64, error = %last, "retrying LLM call");
+        tokio::time::sleep(wait).await;
+    }
+    let why = format!("giving up after {:.0?}: {last}", started.elapsed());
+    (
+        error_response(
+            gw,
+            StatusCode::SERVICE_UNAVAILABLE,
+            gateway_error::UNAVAILABLE,
+            &why,
+        ),
+        None,
+    )
+}
+
+/// A successful response in the OpenAI format, and the usage it billed.
+pub(super) fn answer(gw: &GatewayState, bytes: &[u8]) -> (Response, Option<ChatUsage>) {
+    let m = &gw.meter;
+    m.calls.fetch_add(1, Ordering::Relaxed);
+    let parsed: Result<Value, String> = serde_json::from_slice(bytes).map_err(|e| e.to_string());
+    let response: Result<ChatResponse, String> = match (&parsed, gw.route.provider.kind) {
+        (Err(e), _) => Err(format!("not JSON: {e}")),
+        (Ok(v), ProviderKind::Openai) => {
+            serde_json::from_value(v.clone()).map_err(|e| e.to_string())
+        }
+        (Ok(v), ProviderKind::Anthropic) => anthropic::response(v),
+    };
+    match response {
+        Ok(mut r) if !r.choices.is_empty() => {
+            // One choice, whatever the provider sent.
+            r.choices.truncate(1);
+            let usage = r.usage.unwrap_or_default();
+            (json_response(gw, StatusCode::OK, &r), Some(usage))
+        }
+        other => {
+            // Billed all the same: count what usage the body reports.
+            let usage = parsed.ok().and_then(|v| match gw.route.provider.kind {
+                ProviderKind::Openai => {
+                    serde_json::from_value::<ChatUsage>(v.get("usage")?.clone()).ok()
+                }
+                ProviderKind::Anthropic => anthropic::usage(&v),
+            });
+            m.malformed.fetch_add(1, Ordering::Relaxed);
+            let why = other.err().unwrap_or_else(|| "no choices".into());
+            let why = gw.upstream.redactor.redact(&why).into_owned();
+            warn!(task_id = %gw.task_id, error = %why, "malformed provider response");
+            (
+                error_response(
+                    gw,
+                    StatusCode::BAD_GATEWAY,
+                    gateway_error::MALFORMED,
+                    &format!("the provider's response could not be used: {why}"),
+                ),
+                usage,
+            )
+        }
+    }
+}
+
+/// The message of an OpenAI or Anthropic error body, else its start.
+pub(super) fn error_text(bytes: &[u8]) -> String {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("error")?.get("message")?.as_str().map(String::from))
+        .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned())
+}

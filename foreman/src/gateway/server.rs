@@ -1,0 +1,142 @@
+//! One task's gateway: its socket, its meter and ledger, start, adoption
+//! after a foreman restart, stop.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::routing::post;
+use saheeli_protocol::TaskId;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::*;
+
+/// A running gateway for one task.
+pub(crate) struct Gateway {
+    dir: PathBuf,
+    meter: Arc<Meter>,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Gateway {
+    /// Serves `<run_dir>/<task_id>/gateway.sock` for a new task using `model`.
+    pub async fn start(
+        run_dir: &Path,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+    ) -> anyhow::Result<Gateway> {
+        Self::serve(run_dir, task_id, upstream, model, budget, false).await
+    }
+
+    /// Serves a running servo whose foreman stopped, in the directory its
+    /// container has mounted. Its meter starts from the ledger (calls the
+    /// dead foreman left in flight counted once, at their reservation), or
+    /// from `spent` (input, output, cost) when the ledger knows no call.
+    pub async fn adopt(
+        run_dir: &Path,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        spent: (u64, u64, f64),
+    ) -> anyhow::Result<Gateway> {
+        let ledger = upstream.ledger.clone();
+        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
+            .await
+            .context("ledger thread panicked")??;
+        let g = Self::serve(run_dir, task_id, upstream, model, budget, true).await?;
+        match from_ledger {
+            Some(s) => {
+                if s.lost > 0 {
+                    warn!(task_id = %task_id, lost = s.lost, "calls cut off by a foreman's death counted at their reservation");
+                }
+                g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                g.meter.calls.store(s.calls, Ordering::Relaxed);
+            }
+            None => g.meter.seed(spent.0, spent.1, spent.2),
+        }
+        Ok(g)
+    }
+
+    async fn serve(
+        run_dir: &Path,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        adopt: bool,
+    ) -> anyhow::Result<Gateway> {
+        let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
+        let sock = dir.join("gateway.sock");
+        if sock.as_os_str().len() > 107 {
+            anyhow::bail!(
+                "gateway socket path `{}` is longer than 107 bytes; set a shorter `run_dir` in config.yaml",
+                sock.display()
+            );
+        }
+        socket::remove_stale_socket(&sock)?;
+        let listener = tokio::net::UnixListener::bind(&sock)
+            .with_context(|| format!("listening on `{}`", sock.display()))?;
+        socket::secure_socket(&sock)?;
+        let route = upstream.providers.route(model);
+        info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
+        let meter = Arc::new(Meter::default());
+        let state = Arc::new(GatewayState {
+            task_id,
+            upstream,
+            route,
+            budget,
+            meter: meter.clone(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .fallback(not_found)
+            .with_state(state);
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let server = tokio::spawn(async move {
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
+            if let Err(e) = serve.await {
+                warn!(task_id = %task_id, error = %e, "gateway stopped with an error");
+            }
+        });
+        Ok(Gateway {
+            dir,
+            meter,
+            stop,
+            server,
+        })
+    }
+
+    /// The host directory to mount on /run/saheeli.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// Stops serving but leaves the socket directory: the task was taken
+    /// over, and the new holder serves its own socket there (the container
+    /// has the directory mounted, so it must stay the same directory).
+    pub async fn abandon(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+    }
+
+    /// Stops serving and removes the socket directory.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,48 @@
+//! The HTTP client and policy shared by every task's gateway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::*;
+use crate::config::{Config, LlmConfig};
+
+/// The HTTP client and retry policy shared by every task's gateway.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    pub providers: Providers,
+    pub(super) client: reqwest::Client,
+    pub(super) policy: LlmConfig,
+    pub(super) redactor: Redactor,
+    pub(super) ledger: Arc<Ledger>,
+}
+
+impl Upstream {
+    /// Needs the database migrated (the store opens it first) and checks
+    /// the run directory, so a planted one stops `serve` before any task.
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Upstream> {
+        socket::prepare_run_dir(&cfg.run_dir())?;
+        let client = reqwest::Client::builder()
+            .timeout(cfg.file.llm.request_timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("building the HTTP client for LLM providers")?;
+        let providers = Providers::from_config(cfg);
+        let redactor = Redactor::new(&providers.secrets());
+        Ok(Upstream {
+            providers,
+            client,
+            policy: cfg.file.llm.clone(),
+            redactor,
+            ledger: Arc::new(Ledger::open(&cfg.database())?),
+        })
+    }
+
+    /// The longest one call through the gateway can take: the last attempt
+    /// starts before `max_retry_time` and takes up to `request_timeout`;
+    /// the margin covers the ledger's writes. The servo waits this long.
+    pub fn servo_request_timeout(&self) -> Duration {
+        self.policy.max_retry_time + self.policy.request_timeout + Duration::from_secs(60)
+    }
+}
