@@ -36,47 +36,7 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
         None => false,
     };
     if let (Some(cid), true) = (containers.first(), started) {
-        info!(task_id = %id, container = %cid, "adopting servo");
-        if task.state == TaskState::Starting {
-            let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
-            let lease = ctx.lease.clone();
-            if let Err(e) = ctx
-                .db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
-                .await
-            {
-                if lease_lost(&e) {
-                    return (id, None);
-                }
-                error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
-            }
-        }
-        let gateway = if task.spec.is_replay() {
-            None
-        } else {
-            // Budgets go on from what was already spent (the call ledger).
-            match Gateway::adopt(
-                &ctx.cfg.run_dir(),
-                id,
-                ctx.upstream.clone(),
-                &task.spec.model,
-                task.spec.budget(),
-                (
-                    task.input_tokens as u64,
-                    task.output_tokens as u64,
-                    task.cost_usd,
-                ),
-            )
-            .await
-            {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    warn!(task_id = %id, error = %format!("{e:#}"), "gateway not restarted");
-                    None
-                }
-            }
-        };
-        let started = task.started_at.unwrap_or_else(now_ms);
-        return monitor(ctx.clone(), task, cid.clone(), gateway, started, inbox).await;
+        return adopt_servo(ctx.clone(), task, cid.clone(), inbox).await;
     }
     // No servo ran (or none is left): clean up what is there, if still ours.
     let lease = ctx.lease.clone();
@@ -184,4 +144,52 @@ async fn record_collected(ctx: &Ctx, id: TaskId, dest: std::path::PathBuf) -> Jo
         _ => Reason::Lost,
     };
     finish(ctx, id, TaskState::Incomplete, reason, outcome, detail).await
+}
+
+/// Supervises a servo that a stopped foreman had started: its gateway
+/// served again (the budget going on from the call ledger), its timeout
+/// still counted from its first start.
+async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) -> Joined {
+    let id = task.id;
+    info!(task_id = %id, container = %cid, "adopting servo");
+    if task.state == TaskState::Starting {
+        let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
+        let lease = ctx.lease.clone();
+        if let Err(e) = ctx
+            .db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
+            .await
+        {
+            if lease_lost(&e) {
+                return (id, None);
+            }
+            error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
+        }
+    }
+    let gateway = if task.spec.is_replay() {
+        None
+    } else {
+        // Budgets go on from what was already spent (the call ledger).
+        match Gateway::adopt(
+            &ctx.cfg.run_dir(),
+            id,
+            ctx.upstream.clone(),
+            &task.spec.model,
+            task.spec.budget(),
+            (
+                task.input_tokens as u64,
+                task.output_tokens as u64,
+                task.cost_usd,
+            ),
+        )
+        .await
+        {
+            Ok(g) => Some(g),
+            Err(e) => {
+                warn!(task_id = %id, error = %format!("{e:#}"), "gateway not restarted");
+                None
+            }
+        }
+    };
+    let started = task.started_at.unwrap_or_else(now_ms);
+    monitor(ctx, task, cid, gateway, started, inbox).await
 }

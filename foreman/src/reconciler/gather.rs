@@ -11,6 +11,44 @@ use tracing::warn;
 use crate::collect;
 use crate::docker;
 use crate::reconciler::Ctx;
+use crate::reconciler::context::DAEMON_PATIENCE;
+
+/// Brings the workspace of a stopped servo into `dest`: straight from the
+/// volume's directory when it is on this host, else through the archive
+/// API (asked again if the daemon restarts mid-stream).
+pub(super) async fn gather(
+    ctx: &Ctx,
+    id: TaskId,
+    container: &str,
+    dest: &std::path::Path,
+) -> anyhow::Result<collect::Collected> {
+    let d = &ctx.docker;
+    let secrets = ctx.upstream.providers.secrets();
+    let cap = ctx.cfg.file.max_results_size.0;
+    let dest = dest.to_path_buf();
+    // Local or archive is decided while the container still exists: the
+    // archive API needs it, and a local copy must not start before it is
+    // gone (a removed container runs nothing that could swap an entry for
+    // a link mid-walk; its named volume survives the removal).
+    let local = match ctx.cfg.file.collection {
+        crate::config::Collection::Auto => docker::local_volume_dir(d, id).await,
+        crate::config::Collection::Archive => None,
+    };
+    if let Some(src) = local
+        && remove_containers(ctx, id).await
+    {
+        return copy_local(id, src, dest, secrets, cap).await;
+    }
+    // A container that would not go away is read through the API.
+    let mut collected = collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
+    for _ in 0..3 {
+        if collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
+            break;
+        }
+        collected = collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
+    }
+    collected
+}
 
 /// Copies the task's volume from its directory on this host (its container
 /// already removed), off the async threads.

@@ -49,35 +49,8 @@ pub(super) async fn monitor(
     let metered = gateway.as_ref().map(|g| Metered::read(g.meter()));
 
     let dest = ctx.cfg.results_dir().join(id.to_string());
-    let secrets = ctx.upstream.providers.secrets();
-    let cap = ctx.cfg.file.max_results_size.0;
     let collect_started = std::time::Instant::now();
-    // Local or archive is decided while the container still exists: the
-    // archive API needs it, and a local copy must not start before it is
-    // gone (a removed container runs nothing that could swap an entry for
-    // a link mid-walk; its named volume survives the removal).
-    let local = match ctx.cfg.file.collection {
-        crate::config::Collection::Auto => docker::local_volume_dir(d, id).await,
-        crate::config::Collection::Archive => None,
-    };
-    let (mut collected, archived) = match local {
-        Some(src) if remove_containers(&ctx, id).await => (
-            copy_local(id, src, dest.clone(), secrets.clone(), cap).await,
-            false,
-        ),
-        // A container that would not go away is read through the API.
-        _ => (
-            collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await,
-            true,
-        ),
-    };
-    // The daemon restarted mid-stream: the archive is asked for again.
-    for _ in 0..3 {
-        if !archived || collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
-            break;
-        }
-        collected = collect_workspace(d, &container, dest.clone(), secrets.clone(), cap).await;
-    }
+    let collected = gather(&ctx, id, &container, &dest).await;
     let collect_ms = collect_started.elapsed().as_millis();
     cleanup(&ctx, id).await;
     // Only now: Docker needs the bind-mounted socket directory to exist
@@ -91,6 +64,39 @@ pub(super) async fn monitor(
         inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
     }
 
+    let seen = Seen {
+        watched,
+        oom,
+        metered,
+        collect_ms,
+    };
+    conclude(&ctx, id, &dest, collected, seen).await
+}
+
+/// What the supervisor learnt about a servo besides its workspace.
+struct Seen {
+    watched: Watched,
+    oom: bool,
+    metered: Option<Metered>,
+    collect_ms: u128,
+}
+
+/// Reads what was collected (usage, completion), decides the outcome and
+/// records it.
+async fn conclude(
+    ctx: &Ctx,
+    id: TaskId,
+    dest: &std::path::Path,
+    collected: anyhow::Result<collect::Collected>,
+    seen: Seen,
+) -> Joined {
+    let Seen {
+        watched,
+        oom,
+        metered,
+        collect_ms,
+    } = seen;
+    let dest = dest.to_path_buf();
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
         ..Default::default()
@@ -116,7 +122,7 @@ pub(super) async fn monitor(
             error!(task_id = %id, error = %detail, "collection failed");
             outcome.results_path = None;
             return finish(
-                &ctx,
+                ctx,
                 id,
                 TaskState::Failed,
                 Reason::Collect,
@@ -144,6 +150,7 @@ pub(super) async fn monitor(
         detail.push_str(&format!("; redacted {}", collected.redacted.join(", ")));
     }
     if collected.truncated {
+        let cap = ctx.cfg.file.max_results_size.0;
         warn!(task_id = %id, cap, "results over the size cap; collection stopped");
     }
 
@@ -176,7 +183,7 @@ pub(super) async fn monitor(
         gateway_fatal: metered.and_then(|m| m.fatal).and_then(|f| f.parse().ok()),
     };
     let (state, reason) = classify(&ending);
-    finish(&ctx, id, state, reason, outcome, &detail).await
+    finish(ctx, id, state, reason, outcome, &detail).await
 }
 
 /// Waits for the servo to exit, stopping it at the timeout or when asked

@@ -139,14 +139,7 @@ pub(super) async fn serve_loop(
             // Requeued tasks become claimable later without any write.
             look_for_work = true;
             if only.is_none() && !drain.is_cancelled() {
-                let lease = ctx.lease.clone();
-                for task in ctx.db(move |s| s.take_over_expired(&lease)).await? {
-                    info!(task_id = %task.id, state = %task.state, "taking over a task whose foreman stopped");
-                    let (control, inbox) = channel();
-                    handles.lock().unwrap().insert(task.id, control);
-                    let ctx = ctx.clone();
-                    running.spawn(async move { resume(ctx, task, inbox).await });
-                }
+                take_over(ctx, handles, running).await?;
             }
         }
         // Sweeping talks to Docker, which may hang: never inside the loop.
@@ -172,32 +165,14 @@ pub(super) async fn serve_loop(
         }
 
         if running.is_empty() {
-            if drain.is_cancelled() {
-                break;
-            }
-            if let Some(id) = only {
-                let t = ctx.db(move |s| s.require(&id.to_string())).await?;
-                if t.state.is_terminal() {
-                    match ctx.db(move |s| s.retried_as(id)).await? {
-                        Some(next) => {
-                            only = Some(next.id);
-                            look_for_work = true;
-                            continue;
-                        }
-                        None => break,
-                    }
+            match idle(ctx, opts, drain, only).await? {
+                Idle::Done => break,
+                Idle::Follow(next) => {
+                    only = Some(next);
+                    look_for_work = true;
+                    continue;
                 }
-            } else if opts.drain {
-                // Tasks another foreman holds count too: if it died, they
-                // are ours once its lease expires.
-                let left = ctx
-                    .db(|s| {
-                        s.count_in(&[TaskState::Queued, TaskState::Starting, TaskState::Running])
-                    })
-                    .await?;
-                if left == 0 {
-                    break;
-                }
+                Idle::Wait => {}
             }
         }
 
@@ -234,4 +209,63 @@ pub(super) async fn serve_loop(
         }
     }
     Ok(())
+}
+
+/// Takes over the tasks whose foreman stopped (their lease expired).
+async fn take_over(
+    ctx: &Arc<Ctx>,
+    handles: &Handles,
+    running: &mut JoinSet<Joined>,
+) -> anyhow::Result<()> {
+    let lease = ctx.lease.clone();
+    for task in ctx.db(move |s| s.take_over_expired(&lease)).await? {
+        info!(task_id = %task.id, state = %task.state, "taking over a task whose foreman stopped");
+        let (control, inbox) = channel();
+        handles.lock().unwrap().insert(task.id, control);
+        let ctx = ctx.clone();
+        running.spawn(async move { resume(ctx, task, inbox).await });
+    }
+    Ok(())
+}
+
+/// What an idle loop (nothing running) does next.
+enum Idle {
+    /// Return: drained, the followed task ended, or the queue is empty.
+    Done,
+    /// `saheeli run` follows its task's retry.
+    Follow(TaskId),
+    /// Wait for work.
+    Wait,
+}
+
+async fn idle(
+    ctx: &Arc<Ctx>,
+    opts: ServeOptions,
+    drain: &CancellationToken,
+    only: Option<TaskId>,
+) -> anyhow::Result<Idle> {
+    if drain.is_cancelled() {
+        return Ok(Idle::Done);
+    }
+    if let Some(id) = only {
+        let t = ctx.db(move |s| s.require(&id.to_string())).await?;
+        if !t.state.is_terminal() {
+            return Ok(Idle::Wait);
+        }
+        return Ok(match ctx.db(move |s| s.retried_as(id)).await? {
+            Some(next) => Idle::Follow(next.id),
+            None => Idle::Done,
+        });
+    }
+    if opts.drain {
+        // Tasks another foreman holds count too: if it died, they are ours
+        // once its lease expires.
+        let left = ctx
+            .db(|s| s.count_in(&[TaskState::Queued, TaskState::Starting, TaskState::Running]))
+            .await?;
+        if left == 0 {
+            return Ok(Idle::Done);
+        }
+    }
+    Ok(Idle::Wait)
 }
