@@ -1,26 +1,13 @@
-//! `config.yaml`: every default Saheeli uses, overridable per task by a
-//! prompt's front-matter.
-//!
-//! The file is optional. Relative paths in it are relative to the file's own
-//! directory, so `saheeli` behaves the same from any working directory.
+//! config.yaml's shape: every key, its default, and its checks.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use saheeli_protocol::front_matter::{Memory, NetworkMode, parse_duration_value};
 use serde::Deserialize;
 
-/// The parsed configuration, with paths made absolute.
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    /// The file it came from, if any.
-    pub source: Option<PathBuf>,
-    /// The directory relative paths are resolved against.
-    pub base_dir: PathBuf,
-    pub file: ConfigFile,
-}
+use super::*;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -67,43 +54,6 @@ pub(crate) struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
-}
-
-/// The most any task may ask for. The defaults in `task:` must lie within.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(crate) struct Limits {
-    pub memory: Memory,
-    pub cpus: f64,
-    pub pids: i64,
-    /// Largest /workspace.
-    pub disk: Memory,
-    /// The network modes a task may ask for.
-    pub networks: Vec<NetworkMode>,
-    /// How `resources.disk` is enforced: `loop` (an ext4 image per task,
-    /// loop-mounted by the foreman: needs root and a local daemon) or `off`
-    /// (no size limit: an agent can fill the host's disk).
-    pub disk_enforcement: DiskEnforcement,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum DiskEnforcement {
-    Loop,
-    Off,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory: Memory(8 << 30),
-            cpus: 4.0,
-            pids: 4096,
-            disk: Memory(20 << 30),
-            networks: vec![NetworkMode::None],
-            disk_enforcement: DiskEnforcement::Loop,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -254,152 +204,9 @@ impl Default for LlmConfig {
     }
 }
 
-impl Config {
-    /// Loads `explicit`, else `./config.yaml` when present, else the defaults.
-    pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
-        let path = match explicit {
-            Some(p) => Some(p.to_path_buf()),
-            None => Some(PathBuf::from("config.yaml")).filter(|p| p.is_file()),
-        };
-        let Some(path) = path else {
-            let base_dir = std::env::current_dir().context("reading the current directory")?;
-            return Ok(Config {
-                source: None,
-                base_dir,
-                file: ConfigFile::default(),
-            });
-        };
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading config `{}`", path.display()))?;
-        let file: ConfigFile = if text.trim().is_empty() {
-            ConfigFile::default()
-        } else {
-            serde_yaml::from_str(&text).map_err(|e| {
-                let at = e
-                    .location()
-                    .map(|l| format!(":{}", l.line()))
-                    .unwrap_or_default();
-                anyhow::anyhow!("{}{at}: {e}", path.display())
-            })?
-        };
-        if let Some(name) = file
-            .providers
-            .keys()
-            .find(|n| n.is_empty() || n.contains('/'))
-        {
-            anyhow::bail!(
-                "{}: provider name `{name}` must be non-empty and contain no `/`",
-                path.display()
-            );
-        }
-        if file.lease < Duration::from_secs(1) {
-            anyhow::bail!("{}: `lease` must be at least 1s", path.display());
-        }
-        if file.concurrency == 0 {
-            anyhow::bail!("{}: `concurrency` must be at least 1", path.display());
-        }
-        file.check_limits()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let abs = std::path::absolute(&path)
-            .with_context(|| format!("resolving `{}`", path.display()))?;
-        let base_dir = abs.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(Config {
-            source: Some(abs),
-            base_dir,
-            file,
-        })
-    }
-
-    /// What `saheeli` read its settings from, for messages.
-    pub fn describe_source(&self) -> String {
-        match &self.source {
-            Some(p) => format!("config `{}`", p.display()),
-            None => format!(
-                "built-in defaults (no `config.yaml` in `{}`; pass `--config FILE` or set SAHEELI_CONFIG)",
-                self.base_dir.display()
-            ),
-        }
-    }
-
-    fn resolve(&self, p: &Path) -> PathBuf {
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.base_dir.join(p)
-        }
-    }
-
-    pub fn database(&self) -> PathBuf {
-        self.resolve(&self.file.database)
-    }
-
-    pub fn results_dir(&self) -> PathBuf {
-        self.resolve(&self.file.results_dir)
-    }
-
-    pub fn state_dir(&self) -> PathBuf {
-        self.resolve(&self.file.state_dir)
-    }
-
-    pub fn run_dir(&self) -> PathBuf {
-        self.resolve(&self.file.run_dir)
-    }
-
-    /// Reads `.env` beside the config file into the process environment
-    /// (variables already set win). A missing file is fine; a malformed one
-    /// is an error naming its line (never its text: it holds keys). Call it
-    /// before any thread starts: it uses `set_var`.
-    pub fn load_dotenv(&self) -> anyhow::Result<()> {
-        let path = self.base_dir.join(".env");
-        if !path.exists() {
-            return Ok(());
-        }
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading `{}`", path.display()))?;
-        // Parse everything first, so a bad line sets nothing.
-        let mut vars = Vec::new();
-        for item in dotenvy::from_read_iter(text.as_bytes()) {
-            match item {
-                Ok(kv) => vars.push(kv),
-                Err(dotenvy::Error::LineParse(bad, _)) => {
-                    let line = line_of(&text, &bad);
-                    anyhow::bail!(
-                        "{}:{line}: not a `KEY=value` line; fix or remove it",
-                        path.display()
-                    );
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e))
-                        .with_context(|| format!("reading `{}`", path.display()));
-                }
-            }
-        }
-        for (k, v) in vars {
-            if std::env::var_os(&k).is_none() {
-                // SAFETY: called from `main` before the runtime or any other
-                // thread exists, so nothing reads the environment concurrently.
-                unsafe { std::env::set_var(k, v) };
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The 1-based line of `text` where `fragment` (a line dotenvy refused) starts.
-fn line_of(text: &str, fragment: &str) -> usize {
-    let first = fragment.lines().next().unwrap_or("").trim();
-    text.lines()
-        .position(|l| !first.is_empty() && l.trim() == first)
-        .or_else(|| {
-            text.find(fragment)
-                .map(|at| text[..at].matches('\n').count())
-        })
-        .map_or(1, |i| i + 1)
-}
-
 impl ConfigFile {
     /// The `task:` defaults must lie within `limits:`.
-    fn check_limits(&self) -> Result<(), String> {
+    pub(super) fn check_limits(&self) -> Result<(), String> {
         let (t, l) = (&self.task, &self.limits);
         let over = |key: &str, v: String, max: String| {
             Err(format!(
@@ -428,34 +235,5 @@ impl ConfigFile {
             ));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_key_is_named() {
-        let e = serde_yaml::from_str::<ConfigFile>("concurency: 3\n").unwrap_err();
-        assert!(e.to_string().contains("unknown field `concurency`"), "{e}");
-    }
-
-    #[test]
-    fn shipped_config_matches_defaults() {
-        let text = include_str!("../../config.yaml");
-        let file: ConfigFile = serde_yaml::from_str(text).unwrap();
-        let d = ConfigFile::default();
-        assert_eq!(file.image, d.image);
-        assert_eq!(file.concurrency, d.concurrency);
-        assert_eq!(file.task.max_steps, d.task.max_steps);
-        assert_eq!(file.task.timeout, d.task.timeout);
-        assert_eq!(file.task.memory, d.task.memory);
-        assert_eq!(file.stop_grace, d.stop_grace);
-        assert_eq!(file.max_workspace_size, d.max_workspace_size);
-        assert_eq!(
-            file.task.workspace_include_ignored,
-            d.task.workspace_include_ignored
-        );
     }
 }

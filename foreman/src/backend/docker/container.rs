@@ -1,0 +1,238 @@
+//! A task's hardened container: create, inputs in, start, wait, stop,
+//! workspace out, remove.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
+};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt, TryStreamExt};
+use saheeli_protocol::{TaskId, paths};
+
+use crate::spec::TaskSpec;
+
+use super::*;
+
+/// Creates the hardened servo container for a task; does not start it.
+pub(crate) async fn create_container(
+    docker: &Docker,
+    id: TaskId,
+    spec: &TaskSpec,
+    image: &str,
+    volume: &str,
+    gateway_dir: Option<&Path>,
+    launch_env: Option<String>,
+) -> anyhow::Result<String> {
+    let mut mounts = vec![Mount {
+        target: Some(paths::WORKSPACE.into()),
+        source: Some(volume.into()),
+        typ: Some(MountType::VOLUME),
+        volume_options: Some(MountVolumeOptions {
+            labels: Some(task_labels(id)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if let Some(dir) = gateway_dir {
+        mounts.push(Mount {
+            target: Some(paths::GATEWAY_DIR.into()),
+            source: Some(dir.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    env.push("HOME=/tmp".into());
+    if let Some(json) = launch_env {
+        env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
+    }
+    let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
+    let host_config = HostConfig {
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        privileged: Some(false),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            "rw,nosuid,nodev,size=256m".to_string(),
+        )])),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((spec.cpus * 1e9) as i64),
+        pids_limit: Some(spec.pids),
+        init: Some(true),
+        network_mode: Some(spec.network.as_str().into()),
+        mounts: Some(mounts),
+        ..Default::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(image.into()),
+        user: Some("1000:1000".into()),
+        working_dir: Some(paths::WORKSPACE.into()),
+        env: Some(env),
+        labels: Some(task_labels(id)),
+        network_disabled: Some(spec.network == saheeli_protocol::NetworkMode::None),
+        stop_signal: Some("SIGTERM".into()),
+        host_config: Some(host_config),
+        ..Default::default()
+    };
+    let opts = CreateContainerOptionsBuilder::default()
+        .name(&format!("saheeli-{id}"))
+        .build();
+    let created = match docker.create_container(Some(opts), body.clone()).await {
+        // A stale container may hold the short name; names are cosmetic, so retry without one.
+        Err(DockerError::DockerResponseServerError {
+            status_code: 409, ..
+        }) => docker.create_container(None, body).await,
+        other => other,
+    }
+    .with_context(|| format!("creating the servo container from image `{image}`"))?;
+    Ok(created.id)
+}
+
+/// Extracts a tar archive into the container's /workspace.
+pub(crate) async fn upload(docker: &Docker, container: &str, tar: Bytes) -> anyhow::Result<()> {
+    let opts = UploadToContainerOptionsBuilder::default()
+        .path(paths::WORKSPACE)
+        .build();
+    docker
+        .upload_to_container(container, Some(opts), bollard::body_full(tar))
+        .await
+        .context("uploading into /workspace")
+}
+
+/// Streams a tar file from disk into the container's /workspace.
+pub(crate) async fn upload_file(
+    docker: &Docker,
+    container: &str,
+    tar: &Path,
+) -> anyhow::Result<()> {
+    let file = tokio::fs::File::open(tar)
+        .await
+        .with_context(|| format!("opening `{}`", tar.display()))?;
+    let stream = tokio_util::io::ReaderStream::new(file);
+    let opts = UploadToContainerOptionsBuilder::default()
+        .path(paths::WORKSPACE)
+        .build();
+    docker
+        .upload_to_container(container, Some(opts), bollard::body_try_stream(stream))
+        .await
+        .context("uploading the workspace into /workspace")
+}
+
+pub(crate) async fn start(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    docker
+        .start_container(container, None)
+        .await
+        .context("starting the servo container")
+}
+
+/// Waits for the container to exit and returns its exit code.
+pub(crate) async fn wait(docker: &Docker, container: &str) -> anyhow::Result<i64> {
+    let opts = WaitContainerOptionsBuilder::default()
+        .condition("not-running")
+        .build();
+    let mut stream = docker.wait_container(container, Some(opts));
+    match stream.next().await {
+        Some(Ok(r)) => Ok(r.status_code),
+        // bollard reports a non-zero exit as an error carrying the code.
+        Some(Err(DockerError::DockerContainerWaitError { code, .. })) => Ok(code),
+        Some(Err(e)) => Err(e).context("waiting for the servo container"),
+        None => anyhow::bail!("the Docker wait stream ended without a status"),
+    }
+}
+
+/// Whether the kernel OOM-killed the container's process.
+pub(crate) async fn oom_killed(docker: &Docker, container: &str) -> bool {
+    docker
+        .inspect_container(container, None)
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .and_then(|s| s.oom_killed)
+        .unwrap_or(false)
+}
+
+/// Whether the container was ever started (running, exited or dead, as
+/// opposed to only created).
+/// An error means "unknown, ask again", never "not started".
+pub(crate) async fn has_started(docker: &Docker, container: &str) -> anyhow::Result<bool> {
+    let c = docker
+        .inspect_container(container, None)
+        .await
+        .context("inspecting the servo container")?;
+    Ok(c.state
+        .and_then(|s| s.started_at)
+        .is_some_and(|t| !t.starts_with("0001-01-01")))
+}
+
+/// SIGTERM, then SIGKILL after `grace`.
+pub(crate) async fn stop(docker: &Docker, container: &str, grace: Duration) -> anyhow::Result<()> {
+    let opts = StopContainerOptionsBuilder::default()
+        .t(grace.as_secs().max(1) as i32)
+        .build();
+    match docker.stop_container(container, Some(opts)).await {
+        Ok(())
+        | Err(DockerError::DockerResponseServerError {
+            status_code: 304, ..
+        }) => Ok(()),
+        Err(e) => Err(e).context("stopping the servo container"),
+    }
+}
+
+/// SIGKILL, when a stop did not take. A container that is not running
+/// (any more) is not an error.
+pub(crate) async fn kill(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    match docker
+        .kill_container(
+            container,
+            None::<bollard::query_parameters::KillContainerOptions>,
+        )
+        .await
+    {
+        Ok(())
+        | Err(DockerError::DockerResponseServerError {
+            status_code: 304 | 404 | 409,
+            ..
+        }) => Ok(()),
+        Err(e) => Err(e).context("killing the servo container"),
+    }
+}
+
+/// The container's /workspace as a tar stream (entries prefixed `workspace/`).
+pub(crate) fn download_workspace(
+    docker: &Docker,
+    container: &str,
+) -> impl Stream<Item = std::io::Result<Bytes>> + use<> {
+    let opts = DownloadFromContainerOptionsBuilder::default()
+        .path(paths::WORKSPACE)
+        .build();
+    docker
+        .download_from_container(container, Some(opts))
+        .map_err(std::io::Error::other)
+}
+
+/// Removes a container (and its anonymous volumes); absent is fine.
+pub(crate) async fn remove_container(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    let opts = RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build();
+    match docker.remove_container(container, Some(opts)).await {
+        Ok(())
+        | Err(DockerError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing container `{container}`")),
+    }
+}

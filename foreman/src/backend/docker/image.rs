@@ -1,0 +1,101 @@
+//! The servo image: is it there, and building it (classic builder, no pull).
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+/// Fails with advice when the servo image is missing.
+pub(crate) async fn require_image(docker: &Docker, image: &str) -> anyhow::Result<()> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(()),
+        Err(DockerError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Err(ImageMissing(image.to_string()).into()),
+        Err(e) => Err(e).with_context(|| format!("inspecting image `{image}`")),
+    }
+}
+
+/// The servo image is not there: no retry can help until it is built.
+#[derive(Debug, thiserror::Error)]
+#[error("image `{0}` not found; build it with `saheeli build-servo`")]
+pub(crate) struct ImageMissing(pub String);
+
+/// Progress of an image build, for the caller to display.
+pub(crate) enum BuildProgress {
+    Line(String),
+}
+
+/// Builds an image from a context tar with the classic builder; never pulls.
+/// Returns the new image id. The image it replaces under `tag`, if any and
+/// now dangling, is removed.
+pub(crate) async fn build_image(
+    docker: &Docker,
+    context: Bytes,
+    tag: &str,
+    base_image: &str,
+    no_cache: bool,
+    mut progress: impl FnMut(BuildProgress),
+) -> anyhow::Result<String> {
+    require_image(docker, base_image).await.map_err(|_| {
+        anyhow::anyhow!(
+            "base image `{base_image}` not found; make it with `scripts/setup.sh base` \
+             (no registry is used)"
+        )
+    })?;
+    let previous = docker.inspect_image(tag).await.ok().and_then(|i| i.id);
+    let buildargs = HashMap::from([("BASE".to_string(), base_image.to_string())]);
+    let opts = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .nocache(no_cache)
+        .networkmode("none")
+        .buildargs(&buildargs)
+        .build();
+    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(context)));
+    let mut image_id = None;
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| match e {
+            DockerError::DockerStreamError { error } => {
+                anyhow::anyhow!("image build failed: {error}")
+            }
+            e => anyhow::Error::new(e).context("building the servo image"),
+        })?;
+        if let Some(detail) = info.error_detail {
+            anyhow::bail!("image build failed: {}", detail.message.unwrap_or_default());
+        }
+        if let Some(s) = info.stream {
+            for line in s.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+                progress(BuildProgress::Line(line.to_string()));
+            }
+        }
+        if let Some(aux) = info.aux
+            && let Some(id) = aux.id
+        {
+            image_id = Some(id);
+        }
+    }
+    let new_id = match image_id {
+        Some(id) => id,
+        None => docker
+            .inspect_image(tag)
+            .await
+            .context("inspecting the built image")?
+            .id
+            .unwrap_or_default(),
+    };
+    if let Some(old) = previous
+        && old != new_id
+    {
+        let opts = RemoveImageOptionsBuilder::default().noprune(false).build();
+        // Only removes it when nothing else uses it; failure is harmless.
+        let _ = docker.remove_image(&old, Some(opts), None).await;
+    }
+    Ok(new_id)
+}

@@ -1,0 +1,80 @@
+//! Saheeli's containers and volumes carry `saheeli.task=<id>`: found by
+//! label after a restart, never by name.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
+use saheeli_protocol::TaskId;
+
+/// The label every Saheeli container and volume carries.
+pub(crate) const TASK_LABEL: &str = "saheeli.task";
+
+/// The labels on a task's container and volume.
+pub(super) fn task_labels(id: TaskId) -> HashMap<String, String> {
+    HashMap::from([(TASK_LABEL.to_string(), id.to_string())])
+}
+
+/// Ids of the containers labelled with a task.
+pub(crate) async fn task_containers(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
+    let filter = format!("{TASK_LABEL}={id}");
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&HashMap::from([("label", vec![filter.as_str()])]))
+        .build();
+    let list = docker
+        .list_containers(Some(opts))
+        .await
+        .context("listing Saheeli containers")?;
+    Ok(list.into_iter().filter_map(|c| c.id).collect())
+}
+
+/// Names of the volumes labelled with a task.
+pub(crate) async fn task_volumes(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
+    let filter = format!("{TASK_LABEL}={id}");
+    let opts = ListVolumesOptionsBuilder::default()
+        .filters(&HashMap::from([("label", vec![filter.as_str()])]))
+        .build();
+    let list = docker
+        .list_volumes(Some(opts))
+        .await
+        .context("listing Saheeli volumes")?;
+    Ok(list
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .collect())
+}
+
+/// Every Saheeli container (id, task) and volume (name, task) on the daemon.
+pub(crate) async fn labelled(
+    docker: &Docker,
+) -> anyhow::Result<(Vec<(String, String)>, Vec<(String, String)>)> {
+    let filters = HashMap::from([("label", vec![TASK_LABEL])]);
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let containers = docker
+        .list_containers(Some(opts))
+        .await
+        .context("listing Saheeli containers")?
+        .into_iter()
+        .filter_map(|c| Some((c.id?, c.labels?.get(TASK_LABEL)?.clone())))
+        .collect();
+    let opts = ListVolumesOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    let volumes = docker
+        .list_volumes(Some(opts))
+        .await
+        .context("listing Saheeli volumes")?
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| Some((v.name, v.labels.get(TASK_LABEL)?.clone())))
+        .collect();
+    Ok((containers, volumes))
+}

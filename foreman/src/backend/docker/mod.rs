@@ -1,0 +1,18 @@
+//! Everything Saheeli asks of Docker, through bollard: build the servo
+//! image, create a hardened and labelled container per task, copy files in
+//! and out, wait, stop, and clean up.
+//!
+//! Containers and volumes are found by their `saheeli.task` label, never by
+//! name.
+
+mod container;
+mod daemon;
+mod image;
+mod labels;
+mod volume;
+
+pub(crate) use container::*;
+pub(crate) use daemon::*;
+pub(crate) use image::*;
+pub(crate) use labels::*;
+pub(crate) use volume::*;

@@ -1,0 +1,162 @@
+//! Finding and reading config.yaml (and `.env` beside it), with errors that
+//! name the file and line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::*;
+
+/// The parsed configuration, with paths made absolute.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// The file it came from, if any.
+    pub source: Option<PathBuf>,
+    /// The directory relative paths are resolved against.
+    pub base_dir: PathBuf,
+    pub file: ConfigFile,
+}
+
+impl Config {
+    /// Loads `explicit`, else `./config.yaml` when present, else the defaults.
+    pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
+        let path = match explicit {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from("config.yaml")).filter(|p| p.is_file()),
+        };
+        let Some(path) = path else {
+            let base_dir = std::env::current_dir().context("reading the current directory")?;
+            return Ok(Config {
+                source: None,
+                base_dir,
+                file: ConfigFile::default(),
+            });
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading config `{}`", path.display()))?;
+        let file: ConfigFile = if text.trim().is_empty() {
+            ConfigFile::default()
+        } else {
+            serde_yaml::from_str(&text).map_err(|e| {
+                let at = e
+                    .location()
+                    .map(|l| format!(":{}", l.line()))
+                    .unwrap_or_default();
+                anyhow::anyhow!("{}{at}: {e}", path.display())
+            })?
+        };
+        if let Some(name) = file
+            .providers
+            .keys()
+            .find(|n| n.is_empty() || n.contains('/'))
+        {
+            anyhow::bail!(
+                "{}: provider name `{name}` must be non-empty and contain no `/`",
+                path.display()
+            );
+        }
+        if file.lease < Duration::from_secs(1) {
+            anyhow::bail!("{}: `lease` must be at least 1s", path.display());
+        }
+        if file.concurrency == 0 {
+            anyhow::bail!("{}: `concurrency` must be at least 1", path.display());
+        }
+        file.check_limits()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let abs = std::path::absolute(&path)
+            .with_context(|| format!("resolving `{}`", path.display()))?;
+        let base_dir = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Config {
+            source: Some(abs),
+            base_dir,
+            file,
+        })
+    }
+
+    /// What `saheeli` read its settings from, for messages.
+    pub fn describe_source(&self) -> String {
+        match &self.source {
+            Some(p) => format!("config `{}`", p.display()),
+            None => format!(
+                "built-in defaults (no `config.yaml` in `{}`; pass `--config FILE` or set SAHEELI_CONFIG)",
+                self.base_dir.display()
+            ),
+        }
+    }
+
+    fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.resolve(&self.file.database)
+    }
+
+    pub fn results_dir(&self) -> PathBuf {
+        self.resolve(&self.file.results_dir)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.resolve(&self.file.state_dir)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.resolve(&self.file.run_dir)
+    }
+
+    /// Reads `.env` beside the config file into the process environment
+    /// (variables already set win). A missing file is fine; a malformed one
+    /// is an error naming its line (never its text: it holds keys). Call it
+    /// before any thread starts: it uses `set_var`.
+    pub fn load_dotenv(&self) -> anyhow::Result<()> {
+        let path = self.base_dir.join(".env");
+        if !path.exists() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading `{}`", path.display()))?;
+        // Parse everything first, so a bad line sets nothing.
+        let mut vars = Vec::new();
+        for item in dotenvy::from_read_iter(text.as_bytes()) {
+            match item {
+                Ok(kv) => vars.push(kv),
+                Err(dotenvy::Error::LineParse(bad, _)) => {
+                    let line = line_of(&text, &bad);
+                    anyhow::bail!(
+                        "{}:{line}: not a `KEY=value` line; fix or remove it",
+                        path.display()
+                    );
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e))
+                        .with_context(|| format!("reading `{}`", path.display()));
+                }
+            }
+        }
+        for (k, v) in vars {
+            if std::env::var_os(&k).is_none() {
+                // SAFETY: called from `main` before the runtime or any other
+                // thread exists, so nothing reads the environment concurrently.
+                unsafe { std::env::set_var(k, v) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The 1-based line of `text` where `fragment` (a line dotenvy refused) starts.
+pub(super) fn line_of(text: &str, fragment: &str) -> usize {
+    let first = fragment.lines().next().unwrap_or("").trim();
+    text.lines()
+        .position(|l| !first.is_empty() && l.trim() == first)
+        .or_else(|| {
+            text.find(fragment)
+                .map(|at| text[..at].matches('\n').count())
+        })
+        .map_or(1, |i| i + 1)
+}

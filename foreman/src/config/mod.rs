@@ -1,0 +1,15 @@
+//! `config.yaml`: every default Saheeli uses, overridable per task by a
+//! prompt's front-matter.
+//!
+//! The file is optional. Relative paths in it are relative to the file's own
+//! directory, so `saheeli` behaves the same from any working directory.
+
+mod file;
+mod limits;
+mod load;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use file::*;
+pub(crate) use limits::*;
+pub(crate) use load::*;

@@ -1,0 +1,21 @@
+//! Unit tests of config.yaml.
+
+use super::*;
+
+#[test]
+fn unknown_key_is_named() {
+    let e = serde_yaml::from_str::<ConfigFile>("concurency: 3\n").unwrap_err();
+    assert!(e.to_string().contains("unknown field `concurency`"), "{e}");
+}
+
+#[test]
+fn shipped_config_matches_defaults() {
+    // Every key, nested ones included: config.yaml documents the defaults,
+    // so it must say exactly what the code does with no file at all.
+    let text = include_str!("../../../config.yaml");
+    let file: ConfigFile = serde_yaml::from_str(text).unwrap();
+    assert_eq!(
+        format!("{file:#?}"),
+        format!("{:#?}", ConfigFile::default())
+    );
+}
