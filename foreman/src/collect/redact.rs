@@ -43,15 +43,12 @@ pub(super) fn redact_tree(
     Ok(hits)
 }
 
-/// Calls `f` on every regular file below `dir`.
+/// Calls `f` on every regular file below `dir` (links are not followed).
 fn walk(dir: &Path, f: &mut impl FnMut(&Path) -> anyhow::Result<()>) -> anyhow::Result<()> {
-    for entry in fs::read_dir(dir).with_context(|| format!("reading `{}`", dir.display()))? {
-        let entry = entry?;
-        let ft = entry.file_type()?;
-        if ft.is_dir() {
-            walk(&entry.path(), f)?;
-        } else if ft.is_file() {
-            f(&entry.path())?;
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.with_context(|| format!("reading `{}`", dir.display()))?;
+        if entry.file_type().is_file() {
+            f(entry.path())?;
         }
     }
     Ok(())

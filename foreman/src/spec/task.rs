@@ -53,15 +53,7 @@ pub(crate) struct TaskSpec {
 impl TaskSpec {
     /// Reads and validates a prompt file. Nothing is written.
     pub fn from_prompt(cfg: &Config, path: &Path, params: &[String]) -> anyhow::Result<TaskSpec> {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("reading prompt `{}`", path.display()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: not valid UTF-8 (byte {}); save the prompt as UTF-8",
-                path.display(),
-                e.utf8_error().valid_up_to()
-            )
-        })?;
+        let text = read_text(path)?;
         let prompt = PromptFile::parse(path, &text)?;
         let fm = apply_params(path, prompt.front_matter, params)?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -78,20 +70,10 @@ impl TaskSpec {
             Some(file) => Some(read_replay(path, dir, file)?),
             None => None,
         };
-        let workspace = match fm.workspace {
-            Some(ws) => {
-                let ws = dir.join(ws);
-                if !ws.is_dir() {
-                    bail!(
-                        "{}: `workspace` `{}` is not a directory",
-                        path.display(),
-                        ws.display()
-                    );
-                }
-                Some(std::path::absolute(&ws)?)
-            }
-            None => None,
-        };
+        let workspace = fm
+            .workspace
+            .map(|ws| workspace_dir(path, dir, ws))
+            .transpose()?;
         let resources = fm.resources.unwrap_or_default();
         let cpus = resources.cpus.unwrap_or(d.cpus);
         if !(cpus > 0.0 && cpus.is_finite()) {
@@ -109,67 +91,14 @@ impl TaskSpec {
         let network = fm.network.unwrap_or(d.network);
         check_ceilings(cfg, path, memory, cpus, pids, disk, network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
-        if !(1..=MAX_STEPS).contains(&max_steps) {
-            bail!(
-                "{}: `max_steps` {max_steps} is out of range; use 1 to {MAX_STEPS}",
-                path.display()
-            );
-        }
         let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
-        if timeout > MAX_TIMEOUT {
-            bail!(
-                "{}: `timeout` {} is longer than the most allowed, {}",
-                path.display(),
-                humantime::format_duration(timeout),
-                humantime::format_duration(MAX_TIMEOUT)
-            );
-        }
-        for key in fm.env.keys() {
-            if key.is_empty() || key.contains('=') || key.starts_with("SAHEELI_") {
-                bail!(
-                    "{}: `env` key `{key}` is not allowed (empty, contains `=`, or reserved SAHEELI_ prefix)",
-                    path.display()
-                );
-            }
-        }
         let retries = fm.retries.unwrap_or(d.retries);
-        if retries > MAX_RETRIES {
-            bail!(
-                "{}: `retries` {retries} is out of range; use 0 to {MAX_RETRIES}",
-                path.display()
-            );
-        }
         let retry_on = fm.retry_on.unwrap_or_else(|| d.retry_on.clone());
-        if let Some(bad) = retry_on
-            .iter()
-            .find(|r| !crate::config::RETRYABLE.contains(&r.as_str()))
-        {
-            bail!(
-                "{}: `retry_on` reason `{bad}` is not retryable; use any of {}",
-                path.display(),
-                crate::config::RETRYABLE.join(", ")
-            );
-        }
+        check_run(path, max_steps, timeout, retries, &retry_on, &fm.env)?;
         let max_tokens = fm.max_tokens.or(d.max_tokens);
         let max_cost = fm.max_cost.or(d.max_cost);
         if let Some(c) = max_cost {
-            if !(c > 0.0 && c.is_finite()) {
-                bail!(
-                    "{}: `max_cost` must be a positive number of USD",
-                    path.display()
-                );
-            }
-            if replay.is_none()
-                && crate::gateway::Providers::from_config(cfg)
-                    .route(&model)
-                    .price
-                    .is_none()
-            {
-                bail!(
-                    "{}: `max_cost` needs a price for model `{model}`: add it under `prices:` in config.yaml",
-                    path.display()
-                );
-            }
+            check_max_cost(cfg, path, &model, replay.is_some(), c)?;
         }
         if replay.is_none() {
             check_model(cfg, path, &model)?;
@@ -260,4 +189,108 @@ impl TaskSpec {
             max_cost: self.max_cost,
         }
     }
+}
+
+/// A prompt file's text: UTF-8, or an error saying where it is not.
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("reading prompt `{}`", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not valid UTF-8 (byte {}); save the prompt as UTF-8",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// `workspace:`, relative to the prompt's directory; it must be one.
+fn workspace_dir(path: &Path, dir: &Path, ws: PathBuf) -> anyhow::Result<PathBuf> {
+    let ws = dir.join(ws);
+    if !ws.is_dir() {
+        bail!(
+            "{}: `workspace` `{}` is not a directory",
+            path.display(),
+            ws.display()
+        );
+    }
+    Ok(std::path::absolute(&ws)?)
+}
+
+/// Steps, time, retries and environment within their bounds.
+fn check_run(
+    path: &Path,
+    max_steps: u32,
+    timeout: std::time::Duration,
+    retries: u32,
+    retry_on: &[String],
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    if !(1..=MAX_STEPS).contains(&max_steps) {
+        bail!(
+            "{}: `max_steps` {max_steps} is out of range; use 1 to {MAX_STEPS}",
+            path.display()
+        );
+    }
+    if timeout > MAX_TIMEOUT {
+        bail!(
+            "{}: `timeout` {} is longer than the most allowed, {}",
+            path.display(),
+            humantime::format_duration(timeout),
+            humantime::format_duration(MAX_TIMEOUT)
+        );
+    }
+    for key in env.keys() {
+        if key.is_empty() || key.contains('=') || key.starts_with("SAHEELI_") {
+            bail!(
+                "{}: `env` key `{key}` is not allowed (empty, contains `=`, or reserved SAHEELI_ prefix)",
+                path.display()
+            );
+        }
+    }
+    if retries > MAX_RETRIES {
+        bail!(
+            "{}: `retries` {retries} is out of range; use 0 to {MAX_RETRIES}",
+            path.display()
+        );
+    }
+    if let Some(bad) = retry_on
+        .iter()
+        .find(|r| !crate::config::RETRYABLE.contains(&r.as_str()))
+    {
+        bail!(
+            "{}: `retry_on` reason `{bad}` is not retryable; use any of {}",
+            path.display(),
+            crate::config::RETRYABLE.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `max_cost` is a positive amount, and the model has a price to count it.
+fn check_max_cost(
+    cfg: &Config,
+    path: &Path,
+    model: &str,
+    replay: bool,
+    max_cost: f64,
+) -> anyhow::Result<()> {
+    if !(max_cost > 0.0 && max_cost.is_finite()) {
+        bail!(
+            "{}: `max_cost` must be a positive number of USD",
+            path.display()
+        );
+    }
+    if !replay
+        && crate::gateway::Providers::from_config(cfg)
+            .route(model)
+            .price
+            .is_none()
+    {
+        bail!(
+            "{}: `max_cost` needs a price for model `{model}`: add it under `prices:` in config.yaml",
+            path.display()
+        );
+    }
+    Ok(())
 }
