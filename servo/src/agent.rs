@@ -150,52 +150,14 @@ impl Agent {
             self.steps += 1;
             let step = self.steps;
             let t0 = Instant::now();
-            let audit = &mut self.audit;
-            let turn = self
-                .llm
-                .next_turn(&self.task.model, &self.messages, &self.specs, |w| {
-                    audit.log(&match w {
-                        Waiting::Started { error } => AuditEvent::GatewayWait {
-                            ts: now(),
-                            step,
-                            error,
-                        },
-                        Waiting::Back { waited } => AuditEvent::GatewayBack {
-                            ts: now(),
-                            step,
-                            waited_ms: waited.as_millis() as u64,
-                        },
-                    })
-                })
-                .await;
+            let turn = self.ask(step).await;
             let latency_ms = t0.elapsed().as_millis() as u64;
             let turn = match turn {
                 Ok(t) => t,
-                Err(e) => {
-                    warn!(step, latency_ms, error = %e, "LLM call failed");
-                    self.audit.log(&AuditEvent::LlmCall {
-                        ts: now(),
-                        step,
-                        model: self.task.model.clone(),
-                        latency_ms,
-                        usage: Usage::default(),
-                        error: Some(e.to_string()),
-                    });
-                    let exit = match e {
-                        LlmError::Exhausted => ServoExit::ReplayExhausted,
-                        LlmError::Failed(_) => ServoExit::LlmError,
-                        LlmError::Budget(_) => ServoExit::Budget,
-                        // An error turn: the model hears about it and answers again.
-                        LlmError::Malformed(why) => {
-                            self.messages.push(ChatMessage::user(format!(
-                                "[saheeli] Your last response could not be used ({why}). Please answer again."
-                            )));
-                            self.save_session_soon();
-                            continue;
-                        }
-                    };
-                    return (exit, Some(e.to_string()));
-                }
+                Err(e) => match self.llm_failed(step, latency_ms, e) {
+                    Some(end) => return end,
+                    None => continue,
+                },
             };
             self.usage.add(turn.usage);
             self.audit.log(&AuditEvent::LlmCall {
@@ -219,40 +181,107 @@ impl Agent {
             if calls.is_empty() {
                 self.messages.push(ChatMessage::user(NUDGE));
             }
-            for call in calls {
-                let t0 = Instant::now();
-                let out = self
-                    .tools
-                    .dispatch(&call.function.name, &call.function.arguments)
-                    .await;
-                let duration_ms = t0.elapsed().as_millis() as u64;
-                debug!(step, tool = %call.function.name, ok = out.ok, duration_ms, "tool call");
-                self.audit.log(&AuditEvent::ToolCall {
-                    ts: now(),
-                    step,
-                    tool: call.function.name.clone(),
-                    arguments: call.function.arguments.clone(),
-                    ok: out.ok,
-                    exit_code: out.exit_code,
-                    result_bytes: out.text.len(),
-                    truncated: out.truncated,
-                    duration_ms,
-                });
-                self.messages
-                    .push(ChatMessage::tool_result(call.id, out.text));
-                if let Some(message) = out.complete {
-                    return match self.write_completion(message) {
-                        Ok(()) => (ServoExit::Complete, None),
-                        Err(e) => (
-                            ServoExit::BadTask,
-                            Some(format!("writing complete.json: {e}")),
-                        ),
-                    };
-                }
+            if let Some(end) = self.run_tools(step, calls).await {
+                return end;
             }
             self.note_budget(started);
             self.save_session_soon();
         }
+    }
+
+    /// One LLM call; waits for an unreachable gateway are audited.
+    async fn ask(&mut self, step: u32) -> Result<crate::llm::Turn, LlmError> {
+        let audit = &mut self.audit;
+        self.llm
+            .next_turn(&self.task.model, &self.messages, &self.specs, |w| {
+                audit.log(&match w {
+                    Waiting::Started { error } => AuditEvent::GatewayWait {
+                        ts: now(),
+                        step,
+                        error,
+                    },
+                    Waiting::Back { waited } => AuditEvent::GatewayBack {
+                        ts: now(),
+                        step,
+                        waited_ms: waited.as_millis() as u64,
+                    },
+                })
+            })
+            .await
+    }
+
+    /// A failed LLM call: audited; ends the task, except an unusable answer,
+    /// which the model hears about (None: go on).
+    fn llm_failed(
+        &mut self,
+        step: u32,
+        latency_ms: u64,
+        e: LlmError,
+    ) -> Option<(ServoExit, Option<String>)> {
+        warn!(step, latency_ms, error = %e, "LLM call failed");
+        self.audit.log(&AuditEvent::LlmCall {
+            ts: now(),
+            step,
+            model: self.task.model.clone(),
+            latency_ms,
+            usage: Usage::default(),
+            error: Some(e.to_string()),
+        });
+        let exit = match e {
+            LlmError::Exhausted => ServoExit::ReplayExhausted,
+            LlmError::Failed(_) => ServoExit::LlmError,
+            LlmError::Budget(_) => ServoExit::Budget,
+            // An error turn: the model hears about it and answers again.
+            LlmError::Malformed(why) => {
+                self.messages.push(ChatMessage::user(format!(
+                    "[saheeli] Your last response could not be used ({why}). Please answer again."
+                )));
+                self.save_session_soon();
+                return None;
+            }
+        };
+        Some((exit, Some(e.to_string())))
+    }
+
+    /// Runs a turn's tool calls in order, auditing each; Some when one of
+    /// them ended the task (`task_complete`).
+    async fn run_tools(
+        &mut self,
+        step: u32,
+        calls: Vec<saheeli_protocol::chat::ToolCall>,
+    ) -> Option<(ServoExit, Option<String>)> {
+        for call in calls {
+            let t0 = Instant::now();
+            let out = self
+                .tools
+                .dispatch(&call.function.name, &call.function.arguments)
+                .await;
+            let duration_ms = t0.elapsed().as_millis() as u64;
+            debug!(step, tool = %call.function.name, ok = out.ok, duration_ms, "tool call");
+            self.audit.log(&AuditEvent::ToolCall {
+                ts: now(),
+                step,
+                tool: call.function.name.clone(),
+                arguments: call.function.arguments.clone(),
+                ok: out.ok,
+                exit_code: out.exit_code,
+                result_bytes: out.text.len(),
+                truncated: out.truncated,
+                duration_ms,
+            });
+            self.messages
+                .push(ChatMessage::tool_result(call.id, out.text));
+            if let Some(message) = out.complete {
+                return Some(match self.write_completion(message) {
+                    Ok(()) => (ServoExit::Complete, None),
+                    Err(e) => (
+                        ServoExit::BadTask,
+                        Some(format!("writing complete.json: {e}")),
+                    ),
+                });
+            }
+        }
+        None
     }
 
     /// Tells the model, on the last message it will read, how much of its

@@ -41,7 +41,19 @@ pub(super) fn collect_into(
         .context("results path has no name")?
         .to_string_lossy();
     // Private to this collector: two never share one (a foreman that lost
-    // its lease must not write into another's collection).
+    // its lease must not write into another's collection). Only the lease
+    // holder collects, so what an earlier collector of this task left
+    // (it was stopped mid-way) is cleared first.
+    let stale_prefix = format!(".{name}.");
+    if let Ok(entries) = fs::read_dir(parent) {
+        for e in entries.flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with(&stale_prefix) && n.ends_with(".partial") {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
     let partial = parent.join(format!(".{name}.{}.partial", uuid::Uuid::new_v4().simple()));
     fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
     let mut collected = fill(&partial).inspect_err(|_| {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -183,73 +183,98 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
     response
 }
 
+/// How one upstream try went.
+enum Try {
+    /// A 2xx answer's body.
+    Answered(Bytes),
+    /// Anything else: what to do about it, the server's wish for a wait,
+    /// and what happened (not yet redacted).
+    Failed {
+        verdict: Verdict,
+        wish: Option<Duration>,
+        why: String,
+    },
+}
+
+/// Sends the request once to the task's provider, with its key.
+async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
+    let provider = &gw.route.provider;
+    let mut req = gw
+        .upstream
+        .client
+        .post(provider.endpoint())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body.clone());
+    if let Some(key) = &provider.key {
+        req = match provider.kind {
+            ProviderKind::Openai => req.bearer_auth(&key.0),
+            ProviderKind::Anthropic => req.header("x-api-key", &key.0),
+        };
+    }
+    if provider.kind == ProviderKind::Anthropic {
+        req = req.header("anthropic-version", "2023-06-01");
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return Try::Failed {
+                verdict: Verdict::Retry,
+                wish: None,
+                why: format!(
+                    "{} unreachable: {}",
+                    provider.name,
+                    error_chain(&e.without_url())
+                ),
+            };
+        }
+    };
+    let status = resp.status().as_u16();
+    let wish = retry::retry_after(
+        resp.headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()),
+        SystemTime::now(),
+    );
+    match resp.bytes().await {
+        Err(e) => Try::Failed {
+            verdict: Verdict::Retry,
+            wish: None,
+            why: format!(
+                "{} response cut off: {}",
+                provider.name,
+                error_chain(&e.without_url())
+            ),
+        },
+        Ok(bytes) if retry::verdict(status) == Verdict::Success => Try::Answered(bytes),
+        Ok(bytes) => Try::Failed {
+            verdict: retry::verdict(status),
+            wish,
+            why: format!(
+                "{} answered HTTP {status}: {}",
+                provider.name,
+                error_text(&bytes)
+            ),
+        },
+    }
+}
+
 /// One call with retries: the answer for the servo, and the usage billed
 /// (None when the provider billed nothing).
 pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<ChatUsage>) {
     let policy = &gw.upstream.policy;
     let provider = &gw.route.provider;
-    let redactor = &gw.upstream.redactor;
     let started = Instant::now();
     let mut last = String::new();
     for attempt in 1..=policy.max_attempts.max(1) {
-        let mut req = gw
-            .upstream
-            .client
-            .post(provider.endpoint())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(body.clone());
-        if let Some(key) = &provider.key {
-            req = match provider.kind {
-                ProviderKind::Openai => req.bearer_auth(&key.0),
-                ProviderKind::Anthropic => req.header("x-api-key", &key.0),
-            };
-        }
-        if provider.kind == ProviderKind::Anthropic {
-            req = req.header("anthropic-version", "2023-06-01");
-        }
-        let (verdict, wish) = match req.send().await {
-            Err(e) => {
-                last = format!(
-                    "{} unreachable: {}",
-                    provider.name,
-                    error_chain(&e.without_url())
-                );
-                (Verdict::Retry, None)
-            }
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let wish = retry::retry_after(
-                    resp.headers()
-                        .get(header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok()),
-                    SystemTime::now(),
-                );
-                match resp.bytes().await {
-                    Err(e) => {
-                        last = format!(
-                            "{} response cut off: {}",
-                            provider.name,
-                            error_chain(&e.without_url())
-                        );
-                        (Verdict::Retry, None)
-                    }
-                    Ok(bytes) => {
-                        let verdict = retry::verdict(status);
-                        if verdict == Verdict::Success {
-                            return answer(gw, &bytes);
-                        }
-                        last = format!(
-                            "{} answered HTTP {status}: {}",
-                            provider.name,
-                            error_text(&bytes)
-                        );
-                        (verdict, wish)
-                    }
-                }
+        let (verdict, wish) = match try_once(gw, &body).await {
+            Try::Answered(bytes) => return answer(gw, &bytes),
+            Try::Failed { verdict, wish, why } => {
+                // Whatever the provider said may hold the key: never log
+                // or pass it on raw.
+                last = gw.upstream.redactor.redact(&why).into_owned();
+                (verdict, wish)
             }
         };
-        // Whatever the provider said may hold the key: never log or pass it on raw.
-        last = redactor.redact(&last).into_owned();
         match verdict {
             Verdict::Auth => {
                 gw.meter.set_fatal("auth");

@@ -175,26 +175,46 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
         use std::os::unix::process::ExitStatusExt;
         s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
     });
+    let ended = Ended {
+        code,
+        timed_out,
+        abandoned,
+        timeout,
+    };
+    report(collected, &ended, tb.max_output)
+}
+
+/// How a command ended.
+struct Ended {
+    code: Option<i32>,
+    timed_out: bool,
+    abandoned: bool,
+    timeout: Duration,
+}
+
+/// What the model reads: the output (head and tail within `max_output`)
+/// and a trailer the cap never cuts, saying how the command ended.
+fn report(collected: HeadTail, e: &Ended, max_output: usize) -> ToolOutput {
     let mut trailer = String::new();
-    if abandoned {
+    if e.abandoned {
         trailer.push_str(
             "[stopped reading: a process that left the command's process group (setsid, nohup &) \
              still holds its output open; redirect its output to a file]\n",
         );
     }
-    if timed_out {
+    if e.timed_out {
         trailer.push_str(&format!(
             "[killed after {}s timeout; pass a larger timeout_s if it needs longer]\n",
-            timeout.as_secs()
+            e.timeout.as_secs()
         ));
     }
     trailer.push_str(&format!(
         "[exit code {}]",
-        code.map(|c| c.to_string())
+        e.code
+            .map(|c| c.to_string())
             .unwrap_or_else(|| "unknown".into())
     ));
-    // The output gets what the trailer leaves, so the cap never cuts the exit code.
-    let room = tb.max_output.saturating_sub(trailer.len() + 1);
+    let room = max_output.saturating_sub(trailer.len() + 1);
     let (mut text, truncated) = collected.text(room);
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
@@ -202,8 +222,8 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     text.push_str(&trailer);
     ToolOutput {
         text,
-        ok: code == Some(0) && !timed_out,
-        exit_code: code,
+        ok: e.code == Some(0) && !e.timed_out,
+        exit_code: e.code,
         truncated,
         ..Default::default()
     }

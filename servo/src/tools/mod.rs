@@ -245,8 +245,8 @@ mod tests {
         assert!(out.text.contains("bytes cut"));
     }
 
-    #[test]
-    fn every_spec_is_an_object_schema_with_a_dispatch() {
+    #[tokio::test]
+    async fn every_spec_is_an_object_schema_with_a_dispatch() {
         let names: Vec<_> = specs().into_iter().map(|s| s.function.name).collect();
         assert_eq!(
             names,
@@ -259,9 +259,19 @@ mod tests {
                 "task_complete"
             ]
         );
+        let (_d, tb) = toolbox();
         for s in specs() {
             assert_eq!(s.kind, "function");
             assert_eq!(s.function.parameters["type"], "object");
+            // Every advertised tool reaches its own code (empty arguments
+            // are answered by that tool, not as an unknown one).
+            let out = tb.dispatch(&s.function.name, "{}").await;
+            assert!(
+                !out.text.contains("unknown tool"),
+                "{}: {}",
+                s.function.name,
+                out.text
+            );
         }
     }
 }
