@@ -101,19 +101,7 @@ async fn conclude(
         results_path: Some(dest.display().to_string()),
         ..Default::default()
     };
-    let totals = {
-        let dest = dest.clone();
-        tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await
-    };
-    match totals {
-        Ok(Ok(t)) => {
-            outcome.steps = t.steps.into();
-            outcome.input_tokens = t.usage.input_tokens as i64;
-            outcome.output_tokens = t.usage.output_tokens as i64;
-        }
-        Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
-        Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
-    }
+    count_usage(id, &dest, &mut outcome).await;
 
     let collected = match collected {
         Ok(c) => c,
@@ -132,27 +120,8 @@ async fn conclude(
             .await;
         }
     };
-    if !collected.skipped.is_empty() {
-        warn!(task_id = %id, skipped = collected.skipped.len(), first = %collected.skipped[0], "unsafe entries not collected");
-    }
-    let exit_desc = match &watched.exit {
-        Ok(code) => format!("exit {code}"),
-        Err(e) => format!("wait failed: {e:#}"),
-    };
-    let mut detail = format!(
-        "{exit_desc}; collected {} files, {} bytes in {collect_ms} ms into {}",
-        collected.files,
-        collected.bytes,
-        dest.display()
-    );
-    if !collected.redacted.is_empty() {
-        warn!(task_id = %id, redacted = %collected.redacted.join(", "), "API key found in the workspace; redacted");
-        detail.push_str(&format!("; redacted {}", collected.redacted.join(", ")));
-    }
-    if collected.truncated {
-        let cap = ctx.cfg.file.max_results_size.0;
-        warn!(task_id = %id, cap, "results over the size cap; collection stopped");
-    }
+    let cap = ctx.cfg.file.max_results_size.0;
+    let mut detail = describe(id, &watched.exit, &collected, collect_ms, &dest, cap);
 
     let completion = match collect::read_completion(&dest, id) {
         Ok(Some(c)) => {
@@ -184,6 +153,54 @@ async fn conclude(
     };
     let (state, reason) = classify(&ending);
     finish(ctx, id, state, reason, outcome, &detail).await
+}
+
+/// Steps and tokens from the collected audit log (the servo's account;
+/// the gateway's, when there is one, replaces the tokens later).
+async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mut Outcome) {
+    let dest = dest.to_path_buf();
+    match tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await {
+        Ok(Ok(t)) => {
+            outcome.steps = t.steps.into();
+            outcome.input_tokens = t.usage.input_tokens as i64;
+            outcome.output_tokens = t.usage.output_tokens as i64;
+        }
+        Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
+        Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
+    }
+}
+
+/// The ending's detail for people (how the servo exited, what was
+/// collected, what was redacted), logging what an operator should know.
+fn describe(
+    id: TaskId,
+    exit: &anyhow::Result<i64>,
+    collected: &collect::Collected,
+    collect_ms: u128,
+    dest: &std::path::Path,
+    cap: u64,
+) -> String {
+    if !collected.skipped.is_empty() {
+        warn!(task_id = %id, skipped = collected.skipped.len(), first = %collected.skipped[0], "unsafe entries not collected");
+    }
+    let exit_desc = match exit {
+        Ok(code) => format!("exit {code}"),
+        Err(e) => format!("wait failed: {e:#}"),
+    };
+    let mut detail = format!(
+        "{exit_desc}; collected {} files, {} bytes in {collect_ms} ms into {}",
+        collected.files,
+        collected.bytes,
+        dest.display()
+    );
+    if !collected.redacted.is_empty() {
+        warn!(task_id = %id, redacted = %collected.redacted.join(", "), "API key found in the workspace; redacted");
+        detail.push_str(&format!("; redacted {}", collected.redacted.join(", ")));
+    }
+    if collected.truncated {
+        warn!(task_id = %id, cap, "results over the size cap; collection stopped");
+    }
+    detail
 }
 
 /// Waits for the servo to exit, stopping it at the timeout or when asked

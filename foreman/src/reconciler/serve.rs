@@ -188,14 +188,7 @@ pub(super) async fn serve_loop(
                 if seen_version != Some(version) {
                     seen_version = Some(version);
                     look_for_work = true;
-                    if !handles.lock().unwrap().is_empty() {
-                        for id in ctx.db(|s| s.cancel_requests()).await? {
-                            if let Some(h) = handles.lock().unwrap().get(&id) {
-                                info!(task_id = %id, "cancel requested");
-                                h.stop(Reason::Cancelled);
-                            }
-                        }
-                    }
+                    pass_on_cancels(ctx, handles).await?;
                 }
             }
             _ = stop.cancelled(), if stoppable => {
@@ -268,4 +261,18 @@ async fn idle(
         }
     }
     Ok(Idle::Wait)
+}
+
+/// Tells the supervisors of tasks someone asked to cancel.
+async fn pass_on_cancels(ctx: &Arc<Ctx>, handles: &Handles) -> anyhow::Result<()> {
+    if handles.lock().unwrap().is_empty() {
+        return Ok(());
+    }
+    for id in ctx.db(|s| s.cancel_requests()).await? {
+        if let Some(h) = handles.lock().unwrap().get(&id) {
+            info!(task_id = %id, "cancel requested");
+            h.stop(Reason::Cancelled);
+        }
+    }
+    Ok(())
 }
