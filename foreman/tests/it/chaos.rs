@@ -225,14 +225,7 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
         &replay_prompt("oom.json", "resources: { memory: 64m }\n"),
     );
     for (prompt, reason) in [("crash.md", "exit 137"), ("oom.md", "oom")] {
-        let out = s.run(&["run", prompt, "--json"]);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let t = s.expect_json(&["run", prompt, "--json"], 1);
         assert_eq!(t["state"], "incomplete", "{prompt}");
         assert_eq!(t["reason"], reason, "{prompt}");
         let results = std::path::Path::new(t["results"].as_str().unwrap());
@@ -254,14 +247,7 @@ fn a_missing_image_fails_the_task_with_advice() {
         &script(&[("task_complete", json!({"message": "x"}))]),
     );
     s.write("t.md", &replay_prompt("t.json", ""));
-    let out = s.run(&["--config", "cfg.yaml", "run", "t.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["--config", "cfg.yaml", "run", "t.md", "--json"], 1);
     assert_eq!(t["state"], "failed");
     // A code for scripts, and the advice for people beside it.
     assert_eq!(t["reason"], "launch", "{t:#}");

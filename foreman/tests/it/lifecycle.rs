@@ -231,14 +231,7 @@ fn a_retry_can_succeed_and_run_reports_it() {
         "p.md",
         "---\nmodel: gpt-test\nmax_steps: 1\nretries: 1\nretry_on: [max_steps]\n---\nTry.\n",
     );
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
     assert_eq!(
         (t["state"].as_str(), t["attempt"].as_i64()),
         (Some("complete"), Some(2))

@@ -31,14 +31,7 @@ fn tool_calls_through_the_gateway_with_a_429_on_the_way() {
         "p.md",
         "---\nmodel: gpt-test\nmax_steps: 10\n---\nWrite the answer to answer.txt.\n",
     );
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
     assert_eq!(t["state"], "complete");
     let id = t["id"].as_str().unwrap();
     let results = Path::new(t["results"].as_str().unwrap());
@@ -111,14 +104,7 @@ fn an_unreachable_provider_ends_the_task_incomplete() {
     let s = Saheeli::with_config("llm:\n  max_attempts: 2\n")
         .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1");
     s.write("p.md", "---\nmodel: gpt-test\n---\nAnything.\n");
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["run", "p.md", "--json"], 1);
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "llm_error");
 }

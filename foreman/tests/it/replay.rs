@@ -151,14 +151,7 @@ fn task_without_task_complete_is_incomplete_and_still_collected() {
         ]),
     );
     s.write("p.md", &replay_prompt("loop.json", "max_steps: 2\n"));
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["run", "p.md", "--json"], 1);
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "max_steps");
     assert_eq!(t["steps"], 2);

@@ -128,14 +128,7 @@ fn paths_outside_the_workspace_are_refused() {
         ]),
     );
     s.write("p.md", &replay_prompt("escape.json", ""));
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
     let id = t["id"].as_str().unwrap();
     let results = std::path::Path::new(t["results"].as_str().unwrap());
     let audit = std::fs::read_to_string(results.join(format!("servo-{id}-audit.log"))).unwrap();
@@ -184,14 +177,7 @@ fn results_over_the_size_cap_are_kept_partial_and_marked() {
         ]),
     );
     s.write("p.md", &replay_prompt("big.json", ""));
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = s.expect_json(&["run", "p.md", "--json"], 1);
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "results_too_large");
     let results = std::path::Path::new(t["results"].as_str().unwrap());

@@ -136,6 +136,13 @@ impl Saheeli {
         stderr
     }
 
+    /// Runs a `--json` command, asserts the exit code, parses stdout.
+    pub fn expect_json(&self, args: &[&str], code: i32) -> Value {
+        let out = self.expect(args, code);
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("saheeli {args:?}: not JSON ({e}): {out}"))
+    }
+
     /// `task status ID --json`.
     pub fn task(&self, id: &str) -> Value {
         serde_json::from_str(&self.expect(&["task", "status", id, "--json"], 0)).unwrap()

@@ -314,14 +314,7 @@ fn issue9_a_retry_by_policy_gets_the_submitted_workspace_then_it_is_deleted() {
         "p.md",
         &replay_prompt("s.json", "workspace: ws\nmax_steps: 1\nretries: 1\n"),
     );
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let last = s.expect_json(&["run", "p.md", "--json"], 1);
     assert_eq!(last["attempt"], 2);
     let results = Path::new(last["results"].as_str().unwrap());
     assert_eq!(
