@@ -50,17 +50,18 @@ impl ServoExit {
         Self::ALL.into_iter().find(|e| i64::from(e.code()) == code)
     }
 
-    /// The reason word recorded on an incomplete task.
-    pub const fn reason(self) -> &'static str {
+    /// Why the task ended, as the servo knows it.
+    pub const fn reason(self) -> crate::Reason {
+        use crate::Reason;
         match self {
-            ServoExit::Complete => "complete",
-            ServoExit::BadTask => "bad_task",
-            ServoExit::MaxSteps => "max_steps",
-            ServoExit::TimeLimit => "timeout",
-            ServoExit::LlmError => "llm_error",
-            ServoExit::ReplayExhausted => "replay_exhausted",
-            ServoExit::Budget => "budget",
-            ServoExit::Terminated => "terminated",
+            ServoExit::Complete => Reason::Complete,
+            ServoExit::BadTask => Reason::BadTask,
+            ServoExit::MaxSteps => Reason::MaxSteps,
+            ServoExit::TimeLimit => Reason::Timeout,
+            ServoExit::LlmError => Reason::LlmError,
+            ServoExit::ReplayExhausted => Reason::ReplayExhausted,
+            ServoExit::Budget => Reason::Budget,
+            ServoExit::Terminated => Reason::Terminated,
         }
     }
 }

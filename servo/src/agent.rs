@@ -361,7 +361,7 @@ impl Agent {
             detail: detail.clone(),
         });
         info!(
-            outcome = exit.reason(),
+            outcome = %exit.reason(),
             steps = self.steps,
             detail = detail.as_deref().unwrap_or(""),
             "servo finished"

@@ -10,8 +10,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use saheeli_protocol::TaskId;
 use saheeli_protocol::chat::{ChatRequest, ChatResponse, ChatUsage, gateway_error};
+use saheeli_protocol::{Reason, TaskId};
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -137,7 +137,7 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");
-            gw.meter.set_fatal("budget");
+            gw.meter.set_fatal(Reason::Budget);
             return error_response(
                 &gw,
                 StatusCode::PAYMENT_REQUIRED,
@@ -277,7 +277,7 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
         };
         match verdict {
             Verdict::Auth => {
-                gw.meter.set_fatal("auth");
+                gw.meter.set_fatal(Reason::Auth);
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the key");
                 let hint = format!("{last} (check {})", provider.key_env);
                 return (
@@ -286,7 +286,7 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 );
             }
             Verdict::BadRequest => {
-                gw.meter.set_fatal("bad_request");
+                gw.meter.set_fatal(Reason::BadRequest);
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the request");
                 return (
                     error_response(

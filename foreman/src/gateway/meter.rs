@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use saheeli_protocol::Reason;
 use saheeli_protocol::chat::ChatUsage;
 
 use crate::config::Price;
@@ -37,7 +38,7 @@ pub(crate) struct Meter {
     pub malformed: AtomicU64,
     /// The reason a call was refused or failed for good: `auth`,
     /// `bad_request`, `budget`.
-    pub fatal: Mutex<Option<&'static str>>,
+    pub fatal: Mutex<Option<Reason>>,
     /// Held by calls in flight. Reserving and settling take this lock, so
     /// the check and the reservation are one step.
     reserved: Mutex<Reserved>,
@@ -78,11 +79,11 @@ impl Meter {
         self.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6
     }
 
-    pub fn fatal(&self) -> Option<&'static str> {
+    pub fn fatal(&self) -> Option<Reason> {
         *self.fatal.lock().unwrap()
     }
 
-    pub fn set_fatal(&self, reason: &'static str) {
+    pub fn set_fatal(&self, reason: Reason) {
         *self.fatal.lock().unwrap() = Some(reason);
     }
 

@@ -149,7 +149,7 @@ async fn conclude(
         timed_out: watched.timed_out,
         oom,
         exit: watched.exit.ok(),
-        gateway_fatal: metered.and_then(|m| m.fatal).and_then(|f| f.parse().ok()),
+        gateway_fatal: metered.and_then(|m| m.fatal),
     };
     let (state, reason) = classify(&ending);
     finish(ctx, id, state, reason, outcome, &detail).await
@@ -320,7 +320,7 @@ pub(super) struct Metered {
     input: i64,
     output: i64,
     cost: f64,
-    fatal: Option<&'static str>,
+    fatal: Option<Reason>,
 }
 
 impl Metered {
