@@ -26,17 +26,14 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
         Ok(c) => c,
         Err(e) => return let_go(&ctx, id, &e).await,
     };
-    // A Docker error means "unknown", never "not started": acting on a
-    // guess would remove a running servo's container and volume.
-    let started = match containers.first() {
-        Some(cid) => match docker::has_started(d, cid).await {
-            Ok(started) => started,
-            Err(e) => return let_go(&ctx, id, &e).await,
-        },
-        None => false,
+    let first = match containers.first() {
+        Some(cid) => Some((cid.clone(), docker::has_started(d, cid).await)),
+        None => None,
     };
-    if let (Some(cid), true) = (containers.first(), started) {
-        return adopt_servo(ctx.clone(), task, cid.clone(), inbox).await;
+    match plan(first) {
+        Plan::Adopt(cid) => return adopt_servo(ctx.clone(), task, cid, inbox).await,
+        Plan::AskLater(e) => return let_go(&ctx, id, &e).await,
+        Plan::Settle => {}
     }
     // No servo ran (or none is left): clean up what is there, if still ours.
     let lease = ctx.lease.clone();
@@ -146,6 +143,28 @@ async fn record_collected(ctx: &Ctx, id: TaskId, dest: std::path::PathBuf) -> Jo
     finish(ctx, id, TaskState::Incomplete, reason, outcome, detail).await
 }
 
+/// What to do with a task whose foreman stopped, from what Docker says
+/// of its container.
+#[derive(Debug)]
+enum Plan {
+    /// Its servo started: supervise it.
+    Adopt(String),
+    /// None ran (or none is left): clean up and settle the task.
+    Settle,
+    /// Docker did not answer: unknown, ask again in a later round.
+    AskLater(anyhow::Error),
+}
+
+/// A Docker error means "unknown", never "not started": acting on a guess
+/// would remove a running servo's container and volume.
+fn plan(first: Option<(String, anyhow::Result<bool>)>) -> Plan {
+    match first {
+        Some((cid, Ok(true))) => Plan::Adopt(cid),
+        Some((_, Err(e))) => Plan::AskLater(e),
+        Some((_, Ok(false))) | None => Plan::Settle,
+    }
+}
+
 /// Supervises a servo that a stopped foreman had started: its gateway
 /// served again (the budget going on from the call ledger), its timeout
 /// still counted from its first start.
@@ -192,4 +211,20 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
     };
     let started = task.started_at.unwrap_or_else(now_ms);
     monitor(ctx, task, cid, gateway, started, inbox).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 9 §6: an error while asking whether the servo started is not
+    /// taken for "not started" (which removed a running task's container).
+    #[test]
+    fn a_docker_error_is_unknown_not_not_started() {
+        let err = || Err(anyhow::anyhow!("connection reset"));
+        assert!(matches!(plan(Some(("c".into(), err()))), Plan::AskLater(_)));
+        assert!(matches!(plan(Some(("c".into(), Ok(true)))), Plan::Adopt(c) if c == "c"));
+        assert!(matches!(plan(Some(("c".into(), Ok(false)))), Plan::Settle));
+        assert!(matches!(plan(None), Plan::Settle));
+    }
 }

@@ -300,17 +300,57 @@ pub(super) async fn stop_servo(
     grace: Duration,
     attempt: u32,
 ) -> tokio::time::Instant {
-    let r = if attempt == 0 {
-        docker::stop(d, container, grace).await
-    } else {
-        warn!(task_id = %id, attempt, "servo still running after stop; killing it");
-        docker::kill(d, container).await
+    let (how, again) = stop_step(attempt, grace);
+    let r = match how {
+        Stop::Term => docker::stop(d, container, grace).await,
+        Stop::Kill => {
+            warn!(task_id = %id, attempt, "servo still running after stop; killing it");
+            docker::kill(d, container).await
+        }
     };
     if let Err(e) = r {
         warn!(task_id = %id, error = %format!("{e:#}"), "stopping the servo failed; asking again");
     }
-    let again = Duration::from_secs(5).min(grace + Duration::from_secs(1));
-    tokio::time::Instant::now() + again.max(Duration::from_secs(1))
+    tokio::time::Instant::now() + again
+}
+
+/// How the servo is asked to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// SIGTERM, then SIGKILL after the grace period (Docker's stop).
+    Term,
+    Kill,
+}
+
+/// The `attempt`-th ask (0-based) to stop a servo, and how long to wait
+/// before asking again if it is still there: SIGTERM first, SIGKILL after,
+/// again every few seconds for as long as it takes. A failed call is never
+/// the end of a timeout.
+pub(super) fn stop_step(attempt: u32, grace: Duration) -> (Stop, Duration) {
+    let how = if attempt == 0 { Stop::Term } else { Stop::Kill };
+    let again = Duration::from_secs(5)
+        .min(grace + Duration::from_secs(1))
+        .max(Duration::from_secs(1));
+    (how, again)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 9 §6: a stop that did not take is asked again, as a kill.
+    #[test]
+    fn a_stop_that_did_not_take_escalates_to_kill_and_keeps_asking() {
+        let grace = Duration::from_secs(10);
+        assert_eq!(stop_step(0, grace), (Stop::Term, Duration::from_secs(5)));
+        for attempt in 1..5 {
+            assert_eq!(
+                stop_step(attempt, grace),
+                (Stop::Kill, Duration::from_secs(5))
+            );
+        }
+        assert_eq!(stop_step(1, Duration::ZERO).1, Duration::from_secs(1));
+    }
 }
 
 /// A snapshot of a gateway's meter.
