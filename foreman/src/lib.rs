@@ -4,23 +4,28 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the command line (clap); `commands`: one handler per
-//!   subcommand; `output`: tables and `--json`.
-//! - `config`: config.yaml and `.env`; `spec`: prompt + config + `--param`
-//!   → `TaskSpec`; `inputs`: what goes into /workspace.
+//! - [`cli`]: the command line (clap); `commands/`: one file per command
+//!   group (task, serve, run, gc, build); `output/`: `--json` shapes,
+//!   tables, terminal-safe text.
+//! - `config/`: config.yaml (every key, `limits:`) and `.env`; `spec/`: a
+//!   prompt file, its front-matter and `--param` checked into a `TaskSpec`;
+//!   `inputs/`: what goes into /workspace (packing, the submitted copies).
 //! - `state`: the task lifecycle (one enum, one table of allowed moves).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
-//!   the one state-change function, leases (fenced writes), lookups.
+//!   `move_state` (the one place a state changes), fenced leases, lookups.
 //! - `reconciler/`: `saheeli serve`, the sole owner of task state: the
 //!   loop, lease renewal, launch, adopt, monitor, outcome (a pure function
 //!   into `protocol::Reason`), finish and the retry policy, sweep, and a
 //!   control channel per task.
-//! - `docker`: the bollard calls the reconciler makes; `image`:
-//!   `build-servo`; `disk`: size-limited workspaces (loop-mounted images).
-//! - `collect`: bringing a workspace home safely (links never followed,
+//! - `events/`: the bus every transition is published on, fed from the
+//!   event trail; subscribers (progress today; webhooks, metrics and the
+//!   dashboard next) never touch the loop.
+//! - `backend/`: what the reconciler asks of an engine: the local Docker
+//!   daemon (`docker/`) and size-limited workspaces (`disk`).
+//! - `collect/`: bringing a workspace home safely (links never followed,
 //!   sizes capped, keys redacted).
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
-//!   providers, retries).
+//!   the call ledger, providers, retries).
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
