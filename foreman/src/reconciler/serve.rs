@@ -53,11 +53,14 @@ pub(crate) async fn run(
     ));
     // The bus is fed from the durable event trail, so subscribers see what
     // every process wrote (submits, cancels, other foremen) in order.
+    // It starts from the trail's end as it is now, before the loop writes
+    // anything: the loop's first claim is never missed.
     let feeder_stop = CancellationToken::new();
+    let after = ctx.db(|s| s.last_event_seq()).await?;
     let feeder = tokio::spawn(crate::events::feed(
         ctx.cfg.database(),
         ctx.bus.clone(),
-        None,
+        Some(after),
         feeder_stop.clone(),
     ));
     let result = serve_loop(
