@@ -11,7 +11,11 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 scripts/setup.sh
 "$TARGET"/debug/saheeli build-servo
 echo "==> saheeli run prompts/hello.md" >&2
-results=$("$TARGET"/debug/saheeli run prompts/hello.md)
+# Each task's /workspace is a size-limited, loop-mounted image, which needs
+# root (or `limits.disk_enforcement: off` in config.yaml).
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then as_root=(sudo); fi
+results=$("${as_root[@]}" "$TARGET"/debug/saheeli run prompts/hello.md)
 echo "==> results in $results:" >&2
 ls -la "$results" >&2
 echo "==> complete.json:" >&2
