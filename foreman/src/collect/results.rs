@@ -82,3 +82,15 @@ pub(super) fn collect_into(
         .with_context(|| format!("moving results into `{}`", dest.display()))?;
     Ok(collected)
 }
+
+/// How many `.partial` directories are in `dir` (tests: none may be left).
+#[cfg(test)]
+pub(super) fn partial_dirs(dir: &Path) -> usize {
+    fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".partial")
+        })
+        .count()
+}

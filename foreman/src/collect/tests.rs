@@ -47,17 +47,11 @@ fn extracts_normal_workspace() {
     assert_eq!(c.files, 1);
     assert_eq!(fs::read_to_string(dest.join("a/b.txt")).unwrap(), "hi");
     assert_eq!(fs::read_to_string(dest.join("link")).unwrap(), "hi");
-    let partials = fs::read_dir(d.path().join("results"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".partial")
-        })
-        .count();
-    assert_eq!(partials, 0, "a .partial directory was left");
+    assert_eq!(
+        super::results::partial_dirs(&d.path().join("results")),
+        0,
+        "a .partial directory was left"
+    );
 }
 
 #[test]

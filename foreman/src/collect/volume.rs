@@ -219,17 +219,11 @@ mod tests {
         assert!(c.truncated && d.path().join("r/u").join(TRUNCATED_MARKER).is_file());
         // A directory we cannot read fails before anything is written.
         assert!(copy_volume(&d.path().join("nope"), &d.path().join("r/v"), &[], 10).is_err());
-        let partials = fs::read_dir(d.path().join("r"))
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".partial")
-            })
-            .count();
-        assert_eq!(partials, 0, "a .partial directory was left");
+        assert_eq!(
+            crate::collect::results::partial_dirs(&d.path().join("r")),
+            0,
+            "a .partial directory was left"
+        );
     }
 
     #[test]
