@@ -72,6 +72,44 @@ pub(crate) enum TaskCommand {
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
     Retry(RetryArgs),
+    /// Answer the question a task waits on (its `ask_user` call).
+    Answer(TextArgs),
+    /// Approve the tool call or plan a task waits on.
+    Approve(ApproveArgs),
+    /// Deny the tool call (it is skipped) or reject the plan (the model replans).
+    Deny(DenyArgs),
+    /// Give the model a message it reads before its next LLM call.
+    Inject(TextArgs),
+    /// Pause a task before its next LLM call (it holds no slot while paused).
+    Pause(IdArgs),
+    /// Resume a paused task.
+    Resume(IdArgs),
+    /// Follow a task live and steer it from the terminal (answer, approve, deny, inject, pause, resume, cancel).
+    Attach(IdArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TextArgs {
+    pub id: String,
+    /// The text (several words are joined with spaces).
+    #[arg(required = true, num_args = 1..)]
+    pub text: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    pub id: String,
+    /// A note the model reads with the approval.
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DenyArgs {
+    pub id: String,
+    /// Why: the model is told (for a plan, it is the feedback it replans with).
+    #[arg(long)]
+    pub reason: String,
 }
 
 #[derive(Debug, Args)]
@@ -85,6 +123,14 @@ pub(crate) struct PromptArgs {
     /// Accept a `workspace:` outside the prompt file's directory tree.
     #[arg(long)]
     pub allow_workspace_outside: bool,
+    /// Nobody will answer (CI): `ask_user` gets an immediate "decide
+    /// yourself", approval gates follow `no_human_gates` (default deny).
+    #[arg(long)]
+    pub no_human: bool,
+    /// Run the agent only until it has proposed a plan (`propose_plan`);
+    /// the task ends complete with the plan, acting on nothing.
+    #[arg(long)]
+    pub plan_only: bool,
 }
 
 #[derive(Debug, Args)]

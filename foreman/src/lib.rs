@@ -122,6 +122,13 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Results(a) => commands::results(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
+            TaskCommand::Answer(a) => commands::answer(&cfg, a).await,
+            TaskCommand::Approve(a) => commands::approve(&cfg, a).await,
+            TaskCommand::Deny(a) => commands::deny(&cfg, a).await,
+            TaskCommand::Inject(a) => commands::inject(&cfg, a).await,
+            TaskCommand::Pause(a) => commands::pause(&cfg, a).await,
+            TaskCommand::Resume(a) => commands::resume(&cfg, a).await,
+            TaskCommand::Attach(a) => commands::attach(&cfg, a).await,
         },
     }
 }

@@ -1,6 +1,8 @@
 //! The task lifecycle: one enum, one `transition` check.
 //!
-//! `queued → starting → running → complete | incomplete | failed | cancelled`
+//! `queued → starting → running → complete | incomplete | failed | cancelled`,
+//! and `running ⇄ waiting_human | paused` while a human is asked or pauses it
+//! (a parked task goes back through `queued` when the human replied).
 
 use serde::Serialize;
 
@@ -25,6 +27,10 @@ pub(crate) enum TaskState {
     Queued,
     Starting,
     Running,
+    /// Waiting for a human's answer, approval or plan review.
+    WaitingHuman,
+    /// Paused by a human (or a `pause_on` breakpoint).
+    Paused,
     Complete,
     Incomplete,
     Failed,
@@ -34,6 +40,11 @@ pub(crate) enum TaskState {
 impl TaskState {
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+
+    /// Waiting for a human (no concurrency slot is held).
+    pub fn is_waiting(self) -> bool {
+        matches!(self, TaskState::WaitingHuman | TaskState::Paused)
     }
 
     pub fn is_terminal(self) -> bool {
@@ -53,6 +64,11 @@ impl TaskState {
                 | (Starting | Running, Queued)
                 | (Starting, Running | Incomplete | Failed | Cancelled)
                 | (Running, Complete | Incomplete | Failed | Cancelled)
+                | (Running, WaitingHuman | Paused)
+                // Replied to or resumed: the servo goes on, or (parked) the
+                // task is queued for a new container on its workspace.
+                | (WaitingHuman | Paused, Running | Queued)
+                | (WaitingHuman | Paused, Incomplete | Failed | Cancelled)
         )
     }
 }

@@ -74,6 +74,41 @@ pub enum AuditEvent {
         truncated: bool,
         duration_ms: u64,
     },
+    /// The model asked a human something (a question, an approval, a plan).
+    Asked {
+        ts: String,
+        step: u32,
+        call_id: String,
+        waiting: crate::human::Waiting,
+    },
+    /// A human (or the no-human policy) replied.
+    Replied {
+        ts: String,
+        step: u32,
+        call_id: String,
+        reply: crate::human::Reply,
+        waited_ms: u64,
+    },
+    /// A message a human injected reached the model.
+    Noted {
+        ts: String,
+        step: u32,
+        id: i64,
+        by: String,
+        text: String,
+    },
+    /// The servo paused before an LLM call.
+    Paused { ts: String, step: u32 },
+    /// A pause ended.
+    Resumed {
+        ts: String,
+        step: u32,
+        waited_ms: u64,
+    },
+    /// The servo saved its session and exits to wait without a container.
+    Parked { ts: String, step: u32 },
+    /// A parked servo was started again and goes on from its session.
+    Unparked { ts: String, step: u32 },
     /// The servo is about to exit.
     Finish {
         ts: String,
@@ -94,4 +129,16 @@ pub struct Session {
     pub steps: u32,
     pub usage: Usage,
     pub messages: Vec<ChatMessage>,
+    /// Set when the servo parked: what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<crate::human::Parked>,
+    /// Time spent working (waits for humans excluded), over every start.
+    #[serde(default)]
+    pub active_ms: u64,
+    /// Injected messages already in `messages`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<i64>,
+    /// The plan gate was passed (a plan was approved).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan_approved: bool,
 }

@@ -55,6 +55,10 @@ impl ChatMessage {
         Self::text(Role::System, text)
     }
 
+    pub fn is_assistant(&self) -> bool {
+        self.role == Role::Assistant
+    }
+
     pub fn user(text: impl Into<String>) -> Self {
         Self::text(Role::User, text)
     }

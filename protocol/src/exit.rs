@@ -19,10 +19,14 @@ pub enum ServoExit {
     Budget,
     /// Terminated by SIGTERM (the foreman's timeout or a cancel).
     Terminated,
+    /// Not an ending: the servo waits for a human without a container. Its
+    /// session holds what it waits for; the foreman keeps the workspace
+    /// and starts a new servo on it once the human replied.
+    Parked,
 }
 
 impl ServoExit {
-    pub const ALL: [ServoExit; 8] = [
+    pub const ALL: [ServoExit; 9] = [
         ServoExit::Complete,
         ServoExit::BadTask,
         ServoExit::MaxSteps,
@@ -31,6 +35,7 @@ impl ServoExit {
         ServoExit::ReplayExhausted,
         ServoExit::Budget,
         ServoExit::Terminated,
+        ServoExit::Parked,
     ];
 
     pub const fn code(self) -> i32 {
@@ -43,6 +48,7 @@ impl ServoExit {
             ServoExit::ReplayExhausted => 6,
             ServoExit::Budget => 7,
             ServoExit::Terminated => 143,
+            ServoExit::Parked => 8,
         }
     }
 
@@ -62,6 +68,9 @@ impl ServoExit {
             ServoExit::ReplayExhausted => Reason::ReplayExhausted,
             ServoExit::Budget => Reason::Budget,
             ServoExit::Terminated => Reason::Terminated,
+            // The foreman never ends a task on a park; were it to see one
+            // where no park can be (an old foreman), it is an odd exit.
+            ServoExit::Parked => Reason::Exit(8),
         }
     }
 }

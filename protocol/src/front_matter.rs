@@ -49,6 +49,55 @@ pub struct FrontMatter {
     pub retry_on: Option<Vec<String>>,
     /// A command run after `task_complete` (verify-and-retry loop).
     pub verify: Option<String>,
+    /// Approval gates: `[execute_shell]` (every call of that tool),
+    /// `{execute_shell: "regex"}` (calls whose command matches), `[plan]`
+    /// (the model proposes a plan with `propose_plan` and waits).
+    pub approve: Option<Approve>,
+    /// Breakpoints: `[tool_error]` pauses the task when a tool call fails.
+    pub pause_on: Option<Vec<PauseOn>>,
+    /// How long a question or pause may wait for a human before the task
+    /// ends `incomplete` with reason `no_answer`.
+    pub human_timeout: Option<Timeout>,
+    /// How long a waiting servo keeps its container before it parks.
+    pub park_after: Option<Timeout>,
+}
+
+/// `approve:` as a list of tools or a map of tool to a regular expression.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Approve {
+    Tools(Vec<String>),
+    Matching(BTreeMap<String, String>),
+}
+
+impl Approve {
+    /// The gates, in a stable order.
+    pub fn gates(&self) -> Vec<crate::human::Gate> {
+        match self {
+            Approve::Tools(t) => t
+                .iter()
+                .map(|tool| crate::human::Gate {
+                    tool: tool.clone(),
+                    pattern: None,
+                })
+                .collect(),
+            Approve::Matching(m) => m
+                .iter()
+                .map(|(tool, p)| crate::human::Gate {
+                    tool: tool.clone(),
+                    pattern: Some(p.clone()),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What `pause_on:` may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseOn {
+    /// A tool call failed (a command exited non-zero, a file tool erred).
+    ToolError,
 }
 
 /// Container limits; each overrides config.yaml's value.

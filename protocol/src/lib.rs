@@ -15,6 +15,8 @@
 //!   between the servo and the foreman's gateway.
 //! - [`replay`]: scripted assistant turns for the offline `replay:` model.
 //! - [`exit`]: what a servo's exit code means.
+//! - [`human`]: questions, approvals, plans, messages and pauses between
+//!   a servo and the humans behind the foreman.
 //! - [`reason`]: [`Reason`], why a task ended.
 //! - [`retry`]: when to try an LLM call again and how long to wait.
 
@@ -23,6 +25,7 @@ pub mod chat;
 pub mod completion;
 pub mod exit;
 pub mod front_matter;
+pub mod human;
 pub mod reason;
 pub mod replay;
 pub mod retry;

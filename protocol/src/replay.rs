@@ -164,6 +164,10 @@ mod tests {
                     tool_call_id: None,
                 },
             ],
+            parked: None,
+            active_ms: 0,
+            notes: vec![],
+            plan_approved: false,
         };
         let text = serde_json::to_string(&session).unwrap();
         let s = ReplayScript::parse(&text).unwrap();

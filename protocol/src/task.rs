@@ -76,6 +76,19 @@ pub struct ServoTask {
     /// gateway is still working on. None: the servo's own default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_s: Option<u64>,
+    /// Tool calls that wait for a human's approval (`approve:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<crate::human::Gate>,
+    /// A failed tool call pauses the task (`pause_on: [tool_error]`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pause_on_tool_error: bool,
+    /// End the task `complete` as soon as the model has proposed a plan.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan_only: bool,
+    /// How long the servo waits for a human before it parks (saves its
+    /// session and exits, to be started again on the reply). None: 10 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub park_after_ms: Option<u64>,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

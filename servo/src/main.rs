@@ -30,6 +30,7 @@
 
 mod agent;
 mod audit;
+mod desk;
 mod llm;
 mod tools;
 mod workspace;

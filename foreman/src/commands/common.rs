@@ -52,7 +52,9 @@ pub(super) async fn submit_prompt(
     prompt: &Path,
     args: &PromptArgs,
 ) -> anyhow::Result<TaskId> {
-    let spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
+    let mut spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
+    spec.no_human |= args.no_human;
+    spec.plan_only = args.plan_only;
     let id = TaskId::new();
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.

@@ -2,9 +2,11 @@
 //! value (an incomplete task is `Ok(1)`); `Err` means bad input or a
 //! failure of Saheeli itself, which `main` prints and maps to 2.
 
+mod attach;
 mod build;
 mod common;
 mod gc;
+mod human;
 mod run;
 mod serve;
 mod task;
@@ -12,8 +14,10 @@ mod task;
 use common::*;
 use serve::{context, signals};
 
+pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
 pub(crate) use gc::gc;
+pub(crate) use human::{answer, approve, deny, inject, pause, resume};
 pub(crate) use run::run;
 pub(crate) use serve::serve;
 pub(crate) use task::{cancel, logs, results, retry, status, submit};

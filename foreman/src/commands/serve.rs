@@ -60,6 +60,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         store: Arc::new(Mutex::new(store)),
         bus: crate::events::Bus::new(1024),
         upstream,
+        desk_store: Arc::new(Mutex::new(open_store(cfg)?)),
     }))
 }
 

@@ -92,7 +92,11 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
     let mut live_printed = 0usize;
     if matches!(
         t.state,
-        TaskState::Queued | TaskState::Starting | TaskState::Running
+        TaskState::Queued
+            | TaskState::Starting
+            | TaskState::Running
+            | TaskState::WaitingHuman
+            | TaskState::Paused
     ) {
         if t.state == TaskState::Queued && !args.follow {
             eprintln!("task {} is queued; nothing logged yet", t.id);
@@ -227,6 +231,10 @@ pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
             inputs::remove_workspace(&cfg.state_dir(), t.id).await;
             println!("cancelled {} (it had not started)", t.id)
         }
+        TaskState::WaitingHuman | TaskState::Paused => println!(
+            "cancel requested for {}; it ends `cancelled` with its workspace collected once a foreman serves it",
+            t.id
+        ),
         TaskState::Starting | TaskState::Running => println!(
             "cancel requested for {}; the serving foreman stops it and collects its workspace",
             t.id

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use saheeli_protocol::front_matter::{Memory, NetworkMode, parse_duration_value};
+use saheeli_protocol::front_matter::{Approve, Memory, NetworkMode, PauseOn, parse_duration_value};
 use serde::Deserialize;
 
 use super::*;
@@ -117,6 +117,30 @@ pub(crate) struct TaskDefaults {
     pub retry_on: Vec<String>,
     /// Copy what `.gitignore` names into /workspace too.
     pub workspace_include_ignored: bool,
+    /// Approval gates (see the front-matter key `approve`).
+    pub approve: Option<Approve>,
+    /// Breakpoints (`[tool_error]`).
+    pub pause_on: Vec<PauseOn>,
+    /// A question or pause waits this long for a human, then the task
+    /// ends `incomplete` with reason `no_answer`.
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub human_timeout: Duration,
+    /// A waiting servo keeps its container this long, then parks.
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub park_after: Duration,
+    /// Run with nobody to ask: `ask_user` is answered at once and gates
+    /// follow `no_human_gates` (also `--no-human`).
+    pub no_human: bool,
+    /// What a gate does when no human is there: `deny` or `approve`.
+    pub no_human_gates: GateDefault,
+}
+
+/// What an approval gate does in a run without a human.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum GateDefault {
+    Deny,
+    Approve,
 }
 
 /// Reasons an agent attempt may end incomplete that a retry can help with.
@@ -189,6 +213,12 @@ impl Default for TaskDefaults {
             retries: 0,
             retry_on: RETRYABLE.iter().map(|s| s.to_string()).collect(),
             workspace_include_ignored: false,
+            approve: None,
+            pause_on: Vec::new(),
+            human_timeout: Duration::from_secs(24 * 3600),
+            park_after: Duration::from_secs(10),
+            no_human: false,
+            no_human_gates: GateDefault::Deny,
         }
     }
 }

@@ -17,6 +17,12 @@ pub(crate) struct TaskEvent {
     /// Why the task ended (terminal transitions only).
     pub reason: Option<Reason>,
     pub detail: Option<String>,
+    /// Set on events that are not state changes: `asked`, `answered`,
+    /// `approved`, `denied`, `injected`, `pause_requested`, `resumed`,
+    /// `breakpoint`, `parked` (`from` and `to` are then the current state).
+    pub kind: Option<String>,
+    /// Who did it (a user name; `saheeli` for a policy).
+    pub actor: Option<String>,
 }
 
 /// Where task events are published. Cloning gives another handle on the
@@ -56,6 +62,8 @@ mod tests {
             to: TaskState::Queued,
             reason: None,
             detail: None,
+            kind: None,
+            actor: None,
         }
     }
 

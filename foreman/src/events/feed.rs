@@ -86,6 +86,8 @@ impl From<crate::store::TrailRow> for TaskEvent {
             to: r.to,
             reason: r.reason.and_then(|s| s.parse().ok()),
             detail: r.detail,
+            kind: r.kind,
+            actor: r.actor,
         }
     }
 }

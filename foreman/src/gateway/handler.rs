@@ -24,6 +24,7 @@ pub(super) struct GatewayState {
     pub(super) route: Route,
     pub(super) budget: Budget,
     pub(super) meter: Arc<Meter>,
+    pub(super) desk: DeskLink,
 }
 
 /// A JSON answer for the container, redacted for every key.

@@ -9,7 +9,8 @@
 //! its own budget.
 //!
 //! The agent's shell can reach the socket too, so nothing of a request is
-//! trusted: only `POST /v1/chat/completions` is served, the body is parsed
+//! trusted: only `POST /v1/chat/completions` and the human desk's routes
+//! (`desk`: questions, replies, messages, pauses) are served, the body is parsed
 //! into protocol's typed request and a new one is built from it (the task's
 //! model, one choice, no streaming, the output capped to what the budget
 //! leaves), each call's estimate is reserved before it is forwarded, and
@@ -19,10 +20,12 @@
 //!
 //! - `meter`: budget, usage and reservations; `ledger`: the same per call
 //!   in SQLite, for a foreman that adopts a task.
+//! - `desk`: humans in the loop, through the same socket.
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
 
 mod anthropic;
+mod desk;
 mod handler;
 mod ledger;
 mod meter;
@@ -38,6 +41,7 @@ use ledger::Ledger;
 use redact::Redactor;
 use retry::Verdict;
 
+pub(crate) use desk::{DeskLink, DeskPolicy};
 pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::{Providers, Route};
 pub(crate) use server::Gateway;

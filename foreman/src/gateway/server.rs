@@ -31,8 +31,9 @@ impl Gateway {
         upstream: Arc<Upstream>,
         model: &str,
         budget: Budget,
+        desk: DeskLink,
     ) -> anyhow::Result<Gateway> {
-        Self::serve(run_dir, task_id, upstream, model, budget, false).await
+        Self::serve(run_dir, task_id, upstream, model, budget, desk, false).await
     }
 
     /// Serves a running servo whose foreman stopped, in the directory its
@@ -46,12 +47,13 @@ impl Gateway {
         model: &str,
         budget: Budget,
         spent: (u64, u64, f64),
+        desk: DeskLink,
     ) -> anyhow::Result<Gateway> {
         let ledger = upstream.ledger.clone();
         let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
             .await
             .context("ledger thread panicked")??;
-        let g = Self::serve(run_dir, task_id, upstream, model, budget, true).await?;
+        let g = Self::serve(run_dir, task_id, upstream, model, budget, desk, true).await?;
         match from_ledger {
             Some(s) => {
                 if s.lost > 0 {
@@ -71,6 +73,7 @@ impl Gateway {
         upstream: Arc<Upstream>,
         model: &str,
         budget: Budget,
+        desk: DeskLink,
         adopt: bool,
     ) -> anyhow::Result<Gateway> {
         let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
@@ -94,9 +97,16 @@ impl Gateway {
             route,
             budget,
             meter: meter.clone(),
+            desk,
         });
+        use saheeli_protocol::human::routes;
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
+            .route(routes::ASK, post(desk::ask))
+            .route("/saheeli/v1/ask/{call_id}", axum::routing::get(desk::reply))
+            .route(routes::INBOX, axum::routing::get(desk::inbox))
+            .route(routes::DELIVERED, post(desk::delivered))
+            .route(routes::BREAKPOINT, post(desk::breakpoint))
             .fallback(not_found)
             .with_state(state);
         let stop = CancellationToken::new();

@@ -37,6 +37,17 @@ pub(crate) struct TaskView {
     /// The servo container while it exists.
     pub container: Option<String>,
     pub cancel_requested: bool,
+    /// What a `waiting_human` task waits for: `{"kind": "answer",
+    /// "question"}`, `{"kind": "approval", "tool", "arguments"}` or
+    /// `{"kind": "plan", "plan"}`; null otherwise.
+    pub waiting_for: Option<saheeli_protocol::human::Waiting>,
+    /// A pause was asked for (the task is `paused`, or will be before its
+    /// next LLM call).
+    pub pause_requested: bool,
+    /// Waiting without a container (its workspace kept).
+    pub parked: bool,
+    /// Since when it waits for a human (`waiting_human` or `paused`).
+    pub waiting_since: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
     /// Every attempt of this task, oldest first (one task each).
@@ -71,6 +82,11 @@ pub(crate) struct EventView {
     pub from: Option<String>,
     pub to: String,
     pub detail: Option<String>,
+    /// Set when the event is not a state change (`asked`, `answered`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 pub(super) fn time(ms: i64) -> String {
@@ -107,6 +123,10 @@ impl TaskView {
             prompt: t.spec.prompt_path.clone(),
             container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
             cancel_requested: t.cancel_requested,
+            waiting_for: t.waiting_for.clone(),
+            pause_requested: t.pause_requested,
+            parked: t.parked,
+            waiting_since: t.waiting_since.map(time),
             events: events.map(|evs| {
                 evs.iter()
                     .map(|e| EventView {
@@ -114,6 +134,8 @@ impl TaskView {
                         from: e.from.map(|s| s.to_string()),
                         to: e.to.to_string(),
                         detail: e.detail.clone(),
+                        kind: e.kind.clone(),
+                        by: e.actor.clone(),
                     })
                     .collect()
             }),

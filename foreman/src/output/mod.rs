@@ -7,5 +7,5 @@ mod text;
 use json::{duration_ms, time};
 
 pub(crate) use json::{AttemptView, TaskView};
-pub(crate) use table::{detail, table};
-pub(crate) use text::{audit_line, clean};
+pub(crate) use table::{detail, how_to_reply, table};
+pub(crate) use text::{audit_line, clean, waiting_line};

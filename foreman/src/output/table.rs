@@ -40,10 +40,11 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
         ]);
     let now = now_ms();
     for t in tasks {
-        let state = match &t.reason {
-            Some(r) if t.state.is_terminal() && r != t.state.as_str() => {
+        let state = match (&t.reason, &t.waiting_for) {
+            (Some(r), _) if t.state.is_terminal() && r != t.state.as_str() => {
                 format!("{} ({})", t.state, r)
             }
+            (_, Some(w)) => format!("{}: {}", t.state, short(&waiting_line(w), 60)),
             _ => t.state.to_string(),
         };
         table.add_row([
@@ -80,6 +81,22 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
     );
     if t.cancel_requested && !t.state.is_terminal() {
         let _ = writeln!(s, "cancel:    requested");
+    }
+    if let Some(w) = &t.waiting_for {
+        let _ = writeln!(s, "waiting:   {}", clean(&waiting_line(w)));
+        let _ = writeln!(s, "           {}", clean(&how_to_reply(t.id, w)));
+    }
+    if t.pause_requested && !t.state.is_terminal() {
+        let _ = writeln!(
+            s,
+            "paused:    {}; resume with `saheeli task resume {}`",
+            if t.state == crate::state::TaskState::Paused {
+                "yes"
+            } else {
+                "requested"
+            },
+            t.id
+        );
     }
     let _ = writeln!(s, "prompt:    {}", clean(&t.spec.prompt_path));
     let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
@@ -135,13 +152,42 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
     }
     let _ = writeln!(s, "events:");
     for e in events {
+        let what = match (&e.kind, &e.actor) {
+            (Some(k), Some(by)) => format!("{k} by {by}"),
+            (Some(k), None) => k.clone(),
+            _ => e.to.to_string(),
+        };
         let _ = writeln!(
             s,
             "  {}  {:<10} {}",
             time(e.at),
-            e.to,
+            what,
             clean(e.detail.as_deref().unwrap_or(""))
         );
     }
+    s
+}
+
+/// The command that replies to what a task waits for.
+pub(crate) fn how_to_reply(
+    id: saheeli_protocol::TaskId,
+    w: &saheeli_protocol::human::Waiting,
+) -> String {
+    use saheeli_protocol::human::Waiting;
+    match w {
+        Waiting::Answer { .. } => format!("answer with: saheeli task answer {id} \"TEXT\""),
+        Waiting::Approval { .. } | Waiting::Plan { .. } => format!(
+            "approve with: saheeli task approve {id}   or deny: saheeli task deny {id} --reason \"TEXT\""
+        ),
+    }
+}
+
+fn short(text: &str, max: usize) -> String {
+    let clean = clean(text).replace('\n', " ");
+    if clean.chars().count() <= max {
+        return clean;
+    }
+    let mut s: String = clean.chars().take(max).collect();
+    s.push('…');
     s
 }

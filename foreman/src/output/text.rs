@@ -89,6 +89,43 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
                 "{ts}  step {step:<4} {tool} {args} → {status}, {result_bytes} bytes, {duration_ms} ms"
             )
         }
+        AuditEvent::Asked {
+            ts, step, waiting, ..
+        } => format!(
+            "{ts}  step {step:<4} asks a human: {}",
+            waiting_line(waiting)
+        ),
+        AuditEvent::Replied {
+            ts,
+            step,
+            reply,
+            waited_ms,
+            ..
+        } => format!(
+            "{ts}  step {step:<4} {} by {} after {waited_ms} ms{}",
+            reply.decision.as_str(),
+            reply.by,
+            reply
+                .text
+                .as_deref()
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default()
+        ),
+        AuditEvent::Noted {
+            ts, step, by, text, ..
+        } => format!("{ts}  step {step:<4} message from {by}: {text}"),
+        AuditEvent::Paused { ts, step } => format!("{ts}  step {step:<4} paused"),
+        AuditEvent::Resumed {
+            ts,
+            step,
+            waited_ms,
+        } => format!("{ts}  step {step:<4} resumed after {waited_ms} ms"),
+        AuditEvent::Parked { ts, step } => {
+            format!("{ts}  step {step:<4} parked: session saved, container released")
+        }
+        AuditEvent::Unparked { ts, step } => {
+            format!("{ts}  step {step:<4} unparked: going on from the saved session")
+        }
         AuditEvent::Finish {
             ts,
             outcome,
@@ -113,6 +150,22 @@ pub(crate) fn audit_line(line: &str) -> String {
     match serde_json::from_str::<AuditEvent>(line) {
         Ok(ev) => printable(&describe(&ev)).into_owned(),
         Err(_) => format!("[not an audit event] {}", printable(line)),
+    }
+}
+
+/// What a task waits for, in one line.
+pub(crate) fn waiting_line(w: &saheeli_protocol::human::Waiting) -> String {
+    use saheeli_protocol::human::Waiting;
+    match w {
+        Waiting::Answer { question } => format!("question: {question}"),
+        Waiting::Approval { tool, arguments } => {
+            let mut args: String = arguments.chars().take(200).collect();
+            if args.len() < arguments.len() {
+                args.push('…');
+            }
+            format!("approve {tool} {args}")
+        }
+        Waiting::Plan { plan } => format!("approve plan: {}", plan.join(" / ")),
     }
 }
 

@@ -33,6 +33,11 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     match plan(first) {
         Plan::Adopt(cid) => return adopt_servo(ctx.clone(), task, cid, inbox).await,
         Plan::AskLater(e) => return let_go(&ctx, id, &e).await,
+        Plan::Settle if task.state.is_waiting() => {
+            // The servo parked and its foreman stopped before recording it:
+            // the workspace is kept, the task waits on without a container.
+            return park(&ctx, &task, None, 0).await;
+        }
         Plan::Settle => {}
     }
     // No servo ran (or none is left): clean up what is there, if still ours.
@@ -184,9 +189,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
             error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
         }
     }
-    let gateway = if task.spec.is_replay() {
-        None
-    } else {
+    let gateway = {
         // Budgets go on from what was already spent (the call ledger).
         match Gateway::adopt(
             &ctx.cfg.run_dir(),
@@ -199,6 +202,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
                 task.output_tokens as u64,
                 task.cost_usd,
             ),
+            ctx.desk_link(&task.spec, inbox.waiting()),
         )
         .await
         {
@@ -209,7 +213,11 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
             }
         }
     };
-    let started = task.started_at.unwrap_or_else(now_ms);
+    let started = if task.active_ms > 0 {
+        now_ms() - task.active_ms
+    } else {
+        task.started_at.unwrap_or_else(now_ms)
+    };
     monitor(ctx, task, cid, gateway, started, inbox).await
 }
 

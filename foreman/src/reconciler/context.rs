@@ -22,9 +22,27 @@ pub(crate) struct Ctx {
     pub upstream: Arc<Upstream>,
     /// Every transition, for subscribers (fed from the event trail).
     pub bus: crate::events::Bus,
+    /// The gateways' connection for the human desk: its own, so that the
+    /// loop sees their writes (a task starting to wait frees a slot).
+    pub desk_store: Arc<Mutex<Store>>,
 }
 
 impl Ctx {
+    /// How a task's gateway reaches the human desk.
+    pub fn desk_link(
+        &self,
+        spec: &crate::spec::TaskSpec,
+        waiting: Arc<std::sync::atomic::AtomicBool>,
+    ) -> crate::gateway::DeskLink {
+        crate::gateway::DeskLink {
+            store: self.desk_store.clone(),
+            lease: self.lease.clone(),
+            bus: self.bus.clone(),
+            waiting,
+            policy: crate::gateway::DeskPolicy::of(spec),
+        }
+    }
+
     /// Runs a store operation off the async threads.
     pub async fn db<T: Send + 'static>(
         &self,

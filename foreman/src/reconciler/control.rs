@@ -1,6 +1,7 @@
 //! The per-task control channel: how the serve loop talks to a task's
-//! supervisor. Today it carries stop requests (a cancel, a second Ctrl-C);
-//! pause, resume, injected messages and answers are further [`Command`]s.
+//! supervisor: stop requests (a cancel, a second Ctrl-C), and the flag a
+//! task's gateway sets while it waits for a human (it holds no slot then).
+//! Answers, pauses and messages travel through SQLite and the gateway.
 //! Apart from the channel, a task can be *lost*: another foreman holds it
 //! now, and the supervisor lets go without touching anything.
 
@@ -26,6 +27,8 @@ pub(super) struct Control {
     tx: mpsc::UnboundedSender<Command>,
     stopping: Arc<AtomicBool>,
     lost: CancellationToken,
+    /// Set while the task waits for a human (it holds no slot then).
+    waiting: Arc<AtomicBool>,
     /// When this foreman took the task (a lease renewal asked before then
     /// cannot know about it).
     pub since: Instant,
@@ -38,17 +41,20 @@ pub(super) struct Inbox {
     /// A stop that arrived while the supervisor was busy (launching).
     pending_stop: Option<Reason>,
     open: bool,
+    waiting: Arc<AtomicBool>,
 }
 
 /// A new control channel for one task.
 pub(super) fn channel() -> (Control, Inbox) {
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
+    let waiting = Arc::new(AtomicBool::new(false));
     (
         Control {
             tx,
             stopping: Arc::default(),
             lost: lost.clone(),
+            waiting: waiting.clone(),
             since: Instant::now(),
         },
         Inbox {
@@ -56,6 +62,7 @@ pub(super) fn channel() -> (Control, Inbox) {
             lost,
             pending_stop: None,
             open: true,
+            waiting,
         },
     )
 }
@@ -79,6 +86,11 @@ impl Control {
 
     pub fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+
+    /// Whether the task waits for a human now (it holds no slot).
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed)
     }
 }
 
@@ -110,6 +122,11 @@ impl Inbox {
     /// Cancelled when the task was taken over by another foreman.
     pub fn lost(&self) -> CancellationToken {
         self.lost.clone()
+    }
+
+    /// The flag the task's gateway sets while it waits for a human.
+    pub fn waiting(&self) -> Arc<AtomicBool> {
+        self.waiting.clone()
     }
 }
 

@@ -18,13 +18,16 @@ use super::*;
 pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
     let id = task.id;
     let mut gateway = None;
-    let launched = launch(&ctx, &task, &mut gateway).await;
+    let desk = ctx.desk_link(&task.spec, inbox.waiting());
+    let launched = launch(&ctx, &task, &mut gateway, desk).await;
     match launched {
         Ok(container) => {
             if inbox.stop_requested().is_some() {
                 info!(task_id = %id, "cancelled while starting");
             }
-            monitor(ctx, task, container, gateway, now_ms(), inbox).await
+            // A parked task's timeout goes on from the work already done.
+            let started = now_ms() - task.active_ms;
+            monitor(ctx, task, container, gateway, started, inbox).await
         }
         Err(e) if lease_lost(&e) => {
             // The container is the other foreman's now; so is the socket
@@ -40,7 +43,12 @@ pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) ->
             if let Some(g) = gateway {
                 g.stop().await;
             }
-            cleanup(&ctx, id).await;
+            if task.parked {
+                // The workspace is all a parked task has: keep it.
+                remove_containers(&ctx, id).await;
+            } else {
+                cleanup(&ctx, id).await;
+            }
             // Docker errors are worth another try, later; a missing image is not.
             let image_missing = e.downcast_ref::<docker::ImageMissing>().is_some();
             if !image_missing && task.requeues < MAX_REQUEUES && inbox.stop_requested().is_none() {
@@ -71,10 +79,13 @@ pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) ->
 }
 
 /// Creates the volume and container, uploads the inputs, starts the servo.
+/// A parked task gets a new container on its kept volume, nothing uploaded:
+/// the servo goes on from the session it saved there.
 pub(super) async fn launch(
     ctx: &Ctx,
     task: &TaskRow,
     gateway: &mut Option<Gateway>,
+    desk: crate::gateway::DeskLink,
 ) -> anyhow::Result<String> {
     let id = task.id;
     let d = &ctx.docker;
@@ -83,20 +94,24 @@ pub(super) async fn launch(
     let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
     docker::require_image(d, &image).await?;
     lap("image checked");
-    if !task.spec.is_replay() {
-        *gateway = Some(
-            Gateway::start(
-                &ctx.cfg.run_dir(),
-                id,
-                ctx.upstream.clone(),
-                &task.spec.model,
-                task.spec.budget(),
-            )
-            .await?,
-        );
-    }
-    let volume = docker::create_volume(d, id, crate::disk::for_task(&ctx.cfg, &task.spec)).await?;
-    lap("volume created");
+    // Every task gets a gateway: replay tasks too reach the human desk.
+    *gateway = Some(
+        Gateway::start(
+            &ctx.cfg.run_dir(),
+            id,
+            ctx.upstream.clone(),
+            &task.spec.model,
+            task.spec.budget(),
+            desk,
+        )
+        .await?,
+    );
+    let volume = if task.parked {
+        docker::volume_name(id)
+    } else {
+        docker::create_volume(d, id, crate::disk::for_task(&ctx.cfg, &task.spec)).await?
+    };
+    lap("volume ready");
     // Small launches travel in the environment: no upload before start.
     let mut servo_task = task.spec.servo_task(id);
     servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
@@ -121,10 +136,10 @@ pub(super) async fn launch(
     let lease = ctx.lease.clone();
     ctx.db(move |s| s.set_container(id, &lease, &cid)).await?;
     let input = inputs::workspace_tar(&ctx.cfg.state_dir(), id);
-    if input.is_file() {
+    if input.is_file() && !task.parked {
         docker::upload_file(d, &container, &input).await?;
     }
-    if !in_env {
+    if !in_env && !task.parked {
         let tar = inputs::launch_tar(&launch.prompt, &launch.task)?;
         docker::upload(d, &container, tar.into()).await?;
     }

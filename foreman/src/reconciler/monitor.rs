@@ -22,6 +22,17 @@ struct Watched {
     exit: anyhow::Result<i64>,
     timed_out: bool,
     stopped: Option<Reason>,
+    /// How long the task waited for a human meanwhile (not working time).
+    waited_ms: i64,
+}
+
+impl Watched {
+    /// The servo parked to wait for a human (and nothing stopped it).
+    fn parked(&self) -> bool {
+        !self.timed_out
+            && self.stopped.is_none()
+            && matches!(self.exit, Ok(code) if code == i64::from(saheeli_protocol::ServoExit::Parked.code()))
+    }
 }
 
 /// Waits for the servo (enforcing the timeout and cancel), collects the
@@ -43,6 +54,10 @@ pub(super) async fn monitor(
     };
     if !still_held(&ctx, id).await {
         return abandon(id, gateway).await;
+    }
+    if watched.parked() {
+        let active = now_ms() - started_ms - watched.waited_ms - task.active_ms;
+        return park(&ctx, &task, gateway, active).await;
     }
     let d = &ctx.docker;
     let oom = docker::oom_killed(d, &container).await;
@@ -157,7 +172,7 @@ async fn conclude(
 
 /// Steps and tokens from the collected audit log (the servo's account;
 /// the gateway's, when there is one, replaces the tokens later).
-async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mut Outcome) {
+pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mut Outcome) {
     let dest = dest.to_path_buf();
     match tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await {
         Ok(Ok(t)) => {
@@ -232,6 +247,10 @@ async fn watch(
     let mut usage_tick = tokio::time::interval(Duration::from_secs(1));
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let lost = inbox.lost();
+    // Time spent waiting for a human does not count against the timeout.
+    let waiting = inbox.waiting();
+    let mut waited = Duration::ZERO;
+    let mut last_tick = tokio::time::Instant::now();
     let exit = loop {
         tokio::select! {
             r = &mut wait => match r {
@@ -269,6 +288,13 @@ async fn watch(
                 escalate_at = Some(stop_servo(d, id, container, grace, escalations).await);
             }
             _ = usage_tick.tick(), if gateway.is_some() => {
+                let now = tokio::time::Instant::now();
+                if waiting.load(std::sync::atomic::Ordering::Relaxed) && !timed_out {
+                    waited += now - last_tick;
+                    let at = sleep.deadline() + (now - last_tick);
+                    sleep.as_mut().reset(at);
+                }
+                last_tick = now;
                 if let Some(m) = gateway.map(|g| Metered::read(g.meter()))
                     && m.calls > 0
                 {
@@ -287,6 +313,7 @@ async fn watch(
         exit,
         timed_out,
         stopped,
+        waited_ms: waited.as_millis() as i64,
     })
 }
 

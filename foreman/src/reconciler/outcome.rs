@@ -65,7 +65,9 @@ fn why_incomplete(e: &Ending) -> Reason {
         Some(ServoExit::ReplayExhausted) => Reason::ReplayExhausted,
         Some(ServoExit::Budget) => Reason::Budget,
         Some(ServoExit::Terminated) => Reason::Terminated,
-        None => Reason::Exit(code as i32),
+        // A park is handled before an ending is classified; one seen here
+        // (the servo parked while being stopped) is an exit like another.
+        Some(ServoExit::Parked) | None => Reason::Exit(code as i32),
     }
 }
 

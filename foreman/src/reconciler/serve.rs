@@ -20,6 +20,9 @@ use super::*;
 /// How often the idle loop looks for new work (a cheap `PRAGMA data_version`).
 pub(super) const POLL: Duration = Duration::from_millis(20);
 
+/// How often parked tasks are checked for a cancel or a `human_timeout`.
+pub(super) const PARKED_EVERY: Duration = Duration::from_millis(500);
+
 /// How often labelled leftovers of ended tasks are swept.
 pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -133,6 +136,7 @@ pub(super) async fn serve_loop(
     let mut sweeping: Option<tokio::task::JoinHandle<()>> = None;
     let mut seen_version = None;
     let mut look_for_work = true;
+    let mut last_parked = tokio::time::Instant::now() - PARKED_EVERY;
     // `saheeli run` follows its task through retries.
     let mut only = opts.only;
     loop {
@@ -154,7 +158,8 @@ pub(super) async fn serve_loop(
             sweeping = Some(tokio::spawn(sweep(ctx.clone(), handles.clone())));
         }
 
-        while look_for_work && !drain.is_cancelled() && running.len() < concurrency {
+        // Tasks waiting for a human hold no slot.
+        while look_for_work && !drain.is_cancelled() && busy(running, handles) < concurrency {
             let lease = ctx.lease.clone();
             let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
                 look_for_work = false;
@@ -193,6 +198,12 @@ pub(super) async fn serve_loop(
                     look_for_work = true;
                     pass_on_cancels(ctx, handles).await?;
                 }
+                if last_parked.elapsed() >= PARKED_EVERY {
+                    last_parked = tokio::time::Instant::now();
+                    if !drain.is_cancelled() {
+                        end_parked_tasks(ctx, only, handles, running).await?;
+                    }
+                }
             }
             _ = stop.cancelled(), if stoppable => {
                 let handles = handles.lock().unwrap();
@@ -203,6 +214,40 @@ pub(super) async fn serve_loop(
             }
             _ = drain.cancelled(), if !drain.is_cancelled() => {}
         }
+    }
+    Ok(())
+}
+
+/// Supervisors holding a slot: those not waiting for a human.
+fn busy(running: &JoinSet<Joined>, handles: &Handles) -> usize {
+    let waiting = handles
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|h| h.is_waiting())
+        .count();
+    running.len().saturating_sub(waiting)
+}
+
+/// Ends parked tasks that were cancelled or waited past `human_timeout`.
+async fn end_parked_tasks(
+    ctx: &Arc<Ctx>,
+    only: Option<TaskId>,
+    handles: &Handles,
+    running: &mut JoinSet<Joined>,
+) -> anyhow::Result<()> {
+    for (id, cancelled) in ctx.db(|s| s.parked_to_end()).await? {
+        if only.is_some_and(|o| o != id) {
+            continue;
+        }
+        let lease = ctx.lease.clone();
+        let Some(task) = ctx.db(move |s| s.hold_parked(id, &lease)).await? else {
+            continue;
+        };
+        let (control, _inbox) = channel();
+        handles.lock().unwrap().insert(task.id, control);
+        let ctx = ctx.clone();
+        running.spawn(async move { end_parked(ctx, task, cancelled).await });
     }
     Ok(())
 }

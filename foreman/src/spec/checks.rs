@@ -190,3 +190,73 @@ pub(super) fn check_ceilings(
     }
     Ok(())
 }
+
+/// The tools an approval gate may name (`plan`: the plan gate).
+pub(super) const GATEABLE: &[&str] = &[
+    "execute_shell",
+    "create_file",
+    "edit_file",
+    "read_file",
+    "list_files",
+    saheeli_protocol::human::PLAN,
+];
+
+/// Gates name known tools once each, and their patterns compile.
+pub(super) fn check_gates(
+    path: &std::path::Path,
+    gates: &[saheeli_protocol::human::Gate],
+) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for g in gates {
+        if !GATEABLE.contains(&g.tool.as_str()) {
+            anyhow::bail!(
+                "{}: `approve` names `{}`, which is not a gateable tool; use any of {}",
+                path.display(),
+                g.tool,
+                GATEABLE.join(", ")
+            );
+        }
+        if !seen.insert(g.tool.as_str()) {
+            anyhow::bail!("{}: `approve` names `{}` twice", path.display(), g.tool);
+        }
+        match &g.pattern {
+            Some(_) if g.tool == saheeli_protocol::human::PLAN => anyhow::bail!(
+                "{}: `approve`: the plan gate takes no pattern; write `approve: [plan]`",
+                path.display()
+            ),
+            Some(p) => {
+                regex::Regex::new(p).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: `approve.{}`: `{p}` is not a valid regular expression: {e}",
+                        path.display(),
+                        g.tool
+                    )
+                })?;
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Human waits within bounds.
+pub(super) fn check_human(
+    path: &std::path::Path,
+    human_timeout: std::time::Duration,
+    park_after: std::time::Duration,
+) -> anyhow::Result<()> {
+    const MAX_HUMAN: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+    if human_timeout.is_zero() || human_timeout > MAX_HUMAN {
+        anyhow::bail!(
+            "{}: `human_timeout` must be between 1s and 30 days",
+            path.display()
+        );
+    }
+    if park_after > std::time::Duration::from_secs(3600) {
+        anyhow::bail!(
+            "{}: `park_after` must be at most 1h (a parked task costs nothing while it waits)",
+            path.display()
+        );
+    }
+    Ok(())
+}

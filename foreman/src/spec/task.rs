@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use saheeli_protocol::front_matter::{NetworkMode, PromptFile};
+use saheeli_protocol::front_matter::{NetworkMode, PauseOn, PromptFile};
+use saheeli_protocol::human::Gate;
 use saheeli_protocol::{ReplayScript, ServoTask, TaskId};
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +49,35 @@ pub(crate) struct TaskSpec {
     /// Pack what `.gitignore` names too (front-matter or config).
     #[serde(default)]
     pub workspace_include_ignored: bool,
+    /// Approval gates (`approve:`).
+    #[serde(default)]
+    pub gates: Vec<Gate>,
+    /// `pause_on: [tool_error]`.
+    #[serde(default)]
+    pub pause_on_tool_error: bool,
+    /// How long a human may take to reply before the task ends `no_answer`.
+    #[serde(default = "default_human_timeout_s")]
+    pub human_timeout_s: u64,
+    /// How long a waiting servo keeps its container before it parks.
+    #[serde(default = "default_park_after_ms")]
+    pub park_after_ms: u64,
+    /// Nobody will answer: questions get an immediate reply, gates follow
+    /// `no_human_approves`.
+    #[serde(default)]
+    pub no_human: bool,
+    #[serde(default)]
+    pub no_human_approves: bool,
+    /// Stop once the model has proposed its plan (`--plan-only`).
+    #[serde(default)]
+    pub plan_only: bool,
+}
+
+fn default_human_timeout_s() -> u64 {
+    24 * 3600
+}
+
+fn default_park_after_ms() -> u64 {
+    10_000
 }
 
 impl TaskSpec {
@@ -103,6 +133,17 @@ impl TaskSpec {
         if replay.is_none() {
             check_model(cfg, path, &model)?;
         }
+        let gates = fm
+            .approve
+            .as_ref()
+            .or(d.approve.as_ref())
+            .map(|a| a.gates())
+            .unwrap_or_default();
+        check_gates(path, &gates)?;
+        let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
+        let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
+        let park_after = fm.park_after.map(|t| t.0).unwrap_or(d.park_after);
+        check_human(path, human_timeout, park_after)?;
         let title = fm
             .title
             .unwrap_or_else(|| default_title(path, &prompt.body));
@@ -135,6 +176,13 @@ impl TaskSpec {
             workspace_include_ignored: fm
                 .workspace_include_ignored
                 .unwrap_or(d.workspace_include_ignored),
+            gates,
+            pause_on_tool_error: pause_on.contains(&PauseOn::ToolError),
+            human_timeout_s: human_timeout.as_secs().max(1),
+            park_after_ms: park_after.as_millis() as u64,
+            no_human: d.no_human,
+            no_human_approves: d.no_human_gates == crate::config::GateDefault::Approve,
+            plan_only: false,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -175,12 +223,12 @@ impl TaskSpec {
             max_output_bytes: self.max_output_bytes,
             // Set at launch from the gateway's policy (config, not the spec).
             request_timeout_s: None,
+            gates: self.gates.clone(),
+            pause_on_tool_error: self.pause_on_tool_error,
+            plan_only: self.plan_only,
+            park_after_ms: Some(self.park_after_ms),
             replay: self.replay.clone(),
         }
-    }
-
-    pub fn is_replay(&self) -> bool {
-        self.replay.is_some()
     }
 
     pub fn budget(&self) -> crate::gateway::Budget {

@@ -15,7 +15,7 @@ impl Store {
         self.fenced_update(
             id,
             "UPDATE tasks SET lease_until = ?3
-             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running')",
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused')",
             params![id.to_string(), lease.owner, now_ms() + lease.ms],
         )
     }
@@ -49,7 +49,8 @@ impl Store {
         let ids: Vec<String> = {
             let mut stmt = tx.prepare_cached(
                 "UPDATE tasks SET lease_until = ?2
-                 WHERE owner = ?1 AND state IN ('starting', 'running')
+                 WHERE owner = ?1
+                   AND state IN ('starting', 'running', 'waiting_human', 'paused')
                  RETURNING id",
             )?;
             // An error here must not read as "nothing held": propagate it.
@@ -72,8 +73,11 @@ impl Store {
         let ids: Vec<String> = {
             let mut stmt = tx.prepare(
                 "UPDATE tasks SET owner = ?1, lease_until = ?2
-                 WHERE state IN ('starting', 'running')
-                   AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3)
+                 WHERE (state IN ('starting', 'running')
+                        AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3))
+                    -- A waiting task nobody holds is parked: it is not lost.
+                    OR (state IN ('waiting_human', 'paused') AND owner IS NOT NULL
+                        AND (lease_until IS NULL OR lease_until < ?3))
                  RETURNING id",
             )?;
             stmt.query_map(params![lease.owner, now + lease.ms, now], |r| r.get(0))?
@@ -117,7 +121,7 @@ impl Store {
         self.fenced_update(
             id,
             "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
-             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running')",
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused')",
             params![id.to_string(), lease.owner, steps, input, output, cost],
         )
     }

@@ -133,7 +133,10 @@ impl Store {
                     params![id.to_string(), detail],
                 )?;
             }
-            TaskState::Starting | TaskState::Running => {
+            TaskState::Starting
+            | TaskState::Running
+            | TaskState::WaitingHuman
+            | TaskState::Paused => {
                 tx.execute(
                     "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
                     params![id.to_string()],
@@ -149,7 +152,7 @@ impl Store {
     pub fn cancel_requests(&self) -> Result<Vec<TaskId>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id FROM tasks WHERE cancel_requested = 1
-             AND state IN ('starting', 'running')",
+             AND state IN ('starting', 'running', 'waiting_human', 'paused')",
         )?;
         let ids = stmt
             .query_map([], |r| r.get::<_, String>(0))?
@@ -177,7 +180,9 @@ pub(super) fn move_state(
         "UPDATE tasks SET state = ?2,
             finished_at = CASE WHEN ?3 THEN ?4 ELSE finished_at END,
             lease_until = CASE WHEN ?3 THEN NULL ELSE lease_until END,
-            started_at = CASE WHEN ?2 = 'starting' THEN ?4 ELSE started_at END
+            started_at = CASE WHEN ?2 = 'starting' THEN COALESCE(started_at, ?4) ELSE started_at END,
+            parked = CASE WHEN ?2 = 'running' THEN 0 ELSE parked END,
+            waiting_since = CASE WHEN ?2 IN ('waiting_human', 'paused') THEN ?4 ELSE NULL END
          WHERE id = ?1",
         params![id.to_string(), to.as_str(), to.is_terminal(), now],
     )?;

@@ -92,7 +92,7 @@ impl Store {
 
     pub fn events(&self, id: TaskId) -> Result<Vec<EventRow>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT at, from_state, to_state, detail FROM events WHERE task_id = ?1 ORDER BY id",
+            "SELECT at, from_state, to_state, detail, kind, actor FROM events WHERE task_id = ?1 ORDER BY id",
         )?;
         let rows = stmt
             .query_map(params![id.to_string()], |r| {
@@ -103,6 +103,8 @@ impl Store {
                     from: from.and_then(|s| s.parse().ok()),
                     to: to.parse().unwrap_or(TaskState::Failed),
                     detail: r.get(3)?,
+                    kind: r.get(4)?,
+                    actor: r.get(5)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;
@@ -122,7 +124,7 @@ impl Store {
         let mut stmt = self.conn.prepare_cached(
             "SELECT e.id, e.task_id, e.at, e.from_state, e.to_state, e.detail,
                     CASE WHEN e.to_state IN ('complete', 'incomplete', 'failed', 'cancelled')
-                         THEN t.reason END
+                         THEN t.reason END, e.kind, e.actor
              FROM events e JOIN tasks t ON t.id = e.task_id
              WHERE e.id > ?1 ORDER BY e.id LIMIT ?2",
         )?;
@@ -139,6 +141,8 @@ impl Store {
                     to: to.parse().unwrap_or(TaskState::Failed),
                     detail: r.get(5)?,
                     reason: r.get(6)?,
+                    kind: r.get(7)?,
+                    actor: r.get(8)?,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

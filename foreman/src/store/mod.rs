@@ -5,6 +5,7 @@
 //! SQLITE_BUSY errors. Every state change writes an event row in the same
 //! transaction. Synchronous on purpose: async callers use `spawn_blocking`.
 
+mod desk;
 mod error;
 mod lease;
 mod lifecycle;
@@ -21,6 +22,7 @@ use lifecycle::*;
 use queue::*;
 use rows::{COLUMNS, read_row};
 
+pub(crate) use desk::HumanAct;
 pub(crate) use error::StoreError;
 pub(crate) use rows::{EventRow, Lease, Outcome, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;

@@ -38,6 +38,15 @@ pub(crate) struct TaskRow {
     pub requeues: i64,
     pub attempt: i64,
     pub detail: Option<String>,
+    /// Waiting for a human with no container: the workspace is kept.
+    pub parked: bool,
+    /// Working time of earlier launches (a parked task's), in ms.
+    pub active_ms: i64,
+    pub pause_requested: bool,
+    /// When the task began waiting for a human.
+    pub waiting_since: Option<i64>,
+    /// What a `waiting_human` task waits for.
+    pub waiting_for: Option<saheeli_protocol::human::Waiting>,
 }
 
 /// Who holds a task while it runs, and for how long without renewal.
@@ -64,6 +73,9 @@ pub(crate) struct EventRow {
     pub from: Option<TaskState>,
     pub to: TaskState,
     pub detail: Option<String>,
+    /// Not a state change: what happened (`asked`, `answered`, …).
+    pub kind: Option<String>,
+    pub actor: Option<String>,
 }
 
 /// One row of the event trail with its task (what the event bus carries).
@@ -76,6 +88,8 @@ pub(crate) struct TrailRow {
     pub to: TaskState,
     pub detail: Option<String>,
     pub reason: Option<String>,
+    pub kind: Option<String>,
+    pub actor: Option<String>,
 }
 
 /// How a task ended, written with its final transition.
@@ -102,7 +116,9 @@ pub(crate) struct Retry {
 
 pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
-     requeues, attempt, detail";
+     requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
+     (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
+      ORDER BY a.id DESC LIMIT 1)";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -135,5 +151,13 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         requeues: r.get(17)?,
         attempt: r.get(18)?,
         detail: r.get(19)?,
+        parked: r.get::<_, i64>(20)? != 0,
+        active_ms: r.get(21)?,
+        pause_requested: r.get::<_, i64>(22)? != 0,
+        waiting_since: r.get(23)?,
+        waiting_for: r
+            .get::<_, Option<String>>(24)?
+            .filter(|_| state == "waiting_human")
+            .and_then(|w| serde_json::from_str(&w).ok()),
     })
 }

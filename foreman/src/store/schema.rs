@@ -74,6 +74,39 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         );
         CREATE INDEX llm_calls_by_task ON llm_calls(task_id, state);",
     ),
+    // Humans in the loop: questions and their replies, injected messages,
+    // pauses, parked tasks; events that are not state changes (`kind`).
+    M::up(
+        "CREATE TABLE asks (
+            id           INTEGER PRIMARY KEY,
+            task_id      TEXT NOT NULL REFERENCES tasks(id),
+            call_id      TEXT NOT NULL,
+            waiting      TEXT NOT NULL,
+            asked_at     INTEGER NOT NULL,
+            decision     TEXT,
+            reply        TEXT,
+            replied_by   TEXT,
+            replied_at   INTEGER,
+            delivered_at INTEGER,
+            UNIQUE (task_id, call_id)
+        );
+        CREATE TABLE notes (
+            id           INTEGER PRIMARY KEY,
+            task_id      TEXT NOT NULL REFERENCES tasks(id),
+            text         TEXT NOT NULL,
+            author       TEXT NOT NULL,
+            at           INTEGER NOT NULL,
+            delivered_at INTEGER
+        );
+        CREATE INDEX notes_by_task ON notes(task_id, delivered_at);
+        ALTER TABLE tasks ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE tasks ADD COLUMN active_ms INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE tasks ADD COLUMN pause_requested INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE tasks ADD COLUMN waiting_since INTEGER;
+        ALTER TABLE tasks ADD COLUMN human_deadline INTEGER;
+        ALTER TABLE events ADD COLUMN kind TEXT;
+        ALTER TABLE events ADD COLUMN actor TEXT;",
+    ),
 ];
 
 pub(crate) struct Store {

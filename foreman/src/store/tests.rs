@@ -29,6 +29,13 @@ fn spec(title: &str) -> TaskSpec {
         replay: None,
         workspace: None,
         workspace_include_ignored: false,
+        gates: vec![],
+        pause_on_tool_error: false,
+        human_timeout_s: 3600,
+        park_after_ms: 1000,
+        no_human: false,
+        no_human_approves: false,
+        plan_only: false,
     }
 }
 
@@ -226,4 +233,152 @@ fn prefix_lookup_and_cancel() {
     assert_eq!(s.request_cancel(id).unwrap(), TaskState::Queued);
     assert_eq!(s.require(&full).unwrap().state, TaskState::Cancelled);
     assert!(s.claim_next(None, &lease()).unwrap().is_none());
+}
+
+mod desk {
+    use super::*;
+    use crate::store::HumanAct;
+    use saheeli_protocol::human::{Decision, Waiting};
+
+    fn running(s: &mut Store) -> TaskId {
+        let id = TaskId::new();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
+        s.claim_next(None, &lease()).unwrap().unwrap();
+        s.transition(id, &lease(), TaskState::Running, None, None)
+            .unwrap();
+        id
+    }
+
+    fn question() -> Waiting {
+        Waiting::Answer {
+            question: "which?".into(),
+        }
+    }
+
+    #[test]
+    fn an_answer_is_delivered_once_and_the_task_runs_again() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        assert_eq!(
+            s.ask(id, &lease(), "c1", &question(), None, 60_000)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::WaitingHuman
+        );
+        // Asking again (a servo restarted) asks nothing twice.
+        assert_eq!(
+            s.ask(id, &lease(), "c1", &question(), None, 60_000)
+                .unwrap(),
+            None
+        );
+        assert_eq!(s.take_reply(id, &lease(), "c1").unwrap(), None);
+        let err = s.reply(id, &HumanAct::Approve(None), "ann").unwrap_err();
+        assert!(err.to_string().contains("waits for an answer"), "{err}");
+        s.reply(id, &HumanAct::Answer("this".into()), "ann")
+            .unwrap();
+        let r = s.take_reply(id, &lease(), "c1").unwrap().unwrap();
+        assert_eq!(
+            (r.decision, r.text.as_deref(), r.by.as_str()),
+            (Decision::Answer, Some("this"), "ann")
+        );
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::Running
+        );
+        // The reply is fixed: a second reply finds nothing to answer.
+        assert!(
+            s.reply(id, &HumanAct::Answer("that".into()), "bob")
+                .is_err()
+        );
+        let kinds: Vec<_> = s
+            .events(id)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, ["asked", "answered"]);
+    }
+
+    #[test]
+    fn a_reply_to_a_parked_task_queues_it_and_a_reply_while_parking_too() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        s.ask(id, &lease(), "c1", &question(), None, 60_000)
+            .unwrap();
+        assert!(!s.park(id, &lease(), 500).unwrap());
+        let t = s.require(&id.to_string()).unwrap();
+        assert!(t.parked && t.state == TaskState::WaitingHuman && t.active_ms == 500);
+        // Nobody holds it, and a take-over round leaves it alone.
+        assert!(s.take_over_expired(&lease()).unwrap().is_empty());
+        s.reply(id, &HumanAct::Answer("x".into()), "ann").unwrap();
+        assert_eq!(s.require(&id.to_string()).unwrap().state, TaskState::Queued);
+        let t = s.claim_next(None, &lease()).unwrap().unwrap();
+        assert!(t.parked);
+        s.transition(id, &lease(), TaskState::Running, None, None)
+            .unwrap();
+        assert!(!s.require(&id.to_string()).unwrap().parked);
+
+        // The reply lands between the servo's last look and the park.
+        let id = running(&mut s);
+        s.ask(id, &lease(), "c2", &question(), None, 60_000)
+            .unwrap();
+        s.reply(id, &HumanAct::Answer("y".into()), "ann").unwrap();
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::WaitingHuman
+        );
+        assert!(s.park(id, &lease(), 0).unwrap(), "queued at once");
+        assert_eq!(s.require(&id.to_string()).unwrap().state, TaskState::Queued);
+    }
+
+    #[test]
+    fn a_parked_task_past_its_human_timeout_or_cancelled_is_to_be_ended() {
+        let (_d, mut s) = store();
+        let late = running(&mut s);
+        s.ask(late, &lease(), "c", &question(), None, -1).unwrap();
+        s.park(late, &lease(), 0).unwrap();
+        let fresh = running(&mut s);
+        s.ask(fresh, &lease(), "c", &question(), None, 60_000)
+            .unwrap();
+        s.park(fresh, &lease(), 0).unwrap();
+        assert_eq!(s.parked_to_end().unwrap(), vec![(late, false)]);
+        s.request_cancel(fresh).unwrap();
+        let mut ends = s.parked_to_end().unwrap();
+        ends.sort();
+        let mut want = vec![(late, false), (fresh, true)];
+        want.sort();
+        assert_eq!(ends, want);
+        assert!(s.hold_parked(late, &lease()).unwrap().is_some());
+        assert!(
+            s.hold_parked(late, &lease()).unwrap().is_none(),
+            "held once"
+        );
+    }
+
+    #[test]
+    fn pause_and_resume_through_the_inbox() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        s.inject(id, "look at b.rs", "ann").unwrap();
+        s.request_pause(id, "ann").unwrap();
+        let (notes, pause) = s.inbox(id, &lease(), 60_000).unwrap();
+        assert!(pause);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(s.require(&id.to_string()).unwrap().state, TaskState::Paused);
+        s.delivered(id, &lease(), &[notes[0].id]).unwrap();
+        assert!(!s.park(id, &lease(), 0).unwrap());
+        s.resume(id, "ann").unwrap();
+        let t = s.require(&id.to_string()).unwrap();
+        assert_eq!(t.state, TaskState::Queued);
+        assert!(!t.pause_requested);
+        s.claim_next(None, &lease()).unwrap().unwrap();
+        s.transition(id, &lease(), TaskState::Running, None, None)
+            .unwrap();
+        let (notes, pause) = s.inbox(id, &lease(), 60_000).unwrap();
+        assert!(notes.is_empty() && !pause, "delivered once");
+        assert!(s.resume(id, "ann").is_err(), "not paused");
+    }
 }

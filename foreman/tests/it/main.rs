@@ -14,6 +14,7 @@ mod gateway;
 mod gateway_attack;
 mod hardening;
 mod hostile_files;
+mod human;
 mod input;
 mod lifecycle;
 mod openai;

@@ -37,6 +37,14 @@ pub(crate) enum Provider {
 }
 
 impl Provider {
+    /// A replay started again from a saved session skips the turns it
+    /// already played.
+    pub fn skip(&mut self, turns: usize) {
+        if let Provider::Replay(r) = self {
+            r.skip(turns);
+        }
+    }
+
     pub async fn next_turn(
         &mut self,
         model: &str,

@@ -20,6 +20,13 @@ impl Replay {
         }
     }
 
+    pub fn skip(&mut self, turns: usize) {
+        for _ in 0..turns.min(self.turns.len()) {
+            self.turns.pop_front();
+        }
+        self.played += turns;
+    }
+
     pub fn next_turn(&mut self) -> Result<Turn, LlmError> {
         let turn = self.turns.pop_front().ok_or(LlmError::Exhausted)?;
         self.played += 1;

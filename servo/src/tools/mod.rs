@@ -41,6 +41,32 @@ fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpe
     }
 }
 
+/// The tools that reach a human: `ask_user` always, `propose_plan` when
+/// the task has a plan gate (or is a plan-only run).
+pub(crate) fn human_specs(plan: bool) -> Vec<ToolSpec> {
+    let mut specs = vec![spec(
+        "ask_user",
+        "Ask the user a question and wait for the answer (it may take a while). Use it when you are \
+         missing information only the user has, instead of guessing or giving up.",
+        json!({"type": "object", "properties": {
+            "question": {"type": "string", "description": "One clear question."}
+        }, "required": ["question"], "additionalProperties": false}),
+    )];
+    if plan {
+        specs.push(spec(
+            "propose_plan",
+            "Propose your plan before acting and wait for the user's approval. If they reject it, \
+             revise it using their feedback and propose again. Until a plan is approved, only \
+             read_file, list_files and ask_user can be used.",
+            json!({"type": "object", "properties": {
+                "steps": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                          "description": "The steps you will take, in order."}
+            }, "required": ["steps"], "additionalProperties": false}),
+        ));
+    }
+    specs
+}
+
 /// The tool schemas, as OpenAI `tools`.
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![

@@ -39,6 +39,10 @@ impl Servo {
                 timeout_s: 60,
                 max_output_bytes: 4096,
                 request_timeout_s: None,
+                gates: vec![],
+                pause_on_tool_error: false,
+                plan_only: false,
+                park_after_ms: None,
                 replay: None,
             },
             prompt: "Do it.\n".into(),
@@ -264,6 +268,13 @@ impl Fake {
                 let Some(request) = read_request(&mut stream) else {
                     continue;
                 };
+                // The servo looks at its inbox before each LLM call: an
+                // empty one, neither scripted nor counted.
+                if request.head.starts_with("GET /saheeli/v1/inbox") {
+                    let empty = Reply::json(200, json!({"notes": [], "pause": false}));
+                    let _ = write_reply(&mut stream, &empty);
+                    continue;
+                }
                 seen.lock().unwrap().push(request);
                 let reply = replies.next().unwrap_or_else(|| {
                     Reply::error(503, "upstream_unavailable", "the fake has no more replies")

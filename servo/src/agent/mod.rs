@@ -4,8 +4,13 @@
 //! loop ends on `task_complete` (complete.json is written), at `max_steps`,
 //! when the time budget runs out, when the LLM keeps failing, or on SIGTERM.
 //! Whatever ends it, the audit log and session file are flushed first.
+//! A servo waiting for a human parks instead (`human`): it saves its
+//! session and exits, and a new servo on the same workspace goes on.
+
+mod human;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
@@ -14,6 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, info, warn};
 
 use crate::audit::{Audit, now};
+use crate::desk::Desk;
 use crate::llm::{Gateway, LlmError, Provider, Replay, Waiting};
 use crate::tools::{self, Toolbox};
 use crate::workspace::Workspace;
@@ -24,7 +30,9 @@ Your working directory is /workspace; every file you create, read or edit must b
 You have no network access. Act only through your tools: \
 execute_shell (run a bash command in /workspace), create_file (write a whole file), \
 read_file (read a file with line numbers), edit_file (replace one exact, unique span of text), \
-list_files (list a directory recursively) and task_complete. \
+list_files (list a directory recursively), ask_user (ask the user a question and wait for the answer) \
+and task_complete. \
+When you are missing information only the user can give, ask with ask_user instead of guessing or giving up. \
 Work step by step, check your work (run the tests or the program), and keep going until the task is done. \
 When it is done, call task_complete with a short summary of what you did and how you checked it; \
 the task counts as done only when you call task_complete.";
@@ -51,7 +59,23 @@ pub(crate) struct Agent {
     usage: Usage,
     steps: u32,
     last_save: Instant,
+    desk: Desk,
+    /// When the time budget runs out; pushed back by waits for humans.
+    deadline: Arc<Mutex<tokio::time::Instant>>,
+    /// Working time of earlier starts (a parked servo's), and waits of this one.
+    active_before: Duration,
+    waited: Duration,
+    started: Instant,
+    /// What a parked servo was waiting for when it stopped.
+    parked: Option<saheeli_protocol::human::Parked>,
+    /// Injected messages already in the conversation.
+    notes: Vec<i64>,
+    plan_approved: bool,
+    gates: human::Gates,
 }
+
+/// How a step or a wait ended the loop.
+pub(crate) type End = (ServoExit, Option<String>);
 
 impl Agent {
     pub fn new(
@@ -79,13 +103,16 @@ impl Agent {
         let audit = Audit::open(&audit_path, true)
             .map_err(|e| format!("opening `{}`: {e}", audit_path.display()))?;
         let root = ws.root().to_path_buf();
-        Ok(Agent {
+        let gates = human::Gates::new(&task.gates)?;
+        let mut specs = tools::specs();
+        specs.extend(tools::human_specs(gates.plan || task.plan_only));
+        let mut agent = Agent {
             tools: Toolbox {
                 ws,
                 max_output: task.max_output_bytes.max(1024),
                 shell_timeout: SHELL_TIMEOUT,
             },
-            specs: tools::specs(),
+            specs,
             llm,
             audit,
             messages: vec![
@@ -95,9 +122,20 @@ impl Agent {
             usage: Usage::default(),
             steps: 0,
             last_save: Instant::now(),
+            desk: Desk::new(gateway)?,
+            deadline: Arc::new(Mutex::new(tokio::time::Instant::now())),
+            active_before: Duration::ZERO,
+            waited: Duration::ZERO,
+            started: Instant::now(),
+            parked: None,
+            notes: Vec::new(),
+            plan_approved: false,
+            gates,
             root,
             task,
-        })
+        };
+        agent.load_parked_session()?;
+        Ok(agent)
     }
 
     /// The servo's own deadline: a little before the foreman's hard one, so
@@ -109,8 +147,10 @@ impl Agent {
     }
 
     pub async fn run(mut self) -> ServoExit {
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::from_std(started + self.budget());
+        self.started = Instant::now();
+        let left = self.budget().saturating_sub(self.active_before);
+        *self.deadline.lock().unwrap() = tokio::time::Instant::from_std(self.started + left);
+        let deadline = self.deadline.clone();
         let mut term = signal(SignalKind::terminate()).ok();
         let terminated = async move {
             match term.as_mut() {
@@ -121,26 +161,40 @@ impl Agent {
             }
         };
         tokio::pin!(terminated);
-        self.audit.log(&AuditEvent::Start {
-            ts: now(),
-            task_id: self.task.task_id,
-            model: self.task.model.clone(),
-            max_steps: self.task.max_steps,
-            timeout_s: self.task.timeout_s,
-        });
-        info!(task_id = %self.task.task_id, model = %self.task.model, "servo started");
+        if self.parked.is_some() {
+            self.audit.log(&AuditEvent::Unparked {
+                ts: now(),
+                step: self.steps,
+            });
+            info!(task_id = %self.task.task_id, "servo started again on its parked session");
+        } else {
+            self.audit.log(&AuditEvent::Start {
+                ts: now(),
+                task_id: self.task.task_id,
+                model: self.task.model.clone(),
+                max_steps: self.task.max_steps,
+                timeout_s: self.task.timeout_s,
+            });
+            info!(task_id = %self.task.task_id, model = %self.task.model, "servo started");
+        }
 
         let outcome = tokio::select! {
-            r = self.steps_loop(started) => r,
-            _ = tokio::time::sleep_until(deadline) => (ServoExit::TimeLimit, Some("time budget used up".to_string())),
+            r = self.steps_loop() => r,
+            _ = human::deadline_passed(deadline) => (ServoExit::TimeLimit, Some("time budget used up".to_string())),
             _ = &mut terminated => (ServoExit::Terminated, Some("stopped by SIGTERM".to_string())),
         };
         self.finish(outcome.0, outcome.1)
     }
 
     /// Steps until something ends the task; returns why.
-    async fn steps_loop(&mut self, started: Instant) -> (ServoExit, Option<String>) {
+    async fn steps_loop(&mut self) -> End {
+        if let Some(end) = self.unpark().await {
+            return end;
+        }
         loop {
+            if let Some(end) = self.before_llm_call().await {
+                return end;
+            }
             if self.steps >= self.task.max_steps {
                 return (
                     ServoExit::MaxSteps,
@@ -184,7 +238,7 @@ impl Agent {
             if let Some(end) = self.run_tools(step, calls).await {
                 return end;
             }
-            self.note_budget(started);
+            self.note_budget();
             self.save_session_soon();
         }
     }
@@ -244,13 +298,25 @@ impl Agent {
     }
 
     /// Runs a turn's tool calls in order, auditing each; Some when one of
-    /// them ended the task (`task_complete`).
+    /// them ended the task (`task_complete`) or the servo parked.
     async fn run_tools(
         &mut self,
         step: u32,
         calls: Vec<saheeli_protocol::chat::ToolCall>,
-    ) -> Option<(ServoExit, Option<String>)> {
-        for call in calls {
+    ) -> Option<End> {
+        let mut calls = calls.into_iter();
+        while let Some(call) = calls.next() {
+            if let Some(end) = self.handle_call(step, call, &mut calls).await {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    /// Runs one tool call (no gate in front of it): dispatch, audit, the
+    /// result for the model; Some when it ended the task.
+    async fn run_call(&mut self, step: u32, call: saheeli_protocol::chat::ToolCall) -> Option<End> {
+        {
             let t0 = Instant::now();
             let out = self
                 .tools
@@ -270,26 +336,33 @@ impl Agent {
                 duration_ms,
             });
             self.messages
-                .push(ChatMessage::tool_result(call.id, out.text));
+                .push(ChatMessage::tool_result(call.id, out.text.clone()));
             if let Some(message) = out.complete {
-                return Some(match self.write_completion(message) {
-                    Ok(()) => (ServoExit::Complete, None),
-                    Err(e) => (
-                        ServoExit::BadTask,
-                        Some(format!("writing complete.json: {e}")),
-                    ),
-                });
+                return Some(self.complete(message));
+            }
+            if !out.ok && self.task.pause_on_tool_error {
+                self.breakpoint(&call.function.name, &out.text).await;
             }
         }
         None
     }
 
+    fn complete(&mut self, message: String) -> End {
+        match self.write_completion(message) {
+            Ok(()) => (ServoExit::Complete, None),
+            Err(e) => (
+                ServoExit::BadTask,
+                Some(format!("writing complete.json: {e}")),
+            ),
+        }
+    }
+
     /// Tells the model, on the last message it will read, how much of its
     /// budget remains, and asks it to wrap up when little does.
-    fn note_budget(&mut self, started: Instant) {
+    fn note_budget(&mut self) {
         let steps_left = self.task.max_steps.saturating_sub(self.steps);
         let budget = self.budget();
-        let time_left = budget.saturating_sub(started.elapsed());
+        let time_left = budget.saturating_sub(self.active());
         let mut note = format!(
             "[saheeli] Remaining: {steps_left} of {} steps, {}s of {}s",
             self.task.max_steps,
@@ -343,6 +416,10 @@ impl Agent {
             steps: self.steps,
             usage: self.usage,
             messages: self.messages.clone(),
+            parked: self.parked.clone(),
+            active_ms: self.active().as_millis() as u64,
+            notes: self.notes.clone(),
+            plan_approved: self.plan_approved,
         };
         let path = self.root.join(paths::session(&self.task.task_id));
         let bytes = serde_json::to_vec_pretty(&session).expect("sessions serialize");
@@ -351,8 +428,17 @@ impl Agent {
         }
     }
 
+    /// Time spent working, over every start: waits for humans excluded.
+    fn active(&self) -> Duration {
+        self.active_before + self.started.elapsed().saturating_sub(self.waited)
+    }
+
     fn finish(mut self, exit: ServoExit, detail: Option<String>) -> ServoExit {
         self.save_session();
+        if exit == ServoExit::Parked {
+            info!(steps = self.steps, "servo parked");
+            return exit;
+        }
         self.audit.log(&AuditEvent::Finish {
             ts: now(),
             outcome: exit.reason().to_string(),

@@ -1,0 +1,235 @@
+//! `saheeli task attach ID`: follows a task live (its servo's audit lines
+//! and its events) and takes commands from the terminal: `answer TEXT`,
+//! `approve [NOTE]`, `deny REASON`, `inject TEXT`, `pause`, `resume`,
+//! `cancel`, `detach`. Returns when the task ends (or on `detach`).
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use saheeli_protocol::TaskId;
+use tokio::io::AsyncBufReadExt;
+
+use crate::cli::IdArgs;
+use crate::config::Config;
+use crate::docker;
+use crate::output;
+use crate::store::{HumanAct, Store};
+
+use super::human::{joined, reply, who};
+use super::*;
+
+const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | detach";
+
+/// One command typed at the attach prompt.
+#[derive(Debug, PartialEq)]
+enum Typed {
+    Act(HumanAct),
+    Inject(String),
+    Pause,
+    Resume,
+    Cancel,
+    Detach,
+    Help,
+}
+
+fn parse(line: &str) -> Result<Typed, String> {
+    let line = line.trim();
+    let (word, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let rest = rest.trim().to_string();
+    let need = |what: &str| -> Result<String, String> {
+        if rest.is_empty() {
+            Err(format!("`{word}` needs {what}"))
+        } else {
+            Ok(rest.clone())
+        }
+    };
+    Ok(match word {
+        "answer" | "a" => Typed::Act(HumanAct::Answer(need("the answer")?)),
+        "approve" | "y" => Typed::Act(HumanAct::Approve((!rest.is_empty()).then(|| rest.clone()))),
+        "deny" | "n" => Typed::Act(HumanAct::Deny(need("a reason")?)),
+        "inject" | "i" => Typed::Inject(need("a message")?),
+        "pause" => Typed::Pause,
+        "resume" => Typed::Resume,
+        "cancel" => Typed::Cancel,
+        "detach" | "quit" | "exit" => Typed::Detach,
+        "help" | "?" | "" => Typed::Help,
+        other => return Err(format!("unknown command `{other}`; {HELP}")),
+    })
+}
+
+/// Carries out a typed command; the line to print.
+fn apply(store: &mut Store, id: TaskId, typed: Typed) -> anyhow::Result<String> {
+    let who = who();
+    Ok(match typed {
+        Typed::Act(act) => reply(store, &id.to_string(), act)?,
+        Typed::Inject(text) => {
+            store.inject(id, &joined(&[text])?, &who)?;
+            "message queued: the model reads it before its next LLM call".into()
+        }
+        Typed::Pause => {
+            store.request_pause(id, &who)?;
+            "pause requested: the task stops before its next LLM call".into()
+        }
+        Typed::Resume => {
+            store.resume(id, &who)?;
+            "resumed".into()
+        }
+        Typed::Cancel => {
+            store.request_cancel(id)?;
+            "cancel requested".into()
+        }
+        Typed::Help | Typed::Detach => HELP.into(),
+    })
+}
+
+pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
+    let store = open_existing_store(cfg)?;
+    let t = store.require(&args.id)?;
+    let id = t.id;
+    println!("attached to {id} ({}); {HELP}", t.state);
+    let follower = tokio::spawn(follow(cfg.clone(), id));
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut stdin_open = true;
+    let mut follower = std::pin::pin!(follower);
+    loop {
+        tokio::select! {
+            ended = &mut follower => {
+                let state = ended??;
+                return Ok(exit_for(state));
+            }
+            line = lines.next_line(), if stdin_open => {
+                let Some(line) = line? else {
+                    // Input closed: keep following until the task ends.
+                    stdin_open = false;
+                    continue;
+                };
+                let typed = match parse(&line) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        println!("{e}");
+                        continue;
+                    }
+                };
+                if typed == Typed::Detach {
+                    println!("detached; the task goes on");
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let cfg = cfg.clone();
+                let done = tokio::task::spawn_blocking(move || {
+                    let mut store = open_existing_store(&cfg)?;
+                    apply(&mut store, id, typed)
+                })
+                .await?;
+                match done {
+                    Ok(msg) => println!("{msg}"),
+                    Err(e) => println!("error: {e:#}"),
+                }
+            }
+        }
+    }
+}
+
+/// Prints the task's events and its servos' audit lines until it ends;
+/// returns how it ended.
+async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskState> {
+    let store = open_existing_store(&cfg)?;
+    let d = docker::connect().await?;
+    let mut printed = 0usize;
+    let mut seen: HashSet<String> = HashSet::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    loop {
+        let events = store.events(id)?;
+        for e in events.iter().skip(printed) {
+            let what = match (&e.kind, &e.actor) {
+                (Some(k), Some(by)) => format!("{k} by {by}"),
+                (Some(k), None) => k.clone(),
+                _ => format!("→ {}", e.to),
+            };
+            println!(
+                "[event] {what} {}",
+                output::clean(e.detail.as_deref().unwrap_or(""))
+            );
+        }
+        let before = printed;
+        printed = events.len();
+        let t = store.require(&id.to_string())?;
+        if printed > before
+            && let Some(w) = &t.waiting_for
+        {
+            println!("> {}", output::clean(&output::waiting_line(w)));
+            println!(
+                "  (type {})",
+                match w {
+                    saheeli_protocol::human::Waiting::Answer { .. } => "answer TEXT",
+                    _ => "approve [NOTE] or deny REASON",
+                }
+            );
+        }
+        while let Ok(line) = rx.try_recv() {
+            println!("{line}");
+        }
+        if t.state.is_terminal() {
+            return Ok(t.state);
+        }
+        if let Ok(cids) = docker::task_containers(&d, id).await {
+            for cid in cids {
+                if seen.insert(cid.clone()) {
+                    tokio::spawn(container_lines(d.clone(), cid, tx.clone()));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends a container's audit lines (its log) as they come.
+async fn container_lines(
+    d: bollard::Docker,
+    cid: String,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    let opts = bollard::query_parameters::LogsOptionsBuilder::default()
+        .stdout(true)
+        .follow(true)
+        .build();
+    let mut stream = d.logs(&cid, Some(opts));
+    while let Some(Ok(chunk)) = stream.next().await {
+        for line in chunk.to_string().lines() {
+            if tx.send(output::audit_line(line)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_commands_parse() {
+        assert_eq!(
+            parse("answer use the main branch").unwrap(),
+            Typed::Act(HumanAct::Answer("use the main branch".into()))
+        );
+        assert_eq!(
+            parse("approve").unwrap(),
+            Typed::Act(HumanAct::Approve(None))
+        );
+        assert_eq!(
+            parse("deny too risky").unwrap(),
+            Typed::Act(HumanAct::Deny("too risky".into()))
+        );
+        assert!(parse("deny").is_err());
+        assert!(parse("answer").is_err());
+        assert_eq!(
+            parse("inject try X").unwrap(),
+            Typed::Inject("try X".into())
+        );
+        assert_eq!(parse(" pause ").unwrap(), Typed::Pause);
+        assert_eq!(parse("detach").unwrap(), Typed::Detach);
+        assert!(parse("rm -rf /").is_err());
+    }
+}

@@ -1,0 +1,307 @@
+//! The human desk on a task's gateway socket: the servo asks a question
+//! (or for an approval, or a plan review), waits for the reply, reads the
+//! messages a human injected and whether it must pause. Everything is in
+//! SQLite (`store::desk`), written by the CLI from any process; a wait here
+//! wakes on the event bus when the task's trail moves.
+//!
+//! The agent's shell can reach these routes too. Nothing it can send here
+//! decides anything: replies come only from humans (the CLI) or from the
+//! task's no-human policy, and every write is fenced by this foreman's lease.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use saheeli_protocol::TaskId;
+use saheeli_protocol::human::{
+    Ask, Asked, Breakpoint, Decision, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, Waiting,
+};
+use serde::Deserialize;
+use tracing::info;
+
+use super::*;
+use crate::store::{Lease, Store, StoreError};
+
+/// Largest text kept of a question, a plan step or a gated call's arguments.
+const MAX_TEXT: usize = 64 * 1024;
+
+/// What the no-human policy answers to `ask_user`.
+pub(crate) const NO_HUMAN_ANSWER: &str = "No human is available to answer (this task runs without one). Decide yourself, state your assumption, and go on.";
+
+/// How a task's gateway reaches the desk.
+#[derive(Clone)]
+pub(crate) struct DeskLink {
+    pub store: Arc<Mutex<Store>>,
+    pub lease: Lease,
+    pub bus: crate::events::Bus,
+    /// Set while the task waits for a human: it holds no concurrency slot.
+    pub waiting: Arc<AtomicBool>,
+    pub policy: DeskPolicy,
+}
+
+/// The task's human settings, from its spec.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeskPolicy {
+    pub no_human: bool,
+    pub no_human_approves: bool,
+    pub pause_on_tool_error: bool,
+    pub human_timeout_ms: i64,
+}
+
+impl DeskPolicy {
+    pub fn of(spec: &crate::spec::TaskSpec) -> DeskPolicy {
+        DeskPolicy {
+            no_human: spec.no_human,
+            no_human_approves: spec.no_human_approves,
+            pause_on_tool_error: spec.pause_on_tool_error,
+            human_timeout_ms: (spec.human_timeout_s as i64).saturating_mul(1000),
+        }
+    }
+
+    /// The immediate reply when nobody will answer.
+    fn auto_reply(&self, w: &Waiting) -> Option<Reply> {
+        if !self.no_human {
+            return None;
+        }
+        let (decision, text) = match w {
+            Waiting::Answer { .. } => (Decision::Answer, NO_HUMAN_ANSWER.to_string()),
+            _ if self.no_human_approves => (
+                Decision::Approve,
+                "approved by the no-human policy (no_human_gates: approve)".into(),
+            ),
+            _ => (
+                Decision::Deny,
+                "no human is available to approve, and the no-human policy denies (no_human_gates: deny)".into(),
+            ),
+        };
+        Some(Reply {
+            decision,
+            text: Some(text),
+            by: "saheeli".into(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct Wait {
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+impl GatewayState {
+    async fn desk_db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, Response> {
+        let store = self.desk.store.clone();
+        let lease = self.desk.lease.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut s, &lease)
+        })
+        .await;
+        match r {
+            Ok(Ok(t)) => Ok(t),
+            Ok(Err(StoreError::LeaseLost(_))) => Err(error_response(
+                self,
+                StatusCode::CONFLICT,
+                "lease_lost",
+                "another foreman holds this task now",
+            )),
+            Ok(Err(e)) => Err(error_response(
+                self,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "desk",
+                &format!("the desk could not be read: {e}"),
+            )),
+            Err(e) => Err(error_response(
+                self,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "desk",
+                &format!("desk thread failed: {e}"),
+            )),
+        }
+    }
+
+    /// Waits until this task's trail moves or `until` (never past it).
+    async fn trail_moves(
+        &self,
+        rx: &mut tokio::sync::broadcast::Receiver<crate::events::TaskEvent>,
+        until: tokio::time::Instant,
+    ) {
+        let id = self.task_id;
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Ok(e) if e.task_id == id => return,
+                    Ok(_) => {}
+                    // Missed events, or no bus: look again.
+                    Err(_) => return,
+                },
+                _ = tokio::time::sleep_until(until) => return,
+            }
+        }
+    }
+}
+
+fn capped(text: &str) -> String {
+    if text.len() <= MAX_TEXT {
+        return text.to_string();
+    }
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}…[{} more bytes not shown]",
+        &text[..end],
+        text.len() - end
+    )
+}
+
+fn capped_waiting(w: Waiting) -> Waiting {
+    match w {
+        Waiting::Answer { question } => Waiting::Answer {
+            question: capped(&question),
+        },
+        Waiting::Approval { tool, arguments } => Waiting::Approval {
+            tool: capped(&tool),
+            arguments: capped(&arguments),
+        },
+        Waiting::Plan { plan } => Waiting::Plan {
+            plan: plan.iter().take(100).map(|s| capped(s)).collect(),
+        },
+    }
+}
+
+fn deadline(wait_ms: u64) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_millis(wait_ms.min(MAX_WAIT_MS))
+}
+
+pub(super) async fn ask(State(gw): State<Arc<GatewayState>>, body: axum::body::Bytes) -> Response {
+    let ask: Ask = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return error_response(
+                &gw,
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("not an ask: {e}"),
+            );
+        }
+    };
+    if ask.call_id.is_empty() || ask.call_id.len() > 256 {
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "call_id must be 1 to 256 bytes",
+        );
+    }
+    let waiting = capped_waiting(ask.waiting);
+    let auto = gw.desk.policy.auto_reply(&waiting);
+    let timeout = gw.desk.policy.human_timeout_ms;
+    let id: TaskId = gw.task_id;
+    let call = ask.call_id.clone();
+    let r = gw
+        .desk_db(move |s, l| s.ask(id, l, &call, &waiting, auto.as_ref(), timeout))
+        .await;
+    match r {
+        Ok(reply) => {
+            if reply.is_none() {
+                gw.desk.waiting.store(true, Ordering::Relaxed);
+                info!(task_id = %id, call = %ask.call_id, "waiting for a human");
+            }
+            json_response(&gw, StatusCode::OK, &Asked { reply })
+        }
+        Err(resp) => resp,
+    }
+}
+
+pub(super) async fn reply(
+    State(gw): State<Arc<GatewayState>>,
+    Path(call_id): Path<String>,
+    Query(wait): Query<Wait>,
+) -> Response {
+    let until = deadline(wait.wait_ms);
+    let mut rx = gw.desk.bus.subscribe();
+    loop {
+        let (id, call) = (gw.task_id, call_id.clone());
+        match gw.desk_db(move |s, l| s.take_reply(id, l, &call)).await {
+            Ok(Some(reply)) => {
+                gw.desk.waiting.store(false, Ordering::Relaxed);
+                return json_response(&gw, StatusCode::OK, &Replied { reply: Some(reply) });
+            }
+            // Still waiting (also after a take-over: the flag starts unset).
+            Ok(None) => gw.desk.waiting.store(true, Ordering::Relaxed),
+            Err(resp) => return resp,
+        }
+        if tokio::time::Instant::now() >= until {
+            return json_response(&gw, StatusCode::OK, &Replied { reply: None });
+        }
+        gw.trail_moves(&mut rx, until).await;
+    }
+}
+
+pub(super) async fn inbox(
+    State(gw): State<Arc<GatewayState>>,
+    Query(wait): Query<Wait>,
+) -> Response {
+    let until = deadline(wait.wait_ms);
+    let mut rx = gw.desk.bus.subscribe();
+    let timeout = gw.desk.policy.human_timeout_ms;
+    loop {
+        let id = gw.task_id;
+        let (notes, pause) = match gw.desk_db(move |s, l| s.inbox(id, l, timeout)).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        gw.desk.waiting.store(pause, Ordering::Relaxed);
+        // A running servo asks without waiting; a paused one waits for a
+        // change: a message, or the pause lifted.
+        if !pause || !notes.is_empty() || tokio::time::Instant::now() >= until {
+            return json_response(&gw, StatusCode::OK, &Inbox { notes, pause });
+        }
+        gw.trail_moves(&mut rx, until).await;
+    }
+}
+
+pub(super) async fn delivered(
+    State(gw): State<Arc<GatewayState>>,
+    Json(d): Json<Delivered>,
+) -> Response {
+    let id = gw.task_id;
+    let ids: Vec<i64> = d.ids.into_iter().take(1000).collect();
+    match gw.desk_db(move |s, l| s.delivered(id, l, &ids)).await {
+        Ok(()) => json_response(&gw, StatusCode::OK, &serde_json::json!({})),
+        Err(resp) => resp,
+    }
+}
+
+pub(super) async fn breakpoint(
+    State(gw): State<Arc<GatewayState>>,
+    Json(b): Json<Breakpoint>,
+) -> Response {
+    if !gw.desk.policy.pause_on_tool_error {
+        return error_response(
+            &gw,
+            StatusCode::FORBIDDEN,
+            "not_allowed",
+            "this task has no `pause_on: [tool_error]`",
+        );
+    }
+    let id = gw.task_id;
+    let detail = format!(
+        "{} failed: {}",
+        capped(&b.tool),
+        capped(&b.error).chars().take(500).collect::<String>()
+    );
+    match gw.desk_db(move |s, l| s.breakpoint(id, l, &detail)).await {
+        Ok(()) => json_response(&gw, StatusCode::OK, &serde_json::json!({})),
+        Err(resp) => resp,
+    }
+}

@@ -1,0 +1,590 @@
+//! Humans in the loop, durably: questions and replies (`asks`), injected
+//! messages (`notes`), pause requests and parked tasks. What a human does
+//! (the CLI) is written here whether or not a foreman runs; the gateway of
+//! the foreman holding the task reads it for the servo (fenced by the lease).
+//! Every question, reply, message, pause and resume is an event row too.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use saheeli_protocol::TaskId;
+use saheeli_protocol::human::{Decision, Note, Reply, Waiting};
+
+use crate::state::TaskState;
+
+use super::*;
+
+/// A question still open, or answered, as the CLI and status show it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct AskRow {
+    pub call_id: String,
+    pub waiting: Waiting,
+    pub asked_at: i64,
+    pub reply: Option<Reply>,
+}
+
+/// What a human can do to a task from the CLI.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum HumanAct {
+    Answer(String),
+    Approve(Option<String>),
+    Deny(String),
+}
+
+impl HumanAct {
+    fn decision(&self) -> Decision {
+        match self {
+            HumanAct::Answer(_) => Decision::Answer,
+            HumanAct::Approve(_) => Decision::Approve,
+            HumanAct::Deny(_) => Decision::Deny,
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        match self {
+            HumanAct::Answer(t) | HumanAct::Deny(t) => Some(t),
+            HumanAct::Approve(t) => t.as_deref(),
+        }
+    }
+
+    fn fits(&self, w: &Waiting) -> bool {
+        matches!(
+            (self, w),
+            (HumanAct::Answer(_), Waiting::Answer { .. })
+                | (
+                    HumanAct::Approve(_) | HumanAct::Deny(_),
+                    Waiting::Approval { .. } | Waiting::Plan { .. }
+                )
+        )
+    }
+}
+
+/// Why a human's act could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeskError {
+    #[error(
+        "task `{id}` is {state} and waits for nothing; `saheeli task status {id}` shows what it is doing"
+    )]
+    NothingToAnswer { id: TaskId, state: TaskState },
+    #[error("task `{id}` waits for {waits}, not {given}; use `saheeli task {command} {id} …`")]
+    WrongKind {
+        id: TaskId,
+        waits: &'static str,
+        given: &'static str,
+        command: &'static str,
+    },
+    #[error("task `{id}` has ended ({state}); there is nobody to tell")]
+    Ended { id: TaskId, state: TaskState },
+    #[error("task `{id}` is {state}: only a queued, starting or running task can be paused")]
+    CannotPause { id: TaskId, state: TaskState },
+    #[error("task `{id}` is not paused ({state}); nothing to resume")]
+    NotPaused { id: TaskId, state: TaskState },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for DeskError {
+    fn from(e: rusqlite::Error) -> Self {
+        DeskError::Store(e.into())
+    }
+}
+
+fn kind_words(w: &Waiting) -> (&'static str, &'static str) {
+    match w {
+        Waiting::Answer { .. } => ("an answer", "answer"),
+        Waiting::Approval { .. } => ("an approval", "approve"),
+        Waiting::Plan { .. } => ("a plan review", "approve"),
+    }
+}
+
+/// Records a non-state event (`kind`: asked, answered, approved, …).
+pub(super) fn note_event(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    kind: &str,
+    actor: Option<&str>,
+    detail: &str,
+) -> Result<()> {
+    let state = current_state(tx, id)?;
+    tx.execute(
+        "INSERT INTO events (task_id, at, from_state, to_state, detail, kind, actor)
+         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6)",
+        params![
+            id.to_string(),
+            now_ms(),
+            state.as_str(),
+            detail,
+            kind,
+            actor
+        ],
+    )?;
+    Ok(())
+}
+
+fn read_ask(r: &rusqlite::Row<'_>) -> rusqlite::Result<AskRow> {
+    let waiting: String = r.get(1)?;
+    let decision: Option<String> = r.get(3)?;
+    let reply = decision.map(|d| Reply {
+        decision: match d.as_str() {
+            "approve" => Decision::Approve,
+            "deny" => Decision::Deny,
+            _ => Decision::Answer,
+        },
+        text: r.get(4).ok().flatten(),
+        by: r
+            .get::<_, Option<String>>(5)
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+    });
+    Ok(AskRow {
+        call_id: r.get(0)?,
+        waiting: serde_json::from_str(&waiting).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        asked_at: r.get(2)?,
+        reply,
+    })
+}
+
+const ASK_COLUMNS: &str = "call_id, waiting, asked_at, decision, reply, replied_by";
+
+impl Store {
+    /// The question a task waits on (the newest unanswered one).
+    pub fn open_ask(&self, id: TaskId) -> Result<Option<AskRow>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT {ASK_COLUMNS} FROM asks WHERE task_id = ?1 AND decision IS NULL
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                params![id.to_string()],
+                read_ask,
+            )
+            .optional()?)
+    }
+
+    /// The servo asks (fenced: only the holder's gateway). Idempotent per
+    /// call id. With `auto`, the reply is written at once (no human).
+    /// Returns the reply when there is one; else the task now waits.
+    pub fn ask(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        call_id: &str,
+        waiting: &Waiting,
+        auto: Option<&Reply>,
+        human_timeout_ms: i64,
+    ) -> Result<Option<Reply>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = held_state(&tx, id, lease)?;
+        let now = now_ms();
+        let inserted = tx.execute(
+            "INSERT OR IGNORE INTO asks (task_id, call_id, waiting, asked_at) VALUES (?1, ?2, ?3, ?4)",
+            params![id.to_string(), call_id, serde_json::to_string(waiting).expect("serializes"), now],
+        )?;
+        if inserted == 1 {
+            note_event(
+                &tx,
+                id,
+                "asked",
+                None,
+                &crate::output::waiting_line(waiting),
+            )?;
+            if let Some(r) = auto {
+                write_reply(&tx, id, call_id, r)?;
+            }
+        }
+        let row = tx.query_row(
+            &format!("SELECT {ASK_COLUMNS} FROM asks WHERE task_id = ?1 AND call_id = ?2"),
+            params![id.to_string(), call_id],
+            read_ask,
+        )?;
+        if row.reply.is_none() && state == TaskState::Running {
+            move_state(
+                &tx,
+                id,
+                state,
+                TaskState::WaitingHuman,
+                Some(&crate::output::waiting_line(waiting)),
+            )?;
+            tx.execute(
+                "UPDATE tasks SET human_deadline = ?2 WHERE id = ?1",
+                params![id.to_string(), now + human_timeout_ms],
+            )?;
+        }
+        tx.commit()?;
+        Ok(row.reply)
+    }
+
+    /// The reply to `call_id`, for the servo (fenced); marks it delivered
+    /// and the task running again.
+    pub fn take_reply(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        call_id: &str,
+    ) -> Result<Option<Reply>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = held_state(&tx, id, lease)?;
+        let row = tx
+            .query_row(
+                &format!("SELECT {ASK_COLUMNS} FROM asks WHERE task_id = ?1 AND call_id = ?2"),
+                params![id.to_string(), call_id],
+                read_ask,
+            )
+            .optional()?;
+        let Some(reply) = row.and_then(|r| r.reply) else {
+            return Ok(None);
+        };
+        tx.execute(
+            "UPDATE asks SET delivered_at = COALESCE(delivered_at, ?3) WHERE task_id = ?1 AND call_id = ?2",
+            params![id.to_string(), call_id, now_ms()],
+        )?;
+        if state == TaskState::WaitingHuman {
+            let detail = format!("{} by {}", reply.decision.as_str(), reply.by);
+            move_state(&tx, id, state, TaskState::Running, Some(&detail))?;
+        }
+        tx.commit()?;
+        Ok(Some(reply))
+    }
+
+    /// A human answers, approves or denies (not fenced: any process, with
+    /// or without a foreman). A parked task is queued to go on.
+    pub fn reply(
+        &mut self,
+        id: TaskId,
+        act: &HumanAct,
+        by: &str,
+    ) -> std::result::Result<Waiting, DeskError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, id)?;
+        let open = tx
+            .query_row(
+                &format!(
+                    "SELECT {ASK_COLUMNS} FROM asks WHERE task_id = ?1 AND decision IS NULL
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                params![id.to_string()],
+                read_ask,
+            )
+            .optional()?;
+        let Some(ask) = open.filter(|_| !state.is_terminal()) else {
+            return Err(DeskError::NothingToAnswer { id, state });
+        };
+        if !act.fits(&ask.waiting) {
+            let (waits, command) = kind_words(&ask.waiting);
+            let given = match act {
+                HumanAct::Answer(_) => "an answer",
+                _ => "an approval",
+            };
+            return Err(DeskError::WrongKind {
+                id,
+                waits,
+                given,
+                command,
+            });
+        }
+        let reply = Reply {
+            decision: act.decision(),
+            text: act.text().map(str::to_string),
+            by: by.to_string(),
+        };
+        write_reply(&tx, id, &ask.call_id, &reply)?;
+        requeue_if_parked(&tx, id, state, "the human replied")?;
+        tx.commit()?;
+        Ok(ask.waiting)
+    }
+
+    /// A message for the model, delivered before its next LLM call.
+    pub fn inject(
+        &mut self,
+        id: TaskId,
+        text: &str,
+        by: &str,
+    ) -> std::result::Result<i64, DeskError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, id)?;
+        if state.is_terminal() {
+            return Err(DeskError::Ended { id, state });
+        }
+        tx.execute(
+            "INSERT INTO notes (task_id, text, author, at) VALUES (?1, ?2, ?3, ?4)",
+            params![id.to_string(), text, by, now_ms()],
+        )?;
+        let note = tx.last_insert_rowid();
+        note_event(&tx, id, "injected", Some(by), text)?;
+        tx.commit()?;
+        Ok(note)
+    }
+
+    /// Asks the servo to pause before its next LLM call.
+    pub fn request_pause(
+        &mut self,
+        id: TaskId,
+        by: &str,
+    ) -> std::result::Result<TaskState, DeskError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, id)?;
+        if !matches!(
+            state,
+            TaskState::Queued | TaskState::Starting | TaskState::Running | TaskState::Paused
+        ) {
+            return Err(DeskError::CannotPause { id, state });
+        }
+        tx.execute(
+            "UPDATE tasks SET pause_requested = 1 WHERE id = ?1",
+            params![id.to_string()],
+        )?;
+        note_event(
+            &tx,
+            id,
+            "pause_requested",
+            Some(by),
+            "pause before the next LLM call",
+        )?;
+        tx.commit()?;
+        Ok(state)
+    }
+
+    /// Lifts a pause; a parked paused task is queued to go on.
+    pub fn resume(&mut self, id: TaskId, by: &str) -> std::result::Result<TaskState, DeskError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, id)?;
+        let requested: bool = tx.query_row(
+            "SELECT pause_requested FROM tasks WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get::<_, i64>(0).map(|v| v != 0),
+        )?;
+        if state != TaskState::Paused && !requested {
+            return Err(DeskError::NotPaused { id, state });
+        }
+        tx.execute(
+            "UPDATE tasks SET pause_requested = 0 WHERE id = ?1",
+            params![id.to_string()],
+        )?;
+        note_event(&tx, id, "resumed", Some(by), "resume")?;
+        requeue_if_parked(&tx, id, state, "resumed")?;
+        tx.commit()?;
+        Ok(state)
+    }
+
+    /// A `pause_on` breakpoint hit (fenced): pause before the next call.
+    pub fn breakpoint(&mut self, id: TaskId, lease: &Lease, detail: &str) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        held_state(&tx, id, lease)?;
+        tx.execute(
+            "UPDATE tasks SET pause_requested = 1 WHERE id = ?1",
+            params![id.to_string()],
+        )?;
+        note_event(&tx, id, "breakpoint", Some("saheeli"), detail)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The servo's inbox (fenced): undelivered messages and the pause flag;
+    /// the task becomes `paused` or `running` to match.
+    pub fn inbox(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        human_timeout_ms: i64,
+    ) -> Result<(Vec<Note>, bool)> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = held_state(&tx, id, lease)?;
+        let pause: bool = tx.query_row(
+            "SELECT pause_requested FROM tasks WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get::<_, i64>(0).map(|v| v != 0),
+        )?;
+        let notes = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, text, author FROM notes WHERE task_id = ?1 AND delivered_at IS NULL ORDER BY id",
+            )?;
+            stmt.query_map(params![id.to_string()], |r| {
+                Ok(Note {
+                    id: r.get(0)?,
+                    text: r.get(1)?,
+                    by: r.get(2)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+        };
+        match (pause, state) {
+            (true, TaskState::Running) => {
+                move_state(
+                    &tx,
+                    id,
+                    state,
+                    TaskState::Paused,
+                    Some("paused before the next LLM call"),
+                )?;
+                tx.execute(
+                    "UPDATE tasks SET human_deadline = ?2 WHERE id = ?1",
+                    params![id.to_string(), now_ms() + human_timeout_ms],
+                )?;
+            }
+            (false, TaskState::Paused) => {
+                move_state(&tx, id, state, TaskState::Running, Some("resumed"))?
+            }
+            _ => {}
+        }
+        tx.commit()?;
+        Ok((notes, pause))
+    }
+
+    /// The servo has these messages in its saved session (fenced).
+    pub fn delivered(&mut self, id: TaskId, lease: &Lease, ids: &[i64]) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        held_state(&tx, id, lease)?;
+        let now = now_ms();
+        for n in ids {
+            tx.execute(
+                "UPDATE notes SET delivered_at = COALESCE(delivered_at, ?3) WHERE task_id = ?1 AND id = ?2",
+                params![id.to_string(), n, now],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The servo parked: its container is gone, the workspace is kept and
+    /// the lease let go. When the reply (or resume) came meanwhile, the task
+    /// is queued at once. Returns whether it was.
+    pub fn park(&mut self, id: TaskId, lease: &Lease, active_ms: i64) -> Result<bool> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = held_state(&tx, id, lease)?;
+        tx.execute(
+            "UPDATE tasks SET parked = 1, owner = NULL, lease_until = NULL, container_id = NULL,
+                active_ms = active_ms + ?2
+             WHERE id = ?1",
+            params![id.to_string(), active_ms],
+        )?;
+        note_event(
+            &tx,
+            id,
+            "parked",
+            None,
+            "waiting without a container; the workspace is kept",
+        )?;
+        let queued = requeue_if_parked(&tx, id, state, "the reply came while parking")?;
+        tx.commit()?;
+        Ok(queued)
+    }
+
+    /// Parked tasks that must end now: cancelled, or waited past their
+    /// `human_timeout`. Each with whether it was a cancel.
+    pub fn parked_to_end(&self) -> Result<Vec<(TaskId, bool)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, cancel_requested FROM tasks WHERE parked = 1 AND owner IS NULL
+               AND state IN ('waiting_human', 'paused')
+               AND (cancel_requested = 1 OR human_deadline <= ?1)",
+        )?;
+        let rows = stmt
+            .query_map(params![now_ms()], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0))
+            })?
+            .filter_map(|r| r.ok())
+            .filter_map(|(id, c)| id.parse().ok().map(|id| (id, c)))
+            .collect();
+        Ok(rows)
+    }
+
+    /// Takes a parked task to end it (nobody else holds it).
+    pub fn hold_parked(&mut self, id: TaskId, lease: &Lease) -> Result<Option<TaskRow>> {
+        let n = self.conn.execute(
+            "UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1 AND parked = 1
+               AND owner IS NULL AND state IN ('waiting_human', 'paused')",
+            params![id.to_string(), lease.owner, now_ms() + lease.ms],
+        )?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.get(&id.to_string())
+    }
+}
+
+fn write_reply(tx: &rusqlite::Transaction<'_>, id: TaskId, call_id: &str, r: &Reply) -> Result<()> {
+    tx.execute(
+        "UPDATE asks SET decision = ?3, reply = ?4, replied_by = ?5, replied_at = ?6
+         WHERE task_id = ?1 AND call_id = ?2 AND decision IS NULL",
+        params![
+            id.to_string(),
+            call_id,
+            r.decision.as_str(),
+            r.text,
+            r.by,
+            now_ms()
+        ],
+    )?;
+    let kind = match r.decision {
+        Decision::Answer => "answered",
+        Decision::Approve => "approved",
+        Decision::Deny => "denied",
+    };
+    note_event(tx, id, kind, Some(&r.by), r.text.as_deref().unwrap_or(""))?;
+    Ok(())
+}
+
+/// A parked task whose wait is over (replied, or resumed) goes back to the
+/// queue, to start again on its workspace. Returns whether it did.
+fn requeue_if_parked(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    state: TaskState,
+    why: &str,
+) -> Result<bool> {
+    let (parked, owner, pause, open): (bool, Option<String>, bool, bool) = tx.query_row(
+        "SELECT parked, owner, pause_requested,
+                EXISTS (SELECT 1 FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL)
+         FROM tasks WHERE id = ?1",
+        params![id.to_string()],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)? != 0,
+                r.get(1)?,
+                r.get::<_, i64>(2)? != 0,
+                r.get::<_, i64>(3)? != 0,
+            ))
+        },
+    )?;
+    let over = match state {
+        TaskState::WaitingHuman => !open,
+        TaskState::Paused => !pause,
+        _ => false,
+    };
+    if !(parked && owner.is_none() && over) {
+        return Ok(false);
+    }
+    move_state(
+        tx,
+        id,
+        state,
+        TaskState::Queued,
+        Some(&format!("{why}; queued to go on")),
+    )?;
+    tx.execute(
+        "UPDATE tasks SET not_before = NULL, human_deadline = NULL WHERE id = ?1",
+        params![id.to_string()],
+    )?;
+    Ok(true)
+}

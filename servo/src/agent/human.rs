@@ -1,0 +1,532 @@
+//! The agent's side of humans in the loop: `ask_user`, approval gates, the
+//! plan gate, injected messages, pauses, `pause_on: [tool_error]`, and
+//! parking (saving the session and exiting while a human takes their time).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use saheeli_protocol::chat::{ChatMessage, ToolCall};
+use saheeli_protocol::human::{
+    Ask, Breakpoint, Decision, Gate, Note, PLAN, Parked, Reply, Waiting,
+};
+use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
+use serde::Deserialize;
+use tracing::{info, warn};
+
+use super::{Agent, End};
+use crate::audit::now;
+
+/// The default of `park_after`.
+const PARK_AFTER: Duration = Duration::from_secs(10);
+
+/// Largest session file read back when a parked servo starts again.
+const MAX_SESSION: u64 = 256 << 20;
+
+/// Tools that act (change the workspace or end the task): behind the plan
+/// gate until a plan is approved.
+const ACTING: &[&str] = &["execute_shell", "create_file", "edit_file", "task_complete"];
+
+/// The task's approval gates, compiled.
+pub(crate) struct Gates {
+    pub plan: bool,
+    tools: Vec<(String, Option<regex::Regex>)>,
+}
+
+impl Gates {
+    pub fn new(gates: &[Gate]) -> Result<Gates, String> {
+        let mut g = Gates {
+            plan: false,
+            tools: Vec::new(),
+        };
+        for gate in gates {
+            if gate.tool == PLAN {
+                g.plan = true;
+                continue;
+            }
+            let re = match &gate.pattern {
+                Some(p) => Some(
+                    regex::Regex::new(p)
+                        .map_err(|e| format!("gate `{}`: bad pattern `{p}`: {e}", gate.tool))?,
+                ),
+                None => None,
+            };
+            g.tools.push((gate.tool.clone(), re));
+        }
+        Ok(g)
+    }
+
+    /// Whether this call waits for a human's approval.
+    pub fn holds(&self, tool: &str, arguments: &str) -> bool {
+        self.tools.iter().any(|(t, re)| {
+            t == tool
+                && match re {
+                    None => true,
+                    Some(re) => re.is_match(&main_argument(tool, arguments)),
+                }
+        })
+    }
+}
+
+/// What a gate's pattern is matched against: the command of
+/// `execute_shell`, the path of a file tool, else the raw arguments.
+fn main_argument(tool: &str, arguments: &str) -> String {
+    let key = if tool == "execute_shell" {
+        "command"
+    } else {
+        "path"
+    };
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|v| v.get(key).and_then(|s| s.as_str()).map(str::to_string))
+        .unwrap_or_else(|| arguments.to_string())
+}
+
+/// Waits until the (movable) deadline has passed.
+pub(crate) async fn deadline_passed(deadline: Arc<Mutex<tokio::time::Instant>>) {
+    loop {
+        let at = *deadline.lock().unwrap();
+        tokio::time::sleep_until(at).await;
+        if tokio::time::Instant::now() >= *deadline.lock().unwrap() {
+            return;
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Question {
+    question: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Plan {
+    steps: Vec<String>,
+}
+
+impl Agent {
+    fn park_after(&self) -> Duration {
+        self.task
+            .park_after_ms
+            .map(Duration::from_millis)
+            .unwrap_or(PARK_AFTER)
+    }
+
+    /// A wait for a human is not working time: the deadline moves back.
+    fn waited_for(&mut self, d: Duration) {
+        self.waited += d;
+        *self.deadline.lock().unwrap() += d;
+    }
+
+    /// Reads the session a parked servo left, if there is one.
+    pub(super) fn load_parked_session(&mut self) -> Result<(), String> {
+        use std::io::Read;
+        let path = self.root.join(paths::session(&self.task.task_id));
+        let Ok(file) = std::fs::File::open(&path) else {
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_SESSION)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("reading `{}`: {e}", path.display()))?;
+        let session: Session = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("`{}` is not a session: {e}", path.display()))?;
+        if session.parked.is_none() {
+            return Ok(());
+        }
+        self.llm
+            .skip(session.messages.iter().filter(|m| m.is_assistant()).count());
+        self.messages = session.messages;
+        self.steps = session.steps;
+        self.usage = session.usage;
+        self.notes = session.notes;
+        self.plan_approved = session.plan_approved;
+        self.active_before = Duration::from_millis(session.active_ms);
+        self.parked = session.parked;
+        Ok(())
+    }
+
+    /// A parked servo goes on with what it was waiting for.
+    pub(super) async fn unpark(&mut self) -> Option<End> {
+        let parked = self.parked.take()?;
+        let step = self.steps;
+        match parked {
+            Parked::Pause => self.pause(step).await,
+            Parked::Reply {
+                call_id,
+                tool,
+                arguments,
+                rest,
+            } => {
+                let call = ToolCall {
+                    id: call_id,
+                    kind: "function".into(),
+                    function: saheeli_protocol::chat::FunctionCall {
+                        name: tool,
+                        arguments,
+                    },
+                };
+                let mut rest = rest.into_iter();
+                let waiting = self.waiting_for(&call)?;
+                let reply = match self.await_reply(&call.id).await {
+                    Some(r) => r,
+                    None => return Some(self.park_on(step, &call, rest.collect())),
+                };
+                if let Some(end) = self.apply_reply(step, call, waiting, reply).await {
+                    return Some(end);
+                }
+                while let Some(c) = rest.next() {
+                    if let Some(end) = self.handle_call(step, c, &mut rest).await {
+                        return Some(end);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// What a pending call waits for, rebuilt from the call (None: the call
+    /// cannot be parsed any more; then nothing waits).
+    fn waiting_for(&self, call: &ToolCall) -> Option<Waiting> {
+        let args = &call.function.arguments;
+        Some(match call.function.name.as_str() {
+            "ask_user" => Waiting::Answer {
+                question: serde_json::from_str::<Question>(args).ok()?.question,
+            },
+            "propose_plan" => Waiting::Plan {
+                plan: serde_json::from_str::<Plan>(args).ok()?.steps,
+            },
+            tool => Waiting::Approval {
+                tool: tool.to_string(),
+                arguments: args.clone(),
+            },
+        })
+    }
+
+    /// One tool call with whatever stands in front of it (a question, a
+    /// plan, a gate); `rest` are the turn's later calls, saved on a park.
+    pub(super) async fn handle_call(
+        &mut self,
+        step: u32,
+        call: ToolCall,
+        rest: &mut std::vec::IntoIter<ToolCall>,
+    ) -> Option<End> {
+        let name = call.function.name.as_str();
+        let args = call.function.arguments.as_str();
+        let waiting = match name {
+            "ask_user" => match serde_json::from_str::<Question>(args) {
+                Ok(q) if !q.question.trim().is_empty() => Waiting::Answer {
+                    question: q.question,
+                },
+                _ => {
+                    return self.refuse(
+                        step,
+                        call,
+                        "ask_user needs {\"question\": \"...\"} with a non-empty question",
+                    );
+                }
+            },
+            "propose_plan" => match serde_json::from_str::<Plan>(args) {
+                Ok(p) if !p.steps.is_empty() => {
+                    if self.task.plan_only {
+                        return Some(self.plan_only(step, call, p.steps));
+                    }
+                    Waiting::Plan { plan: p.steps }
+                }
+                _ => {
+                    return self.refuse(
+                        step,
+                        call,
+                        "propose_plan needs {\"steps\": [\"...\", ...]} with at least one step",
+                    );
+                }
+            },
+            _ if (self.gates.plan || self.task.plan_only)
+                && !self.plan_approved
+                && ACTING.contains(&name) =>
+            {
+                let why = "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.";
+                return self.refuse(step, call, why);
+            }
+            _ if self.gates.holds(name, args) => Waiting::Approval {
+                tool: name.to_string(),
+                arguments: args.to_string(),
+            },
+            _ => return self.run_call(step, call).await,
+        };
+        self.ask_human(step, call, waiting, rest).await
+    }
+
+    /// A call that is not run: the model is told why.
+    fn refuse(&mut self, step: u32, call: ToolCall, why: &str) -> Option<End> {
+        self.audit.log(&AuditEvent::ToolCall {
+            ts: now(),
+            step,
+            tool: call.function.name.clone(),
+            arguments: call.function.arguments.clone(),
+            ok: false,
+            exit_code: None,
+            result_bytes: why.len(),
+            truncated: false,
+            duration_ms: 0,
+        });
+        self.messages
+            .push(ChatMessage::tool_result(call.id, format!("error: {why}")));
+        None
+    }
+
+    /// `--plan-only`: the plan is the result.
+    fn plan_only(&mut self, step: u32, call: ToolCall, plan: Vec<String>) -> End {
+        let text: String = plan
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{}. {s}\n", i + 1))
+            .collect();
+        self.audit.log(&AuditEvent::ToolCall {
+            ts: now(),
+            step,
+            tool: call.function.name.clone(),
+            arguments: call.function.arguments.clone(),
+            ok: true,
+            exit_code: None,
+            result_bytes: 0,
+            truncated: false,
+            duration_ms: 0,
+        });
+        self.messages.push(ChatMessage::tool_result(
+            call.id,
+            "Plan recorded (plan-only run: nothing is carried out).",
+        ));
+        self.complete(format!(
+            "Plan (plan-only run, nothing was carried out):\n{text}"
+        ))
+    }
+
+    /// Asks the desk and waits for the reply (parking when it is long).
+    async fn ask_human(
+        &mut self,
+        step: u32,
+        call: ToolCall,
+        waiting: Waiting,
+        rest: &mut std::vec::IntoIter<ToolCall>,
+    ) -> Option<End> {
+        self.audit.log(&AuditEvent::Asked {
+            ts: now(),
+            step,
+            call_id: call.id.clone(),
+            waiting: waiting.clone(),
+        });
+        info!(step, call = %call.id, "waiting for a human");
+        let ask = Ask {
+            call_id: call.id.clone(),
+            waiting: waiting.clone(),
+        };
+        let reply = match self.desk.ask(&ask).await {
+            Ok(Some(r)) => r,
+            Ok(None) => match self.await_reply(&call.id).await {
+                Some(r) => r,
+                None => return Some(self.park_on(step, &call, rest.collect())),
+            },
+            Err(e) => {
+                let why = format!("nobody could be asked: {}", e.0);
+                return self.refuse(step, call, &why);
+            }
+        };
+        self.apply_reply(step, call, waiting, reply).await
+    }
+
+    /// The reply, waited for up to `park_after` (None: park now).
+    async fn await_reply(&mut self, call_id: &str) -> Option<Reply> {
+        let t0 = Instant::now();
+        let park_at = t0 + self.park_after();
+        loop {
+            let left = park_at.saturating_duration_since(Instant::now());
+            let r = self.desk.reply(call_id, left).await;
+            let done = match r {
+                Ok(Some(reply)) => Some(Some(reply)),
+                Ok(None) if Instant::now() >= park_at => Some(None),
+                Ok(None) => None,
+                Err(e) => {
+                    warn!(error = %e.0, "the desk refused the wait; parking");
+                    Some(None)
+                }
+            };
+            if let Some(result) = done {
+                self.waited_for(t0.elapsed());
+                return result;
+            }
+        }
+    }
+
+    /// What the model hears of a reply; an approved call runs now.
+    async fn apply_reply(
+        &mut self,
+        step: u32,
+        call: ToolCall,
+        waiting: Waiting,
+        reply: Reply,
+    ) -> Option<End> {
+        self.audit.log(&AuditEvent::Replied {
+            ts: now(),
+            step,
+            call_id: call.id.clone(),
+            reply: reply.clone(),
+            waited_ms: 0,
+        });
+        let text = reply.text.clone().unwrap_or_default();
+        let result = match (waiting, reply.decision) {
+            (Waiting::Approval { .. }, Decision::Approve) => {
+                return self.run_call(step, call).await;
+            }
+            (Waiting::Approval { .. }, _) => format!(
+                "[saheeli] {} denied this call, so it was not run.{} Do something else, or ask with ask_user.",
+                reply.by,
+                reason_sentence(&text)
+            ),
+            (Waiting::Plan { .. }, Decision::Approve) => {
+                self.plan_approved = true;
+                format!(
+                    "[saheeli] {} approved the plan. Carry it out.{}",
+                    reply.by,
+                    reason_sentence(&text)
+                )
+            }
+            (Waiting::Plan { .. }, _) => format!(
+                "[saheeli] {} rejected the plan.{} Revise the plan and propose it again with propose_plan.",
+                reply.by,
+                feedback_sentence(&text)
+            ),
+            (Waiting::Answer { .. }, _) => format!("{} answered: {text}", reply.by),
+        };
+        self.messages
+            .push(ChatMessage::tool_result(call.id, result));
+        self.save_session();
+        None
+    }
+
+    /// Saves the session with what is awaited and ends this start.
+    fn park_on(&mut self, step: u32, call: &ToolCall, rest: Vec<ToolCall>) -> End {
+        self.park(
+            step,
+            Parked::Reply {
+                call_id: call.id.clone(),
+                tool: call.function.name.clone(),
+                arguments: call.function.arguments.clone(),
+                rest,
+            },
+        )
+    }
+
+    fn park(&mut self, step: u32, parked: Parked) -> End {
+        self.parked = Some(parked);
+        self.save_session();
+        self.audit.log(&AuditEvent::Parked { ts: now(), step });
+        (ServoExit::Parked, None)
+    }
+
+    /// Before an LLM call: injected messages reach the model, and a pause
+    /// asked for is honoured.
+    pub(super) async fn before_llm_call(&mut self) -> Option<End> {
+        let inbox = self.desk.inbox_now().await?;
+        self.take_notes(inbox.notes).await;
+        if inbox.pause {
+            return self.pause(self.steps).await;
+        }
+        None
+    }
+
+    /// Paused: waits for a resume (taking messages meanwhile), parking
+    /// after `park_after`.
+    async fn pause(&mut self, step: u32) -> Option<End> {
+        self.audit.log(&AuditEvent::Paused { ts: now(), step });
+        info!(step, "paused");
+        let t0 = Instant::now();
+        let park_at = t0 + self.park_after();
+        loop {
+            let left = park_at.saturating_duration_since(Instant::now());
+            let inbox = match self.desk.inbox_wait(left).await {
+                Ok(i) => i,
+                Err(e) => {
+                    warn!(error = %e.0, "the desk refused the pause; going on");
+                    self.waited_for(t0.elapsed());
+                    return None;
+                }
+            };
+            self.take_notes(inbox.notes).await;
+            if !inbox.pause {
+                let waited = t0.elapsed();
+                self.waited_for(waited);
+                self.audit.log(&AuditEvent::Resumed {
+                    ts: now(),
+                    step,
+                    waited_ms: waited.as_millis() as u64,
+                });
+                return None;
+            }
+            if Instant::now() >= park_at {
+                self.waited_for(t0.elapsed());
+                return Some(self.park(step, Parked::Pause));
+            }
+        }
+    }
+
+    /// Adds new injected messages to the conversation, saves the session,
+    /// then tells the desk they are delivered (a crash in between delivers
+    /// nothing twice: the session knows their ids).
+    async fn take_notes(&mut self, notes: Vec<Note>) {
+        let new: Vec<Note> = notes
+            .into_iter()
+            .filter(|n| !self.notes.contains(&n.id))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = new.iter().map(|n| n.id).collect();
+        for n in new {
+            self.audit.log(&AuditEvent::Noted {
+                ts: now(),
+                step: self.steps,
+                id: n.id,
+                by: n.by.clone(),
+                text: n.text.clone(),
+            });
+            self.messages.push(ChatMessage::user(format!(
+                "[saheeli] A message from {} (a human watching this task): {}",
+                n.by, n.text
+            )));
+            self.notes.push(n.id);
+        }
+        self.save_session();
+        if let Err(e) = self.desk.delivered(ids).await {
+            warn!(error = %e.0, "could not mark messages delivered");
+        }
+    }
+
+    /// `pause_on: [tool_error]`: the failed call pauses the task before
+    /// the next LLM call.
+    pub(super) async fn breakpoint(&mut self, tool: &str, error: &str) {
+        let bp = Breakpoint {
+            tool: tool.to_string(),
+            error: error.chars().take(2000).collect(),
+        };
+        if let Err(e) = self.desk.breakpoint(&bp).await {
+            warn!(error = %e.0, "the breakpoint was refused");
+        }
+    }
+}
+
+fn reason_sentence(text: &str) -> String {
+    if text.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" Their note: {text}")
+    }
+}
+
+fn feedback_sentence(text: &str) -> String {
+    if text.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" Their feedback: {text}")
+    }
+}

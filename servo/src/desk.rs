@@ -1,0 +1,175 @@
+//! The human desk: questions, approvals, plans, injected messages and
+//! pauses, through the same gateway socket as the LLM calls (no other
+//! network, no key). Every call is retried while the gateway is away (a
+//! foreman restarting); the servo's own deadline bounds the waiting.
+
+use std::time::Duration;
+
+use saheeli_protocol::human::{
+    Ask, Asked, Breakpoint, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, routes,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+/// How long a look at the inbox before an LLM call may take.
+const INBOX_LOOK: Duration = Duration::from_secs(2);
+
+pub(crate) struct Desk {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Desk {
+    /// `unix:/path/to.sock` or `http://host:port` (as the gateway's).
+    pub fn new(address: &str) -> Result<Desk, String> {
+        let builder = reqwest::Client::builder()
+            .timeout(Duration::from_millis(MAX_WAIT_MS) + Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(5));
+        let (builder, base) = match address.strip_prefix("unix:") {
+            Some(path) => (
+                builder.unix_socket(path.to_string()),
+                "http://gateway".to_string(),
+            ),
+            None => (builder, address.trim_end_matches('/').to_string()),
+        };
+        let http = builder
+            .build()
+            .map_err(|e| format!("building the desk's HTTP client: {e}"))?;
+        Ok(Desk { http, base })
+    }
+
+    /// Asks (idempotent per call id); the reply when one is there at once.
+    pub async fn ask(&self, ask: &Ask) -> Result<Option<Reply>, Refused> {
+        let asked: Asked = self.post_retrying(routes::ASK, ask).await?;
+        Ok(asked.reply)
+    }
+
+    /// The reply to `call_id`, waiting up to `wait` for one.
+    pub async fn reply(&self, call_id: &str, wait: Duration) -> Result<Option<Reply>, Refused> {
+        let url = format!(
+            "{}{}{}?wait_ms={}",
+            self.base,
+            routes::ASK_PREFIX,
+            call_id,
+            wait.as_millis().min(u128::from(MAX_WAIT_MS))
+        );
+        let replied: Replied = self.get_retrying(&url).await?;
+        Ok(replied.reply)
+    }
+
+    /// Messages and the pause flag; None when the gateway cannot be reached
+    /// now (the next step asks again: nothing is lost, rows stay undelivered).
+    pub async fn inbox_now(&self) -> Option<Inbox> {
+        let url = format!("{}{}?wait_ms=0", self.base, routes::INBOX);
+        // A quick look: a gateway that hangs must not hold the step up.
+        let look = tokio::time::timeout(INBOX_LOOK, self.get::<Inbox>(&url));
+        match look
+            .await
+            .unwrap_or_else(|_| Err(Failure("no answer in time".into(), false)))
+        {
+            Ok(i) => Some(i),
+            Err(e) => {
+                debug!(error = %e.0, "inbox not reachable; looking again next step");
+                None
+            }
+        }
+    }
+
+    /// The inbox, waiting up to `wait` for a change (while paused).
+    pub async fn inbox_wait(&self, wait: Duration) -> Result<Inbox, Refused> {
+        let url = format!(
+            "{}{}?wait_ms={}",
+            self.base,
+            routes::INBOX,
+            wait.as_millis().min(u128::from(MAX_WAIT_MS))
+        );
+        self.get_retrying(&url).await
+    }
+
+    pub async fn delivered(&self, ids: Vec<i64>) -> Result<(), Refused> {
+        let _: serde_json::Value = self
+            .post_retrying(routes::DELIVERED, &Delivered { ids })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn breakpoint(&self, bp: &Breakpoint) -> Result<(), Refused> {
+        let _: serde_json::Value = self.post_retrying(routes::BREAKPOINT, bp).await?;
+        Ok(())
+    }
+
+    async fn get<T: DeserializeOwned>(&self, url: &str) -> Result<T, Failure> {
+        let r = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| Failure(e.to_string(), false))?;
+        read(r).await
+    }
+
+    async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Failure> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| Failure(e.to_string(), false))?;
+        read(r).await
+    }
+
+    async fn get_retrying<T: DeserializeOwned>(&self, url: &str) -> Result<T, Refused> {
+        retrying(|| self.get(url)).await
+    }
+
+    async fn post_retrying<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Refused> {
+        retrying(|| self.post(path, body)).await
+    }
+}
+
+/// The desk said no (a 4xx): asking again will not help.
+#[derive(Debug)]
+pub(crate) struct Refused(pub String);
+
+/// A failed call, and whether it was refused (else: try again).
+struct Failure(String, bool);
+
+/// Tries until an answer or a refusal; the gateway away (a foreman
+/// restarting) or a 5xx is waited out with capped backoff.
+async fn retrying<T, F: std::future::Future<Output = Result<T, Failure>>>(
+    mut call: impl FnMut() -> F,
+) -> Result<T, Refused> {
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match call().await {
+            Ok(t) => return Ok(t),
+            Err(Failure(e, true)) => return Err(Refused(e)),
+            Err(Failure(e, false)) => warn!(error = %e, "the desk did not answer; asking again"),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn read<T: DeserializeOwned>(r: reqwest::Response) -> Result<T, Failure> {
+    let status = r.status();
+    let bytes = r.bytes().await.map_err(|e| Failure(e.to_string(), false))?;
+    if !status.is_success() {
+        let text = format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
+        );
+        return Err(Failure(text, status.is_client_error()));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| Failure(format!("unreadable answer: {e}"), true))
+}
