@@ -85,6 +85,10 @@ pub(crate) struct PromptArgs {
     /// Accept a `workspace:` outside the prompt file's directory tree.
     #[arg(long)]
     pub allow_workspace_outside: bool,
+    /// Check everything and print the effective task (each setting and where it came
+    /// from, the tools, the image); queue and start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -94,11 +98,11 @@ pub(crate) struct SubmitArgs {
     pub prompt: PathBuf,
     #[command(flatten)]
     pub prompt_args: PromptArgs,
-    /// Print `{"id": …}` instead of the bare id.
+    /// Print `{"id": …}` instead of the bare id (with `--dry-run`: the effective task).
     #[arg(long)]
     pub json: bool,
     /// Wait until the task ends (someone must be running `saheeli serve`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dry_run")]
     pub wait: bool,
 }
 
@@ -162,7 +166,7 @@ pub(crate) struct RunArgs {
     pub prompt: PathBuf,
     #[command(flatten)]
     pub prompt_args: PromptArgs,
-    /// Print the final task as JSON.
+    /// Print the final task as JSON (with `--dry-run`: the effective task).
     #[arg(long)]
     pub json: bool,
 }

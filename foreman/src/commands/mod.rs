@@ -4,12 +4,14 @@
 
 mod build;
 mod common;
+mod dry_run;
 mod gc;
 mod run;
 mod serve;
 mod task;
 
 use common::*;
+use dry_run::dry_run;
 use serve::{context, signals};
 
 pub(crate) use build::build_servo;
