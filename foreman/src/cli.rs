@@ -72,6 +72,8 @@ pub(crate) enum TaskCommand {
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
     Retry(RetryArgs),
+    /// Set the outcome of an ended task by hand; who, when and why are recorded.
+    Override(OverrideArgs),
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +150,28 @@ pub(crate) struct RetryArgs {
     pub id: String,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct OverrideArgs {
+    /// A task that ended complete, incomplete or failed.
+    pub id: String,
+    /// The outcome it gets (`task status` keeps showing what it was).
+    #[arg(long, value_enum)]
+    pub state: OverrideState,
+    /// Why; recorded with your user name and the time.
+    #[arg(long)]
+    pub reason: String,
+    /// Print the task as `task status ID --json` does.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The outcomes `task override` may set.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum OverrideState {
+    Complete,
+    Incomplete,
 }
 
 #[derive(Debug, Args)]

@@ -122,6 +122,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Results(a) => commands::results(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
+            TaskCommand::Override(a) => commands::override_outcome(&cfg, a).await,
         },
     }
 }

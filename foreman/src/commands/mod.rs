@@ -6,6 +6,7 @@ mod build;
 mod common;
 mod dry_run;
 mod gc;
+mod overrides;
 mod run;
 mod serve;
 mod task;
@@ -16,6 +17,7 @@ use serve::{context, signals};
 
 pub(crate) use build::build_servo;
 pub(crate) use gc::gc;
+pub(crate) use overrides::override_outcome;
 pub(crate) use run::run;
 pub(crate) use serve::serve;
 pub(crate) use task::{cancel, logs, results, retry, status, submit};

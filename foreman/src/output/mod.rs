@@ -9,5 +9,5 @@ use json::{duration_ms, time};
 
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use json::{AttemptView, TaskView};
-pub(crate) use table::{detail, table};
+pub(crate) use table::{detail, override_line, table};
 pub(crate) use text::{audit_line, clean};

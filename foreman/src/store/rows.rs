@@ -38,6 +38,21 @@ pub(crate) struct TaskRow {
     pub requeues: i64,
     pub attempt: i64,
     pub detail: Option<String>,
+    /// Set once someone overrode the outcome (`saheeli task override`).
+    pub overridden: Option<Override>,
+}
+
+/// A person's override of how a task ended; the task's `state` is the
+/// outcome it was given.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Override {
+    /// The state the task ended in before any override.
+    pub from: TaskState,
+    /// Why, in the words of whoever overrode it (the latest override).
+    pub reason: String,
+    /// The OS user who did it.
+    pub by: String,
+    pub at: i64,
 }
 
 /// Who holds a task while it runs, and for how long without renewal.
@@ -102,7 +117,7 @@ pub(crate) struct Retry {
 
 pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
-     requeues, attempt, detail";
+     requeues, attempt, detail, override_from, override_reason, override_by, override_at";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -135,5 +150,23 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         requeues: r.get(17)?,
         attempt: r.get(18)?,
         detail: r.get(19)?,
+        overridden: read_override(r)?,
     })
+}
+
+/// The override columns (20 to 23 of [`COLUMNS`]).
+fn read_override(r: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Override>> {
+    let from: Option<String> = r.get(20)?;
+    let Some(from) = from else {
+        return Ok(None);
+    };
+    let from = from.parse().map_err(|e: strum::ParseError| {
+        rusqlite::Error::FromSqlConversionFailure(20, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    Ok(Some(Override {
+        from,
+        reason: r.get::<_, Option<String>>(21)?.unwrap_or_default(),
+        by: r.get::<_, Option<String>>(22)?.unwrap_or_default(),
+        at: r.get::<_, Option<i64>>(23)?.unwrap_or_default(),
+    }))
 }

@@ -74,6 +74,14 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         );
         CREATE INDEX llm_calls_by_task ON llm_calls(task_id, state);",
     ),
+    // `saheeli task override`: the outcome the task first ended with (kept
+    // through later overrides) and the latest override's reason, who and when.
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN override_from TEXT;
+         ALTER TABLE tasks ADD COLUMN override_reason TEXT;
+         ALTER TABLE tasks ADD COLUMN override_by TEXT;
+         ALTER TABLE tasks ADD COLUMN override_at INTEGER;",
+    ),
 ];
 
 pub(crate) struct Store {
