@@ -86,6 +86,8 @@ pub(crate) enum TaskCommand {
     Resume(IdArgs),
     /// Follow a task live and steer it from the terminal (answer, approve, deny, inject, pause, resume, cancel).
     Attach(IdArgs),
+    /// Set the outcome of an ended task by hand; who, when and why are recorded.
+    Override(OverrideArgs),
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +133,10 @@ pub(crate) struct PromptArgs {
     /// the task ends complete with the plan, acting on nothing.
     #[arg(long)]
     pub plan_only: bool,
+    /// Check everything and print the effective task (each setting and where it came
+    /// from, the tools, the image); queue and start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -140,11 +146,11 @@ pub(crate) struct SubmitArgs {
     pub prompt: PathBuf,
     #[command(flatten)]
     pub prompt_args: PromptArgs,
-    /// Print `{"id": …}` instead of the bare id.
+    /// Print `{"id": …}` instead of the bare id (with `--dry-run`: the effective task).
     #[arg(long)]
     pub json: bool,
     /// Wait until the task ends (someone must be running `saheeli serve`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dry_run")]
     pub wait: bool,
 }
 
@@ -193,6 +199,28 @@ pub(crate) struct RetryArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct OverrideArgs {
+    /// A task that ended complete, incomplete or failed.
+    pub id: String,
+    /// The outcome it gets (`task status` keeps showing what it was).
+    #[arg(long, value_enum)]
+    pub state: OverrideState,
+    /// Why; recorded with your user name and the time.
+    #[arg(long)]
+    pub reason: String,
+    /// Print the task as `task status ID --json` does.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The outcomes `task override` may set.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum OverrideState {
+    Complete,
+    Incomplete,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// Exit when nothing is queued or running (for CI). Exit code 1 when any task did not complete.
     #[arg(long)]
@@ -208,7 +236,7 @@ pub(crate) struct RunArgs {
     pub prompt: PathBuf,
     #[command(flatten)]
     pub prompt_args: PromptArgs,
-    /// Print the final task as JSON.
+    /// Print the final task as JSON (with `--dry-run`: the effective task).
     #[arg(long)]
     pub json: bool,
 }

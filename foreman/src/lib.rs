@@ -8,11 +8,14 @@
 //!   group (task, serve, run, gc, build); `output/`: `--json` shapes,
 //!   tables, terminal-safe text.
 //! - `config/`: config.yaml (every key, `limits:`) and `.env`; `spec/`: a
-//!   prompt file, its front-matter and `--param` checked into a `TaskSpec`;
-//!   `inputs/`: what goes into /workspace (packing, the submitted copies).
+//!   prompt file, its front-matter and `--param` checked into a `TaskSpec`,
+//!   where each setting came from and the tools the model gets (what
+//!   `--dry-run` shows); `inputs/`: what goes into /workspace (packing, the
+//!   submitted copies).
 //! - `state`: the task lifecycle (one enum, one table of allowed moves).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
-//!   `move_state` (the one place a state changes), fenced leases, lookups.
+//!   `move_state` (the one place a state changes), fenced leases, lookups,
+//!   and `override_outcome` (a person's verdict on an ended task).
 //! - `reconciler/`: `saheeli serve`, the sole owner of task state: the
 //!   loop, lease renewal, launch, adopt, monitor, outcome (a pure function
 //!   into `protocol::Reason`), finish and the retry policy, sweep, and a
@@ -129,6 +132,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Pause(a) => commands::pause(&cfg, a).await,
             TaskCommand::Resume(a) => commands::resume(&cfg, a).await,
             TaskCommand::Attach(a) => commands::attach(&cfg, a).await,
+            TaskCommand::Override(a) => commands::override_outcome(&cfg, a).await,
         },
     }
 }

@@ -46,15 +46,21 @@ pub(super) fn exit_for(state: TaskState) -> ExitCode {
     }
 }
 
+/// The task a prompt and the command line's flags make (nothing written).
+pub(super) fn spec_for(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow::Result<TaskSpec> {
+    let mut spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
+    spec.no_human |= args.no_human;
+    spec.plan_only = args.plan_only;
+    Ok(spec)
+}
+
 /// Validates and queues a prompt; returns the new id.
 pub(super) async fn submit_prompt(
     cfg: &Config,
     prompt: &Path,
     args: &PromptArgs,
 ) -> anyhow::Result<TaskId> {
-    let mut spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
-    spec.no_human |= args.no_human;
-    spec.plan_only = args.plan_only;
+    let spec = spec_for(cfg, prompt, args)?;
     let id = TaskId::new();
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.
@@ -88,19 +94,7 @@ pub(super) fn pack(
     id: TaskId,
     include_ignored: bool,
 ) -> anyhow::Result<PathBuf> {
-    let db = cfg.database();
-    let mut exclude = vec![cfg.state_dir(), cfg.results_dir()];
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut p = db.clone().into_os_string();
-        p.push(suffix);
-        exclude.push(p.into());
-    }
-    let opts = inputs::PackOptions {
-        include_ignored,
-        exclude,
-        max_bytes: cfg.file.max_workspace_size.0,
-        secrets: known_secrets(cfg),
-    };
+    let opts = pack_options(cfg, include_ignored);
     let tar = inputs::new_workspace_tar(&cfg.state_dir(), id).with_context(|| {
         format!(
             "creating the inputs directory in `{}`",
@@ -109,6 +103,24 @@ pub(super) fn pack(
     })?;
     inputs::pack_workspace(ws, &tar, &opts)?;
     Ok(tar)
+}
+
+/// How a workspace is packed: Saheeli's own files left out, the size cap
+/// and the keys to refuse (the same for a submit and a dry run).
+pub(super) fn pack_options(cfg: &Config, include_ignored: bool) -> inputs::PackOptions {
+    let db = cfg.database();
+    let mut exclude = vec![cfg.state_dir(), cfg.results_dir()];
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        exclude.push(p.into());
+    }
+    inputs::PackOptions {
+        include_ignored,
+        exclude,
+        max_bytes: cfg.file.max_workspace_size.0,
+        secrets: known_secrets(cfg),
+    }
 }
 
 /// The value of every key variable Saheeli knows, from the environment and

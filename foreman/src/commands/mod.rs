@@ -5,19 +5,23 @@
 mod attach;
 mod build;
 mod common;
+mod dry_run;
 mod gc;
 mod human;
+mod overrides;
 mod run;
 mod serve;
 mod task;
 
 use common::*;
+use dry_run::dry_run;
 use serve::{context, signals};
 
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
 pub(crate) use gc::gc;
 pub(crate) use human::{answer, approve, deny, inject, pause, resume};
+pub(crate) use overrides::override_outcome;
 pub(crate) use run::run;
 pub(crate) use serve::serve;
 pub(crate) use task::{cancel, logs, results, retry, status, submit};

@@ -14,6 +14,9 @@ use crate::reconciler::{self, ServeOptions};
 use super::*;
 
 pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.prompt_args.dry_run {
+        return dry_run(cfg, &args.prompt, &args.prompt_args, args.json).await;
+    }
     let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
     eprintln!("submitted {id}");
     let ctx = match context(cfg).await {

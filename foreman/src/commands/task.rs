@@ -19,6 +19,9 @@ use crate::{collect, docker, inputs};
 use super::*;
 
 pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    if args.prompt_args.dry_run {
+        return dry_run(cfg, &args.prompt, &args.prompt_args, args.json).await;
+    }
     let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
     if args.json {
         println!("{}", serde_json::json!({ "id": id.to_string() }));

@@ -1,6 +1,7 @@
 //! Finding and reading config.yaml (and `.env` beside it), with errors that
 //! name the file and line.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ pub(crate) struct Config {
     /// The directory relative paths are resolved against.
     pub base_dir: PathBuf,
     pub file: ConfigFile,
+    /// The keys the file sets, dotted (`image`, `task.model`): where a
+    /// setting came from, for `--dry-run`.
+    pub set_keys: BTreeSet<String>,
 }
 
 impl Config {
@@ -31,6 +35,7 @@ impl Config {
                 source: None,
                 base_dir,
                 file: ConfigFile::default(),
+                set_keys: BTreeSet::new(),
             });
         };
         let text = std::fs::read_to_string(&path)
@@ -71,6 +76,7 @@ impl Config {
             source: Some(abs),
             base_dir,
             file,
+            set_keys: set_keys(&text),
         })
     }
 
@@ -147,6 +153,28 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The keys a (valid) config file sets: top-level ones, and below each
+/// mapping (`task:`, `limits:`, …) `section.key`.
+pub(super) fn set_keys(text: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    let Ok(serde_yaml::Value::Mapping(top)) = serde_yaml::from_str(text) else {
+        return keys;
+    };
+    for (k, v) in &top {
+        let Some(k) = k.as_str() else { continue };
+        keys.insert(k.to_string());
+        if let serde_yaml::Value::Mapping(inner) = v {
+            keys.extend(
+                inner
+                    .keys()
+                    .filter_map(|i| i.as_str())
+                    .map(|i| format!("{k}.{i}")),
+            );
+        }
+    }
+    keys
 }
 
 /// The 1-based line of `text` where `fragment` (a line dotenvy refused) starts.

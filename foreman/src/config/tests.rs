@@ -19,3 +19,15 @@ fn shipped_config_matches_defaults() {
         format!("{:#?}", ConfigFile::default())
     );
 }
+
+#[test]
+fn set_keys_name_what_the_file_sets() {
+    let keys = set_keys("image: x\ntask:\n  model: m\n  max_steps: 50\nlimits: {}\n");
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    // `max_steps: 50` is the default value, and still the file's setting.
+    assert_eq!(
+        keys,
+        ["image", "limits", "task", "task.max_steps", "task.model"]
+    );
+    assert!(set_keys("").is_empty());
+}

@@ -178,6 +178,7 @@ mod tests {
             source: None,
             base_dir: "/tmp".into(),
             file,
+            set_keys: Default::default(),
         })
     }
 

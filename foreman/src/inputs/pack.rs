@@ -89,6 +89,27 @@ pub(crate) fn pack_workspace(src: &Path, dest: &Path, opts: &PackOptions) -> Res
     Ok(())
 }
 
+/// What a workspace would pack into: regular files and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct PackedSize {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Walks `src` exactly as [`pack_workspace`] does (the same ignore rules,
+/// size cap and key scan) but writes the archive nowhere: `--dry-run`'s
+/// check. Blocking.
+pub(crate) fn check_workspace(src: &Path, opts: &PackOptions) -> Result<PackedSize, PackError> {
+    let root = src.canonicalize().map_err(|source| PackError::Io {
+        dir: src.to_path_buf(),
+        source,
+    })?;
+    let mut b = tar::Builder::new(io::sink());
+    b.follow_symlinks(false);
+    b.mode(tar::HeaderMode::Deterministic);
+    append_tree(&mut b, &root, opts)
+}
+
 /// Removed when dropped (every error path), unless kept.
 struct TempFile(PathBuf);
 
@@ -104,12 +125,13 @@ impl Drop for TempFile {
     }
 }
 
-/// Appends what is to be copied below `root`, owned by the servo user.
+/// Appends what is to be copied below `root`, owned by the servo user;
+/// returns how many regular files and bytes that was.
 fn append_tree<W: Write>(
     b: &mut tar::Builder<W>,
     root: &Path,
     opts: &PackOptions,
-) -> Result<(), PackError> {
+) -> Result<PackedSize, PackError> {
     let exclude: Vec<PathBuf> = opts.exclude.iter().map(|p| canonical(p)).collect();
     let mut walk = ignore::WalkBuilder::new(root);
     walk.standard_filters(false)
@@ -127,6 +149,7 @@ fn append_tree<W: Write>(
                 || !(always_skipped(e.file_name()) || exclude.iter().any(|x| x == e.path()))
         });
     let mut total = 0u64;
+    let mut files = 0u64;
     let io_err = |source| PackError::Io {
         dir: root.to_path_buf(),
         source,
@@ -160,6 +183,7 @@ fn append_tree<W: Write>(
                 .map_err(io_err)?;
             let size = f.metadata().map_err(io_err)?.len();
             total += size;
+            files += 1;
             if total > opts.max_bytes {
                 return Err(PackError::TooLarge {
                     dir: root.to_path_buf(),
@@ -186,7 +210,10 @@ fn append_tree<W: Write>(
         }
         // Sockets, FIFOs and devices are not copied.
     }
-    Ok(())
+    Ok(PackedSize {
+        files,
+        bytes: total,
+    })
 }
 
 /// The path with its directory resolved (the file itself may not exist yet).

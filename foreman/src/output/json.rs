@@ -4,7 +4,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::store::{EventRow, TaskRow, now_ms};
+use crate::state::TaskState;
+use crate::store::{EventRow, Override, TaskRow, now_ms};
 
 /// A task as `--json` prints it.
 #[derive(Debug, Serialize)]
@@ -48,6 +49,9 @@ pub(crate) struct TaskView {
     pub parked: bool,
     /// Since when it waits for a human (`waiting_human` or `paused`).
     pub waiting_since: Option<String>,
+    /// Set when a person overrode the outcome: `state` is what they gave it.
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    pub overridden: Option<OverrideView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
     /// Every attempt of this task, oldest first (one task each).
@@ -72,6 +76,31 @@ impl AttemptView {
             state: t.state.to_string(),
             reason: t.reason.clone(),
             results: t.results_path.clone(),
+        }
+    }
+}
+
+/// `saheeli task override`, as `--json` shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct OverrideView {
+    /// The state the task ended in before any override.
+    pub from: String,
+    /// The state it was given (the task's `state`).
+    pub to: String,
+    pub reason: String,
+    /// The OS user.
+    pub by: String,
+    pub at: String,
+}
+
+impl OverrideView {
+    pub fn new(o: &Override, state: TaskState) -> OverrideView {
+        OverrideView {
+            from: o.from.to_string(),
+            to: state.to_string(),
+            reason: o.reason.clone(),
+            by: o.by.clone(),
+            at: time(o.at),
         }
     }
 }
@@ -127,6 +156,7 @@ impl TaskView {
             pause_requested: t.pause_requested,
             parked: t.parked,
             waiting_since: t.waiting_since.map(time),
+            overridden: t.overridden.as_ref().map(|o| OverrideView::new(o, t.state)),
             events: events.map(|evs| {
                 evs.iter()
                     .map(|e| EventView {

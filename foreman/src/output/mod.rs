@@ -1,11 +1,13 @@
 //! How tasks are shown: tables for people, JSON for scripts.
 
+mod dry_run;
 mod json;
 mod table;
 mod text;
 
 use json::{duration_ms, time};
 
+pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use json::{AttemptView, TaskView};
-pub(crate) use table::{detail, how_to_reply, table};
+pub(crate) use table::{detail, how_to_reply, override_line, table};
 pub(crate) use text::{audit_line, clean, waiting_line};

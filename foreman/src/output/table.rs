@@ -3,7 +3,8 @@
 use comfy_table::presets::UTF8_BORDERS_ONLY;
 use comfy_table::{ContentArrangement, Table};
 
-use crate::store::{EventRow, TaskRow, now_ms};
+use crate::state::TaskState;
+use crate::store::{EventRow, Override, TaskRow, now_ms};
 
 use super::*;
 
@@ -40,12 +41,14 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
         ]);
     let now = now_ms();
     for t in tasks {
+        // `*`: a person set this outcome (explained under the table).
+        let mark = if t.overridden.is_some() { "*" } else { "" };
         let state = match (&t.reason, &t.waiting_for) {
             (Some(r), _) if t.state.is_terminal() && r != t.state.as_str() => {
-                format!("{} ({})", t.state, r)
+                format!("{}{mark} ({})", t.state, r)
             }
             (_, Some(w)) => format!("{}: {}", t.state, short(&waiting_line(w), 60)),
-            _ => t.state.to_string(),
+            _ => format!("{}{mark}", t.state),
         };
         table.add_row([
             t.id.short(),
@@ -60,7 +63,24 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
             cost(t.cost_usd),
         ]);
     }
-    table.to_string()
+    let mut out = table.to_string();
+    if tasks.iter().any(|t| t.overridden.is_some()) {
+        out.push_str(
+            "\n* outcome overridden by hand: `saheeli task status ID` says by whom and why",
+        );
+    }
+    out
+}
+
+/// `overridden: incomplete → complete by USER at TIME: REASON`.
+pub(crate) fn override_line(o: &Override, state: TaskState) -> String {
+    format!(
+        "overridden: {} → {state} by {} at {}: {}",
+        o.from,
+        clean(&o.by),
+        time(o.at),
+        clean(&o.reason)
+    )
 }
 
 /// One task in detail, with its attempts and event history.
@@ -79,6 +99,9 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
+    if let Some(o) = &t.overridden {
+        let _ = writeln!(s, "{}", override_line(o, t.state));
+    }
     if t.cancel_requested && !t.state.is_terminal() {
         let _ = writeln!(s, "cancel:    requested");
     }

@@ -3,11 +3,15 @@
 
 mod checks;
 mod params;
+mod sources;
 mod task;
 #[cfg(test)]
 mod tests;
+mod tools;
 
 use checks::*;
 use params::*;
 
-pub(crate) use task::TaskSpec;
+pub(crate) use sources::{Effective, Source, effective};
+pub(crate) use task::{TaskSpec, front_matter};
+pub(crate) use tools::tools_for;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use saheeli_protocol::front_matter::{NetworkMode, PauseOn, PromptFile};
+use saheeli_protocol::front_matter::{FrontMatter, NetworkMode, PauseOn, PromptFile};
 use saheeli_protocol::human::Gate;
 use saheeli_protocol::{ReplayScript, ServoTask, TaskId};
 use serde::{Deserialize, Serialize};
@@ -237,6 +237,12 @@ impl TaskSpec {
             max_cost: self.max_cost,
         }
     }
+}
+
+/// A prompt file's front-matter as written (before `--param`), for
+/// `--dry-run` to tell which keys it sets.
+pub(crate) fn front_matter(path: &Path) -> anyhow::Result<FrontMatter> {
+    Ok(PromptFile::parse(path, &read_text(path)?)?.front_matter)
 }
 
 /// A prompt file's text: UTF-8, or an error saying where it is not.

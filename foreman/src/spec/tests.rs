@@ -16,6 +16,7 @@ fn cfg() -> Config {
         source: None,
         base_dir: PathBuf::from("/tmp"),
         file,
+        set_keys: Default::default(),
     }
 }
 

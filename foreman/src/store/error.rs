@@ -22,6 +22,17 @@ pub(crate) enum StoreError {
     LeaseLost(TaskId),
     #[error("task `{id}` has not ended ({state}); only an ended task can be retried")]
     NotEnded { id: TaskId, state: TaskState },
+    #[error(
+        "task `{id}` is {state}: only a task that ended complete, incomplete or failed can \
+         have its outcome overridden"
+    )]
+    NotOverridable { id: TaskId, state: TaskState },
+    #[error(
+        "task `{id}` cannot be overridden to {to}: give `--state complete` or `--state incomplete`"
+    )]
+    BadOverride { id: TaskId, to: TaskState },
+    #[error("task `{id}` is already {state}; nothing to override")]
+    SameOutcome { id: TaskId, state: TaskState },
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("database migration: {0}")]

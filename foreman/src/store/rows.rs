@@ -47,6 +47,21 @@ pub(crate) struct TaskRow {
     pub waiting_since: Option<i64>,
     /// What a `waiting_human` task waits for.
     pub waiting_for: Option<saheeli_protocol::human::Waiting>,
+    /// Set once someone overrode the outcome (`saheeli task override`).
+    pub overridden: Option<Override>,
+}
+
+/// A person's override of how a task ended; the task's `state` is the
+/// outcome it was given.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Override {
+    /// The state the task ended in before any override.
+    pub from: TaskState,
+    /// Why, in the words of whoever overrode it (the latest override).
+    pub reason: String,
+    /// The OS user who did it.
+    pub by: String,
+    pub at: i64,
 }
 
 /// Who holds a task while it runs, and for how long without renewal.
@@ -118,7 +133,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
-      ORDER BY a.id DESC LIMIT 1)";
+      ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -159,5 +174,23 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
             .get::<_, Option<String>>(24)?
             .filter(|_| state == "waiting_human")
             .and_then(|w| serde_json::from_str(&w).ok()),
+        overridden: read_override(r)?,
     })
+}
+
+/// The override columns (20 to 23 of [`COLUMNS`]).
+fn read_override(r: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Override>> {
+    let from: Option<String> = r.get(25)?;
+    let Some(from) = from else {
+        return Ok(None);
+    };
+    let from = from.parse().map_err(|e: strum::ParseError| {
+        rusqlite::Error::FromSqlConversionFailure(25, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    Ok(Some(Override {
+        from,
+        reason: r.get::<_, Option<String>>(26)?.unwrap_or_default(),
+        by: r.get::<_, Option<String>>(27)?.unwrap_or_default(),
+        at: r.get::<_, Option<i64>>(28)?.unwrap_or_default(),
+    }))
 }

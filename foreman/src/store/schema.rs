@@ -107,6 +107,14 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         ALTER TABLE events ADD COLUMN kind TEXT;
         ALTER TABLE events ADD COLUMN actor TEXT;",
     ),
+    // `saheeli task override`: the outcome the task first ended with (kept
+    // through later overrides) and the latest override's reason, who and when.
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN override_from TEXT;
+         ALTER TABLE tasks ADD COLUMN override_reason TEXT;
+         ALTER TABLE tasks ADD COLUMN override_by TEXT;
+         ALTER TABLE tasks ADD COLUMN override_at INTEGER;",
+    ),
 ];
 
 pub(crate) struct Store {

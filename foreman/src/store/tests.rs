@@ -382,3 +382,133 @@ mod desk {
         assert!(s.resume(id, "ann").is_err(), "not paused");
     }
 }
+
+/// A task run to `incomplete` (reason `max_steps`).
+fn ended_incomplete(s: &mut Store) -> TaskId {
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    s.claim_next(Some(id), &lease()).unwrap();
+    s.transition(id, &lease(), TaskState::Running, None, None)
+        .unwrap();
+    let o = Outcome {
+        reason: Some("max_steps".into()),
+        ..Default::default()
+    };
+    s.transition(id, &lease(), TaskState::Incomplete, None, Some(&o))
+        .unwrap();
+    id
+}
+
+/// Issue 12: an override sets the state, keeps the first outcome, and is
+/// an event; overriding again is allowed and the latest wins.
+#[test]
+fn override_keeps_the_first_outcome_and_records_each() {
+    let (_d, mut s) = store();
+    let id = ended_incomplete(&mut s);
+    let finished = s.require(&id.to_string()).unwrap().finished_at;
+    s.override_outcome(id, TaskState::Complete, "tests pass by hand", "alice")
+        .unwrap();
+    let t = s.require(&id.to_string()).unwrap();
+    assert_eq!(t.state, TaskState::Complete);
+    assert_eq!(
+        t.reason.as_deref(),
+        Some("max_steps"),
+        "the run's reason stays"
+    );
+    assert_eq!(t.finished_at, finished);
+    let o = t.overridden.unwrap();
+    assert_eq!(
+        (o.from, o.reason.as_str(), o.by.as_str()),
+        (TaskState::Incomplete, "tests pass by hand", "alice")
+    );
+
+    s.override_outcome(id, TaskState::Incomplete, "no: flaky", "bob")
+        .unwrap();
+    let t = s.require(&id.to_string()).unwrap();
+    assert_eq!(t.state, TaskState::Incomplete);
+    let o = t.overridden.unwrap();
+    assert_eq!(
+        (o.from, o.reason.as_str(), o.by.as_str()),
+        (TaskState::Incomplete, "no: flaky", "bob")
+    );
+
+    let last: Vec<_> = s.events(id).unwrap().into_iter().rev().take(2).collect();
+    assert_eq!(
+        (last[1].from, last[1].to, last[1].detail.as_deref()),
+        (
+            Some(TaskState::Incomplete),
+            TaskState::Complete,
+            Some("overridden by alice: tests pass by hand")
+        )
+    );
+    assert_eq!(
+        (last[0].from, last[0].to, last[0].detail.as_deref()),
+        (
+            Some(TaskState::Complete),
+            TaskState::Incomplete,
+            Some("overridden by bob: no: flaky")
+        )
+    );
+    // Retrying an overridden task still works.
+    let next = TaskId::new();
+    s.retry(id, next).unwrap();
+    assert_eq!(
+        s.require(&next.to_string()).unwrap().state,
+        TaskState::Queued
+    );
+}
+
+#[test]
+fn override_refuses_unended_cancelled_and_bad_targets() {
+    let (_d, mut s) = store();
+    let queued = TaskId::new();
+    s.submit(queued, &spec("q"), 0, None, 1).unwrap();
+    let err = s
+        .override_outcome(queued, TaskState::Complete, "r", "me")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NotOverridable {
+                state: TaskState::Queued,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    s.claim_next(Some(queued), &lease()).unwrap();
+    let err = s
+        .override_outcome(queued, TaskState::Complete, "r", "me")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NotOverridable {
+                state: TaskState::Starting,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let cancelled = TaskId::new();
+    s.submit(cancelled, &spec("c"), 0, None, 1).unwrap();
+    s.request_cancel(cancelled).unwrap();
+    let err = s
+        .override_outcome(cancelled, TaskState::Complete, "r", "me")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotOverridable { .. }), "{err}");
+
+    let ended = ended_incomplete(&mut s);
+    for to in [TaskState::Failed, TaskState::Cancelled, TaskState::Running] {
+        let err = s.override_outcome(ended, to, "r", "me").unwrap_err();
+        assert!(matches!(err, StoreError::BadOverride { .. }), "{to}: {err}");
+    }
+    let err = s
+        .override_outcome(ended, TaskState::Incomplete, "r", "me")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SameOutcome { .. }), "{err}");
+    // Nothing refused was written.
+    assert!(s.require(&ended.to_string()).unwrap().overridden.is_none());
+    assert_eq!(s.events(ended).unwrap().len(), 4);
+}

@@ -18,6 +18,7 @@ fn help_texts() {
         &["task", "results", "--help"],
         &["task", "cancel", "--help"],
         &["task", "retry", "--help"],
+        &["task", "override", "--help"],
         &["serve", "--help"],
         &["run", "--help"],
         &["gc", "--help"],

@@ -9,6 +9,7 @@ mod chaos;
 mod chaos_gateway;
 mod cli;
 mod daemon;
+mod dryrun;
 mod fencing;
 mod gateway;
 mod gateway_attack;

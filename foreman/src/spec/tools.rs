@@ -1,0 +1,38 @@
+//! The tools the model is offered for a task.
+
+use super::TaskSpec;
+
+/// The servo's toolbox (`servo/src/tools/`), in the order it offers them.
+const TOOLBOX: &[&str] = &[
+    "execute_shell",
+    "create_file",
+    "read_file",
+    "edit_file",
+    "list_files",
+    "task_complete",
+];
+
+/// The tool names the model gets for `spec` (what `--dry-run` lists):
+/// the toolbox, `ask_user`, and `propose_plan` behind a plan gate (or in a
+/// plan-only run). Gated tools are marked `(approval: …)`.
+pub(crate) fn tools_for(spec: &TaskSpec) -> Vec<String> {
+    let plan_gate = spec
+        .gates
+        .iter()
+        .any(|g| g.tool == saheeli_protocol::human::PLAN);
+    let mut tools: Vec<String> = TOOLBOX
+        .iter()
+        .map(|t| match spec.gates.iter().find(|g| g.tool == *t) {
+            Some(g) => match &g.pattern {
+                Some(p) => format!("{t} (approval when it matches `{p}`)"),
+                None => format!("{t} (approval on every call)"),
+            },
+            None => t.to_string(),
+        })
+        .collect();
+    tools.push("ask_user".into());
+    if plan_gate || spec.plan_only {
+        tools.push("propose_plan (a plan is approved before acting)".into());
+    }
+    tools
+}
