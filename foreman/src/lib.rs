@@ -40,6 +40,7 @@ mod gateway;
 mod inputs;
 mod output;
 mod reconciler;
+mod report;
 mod spec;
 mod state;
 mod store;

@@ -7,5 +7,5 @@ mod text;
 use json::{duration_ms, time};
 
 pub(crate) use json::{AttemptView, TaskView};
-pub(crate) use table::{detail, table};
-pub(crate) use text::{audit_line, clean};
+pub(crate) use table::{detail, short_duration, table};
+pub(crate) use text::{audit_line, clean, printable};

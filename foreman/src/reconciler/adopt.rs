@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use saheeli_protocol::{Reason, TaskId};
+use saheeli_protocol::Reason;
 use tracing::{error, info, warn};
 
 use crate::collect;
@@ -62,7 +62,7 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     }
     if task.state == TaskState::Running && dest.is_dir() {
         // Collected, but the foreman stopped before recording it.
-        return record_collected(&ctx, id, dest).await;
+        return record_collected(&ctx, &task, dest).await;
     }
     let (detail, retry) = match task.state {
         TaskState::Starting => (
@@ -100,7 +100,11 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
 /// Ends a task whose workspace was collected while no foreman watched it:
 /// complete when complete.json is valid, else for the reason the servo's
 /// audit log gives (`lost` when it gives none).
-async fn record_collected(ctx: &Ctx, id: TaskId, dest: std::path::PathBuf) -> Joined {
+async fn record_collected(ctx: &Ctx, task: &TaskRow, dest: std::path::PathBuf) -> Joined {
+    let id = task.id;
+    // The submitted workspace is still kept: `finish` removes it.
+    let truncated = std::fs::symlink_metadata(dest.join(collect::TRUNCATED_MARKER)).is_ok();
+    record_changes(ctx, id, task.spec.workspace.is_some(), &dest, truncated).await;
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
         ..Default::default()

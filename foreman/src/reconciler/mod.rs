@@ -15,6 +15,7 @@ mod launch;
 mod lease;
 mod monitor;
 mod outcome;
+mod record;
 mod serve;
 mod sweep;
 
@@ -27,6 +28,7 @@ use launch::*;
 use lease::*;
 use monitor::*;
 use outcome::*;
+use record::*;
 use serve::*;
 use sweep::*;
 
