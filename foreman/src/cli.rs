@@ -68,6 +68,10 @@ pub(crate) enum TaskCommand {
     Logs(LogsArgs),
     /// Where a task's results are, or copy them elsewhere.
     Results(ResultsArgs),
+    /// The changes an ended task made to its workspace, as a patch for `git apply`.
+    Diff(IdArgs),
+    /// The report of an ended task (report.md): outcome, tool calls, usage, files changed.
+    Report(IdArgs),
     /// Cancel a queued or running task.
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.

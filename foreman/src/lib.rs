@@ -121,6 +121,8 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Status(a) => commands::status(&cfg, a).await,
             TaskCommand::Logs(a) => commands::logs(&cfg, a).await,
             TaskCommand::Results(a) => commands::results(&cfg, a).await,
+            TaskCommand::Diff(a) => commands::diff(&cfg, a).await,
+            TaskCommand::Report(a) => commands::report(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
         },

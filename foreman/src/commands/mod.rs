@@ -5,6 +5,7 @@
 mod build;
 mod common;
 mod gc;
+mod report;
 mod run;
 mod serve;
 mod task;
@@ -14,6 +15,7 @@ use serve::{context, signals};
 
 pub(crate) use build::build_servo;
 pub(crate) use gc::gc;
+pub(crate) use report::{diff, report};
 pub(crate) use run::run;
 pub(crate) use serve::serve;
 pub(crate) use task::{cancel, logs, results, retry, status, submit};

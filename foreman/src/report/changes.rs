@@ -141,6 +141,7 @@ mod tests {
             put(root, "mode.sh", b"echo\n");
             put(root, "to-link", b"was a file\n");
             put(root, "big.log", &vec![b'x'; 2 << 20]);
+            put(root, "bin.dat", &[0, 1, 2]);
         }
         let tar = d.join("inputs/t.tar");
         let opts = PackOptions {
@@ -153,6 +154,7 @@ mod tests {
         put(&col, "no-newline.txt", b"one\nthree");
         put(&col, "new dir/sub/é new.txt", b"fresh\nno end");
         put(&col, "empty", b"");
+        put(&col, "bin.dat", &[0, 1, 3]);
         let mode = std::fs::Permissions::from_mode(0o755);
         std::fs::set_permissions(col.join("mode.sh"), mode).unwrap();
         std::fs::remove_file(col.join("to-link")).unwrap();
@@ -181,11 +183,21 @@ mod tests {
             "unchanged large files are not noted"
         );
         assert!(patch.contains("new file mode 120000"), "{patch}");
+        assert!(patch.contains("Binary files a/bin.dat and b/bin.dat differ\n"));
         assert!(git(&sub, &["init", "-q"]).status.success());
-        let out = git(
-            &sub,
-            &["apply", "--verbose", col.join(PATCH).to_str().unwrap()],
+        let patch_file = col.join(PATCH);
+        // A binary change is noted, not carried: git refuses it by name…
+        let out = git(&sub, &["apply", "--check", patch_file.to_str().unwrap()]);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("binary patch does not apply to 'bin.dat'"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
         );
+        // …and applies everything else.
+        let args = ["apply", "--exclude=bin.dat", patch_file.to_str().unwrap()];
+        let out = git(&sub, &args);
         assert!(
             out.status.success(),
             "git apply: {}\n{patch}",
@@ -196,10 +208,14 @@ mod tests {
             "prompt.md",
             "complete.json",
             "servo-1-audit.log",
+            "bin.dat",
         ];
         let mut want = listing(&col);
         want.retain(|(p, _, _)| !own.iter().any(|o| p.starts_with(o)));
-        assert_eq!(listing(&sub), want);
+        let mut got = listing(&sub);
+        got.retain(|(p, _, _)| p != "bin.dat");
+        assert_eq!(got, want);
+        assert_eq!(std::fs::read(sub.join("bin.dat")).unwrap(), [0, 1, 2]);
     }
 
     #[test]

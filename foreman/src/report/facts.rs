@@ -12,7 +12,7 @@ use super::diffstat::{Diffstat, FileStat};
 use super::markdown::{Report, ToolCount};
 use super::patch::MAX_DIFF_FILE;
 use super::write::{PATCH, REPORT, replace_file};
-use crate::collect::{self, CappedLines, Line, open_regular};
+use crate::collect::{self, CappedLines, Line, TRUNCATED_MARKER, open_regular};
 use crate::store::TaskRow;
 
 /// How many distinct tool names are counted (a model may invent any).
@@ -90,9 +90,15 @@ fn changed_files(results: &Path) -> Result<Vec<FileStat>, String> {
     let path = results.join(PATCH);
     let file = match open_regular(&path) {
         Ok(Some(f)) => f,
+        Ok(None) if std::fs::symlink_metadata(results.join(TRUNCATED_MARKER)).is_ok() => {
+            return Err(format!(
+                "the results were cut at the size cap (`max_results_size`), so they are not \
+                 compared with the submitted workspace; no `{PATCH}`"
+            ));
+        }
         Ok(None) => {
             return Err(format!(
-                "no `{PATCH}` was written (see the log of `saheeli serve`)"
+                "no `{PATCH}` was written (the log of `saheeli serve` says why)"
             ));
         }
         Err(e) => return Err(e.to_string()),

@@ -1,7 +1,9 @@
-//! One path's change as `git diff` writes it, so `git apply` takes the
-//! patch: a `diff --git` header, mode lines, then a unified diff of text
-//! (`similar` computes it), or git's `Binary files … differ` note for
-//! content that is not UTF-8 text or is over [`MAX_DIFF_FILE`].
+//! One path's change as `git diff --full-index` writes it, so `git apply`
+//! takes the patch: a `diff --git` header, mode lines, an `index` line with
+//! the git blob ids (what lets `git apply -3` merge, and git parse a binary
+//! note), then a unified diff of text (`similar` computes it), or git's
+//! `Binary files … differ` note for content that is not UTF-8 text or is
+//! over [`MAX_DIFF_FILE`].
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -59,7 +61,36 @@ impl Content {
 pub(crate) struct Side {
     pub kind: Kind,
     pub content: Content,
+    /// The git blob id of the bytes ([`BlobId`]).
+    pub oid: String,
 }
+
+/// The id git gives a blob: the SHA-1 of `blob <size>\0` and the bytes.
+pub(crate) struct BlobId(sha1_smol::Sha1);
+
+impl BlobId {
+    pub fn new(size: u64) -> BlobId {
+        BlobId(sha1_smol::Sha1::from(format!("blob {size}\0")))
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn hex(&self) -> String {
+        self.0.digest().to_string()
+    }
+
+    /// The id of `bytes`.
+    pub fn of(bytes: &[u8]) -> String {
+        let mut id = BlobId::new(bytes.len() as u64);
+        id.update(bytes);
+        id.hex()
+    }
+}
+
+/// The id git writes for "no file".
+const NO_BLOB: &str = "0000000000000000000000000000000000000000";
 
 /// What happened to one path. A file that became a link (or the other way)
 /// is a deletion and an addition, as git writes it.
@@ -84,10 +115,12 @@ pub(crate) fn write_change(w: &mut impl Write, path: &[u8], change: &Change<'_>)
     let (old, new, same_bytes) = match change {
         Change::Added(new) => {
             writeln!(w, "new file mode {}", new.kind.mode())?;
+            writeln!(w, "index {NO_BLOB}..{}", new.oid)?;
             (None, Some(*new), false)
         }
         Change::Deleted(old) => {
             writeln!(w, "deleted file mode {}", old.kind.mode())?;
+            writeln!(w, "index {}..{NO_BLOB}", old.oid)?;
             (Some(*old), None, false)
         }
         Change::Modified {
@@ -98,6 +131,11 @@ pub(crate) fn write_change(w: &mut impl Write, path: &[u8], change: &Change<'_>)
             if old.kind != new.kind {
                 writeln!(w, "old mode {}", old.kind.mode())?;
                 writeln!(w, "new mode {}", new.kind.mode())?;
+                if !same_bytes {
+                    writeln!(w, "index {}..{}", old.oid, new.oid)?;
+                }
+            } else if !same_bytes {
+                writeln!(w, "index {}..{} {}", old.oid, new.oid, new.kind.mode())?;
             }
             (Some(*old), Some(*new), *same_bytes)
         }
@@ -168,17 +206,33 @@ pub(crate) fn quote(prefix: &[u8], path: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn side(kind: Kind, content: Content) -> Side {
+        let oid = match &content {
+            Content::Text(t) => BlobId::of(t.as_bytes()),
+            Content::Binary(b) => BlobId::of(b),
+            Content::TooLarge(_) => "f".repeat(40),
+        };
+        Side { kind, content, oid }
+    }
+
     fn file(text: &str) -> Side {
-        Side {
-            kind: Kind::File { exec: false },
-            content: Content::Text(text.into()),
-        }
+        side(Kind::File { exec: false }, Content::Text(text.into()))
     }
 
     fn render(path: &str, change: Change<'_>) -> String {
         let mut out = Vec::new();
         write_change(&mut out, path.as_bytes(), &change).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn blob_ids_are_gits() {
+        // `git hash-object` of an empty file and of "a\n".
+        assert_eq!(BlobId::of(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+        assert_eq!(
+            BlobId::of(b"a\n"),
+            "78981922613b2afb6025042ff6bd878ac1994e85"
+        );
     }
 
     #[test]
@@ -194,32 +248,41 @@ mod tests {
         );
         assert_eq!(
             text,
-            "diff --git a/src/x.txt b/src/x.txt\n--- a/src/x.txt\n+++ b/src/x.txt\n\
-             @@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
+            format!(
+                "diff --git a/src/x.txt b/src/x.txt\nindex {}..{} 100644\n--- a/src/x.txt\n\
+                 +++ b/src/x.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n",
+                old.oid, new.oid
+            )
         );
     }
 
     #[test]
     fn added_and_deleted_files_name_dev_null_and_their_mode() {
-        let new = Side {
-            kind: Kind::File { exec: true },
-            content: Content::Text("run\n".into()),
-        };
+        let new = side(Kind::File { exec: true }, Content::Text("run\n".into()));
         assert_eq!(
             render("run.sh", Change::Added(&new)),
-            "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n\
-             @@ -0,0 +1 @@\n+run\n"
+            format!(
+                "diff --git a/run.sh b/run.sh\nnew file mode 100755\nindex {NO_BLOB}..{}\n\
+                 --- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+run\n",
+                new.oid
+            )
         );
         let old = file("x\ny\n");
         assert_eq!(
             render("gone", Change::Deleted(&old)),
-            "diff --git a/gone b/gone\ndeleted file mode 100644\n--- a/gone\n+++ /dev/null\n\
-             @@ -1,2 +0,0 @@\n-x\n-y\n"
+            format!(
+                "diff --git a/gone b/gone\ndeleted file mode 100644\nindex {}..{NO_BLOB}\n\
+                 --- a/gone\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-x\n-y\n",
+                old.oid
+            )
         );
         // An empty file is its header alone, as git writes it.
         assert_eq!(
             render("empty", Change::Added(&file(""))),
-            "diff --git a/empty b/empty\nnew file mode 100644\n"
+            format!(
+                "diff --git a/empty b/empty\nnew file mode 100644\n\
+                 index {NO_BLOB}..e69de29bb2d1d6434b8b29ae775ad8c2e48c5391\n"
+            )
         );
     }
 
@@ -243,10 +306,7 @@ mod tests {
     #[test]
     fn a_mode_change_alone_has_no_hunk() {
         let old = file("x\n");
-        let new = Side {
-            kind: Kind::File { exec: true },
-            ..file("x\n")
-        };
+        let new = side(Kind::File { exec: true }, Content::Text("x\n".into()));
         assert_eq!(
             render(
                 "f",
@@ -262,21 +322,24 @@ mod tests {
 
     #[test]
     fn binary_and_oversized_files_are_noted_links_are_their_target() {
-        let bin = Side {
-            kind: Kind::File { exec: false },
-            content: Content::from_bytes(vec![0x89, b'P', 0, 1]),
-        };
+        let bin = side(
+            Kind::File { exec: false },
+            Content::from_bytes(vec![0x89, b'P', 0, 1]),
+        );
         assert_eq!(
             render("img.png", Change::Added(&bin)),
-            "diff --git a/img.png b/img.png\nnew file mode 100644\n\
-             Binary files /dev/null and b/img.png differ\n"
+            format!(
+                "diff --git a/img.png b/img.png\nnew file mode 100644\nindex {NO_BLOB}..{}\n\
+                 Binary files /dev/null and b/img.png differ\n",
+                bin.oid
+            )
         );
         let (old, big) = (
             file("small\n"),
-            Side {
-                kind: Kind::File { exec: false },
-                content: Content::TooLarge(MAX_DIFF_FILE + 1),
-            },
+            side(
+                Kind::File { exec: false },
+                Content::TooLarge(MAX_DIFF_FILE + 1),
+            ),
         );
         assert!(
             render(
@@ -289,14 +352,14 @@ mod tests {
             )
             .ends_with("Binary files a/data and b/data differ\n")
         );
-        let link = Side {
-            kind: Kind::Link,
-            content: Content::Text("/etc/passwd".into()),
-        };
+        let link = side(Kind::Link, Content::Text("/etc/passwd".into()));
         assert_eq!(
             render("l", Change::Added(&link)),
-            "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n\
-             +/etc/passwd\n\\ No newline at end of file\n"
+            format!(
+                "diff --git a/l b/l\nnew file mode 120000\nindex {NO_BLOB}..{}\n--- /dev/null\n\
+                 +++ b/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n",
+                link.oid
+            )
         );
     }
 

@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::patch::{Content, Kind, MAX_DIFF_FILE, Side};
+use super::patch::{BlobId, Content, Kind, MAX_DIFF_FILE, Side};
 use crate::collect::open_regular;
 
 /// One file or link of a tree.
@@ -170,19 +170,35 @@ impl Files<'_> {
     /// An entry as one side of a change: its content read when under the
     /// cap, else only its size.
     pub fn side(&self, e: &Entry) -> io::Result<Side> {
-        let content = if e.size > MAX_DIFF_FILE {
-            Content::TooLarge(e.size)
-        } else {
-            let mut bytes = Vec::with_capacity(e.size as usize);
-            self.open(e)?
-                .take(MAX_DIFF_FILE + 1)
-                .read_to_end(&mut bytes)?;
-            Content::from_bytes(bytes)
-        };
+        if e.size > MAX_DIFF_FILE {
+            return Ok(Side {
+                kind: e.kind,
+                content: Content::TooLarge(e.size),
+                oid: self.blob_id(e)?,
+            });
+        }
+        let mut bytes = Vec::with_capacity(e.size as usize);
+        self.open(e)?
+            .take(MAX_DIFF_FILE + 1)
+            .read_to_end(&mut bytes)?;
         Ok(Side {
             kind: e.kind,
-            content,
+            oid: BlobId::of(&bytes),
+            content: Content::from_bytes(bytes),
         })
+    }
+
+    /// The git blob id of an entry too large to hold, streamed.
+    fn blob_id(&self, e: &Entry) -> io::Result<String> {
+        let mut id = BlobId::new(e.size);
+        let mut r = self.open(e)?;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf)? {
+                0 => return Ok(id.hex()),
+                n => id.update(&buf[..n]),
+            }
+        }
     }
 
     /// Whether two entries hold the same bytes (streamed: either may be
