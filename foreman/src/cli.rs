@@ -140,6 +140,7 @@ pub(crate) struct ResultsArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct IdArgs {
+    /// A task id, a unique prefix of one, or its last digits (as tables show them).
     pub id: String,
 }
 

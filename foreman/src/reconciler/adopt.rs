@@ -9,6 +9,7 @@ use tracing::{error, info, warn};
 use crate::collect;
 use crate::docker;
 use crate::gateway::Gateway;
+use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow, now_ms};
 
@@ -102,9 +103,13 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
 /// audit log gives (`lost` when it gives none).
 async fn record_collected(ctx: &Ctx, task: &TaskRow, dest: std::path::PathBuf) -> Joined {
     let id = task.id;
-    // The submitted workspace is still kept: `finish` removes it.
-    let truncated = std::fs::symlink_metadata(dest.join(collect::TRUNCATED_MARKER)).is_ok();
-    record_changes(ctx, id, task.spec.workspace.is_some(), &dest, truncated).await;
+    // The patch is written before the submitted workspace is removed: when
+    // the copy is gone, the foreman that removed it wrote the patch.
+    let has_workspace = task.spec.workspace.is_some();
+    if !has_workspace || inputs::workspace_tar(&ctx.cfg.state_dir(), id).is_file() {
+        let truncated = std::fs::symlink_metadata(dest.join(collect::TRUNCATED_MARKER)).is_ok();
+        record_changes(ctx, id, has_workspace, &dest, truncated).await;
+    }
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
         ..Default::default()

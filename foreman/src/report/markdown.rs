@@ -189,9 +189,10 @@ impl Report {
         let removed: u64 = files.iter().map(|f| f.removed).sum();
         let _ = writeln!(
             s,
-            "{} files changed, +{added} -{removed}; the patch is `{PATCH}` \
+            "{} file{} changed, +{added} -{removed}; the patch is `{PATCH}` \
              (`saheeli task diff {}`).\n",
             files.len(),
+            if files.len() == 1 { "" } else { "s" },
             self.id.short()
         );
         s.push_str("| file | change | lines |\n|---|---|---|\n");
@@ -334,7 +335,7 @@ mod tests {
             "| ``a\\|b`c`` | 1 | 0 |",
             "| tokens | 120 (100 in, 20 out) |",
             "| duration | 1m05s |",
-            "1 files changed, +3 -1",
+            "1 file changed, +3 -1",
             "| `src/x.rs` | modified | +3 -1 |",
             "> ## Not a heading of the report",
             "````text\nDone.\n```\n## Outcome\nall good\n````\n",

@@ -152,7 +152,7 @@ pub(crate) fn write_change(w: &mut impl Write, path: &[u8], change: &Change<'_>)
 }
 
 /// A side's text ("" when absent), None when it is not text.
-fn text_of<'a>(side: Option<&'a Side>) -> Option<&'a str> {
+fn text_of(side: Option<&Side>) -> Option<&str> {
     match side.map(|s| &s.content) {
         None => Some(""),
         Some(Content::Text(t)) => Some(t.as_str()),

@@ -19,6 +19,7 @@ mod lifecycle;
 mod openai;
 mod output;
 mod replay;
+mod report;
 mod safety;
 mod sandbox;
 mod workspace_packing;
