@@ -24,6 +24,8 @@
 //!   daemon (`docker/`) and size-limited workspaces (`disk`).
 //! - `collect/`: bringing a workspace home safely (links never followed,
 //!   sizes capped, keys redacted).
+//! - `report/`: what a user takes away from an ended task besides its
+//!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
 //!   the call ledger, providers, retries).
 //!
