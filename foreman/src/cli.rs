@@ -68,6 +68,10 @@ pub(crate) enum TaskCommand {
     Logs(LogsArgs),
     /// Where a task's results are, or copy them elsewhere.
     Results(ResultsArgs),
+    /// The changes an ended task made to its workspace, as a patch for `git apply`.
+    Diff(IdArgs),
+    /// The report of an ended task (report.md): outcome, tool calls, usage, files changed.
+    Report(IdArgs),
     /// Cancel a queued or running task.
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
@@ -188,6 +192,7 @@ pub(crate) struct ResultsArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct IdArgs {
+    /// A task id, a unique prefix of one, or its last digits (as tables show them).
     pub id: String,
 }
 

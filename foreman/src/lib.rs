@@ -27,6 +27,8 @@
 //!   daemon (`docker/`) and size-limited workspaces (`disk`).
 //! - `collect/`: bringing a workspace home safely (links never followed,
 //!   sizes capped, keys redacted).
+//! - `report/`: what a user takes away from an ended task besides its
+//!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
 //!   the call ledger, providers, retries).
 //!
@@ -43,6 +45,7 @@ mod gateway;
 mod inputs;
 mod output;
 mod reconciler;
+mod report;
 mod spec;
 mod state;
 mod store;
@@ -123,6 +126,8 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Status(a) => commands::status(&cfg, a).await,
             TaskCommand::Logs(a) => commands::logs(&cfg, a).await,
             TaskCommand::Results(a) => commands::results(&cfg, a).await,
+            TaskCommand::Diff(a) => commands::diff(&cfg, a).await,
+            TaskCommand::Report(a) => commands::report(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
             TaskCommand::Answer(a) => commands::answer(&cfg, a).await,

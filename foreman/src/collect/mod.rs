@@ -25,13 +25,12 @@ mod volume;
 
 use archive::make_links;
 use redact::redact_tree;
-#[cfg(test)]
-use results::TRUNCATED_MARKER;
 use results::collect_into;
 
 pub(crate) use archive::{ChannelReader, extract};
 pub(crate) use read::{
-    AuditTotals, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, read_completion,
+    AuditTotals, CappedLines, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, open_regular,
+    read_completion,
 };
-pub(crate) use results::Collected;
+pub(crate) use results::{Collected, TRUNCATED_MARKER};
 pub(crate) use volume::copy_volume;

@@ -9,5 +9,5 @@ use json::{duration_ms, time};
 
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use json::{AttemptView, TaskView};
-pub(crate) use table::{detail, how_to_reply, override_line, table};
-pub(crate) use text::{audit_line, clean, waiting_line};
+pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
+pub(crate) use text::{audit_line, clean, printable, waiting_line};

@@ -3,12 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use saheeli_protocol::{Reason, TaskId};
+use saheeli_protocol::Reason;
 use tracing::{error, info, warn};
 
 use crate::collect;
 use crate::docker;
 use crate::gateway::Gateway;
+use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow, now_ms};
 
@@ -67,7 +68,7 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     }
     if task.state == TaskState::Running && dest.is_dir() {
         // Collected, but the foreman stopped before recording it.
-        return record_collected(&ctx, id, dest).await;
+        return record_collected(&ctx, &task, dest).await;
     }
     let (detail, retry) = match task.state {
         TaskState::Starting => (
@@ -105,7 +106,15 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
 /// Ends a task whose workspace was collected while no foreman watched it:
 /// complete when complete.json is valid, else for the reason the servo's
 /// audit log gives (`lost` when it gives none).
-async fn record_collected(ctx: &Ctx, id: TaskId, dest: std::path::PathBuf) -> Joined {
+async fn record_collected(ctx: &Ctx, task: &TaskRow, dest: std::path::PathBuf) -> Joined {
+    let id = task.id;
+    // The patch is written before the submitted workspace is removed: when
+    // the copy is gone, the foreman that removed it wrote the patch.
+    let has_workspace = task.spec.workspace.is_some();
+    if !has_workspace || inputs::workspace_tar(&ctx.cfg.state_dir(), id).is_file() {
+        let truncated = std::fs::symlink_metadata(dest.join(collect::TRUNCATED_MARKER)).is_ok();
+        record_changes(ctx, id, has_workspace, &dest, truncated).await;
+    }
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
         ..Default::default()

@@ -48,6 +48,7 @@ pub(super) async fn finish(
     }
     let lease = ctx.lease.clone();
     outcome.detail = Some(detail.clone());
+    record_report(ctx, id, to, &outcome).await;
     let queued = retry.clone();
     let recorded = ctx
         .db(move |s| {

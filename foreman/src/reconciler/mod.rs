@@ -16,6 +16,7 @@ mod lease;
 mod monitor;
 mod outcome;
 mod park;
+mod record;
 mod serve;
 mod sweep;
 
@@ -29,6 +30,7 @@ use lease::*;
 use monitor::*;
 use outcome::*;
 use park::*;
+use record::*;
 use serve::*;
 use sweep::*;
 

@@ -73,6 +73,10 @@ pub(super) async fn monitor(
     if let Some(g) = gateway {
         g.stop().await;
     }
+    if let Ok(c) = &collected {
+        let has_workspace = task.spec.workspace.is_some();
+        record_changes(&ctx, id, has_workspace, &dest, c.truncated).await;
+    }
     // The submitted workspace is in no further launch of this task; only a
     // retry by policy may still need it (`finish` hands it over).
     if task.attempt > i64::from(task.spec.retries) {

@@ -16,6 +16,8 @@ fn help_texts() {
         &["task", "status", "--help"],
         &["task", "logs", "--help"],
         &["task", "results", "--help"],
+        &["task", "diff", "--help"],
+        &["task", "report", "--help"],
         &["task", "cancel", "--help"],
         &["task", "retry", "--help"],
         &["task", "override", "--help"],

@@ -21,6 +21,7 @@ mod lifecycle;
 mod openai;
 mod output;
 mod replay;
+mod report;
 mod safety;
 mod sandbox;
 mod workspace_packing;

@@ -1,0 +1,107 @@
+//! What the reconciler writes beside a task's collected workspace: the
+//! patch right after collection (while the submitted workspace is still
+//! kept), the report once the outcome is decided. Neither ever changes an
+//! outcome: a failure is logged, and a file the agent planted under the
+//! same name is removed, so it cannot pass for Saheeli's.
+
+use std::path::{Path, PathBuf};
+
+use saheeli_protocol::TaskId;
+use tracing::{info, warn};
+
+use crate::inputs;
+use crate::report;
+use crate::state::TaskState;
+use crate::store::{Outcome, TaskRow, now_ms};
+
+use super::*;
+
+/// Writes `.saheeli/changes.patch` into the collected `dest` of task `id`
+/// (`has_workspace`: its spec named a `workspace:`). Call it before the
+/// submitted workspace is removed or handed to a retry.
+pub(super) async fn record_changes(
+    ctx: &Ctx,
+    id: TaskId,
+    has_workspace: bool,
+    dest: &Path,
+    truncated: bool,
+) {
+    let tar = inputs::workspace_tar(&ctx.cfg.state_dir(), id);
+    let submitted = if tar.is_file() {
+        Some(tar)
+    } else if has_workspace {
+        warn!(task_id = %id, "submitted workspace gone; no changes.patch");
+        return unplant(id, dest, report::PATCH).await;
+    } else {
+        None
+    };
+    if truncated {
+        info!(task_id = %id, "results cut at the size cap; no changes.patch");
+        return unplant(id, dest, report::PATCH).await;
+    }
+    let dir = dest.to_path_buf();
+    let written =
+        tokio::task::spawn_blocking(move || report::write_changes(&dir, submitted.as_deref()))
+            .await;
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "changes.patch not written");
+            unplant(id, dest, report::PATCH).await;
+        }
+        Err(e) => warn!(task_id = %id, error = %e, "changes.patch writer panicked"),
+    }
+}
+
+/// Writes `report.md` into the results of task `id` as it is about to be
+/// recorded (`to`, with `outcome`): before the record, so whoever sees the
+/// task ended finds its report.
+pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome: &Outcome) {
+    let Some(dest) = outcome.results_path.as_ref().map(PathBuf::from) else {
+        return;
+    };
+    let row = match ctx.db(move |s| s.require(&id.to_string())).await {
+        Ok(row) => ended(row, to, outcome),
+        Err(e) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "report.md not written");
+            return;
+        }
+    };
+    let dir = dest.clone();
+    let written = tokio::task::spawn_blocking(move || report::write_report(&row, &dir)).await;
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "report.md not written");
+            unplant(id, &dest, report::REPORT).await;
+        }
+        Err(e) => warn!(task_id = %id, error = %e, "report.md writer panicked"),
+    }
+}
+
+/// The row as [`Store::finish`](crate::store::Store::finish) is about to
+/// record it.
+fn ended(mut row: TaskRow, to: TaskState, o: &Outcome) -> TaskRow {
+    row.state = to;
+    row.reason = o.reason.clone();
+    row.detail = o.detail.clone();
+    row.steps = o.steps;
+    row.input_tokens = o.input_tokens;
+    row.output_tokens = o.output_tokens;
+    row.cost_usd = o.cost_usd;
+    row.results_path = o.results_path.clone();
+    row.finished_at = Some(now_ms());
+    row
+}
+
+/// Removes what the agent may have left where Saheeli writes `rel`.
+async fn unplant(id: TaskId, dest: &Path, rel: &'static str) {
+    let dir = dest.to_path_buf();
+    if !dir.is_dir() {
+        return;
+    }
+    let r = tokio::task::spawn_blocking(move || report::remove(&dir, rel)).await;
+    if let Ok(Err(e)) = r {
+        warn!(task_id = %id, error = %format!("{e:#}"), "could not remove `{rel}` from the results");
+    }
+}

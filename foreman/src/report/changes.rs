@@ -1,0 +1,260 @@
+//! `.saheeli/changes.patch`: the collected workspace against the submitted
+//! one, every changed path in git's format, in git's order. Empty when
+//! nothing changed.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use anyhow::Context;
+
+#[cfg(test)]
+use super::patch::MAX_DIFF_FILE;
+use super::patch::{Change, Kind, write_change};
+use super::tree::{Entry, Files, Tree, dir_tree, tar_tree};
+use super::write::{PATCH, replace_file};
+
+/// Writes `.saheeli/changes.patch` in the collected `results`: its
+/// workspace against `submitted` (the tar `pack` made; None for a task
+/// without `workspace:`, which started from an empty tree). Blocking.
+pub(crate) fn write_changes(results: &Path, submitted: Option<&Path>) -> anyhow::Result<()> {
+    let tar = submitted
+        .map(|p| File::open(p).with_context(|| format!("opening `{}`", p.display())))
+        .transpose()?;
+    let old = match &tar {
+        Some(f) => tar_tree(f).context("reading the submitted workspace")?,
+        None => Tree::new(),
+    };
+    let new = dir_tree(results)
+        .with_context(|| format!("reading the collected workspace `{}`", results.display()))?;
+    let files = Files { tar: tar.as_ref() };
+    replace_file(results, PATCH, |w| write_patch(w, &files, &old, &new))
+}
+
+/// Every path of either tree, in order, with what changed.
+fn write_patch(
+    w: &mut BufWriter<File>,
+    files: &Files<'_>,
+    old: &Tree,
+    new: &Tree,
+) -> io::Result<()> {
+    let mut paths: Vec<&Vec<u8>> = old.keys().chain(new.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    for path in paths {
+        write_path(w, files, path, old.get(path), new.get(path))?;
+    }
+    w.flush()
+}
+
+/// One path's change (nothing when it is the same on both sides).
+fn write_path(
+    w: &mut impl Write,
+    files: &Files<'_>,
+    path: &[u8],
+    old: Option<&Entry>,
+    new: Option<&Entry>,
+) -> io::Result<()> {
+    let is_link = |e: &Entry| e.kind == Kind::Link;
+    match (old, new) {
+        (None, None) => Ok(()),
+        (None, Some(n)) => write_change(w, path, &Change::Added(&files.side(n)?)),
+        (Some(o), None) => write_change(w, path, &Change::Deleted(&files.side(o)?)),
+        // A file became a link or a link a file: git deletes and adds.
+        (Some(o), Some(n)) if is_link(o) != is_link(n) => {
+            write_change(w, path, &Change::Deleted(&files.side(o)?))?;
+            write_change(w, path, &Change::Added(&files.side(n)?))
+        }
+        (Some(o), Some(n)) => {
+            let same_bytes = files.same_bytes(o, n)?;
+            if same_bytes && o.kind == n.kind {
+                return Ok(());
+            }
+            let (old, new) = (files.side(o)?, files.side(n)?);
+            write_change(
+                w,
+                path,
+                &Change::Modified {
+                    old: &old,
+                    new: &new,
+                    same_bytes,
+                },
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::process::Command;
+
+    use super::*;
+    use crate::inputs::{PackOptions, pack_workspace};
+
+    /// A file below `root`, its directories made.
+    fn put(root: &Path, rel: &str, bytes: &[u8]) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+
+    /// Every file and link below `root` but `.git`: (path, kind, bytes or target).
+    fn listing(root: &Path) -> Vec<(String, String, Vec<u8>)> {
+        let mut out = vec![];
+        for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
+            let e = e.unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            let meta = e.path().symlink_metadata().unwrap();
+            if rel.starts_with(".git") || meta.is_dir() {
+                continue;
+            }
+            if meta.is_symlink() {
+                let t = std::fs::read_link(e.path()).unwrap();
+                out.push((rel, "link".into(), t.into_os_string().into_encoded_bytes()));
+            } else {
+                let exec = meta.permissions().mode() & 0o100 != 0;
+                let kind = if exec { "exec" } else { "file" };
+                out.push((rel, kind.into(), std::fs::read(e.path()).unwrap()));
+            }
+        }
+        out
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> std::process::Output {
+        Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git runs")
+    }
+
+    /// The submitted workspace, packed as `submit` packs it; its copy is
+    /// the collected one, changed in every way git knows.
+    fn workspaces(d: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+        let (sub, col) = (d.join("submitted"), d.join("collected"));
+        for root in [&sub, &col] {
+            put(root, "keep.txt", b"same\n");
+            put(root, "edit.py", b"a\nb\nc\nd\ne\nf\ng\nh\n");
+            put(root, "gone.txt", b"bye\n");
+            put(root, "no-newline.txt", b"one\ntwo");
+            put(root, "mode.sh", b"echo\n");
+            put(root, "to-link", b"was a file\n");
+            put(root, "big.log", &vec![b'x'; 2 << 20]);
+            put(root, "bin.dat", &[0, 1, 2]);
+        }
+        let tar = d.join("inputs/t.tar");
+        let opts = PackOptions {
+            max_bytes: u64::MAX,
+            ..Default::default()
+        };
+        pack_workspace(&sub, &tar, &opts).unwrap();
+        put(&col, "edit.py", b"a\nB\nc\nd\ne\nf\ng\nH\n");
+        std::fs::remove_file(col.join("gone.txt")).unwrap();
+        put(&col, "no-newline.txt", b"one\nthree");
+        put(&col, "new dir/sub/é new.txt", b"fresh\nno end");
+        put(&col, "empty", b"");
+        put(&col, "bin.dat", &[0, 1, 3]);
+        let mode = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(col.join("mode.sh"), mode).unwrap();
+        std::fs::remove_file(col.join("to-link")).unwrap();
+        symlink("keep.txt", col.join("to-link")).unwrap();
+        symlink("/etc/passwd", col.join("outside")).unwrap();
+        // Saheeli's own files are not the agent's work.
+        put(&col, ".saheeli/task.json", b"{}");
+        put(&col, "prompt.md", b"Do it.\n");
+        put(&col, "complete.json", b"{}");
+        put(&col, "servo-1-audit.log", b"{}\n");
+        (sub, col, tar)
+    }
+
+    #[test]
+    fn the_patch_applies_with_git_and_reproduces_the_collected_files() {
+        let d = tempfile::tempdir().unwrap();
+        let (sub, col, tar) = workspaces(d.path());
+        write_changes(&col, Some(&tar)).unwrap();
+        let patch = std::fs::read_to_string(col.join(PATCH)).unwrap();
+        assert!(
+            !patch.contains("a/keep.txt") && !patch.contains("prompt.md"),
+            "{patch}"
+        );
+        assert!(
+            !patch.contains("big.log"),
+            "unchanged large files are not noted"
+        );
+        assert!(patch.contains("new file mode 120000"), "{patch}");
+        assert!(patch.contains("Binary files a/bin.dat and b/bin.dat differ\n"));
+        assert!(git(&sub, &["init", "-q"]).status.success());
+        let patch_file = col.join(PATCH);
+        // A binary change is noted, not carried: git refuses it by name…
+        let out = git(&sub, &["apply", "--check", patch_file.to_str().unwrap()]);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("binary patch does not apply to 'bin.dat'"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // …and applies everything else.
+        let args = ["apply", "--exclude=bin.dat", patch_file.to_str().unwrap()];
+        let out = git(&sub, &args);
+        assert!(
+            out.status.success(),
+            "git apply: {}\n{patch}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let own = [
+            ".saheeli",
+            "prompt.md",
+            "complete.json",
+            "servo-1-audit.log",
+            "bin.dat",
+        ];
+        let mut want = listing(&col);
+        want.retain(|(p, _, _)| !own.iter().any(|o| p.starts_with(o)));
+        let mut got = listing(&sub);
+        got.retain(|(p, _, _)| p != "bin.dat");
+        assert_eq!(got, want);
+        assert_eq!(std::fs::read(sub.join("bin.dat")).unwrap(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn nothing_changed_is_an_empty_patch_and_no_workspace_is_an_empty_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        put(&ws, "a.txt", b"a\n");
+        symlink("a.txt", ws.join("l")).unwrap();
+        let tar = d.path().join("t.tar");
+        let opts = PackOptions {
+            max_bytes: u64::MAX,
+            ..Default::default()
+        };
+        pack_workspace(&ws, &tar, &opts).unwrap();
+        put(&ws, "complete.json", b"{}");
+        write_changes(&ws, Some(&tar)).unwrap();
+        assert_eq!(std::fs::read(ws.join(PATCH)).unwrap(), b"");
+
+        write_changes(&ws, None).unwrap();
+        let patch = std::fs::read_to_string(ws.join(PATCH)).unwrap();
+        assert!(patch.starts_with("diff --git a/a.txt b/a.txt\nnew file mode 100644\n"));
+        assert!(patch.contains("diff --git a/l b/l\nnew file mode 120000\n"));
+    }
+
+    #[test]
+    fn binary_and_oversized_changes_are_noted() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        put(&ws, "img.png", &[0x89, b'P', b'N', b'G', 0, 1, 2]);
+        put(&ws, "latin1.txt", b"caf\xe9\n");
+        put(&ws, "huge.txt", &vec![b'y'; (MAX_DIFF_FILE + 1) as usize]);
+        write_changes(&ws, None).unwrap();
+        let patch = std::fs::read_to_string(ws.join(PATCH)).unwrap();
+        for name in ["huge.txt", "img.png", "latin1.txt"] {
+            assert!(
+                patch.contains(&format!("Binary files /dev/null and b/{name} differ\n")),
+                "{name}: {patch}"
+            );
+        }
+        assert!(!patch.contains("yyyy"));
+    }
+}

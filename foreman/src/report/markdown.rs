@@ -1,0 +1,378 @@
+//! The [`Report`]: facts about an ended task, rendered as Markdown one
+//! section at a time. What a later issue adds (verify attempts, step
+//! progress) is a field here and a section in [`Report::sections`].
+//!
+//! Titles, prompts, tool names, paths and the agent's message are text
+//! from people and agents: control characters are escaped, names go in
+//! code spans, the prompt in a quote and the agent's message in a fence
+//! longer than any it holds, so none of it can pass for the report's own
+//! structure.
+
+use std::fmt::Write;
+use std::time::{Duration, UNIX_EPOCH};
+
+use saheeli_protocol::TaskId;
+
+use super::diffstat::{FileStat, Status, counts};
+use super::write::PATCH;
+use crate::output::{printable, short_duration};
+
+/// How many files and tools the report lists (the rest are summed up).
+const MAX_ROWS: usize = 500;
+
+/// Calls of one tool, from the audit log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ToolCount {
+    pub tool: String,
+    pub calls: u64,
+    /// Calls that returned an error to the model.
+    pub failed: u64,
+}
+
+/// What the report says about one ended task.
+#[derive(Clone, Debug)]
+pub(crate) struct Report {
+    pub id: TaskId,
+    pub title: String,
+    /// The prompt body.
+    pub objective: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+    pub attempt: i64,
+    pub model: String,
+    pub steps: i64,
+    pub max_steps: u32,
+    /// By tool, most called first; Err says why they were not counted.
+    pub tools: Result<Vec<ToolCount>, String>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: f64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    /// The diffstat of `changes.patch`; Err says why there is none.
+    pub changes: Result<Vec<FileStat>, String>,
+    /// The message of `task_complete` (None: it was never called).
+    pub agent_message: Option<String>,
+    /// The workspace held a `report.md` of its own, which this one replaced.
+    pub replaced_own: bool,
+}
+
+impl Report {
+    /// The sections in order: (heading, Markdown body).
+    fn sections(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("Objective", self.objective_section()),
+            ("Outcome", self.outcome_section()),
+            ("Steps and tool calls", self.tools_section()),
+            ("Tokens, cost and time", self.usage_section()),
+            ("Files changed", self.files_section()),
+            ("What the agent reported", self.message_section()),
+        ]
+    }
+
+    /// The whole report.
+    pub fn to_markdown(&self) -> String {
+        let mut s = format!(
+            "# Report: {}\n\nTask `{}`, attempt {}, model {}.\n",
+            printable(&self.title),
+            self.id,
+            self.attempt,
+            code(&self.model)
+        );
+        for (heading, body) in self.sections() {
+            let _ = write!(s, "\n## {heading}\n\n{}", body.trim_end());
+            s.push('\n');
+        }
+        s
+    }
+
+    fn objective_section(&self) -> String {
+        let mut s = format!("> **{}**\n>\n", printable(&self.title));
+        for line in self.objective.trim_end().lines() {
+            let _ = writeln!(s, "> {}", printable(line));
+        }
+        s
+    }
+
+    fn outcome_section(&self) -> String {
+        let mut s = format!("**{}**", self.state);
+        if let Some(r) = self.reason.as_deref().filter(|r| *r != self.state) {
+            let _ = write!(s, " (reason: {})", code(r));
+        }
+        s.push('\n');
+        if let Some(d) = &self.detail {
+            let _ = write!(s, "\n{}\n", printable(d));
+        }
+        s
+    }
+
+    fn tools_section(&self) -> String {
+        let tools = match &self.tools {
+            Ok(t) => t,
+            Err(why) => {
+                return format!(
+                    "{} steps of {}; tool calls not counted: {}\n",
+                    self.steps,
+                    self.max_steps,
+                    printable(why)
+                );
+            }
+        };
+        let total: u64 = tools.iter().map(|t| t.calls).sum();
+        let mut s = format!(
+            "{} steps of {}, {total} tool calls.\n",
+            self.steps, self.max_steps
+        );
+        if tools.is_empty() {
+            return s;
+        }
+        s.push_str("\n| tool | calls | failed |\n|---|---:|---:|\n");
+        for t in tools.iter().take(MAX_ROWS) {
+            let _ = writeln!(s, "| {} | {} | {} |", cell(&t.tool), t.calls, t.failed);
+        }
+        if tools.len() > MAX_ROWS {
+            let rest: u64 = tools[MAX_ROWS..].iter().map(|t| t.calls).sum();
+            let _ = writeln!(s, "| {} other tools | {rest} | |", tools.len() - MAX_ROWS);
+        }
+        s
+    }
+
+    fn usage_section(&self) -> String {
+        let when = |ms: Option<i64>| {
+            ms.map(|ms| {
+                saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+            })
+            .unwrap_or_else(|| "-".into())
+        };
+        let duration = match (self.started_at, self.finished_at) {
+            (Some(a), Some(b)) => short_duration(b - a),
+            _ => "-".into(),
+        };
+        let cost = if self.cost_usd > 0.0 {
+            format!("${:.4}", self.cost_usd)
+        } else {
+            "-".into()
+        };
+        format!(
+            "| | |\n|---|---|\n| tokens | {} ({} in, {} out) |\n| cost | {cost} |\n\
+             | started | {} |\n| finished | {} |\n| duration | {duration} |\n",
+            self.input_tokens + self.output_tokens,
+            self.input_tokens,
+            self.output_tokens,
+            when(self.started_at),
+            when(self.finished_at),
+        )
+    }
+
+    fn files_section(&self) -> String {
+        let mut s = String::new();
+        if self.replaced_own {
+            let _ = writeln!(
+                s,
+                "The workspace held a `report.md` of its own; this report took its place \
+                 (its changes are in the patch).\n"
+            );
+        }
+        let files = match &self.changes {
+            Ok(f) => f,
+            Err(why) => {
+                let _ = writeln!(s, "Not known: {}", printable(why));
+                return s;
+            }
+        };
+        if files.is_empty() {
+            s.push_str("None: the workspace is as it was submitted.\n");
+            return s;
+        }
+        let added: u64 = files.iter().map(|f| f.added).sum();
+        let removed: u64 = files.iter().map(|f| f.removed).sum();
+        let _ = writeln!(
+            s,
+            "{} file{} changed, +{added} -{removed}; the patch is `{PATCH}` \
+             (`saheeli task diff {}`).\n",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" },
+            self.id.short()
+        );
+        s.push_str("| file | change | lines |\n|---|---|---|\n");
+        for f in files.iter().take(MAX_ROWS) {
+            let status = match f.status {
+                Status::Added => "added",
+                Status::Deleted => "deleted",
+                Status::Modified => "modified",
+            };
+            let _ = writeln!(s, "| {} | {status} | {} |", cell(&f.path), counts(f));
+        }
+        if files.len() > MAX_ROWS {
+            let _ = writeln!(s, "| {} more files | | |", files.len() - MAX_ROWS);
+        }
+        s
+    }
+
+    fn message_section(&self) -> String {
+        match &self.agent_message {
+            Some(m) => fenced(m),
+            None => "Nothing: the agent did not call `task_complete`.\n".into(),
+        }
+    }
+}
+
+/// `text` in a code span that nothing in it can close.
+fn code(text: &str) -> String {
+    let text = printable(text);
+    let ticks = "`".repeat(longest_run(&text, '`') + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{ticks}{pad}{text}{pad}{ticks}")
+}
+
+/// A table cell holding `text` as code (`|` escaped, as tables need).
+fn cell(text: &str) -> String {
+    code(text).replace('|', "\\|")
+}
+
+/// `text` in a fenced block that nothing in it can close.
+fn fenced(text: &str) -> String {
+    let fence = "`".repeat(longest_run(text, '`').max(2) + 1);
+    let mut s = format!("{fence}text\n");
+    for line in text.trim_end().lines() {
+        let _ = writeln!(s, "{}", printable(line));
+    }
+    let _ = writeln!(s, "{fence}");
+    s
+}
+
+/// The longest run of `c` in `text`.
+fn longest_run(text: &str, c: char) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for ch in text.chars() {
+        run = if ch == c { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        Report {
+            id: TaskId::new(),
+            title: "Fix the parser".into(),
+            objective: "The test fails.\n## Not a heading of the report\n".into(),
+            state: "complete".into(),
+            reason: Some("complete".into()),
+            detail: Some("exit 0; collected 3 files".into()),
+            attempt: 1,
+            model: "replay:s.json".into(),
+            steps: 3,
+            max_steps: 60,
+            tools: Ok(vec![
+                ToolCount {
+                    tool: "execute_shell".into(),
+                    calls: 2,
+                    failed: 1,
+                },
+                ToolCount {
+                    tool: "a|b`c".into(),
+                    calls: 1,
+                    failed: 0,
+                },
+            ]),
+            input_tokens: 100,
+            output_tokens: 20,
+            cost_usd: 0.0,
+            started_at: Some(1_000),
+            finished_at: Some(66_000),
+            changes: Ok(vec![FileStat {
+                path: "src/x.rs".into(),
+                status: Status::Modified,
+                added: 3,
+                removed: 1,
+                binary: false,
+            }]),
+            agent_message: Some("Done.\n```\n## Outcome\nall good".into()),
+            replaced_own: false,
+        }
+    }
+
+    #[test]
+    fn every_section_is_there_in_order() {
+        let md = report().to_markdown();
+        // Headings outside fences (the agent's `## Outcome` is inside one).
+        let mut fence: Option<&str> = None;
+        let mut headings = vec![];
+        for line in md.lines() {
+            let ticks = &line[..line.len() - line.trim_start_matches('`').len()];
+            match fence {
+                Some(f) if line == f => fence = None,
+                None if ticks.len() >= 3 => fence = Some(ticks),
+                None if line.starts_with("## ") => headings.push(line),
+                _ => {}
+            }
+        }
+        assert_eq!(
+            headings,
+            [
+                "## Objective",
+                "## Outcome",
+                "## Steps and tool calls",
+                "## Tokens, cost and time",
+                "## Files changed",
+                "## What the agent reported"
+            ],
+            "{md}"
+        );
+        for part in [
+            "**complete**\n\nexit 0; collected 3 files",
+            "3 steps of 60, 3 tool calls.",
+            "| `execute_shell` | 2 | 1 |",
+            "| ``a\\|b`c`` | 1 | 0 |",
+            "| tokens | 120 (100 in, 20 out) |",
+            "| duration | 1m05s |",
+            "1 file changed, +3 -1",
+            "| `src/x.rs` | modified | +3 -1 |",
+            "> ## Not a heading of the report",
+            "````text\nDone.\n```\n## Outcome\nall good\n````\n",
+        ] {
+            assert!(md.contains(part), "missing {part:?} in\n{md}");
+        }
+    }
+
+    #[test]
+    fn what_is_not_known_is_said() {
+        let mut r = report();
+        r.tools = Err("no audit log".into());
+        r.changes = Err("the results were truncated".into());
+        r.agent_message = None;
+        r.reason = Some("max_steps".into());
+        r.state = "incomplete".into();
+        let md = r.to_markdown();
+        for part in [
+            "**incomplete** (reason: `max_steps`)",
+            "tool calls not counted: no audit log",
+            "Not known: the results were truncated",
+            "the agent did not call `task_complete`",
+        ] {
+            assert!(md.contains(part), "missing {part:?} in\n{md}");
+        }
+        r.changes = Ok(vec![]);
+        assert!(
+            r.to_markdown()
+                .contains("None: the workspace is as it was submitted.")
+        );
+    }
+
+    #[test]
+    fn code_spans_cannot_be_closed_from_inside() {
+        assert_eq!(code("plain"), "`plain`");
+        assert_eq!(code("a`b"), "``a`b``");
+        assert_eq!(code("`x"), "`` `x ``");
+        assert_eq!(code("new\nline"), "`new\\nline`");
+    }
+}

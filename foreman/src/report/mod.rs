@@ -1,0 +1,26 @@
+//! What a user takes away from an ended task, beside its workspace:
+//! `.saheeli/changes.patch` (the collected workspace against the submitted
+//! one, in git's format) and `report.md` (what happened, from facts: the
+//! task row, the audit log, `complete.json` and the patch; no LLM).
+//!
+//! - `patch`: one path's change rendered as git does (pure).
+//! - `diffstat`: files changed, read back from a patch (pure).
+//! - `tree`: the two workspaces as trees of files and links, read without
+//!   following links and under a size cap.
+//! - `changes`: writing `changes.patch` into a results directory.
+//! - `markdown`: the `Report` and its Markdown.
+//! - `facts`: gathering a report's facts and writing `report.md`.
+//! - `write`: writing files into a results directory the agent filled
+//!   (nothing is written through its links).
+
+mod changes;
+mod diffstat;
+mod facts;
+mod markdown;
+mod patch;
+mod tree;
+mod write;
+
+pub(crate) use changes::write_changes;
+pub(crate) use facts::write_report;
+pub(crate) use write::{PATCH, REPORT, remove};
