@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use saheeli_protocol::TaskId;
-use tokio::io::AsyncBufReadExt;
 
 use crate::cli::IdArgs;
 use crate::config::Config;
@@ -90,7 +89,7 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
     let id = t.id;
     println!("attached to {id} ({}); {HELP}", t.state);
     let follower = tokio::spawn(follow(cfg.clone(), id));
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = stdin_lines();
     let mut stdin_open = true;
     let mut follower = std::pin::pin!(follower);
     loop {
@@ -99,8 +98,8 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
                 let state = ended??;
                 return Ok(exit_for(state));
             }
-            line = lines.next_line(), if stdin_open => {
-                let Some(line) = line? else {
+            line = lines.recv(), if stdin_open => {
+                let Some(line) = line else {
                     // Input closed: keep following until the task ends.
                     stdin_open = false;
                     continue;
@@ -129,6 +128,21 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
             }
         }
     }
+}
+
+/// The terminal's lines, read on a thread of their own: a read blocked on
+/// stdin must not keep the process from exiting when the task ends.
+fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// Prints the task's events and its servos' audit lines until it ends;

@@ -14,14 +14,9 @@ use crate::store::{HumanAct, Store};
 
 use super::*;
 
-/// Who is acting: the login name, else the uid.
+/// Who is acting: the OS user (as `task override` records it).
 pub(super) fn who() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .filter(|u| !u.is_empty())
-        // SAFETY: getuid has no preconditions.
-        .unwrap_or_else(|| format!("uid {}", unsafe { libc::getuid() }))
+    super::overrides::os_user()
 }
 
 pub(super) fn joined(text: &[String]) -> anyhow::Result<String> {

@@ -43,7 +43,7 @@ pub(crate) async fn override_outcome(cfg: &Config, args: OverrideArgs) -> anyhow
 /// Who is overriding: the name of the real user id (`getpwuid_r`, not
 /// `$USER`, which any caller can set), with the invoking user when root
 /// runs it through sudo (`SUDO_USER`: only root can be lying there).
-fn os_user() -> String {
+pub(super) fn os_user() -> String {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     let name = user_name(uid).unwrap_or_else(|| format!("uid {uid}"));

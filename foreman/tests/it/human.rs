@@ -550,3 +550,242 @@ fn an_answer_given_while_the_foreman_is_dead_is_delivered_once() {
     drop(second);
     assert!(leftovers(&id).is_empty(), "{:?}", leftovers(&id));
 }
+
+/// A command run under a pseudo-terminal (`script` from util-linux), fed
+/// lines when its output shows what it waits for.
+struct Pty {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Pty {
+    fn spawn(s: &Saheeli, args: &[&str]) -> Pty {
+        let base = s.cmd(args);
+        let line = std::iter::once(env!("CARGO_BIN_EXE_saheeli"))
+            .chain(args.iter().copied())
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut cmd = std::process::Command::new("script");
+        cmd.args(["-qec", &line, "/dev/null"])
+            .current_dir(s.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("TERM", "dumb")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in base.get_envs() {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        let mut child = cmd.spawn().expect("script (util-linux) runs");
+        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let sink = out.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let stdin = child.stdin.take();
+        Pty { child, stdin, out }
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until the output (after `from` bytes) contains `text`;
+    /// returns where that text ends.
+    fn expect(&self, text: &str, from: usize) -> usize {
+        let ok = wait_for(Duration::from_secs(60), || {
+            self.output()[from..].contains(text)
+        });
+        assert!(ok, "never saw {text:?} in:\n{}", self.output());
+        from + self.output()[from..].find(text).unwrap() + text.len()
+    }
+
+    fn type_line(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn wait(mut self) -> (Option<i32>, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                drop(self.stdin.take());
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.output());
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = self.child.kill();
+                panic!("still running:\n{}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn run_on_a_terminal_asks_inline_and_sends_the_answer() {
+    require_docker();
+    let llm = FakeLlm::start(vec![
+        Reply::tool("ask_user", json!({"question": "Which colour?"})),
+        Reply::tool("execute_shell", json!({"command": "touch painted.txt"})),
+        Reply::tool("task_complete", json!({"message": "done"})),
+    ]);
+    let s = project(&llm, "");
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\napprove: [execute_shell]\n---\nPaint.\n",
+    );
+    let mut pty = Pty::spawn(&s, &["run", "p.md"]);
+    let at = pty.expect("waits for a human: question: Which colour?", 0);
+    pty.expect("> ", at);
+    pty.type_line("green");
+    let at = pty.expect("approve execute_shell", at);
+    let at = pty.expect("[y]es / [n]o REASON > ", at);
+    pty.type_line("y");
+    pty.expect("approved: the call runs", at);
+    let (code, out) = pty.wait();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(request_text(&llm, 1).contains("answered: green"));
+    let results = out
+        .lines()
+        .find(|l| l.trim_end().ends_with(|c: char| c.is_ascii_hexdigit()) && l.contains("results"))
+        .unwrap_or_else(|| panic!("no results path in:\n{out}"))
+        .trim()
+        .to_string();
+    assert!(PathBuf::from(results).join("painted.txt").exists());
+}
+
+#[test]
+fn run_without_a_terminal_prints_the_command_that_answers() {
+    require_docker();
+    let llm = FakeLlm::start(vec![
+        Reply::tool("ask_user", json!({"question": "Proceed?"})),
+        Reply::tool("task_complete", json!({"message": "done"})),
+    ]);
+    let s = project(&llm, "");
+    s.write("p.md", "---\nmodel: gpt-test\n---\nAsk.\n");
+    let log = s.path().join("run.err");
+    let mut run = s
+        .cmd(&["run", "p.md", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(60), || said()
+            .contains("saheeli task answer")),
+        "{}",
+        said()
+    );
+    let line = said()
+        .lines()
+        .find(|l| l.contains("saheeli task answer"))
+        .unwrap()
+        .to_string();
+    let id = line
+        .split("saheeli task answer ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    s.expect(&["task", "answer", &id, "yes"], 0);
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", said());
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["state"], "complete");
+}
+
+#[test]
+fn attach_follows_a_task_and_steers_it_from_the_terminal() {
+    require_docker();
+    let llm = FakeLlm::start(vec![
+        Reply::tool("ask_user", json!({"question": "Which file?"})),
+        Reply::tool("execute_shell", json!({"command": "touch x.txt"})),
+        Reply::tool("task_complete", json!({"message": "done"})),
+    ]);
+    let s = project(&llm, "");
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\napprove: [execute_shell]\n---\nAsk, then touch.\n",
+    );
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let mut pty = Pty::spawn(&s, &["task", "attach", &id]);
+    let at = pty.expect("> question: Which file?", 0);
+    pty.type_line("bogus");
+    let at = pty.expect("unknown command", at);
+    pty.type_line("inject the file is x.txt");
+    let at = pty.expect("message queued", at);
+    pty.type_line("answer x.txt");
+    let at = pty.expect("> approve execute_shell", at);
+    pty.type_line("approve");
+    pty.expect("approved", at);
+    let (code, out) = pty.wait();
+    assert_eq!(code, Some(0), "{out}\n{}", serve.log());
+    // It showed the servo's audit lines live, and the events.
+    assert!(
+        out.contains("asks a human") && out.contains("[event] answered by"),
+        "{out}"
+    );
+    assert_eq!(s.task(&id)["state"], "complete");
+    let second = request_text(&llm, 1);
+    assert!(
+        second.contains("the file is x.txt") && second.contains("answered: x.txt"),
+        "{second}"
+    );
+}
+
+#[test]
+fn the_readme_example_runs_offline_asking_on_the_terminal() {
+    require_docker();
+    let s = Saheeli::new();
+    let prompts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../prompts");
+    for f in ["ask.md", "ask.replay.yaml"] {
+        s.write(f, &std::fs::read_to_string(prompts.join(f)).unwrap());
+    }
+    let mut pty = Pty::spawn(&s, &["run", "ask.md"]);
+    let at = pty.expect("Who is the greeting for?", 0);
+    let at = pty.expect("> ", at);
+    pty.type_line("the new team");
+    let at = pty.expect("approve? [y]es / [n]o REASON > ", at);
+    pty.type_line("y");
+    pty.expect("approved", at);
+    let (code, out) = pty.wait();
+    assert_eq!(code, Some(0), "{out}");
+    let results = std::fs::read_dir(s.path().join("results"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read_to_string(results.join("greeting.txt")).unwrap(),
+        "Hello, and welcome!\n"
+    );
+    let session = std::fs::read_dir(&results)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with("-session.json"))
+        .unwrap();
+    let text = std::fs::read_to_string(session.path()).unwrap();
+    assert!(text.contains("answered: the new team"), "{text}");
+}
