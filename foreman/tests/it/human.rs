@@ -682,7 +682,7 @@ fn run_without_a_terminal_prints_the_command_that_answers() {
     let s = project(&llm, "");
     s.write("p.md", "---\nmodel: gpt-test\n---\nAsk.\n");
     let log = s.path().join("run.err");
-    let mut run = s
+    let run = s
         .cmd(&["run", "p.md", "--json"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
