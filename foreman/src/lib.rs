@@ -43,6 +43,7 @@ mod config;
 mod events;
 mod gateway;
 mod inputs;
+mod notify;
 mod output;
 mod reconciler;
 mod report;

@@ -60,7 +60,50 @@ pub struct FrontMatter {
     pub human_timeout: Option<Timeout>,
     /// How long a waiting servo keeps its container before it parks.
     pub park_after: Option<Timeout>,
+    /// Webhooks for this task's events, added to config.yaml's `notify`.
+    pub notify: Option<Vec<Notify>>,
 }
+
+/// One webhook: where task events are POSTed, which, and in what shape.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Notify {
+    /// `http://` or `https://`.
+    pub url: String,
+    /// `task.queued`, `task.started`, `task.waiting_human`, `task.completed`,
+    /// `task.incomplete`, `task.failed`, `task.cancelled`, `step.done`, or `all`.
+    #[serde(default = "all_events")]
+    pub events: Vec<String>,
+    #[serde(default)]
+    pub format: NotifyFormat,
+}
+
+fn all_events() -> Vec<String> {
+    vec!["all".to_string()]
+}
+
+/// The body of a webhook delivery.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifyFormat {
+    /// Saheeli's own JSON event.
+    #[default]
+    Json,
+    /// A Slack incoming-webhook message (`{"text": …}`).
+    Slack,
+}
+
+/// Every event a webhook can ask for (`all` asks for each).
+pub const NOTIFY_EVENTS: &[&str] = &[
+    "task.queued",
+    "task.started",
+    "task.waiting_human",
+    "task.completed",
+    "task.incomplete",
+    "task.failed",
+    "task.cancelled",
+    "step.done",
+];
 
 /// `approve:` as a list of tools or a map of tool to a regular expression.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

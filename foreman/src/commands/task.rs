@@ -50,12 +50,21 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                 let t = store.require(id)?;
                 let events = store.events(t.id)?;
                 let attempts = store.attempts(t.id)?;
+                let hooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
                 if args.json {
                     let mut view = TaskView::new(&t, Some(&events));
                     view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
+                    view.webhooks = hooks;
                     serde_json::to_string_pretty(&view)?
                 } else {
-                    output::detail(&t, &events, &attempts)
+                    let mut text = output::detail(&t, &events, &attempts);
+                    if let Some(c) = hooks {
+                        text.push_str(&format!(
+                            "webhooks:  {} delivered, {} pending, {} dead (given up)\n",
+                            c.delivered, c.pending, c.dead
+                        ));
+                    }
+                    text
                 }
             }
             None => {

@@ -54,6 +54,11 @@ pub(crate) struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
+    /// Webhooks for every task's events (a prompt's `notify` adds more).
+    pub notify: Vec<saheeli_protocol::front_matter::Notify>,
+    /// A delivery still failing after this long is given up (marked dead).
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub notify_max_age: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -192,6 +197,8 @@ impl Default for ConfigFile {
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),
             prices: BTreeMap::new(),
+            notify: Vec::new(),
+            notify_max_age: Duration::from_secs(24 * 3600),
         }
     }
 }

@@ -68,7 +68,7 @@ pub(super) async fn not_found(
 }
 
 /// An error and its causes on one line (reqwest's own message is terse).
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

@@ -42,6 +42,7 @@ use redact::Redactor;
 use retry::Verdict;
 
 pub(crate) use desk::{DeskLink, DeskPolicy};
+pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::{Providers, Route};
 pub(crate) use server::Gateway;

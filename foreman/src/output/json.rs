@@ -54,6 +54,9 @@ pub(crate) struct TaskView {
     pub overridden: Option<OverrideView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
+    /// Its webhook deliveries (when it has any): delivered, pending, dead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhooks: Option<crate::store::WebhookCounts>,
     /// Every attempt of this task, oldest first (one task each).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptView>>,
@@ -170,6 +173,7 @@ impl TaskView {
                     .collect()
             }),
             attempts: None,
+            webhooks: None,
         }
     }
 }

@@ -66,6 +66,14 @@ pub(crate) async fn run(
         Some(after),
         feeder_stop.clone(),
     ));
+    // Webhooks go out on their own, never holding the loop up.
+    let sender_stop = CancellationToken::new();
+    let sender = tokio::spawn(crate::notify::run(
+        ctx.cfg.database(),
+        ctx.cfg.file.notify_max_age,
+        ctx.lease.owner.clone(),
+        sender_stop.clone(),
+    ));
     let result = serve_loop(
         &ctx,
         opts,
@@ -96,9 +104,12 @@ pub(crate) async fn run(
     }
     renewer_stop.cancel();
     let _ = renewer.await;
-    // The feeder publishes what is left before it stops.
+    // The feeder publishes what is left before it stops; the sender
+    // finishes what it has in flight (what is not sent stays in the outbox).
     feeder_stop.cancel();
     let _ = feeder.await;
+    sender_stop.cancel();
+    let _ = sender.await;
     result.map(|()| summary)
 }
 

@@ -260,3 +260,34 @@ pub(super) fn check_human(
     }
     Ok(())
 }
+
+/// Webhooks have http(s) URLs and name known events.
+pub(super) fn check_notify(
+    path: &std::path::Path,
+    notify: &[saheeli_protocol::front_matter::Notify],
+) -> anyhow::Result<()> {
+    use saheeli_protocol::front_matter::NOTIFY_EVENTS;
+    for n in notify {
+        let ok = reqwest::Url::parse(&n.url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !ok {
+            anyhow::bail!(
+                "{}: `notify` url `{}` is not an http:// or https:// URL",
+                path.display(),
+                n.url
+            );
+        }
+        if let Some(bad) = n
+            .events
+            .iter()
+            .find(|e| *e != "all" && !NOTIFY_EVENTS.contains(&e.as_str()))
+        {
+            anyhow::bail!(
+                "{}: `notify` event `{bad}` is unknown; use all or any of {}",
+                path.display(),
+                NOTIFY_EVENTS.join(", ")
+            );
+        }
+    }
+    Ok(())
+}

@@ -222,6 +222,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        key: "notify",
+        config: Some("notify"),
+        in_front_matter: |f| f.notify.is_some(),
+        value: |s, _| json!(s.notify.iter().map(|n| &n.url).collect::<Vec<_>>()),
+    },
+    Setting {
         key: "image",
         config: Some("image"),
         in_front_matter: never,

@@ -70,6 +70,9 @@ pub(crate) struct TaskSpec {
     /// Stop once the model has proposed its plan (`--plan-only`).
     #[serde(default)]
     pub plan_only: bool,
+    /// Webhooks: config.yaml's `notify`, then the front-matter's.
+    #[serde(default)]
+    pub notify: Vec<saheeli_protocol::front_matter::Notify>,
 }
 
 fn default_human_timeout_s() -> u64 {
@@ -144,6 +147,9 @@ impl TaskSpec {
         let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
         let park_after = fm.park_after.map(|t| t.0).unwrap_or(d.park_after);
         check_human(path, human_timeout, park_after)?;
+        let mut notify = cfg.file.notify.clone();
+        notify.extend(fm.notify.clone().unwrap_or_default());
+        check_notify(path, &notify)?;
         let title = fm
             .title
             .unwrap_or_else(|| default_title(path, &prompt.body));
@@ -183,6 +189,7 @@ impl TaskSpec {
             no_human: d.no_human,
             no_human_approves: d.no_human_gates == crate::config::GateDefault::Approve,
             plan_only: false,
+            notify,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).

@@ -104,18 +104,16 @@ pub(super) fn note_event(
     detail: &str,
 ) -> Result<()> {
     let state = current_state(tx, id)?;
+    let at = now_ms();
     tx.execute(
         "INSERT INTO events (task_id, at, from_state, to_state, detail, kind, actor)
          VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6)",
-        params![
-            id.to_string(),
-            now_ms(),
-            state.as_str(),
-            detail,
-            kind,
-            actor
-        ],
+        params![id.to_string(), at, state.as_str(), detail, kind, actor],
     )?;
+    // The one kind of event that is a webhook without being a transition.
+    if kind == "step_done" {
+        enqueue_webhooks(tx, id, tx.last_insert_rowid(), "step.done", at)?;
+    }
     Ok(())
 }
 

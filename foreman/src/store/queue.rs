@@ -96,9 +96,11 @@ pub(super) fn insert_task(
 ) -> Result<()> {
     let now = now_ms();
     let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
+    let notify = (!spec.notify.is_empty())
+        .then(|| serde_json::to_string(&spec.notify).expect("webhooks serialize"));
     tx.execute(
-        "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt)
-         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt, notify)
+         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             id.to_string(),
             spec.title,
@@ -106,7 +108,8 @@ pub(super) fn insert_task(
             spec_json,
             retry_of.map(|r| r.to_string()),
             now,
-            attempt
+            attempt,
+            notify
         ],
     )?;
     let detail = match retry_of {
@@ -131,6 +134,48 @@ pub(super) fn insert_event(
     tx.execute(
         "INSERT INTO events (task_id, at, from_state, to_state, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![id.to_string(), at, from.map(|s| s.as_str()), to.as_str(), detail],
+    )?;
+    if let Some(kind) = webhook_kind(from, to) {
+        let event = tx.last_insert_rowid();
+        enqueue_webhooks(tx, id, event, kind, at)?;
+    }
+    Ok(())
+}
+
+/// The webhook event a transition is, if any.
+pub(super) fn webhook_kind(from: Option<TaskState>, to: TaskState) -> Option<&'static str> {
+    Some(match (from, to) {
+        (None, TaskState::Queued) => "task.queued",
+        (Some(TaskState::Starting), TaskState::Running) => "task.started",
+        (_, TaskState::WaitingHuman) => "task.waiting_human",
+        (_, TaskState::Complete) => "task.completed",
+        (_, TaskState::Incomplete) => "task.incomplete",
+        (_, TaskState::Failed) => "task.failed",
+        (_, TaskState::Cancelled) => "task.cancelled",
+        _ => return None,
+    })
+}
+
+/// The outbox: one row per webhook of the task that asked for `kind`,
+/// written in the transaction of the event itself, so a delivery can be
+/// neither lost nor invented by a crash. A task without webhooks costs
+/// one primary-key lookup.
+pub(super) fn enqueue_webhooks(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    event: i64,
+    kind: &str,
+    at: i64,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT OR IGNORE INTO outbox (event_id, task_id, url, format, kind, created_at, next_at)
+         SELECT ?1, t.id, json_extract(n.value, '$.url'),
+                COALESCE(json_extract(n.value, '$.format'), 'json'), ?2, ?3, ?3
+         FROM tasks t, json_each(t.notify) n
+         WHERE t.id = ?4 AND t.notify IS NOT NULL
+           AND EXISTS (SELECT 1 FROM json_each(json_extract(n.value, '$.events')) e
+                       WHERE e.value IN (?2, 'all'))",
+        params![event, kind, at, id.to_string()],
     )?;
     Ok(())
 }

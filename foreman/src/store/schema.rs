@@ -115,6 +115,30 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN override_by TEXT;
          ALTER TABLE tasks ADD COLUMN override_at INTEGER;",
     ),
+    // Webhooks: the task's targets, and the outbox written in the same
+    // transaction as each event (one row per event and URL).
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN notify TEXT;
+         CREATE TABLE outbox (
+            id            INTEGER PRIMARY KEY,
+            event_id      INTEGER NOT NULL REFERENCES events(id),
+            task_id       TEXT NOT NULL REFERENCES tasks(id),
+            url           TEXT NOT NULL,
+            format        TEXT NOT NULL,
+            kind          TEXT NOT NULL,
+            created_at    INTEGER NOT NULL,
+            state         TEXT NOT NULL DEFAULT 'pending',
+            attempts      INTEGER NOT NULL DEFAULT 0,
+            next_at       INTEGER NOT NULL,
+            last_error    TEXT,
+            delivered_at  INTEGER,
+            claimed_by    TEXT,
+            claimed_until INTEGER,
+            UNIQUE (event_id, url)
+         );
+         CREATE INDEX outbox_due ON outbox(state, next_at);
+         CREATE INDEX outbox_by_task ON outbox(task_id, url, state, id);",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -36,6 +36,7 @@ fn spec(title: &str) -> TaskSpec {
         no_human: false,
         no_human_approves: false,
         plan_only: false,
+        notify: vec![],
     }
 }
 
@@ -511,4 +512,71 @@ fn override_refuses_unended_cancelled_and_bad_targets() {
     // Nothing refused was written.
     assert!(s.require(&ended.to_string()).unwrap().overridden.is_none());
     assert_eq!(s.events(ended).unwrap().len(), 4);
+}
+
+mod outbox {
+    use super::*;
+    use saheeli_protocol::front_matter::{Notify, NotifyFormat};
+
+    #[test]
+    fn a_tasks_events_are_claimed_one_at_a_time_in_order() {
+        let (_d, mut s) = store();
+        let mut sp = spec("hooked");
+        sp.notify = vec![
+            Notify {
+                url: "http://a/".into(),
+                events: vec!["all".into()],
+                format: NotifyFormat::Json,
+            },
+            Notify {
+                url: "http://b/".into(),
+                events: vec!["task.completed".into()],
+                format: NotifyFormat::Slack,
+            },
+        ];
+        let id = TaskId::new();
+        s.submit(id, &sp, 0, None, 1).unwrap();
+        s.claim_next(None, &lease()).unwrap().unwrap();
+        s.transition(id, &lease(), TaskState::Running, None, None)
+            .unwrap();
+        s.transition(id, &lease(), TaskState::Complete, None, None)
+            .unwrap();
+        // A task without webhooks adds nothing.
+        let plain = TaskId::new();
+        s.submit(plain, &spec("plain"), 0, None, 1).unwrap();
+
+        let first = s.claim_deliveries("me", 10_000, 10).unwrap();
+        let kinds: Vec<_> = first
+            .iter()
+            .map(|d| (d.url.as_str(), d.kind.as_str()))
+            .collect();
+        // Only the head of each (task, URL) line: a's queued and b's completed.
+        assert_eq!(
+            kinds,
+            [
+                ("http://a/", "task.queued"),
+                ("http://b/", "task.completed")
+            ]
+        );
+        assert!(
+            s.claim_deliveries("other", 10_000, 10).unwrap().is_empty(),
+            "claimed"
+        );
+        s.delivery_failed(first[0].id, "HTTP 503", 0, false)
+            .unwrap();
+        s.delivery_done(first[1].id).unwrap();
+        let again = s.claim_deliveries("me", 10_000, 10).unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!(
+            (again[0].kind.as_str(), again[0].attempts),
+            ("task.queued", 1)
+        );
+        s.delivery_done(again[0].id).unwrap();
+        let next = s.claim_deliveries("me", 10_000, 10).unwrap();
+        assert_eq!(next[0].kind, "task.started");
+        s.delivery_failed(next[0].id, "gone", 0, true).unwrap();
+        let c = s.webhook_counts(id).unwrap();
+        assert_eq!((c.delivered, c.pending, c.dead), (2, 1, 1));
+        assert_eq!(s.webhook_counts(plain).unwrap(), Default::default());
+    }
 }

@@ -24,4 +24,5 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod webhooks;
 mod workspace_packing;
