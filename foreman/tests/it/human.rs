@@ -622,7 +622,7 @@ impl Pty {
         stdin.flush().unwrap();
     }
 
-    fn wait(mut self) -> (Option<i32>, String) {
+    fn wait(&mut self) -> (Option<i32>, String) {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -636,6 +636,15 @@ impl Pty {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+impl Drop for Pty {
+    /// A test that failed leaves nothing running: `script` killed, its
+    /// terminal closes and the command under it gets SIGHUP.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
