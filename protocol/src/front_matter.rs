@@ -62,6 +62,12 @@ pub struct FrontMatter {
     pub park_after: Option<Timeout>,
     /// Webhooks for this task's events, added to config.yaml's `notify`.
     pub notify: Option<Vec<Notify>>,
+    /// MCP capabilities (config.yaml `capabilities:`) this task may use;
+    /// their tools are offered as `name__tool`.
+    pub capabilities: Option<Vec<String>>,
+    /// The built-in tools offered (all when unset), e.g. a read-only review:
+    /// `[read_file, list_files, task_complete]`.
+    pub tools: Option<Vec<String>>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

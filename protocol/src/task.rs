@@ -89,6 +89,12 @@ pub struct ServoTask {
     /// session and exits, to be started again on the reply). None: 10 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub park_after_ms: Option<u64>,
+    /// The built-in tools offered; None: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Granted MCP capabilities: their tools come from the gateway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

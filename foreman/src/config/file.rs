@@ -59,6 +59,28 @@ pub(crate) struct ConfigFile {
     /// A delivery still failing after this long is given up (marked dead).
     #[serde(deserialize_with = "parse_duration_value")]
     pub notify_max_age: Duration,
+    /// MCP servers run on the foreman's side, by name; a task asks for
+    /// them with `capabilities: [name]` and sees their tools as `name__tool`.
+    pub capabilities: BTreeMap<String, CapabilityConfig>,
+    /// The capabilities tasks may ask for (unset: every one configured).
+    pub allow: Option<Vec<String>>,
+}
+
+/// One MCP server: a local command over stdio, or a streamable-HTTP URL.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CapabilityConfig {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Names of host environment variables passed to the server (values
+    /// never written in a file).
+    #[serde(default)]
+    pub env: Vec<String>,
+    pub url: Option<String>,
+    /// Request headers for `url`; `${VAR}` is replaced from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -199,6 +221,8 @@ impl Default for ConfigFile {
             prices: BTreeMap::new(),
             notify: Vec::new(),
             notify_max_age: Duration::from_secs(24 * 3600),
+            capabilities: BTreeMap::new(),
+            allow: None,
         }
     }
 }

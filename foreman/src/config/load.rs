@@ -61,6 +61,7 @@ impl Config {
                 path.display()
             );
         }
+        check_capabilities(&file).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         if file.lease < Duration::from_secs(1) {
             anyhow::bail!("{}: `lease` must be at least 1s", path.display());
         }
@@ -187,4 +188,34 @@ pub(super) fn line_of(text: &str, fragment: &str) -> usize {
                 .map(|at| text[..at].matches('\n').count())
         })
         .map_or(1, |i| i + 1)
+}
+
+/// Capability names are plain words (their tools are `name__tool`), each
+/// is a command or a URL, and `allow` names configured ones.
+fn check_capabilities(file: &ConfigFile) -> Result<(), String> {
+    for (name, c) in &file.capabilities {
+        let plain = !name.is_empty()
+            && !name.contains("__")
+            && name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-');
+        if !plain {
+            return Err(format!(
+                "capability name `{name}` must be letters, digits, `-` or `_` (no `__`)"
+            ));
+        }
+        if c.command.is_some() == c.url.is_some() {
+            return Err(format!(
+                "capability `{name}` needs exactly one of `command` (stdio) or `url` (streamable HTTP)"
+            ));
+        }
+    }
+    for a in file.allow.iter().flatten() {
+        if !file.capabilities.contains_key(a) {
+            return Err(format!(
+                "`allow` names `{a}`, which is not under `capabilities`"
+            ));
+        }
+    }
+    Ok(())
 }

@@ -53,6 +53,9 @@ pub(crate) struct Route {
 #[derive(Clone, Debug)]
 pub(crate) struct Providers {
     map: BTreeMap<String, Provider>,
+    /// What capability servers are given from the environment: redacted
+    /// wherever keys are.
+    capability_secrets: Vec<(String, String)>,
     prices: BTreeMap<String, Price>,
 }
 
@@ -117,9 +120,22 @@ impl Providers {
                 (name, p)
             })
             .collect();
+        let capability_secrets = cfg
+            .file
+            .capabilities
+            .values()
+            .flat_map(|c| {
+                c.env
+                    .iter()
+                    .cloned()
+                    .chain(c.headers.values().flat_map(|h| header_vars(h)))
+            })
+            .filter_map(|var| Some((var.clone(), std::env::var(&var).ok()?)))
+            .collect();
         Providers {
             map,
             prices: cfg.file.prices.clone(),
+            capability_secrets,
         }
     }
 
@@ -150,6 +166,7 @@ impl Providers {
             .map
             .values()
             .filter_map(|p| Some((p.key_env.clone(), p.key.as_ref()?.0.clone())))
+            .chain(self.capability_secrets.iter().cloned())
             .filter(|(_, v)| v.len() >= 8)
             .collect();
         out.sort();
@@ -165,6 +182,19 @@ impl Providers {
             .collect::<Vec<_>>()
             .join(" ")
     }
+}
+
+/// The `${VAR}` names in a header template.
+pub(crate) fn header_vars(template: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else { break };
+        out.push(after[..end].to_string());
+        rest = &after[end + 1..];
+    }
+    out
 }
 
 #[cfg(test)]

@@ -201,14 +201,20 @@ pub(super) const GATEABLE: &[&str] = &[
     saheeli_protocol::human::PLAN,
 ];
 
-/// Gates name known tools once each, and their patterns compile.
+/// Gates name known tools once each (a granted capability's tools are
+/// `name__tool`), and their patterns compile.
 pub(super) fn check_gates(
     path: &std::path::Path,
     gates: &[saheeli_protocol::human::Gate],
+    capabilities: &[String],
 ) -> anyhow::Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for g in gates {
-        if !GATEABLE.contains(&g.tool.as_str()) {
+        let capability_tool = g
+            .tool
+            .split_once("__")
+            .is_some_and(|(cap, tool)| !tool.is_empty() && capabilities.iter().any(|c| c == cap));
+        if !GATEABLE.contains(&g.tool.as_str()) && !capability_tool {
             anyhow::bail!(
                 "{}: `approve` names `{}`, which is not a gateable tool; use any of {}",
                 path.display(),
@@ -288,6 +294,64 @@ pub(super) fn check_notify(
                 NOTIFY_EVENTS.join(", ")
             );
         }
+    }
+    Ok(())
+}
+
+/// The built-in tools `tools:` may list.
+pub(super) const BUILT_IN: &[&str] = &[
+    "execute_shell",
+    "create_file",
+    "read_file",
+    "edit_file",
+    "list_files",
+    "task_complete",
+];
+
+/// Capabilities a task asks for exist in config.yaml and are allowed.
+pub(super) fn check_capabilities(
+    cfg: &crate::config::Config,
+    path: &std::path::Path,
+    asked: &[String],
+) -> anyhow::Result<()> {
+    for name in asked {
+        if !cfg.file.capabilities.contains_key(name) {
+            let known: Vec<&str> = cfg.file.capabilities.keys().map(String::as_str).collect();
+            anyhow::bail!(
+                "{}: capability `{name}` is not configured; config.yaml `capabilities:` has {}",
+                path.display(),
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            );
+        }
+        if cfg.file.allow.as_ref().is_some_and(|a| !a.contains(name)) {
+            anyhow::bail!(
+                "{}: capability `{name}` is not allowed for tasks; add it to `allow:` in config.yaml",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `tools:` names built-in tools and keeps `task_complete`.
+pub(super) fn check_tools(path: &std::path::Path, tools: Option<&[String]>) -> anyhow::Result<()> {
+    let Some(tools) = tools else { return Ok(()) };
+    if let Some(bad) = tools.iter().find(|t| !BUILT_IN.contains(&t.as_str())) {
+        anyhow::bail!(
+            "{}: `tools` names `{bad}`, which is not a built-in tool; use any of {}",
+            path.display(),
+            BUILT_IN.join(", ")
+        );
+    }
+    if !tools.iter().any(|t| t == "task_complete") {
+        anyhow::bail!(
+            "{}: `tools` must include task_complete, or the task can never complete",
+            path.display()
+        );
     }
     Ok(())
 }

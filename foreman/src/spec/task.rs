@@ -73,6 +73,12 @@ pub(crate) struct TaskSpec {
     /// Webhooks: config.yaml's `notify`, then the front-matter's.
     #[serde(default)]
     pub notify: Vec<saheeli_protocol::front_matter::Notify>,
+    /// Granted MCP capabilities (`capabilities:`).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// The built-in tools offered (`tools:`); None: all.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 fn default_human_timeout_s() -> u64 {
@@ -136,13 +142,17 @@ impl TaskSpec {
         if replay.is_none() {
             check_model(cfg, path, &model)?;
         }
+        let capabilities = fm.capabilities.clone().unwrap_or_default();
+        check_capabilities(cfg, path, &capabilities)?;
+        let tools = fm.tools.clone();
+        check_tools(path, tools.as_deref())?;
         let gates = fm
             .approve
             .as_ref()
             .or(d.approve.as_ref())
             .map(|a| a.gates())
             .unwrap_or_default();
-        check_gates(path, &gates)?;
+        check_gates(path, &gates, &capabilities)?;
         let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
         let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
         let park_after = fm.park_after.map(|t| t.0).unwrap_or(d.park_after);
@@ -190,6 +200,8 @@ impl TaskSpec {
             no_human_approves: d.no_human_gates == crate::config::GateDefault::Approve,
             plan_only: false,
             notify,
+            capabilities,
+            tools,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -234,6 +246,8 @@ impl TaskSpec {
             pause_on_tool_error: self.pause_on_tool_error,
             plan_only: self.plan_only,
             park_after_ms: Some(self.park_after_ms),
+            tools: self.tools.clone(),
+            capabilities: self.capabilities.clone(),
             replay: self.replay.clone(),
         }
     }

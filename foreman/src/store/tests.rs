@@ -37,6 +37,8 @@ fn spec(title: &str) -> TaskSpec {
         no_human_approves: false,
         plan_only: false,
         notify: vec![],
+        capabilities: vec![],
+        tools: None,
     }
 }
 
