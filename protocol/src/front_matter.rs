@@ -60,6 +60,13 @@ pub struct FrontMatter {
     pub human_timeout: Option<Timeout>,
     /// How long a waiting servo keeps its container before it parks.
     pub park_after: Option<Timeout>,
+    /// Declared parameters: the prompt is a template, and `{{ name }}` in
+    /// its text is replaced by the value (see [`crate::template`]).
+    #[serde(default)]
+    pub parameters: Vec<crate::template::Parameter>,
+    /// A checklist the model ticks off with `step_done`.
+    #[serde(default)]
+    pub steps: Vec<crate::template::Step>,
 }
 
 /// `approve:` as a list of tools or a map of tool to a regular expression.

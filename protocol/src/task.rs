@@ -89,6 +89,9 @@ pub struct ServoTask {
     /// session and exits, to be started again on the reply). None: 10 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub park_after_ms: Option<u64>,
+    /// The template's steps: the model gets `step_done` and sees the list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::template::Step>,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

@@ -57,6 +57,11 @@ pub(crate) struct TaskView {
     /// Every attempt of this task, oldest first (one task each).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptView>>,
+    /// A template's steps with their state and evidence (one task in
+    /// detail; empty when the prompt has no `steps:`). Not `steps`: that
+    /// is the number of agent steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_steps: Option<Vec<super::StepView>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -170,6 +175,7 @@ impl TaskView {
                     .collect()
             }),
             attempts: None,
+            template_steps: None,
         }
     }
 }

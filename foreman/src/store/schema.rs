@@ -115,6 +115,17 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN override_by TEXT;
          ALTER TABLE tasks ADD COLUMN override_at INTEGER;",
     ),
+    // A template's steps the model marked done (`step_done`), one row per
+    // step: marking it again replaces the evidence.
+    M::up(
+        "CREATE TABLE steps (
+            task_id  TEXT NOT NULL REFERENCES tasks(id),
+            name     TEXT NOT NULL,
+            evidence TEXT NOT NULL,
+            at       INTEGER NOT NULL,
+            PRIMARY KEY (task_id, name)
+        );",
+    ),
 ];
 
 pub(crate) struct Store {
