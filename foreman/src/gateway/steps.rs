@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use saheeli_protocol::template::{StepDone, StepsDone};
-use tracing::info;
+use tracing::debug;
 
 use super::*;
 
@@ -32,7 +32,7 @@ pub(super) async fn step_done(
             );
         }
     };
-    if !gw.desk.steps.iter().any(|s| *s == step.name) {
+    if !gw.desk.steps.contains(&step.name) {
         let names = gw.desk.steps.join(", ");
         return error_response(
             &gw,
@@ -52,7 +52,7 @@ pub(super) async fn step_done(
         .await;
     match r {
         Ok(done) => {
-            info!(task_id = %id, step = %step.name, "step done");
+            debug!(task_id = %id, step = %step.name, "step done");
             json_response(&gw, StatusCode::OK, &StepsDone { done })
         }
         Err(resp) => resp,

@@ -24,4 +24,5 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod templates;
 mod workspace_packing;
