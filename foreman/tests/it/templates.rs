@@ -293,6 +293,18 @@ fn a_parameter_named_like_a_front_matter_key_is_refused_naming_both() {
     assert_nothing_queued(&s);
 }
 
+/// The agent's shell marks a step of its own choosing through the socket:
+/// an undeclared one is refused (400), a declared one is only what the
+/// model could do with `step_done`.
+const FORGE: &str = r#"python3 -c "
+import json, socket
+s = socket.socket(socket.AF_UNIX)
+s.connect('/run/saheeli/gateway.sock')
+b = json.dumps({'name': 'deploy', 'evidence': 'forged'})
+s.sendall(('POST /saheeli/v1/step_done HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' % (len(b), b)).encode())
+print('forged:', s.recv(300).decode().split('\r\n')[0])
+""#;
+
 fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
     t["template_steps"]
         .as_array()
@@ -318,6 +330,7 @@ fn step_done_shows_live_in_status_text_and_json_and_in_the_report() {
                 "step_done",
                 json!({"name": "read", "evidence": "read calc.py: the divisor is off by one"}),
             ),
+            ("execute_shell", json!({"command": FORGE})),
             ("ask_user", json!({"question": "go on?"})),
             (
                 "step_done",
@@ -372,6 +385,16 @@ fn step_done_shows_live_in_status_text_and_json_and_in_the_report() {
         session.contains("error: unknown step `deploy`; the steps are: read, fix, check"),
         "{session}"
     );
+    assert!(
+        session.contains("forged: HTTP/1.1 400 Bad Request"),
+        "the gateway refuses an undeclared step: {session}"
+    );
+    assert!(
+        !t["events"].to_string().contains("forged"),
+        "{:#}",
+        t["events"]
+    );
+    assert_eq!(t["template_steps"].as_array().unwrap().len(), 3);
     let report = s.expect(&["task", "report", &id], 0);
     for part in [
         "## Template steps",
