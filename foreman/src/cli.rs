@@ -120,7 +120,7 @@ pub(crate) struct DenyArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct PromptArgs {
-    /// Override a front-matter key for this task (repeatable), e.g. `--param max_steps=10`.
+    /// Give a template parameter its value, or override a front-matter key (repeatable), e.g. `--param max_steps=10`.
     #[arg(long = "param", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
     /// Higher runs first.

@@ -68,6 +68,13 @@ pub struct FrontMatter {
     /// The built-in tools offered (all when unset), e.g. a read-only review:
     /// `[read_file, list_files, task_complete]`.
     pub tools: Option<Vec<String>>,
+    /// Declared parameters: the prompt is a template, and `{{ name }}` in
+    /// its text is replaced by the value (see [`crate::template`]).
+    #[serde(default)]
+    pub parameters: Vec<crate::template::Parameter>,
+    /// A checklist the model ticks off with `step_done`.
+    #[serde(default)]
+    pub steps: Vec<crate::template::Step>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

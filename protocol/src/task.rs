@@ -95,6 +95,9 @@ pub struct ServoTask {
     /// Granted MCP capabilities: their tools come from the gateway.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
+    /// The template's steps: the model gets `step_done` and sees the list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::template::Step>,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

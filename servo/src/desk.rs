@@ -1,5 +1,5 @@
-//! The human desk: questions, approvals, plans, injected messages and
-//! pauses, through the same gateway socket as the LLM calls (no other
+//! The human desk: questions, approvals, plans, injected messages,
+//! pauses and template steps done, through the same gateway socket as the LLM calls (no other
 //! network, no key). Every call is retried while the gateway is away (a
 //! foreman restarting); the servo's own deadline bounds the waiting.
 
@@ -8,6 +8,7 @@ use std::time::Duration;
 use saheeli_protocol::human::{
     Ask, Asked, Breakpoint, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, routes,
 };
+use saheeli_protocol::template::{self, StepDone, StepsDone};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
@@ -92,6 +93,11 @@ impl Desk {
             .post_retrying(routes::DELIVERED, &Delivered { ids })
             .await?;
         Ok(())
+    }
+
+    /// Records a template step as done; the names of all steps done so far.
+    pub async fn step_done(&self, step: &StepDone) -> Result<StepsDone, Refused> {
+        self.post_retrying(template::routes::STEP_DONE, step).await
     }
 
     pub async fn breakpoint(&self, bp: &Breakpoint) -> Result<(), Refused> {

@@ -10,9 +10,10 @@ use saheeli_protocol::TaskId;
 use crate::cli::PromptArgs;
 use crate::config::Config;
 use crate::inputs;
-use crate::spec::TaskSpec;
+use crate::spec::{MissingParameters, TaskSpec, ask_line, check_value};
 use crate::state::TaskState;
 use crate::store::Store;
+use saheeli_protocol::template::Parameter;
 
 /// Opens the database named by the config, creating its directory.
 pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
@@ -47,11 +48,53 @@ pub(super) fn exit_for(state: TaskState) -> ExitCode {
 }
 
 /// The task a prompt and the command line's flags make (nothing written).
+/// A template's required parameters without a value are asked for when
+/// stdin is a terminal; otherwise they are the error.
 pub(super) fn spec_for(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow::Result<TaskSpec> {
-    let mut spec = TaskSpec::from_prompt(cfg, prompt, &args.params)?;
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let mut asked: Vec<(String, String)> = Vec::new();
+    let mut spec = loop {
+        match TaskSpec::from_prompt_asked(cfg, prompt, &args.params, &asked) {
+            Ok(spec) => break spec,
+            Err(e) if interactive => {
+                let missing = e.downcast::<MissingParameters>()?;
+                for p in &missing.missing {
+                    asked.push((p.name.clone(), ask_parameter(p, &missing.dir)?));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
     spec.no_human |= args.no_human;
     spec.plan_only = args.plan_only;
     Ok(spec)
+}
+
+/// Asks for a parameter's value on the terminal (stderr, stdin) until one
+/// fits its type.
+fn ask_parameter(p: &Parameter, dir: &Path) -> anyhow::Result<String> {
+    use std::io::Write;
+    eprintln!("{}", crate::output::clean(&ask_line(p)));
+    loop {
+        eprint!("{} = ", p.name);
+        std::io::stderr().flush()?;
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line)? == 0 {
+            bail!(
+                "no value for parameter `{}`: the input ended; give it with `--param {}=VALUE`",
+                p.name,
+                p.name
+            );
+        }
+        let value = line.trim_end_matches(['\n', '\r']).trim();
+        if value.is_empty() {
+            continue;
+        }
+        match check_value(p, value, dir) {
+            Ok(()) => return Ok(value.to_string()),
+            Err(why) => eprintln!("  {why}; try again"),
+        }
+    }
 }
 
 /// Validates and queues a prompt; returns the new id.

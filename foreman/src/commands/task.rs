@@ -13,7 +13,7 @@ use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArg
 use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
-use crate::store::TaskRow;
+use crate::store::{TaskRow, step_status};
 use crate::{collect, docker, inputs};
 
 use super::*;
@@ -51,13 +51,15 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                 let events = store.events(t.id)?;
                 let attempts = store.attempts(t.id)?;
                 let hooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
+                let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
                 if args.json {
                     let mut view = TaskView::new(&t, Some(&events));
                     view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
+                    view.template_steps = Some(steps.iter().map(output::StepView::new).collect());
                     view.webhooks = hooks;
                     serde_json::to_string_pretty(&view)?
                 } else {
-                    let mut text = output::detail(&t, &events, &attempts);
+                    let mut text = output::detail(&t, &events, &attempts, &steps);
                     if let Some(c) = hooks {
                         text.push_str(&format!(
                             "webhooks:  {} delivered, {} pending, {} dead (given up)\n",

@@ -41,6 +41,8 @@ pub(crate) struct DeskLink {
     /// Set while the task waits for a human: it holds no concurrency slot.
     pub waiting: Arc<AtomicBool>,
     pub policy: DeskPolicy,
+    /// The names of the task's template steps (`step_done` marks them).
+    pub steps: Arc<[String]>,
 }
 
 /// The task's human settings, from its spec.
@@ -93,7 +95,7 @@ pub(super) struct Wait {
 }
 
 impl GatewayState {
-    async fn desk_db<T: Send + 'static>(
+    pub(super) async fn desk_db<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, Response> {
@@ -149,10 +151,15 @@ impl GatewayState {
 }
 
 fn capped(text: &str) -> String {
-    if text.len() <= MAX_TEXT {
+    capped_to(text, MAX_TEXT)
+}
+
+/// `text` cut to `max` bytes (on a character boundary), the cut stated.
+pub(super) fn capped_to(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_string();
     }
-    let mut end = MAX_TEXT;
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }

@@ -9,8 +9,8 @@
 //! its own budget.
 //!
 //! The agent's shell can reach the socket too, so nothing of a request is
-//! trusted: only `POST /v1/chat/completions` and the human desk's routes
-//! (`desk`: questions, replies, messages, pauses) are served, the body is parsed
+//! trusted: only `POST /v1/chat/completions`, the human desk's routes
+//! (`desk`: questions, replies, messages, pauses) and `step_done` are served, the body is parsed
 //! into protocol's typed request and a new one is built from it (the task's
 //! model, one choice, no streaming, the output capped to what the budget
 //! leaves), each call's estimate is reserved before it is forwarded, and
@@ -20,7 +20,8 @@
 //!
 //! - `meter`: budget, usage and reservations; `ledger`: the same per call
 //!   in SQLite, for a foreman that adopts a task.
-//! - `desk`: humans in the loop, through the same socket.
+//! - `desk`: humans in the loop, through the same socket; `steps`: a
+//!   template's steps marked done (`step_done`).
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
 
@@ -34,6 +35,7 @@ mod redact;
 mod retry;
 mod server;
 mod socket;
+mod steps;
 mod upstream;
 
 use handler::*;

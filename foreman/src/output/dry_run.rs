@@ -10,7 +10,7 @@ use comfy_table::{ContentArrangement, Table};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::spec::{Effective, Source, TaskSpec};
+use crate::spec::{Effective, ParamValue, Source, TaskSpec};
 
 use super::*;
 
@@ -35,6 +35,10 @@ pub(crate) struct DryRunView<'a> {
     pub image_present: Option<bool>,
     /// What `workspace:` would copy into /workspace.
     pub workspace: Option<DryWorkspace>,
+    /// A template's parameters: each value and where it came from.
+    pub parameters: &'a [ParamValue],
+    /// A template's steps, in order.
+    pub steps: &'a [saheeli_protocol::template::Step],
     /// The order settings are shown in (not printed in JSON).
     #[serde(skip)]
     pub order: Vec<&'static str>,
@@ -60,6 +64,8 @@ impl<'a> DryRunView<'a> {
             image: String::new(),
             image_present: None,
             workspace: None,
+            parameters: &task.parameters,
+            steps: &task.steps,
             order: Vec::new(),
         };
         for e in effective {
@@ -89,6 +95,15 @@ impl<'a> DryRunView<'a> {
             table.add_row([key.to_string(), shown(&self.settings[key]), source.into()]);
         }
         let _ = writeln!(s, "{table}");
+        if !self.parameters.is_empty() {
+            let _ = writeln!(s, "{}", self.parameters_table());
+        }
+        if !self.steps.is_empty() {
+            let _ = writeln!(s, "steps:");
+            for (i, step) in self.steps.iter().enumerate() {
+                let _ = writeln!(s, "  {}. {}", i + 1, step_line(step));
+            }
+        }
         let config = match &self.config {
             Some(p) => clean(&p.display().to_string()),
             None => "none (built-in defaults)".into(),
@@ -113,6 +128,38 @@ impl<'a> DryRunView<'a> {
         }
         s
     }
+}
+
+impl DryRunView<'_> {
+    fn parameters_table(&self) -> Table {
+        let mut table = Table::new();
+        table
+            .load_preset(UTF8_BORDERS_ONLY)
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .set_header(["PARAMETER", "VALUE", "FROM"]);
+        for p in self.parameters {
+            let value = if p.value.is_empty() {
+                "-".to_string()
+            } else {
+                clean(&p.value)
+            };
+            table.add_row([clean(&p.name), value, p.source.as_str().into()]);
+        }
+        table
+    }
+}
+
+/// A step as a dry run lists it: name, description, when it is done.
+fn step_line(step: &saheeli_protocol::template::Step) -> String {
+    let mut s = clean(&step.name);
+    if !step.description.trim().is_empty() {
+        s.push_str(": ");
+        s.push_str(&clean(step.description.trim()));
+    }
+    if let Some(w) = &step.done_when {
+        s.push_str(&format!(" (done when: {})", clean(w.trim())));
+    }
+    s
 }
 
 /// A value as a table cell: text as it is, nothing as `-`, a list joined

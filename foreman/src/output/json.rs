@@ -60,6 +60,11 @@ pub(crate) struct TaskView {
     /// Every attempt of this task, oldest first (one task each).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptView>>,
+    /// A template's steps with their state and evidence (one task in
+    /// detail; empty when the prompt has no `steps:`). Not `steps`: that
+    /// is the number of agent steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_steps: Option<Vec<super::StepView>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -174,6 +179,7 @@ impl TaskView {
             }),
             attempts: None,
             webhooks: None,
+            template_steps: None,
         }
     }
 }

@@ -1,7 +1,9 @@
-//! How tasks are shown: tables for people, JSON for scripts.
+//! How tasks are shown: tables for people, JSON for scripts; a
+//! template's steps with their marks (`steps`).
 
 mod dry_run;
 mod json;
+mod steps;
 mod table;
 mod text;
 
@@ -9,5 +11,6 @@ use json::{duration_ms, time};
 
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use json::{AttemptView, TaskView};
+pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
 pub(crate) use text::{audit_line, clean, printable, waiting_line};

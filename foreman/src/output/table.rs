@@ -83,8 +83,13 @@ pub(crate) fn override_line(o: &Override, state: TaskState) -> String {
     )
 }
 
-/// One task in detail, with its attempts and event history.
-pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> String {
+/// One task in detail, with its template steps, attempts and event history.
+pub(crate) fn detail(
+    t: &TaskRow,
+    events: &[EventRow],
+    attempts: &[TaskRow],
+    steps: &[crate::store::StepStatus],
+) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "id:        {}", t.id);
@@ -124,6 +129,9 @@ pub(crate) fn detail(t: &TaskRow, events: &[EventRow], attempts: &[TaskRow]) -> 
     let _ = writeln!(s, "prompt:    {}", clean(&t.spec.prompt_path));
     let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
     let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
+    if !steps.is_empty() {
+        let _ = write!(s, "progress:  {}", super::steps_text(steps));
+    }
     let _ = writeln!(
         s,
         "tokens:    {} ({} in, {} out)",

@@ -40,6 +40,7 @@ impl Ctx {
             bus: self.bus.clone(),
             waiting,
             policy: crate::gateway::DeskPolicy::of(spec),
+            steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
         }
     }
 

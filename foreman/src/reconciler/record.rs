@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::inputs;
 use crate::report;
 use crate::state::TaskState;
-use crate::store::{Outcome, TaskRow, now_ms};
+use crate::store::{Outcome, TaskRow, now_ms, step_status};
 
 use super::*;
 
@@ -60,15 +60,26 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
     let Some(dest) = outcome.results_path.as_ref().map(PathBuf::from) else {
         return;
     };
-    let row = match ctx.db(move |s| s.require(&id.to_string())).await {
-        Ok(row) => ended(row, to, outcome),
+    let read = ctx
+        .db(move |s| {
+            let row = s.require(&id.to_string())?;
+            let done = s.steps_done(id)?;
+            Ok((row, done))
+        })
+        .await;
+    let (row, steps) = match read {
+        Ok((row, done)) => {
+            let steps = step_status(&row.spec.steps, &done);
+            (ended(row, to, outcome), steps)
+        }
         Err(e) => {
             warn!(task_id = %id, error = %format!("{e:#}"), "report.md not written");
             return;
         }
     };
     let dir = dest.clone();
-    let written = tokio::task::spawn_blocking(move || report::write_report(&row, &dir)).await;
+    let written =
+        tokio::task::spawn_blocking(move || report::write_report(&row, &dir, steps)).await;
     match written {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {

@@ -1,6 +1,7 @@
 //! Gathering a report's facts once a task's outcome is recorded: the task
 //! row, the collected audit log (tool calls), `complete.json` (the agent's
-//! message) and `changes.patch` (the diffstat); then writing `report.md`.
+//! message), `changes.patch` (the diffstat) and the steps done (given by
+//! the caller, from the store); then writing `report.md`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -13,14 +14,20 @@ use super::markdown::{Report, ToolCount};
 use super::patch::MAX_DIFF_FILE;
 use super::write::{PATCH, REPORT, replace_file};
 use crate::collect::{self, CappedLines, Line, TRUNCATED_MARKER, open_regular};
-use crate::store::TaskRow;
+use crate::store::{StepStatus, TaskRow};
 
 /// How many distinct tool names are counted (a model may invent any).
 const MAX_TOOLS: usize = 256;
 
-/// Writes `report.md` into the results of the ended task `row`. Blocking.
-pub(crate) fn write_report(row: &TaskRow, results: &Path) -> anyhow::Result<()> {
-    let report = gather(row, results);
+/// Writes `report.md` into the results of the ended task `row` (`steps`:
+/// its template steps and where each stands). Blocking.
+pub(crate) fn write_report(
+    row: &TaskRow,
+    results: &Path,
+    steps: Vec<StepStatus>,
+) -> anyhow::Result<()> {
+    let mut report = gather(row, results);
+    report.template_steps = steps;
     replace_file(results, REPORT, |w| {
         w.write_all(report.to_markdown().as_bytes())
     })
@@ -52,6 +59,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         changes: changed_files(results),
         agent_message,
         replaced_own: std::fs::symlink_metadata(results.join(REPORT)).is_ok(),
+        template_steps: Vec::new(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The [`Report`]: facts about an ended task, rendered as Markdown one
 //! section at a time. What a later issue adds (verify attempts, step
-//! progress) is a field here and a section in [`Report::sections`].
+//! attempts) is a field here and a section in [`Report::sections`]; a
+//! template's steps are (`steps`).
 //!
 //! Titles, prompts, tool names, paths and the agent's message are text
 //! from people and agents: control characters are escaped, names go in
@@ -56,19 +57,28 @@ pub(crate) struct Report {
     pub agent_message: Option<String>,
     /// The workspace held a `report.md` of its own, which this one replaced.
     pub replaced_own: bool,
+    /// A template's steps and where each stands (empty: no `steps:`).
+    pub template_steps: Vec<crate::store::StepStatus>,
 }
 
 impl Report {
     /// The sections in order: (heading, Markdown body).
     fn sections(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut sections = vec![
             ("Objective", self.objective_section()),
             ("Outcome", self.outcome_section()),
+        ];
+        if !self.template_steps.is_empty() {
+            let steps = super::steps::steps_section(&self.template_steps);
+            sections.push(("Template steps", steps));
+        }
+        sections.extend([
             ("Steps and tool calls", self.tools_section()),
             ("Tokens, cost and time", self.usage_section()),
             ("Files changed", self.files_section()),
             ("What the agent reported", self.message_section()),
-        ]
+        ]);
+        sections
     }
 
     /// The whole report.
@@ -139,12 +149,6 @@ impl Report {
     }
 
     fn usage_section(&self) -> String {
-        let when = |ms: Option<i64>| {
-            ms.map(|ms| {
-                saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
-            })
-            .unwrap_or_else(|| "-".into())
-        };
         let duration = match (self.started_at, self.finished_at) {
             (Some(a), Some(b)) => short_duration(b - a),
             _ => "-".into(),
@@ -218,6 +222,12 @@ impl Report {
     }
 }
 
+/// A time as RFC 3339, or `-`.
+pub(super) fn when(ms: Option<i64>) -> String {
+    ms.map(|ms| saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)))
+        .unwrap_or_else(|| "-".into())
+}
+
 /// `text` in a code span that nothing in it can close.
 fn code(text: &str) -> String {
     let text = printable(text);
@@ -231,7 +241,7 @@ fn code(text: &str) -> String {
 }
 
 /// A table cell holding `text` as code (`|` escaped, as tables need).
-fn cell(text: &str) -> String {
+pub(super) fn cell(text: &str) -> String {
     code(text).replace('|', "\\|")
 }
 
@@ -298,6 +308,7 @@ mod tests {
             }]),
             agent_message: Some("Done.\n```\n## Outcome\nall good".into()),
             replaced_own: false,
+            template_steps: vec![],
         }
     }
 

@@ -8,7 +8,8 @@
 //! - `tree`: the two workspaces as trees of files and links, read without
 //!   following links and under a size cap.
 //! - `changes`: writing `changes.patch` into a results directory.
-//! - `markdown`: the `Report` and its Markdown.
+//! - `markdown`: the `Report` and its Markdown; `steps`: its section on a
+//!   template's steps.
 //! - `facts`: gathering a report's facts and writing `report.md`.
 //! - `write`: writing files into a results directory the agent filled
 //!   (nothing is written through its links).
@@ -18,6 +19,7 @@ mod diffstat;
 mod facts;
 mod markdown;
 mod patch;
+mod steps;
 mod tree;
 mod write;
 

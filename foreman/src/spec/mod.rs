@@ -1,17 +1,22 @@
 //! From a prompt file, config.yaml and `--param` overrides to a [`TaskSpec`]:
-//! everything needed to run the task, fixed at submit time.
+//! everything needed to run the task, fixed at submit time. A prompt that
+//! declares `parameters:` is a template (`template`, `placeholders`).
 
 mod checks;
 mod params;
+mod placeholders;
 mod sources;
 mod task;
+mod template;
 #[cfg(test)]
 mod tests;
 mod tools;
 
 use checks::*;
 use params::*;
+use template::*;
 
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use task::{TaskSpec, front_matter};
+pub(crate) use template::{MissingParameters, ParamValue, ask_line, check_value};
 pub(crate) use tools::tools_for;

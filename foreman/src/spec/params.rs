@@ -1,4 +1,5 @@
-//! `--param KEY=VALUE`: front-matter keys set from the command line.
+//! `--param KEY=VALUE`: front-matter keys set from the command line (a
+//! template's own parameters are split off first: `template`).
 
 use std::path::Path;
 
@@ -39,6 +40,7 @@ pub(super) fn apply_params(
     fm: FrontMatter,
     params: &[String],
 ) -> anyhow::Result<FrontMatter> {
+    let declared: Vec<String> = fm.parameters.iter().map(|p| p.name.clone()).collect();
     if params.is_empty() {
         return Ok(fm);
     }
@@ -51,8 +53,17 @@ pub(super) fn apply_params(
             .split_once('=')
             .with_context(|| format!("`--param {p}`: expected KEY=VALUE"))?;
         if !PARAM_KEYS.contains(&key) {
+            let of_prompt = if declared.is_empty() {
+                format!("`{}` declares no parameters", path.display())
+            } else {
+                format!(
+                    "the parameters of `{}` are {}",
+                    path.display(),
+                    declared.join(", ")
+                )
+            };
             bail!(
-                "`--param {p}`: unknown key `{key}`; expected one of {}",
+                "`--param {p}`: unknown key `{key}`; expected one of {} ({of_prompt})",
                 PARAM_KEYS.join(", ")
             );
         }

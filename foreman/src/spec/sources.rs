@@ -222,6 +222,21 @@ pub(crate) const SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        key: "capabilities",
+        config: None,
+        in_front_matter: |f| f.capabilities.is_some(),
+        value: |s, _| json!(s.capabilities),
+    },
+    Setting {
+        key: "tools",
+        config: None,
+        in_front_matter: |f| f.tools.is_some(),
+        value: |s, _| match &s.tools {
+            Some(t) => json!(t),
+            None => json!("all built-in tools"),
+        },
+    },
+    Setting {
         key: "notify",
         config: Some("notify"),
         in_front_matter: |f| f.notify.is_some(),
@@ -361,8 +376,9 @@ mod tests {
         let yaml = serde_yaml::to_value(FrontMatter::default()).unwrap();
         for key in yaml.as_mapping().unwrap().keys() {
             let key = key.as_str().unwrap();
-            // Refused by `TaskSpec::from_prompt` until it is supported.
-            if key == "verify" {
+            // Refused by `TaskSpec::from_prompt` until it is supported;
+            // a template's parameters and steps have sections of their own.
+            if matches!(key, "verify" | "parameters" | "steps") {
                 continue;
             }
             let prefix = format!("{key}.");

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use saheeli_protocol::front_matter::{FrontMatter, NetworkMode, PauseOn, PromptFile};
 use saheeli_protocol::human::Gate;
+use saheeli_protocol::template::Step;
 use saheeli_protocol::{ReplayScript, ServoTask, TaskId};
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +80,12 @@ pub(crate) struct TaskSpec {
     /// The built-in tools offered (`tools:`); None: all.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// A template's parameters, with their values and where each came from.
+    #[serde(default)]
+    pub parameters: Vec<ParamValue>,
+    /// A template's steps (`step_done` marks them done).
+    #[serde(default)]
+    pub steps: Vec<Step>,
 }
 
 fn default_human_timeout_s() -> u64 {
@@ -91,11 +98,23 @@ fn default_park_after_ms() -> u64 {
 
 impl TaskSpec {
     /// Reads and validates a prompt file. Nothing is written.
+    #[cfg(test)]
     pub fn from_prompt(cfg: &Config, path: &Path, params: &[String]) -> anyhow::Result<TaskSpec> {
+        Self::from_prompt_asked(cfg, path, params, &[])
+    }
+
+    /// Like [`TaskSpec::from_prompt`], with values of a template's
+    /// parameters typed in on a terminal (`asked`, NAME and VALUE). A
+    /// required parameter without a value is a [`MissingParameters`] error.
+    pub fn from_prompt_asked(
+        cfg: &Config,
+        path: &Path,
+        params: &[String],
+        asked: &[(String, String)],
+    ) -> anyhow::Result<TaskSpec> {
         let text = read_text(path)?;
-        let prompt = PromptFile::parse(path, &text)?;
-        let fm = apply_params(path, prompt.front_matter, params)?;
         let dir = path.parent().unwrap_or(Path::new("."));
+        let (fm, body, parameters) = template(path, dir, &text, params, asked)?;
         let d = &cfg.file.task;
 
         if fm.verify.is_some() {
@@ -160,9 +179,7 @@ impl TaskSpec {
         let mut notify = cfg.file.notify.clone();
         notify.extend(fm.notify.clone().unwrap_or_default());
         check_notify(path, &notify)?;
-        let title = fm
-            .title
-            .unwrap_or_else(|| default_title(path, &prompt.body));
+        let title = fm.title.unwrap_or_else(|| default_title(path, &body));
         if title.trim().is_empty() || title.chars().count() > MAX_TITLE {
             bail!(
                 "{}: `title` must be 1 to {MAX_TITLE} characters",
@@ -172,7 +189,7 @@ impl TaskSpec {
         let mut spec = TaskSpec {
             title,
             prompt_path: path.display().to_string(),
-            body: prompt.body,
+            body,
             model,
             max_steps,
             max_tokens,
@@ -202,6 +219,8 @@ impl TaskSpec {
             notify,
             capabilities,
             tools,
+            parameters,
+            steps: fm.steps,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -248,6 +267,7 @@ impl TaskSpec {
             park_after_ms: Some(self.park_after_ms),
             tools: self.tools.clone(),
             capabilities: self.capabilities.clone(),
+            steps: self.steps.clone(),
             replay: self.replay.clone(),
         }
     }
@@ -258,6 +278,43 @@ impl TaskSpec {
             max_cost: self.max_cost,
         }
     }
+}
+
+/// A prompt's front-matter and body with its template's parameters
+/// resolved and placeholders replaced, `--param` overrides applied.
+fn template(
+    path: &Path,
+    dir: &Path,
+    text: &str,
+    params: &[String],
+    asked: &[(String, String)],
+) -> anyhow::Result<(FrontMatter, String, Vec<ParamValue>)> {
+    let prompt = PromptFile::parse(path, text).map_err(|e| hint_quotes(text, e))?;
+    let mut fm = prompt.front_matter;
+    let mut body = prompt.body;
+    check_declarations(path, text, &fm, dir)?;
+    if fm.parameters.is_empty() {
+        return Ok((apply_params(path, fm, params)?, body, Vec::new()));
+    }
+    check_placeholders(path, text, &fm)?;
+    let (given, overrides) = split_params(&fm, params);
+    let values = resolve(path, dir, &fm.parameters, &given, asked)?;
+    fm = apply_params(path, fm, &overrides)?;
+    render_all(path, &mut fm, &mut body, &values)?;
+    Ok((fm, body, values))
+}
+
+/// A YAML value that starts with `{{` reads as a mapping: say to quote it.
+fn hint_quotes(
+    text: &str,
+    mut e: saheeli_protocol::FrontMatterError,
+) -> saheeli_protocol::FrontMatterError {
+    let line = e.line.and_then(|l| text.lines().nth(l.saturating_sub(1)));
+    if e.message.contains("invalid type: map") && line.is_some_and(|l| l.contains("{{")) {
+        e.message
+            .push_str("; a value that starts with `{{` must be quoted: `title: \"{{ name }} …\"`");
+    }
+    e
 }
 
 /// A prompt file's front-matter as written (before `--param`), for

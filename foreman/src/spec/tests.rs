@@ -2,6 +2,7 @@
 
 use super::*;
 use std::path::{Path, PathBuf};
+use template::ParamSource;
 
 use crate::config::Config;
 use crate::config::ConfigFile;
@@ -91,4 +92,121 @@ fn invalid_utf8_is_explained() {
     std::fs::write(&p, b"ok \xff\xfe").unwrap();
     let e = TaskSpec::from_prompt(&cfg(), &p, &[]).unwrap_err();
     assert!(e.to_string().contains("not valid UTF-8"), "{e}");
+}
+
+mod templates {
+    use super::*;
+
+    fn spec(text: &str, params: &[&str]) -> anyhow::Result<TaskSpec> {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("calc")).unwrap();
+        let p = write(d.path(), "t.md", text);
+        let params: Vec<String> = params.iter().map(|s| s.to_string()).collect();
+        TaskSpec::from_prompt(&cfg(), &p, &params)
+    }
+
+    fn err(text: &str, params: &[&str]) -> String {
+        format!("{:#}", spec(text, params).unwrap_err())
+    }
+
+    const T: &str = "---\ntitle: \"Fix {{ test }}\"\nworkspace: ./{{ repo }}\nparameters:\n\
+                     \x20 - { name: test, required: true }\n\
+                     \x20 - { name: repo, type: path, default: calc }\n\
+                     \x20 - { name: note }\n\
+                     steps:\n  - { name: fix, description: \"Fix {{ test }}\", done_when: \"{{ test }} passes\" }\n\
+                     ---\nFix {{ test }} in {{repo}}.{{ note }}\n";
+
+    #[test]
+    fn placeholders_are_replaced_in_every_text() {
+        let s = spec(T, &["test=t1", "max_steps=7"]).unwrap();
+        assert_eq!(s.title, "Fix t1");
+        assert_eq!(
+            s.body, "Fix t1 in calc.\n",
+            "an unset optional one is empty"
+        );
+        assert!(s.workspace.as_ref().unwrap().ends_with("calc"));
+        assert_eq!(s.steps[0].description, "Fix t1");
+        assert_eq!(s.steps[0].done_when.as_deref(), Some("t1 passes"));
+        assert_eq!(s.max_steps, 7, "other --param still override keys");
+        let sources: Vec<ParamSource> = s.parameters.iter().map(|p| p.source).collect();
+        assert_eq!(
+            sources,
+            [ParamSource::Param, ParamSource::Default, ParamSource::Unset]
+        );
+        // A servo is told the steps.
+        assert_eq!(s.servo_task(saheeli_protocol::TaskId::new()).steps, s.steps);
+    }
+
+    #[test]
+    fn a_param_value_may_not_bring_an_unknown_placeholder() {
+        let e = err(T, &["test=t1", "title=Fix {{ nope }}"]);
+        assert!(
+            e.contains("`title`: `{{ nope }}` names no parameter"),
+            "{e}"
+        );
+        assert!(err(T, &["test=t1", "nope=1"]).contains("the parameters of"));
+    }
+
+    #[test]
+    fn a_prompt_without_parameters_is_sent_as_written() {
+        let s = spec(
+            "---\ntitle: x\n---\nKeep {{ this }} and \\{{ that }}.\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(s.body, "Keep {{ this }} and \\{{ that }}.\n");
+        assert!(s.parameters.is_empty());
+    }
+
+    #[test]
+    fn contradictory_or_malformed_declarations_are_refused_with_their_line() {
+        let head = "---\nparameters:\n";
+        for (decl, expected) in [
+            (
+                "  - { name: a, required: true, default: x }\n",
+                "t.md:3: parameter `a` is `required` and has a `default`",
+            ),
+            (
+                "  - { name: a, type: one_of }\n",
+                "t.md:3: parameter `a` is `one_of` but lists no `values`",
+            ),
+            (
+                "  - { name: a, type: int, values: [1] }\n",
+                "parameter `a` has `values`, which only a `one_of` takes (it is `int`)",
+            ),
+            (
+                "  - { name: a, type: int, default: many }\n",
+                "parameter `a` (int): its `default`: `many` is not a whole number",
+            ),
+            (
+                "  - { name: a }\n  - { name: a }\n",
+                "parameter `a` is declared twice",
+            ),
+            (
+                "  - { name: \"a b\" }\n",
+                "parameter name `a b` is not a word",
+            ),
+            (
+                "  - { name: model }\n",
+                "parameter `model` has the name of the front-matter key `model`",
+            ),
+            (
+                "  - { name: a }\nsteps:\n  - name: s\n  - name: s\n",
+                "step `s` is listed twice",
+            ),
+        ] {
+            let e = err(&format!("{head}{decl}---\nGo {{{{ a }}}}.\n"), &[]);
+            assert!(e.contains(expected), "{decl}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_unquoted_placeholder_value_gets_a_hint() {
+        let e = err(
+            "---\ntitle: {{ a }}\nparameters:\n  - { name: a }\n---\nGo.\n",
+            &[],
+        );
+        assert!(e.contains("t.md:2:"), "{e}");
+        assert!(e.contains("must be quoted"), "{e}");
+    }
 }

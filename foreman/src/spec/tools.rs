@@ -13,8 +13,9 @@ const TOOLBOX: &[&str] = &[
 ];
 
 /// The tool names the model gets for `spec` (what `--dry-run` lists):
-/// the toolbox, `ask_user`, and `propose_plan` behind a plan gate (or in a
-/// plan-only run). Gated tools are marked `(approval: …)`.
+/// the toolbox, `ask_user`, `step_done` for a template with `steps:`, and
+/// `propose_plan` behind a plan gate (or in a plan-only run). Gated tools
+/// are marked `(approval: …)`.
 pub(crate) fn tools_for(spec: &TaskSpec) -> Vec<String> {
     let plan_gate = spec
         .gates
@@ -31,8 +32,19 @@ pub(crate) fn tools_for(spec: &TaskSpec) -> Vec<String> {
         })
         .collect();
     tools.push("ask_user".into());
+    if !spec.steps.is_empty() {
+        tools.push(format!("step_done (steps: {})", step_names(spec)));
+    }
     if plan_gate || spec.plan_only {
         tools.push("propose_plan (a plan is approved before acting)".into());
     }
     tools
+}
+
+fn step_names(spec: &TaskSpec) -> String {
+    spec.steps
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -1,4 +1,5 @@
-//! The SQLite queue: tasks, their state transitions and the event trail.
+//! The SQLite queue: tasks, their state transitions and the event trail;
+//! the human desk (`desk`) and a template's steps done (`steps`).
 //!
 //! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
 //! transaction, so several `saheeli` processes can share one file without
@@ -15,6 +16,7 @@ mod overrides;
 mod queue;
 mod rows;
 mod schema;
+mod steps;
 #[cfg(test)]
 mod tests;
 
@@ -29,3 +31,6 @@ pub(crate) use error::StoreError;
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;
+#[cfg(test)]
+pub(crate) use steps::StepRow;
+pub(crate) use steps::{StepStatus, step_status};

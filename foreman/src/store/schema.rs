@@ -139,6 +139,17 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          CREATE INDEX outbox_due ON outbox(state, next_at);
          CREATE INDEX outbox_by_task ON outbox(task_id, url, state, id);",
     ),
+    // A template's steps the model marked done (`step_done`), one row per
+    // step: marking it again replaces the evidence.
+    M::up(
+        "CREATE TABLE steps (
+            task_id  TEXT NOT NULL REFERENCES tasks(id),
+            name     TEXT NOT NULL,
+            evidence TEXT NOT NULL,
+            at       INTEGER NOT NULL,
+            PRIMARY KEY (task_id, name)
+        );",
+    ),
 ];
 
 pub(crate) struct Store {

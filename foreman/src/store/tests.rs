@@ -39,6 +39,8 @@ fn spec(title: &str) -> TaskSpec {
         notify: vec![],
         capabilities: vec![],
         tools: None,
+        parameters: vec![],
+        steps: vec![],
     }
 }
 
@@ -581,4 +583,37 @@ mod outbox {
         assert_eq!((c.delivered, c.pending, c.dead), (2, 1, 1));
         assert_eq!(s.webhook_counts(plain).unwrap(), Default::default());
     }
+}
+
+#[test]
+fn a_step_done_again_updates_its_evidence_and_is_fenced() {
+    let (_d, mut s) = store();
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    s.claim_next(None, &lease()).unwrap().unwrap();
+    s.transition(id, &lease(), TaskState::Running, None, None)
+        .unwrap();
+    let done = s.step_done(id, &lease(), "fix", "first").unwrap();
+    assert_eq!(done, ["fix"]);
+    let done = s.step_done(id, &lease(), "check", "ran it").unwrap();
+    assert_eq!(done.len(), 2);
+    s.step_done(id, &lease(), "fix", "second").unwrap();
+    let rows = s.steps_done(id).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let fix = rows.iter().find(|r| r.name == "fix").unwrap();
+    assert_eq!(fix.evidence, "second");
+    let other = Lease {
+        owner: "other".into(),
+        ms: 10_000,
+    };
+    let err = s.step_done(id, &other, "fix", "forged").unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLost(_)), "{err}");
+    let rows = s.steps_done(id).unwrap();
+    assert!(rows.iter().all(|r| r.evidence != "forged"));
+    let events = s.events(id).unwrap();
+    let kinds = events
+        .iter()
+        .filter(|e| e.kind.as_deref() == Some("step_done"))
+        .count();
+    assert_eq!(kinds, 3);
 }

@@ -24,5 +24,6 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod templates;
 mod webhooks;
 mod workspace_packing;

@@ -105,6 +105,33 @@ impl Saheeli {
         c
     }
 
+    /// `saheeli ARGS` on a pseudo-terminal (util-linux `script`), so that
+    /// it sees a terminal on stdin, stdout and stderr; `script`'s own
+    /// stdin and stdout are the terminal's other end (pipe them to type
+    /// and read). Its exit code is saheeli's.
+    pub fn in_pty(&self, args: &[&str]) -> Command {
+        let bin = env!("CARGO_BIN_EXE_saheeli");
+        let line: Vec<String> = std::iter::once(bin)
+            .chain(args.iter().copied())
+            .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+            .collect();
+        let saheeli = self.cmd(&[]);
+        let mut c = Command::new("script");
+        c.args(["-qec", &line.join(" "), "/dev/null"])
+            .current_dir(self.path())
+            .env("SHELL", "/bin/sh")
+            .env_remove("SAHEELI_CONFIG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL");
+        for (k, v) in saheeli.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("running saheeli")
     }

@@ -37,6 +37,16 @@ Work step by step, check your work (run the tests or the program), and keep goin
 When it is done, call task_complete with a short summary of what you did and how you checked it; \
 the task counts as done only when you call task_complete.";
 
+/// The system prompt: the rules, and a template's steps when it has them.
+fn system_prompt(task: &ServoTask) -> String {
+    match tools::step_instructions(&task.steps) {
+        Some(steps) => format!(
+            "{SYSTEM_PROMPT} Mark each of the task's steps done with step_done as you finish it.\n\n{steps}"
+        ),
+        None => SYSTEM_PROMPT.to_string(),
+    }
+}
+
 /// Default limit on one `execute_shell` command without `timeout_s`.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -59,7 +69,7 @@ pub(crate) struct Agent {
     usage: Usage,
     steps: u32,
     last_save: Instant,
-    desk: Desk,
+    desk: Arc<Desk>,
     /// When the time budget runs out; pushed back by waits for humans.
     deadline: Arc<Mutex<tokio::time::Instant>>,
     /// Working time of earlier starts (a parked servo's), and waits of this one.
@@ -106,23 +116,27 @@ impl Agent {
         let gates = human::Gates::new(&task.gates)?;
         let mut specs = tools::specs();
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
+        specs.extend(tools::step_spec(&task.steps));
+        let desk = Arc::new(Desk::new(gateway)?);
         let mut agent = Agent {
             tools: Toolbox {
                 ws,
                 max_output: task.max_output_bytes.max(1024),
                 shell_timeout: SHELL_TIMEOUT,
+                steps: task.steps.clone(),
+                desk: Some(desk.clone()),
             },
             specs,
             llm,
             audit,
             messages: vec![
-                ChatMessage::system(SYSTEM_PROMPT),
+                ChatMessage::system(system_prompt(&task)),
                 ChatMessage::user(prompt),
             ],
             usage: Usage::default(),
             steps: 0,
             last_save: Instant::now(),
-            desk: Desk::new(gateway)?,
+            desk,
             deadline: Arc::new(Mutex::new(tokio::time::Instant::now())),
             active_before: Duration::ZERO,
             waited: Duration::ZERO,

@@ -8,17 +8,22 @@ mod execute_shell;
 mod list_files;
 mod output;
 mod read_file;
+mod step_done;
 mod task_complete;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use saheeli_protocol::chat::{FunctionSpec, ToolSpec};
+use saheeli_protocol::template::Step;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::desk::Desk;
 use crate::workspace::Workspace;
 
 pub(crate) use output::ToolOutput;
+pub(crate) use step_done::{instructions as step_instructions, spec_for as step_spec};
 
 /// What tools need to know.
 #[derive(Clone)]
@@ -28,6 +33,10 @@ pub(crate) struct Toolbox {
     pub max_output: usize,
     /// Default for `execute_shell` without `timeout_s`.
     pub shell_timeout: Duration,
+    /// The template's steps (`step_done`); empty for most tasks.
+    pub steps: Vec<Step>,
+    /// Where `step_done` records a step (the foreman's gateway).
+    pub desk: Option<Arc<Desk>>,
 }
 
 fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpec {
@@ -165,6 +174,10 @@ impl Toolbox {
                 Ok(a) => task_complete::run(a),
                 Err(e) => e,
             },
+            "step_done" if !self.steps.is_empty() => match parse(name, arguments) {
+                Ok(a) => step_done::run(self, a).await,
+                Err(e) => e,
+            },
             other => ToolOutput::error(format!(
                 "unknown tool `{other}`; the tools are execute_shell, create_file, read_file, \
                  edit_file, list_files and task_complete"
@@ -208,6 +221,8 @@ mod tests {
             ws: Workspace::new(d.path()).unwrap(),
             max_output: 4096,
             shell_timeout: Duration::from_secs(10),
+            steps: Vec::new(),
+            desk: None,
         };
         (d, tb)
     }

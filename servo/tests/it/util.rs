@@ -45,6 +45,7 @@ impl Servo {
                 park_after_ms: None,
                 tools: None,
                 capabilities: vec![],
+                steps: vec![],
                 replay: None,
             },
             prompt: "Do it.\n".into(),

@@ -1,0 +1,60 @@
+//! `step_done` on a task's gateway socket: the servo marks one of the
+//! template's steps done with its evidence, and the row is written fenced
+//! by this foreman's lease (`store::steps`). The agent's shell can reach
+//! this route too: it can only mark a step its own task declares, as the
+//! model could, and nothing it sends decides the task's outcome.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use saheeli_protocol::template::{StepDone, StepsDone};
+use tracing::debug;
+
+use super::*;
+
+/// Longest evidence kept; the rest is cut with a note.
+const MAX_EVIDENCE: usize = 16 * 1024;
+
+pub(super) async fn step_done(
+    State(gw): State<Arc<GatewayState>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let step: StepDone = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => {
+            return error_response(
+                &gw,
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("not a step_done: {e}"),
+            );
+        }
+    };
+    if !gw.desk.steps.contains(&step.name) {
+        let names = gw.desk.steps.join(", ");
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            "unknown_step",
+            &format!(
+                "this task has no step `{}`; its steps are: {names}",
+                crate::output::clean(&step.name.chars().take(100).collect::<String>())
+            ),
+        );
+    }
+    let evidence = desk::capped_to(&step.evidence, MAX_EVIDENCE);
+    let id = gw.task_id;
+    let name = step.name.clone();
+    let r = gw
+        .desk_db(move |s, l| s.step_done(id, l, &name, &evidence))
+        .await;
+    match r {
+        Ok(done) => {
+            debug!(task_id = %id, step = %step.name, "step done");
+            json_response(&gw, StatusCode::OK, &StepsDone { done })
+        }
+        Err(resp) => resp,
+    }
+}

@@ -1,0 +1,173 @@
+//! A template's steps marked done (`step_done`): one row per step, written
+//! by the gateway of the foreman holding the task (fenced by its lease),
+//! read by `task status` and the report while the task runs and after.
+
+use rusqlite::{TransactionBehavior, params};
+use saheeli_protocol::TaskId;
+use saheeli_protocol::template::Step;
+
+use super::desk::note_event;
+use super::*;
+
+/// A step marked done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StepRow {
+    pub name: String,
+    pub evidence: String,
+    pub at: i64,
+}
+
+/// Where a step stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StepState {
+    Completed,
+    /// The first step not done.
+    InProgress,
+    Pending,
+}
+
+impl StepState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Completed => "completed",
+            StepState::InProgress => "in_progress",
+            StepState::Pending => "pending",
+        }
+    }
+
+    /// 003's dashboard marks: ✓ completed, ◐ in progress, ○ pending.
+    pub fn mark(self) -> char {
+        match self {
+            StepState::Completed => '✓',
+            StepState::InProgress => '◐',
+            StepState::Pending => '○',
+        }
+    }
+}
+
+/// A declared step with where it stands (its row once done).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct StepStatus {
+    pub step: Step,
+    pub state: StepState,
+    pub done: Option<StepRow>,
+}
+
+/// Each of `declared` with its state: done when a row names it; the first
+/// one not done is in progress, the rest pending.
+pub(crate) fn step_status(declared: &[Step], rows: &[StepRow]) -> Vec<StepStatus> {
+    let mut seen_open = false;
+    declared
+        .iter()
+        .map(|step| {
+            let done = rows.iter().find(|r| r.name == step.name).cloned();
+            let state = match (&done, seen_open) {
+                (Some(_), _) => StepState::Completed,
+                (None, false) => {
+                    seen_open = true;
+                    StepState::InProgress
+                }
+                (None, true) => StepState::Pending,
+            };
+            StepStatus {
+                step: step.clone(),
+                state,
+                done,
+            }
+        })
+        .collect()
+}
+
+impl Store {
+    /// Marks step `name` of task `id` done (fenced: only the holder's
+    /// gateway); again replaces its evidence. Returns the names of every
+    /// step done so far.
+    pub fn step_done(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        name: &str,
+        evidence: &str,
+    ) -> Result<Vec<String>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        held_state(&tx, id, lease)?;
+        tx.execute(
+            "INSERT INTO steps (task_id, name, evidence, at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (task_id, name) DO UPDATE SET evidence = excluded.evidence, at = excluded.at",
+            params![id.to_string(), name, evidence, now_ms()],
+        )?;
+        let summary: String = evidence.chars().take(200).collect();
+        note_event(&tx, id, "step_done", None, &format!("{name}: {summary}"))?;
+        let done = {
+            let mut stmt =
+                tx.prepare_cached("SELECT name FROM steps WHERE task_id = ?1 ORDER BY at, name")?;
+            stmt.query_map(params![id.to_string()], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()?
+        };
+        tx.commit()?;
+        Ok(done)
+    }
+
+    /// The steps task `id` marked done, in the order they were (last) marked.
+    pub fn steps_done(&self, id: TaskId) -> Result<Vec<StepRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT name, evidence, at FROM steps WHERE task_id = ?1 ORDER BY at, name",
+        )?;
+        let rows = stmt
+            .query_map(params![id.to_string()], |r| {
+                Ok(StepRow {
+                    name: r.get(0)?,
+                    evidence: r.get(1)?,
+                    at: r.get(2)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(name: &str) -> Step {
+        Step {
+            name: name.into(),
+            description: String::new(),
+            done_when: None,
+        }
+    }
+
+    fn row(name: &str) -> StepRow {
+        StepRow {
+            name: name.into(),
+            evidence: "e".into(),
+            at: 1,
+        }
+    }
+
+    #[test]
+    fn the_first_step_not_done_is_in_progress() {
+        let declared = [step("a"), step("b"), step("c"), step("d")];
+        let states: Vec<StepState> = step_status(&declared, &[row("a"), row("c")])
+            .iter()
+            .map(|s| s.state)
+            .collect();
+        assert_eq!(
+            states,
+            [
+                StepState::Completed,
+                StepState::InProgress,
+                StepState::Completed,
+                StepState::Pending
+            ]
+        );
+        let all: Vec<char> = step_status(&declared, &[])
+            .iter()
+            .map(|s| s.state.mark())
+            .collect();
+        assert_eq!(all, ['◐', '○', '○', '○']);
+    }
+}

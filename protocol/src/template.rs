@@ -1,0 +1,202 @@
+//! Templates: a prompt whose front-matter declares `parameters:` is a
+//! template, and `{{ name }}` in its text is replaced by the parameter's
+//! value; `steps:` is a checklist the model ticks off with `step_done`.
+//!
+//! ```markdown
+//! ---
+//! title: "Fix {{ test }}"
+//! workspace: "./{{ repo }}"
+//! parameters:
+//!   - { name: test, type: string, required: true, description: the failing test }
+//!   - { name: repo, type: path, default: calc }
+//! steps:
+//!   - { name: reproduce, description: Run the test and see it fail, done_when: it fails }
+//! ---
+//! Make `{{ test }}` pass.
+//! ```
+//!
+//! Only the types live here (they are front-matter, and steps reach the
+//! servo); checking values and replacing placeholders is the foreman's.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// One declared parameter of a template.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parameter {
+    /// What `{{ name }}` and `--param name=VALUE` call it.
+    pub name: String,
+    /// `string` (the default), `int`, `bool`, `path` or `one_of`.
+    #[serde(rename = "type", default)]
+    pub kind: ParamType,
+    /// A submit without a value for it is refused (or asks, on a terminal).
+    #[serde(default)]
+    pub required: bool,
+    /// The value when none is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Scalar>,
+    /// Shown when the value is asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The allowed values of a `one_of`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<Scalar>,
+}
+
+/// What a parameter's value must be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamType {
+    /// Any text.
+    #[default]
+    String,
+    /// A whole number (`-3`, `42`).
+    Int,
+    /// `true` or `false`.
+    Bool,
+    /// A path that exists, relative to the prompt file's directory.
+    Path,
+    /// One of `values`.
+    OneOf,
+}
+
+impl ParamType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamType::String => "string",
+            ParamType::Int => "int",
+            ParamType::Bool => "bool",
+            ParamType::Path => "path",
+            ParamType::OneOf => "one_of",
+        }
+    }
+}
+
+impl fmt::Display for ParamType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A YAML scalar read as the text it spells (`true`, `3`, `abc`): values
+/// are checked against their parameter's type, not YAML's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Scalar(pub String);
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a single value (text, a number or true/false)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One step of a template's checklist. The model calls `step_done` with
+/// the step's name and its evidence once `done_when` holds.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// What must hold for the step to count as done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_when: Option<String>,
+}
+
+/// The servo's route on the gateway socket for `step_done`.
+pub mod routes {
+    /// `POST` a [`StepDone`](super::StepDone); answered with a
+    /// [`StepsDone`](super::StepsDone).
+    pub const STEP_DONE: &str = "/saheeli/v1/step_done";
+}
+
+/// `POST /saheeli/v1/step_done`: the model says step `name` is done.
+/// Saying it again replaces the evidence.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepDone {
+    pub name: String,
+    pub evidence: String,
+}
+
+/// Answer to a [`StepDone`]: the names of every step done so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct StepsDone {
+    pub done: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_read_every_field_and_default_to_string() {
+        let p: Vec<Parameter> = serde_yaml::from_str(
+            "- { name: a }\n\
+             - { name: b, type: one_of, values: [x, 2, true], required: true, description: d }\n\
+             - { name: c, type: int, default: 3 }\n",
+        )
+        .unwrap();
+        assert_eq!(p[0].kind, ParamType::String);
+        assert!(!p[0].required);
+        assert_eq!(p[1].kind, ParamType::OneOf);
+        let values: Vec<&str> = p[1].values.iter().map(|v| v.0.as_str()).collect();
+        assert_eq!(values, ["x", "2", "true"]);
+        assert_eq!(p[2].default, Some(Scalar("3".into())));
+    }
+
+    #[test]
+    fn unknown_types_and_fields_are_refused() {
+        let e = serde_yaml::from_str::<Vec<Parameter>>("- { name: a, type: float }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown variant `float`"), "{e}");
+        let e = serde_yaml::from_str::<Vec<Parameter>>("- { name: a, dflt: 1 }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `dflt`"), "{e}");
+        let e = serde_yaml::from_str::<Vec<Parameter>>("- { name: a, default: [1] }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a single value"), "{e}");
+    }
+
+    #[test]
+    fn steps_need_only_a_name() {
+        let s: Vec<Step> =
+            serde_yaml::from_str("- name: a\n- { name: b, description: d, done_when: w }\n")
+                .unwrap();
+        assert_eq!(s[0].description, "");
+        assert_eq!(s[1].done_when.as_deref(), Some("w"));
+    }
+}
