@@ -19,6 +19,8 @@
 //!   a servo and the humans behind the foreman.
 //! - [`reason`]: [`Reason`], why a task ended.
 //! - [`retry`]: when to try an LLM call again and how long to wait.
+//! - [`verify`]: `verify` and `assess` after `task_complete`: the request,
+//!   the checks and the verdict.
 
 pub mod audit;
 pub mod chat;
@@ -30,6 +32,7 @@ pub mod reason;
 pub mod replay;
 pub mod retry;
 pub mod task;
+pub mod verify;
 
 pub use audit::{AuditEvent, Session, Usage};
 pub use completion::Completion;

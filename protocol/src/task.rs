@@ -89,6 +89,10 @@ pub struct ServoTask {
     /// session and exits, to be started again on the reply). None: 10 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub park_after_ms: Option<u64>,
+    /// `task_complete` asks the foreman to verify (and assess) the work
+    /// first (`verify:` or `assess: true`); see [`crate::verify`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

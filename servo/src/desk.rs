@@ -1,5 +1,5 @@
-//! The human desk: questions, approvals, plans, injected messages and
-//! pauses, through the same gateway socket as the LLM calls (no other
+//! The human desk: questions, approvals, plans, injected messages,
+//! pauses and verification (`verify`, `assess`), through the same gateway socket as the LLM calls (no other
 //! network, no key). Every call is retried while the gateway is away (a
 //! foreman restarting); the servo's own deadline bounds the waiting.
 
@@ -8,9 +8,14 @@ use std::time::Duration;
 use saheeli_protocol::human::{
     Ask, Asked, Breakpoint, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, routes,
 };
+use saheeli_protocol::verify::{Verdict, VerifyRequest, routes as verify_routes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
+
+/// Longest wait for a verdict (the foreman runs each verify command up to
+/// its `verify_timeout`; the servo's deadline ends the wait sooner).
+const VERIFY_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How long a look at the inbox before an LLM call may take.
 const INBOX_LOOK: Duration = Duration::from_secs(2);
@@ -92,6 +97,23 @@ impl Desk {
             .post_retrying(routes::DELIVERED, &Delivered { ids })
             .await?;
         Ok(())
+    }
+
+    /// Asks the foreman to verify (and assess) the work; waits as long as
+    /// the checks take (the servo's own deadline bounds the wait).
+    pub async fn verify(&self, req: &VerifyRequest) -> Result<Verdict, Refused> {
+        retrying(|| async {
+            let r = self
+                .http
+                .post(format!("{}{}", self.base, verify_routes::VERIFY))
+                .timeout(VERIFY_WAIT)
+                .json(req)
+                .send()
+                .await
+                .map_err(|e| Failure(e.to_string(), false))?;
+            read(r).await
+        })
+        .await
     }
 
     pub async fn breakpoint(&self, bp: &Breakpoint) -> Result<(), Refused> {

@@ -41,6 +41,9 @@ pub(crate) struct DeskLink {
     /// Set while the task waits for a human: it holds no concurrency slot.
     pub waiting: Arc<AtomicBool>,
     pub policy: DeskPolicy,
+    /// How `task_complete` is checked: set when the task has `verify:` or
+    /// `assess: true` (only then is the verify route open).
+    pub verify: Option<Arc<super::verify::VerifyLink>>,
 }
 
 /// The task's human settings, from its spec.
@@ -93,7 +96,7 @@ pub(super) struct Wait {
 }
 
 impl GatewayState {
-    async fn desk_db<T: Send + 'static>(
+    pub(super) async fn desk_db<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, Response> {

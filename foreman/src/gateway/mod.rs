@@ -9,8 +9,8 @@
 //! its own budget.
 //!
 //! The agent's shell can reach the socket too, so nothing of a request is
-//! trusted: only `POST /v1/chat/completions` and the human desk's routes
-//! (`desk`: questions, replies, messages, pauses) are served, the body is parsed
+//! trusted: only `POST /v1/chat/completions`, the human desk's routes
+//! (`desk`: questions, replies, messages, pauses) and the verify route are served, the body is parsed
 //! into protocol's typed request and a new one is built from it (the task's
 //! model, one choice, no streaming, the output capped to what the budget
 //! leaves), each call's estimate is reserved before it is forwarded, and
@@ -21,10 +21,13 @@
 //! - `meter`: budget, usage and reservations; `ledger`: the same per call
 //!   in SQLite, for a foreman that adopts a task.
 //! - `desk`: humans in the loop, through the same socket.
+//! - `verify`, `assess`: checking `task_complete` (verify commands run in
+//!   the task's container, the assessor's LLM call through this gateway).
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
 
 mod anthropic;
+mod assess;
 mod desk;
 mod handler;
 mod ledger;
@@ -35,6 +38,7 @@ mod retry;
 mod server;
 mod socket;
 mod upstream;
+mod verify;
 
 use handler::*;
 use ledger::Ledger;
@@ -46,3 +50,4 @@ pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::{Providers, Route};
 pub(crate) use server::Gateway;
 pub(crate) use upstream::Upstream;
+pub(crate) use verify::VerifyLink;

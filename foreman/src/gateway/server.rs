@@ -107,6 +107,10 @@ impl Gateway {
             .route(routes::INBOX, axum::routing::get(desk::inbox))
             .route(routes::DELIVERED, post(desk::delivered))
             .route(routes::BREAKPOINT, post(desk::breakpoint))
+            .route(
+                saheeli_protocol::verify::routes::VERIFY,
+                post(verify::verify),
+            )
             .fallback(not_found)
             .with_state(state);
         let stop = CancellationToken::new();

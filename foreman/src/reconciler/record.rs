@@ -60,15 +60,24 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
     let Some(dest) = outcome.results_path.as_ref().map(PathBuf::from) else {
         return;
     };
-    let row = match ctx.db(move |s| s.require(&id.to_string())).await {
-        Ok(row) => ended(row, to, outcome),
+    let found = ctx
+        .db(move |s| Ok((s.require(&id.to_string())?, s.verify_checks(id)?)))
+        .await;
+    let (row, checks) = match found {
+        Ok((row, checks)) => (ended(row, to, outcome), checks),
         Err(e) => {
             warn!(task_id = %id, error = %format!("{e:#}"), "report.md not written");
             return;
         }
     };
     let dir = dest.clone();
-    let written = tokio::task::spawn_blocking(move || report::write_report(&row, &dir)).await;
+    let written = tokio::task::spawn_blocking(move || {
+        if row.spec.verifies() {
+            report::write_verify_logs(&dir, &checks)?;
+        }
+        report::write_report(&row, &dir, checks)
+    })
+    .await;
     match written {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use saheeli_protocol::AuditEvent;
+use saheeli_protocol::verify::Check;
 
 use super::diffstat::{Diffstat, FileStat};
 use super::markdown::{Report, ToolCount};
@@ -18,9 +19,13 @@ use crate::store::TaskRow;
 /// How many distinct tool names are counted (a model may invent any).
 const MAX_TOOLS: usize = 256;
 
-/// Writes `report.md` into the results of the ended task `row`. Blocking.
-pub(crate) fn write_report(row: &TaskRow, results: &Path) -> anyhow::Result<()> {
-    let report = gather(row, results);
+/// Writes `report.md` into the results of the ended task `row`, with its
+/// verification `checks` (the foreman's rows). Blocking.
+pub(crate) fn write_report(row: &TaskRow, results: &Path, checks: Vec<Check>) -> anyhow::Result<()> {
+    let mut report = gather(row, results);
+    if row.spec.verifies() {
+        report.verification = Some((checks, row.spec.max_verify_attempts()));
+    }
     replace_file(results, REPORT, |w| {
         w.write_all(report.to_markdown().as_bytes())
     })
@@ -52,6 +57,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         changes: changed_files(results),
         agent_message,
         replaced_own: std::fs::symlink_metadata(results.join(REPORT)).is_ok(),
+        verification: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The [`Report`]: facts about an ended task, rendered as Markdown one
-//! section at a time. What a later issue adds (verify attempts, step
-//! progress) is a field here and a section in [`Report::sections`].
+//! section at a time. What a later issue adds (step progress) is a field
+//! here and a section in [`Report::sections`]; verification's is in
+//! `verification`.
 //!
 //! Titles, prompts, tool names, paths and the agent's message are text
 //! from people and agents: control characters are escaped, names go in
@@ -56,6 +57,9 @@ pub(crate) struct Report {
     pub agent_message: Option<String>,
     /// The workspace held a `report.md` of its own, which this one replaced.
     pub replaced_own: bool,
+    /// Every verify and assess check (None: the task has neither), and
+    /// how many attempts it was allowed.
+    pub verification: Option<(Vec<saheeli_protocol::verify::Check>, u32)>,
 }
 
 impl Report {
@@ -64,6 +68,7 @@ impl Report {
         vec![
             ("Objective", self.objective_section()),
             ("Outcome", self.outcome_section()),
+            ("Verification", self.verification_section()),
             ("Steps and tool calls", self.tools_section()),
             ("Tokens, cost and time", self.usage_section()),
             ("Files changed", self.files_section()),
@@ -219,7 +224,7 @@ impl Report {
 }
 
 /// `text` in a code span that nothing in it can close.
-fn code(text: &str) -> String {
+pub(super) fn code(text: &str) -> String {
     let text = printable(text);
     let ticks = "`".repeat(longest_run(&text, '`') + 1);
     let pad = if text.starts_with('`') || text.ends_with('`') {
@@ -231,12 +236,12 @@ fn code(text: &str) -> String {
 }
 
 /// A table cell holding `text` as code (`|` escaped, as tables need).
-fn cell(text: &str) -> String {
+pub(super) fn cell(text: &str) -> String {
     code(text).replace('|', "\\|")
 }
 
 /// `text` in a fenced block that nothing in it can close.
-fn fenced(text: &str) -> String {
+pub(super) fn fenced(text: &str) -> String {
     let fence = "`".repeat(longest_run(text, '`').max(2) + 1);
     let mut s = format!("{fence}text\n");
     for line in text.trim_end().lines() {
@@ -298,6 +303,7 @@ mod tests {
             }]),
             agent_message: Some("Done.\n```\n## Outcome\nall good".into()),
             replaced_own: false,
+            verification: None,
         }
     }
 
@@ -321,6 +327,7 @@ mod tests {
             [
                 "## Objective",
                 "## Outcome",
+                "## Verification",
                 "## Steps and tool calls",
                 "## Tokens, cost and time",
                 "## Files changed",

@@ -8,9 +8,11 @@ mod task;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod verification;
 
 use checks::*;
 use params::*;
+use verification::*;
 
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use task::{TaskSpec, front_matter};

@@ -222,6 +222,45 @@ pub(crate) const SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        key: "verify",
+        config: Some("task.verify"),
+        in_front_matter: |f| f.verify.is_some(),
+        value: |s, _| json!(s.verify),
+    },
+    Setting {
+        key: "verify_files",
+        config: Some("task.verify_files"),
+        in_front_matter: |f| f.verify_files.is_some(),
+        value: |s, _| json!(s.verify_files),
+    },
+    Setting {
+        key: "verify_retries",
+        config: Some("task.verify_retries"),
+        in_front_matter: |f| f.verify_retries.is_some(),
+        value: |s, _| json!(s.verify_retries),
+    },
+    Setting {
+        key: "verify_timeout",
+        config: Some("task.verify_timeout"),
+        in_front_matter: |f| f.verify_timeout.is_some(),
+        value: |s, _| {
+            let t = std::time::Duration::from_secs(s.verify_timeout_s);
+            json!(humantime::format_duration(t).to_string())
+        },
+    },
+    Setting {
+        key: "assess",
+        config: Some("task.assess"),
+        in_front_matter: |f| f.assess.is_some(),
+        value: |s, _| json!(s.assess),
+    },
+    Setting {
+        key: "objective",
+        config: Some("task.objective"),
+        in_front_matter: |f| f.objective.is_some(),
+        value: |s, _| json!(s.objective),
+    },
+    Setting {
         key: "image",
         config: Some("image"),
         in_front_matter: never,
@@ -355,10 +394,6 @@ mod tests {
         let yaml = serde_yaml::to_value(FrontMatter::default()).unwrap();
         for key in yaml.as_mapping().unwrap().keys() {
             let key = key.as_str().unwrap();
-            // Refused by `TaskSpec::from_prompt` until it is supported.
-            if key == "verify" {
-                continue;
-            }
             let prefix = format!("{key}.");
             assert!(
                 SETTINGS

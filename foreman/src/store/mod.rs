@@ -16,6 +16,7 @@ mod rows;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 // Helpers the parts share (private to the store).
 use error::Result;

@@ -24,4 +24,5 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod verify;
 mod workspace_packing;

@@ -43,6 +43,7 @@ impl Servo {
                 pause_on_tool_error: false,
                 plan_only: false,
                 park_after_ms: None,
+                verify: false,
                 replay: None,
             },
             prompt: "Do it.\n".into(),
