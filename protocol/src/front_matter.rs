@@ -461,7 +461,9 @@ mod tests {
 
     #[test]
     fn verify_is_one_command_or_a_list() {
-        let fm = parse("---\nverify: sh test.sh\n---\nB\n").unwrap().front_matter;
+        let fm = parse("---\nverify: sh test.sh\n---\nB\n")
+            .unwrap()
+            .front_matter;
         assert_eq!(fm.verify, Some(Commands(vec!["sh test.sh".into()])));
         let fm = parse("---\nverify: [a, 'b c']\nverify_files: [tests/]\nverify_retries: 0\nverify_timeout: 30s\nassess: true\nobjective: O\n---\nB\n")
             .unwrap()
@@ -472,7 +474,11 @@ mod tests {
         assert_eq!(fm.verify_timeout, Some(Timeout(Duration::from_secs(30))));
         assert_eq!(fm.assess, Some(true));
         let e = parse("---\nverify: {a: b}\n---\nB\n").unwrap_err();
-        assert!(e.message.contains("a command, or a list of commands"), "{}", e.message);
+        assert!(
+            e.message.contains("a command, or a list of commands"),
+            "{}",
+            e.message
+        );
         assert_eq!(e.line, Some(2));
     }
 

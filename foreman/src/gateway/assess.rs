@@ -49,7 +49,10 @@ pub(super) async fn assess(
     let t0 = Instant::now();
     let (files, patch) = match evidence(gw, link).await {
         Ok(e) => e,
-        Err(e) => (Vec::new(), format!("(the changes could not be read: {e:#})")),
+        Err(e) => (
+            Vec::new(),
+            format!("(the changes could not be read: {e:#})"),
+        ),
     };
     let prompt = prompt(&link.objective, message, verified, &files, &patch);
     let mut why = String::new();
@@ -69,9 +72,8 @@ pub(super) async fn assess(
     }
     let (passed, output) = done.unwrap_or_else(|| {
         warn!(task_id = %gw.task_id, why = %why, "the assessor did not answer in the fixed shape");
-        let why = format!(
-            "the assessor's answer was not a verdict ({why}), twice; counted as not met"
-        );
+        let why =
+            format!("the assessor's answer was not a verdict ({why}), twice; counted as not met");
         (false, why)
     });
     Check {
@@ -125,13 +127,25 @@ fn parse(text: &str) -> Answer {
     }
     match serde_json::from_str::<Assessment>(&text[a..=b]) {
         Ok(v) => Answer::Judged(v),
-        Err(e) => Answer::Malformed(format!("expected {{\"met\": bool, \"feedback\": string}}: {e}")),
+        Err(e) => Answer::Malformed(format!(
+            "expected {{\"met\": bool, \"feedback\": string}}: {e}"
+        )),
     }
 }
 
 /// The assessor's prompt.
-fn prompt(objective: &str, message: &str, verified: &[Check], files: &[String], patch: &str) -> String {
-    let mut s = format!("# Objective\n\n{}\n\n# The agent's completion message\n\n{}\n\n", objective.trim(), message.trim());
+fn prompt(
+    objective: &str,
+    message: &str,
+    verified: &[Check],
+    files: &[String],
+    patch: &str,
+) -> String {
+    let mut s = format!(
+        "# Objective\n\n{}\n\n# The agent's completion message\n\n{}\n\n",
+        objective.trim(),
+        message.trim()
+    );
     s.push_str("# Verification\n\n");
     if verified.is_empty() {
         s.push_str("No verification commands are configured.\n\n");
@@ -147,7 +161,11 @@ fn prompt(objective: &str, message: &str, verified: &[Check], files: &[String], 
         } else {
             c.output.clone()
         };
-        s.push_str(&format!("`{}` exited {code}:\n```\n{}\n```\n\n", c.command, out.trim_end()));
+        s.push_str(&format!(
+            "`{}` exited {code}:\n```\n{}\n```\n\n",
+            c.command,
+            out.trim_end()
+        ));
     }
     s.push_str("# Files changed\n\n");
     if files.is_empty() {
@@ -171,13 +189,16 @@ fn prompt(objective: &str, message: &str, verified: &[Check], files: &[String], 
 async fn evidence(gw: &GatewayState, link: &VerifyLink) -> anyhow::Result<(Vec<String>, String)> {
     let d = &link.docker;
     let containers = crate::docker::task_containers(d, gw.task_id).await?;
-    let container = containers.first().ok_or_else(|| anyhow::anyhow!("the task's container is gone"))?;
+    let container = containers
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the task's container is gone"))?;
     std::fs::create_dir_all(&link.scratch)?;
     let dest = link
         .scratch
         .join(format!("{}-{}", gw.task_id, uuid::Uuid::new_v4().simple()));
     let secrets = gw.upstream.providers.secrets();
-    let copied = crate::reconciler::collect_workspace(d, container, dest.clone(), secrets, 256 << 20).await;
+    let copied =
+        crate::reconciler::collect_workspace(d, container, dest.clone(), secrets, 256 << 20).await;
     let submitted = link.submitted.is_file().then(|| link.submitted.clone());
     let dir = dest.clone();
     let made = match copied {
@@ -199,12 +220,18 @@ mod tests {
 
     #[test]
     fn a_verdict_is_read_from_a_fence_and_nothing_else_passes() {
-        let Answer::Judged(a) = parse("```json\n{\"met\": false, \"feedback\": \"no tests\"}\n```") else {
+        let Answer::Judged(a) = parse("```json\n{\"met\": false, \"feedback\": \"no tests\"}\n```")
+        else {
             panic!("not judged");
         };
         assert!(!a.met);
         assert_eq!(a.feedback, "no tests");
-        for bad in ["yes", "{\"met\": \"yes\", \"feedback\": \"\"}", "{\"met\": true}", "} {"] {
+        for bad in [
+            "yes",
+            "{\"met\": \"yes\", \"feedback\": \"\"}",
+            "{\"met\": true}",
+            "} {",
+        ] {
             assert!(matches!(parse(bad), Answer::Malformed(_)), "{bad}");
         }
     }
@@ -220,8 +247,21 @@ mod tests {
             passed: true,
             output: "ok 3 tests".into(),
         };
-        let p = prompt("Fix add", "I fixed it", &[c], &["add.sh".into()], "+++ b/add.sh");
-        for part in ["Fix add", "I fixed it", "`sh t.sh` exited 0", "ok 3 tests", "- add.sh", "+++ b/add.sh"] {
+        let p = prompt(
+            "Fix add",
+            "I fixed it",
+            &[c],
+            &["add.sh".into()],
+            "+++ b/add.sh",
+        );
+        for part in [
+            "Fix add",
+            "I fixed it",
+            "`sh t.sh` exited 0",
+            "ok 3 tests",
+            "- add.sh",
+            "+++ b/add.sh",
+        ] {
             assert!(p.contains(part), "{part}: {p}");
         }
     }

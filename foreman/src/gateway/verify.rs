@@ -118,7 +118,10 @@ pub(super) async fn verify(
         }
         Ok((None, made)) => {
             let attempt = made + 1;
+            let t0 = std::time::Instant::now();
             let checks = run_attempt(&gw, &link, attempt, &req.message).await;
+            let ms = t0.elapsed().as_millis() as u64;
+            info!(task_id = %id, attempt, ms, "verification attempt ran");
             let (rows, call) = (checks.clone(), req.call_id.clone());
             let recorded = gw
                 .desk_db(move |s, l| s.record_verify(id, l, &call, attempt, &rows))
@@ -140,7 +143,12 @@ pub(super) async fn verify(
 
 /// One attempt: the verify commands (stopping at the first failure),
 /// then the assessment when they passed (or there are none).
-async fn run_attempt(gw: &GatewayState, link: &VerifyLink, attempt: u32, message: &str) -> Vec<Check> {
+async fn run_attempt(
+    gw: &GatewayState,
+    link: &VerifyLink,
+    attempt: u32,
+    message: &str,
+) -> Vec<Check> {
     let mut checks = Vec::new();
     if !link.commands.is_empty() {
         checks = run_commands(gw.task_id, link, attempt).await;
@@ -169,7 +177,14 @@ async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check>
     let first = link.commands[0].as_str();
     let container = match docker::task_containers(&link.docker, id).await {
         Ok(c) if !c.is_empty() => c[0].clone(),
-        Ok(_) => return vec![not_run(attempt, CheckKind::Verify, first, "the task's container is gone".into())],
+        Ok(_) => {
+            return vec![not_run(
+                attempt,
+                CheckKind::Verify,
+                first,
+                "the task's container is gone".into(),
+            )];
+        }
         Err(e) => return vec![not_run(attempt, CheckKind::Verify, first, format!("{e:#}"))],
     };
     if !link.files.is_empty()
@@ -180,7 +195,8 @@ async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check>
     }
     let mut checks = Vec::new();
     for command in &link.commands {
-        let ran = docker::exec_shell(&link.docker, &container, command, link.timeout, OUTPUT_CAP).await;
+        let ran =
+            docker::exec_shell(&link.docker, &container, command, link.timeout, OUTPUT_CAP).await;
         let check = match ran {
             Ok(r) => Check {
                 attempt,
@@ -191,7 +207,12 @@ async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check>
                 passed: r.exit_code == Some(0),
                 output: r.output,
             },
-            Err(e) => not_run(attempt, CheckKind::Verify, command, format!("could not be run: {e:#}")),
+            Err(e) => not_run(
+                attempt,
+                CheckKind::Verify,
+                command,
+                format!("could not be run: {e:#}"),
+            ),
         };
         let passed = check.passed;
         checks.push(check);
@@ -219,16 +240,26 @@ async fn restore(link: &VerifyLink, container: &str) -> anyhow::Result<()> {
     argv.extend(paths);
     let ran = docker::exec_quiet(d, container, argv).await?;
     if ran.exit_code != Some(0) {
-        anyhow::bail!("removing what is at those paths failed: {}", ran.output.trim());
+        anyhow::bail!(
+            "removing what is at those paths failed: {}",
+            ran.output.trim()
+        );
     }
     let (submitted, files) = (link.submitted.clone(), link.files.clone());
-    let tar = tokio::task::spawn_blocking(move || inputs::restore_tar(&submitted, &files)).await??;
+    let tar =
+        tokio::task::spawn_blocking(move || inputs::restore_tar(&submitted, &files)).await??;
     docker::upload(d, container, tar.into()).await
 }
 
 /// The verdict of `attempt` (its `checks`) for the servo, with every check
 /// so far (`all`).
-pub(super) fn verdict(attempt: u32, max_attempts: u32, checks: &[Check], all: Vec<Check>, timeout: Duration) -> Verdict {
+pub(super) fn verdict(
+    attempt: u32,
+    max_attempts: u32,
+    checks: &[Check],
+    all: Vec<Check>,
+    timeout: Duration,
+) -> Verdict {
     let passed = !checks.is_empty() && checks.iter().all(|c| c.passed);
     let feedback = match checks.iter().find(|c| !c.passed) {
         None => String::new(),
@@ -262,7 +293,11 @@ fn feedback(c: &Check, attempt: u32, max_attempts: u32, timeout: Duration) -> St
             fenced(&cut(&c.output, FEEDBACK_CAP))
         ),
         (CheckKind::Verify, None) => {
-            format!("verification failed: `{}`: {}", c.command, c.output.trim_end())
+            format!(
+                "verification failed: `{}`: {}",
+                c.command,
+                c.output.trim_end()
+            )
         }
     };
     let left = max_attempts.saturating_sub(attempt);
@@ -292,7 +327,12 @@ fn cut(text: &str, cap: usize) -> String {
     while !text.is_char_boundary(b) {
         b += 1;
     }
-    format!("{}\n[… {} bytes not shown …]\n{}", &text[..a], b - a, &text[b..])
+    format!(
+        "{}\n[… {} bytes not shown …]\n{}",
+        &text[..a],
+        b - a,
+        &text[b..]
+    )
 }
 
 fn fenced(text: &str) -> String {
@@ -318,12 +358,25 @@ mod tests {
     #[test]
     fn a_failed_command_is_quoted_with_what_is_left() {
         let t = Duration::from_secs(60);
-        let checks = [check(CheckKind::Verify, Some(1), false, "FAIL: add(2, 2) = 5\n")];
+        let checks = [check(
+            CheckKind::Verify,
+            Some(1),
+            false,
+            "FAIL: add(2, 2) = 5\n",
+        )];
         let v = verdict(1, 3, &checks, checks.to_vec(), t);
         assert!(!v.passed && !v.is_final_failure());
-        assert!(v.feedback.contains("`sh test.sh` exited with code 1"), "{}", v.feedback);
+        assert!(
+            v.feedback.contains("`sh test.sh` exited with code 1"),
+            "{}",
+            v.feedback
+        );
         assert!(v.feedback.contains("FAIL: add(2, 2) = 5"), "{}", v.feedback);
-        assert!(v.feedback.contains("2 more attempts allowed"), "{}", v.feedback);
+        assert!(
+            v.feedback.contains("2 more attempts allowed"),
+            "{}",
+            v.feedback
+        );
         let v = verdict(3, 3, &checks, checks.to_vec(), t);
         assert!(v.is_final_failure());
         assert!(v.feedback.contains("No attempt is left"), "{}", v.feedback);

@@ -20,12 +20,17 @@ pub(crate) fn restore_tar(submitted: &Path, files: &[PathBuf]) -> anyhow::Result
     let mut out = tar::Builder::new(Vec::new());
     out.follow_symlinks(false);
     let mut total = 0u64;
-    for entry in archive.entries().context("reading the submitted workspace")? {
+    for entry in archive
+        .entries()
+        .context("reading the submitted workspace")?
+    {
         let mut entry = entry.context("reading the submitted workspace")?;
-        let path: PathBuf = entry.path().context("reading an entry's path")?.into_owned();
+        let path: PathBuf = entry
+            .path()
+            .context("reading an entry's path")?
+            .into_owned();
         let wanted = files.iter().any(|f| path.starts_with(f))
-            || (entry.header().entry_type().is_dir()
-                && files.iter().any(|f| f.starts_with(&path)));
+            || (entry.header().entry_type().is_dir() && files.iter().any(|f| f.starts_with(&path)));
         if !wanted {
             continue;
         }
@@ -106,7 +111,10 @@ mod tests {
             .map(|e| e.unwrap().path().unwrap().display().to_string())
             .collect();
         names.sort();
-        assert_eq!(names, ["pytest.ini", "tests", "tests/unit", "tests/unit/t.sh"]);
+        assert_eq!(
+            names,
+            ["pytest.ini", "tests", "tests/unit", "tests/unit/t.sh"]
+        );
         let (args, parents) = workspace_args(&files);
         assert_eq!(args, ["./tests/unit", "./pytest.ini"]);
         assert_eq!(parents, ["./tests"]);

@@ -21,7 +21,11 @@ const MAX_TOOLS: usize = 256;
 
 /// Writes `report.md` into the results of the ended task `row`, with its
 /// verification `checks` (the foreman's rows). Blocking.
-pub(crate) fn write_report(row: &TaskRow, results: &Path, checks: Vec<Check>) -> anyhow::Result<()> {
+pub(crate) fn write_report(
+    row: &TaskRow,
+    results: &Path,
+    checks: Vec<Check>,
+) -> anyhow::Result<()> {
     let mut report = gather(row, results);
     if row.spec.verifies() {
         report.verification = Some((checks, row.spec.max_verify_attempts()));

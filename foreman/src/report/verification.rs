@@ -129,7 +129,12 @@ mod tests {
         Check {
             attempt,
             kind,
-            command: if kind == CheckKind::Assess { "assess" } else { "sh test.sh" }.into(),
+            command: if kind == CheckKind::Assess {
+                "assess"
+            } else {
+                "sh test.sh"
+            }
+            .into(),
             exit_code: (kind == CheckKind::Verify).then_some(if passed { 0 } else { 1 }),
             duration_ms: 12,
             passed,
@@ -149,7 +154,10 @@ mod tests {
         ];
         write_verify_logs(d.path(), &checks).unwrap();
         let one = std::fs::read_to_string(d.path().join(".saheeli/verify-1.log")).unwrap();
-        assert_eq!(one, "attempt 1: failed\n\n$ sh test.sh\nexit 1 after 12 ms\nFAIL add\n");
+        assert_eq!(
+            one,
+            "attempt 1: failed\n\n$ sh test.sh\nexit 1 after 12 ms\nFAIL add\n"
+        );
         let two = std::fs::read_to_string(d.path().join(".saheeli/verify-2.log")).unwrap();
         assert!(two.starts_with("attempt 2: passed\n"), "{two}");
         assert!(two.contains("== assess: met after 12 ms\nfine\n"), "{two}");

@@ -38,7 +38,10 @@ impl Verification {
     ) -> anyhow::Result<Verification> {
         let p = prompt.display();
         if self.verify.len() > MAX_COMMANDS {
-            bail!("{p}: `verify` lists {} commands; the most is {MAX_COMMANDS}", self.verify.len());
+            bail!(
+                "{p}: `verify` lists {} commands; the most is {MAX_COMMANDS}",
+                self.verify.len()
+            );
         }
         for c in &self.verify {
             if c.trim().is_empty() {
@@ -52,7 +55,9 @@ impl Verification {
             }
         }
         if !self.files.is_empty() && self.verify.is_empty() {
-            bail!("{p}: `verify_files` is set but `verify` is not; name the command that checks them");
+            bail!(
+                "{p}: `verify_files` is set but `verify` is not; name the command that checks them"
+            );
         }
         self.files = self
             .files
@@ -60,7 +65,9 @@ impl Verification {
             .map(|f| verify_file(prompt, workspace, f))
             .collect::<anyhow::Result<_>>()?;
         if self.files.len() > MAX_FILES {
-            bail!("{p}: `verify_files` lists more than {MAX_FILES} paths; name their directories instead");
+            bail!(
+                "{p}: `verify_files` lists more than {MAX_FILES} paths; name their directories instead"
+            );
         }
         if self.retries > MAX_VERIFY_RETRIES {
             bail!(
@@ -79,7 +86,9 @@ impl Verification {
         }
         if let Some(o) = &self.objective {
             if !self.assess {
-                bail!("{p}: `objective` is only read by the assessor; add `assess: true`, or remove it");
+                bail!(
+                    "{p}: `objective` is only read by the assessor; add `assess: true`, or remove it"
+                );
             }
             if o.trim().is_empty() || o.len() > MAX_OBJECTIVE_BYTES {
                 bail!("{p}: `objective` must be 1 byte to 64 KiB of text");
@@ -150,13 +159,30 @@ mod tests {
         std::fs::create_dir(d.path().join("tests")).unwrap();
         std::fs::write(d.path().join("tests/t.sh"), "").unwrap();
         let ws = Some(d.path());
-        let ok = v(&["./tests/", "tests/t.sh"]).checked(Path::new("p.md"), ws, false).unwrap();
-        assert_eq!(ok.files, vec![PathBuf::from("tests"), PathBuf::from("tests/t.sh")]);
-        for bad in ["../x", "/etc/passwd", "tests/../../x", ".", ".saheeli/task.json", "missing"] {
-            let e = v(&[bad]).checked(Path::new("p.md"), ws, false).unwrap_err().to_string();
+        let ok = v(&["./tests/", "tests/t.sh"])
+            .checked(Path::new("p.md"), ws, false)
+            .unwrap();
+        assert_eq!(
+            ok.files,
+            vec![PathBuf::from("tests"), PathBuf::from("tests/t.sh")]
+        );
+        for bad in [
+            "../x",
+            "/etc/passwd",
+            "tests/../../x",
+            ".",
+            ".saheeli/task.json",
+            "missing",
+        ] {
+            let e = v(&[bad])
+                .checked(Path::new("p.md"), ws, false)
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("p.md: `verify_files`"), "{bad}: {e}");
         }
-        let e = v(&["tests"]).checked(Path::new("p.md"), None, false).unwrap_err();
+        let e = v(&["tests"])
+            .checked(Path::new("p.md"), None, false)
+            .unwrap_err();
         assert!(e.to_string().contains("add `workspace:`"), "{e}");
     }
 
@@ -165,19 +191,44 @@ mod tests {
         let p = Path::new("p.md");
         let mut x = v(&[]);
         x.verify = vec![" ".into()];
-        assert!(x.checked(p, None, false).unwrap_err().to_string().contains("empty command"));
+        assert!(
+            x.checked(p, None, false)
+                .unwrap_err()
+                .to_string()
+                .contains("empty command")
+        );
         let mut x = v(&[]);
         x.retries = 21;
-        assert!(x.checked(p, None, false).unwrap_err().to_string().contains("`verify_retries`"));
+        assert!(
+            x.checked(p, None, false)
+                .unwrap_err()
+                .to_string()
+                .contains("`verify_retries`")
+        );
         let mut x = v(&[]);
         x.assess = true;
-        assert!(x.checked(p, None, true).unwrap_err().to_string().contains("replay"));
+        assert!(
+            x.checked(p, None, true)
+                .unwrap_err()
+                .to_string()
+                .contains("replay")
+        );
         let mut x = v(&[]);
         x.objective = Some("o".into());
-        assert!(x.checked(p, None, false).unwrap_err().to_string().contains("assess: true"));
+        assert!(
+            x.checked(p, None, false)
+                .unwrap_err()
+                .to_string()
+                .contains("assess: true")
+        );
         let mut x = v(&[]);
         x.verify.clear();
         x.files = vec!["t".into()];
-        assert!(x.checked(p, None, false).unwrap_err().to_string().contains("`verify` is not"));
+        assert!(
+            x.checked(p, None, false)
+                .unwrap_err()
+                .to_string()
+                .contains("`verify` is not")
+        );
     }
 }

@@ -571,7 +571,16 @@ mod verify {
             .unwrap_err();
         assert!(matches!(err, StoreError::LeaseLost(_)), "{err}");
         assert_eq!(s.verify_attempts(id).unwrap(), 2);
-        let kinds: Vec<_> = s.events(id).unwrap().into_iter().filter_map(|e| e.kind).collect();
-        assert_eq!(kinds.iter().filter(|k| *k == "verified").count(), 2, "{kinds:?}");
+        let kinds: Vec<_> = s
+            .events(id)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "verified").count(),
+            2,
+            "{kinds:?}"
+        );
     }
 }

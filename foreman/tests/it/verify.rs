@@ -130,12 +130,18 @@ fn a_planted_bug_fails_verify_the_failure_reaches_the_model_and_the_fix_complete
     assert_eq!(c.verification[1].output, "ok: add 2 2 = 4\n");
     assert_eq!(verified_events(&audit(&dir, id)), [(1, false), (2, true)]);
     let log1 = std::fs::read_to_string(dir.join(".saheeli/verify-1.log")).unwrap();
-    assert!(log1.starts_with("attempt 1: failed\n\n$ sh tests/test.sh\nexit 1"), "{log1}");
+    assert!(
+        log1.starts_with("attempt 1: failed\n\n$ sh tests/test.sh\nexit 1"),
+        "{log1}"
+    );
     assert!(log1.contains("expected 4"), "{log1}");
     let log2 = std::fs::read_to_string(dir.join(".saheeli/verify-2.log")).unwrap();
     assert!(log2.starts_with("attempt 2: passed"), "{log2}");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("## Verification\n\n2 attempts of 3 allowed; the last passed."), "{report}");
+    assert!(
+        report.contains("## Verification\n\n2 attempts of 3 allowed; the last passed."),
+        "{report}"
+    );
     // The cost of a one-command check: the exec's own time.
     eprintln!(
         "verify exec time (ms): attempt 1 {}, attempt 2 {}",
@@ -173,9 +179,15 @@ fn verify_that_never_passes_ends_verification_failed_after_the_retries() {
     let log = std::fs::read_to_string(dir.join(".saheeli/verify-1.log")).unwrap();
     assert!(!log.contains("$ true"), "{log}");
     let results = tool_results(&session(&dir, id));
-    assert!(results.last().unwrap().contains("No attempt is left"), "{results:?}");
+    assert!(
+        results.last().unwrap().contains("No attempt is left"),
+        "{results:?}"
+    );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("2 attempts of 2 allowed; the last failed."), "{report}");
+    assert!(
+        report.contains("2 attempts of 2 allowed; the last failed."),
+        "{report}"
+    );
 }
 
 #[test]
@@ -206,7 +218,10 @@ fn an_agent_editing_verify_files_is_restored_and_still_fails() {
     let log = std::fs::read_to_string(dir.join(".saheeli/verify-1.log")).unwrap();
     assert!(log.contains("FAIL: add 2 2 = 0, expected 4"), "{log}");
     // The submitted test is what was run, and what is left.
-    assert_eq!(std::fs::read_to_string(dir.join("tests/test.sh")).unwrap(), TEST);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("tests/test.sh")).unwrap(),
+        TEST
+    );
 }
 
 /// Answers the assessor's calls in turn with `verdicts`, the agent's from
@@ -230,8 +245,14 @@ fn assess_not_met_feeds_back_and_met_completes_within_the_budget() {
         vec![
             Reply::tool("create_file", json!({"path": "add.sh", "content": FIXED})),
             Reply::tool("task_complete", json!({"message": "fixed add"})),
-            Reply::tool("create_file", json!({"path": "tests/neg.sh", "content": "sh add.sh -1 1\n"})),
-            Reply::tool("task_complete", json!({"message": "fixed add, tested negatives"})),
+            Reply::tool(
+                "create_file",
+                json!({"path": "tests/neg.sh", "content": "sh add.sh -1 1\n"}),
+            ),
+            Reply::tool(
+                "task_complete",
+                json!({"message": "fixed add, tested negatives"}),
+            ),
         ],
         vec![
             "not json at all",
@@ -272,13 +293,16 @@ fn assess_not_met_feeds_back_and_met_completes_within_the_budget() {
         .filter(|t| !t.contains("Saheeli's assessor"))
         .collect();
     assert_eq!(agent.len(), 4);
-    assert!(agent[2].contains("add a test for negative numbers"), "{}", agent[2]);
+    assert!(
+        agent[2].contains("add a test for negative numbers"),
+        "{}",
+        agent[2]
+    );
     // The assessor's calls are in the task's tokens: 4 × 100 + 3 × 300 in.
     assert_eq!(t["input_tokens"], 1300, "{t}");
-    let c: Completion = serde_json::from_str(
-        &std::fs::read_to_string(results(&t).join("complete.json")).unwrap(),
-    )
-    .unwrap();
+    let c: Completion =
+        serde_json::from_str(&std::fs::read_to_string(results(&t).join("complete.json")).unwrap())
+            .unwrap();
     let kinds: Vec<(u32, CheckKind, bool)> = c
         .verification
         .iter()
@@ -325,7 +349,10 @@ fn the_verify_route_is_closed_without_verify_and_counts_attempts_on_the_foreman(
     let t = run(&s, "p.md", 0);
     let id = t["id"].as_str().unwrap();
     let out = &tool_results(&session(&results(&t), id))[0];
-    assert!(out.contains("403 Forbidden") && out.contains("has no `verify`"), "{out}");
+    assert!(
+        out.contains("403 Forbidden") && out.contains("has no `verify`"),
+        "{out}"
+    );
 
     // With one attempt allowed: the agent's shell spends it; the servo's
     // own task_complete is then refused and the task fails verification.
@@ -347,7 +374,71 @@ fn the_verify_route_is_closed_without_verify_and_counts_attempts_on_the_foreman(
     assert_eq!(t["reason"], "verification_failed", "{t}");
     let id = t["id"].as_str().unwrap();
     let outs = tool_results(&session(&results(&t), id));
-    assert!(outs[0].contains("200 OK") && outs[0].contains("\"passed\":false"), "{}", outs[0]);
-    assert!(outs[1].contains("409 Conflict") && outs[1].contains("no verification attempt is left"), "{}", outs[1]);
-    assert!(outs[2].contains("verification could not run"), "{}", outs[2]);
+    assert!(
+        outs[0].contains("200 OK") && outs[0].contains("\"passed\":false"),
+        "{}",
+        outs[0]
+    );
+    assert!(
+        outs[1].contains("409 Conflict") && outs[1].contains("no verification attempt is left"),
+        "{}",
+        outs[1]
+    );
+    assert!(
+        outs[2].contains("verification could not run"),
+        "{}",
+        outs[2]
+    );
+}
+
+#[test]
+fn verify_settings_are_shown_by_dry_run_and_bad_ones_refused_at_submit() {
+    let s = Saheeli::with_config("task:\n  verify_retries: 4\n");
+    project(&s);
+    s.write(
+        "p.md",
+        "---\nmodel: replay:s.json\nworkspace: proj\nverify: sh tests/test.sh\nverify_files: [./tests/]\n---\nGo.\n",
+    );
+    s.write(
+        "s.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    let d = s.expect_json(
+        &["task", "submit", "--prompt", "p.md", "--dry-run", "--json"],
+        0,
+    );
+    assert_eq!(d["settings"]["verify"], json!(["sh tests/test.sh"]));
+    assert_eq!(d["settings"]["verify_files"], json!(["tests"]));
+    assert_eq!(d["settings"]["verify_retries"], 4);
+    assert_eq!(d["settings"]["verify_timeout"], "10m");
+    assert_eq!(d["sources"]["verify"], "front-matter");
+    assert_eq!(d["sources"]["verify_retries"], "config.yaml");
+    assert_eq!(d["sources"]["assess"], "default");
+    for (fm, says) in [
+        (
+            "verify_files: [../x]\nverify: 'true'\n",
+            "p.md: `verify_files` `../x` must be a path inside the workspace",
+        ),
+        (
+            "verify_files: [nope]\nverify: 'true'\n",
+            "p.md: `verify_files` `nope` is not in the workspace",
+        ),
+        (
+            "verify_files: [tests]\n",
+            "`verify_files` is set but `verify` is not",
+        ),
+        ("assess: true\n", "`assess: true` needs an LLM to judge"),
+        (
+            "verify: {a: b}\n",
+            "p.md:4: front-matter: verify: invalid type: map, expected a command, or a list of commands",
+        ),
+    ] {
+        s.write(
+            "p.md",
+            &format!("---\nmodel: replay:s.json\nworkspace: proj\n{fm}---\nGo.\n"),
+        );
+        let err = s.expect_err(&["task", "submit", "--prompt", "p.md"], 2);
+        assert!(err.contains(says), "{fm}: {err}");
+    }
+    crate::util::assert_nothing_queued(&s);
 }

@@ -37,7 +37,11 @@ pub(crate) struct Ran {
 
 /// Runs `argv` in the container without a shell, waits for it, and
 /// returns its exit code (for chores such as removing files).
-pub(crate) async fn exec_quiet(docker: &Docker, container: &str, argv: Vec<String>) -> anyhow::Result<Ran> {
+pub(crate) async fn exec_quiet(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+) -> anyhow::Result<Ran> {
     exec(docker, container, argv, Duration::from_secs(60), 4096).await
 }
 
