@@ -32,7 +32,9 @@
 //! - `report/`: what a user takes away from an ended task besides its
 //!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
-//!   the call ledger, providers, retries).
+//!   the call ledger, providers, retries), the human desk, and the verify
+//!   route (`verify` commands run in the task's container by `docker
+//!   exec`, the assessor's call through the same budget).
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.

@@ -109,6 +109,16 @@ pub enum AuditEvent {
     Parked { ts: String, step: u32 },
     /// A parked servo was started again and goes on from its session.
     Unparked { ts: String, step: u32 },
+    /// The foreman checked the work after `task_complete` (`verify`,
+    /// `assess`): this attempt's checks and whether they passed.
+    Verified {
+        ts: String,
+        step: u32,
+        attempt: u32,
+        max_attempts: u32,
+        passed: bool,
+        checks: Vec<crate::verify::Check>,
+    },
     /// The servo is about to exit.
     Finish {
         ts: String,

@@ -13,4 +13,8 @@ pub struct Completion {
     pub usage: Usage,
     /// RFC 3339, UTC.
     pub finished_at: String,
+    /// Every verify and assess check, of every attempt (empty when the
+    /// task has neither).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verification: Vec<crate::verify::Check>,
 }

@@ -23,10 +23,12 @@ pub enum ServoExit {
     /// session holds what it waits for; the foreman keeps the workspace
     /// and starts a new servo on it once the human replied.
     Parked,
+    /// `verify` (or `assess`) did not pass on the last allowed attempt.
+    VerificationFailed,
 }
 
 impl ServoExit {
-    pub const ALL: [ServoExit; 9] = [
+    pub const ALL: [ServoExit; 10] = [
         ServoExit::Complete,
         ServoExit::BadTask,
         ServoExit::MaxSteps,
@@ -36,6 +38,7 @@ impl ServoExit {
         ServoExit::Budget,
         ServoExit::Terminated,
         ServoExit::Parked,
+        ServoExit::VerificationFailed,
     ];
 
     pub const fn code(self) -> i32 {
@@ -49,6 +52,7 @@ impl ServoExit {
             ServoExit::Budget => 7,
             ServoExit::Terminated => 143,
             ServoExit::Parked => 8,
+            ServoExit::VerificationFailed => 9,
         }
     }
 
@@ -68,6 +72,7 @@ impl ServoExit {
             ServoExit::ReplayExhausted => Reason::ReplayExhausted,
             ServoExit::Budget => Reason::Budget,
             ServoExit::Terminated => Reason::Terminated,
+            ServoExit::VerificationFailed => Reason::VerificationFailed,
             // The foreman never ends a task on a park; were it to see one
             // where no park can be (an old foreman), it is an odd exit.
             ServoExit::Parked => Reason::Exit(8),

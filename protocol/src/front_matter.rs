@@ -47,8 +47,22 @@ pub struct FrontMatter {
     pub retries: Option<u32>,
     /// Which incomplete reasons are retried (`timeout`, `max_steps`, …).
     pub retry_on: Option<Vec<String>>,
-    /// A command run after `task_complete` (verify-and-retry loop).
-    pub verify: Option<String>,
+    /// Commands run in the task's container after `task_complete`: one,
+    /// or a list. All must exit 0, else the model hears why and goes on.
+    pub verify: Option<Commands>,
+    /// Paths (files or directories, relative to the workspace) restored
+    /// from the submitted workspace before verify runs: the agent cannot
+    /// pass by editing the checks.
+    pub verify_files: Option<Vec<PathBuf>>,
+    /// Further attempts after a failed verify or assessment (default 2).
+    pub verify_retries: Option<u32>,
+    /// Limit on each verify command (default 10m).
+    pub verify_timeout: Option<Timeout>,
+    /// After verify passes (or without one), an LLM judges whether the
+    /// objective is met; not met is a failed attempt.
+    pub assess: Option<bool>,
+    /// What the assessor judges against (default: the title and the body).
+    pub objective: Option<String>,
     /// Approval gates: `[execute_shell]` (every call of that tool),
     /// `{execute_shell: "regex"}` (calls whose command matches), `[plan]`
     /// (the model proposes a plan with `propose_plan` and waits).
@@ -117,6 +131,37 @@ pub const NOTIFY_EVENTS: &[&str] = &[
     "task.cancelled",
     "step.done",
 ];
+
+/// `verify:`: one command, or a list of them, run in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Commands(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Commands {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Commands;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a command, or a list of commands")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Commands, E> {
+                Ok(Commands(vec![v.to_string()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Commands, A::Error> {
+                let mut out = Vec::new();
+                while let Some(c) = seq.next_element::<String>()? {
+                    out.push(c);
+                }
+                Ok(Commands(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// `approve:` as a list of tools or a map of tool to a regular expression.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -468,6 +513,29 @@ mod tests {
     fn unclosed_front_matter_is_an_error() {
         let e = parse("---\ntitle: x\nBody\n").unwrap_err();
         assert_eq!(e.line, Some(1));
+    }
+
+    #[test]
+    fn verify_is_one_command_or_a_list() {
+        let fm = parse("---\nverify: sh test.sh\n---\nB\n")
+            .unwrap()
+            .front_matter;
+        assert_eq!(fm.verify, Some(Commands(vec!["sh test.sh".into()])));
+        let fm = parse("---\nverify: [a, 'b c']\nverify_files: [tests/]\nverify_retries: 0\nverify_timeout: 30s\nassess: true\nobjective: O\n---\nB\n")
+            .unwrap()
+            .front_matter;
+        assert_eq!(fm.verify, Some(Commands(vec!["a".into(), "b c".into()])));
+        assert_eq!(fm.verify_files, Some(vec![PathBuf::from("tests/")]));
+        assert_eq!(fm.verify_retries, Some(0));
+        assert_eq!(fm.verify_timeout, Some(Timeout(Duration::from_secs(30))));
+        assert_eq!(fm.assess, Some(true));
+        let e = parse("---\nverify: {a: b}\n---\nB\n").unwrap_err();
+        assert!(
+            e.message.contains("a command, or a list of commands"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.line, Some(2));
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //! - [`retry`]: when to try an LLM call again and how long to wait.
 //! - [`template`]: a prompt's declared parameters and steps, and the
 //!   `step_done` route.
+//! - [`verify`]: `verify` and `assess` after `task_complete`: the request,
+//!   the checks and the verdict.
 
 pub mod audit;
 pub mod chat;
@@ -33,6 +35,7 @@ pub mod replay;
 pub mod retry;
 pub mod task;
 pub mod template;
+pub mod verify;
 
 pub use audit::{AuditEvent, Session, Usage};
 pub use completion::Completion;

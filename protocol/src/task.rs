@@ -98,6 +98,10 @@ pub struct ServoTask {
     /// The template's steps: the model gets `step_done` and sees the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::template::Step>,
+    /// `task_complete` asks the foreman to verify (and assess) the work
+    /// first (`verify:` or `assess: true`); see [`crate::verify`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,

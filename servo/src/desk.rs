@@ -1,5 +1,5 @@
 //! The human desk: questions, approvals, plans, injected messages,
-//! pauses and template steps done, through the same gateway socket as the LLM calls (no other
+//! pauses, template steps done and verification (`verify`, `assess`), through the same gateway socket as the LLM calls (no other
 //! network, no key). Every call is retried while the gateway is away (a
 //! foreman restarting); the servo's own deadline bounds the waiting.
 
@@ -9,9 +9,14 @@ use saheeli_protocol::human::{
     Ask, Asked, Breakpoint, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, routes,
 };
 use saheeli_protocol::template::{self, StepDone, StepsDone};
+use saheeli_protocol::verify::{Verdict, VerifyRequest, routes as verify_routes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
+
+/// Longest wait for a verdict (the foreman runs each verify command up to
+/// its `verify_timeout`; the servo's deadline ends the wait sooner).
+const VERIFY_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How long a look at the inbox before an LLM call may take.
 const INBOX_LOOK: Duration = Duration::from_secs(2);
@@ -98,6 +103,23 @@ impl Desk {
     /// Records a template step as done; the names of all steps done so far.
     pub async fn step_done(&self, step: &StepDone) -> Result<StepsDone, Refused> {
         self.post_retrying(template::routes::STEP_DONE, step).await
+    }
+
+    /// Asks the foreman to verify (and assess) the work; waits as long as
+    /// the checks take (the servo's own deadline bounds the wait).
+    pub async fn verify(&self, req: &VerifyRequest) -> Result<Verdict, Refused> {
+        retrying(|| async {
+            let r = self
+                .http
+                .post(format!("{}{}", self.base, verify_routes::VERIFY))
+                .timeout(VERIFY_WAIT)
+                .json(req)
+                .send()
+                .await
+                .map_err(|e| Failure(e.to_string(), false))?;
+            read(r).await
+        })
+        .await
     }
 
     pub async fn breakpoint(&self, bp: &Breakpoint) -> Result<(), Refused> {

@@ -260,6 +260,7 @@ mod tests {
             steps: 1,
             usage: Usage::default(),
             finished_at: "2026-01-01T00:00:00Z".into(),
+            verification: vec![],
         };
         fs::write(
             d.path().join("complete.json"),

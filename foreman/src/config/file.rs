@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use saheeli_protocol::front_matter::{Approve, Memory, NetworkMode, PauseOn, parse_duration_value};
+use saheeli_protocol::front_matter::{
+    Approve, Commands, Memory, NetworkMode, PauseOn, parse_duration_value,
+};
 use serde::Deserialize;
 
 use super::*;
@@ -161,6 +163,19 @@ pub(crate) struct TaskDefaults {
     pub no_human: bool,
     /// What a gate does when no human is there: `deny` or `approve`.
     pub no_human_gates: GateDefault,
+    /// Commands run in the task's container after `task_complete`.
+    pub verify: Commands,
+    /// Paths restored from the submitted workspace before verify runs.
+    pub verify_files: Vec<PathBuf>,
+    /// Further attempts after a failed verify or assessment.
+    pub verify_retries: u32,
+    /// Limit on each verify command.
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub verify_timeout: Duration,
+    /// An LLM judges whether the objective is met after verify.
+    pub assess: bool,
+    /// What the assessor judges against (default: the title and body).
+    pub objective: Option<String>,
 }
 
 /// What an approval gate does in a run without a human.
@@ -251,6 +266,12 @@ impl Default for TaskDefaults {
             park_after: Duration::from_secs(10),
             no_human: false,
             no_human_gates: GateDefault::Deny,
+            verify: Commands::default(),
+            verify_files: Vec::new(),
+            verify_retries: saheeli_protocol::verify::DEFAULT_RETRIES,
+            verify_timeout: Duration::from_secs(600),
+            assess: false,
+            objective: None,
         }
     }
 }

@@ -43,6 +43,9 @@ pub(crate) struct DeskLink {
     pub policy: DeskPolicy,
     /// The names of the task's template steps (`step_done` marks them).
     pub steps: Arc<[String]>,
+    /// How `task_complete` is checked: set when the task has `verify:` or
+    /// `assess: true` (only then is the verify route open).
+    pub verify: Option<Arc<super::verify::VerifyLink>>,
 }
 
 /// The task's human settings, from its spec.

@@ -116,6 +116,13 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
             "`stream: true` is not supported: the gateway meters whole answers; send `stream: false`",
         );
     }
+    forward(&gw, req).await
+}
+
+/// Forwards a typed request for the task, within its budget: reserved
+/// first, settled with the billed usage, written to the ledger. Used by
+/// the servo's calls and by the assessor's (`verify`).
+pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let route = &gw.route;
     // The request forwarded is built here, from typed fields only: the
     // task's model, one choice, no stream, and the output cap set below.
@@ -140,7 +147,7 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
             info!(task_id = %gw.task_id, %why, "call refused");
             gw.meter.set_fatal(Reason::Budget);
             return error_response(
-                &gw,
+                gw,
                 StatusCode::PAYMENT_REQUIRED,
                 gateway_error::BUDGET,
                 &why,
@@ -168,11 +175,11 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
     };
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
-    ledger(&gw, move |l| l.reserve(task, &id, tokens, cost)).await;
-    let (response, usage) = call(&gw, upstream_body).await;
+    ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    let (response, usage) = call(gw, upstream_body).await;
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, route.price);
-    ledger(&gw, move |l| {
+    ledger(gw, move |l| {
         l.settle(
             &call_id,
             usage.prompt_tokens,

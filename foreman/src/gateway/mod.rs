@@ -10,7 +10,7 @@
 //!
 //! The agent's shell can reach the socket too, so nothing of a request is
 //! trusted: only `POST /v1/chat/completions`, the human desk's routes
-//! (`desk`: questions, replies, messages, pauses) and `step_done` are served, the body is parsed
+//! (`desk`: questions, replies, messages, pauses), `step_done` and the verify route are served, the body is parsed
 //! into protocol's typed request and a new one is built from it (the task's
 //! model, one choice, no streaming, the output capped to what the budget
 //! leaves), each call's estimate is reserved before it is forwarded, and
@@ -22,10 +22,13 @@
 //!   in SQLite, for a foreman that adopts a task.
 //! - `desk`: humans in the loop, through the same socket; `steps`: a
 //!   template's steps marked done (`step_done`).
+//! - `verify`, `assess`: checking `task_complete` (verify commands run in
+//!   the task's container, the assessor's LLM call through this gateway).
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
 
 mod anthropic;
+mod assess;
 mod desk;
 mod handler;
 mod ledger;
@@ -37,6 +40,7 @@ mod server;
 mod socket;
 mod steps;
 mod upstream;
+mod verify;
 
 use handler::*;
 use ledger::Ledger;
@@ -49,3 +53,4 @@ pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::{Providers, Route};
 pub(crate) use server::Gateway;
 pub(crate) use upstream::Upstream;
+pub(crate) use verify::VerifyLink;

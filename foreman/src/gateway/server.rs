@@ -111,6 +111,10 @@ impl Gateway {
                 saheeli_protocol::template::routes::STEP_DONE,
                 post(steps::step_done),
             )
+            .route(
+                saheeli_protocol::verify::routes::VERIFY,
+                post(verify::verify),
+            )
             .fallback(not_found)
             .with_state(state);
         let stop = CancellationToken::new();

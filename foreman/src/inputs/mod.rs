@@ -9,6 +9,7 @@ mod check;
 mod copies;
 mod launch;
 mod pack;
+mod restore;
 #[cfg(test)]
 mod tests;
 
@@ -16,3 +17,4 @@ pub(crate) use check::*;
 pub(crate) use copies::*;
 pub(crate) use launch::*;
 pub(crate) use pack::*;
+pub(crate) use restore::*;

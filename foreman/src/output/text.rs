@@ -114,6 +114,31 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
         AuditEvent::Noted {
             ts, step, by, text, ..
         } => format!("{ts}  step {step:<4} message from {by}: {text}"),
+        AuditEvent::Verified {
+            ts,
+            step,
+            attempt,
+            max_attempts,
+            passed,
+            checks,
+        } => {
+            let what: Vec<String> = checks
+                .iter()
+                .map(|c| {
+                    let end = match (c.passed, c.exit_code) {
+                        (true, _) => "passed".to_string(),
+                        (false, Some(code)) => format!("exit {code}"),
+                        (false, None) => "failed".to_string(),
+                    };
+                    format!("{} {end}", c.command)
+                })
+                .collect();
+            format!(
+                "{ts}  step {step:<4} verify attempt {attempt}/{max_attempts} {}: {}",
+                if *passed { "passed" } else { "failed" },
+                what.join(", ")
+            )
+        }
         AuditEvent::Paused { ts, step } => format!("{ts}  step {step:<4} paused"),
         AuditEvent::Resumed {
             ts,

@@ -31,10 +31,12 @@ impl Ctx {
     /// How a task's gateway reaches the human desk.
     pub fn desk_link(
         &self,
+        id: TaskId,
         spec: &crate::spec::TaskSpec,
         waiting: Arc<std::sync::atomic::AtomicBool>,
     ) -> crate::gateway::DeskLink {
         crate::gateway::DeskLink {
+            verify: crate::gateway::VerifyLink::of(spec, id, &self.docker, &self.cfg.state_dir()),
             store: self.desk_store.clone(),
             lease: self.lease.clone(),
             bus: self.bus.clone(),

@@ -84,7 +84,7 @@ pub(super) async fn remove_containers(ctx: &Ctx, id: TaskId) -> bool {
 /// memory: an async pump gathers the HTTP chunks into 256 KiB pieces (so the
 /// extracting thread is woken per piece, not per 8 KiB frame) and a blocking
 /// thread unpacks them as they come.
-pub(super) async fn collect_workspace(
+pub(crate) async fn collect_workspace(
     d: &Docker,
     container: &str,
     dest: PathBuf,

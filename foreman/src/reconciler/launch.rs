@@ -18,7 +18,7 @@ use super::*;
 pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
     let id = task.id;
     let mut gateway = None;
-    let desk = ctx.desk_link(&task.spec, inbox.waiting());
+    let desk = ctx.desk_link(task.id, &task.spec, inbox.waiting());
     let launched = launch(&ctx, &task, &mut gateway, desk).await;
     match launched {
         Ok(container) => {

@@ -35,4 +35,5 @@ use serve::*;
 use sweep::*;
 
 pub(crate) use context::{Ctx, ServeOptions};
+pub(crate) use gather::collect_workspace;
 pub(crate) use serve::run;

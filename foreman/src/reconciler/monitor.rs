@@ -161,7 +161,9 @@ async fn conclude(
         outcome.output_tokens = m.output;
         outcome.cost_usd = m.cost;
     }
+    let verified = verified(ctx, id, watched.exit.as_ref().ok().copied()).await;
     let ending = Ending {
+        verified,
         stopped: watched.stopped,
         truncated: collected.truncated,
         completion,
@@ -172,6 +174,28 @@ async fn conclude(
     };
     let (state, reason) = classify(&ending);
     finish(ctx, id, state, reason, outcome, &detail).await
+}
+
+/// For a task that verifies: whether its last attempt passed (the
+/// foreman's own rows, never the agent's files) and the servo then exited
+/// 0, as it does only right after a passing verdict.
+async fn verified(ctx: &Ctx, id: TaskId, exit: Option<i64>) -> Option<bool> {
+    let r = ctx
+        .db(move |s| {
+            let row = s.require(&id.to_string())?;
+            if !row.spec.verifies() {
+                return Ok(None);
+            }
+            Ok(Some(s.verify_passed(id)?))
+        })
+        .await;
+    match r {
+        Ok(v) => v.map(|passed| passed && exit == Some(0)),
+        Err(e) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "verification records not read");
+            None
+        }
+    }
 }
 
 /// Steps and tokens from the collected audit log (the servo's account;

@@ -20,6 +20,10 @@ pub(super) struct Ending {
     pub exit: Option<i64>,
     /// Why the gateway refused or failed a call for good.
     pub gateway_fatal: Option<Reason>,
+    /// For a task with `verify:` or `assess: true`: whether its last
+    /// attempt passed (the foreman's own record) and the servo then ended
+    /// on that (exit 0). None: the task is not verified.
+    pub verified: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,6 +43,15 @@ pub(super) fn classify(e: &Ending) -> (TaskState, Reason) {
         return (TaskState::Incomplete, Reason::ResultsTooLarge);
     }
     match &e.completion {
+        // A complete.json the checks never passed (the agent wrote it, or
+        // went on after they passed) is not a success.
+        Completion::Valid if e.verified == Some(false) => {
+            let reason = match why_incomplete(e) {
+                Reason::NoCompletion => Reason::VerificationFailed,
+                r => r,
+            };
+            (TaskState::Incomplete, reason)
+        }
         Completion::Valid => (TaskState::Complete, Reason::Complete),
         Completion::Invalid(_) => (TaskState::Incomplete, Reason::InvalidCompletion),
         Completion::Absent => (TaskState::Incomplete, why_incomplete(e)),
@@ -65,6 +78,7 @@ fn why_incomplete(e: &Ending) -> Reason {
         Some(ServoExit::ReplayExhausted) => Reason::ReplayExhausted,
         Some(ServoExit::Budget) => Reason::Budget,
         Some(ServoExit::Terminated) => Reason::Terminated,
+        Some(ServoExit::VerificationFailed) => Reason::VerificationFailed,
         // A park is handled before an ending is classified; one seen here
         // (the servo parked while being stopped) is an exit like another.
         Some(ServoExit::Parked) | None => Reason::Exit(code as i32),
@@ -92,6 +106,31 @@ mod tests {
         assert_eq!(
             classify(&e),
             (TaskState::Incomplete, Reason::InvalidCompletion)
+        );
+    }
+
+    #[test]
+    fn a_verified_task_completes_only_when_its_checks_passed() {
+        let mut e = ended(0);
+        e.completion = Completion::Valid;
+        e.verified = Some(true);
+        assert_eq!(classify(&e), (TaskState::Complete, Reason::Complete));
+        // complete.json without a passing attempt (the agent wrote it).
+        e.verified = Some(false);
+        assert_eq!(
+            classify(&e),
+            (TaskState::Incomplete, Reason::VerificationFailed)
+        );
+        // ... and the servo ended otherwise: that is the reason.
+        let mut e = ended(3);
+        e.completion = Completion::Valid;
+        e.verified = Some(false);
+        assert_eq!(classify(&e), (TaskState::Incomplete, Reason::MaxSteps));
+        // The last attempt failed: the servo exits 9.
+        let e = ended(9);
+        assert_eq!(
+            classify(&e),
+            (TaskState::Incomplete, Reason::VerificationFailed)
         );
     }
 

@@ -64,13 +64,14 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
         .db(move |s| {
             let row = s.require(&id.to_string())?;
             let done = s.steps_done(id)?;
-            Ok((row, done))
+            let checks = s.verify_checks(id)?;
+            Ok((row, done, checks))
         })
         .await;
-    let (row, steps) = match read {
-        Ok((row, done)) => {
+    let (row, steps, checks) = match read {
+        Ok((row, done, checks)) => {
             let steps = step_status(&row.spec.steps, &done);
-            (ended(row, to, outcome), steps)
+            (ended(row, to, outcome), steps, checks)
         }
         Err(e) => {
             warn!(task_id = %id, error = %format!("{e:#}"), "report.md not written");
@@ -78,8 +79,13 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
         }
     };
     let dir = dest.clone();
-    let written =
-        tokio::task::spawn_blocking(move || report::write_report(&row, &dir, steps)).await;
+    let written = tokio::task::spawn_blocking(move || {
+        if row.spec.verifies() {
+            report::write_verify_logs(&dir, &checks)?;
+        }
+        report::write_report(&row, &dir, steps, checks)
+    })
+    .await;
     match written {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {

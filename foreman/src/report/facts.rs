@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use saheeli_protocol::AuditEvent;
+use saheeli_protocol::verify::Check;
 
 use super::diffstat::{Diffstat, FileStat};
 use super::markdown::{Report, ToolCount};
@@ -20,14 +21,19 @@ use crate::store::{StepStatus, TaskRow};
 const MAX_TOOLS: usize = 256;
 
 /// Writes `report.md` into the results of the ended task `row` (`steps`:
-/// its template steps and where each stands). Blocking.
+/// its template steps and where each stands; `checks`: its verification,
+/// the foreman's rows). Blocking.
 pub(crate) fn write_report(
     row: &TaskRow,
     results: &Path,
     steps: Vec<StepStatus>,
+    checks: Vec<Check>,
 ) -> anyhow::Result<()> {
     let mut report = gather(row, results);
     report.template_steps = steps;
+    if row.spec.verifies() {
+        report.verification = Some((checks, row.spec.max_verify_attempts()));
+    }
     replace_file(results, REPORT, |w| {
         w.write_all(report.to_markdown().as_bytes())
     })
@@ -60,6 +66,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         agent_message,
         replaced_own: std::fs::symlink_metadata(results.join(REPORT)).is_ok(),
         template_steps: Vec::new(),
+        verification: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The [`Report`]: facts about an ended task, rendered as Markdown one
-//! section at a time. What a later issue adds (verify attempts, step
-//! attempts) is a field here and a section in [`Report::sections`]; a
-//! template's steps are (`steps`).
+//! section at a time. What a later issue adds is a field here and a
+//! section in [`Report::sections`]: a template's steps are in
+//! `template_steps`, verification's in `verification`.
 //!
 //! Titles, prompts, tool names, paths and the agent's message are text
 //! from people and agents: control characters are escaped, names go in
@@ -59,6 +59,9 @@ pub(crate) struct Report {
     pub replaced_own: bool,
     /// A template's steps and where each stands (empty: no `steps:`).
     pub template_steps: Vec<crate::store::StepStatus>,
+    /// Every verify and assess check (None: the task has neither), and
+    /// how many attempts it was allowed.
+    pub verification: Option<(Vec<saheeli_protocol::verify::Check>, u32)>,
 }
 
 impl Report {
@@ -67,6 +70,7 @@ impl Report {
         let mut sections = vec![
             ("Objective", self.objective_section()),
             ("Outcome", self.outcome_section()),
+            ("Verification", self.verification_section()),
         ];
         if !self.template_steps.is_empty() {
             let steps = super::steps::steps_section(&self.template_steps);
@@ -229,7 +233,7 @@ pub(super) fn when(ms: Option<i64>) -> String {
 }
 
 /// `text` in a code span that nothing in it can close.
-fn code(text: &str) -> String {
+pub(super) fn code(text: &str) -> String {
     let text = printable(text);
     let ticks = "`".repeat(longest_run(&text, '`') + 1);
     let pad = if text.starts_with('`') || text.ends_with('`') {
@@ -246,7 +250,7 @@ pub(super) fn cell(text: &str) -> String {
 }
 
 /// `text` in a fenced block that nothing in it can close.
-fn fenced(text: &str) -> String {
+pub(super) fn fenced(text: &str) -> String {
     let fence = "`".repeat(longest_run(text, '`').max(2) + 1);
     let mut s = format!("{fence}text\n");
     for line in text.trim_end().lines() {
@@ -309,6 +313,7 @@ mod tests {
             agent_message: Some("Done.\n```\n## Outcome\nall good".into()),
             replaced_own: false,
             template_steps: vec![],
+            verification: None,
         }
     }
 
@@ -332,6 +337,7 @@ mod tests {
             [
                 "## Objective",
                 "## Outcome",
+                "## Verification",
                 "## Steps and tool calls",
                 "## Tokens, cost and time",
                 "## Files changed",

@@ -11,18 +11,25 @@
 //! - `markdown`: the `Report` and its Markdown; `steps`: its section on a
 //!   template's steps.
 //! - `facts`: gathering a report's facts and writing `report.md`.
+//! - `verification`: the report's section on verify and assess, and
+//!   `.saheeli/verify-N.log`, one per attempt.
+//! - `evidence`: changed files and a capped patch for the assessor.
 //! - `write`: writing files into a results directory the agent filled
 //!   (nothing is written through its links).
 
 mod changes;
 mod diffstat;
+mod evidence;
 mod facts;
 mod markdown;
 mod patch;
 mod steps;
 mod tree;
+mod verification;
 mod write;
 
 pub(crate) use changes::write_changes;
+pub(crate) use evidence::evidence;
 pub(crate) use facts::write_report;
+pub(crate) use verification::write_verify_logs;
 pub(crate) use write::{PATCH, REPORT, remove};

@@ -11,10 +11,12 @@ mod template;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod verification;
 
 use checks::*;
 use params::*;
 use template::*;
+use verification::*;
 
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use task::{TaskSpec, front_matter};

@@ -18,6 +18,10 @@ pub(super) const PARAM_KEYS: &[&str] = &[
     "workspace",
     "network",
     "verify",
+    "verify_retries",
+    "verify_timeout",
+    "assess",
+    "objective",
 ];
 
 /// The first Markdown heading of the body, else the file's stem.

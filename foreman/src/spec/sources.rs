@@ -243,6 +243,45 @@ pub(crate) const SETTINGS: &[Setting] = &[
         value: |s, _| json!(s.notify.iter().map(|n| &n.url).collect::<Vec<_>>()),
     },
     Setting {
+        key: "verify",
+        config: Some("task.verify"),
+        in_front_matter: |f| f.verify.is_some(),
+        value: |s, _| json!(s.verify),
+    },
+    Setting {
+        key: "verify_files",
+        config: Some("task.verify_files"),
+        in_front_matter: |f| f.verify_files.is_some(),
+        value: |s, _| json!(s.verify_files),
+    },
+    Setting {
+        key: "verify_retries",
+        config: Some("task.verify_retries"),
+        in_front_matter: |f| f.verify_retries.is_some(),
+        value: |s, _| json!(s.verify_retries),
+    },
+    Setting {
+        key: "verify_timeout",
+        config: Some("task.verify_timeout"),
+        in_front_matter: |f| f.verify_timeout.is_some(),
+        value: |s, _| {
+            let t = std::time::Duration::from_secs(s.verify_timeout_s);
+            json!(humantime::format_duration(t).to_string())
+        },
+    },
+    Setting {
+        key: "assess",
+        config: Some("task.assess"),
+        in_front_matter: |f| f.assess.is_some(),
+        value: |s, _| json!(s.assess),
+    },
+    Setting {
+        key: "objective",
+        config: Some("task.objective"),
+        in_front_matter: |f| f.objective.is_some(),
+        value: |s, _| json!(s.objective),
+    },
+    Setting {
         key: "image",
         config: Some("image"),
         in_front_matter: never,

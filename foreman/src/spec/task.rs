@@ -86,6 +86,33 @@ pub(crate) struct TaskSpec {
     /// A template's steps (`step_done` marks them done).
     #[serde(default)]
     pub steps: Vec<Step>,
+    /// Commands run in the task's container after `task_complete`.
+    #[serde(default)]
+    pub verify: Vec<String>,
+    /// Paths below /workspace restored from the submitted workspace
+    /// before verify runs.
+    #[serde(default)]
+    pub verify_files: Vec<PathBuf>,
+    /// Further attempts after a failed verify or assessment.
+    #[serde(default = "default_verify_retries")]
+    pub verify_retries: u32,
+    /// Limit on each verify command, in seconds.
+    #[serde(default = "default_verify_timeout_s")]
+    pub verify_timeout_s: u64,
+    /// An LLM judges whether the objective is met after verify.
+    #[serde(default)]
+    pub assess: bool,
+    /// What the assessor judges against (None: the title and the body).
+    #[serde(default)]
+    pub objective: Option<String>,
+}
+
+fn default_verify_retries() -> u32 {
+    saheeli_protocol::verify::DEFAULT_RETRIES
+}
+
+fn default_verify_timeout_s() -> u64 {
+    600
 }
 
 fn default_human_timeout_s() -> u64 {
@@ -117,12 +144,6 @@ impl TaskSpec {
         let (fm, body, parameters) = template(path, dir, &text, params, asked)?;
         let d = &cfg.file.task;
 
-        if fm.verify.is_some() {
-            bail!(
-                "{}: `verify` is not supported yet (the verify-and-retry loop is a later issue); remove it",
-                path.display()
-            );
-        }
         let model = fm.model.unwrap_or_else(|| d.model.clone());
         let replay = match model.strip_prefix("replay:") {
             Some(file) => Some(read_replay(path, dir, file)?),
@@ -186,6 +207,15 @@ impl TaskSpec {
                 path.display()
             );
         }
+        let checks = Verification {
+            verify: fm.verify.unwrap_or_else(|| d.verify.clone()).0,
+            files: fm.verify_files.unwrap_or_else(|| d.verify_files.clone()),
+            retries: fm.verify_retries.unwrap_or(d.verify_retries),
+            timeout: fm.verify_timeout.map(|t| t.0).unwrap_or(d.verify_timeout),
+            assess: fm.assess.unwrap_or(d.assess),
+            objective: fm.objective.or_else(|| d.objective.clone()),
+        }
+        .checked(path, workspace.as_deref(), replay.is_some())?;
         let mut spec = TaskSpec {
             title,
             prompt_path: path.display().to_string(),
@@ -221,6 +251,12 @@ impl TaskSpec {
             tools,
             parameters,
             steps: fm.steps,
+            verify: checks.verify,
+            verify_files: checks.files,
+            verify_retries: checks.retries,
+            verify_timeout_s: checks.timeout.as_secs().max(1),
+            assess: checks.assess,
+            objective: checks.objective,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -268,8 +304,19 @@ impl TaskSpec {
             tools: self.tools.clone(),
             capabilities: self.capabilities.clone(),
             steps: self.steps.clone(),
+            verify: self.verifies(),
             replay: self.replay.clone(),
         }
+    }
+
+    /// Whether `task_complete` is checked (`verify:` or `assess: true`).
+    pub fn verifies(&self) -> bool {
+        !self.verify.is_empty() || self.assess
+    }
+
+    /// How many verification attempts the task may make in all.
+    pub fn max_verify_attempts(&self) -> u32 {
+        self.verify_retries.saturating_add(1)
     }
 
     pub fn budget(&self) -> crate::gateway::Budget {

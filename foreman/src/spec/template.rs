@@ -427,10 +427,12 @@ fn each_text(
     if let Some(t) = fm.title.as_mut() {
         f("title", t)?;
     }
-    if let Some(v) = fm.verify.as_mut() {
-        f("verify", v)?;
+    for c in fm.verify.iter_mut().flat_map(|c| c.0.iter_mut()) {
+        f("verify", c)?;
     }
-    // With branch `verify`: `if let Some(o) = fm.objective.as_mut() { f("objective", o)?; }`
+    if let Some(o) = fm.objective.as_mut() {
+        f("objective", o)?;
+    }
     if let Some(ws) = fm.workspace.as_mut() {
         let mut text = ws.to_string_lossy().into_owned();
         f("workspace", &mut text)?;

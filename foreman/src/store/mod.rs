@@ -19,6 +19,7 @@ mod schema;
 mod steps;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 // Helpers the parts share (private to the store).
 use error::Result;

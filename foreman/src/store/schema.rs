@@ -150,6 +150,25 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
             PRIMARY KEY (task_id, name)
         );",
     ),
+    // Verified outcomes: every verify command and assessment the foreman
+    // ran after a `task_complete`, by attempt (`call_id`: the model's call
+    // that asked, so asking again gets the same verdict).
+    M::up(
+        "CREATE TABLE verify_checks (
+            id          INTEGER PRIMARY KEY,
+            task_id     TEXT NOT NULL REFERENCES tasks(id),
+            attempt     INTEGER NOT NULL,
+            call_id     TEXT NOT NULL,
+            kind        TEXT NOT NULL,
+            command     TEXT NOT NULL,
+            exit_code   INTEGER,
+            duration_ms INTEGER NOT NULL,
+            passed      INTEGER NOT NULL,
+            output      TEXT NOT NULL,
+            at          INTEGER NOT NULL
+        );
+        CREATE INDEX verify_checks_by_task ON verify_checks(task_id, attempt, id);",
+    ),
 ];
 
 pub(crate) struct Store {

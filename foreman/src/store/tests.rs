@@ -41,6 +41,12 @@ fn spec(title: &str) -> TaskSpec {
         tools: None,
         parameters: vec![],
         steps: vec![],
+        verify: vec![],
+        verify_files: vec![],
+        verify_retries: 2,
+        verify_timeout_s: 600,
+        assess: false,
+        objective: None,
     }
 }
 
@@ -616,4 +622,70 @@ fn a_step_done_again_updates_its_evidence_and_is_fenced() {
         .filter(|e| e.kind.as_deref() == Some("step_done"))
         .count();
     assert_eq!(kinds, 3);
+}
+
+mod verify {
+    use super::*;
+    use saheeli_protocol::verify::{Check, CheckKind};
+
+    fn check(attempt: u32, passed: bool) -> Check {
+        Check {
+            attempt,
+            kind: CheckKind::Verify,
+            command: "sh t.sh".into(),
+            exit_code: Some(if passed { 0 } else { 1 }),
+            duration_ms: 7,
+            passed,
+            output: "out".into(),
+        }
+    }
+
+    #[test]
+    fn attempts_are_counted_kept_by_call_and_fenced() {
+        let (_d, mut s) = store();
+        let id = TaskId::new();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
+        s.claim_next(None, &lease()).unwrap().unwrap();
+        assert_eq!(s.verify_attempts(id).unwrap(), 0);
+        assert!(!s.verify_passed(id).unwrap());
+        s.record_verify(id, &lease(), "call_1", 1, &[check(1, false)])
+            .unwrap();
+        let assess = Check {
+            kind: CheckKind::Assess,
+            command: "assess".into(),
+            exit_code: None,
+            ..check(2, true)
+        };
+        s.record_verify(id, &lease(), "call_2", 2, &[check(2, true), assess])
+            .unwrap();
+        assert_eq!(s.verify_attempts(id).unwrap(), 2);
+        assert!(s.verify_passed(id).unwrap());
+        let (n, checks) = s.verify_attempt_of(id, "call_1").unwrap().unwrap();
+        assert_eq!((n, checks), (1, vec![check(1, false)]));
+        assert!(s.verify_attempt_of(id, "call_9").unwrap().is_none());
+        let all = s.verify_checks(id).unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[2].kind, CheckKind::Assess);
+        // Only the lease holder records.
+        let other = Lease {
+            owner: "other".into(),
+            ms: 10_000,
+        };
+        let err = s
+            .record_verify(id, &other, "call_3", 3, &[check(3, true)])
+            .unwrap_err();
+        assert!(matches!(err, StoreError::LeaseLost(_)), "{err}");
+        assert_eq!(s.verify_attempts(id).unwrap(), 2);
+        let kinds: Vec<_> = s
+            .events(id)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "verified").count(),
+            2,
+            "{kinds:?}"
+        );
+    }
 }

@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 pub enum Reply {
     /// An assistant turn calling these tools, with this usage (prompt, completion).
     Tools(Vec<(String, Value)>, (u64, u64)),
+    /// An assistant turn with this text and no tool calls (an assessor's
+    /// verdict), with this usage.
+    Text(String, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
     Error(u16, Option<String>),
     /// A 200 whose body is not JSON (usage cannot be read).
@@ -224,6 +227,16 @@ async fn handle(
                                 "function": {"name": "task_complete",
                                     "arguments": json!({"message": "done"}).to_string()}}]}}],
                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+                });
+                return axum::Json(resp).into_response();
+            }
+            Reply::Text(text, (prompt, completion)) => {
+                let resp = json!({
+                    "id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": model,
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}
                 });
                 return axum::Json(resp).into_response();
             }

@@ -25,5 +25,6 @@ mod report;
 mod safety;
 mod sandbox;
 mod templates;
+mod verify;
 mod webhooks;
 mod workspace_packing;

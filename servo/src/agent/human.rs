@@ -297,9 +297,10 @@ impl Agent {
             call.id,
             "Plan recorded (plan-only run: nothing is carried out).",
         ));
-        self.complete(format!(
-            "Plan (plan-only run, nothing was carried out):\n{text}"
-        ))
+        self.complete(
+            format!("Plan (plan-only run, nothing was carried out):\n{text}"),
+            Vec::new(),
+        )
     }
 
     /// Asks the desk and waits for the reply (parking when it is long).

@@ -8,6 +8,7 @@
 //! session and exits, and a new servo on the same workspace goes on.
 
 mod human;
+mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -349,11 +350,16 @@ impl Agent {
                 truncated: out.truncated,
                 duration_ms,
             });
+            if let Some(message) = out.complete {
+                if self.task.verify {
+                    return self.verify(step, call.id, message).await;
+                }
+                self.messages
+                    .push(ChatMessage::tool_result(call.id, out.text));
+                return Some(self.complete(message, Vec::new()));
+            }
             self.messages
                 .push(ChatMessage::tool_result(call.id, out.text.clone()));
-            if let Some(message) = out.complete {
-                return Some(self.complete(message));
-            }
             if !out.ok && self.task.pause_on_tool_error {
                 self.breakpoint(&call.function.name, &out.text).await;
             }
@@ -361,8 +367,12 @@ impl Agent {
         None
     }
 
-    fn complete(&mut self, message: String) -> End {
-        match self.write_completion(message) {
+    fn complete(
+        &mut self,
+        message: String,
+        verification: Vec<saheeli_protocol::verify::Check>,
+    ) -> End {
+        match self.write_completion(message, verification) {
             Ok(()) => (ServoExit::Complete, None),
             Err(e) => (
                 ServoExit::BadTask,
@@ -400,13 +410,18 @@ impl Agent {
         }
     }
 
-    fn write_completion(&self, message: String) -> std::io::Result<()> {
+    fn write_completion(
+        &self,
+        message: String,
+        verification: Vec<saheeli_protocol::verify::Check>,
+    ) -> std::io::Result<()> {
         let c = Completion {
             task_id: self.task.task_id,
             message,
             steps: self.steps,
             usage: self.usage,
             finished_at: now(),
+            verification,
         };
         write_atomic(
             &self.root.join("complete.json"),

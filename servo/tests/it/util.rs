@@ -46,6 +46,7 @@ impl Servo {
                 tools: None,
                 capabilities: vec![],
                 steps: vec![],
+                verify: false,
                 replay: None,
             },
             prompt: "Do it.\n".into(),

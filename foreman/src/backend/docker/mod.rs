@@ -7,12 +7,14 @@
 
 mod container;
 mod daemon;
+mod exec;
 mod image;
 mod labels;
 mod volume;
 
 pub(crate) use container::*;
 pub(crate) use daemon::*;
+pub(crate) use exec::*;
 pub(crate) use image::*;
 pub(crate) use labels::*;
 pub(crate) use volume::*;

@@ -1,0 +1,200 @@
+//! Running a command inside a task's running container (the exec API), as
+//! the servo's user in /workspace, under the container's own limits: what
+//! `verify` runs. The command's output is captured under a cap (head and
+//! tail kept) and its time is bounded twice: by `timeout` inside the
+//! container, and by the foreman, which stops reading a little later
+//! whatever the command (or what it left running) does.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use saheeli_protocol::paths;
+
+/// The user the servo runs as (the Dockerfile's USER).
+const SERVO_USER: &str = "1000:1000";
+
+/// How long past its own timeout the foreman waits for a command's output
+/// to end (a process it left behind may hold the output open).
+const GRACE: Duration = Duration::from_secs(10);
+
+/// `timeout`'s exit code when the limit ran out (137: killed after it).
+const TIMED_OUT: [i64; 2] = [124, 137];
+
+/// How a command ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Ran {
+    /// None when it did not end in time (or its end is unknown).
+    pub exit_code: Option<i64>,
+    pub timed_out: bool,
+    pub duration: Duration,
+    /// stdout and stderr as they came, capped.
+    pub output: String,
+}
+
+/// Runs `argv` in the container without a shell, waits for it, and
+/// returns its exit code (for chores such as removing files).
+pub(crate) async fn exec_quiet(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+) -> anyhow::Result<Ran> {
+    exec(docker, container, argv, Duration::from_secs(60), 4096).await
+}
+
+/// Runs `bash -c command` in the container with `limit`, keeping at most
+/// `cap` bytes of output.
+pub(crate) async fn exec_shell(
+    docker: &Docker,
+    container: &str,
+    command: &str,
+    limit: Duration,
+    cap: usize,
+) -> anyhow::Result<Ran> {
+    let secs = limit.as_secs().max(1).to_string();
+    let argv = ["timeout", "--kill-after=5", &secs, "bash", "-c", command]
+        .map(String::from)
+        .to_vec();
+    exec(docker, container, argv, limit, cap).await
+}
+
+async fn exec(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+    limit: Duration,
+    cap: usize,
+) -> anyhow::Result<Ran> {
+    let t0 = Instant::now();
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(argv),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                user: Some(SERVO_USER.to_string()),
+                working_dir: Some(paths::WORKSPACE.to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("creating an exec in the task's container")?;
+    let started = docker
+        .start_exec(&created.id, None)
+        .await
+        .context("starting an exec in the task's container")?;
+    let mut out = Capped::new(cap);
+    let mut ended = true;
+    if let StartExecResults::Attached { mut output, .. } = started {
+        let deadline = tokio::time::Instant::now() + limit + GRACE;
+        loop {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(chunk))) => out.push(&chunk.into_bytes()),
+                Ok(Some(Err(e))) => {
+                    out.push(format!("\n[saheeli: the output stream failed: {e}]\n").as_bytes());
+                    break;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    ended = false;
+                    break;
+                }
+            }
+        }
+    }
+    let inspect = docker
+        .inspect_exec(&created.id)
+        .await
+        .context("inspecting an exec in the task's container")?;
+    let running = inspect.running.unwrap_or(false);
+    let exit_code = if running { None } else { inspect.exit_code };
+    let duration = t0.elapsed();
+    let timed_out = !ended
+        || running
+        || (duration >= limit && exit_code.is_some_and(|c| TIMED_OUT.contains(&c)));
+    Ok(Ran {
+        exit_code: if timed_out { None } else { exit_code },
+        timed_out,
+        duration,
+        output: out.finish(),
+    })
+}
+
+/// Output kept under a cap: the first half and the last half, and how
+/// many bytes between them were dropped.
+struct Capped {
+    half: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    dropped: u64,
+}
+
+impl Capped {
+    fn new(cap: usize) -> Capped {
+        Capped {
+            half: (cap / 2).max(1),
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        let room = self.half - self.head.len();
+        if room > 0 {
+            let n = room.min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        if bytes.len() >= self.half {
+            self.dropped += (self.tail.len() + bytes.len() - self.half) as u64;
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.half..]);
+            return;
+        }
+        let over = (self.tail.len() + bytes.len()).saturating_sub(self.half);
+        self.tail.drain(..over);
+        self.dropped += over as u64;
+        self.tail.extend(bytes);
+    }
+
+    fn finish(self) -> String {
+        let mut s = String::from_utf8_lossy(&self.head).into_owned();
+        if self.dropped > 0 {
+            s.push_str(&format!(
+                "\n[… {} bytes of output not kept …]\n",
+                self.dropped
+            ));
+        }
+        let tail: Vec<u8> = self.tail.into_iter().collect();
+        s.push_str(&String::from_utf8_lossy(&tail));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_keeps_head_and_tail_and_counts_the_cut() {
+        let mut c = Capped::new(8);
+        c.push(b"abcdefgh");
+        c.push(b"ijkl");
+        c.push(b"mn");
+        assert_eq!(c.finish(), "abcd\n[… 6 bytes of output not kept …]\nklmn");
+        let mut c = Capped::new(8);
+        c.push(b"abc");
+        c.push(b"de");
+        assert_eq!(c.finish(), "abcde");
+        let mut c = Capped::new(4);
+        for b in b"0123456789" {
+            c.push(&[*b]);
+        }
+        assert_eq!(c.finish(), "01\n[… 6 bytes of output not kept …]\n89");
+    }
+}

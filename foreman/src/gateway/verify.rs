@@ -1,0 +1,406 @@
+//! `POST /saheeli/v1/verify`: the servo's `task_complete` asks, the
+//! foreman checks. One attempt: `verify_files` are restored from the
+//! submitted workspace, each `verify` command runs in the task's own
+//! container (`docker exec`, the servo's user, /workspace, its limits and
+//! network, `verify_timeout`, output capped), and with `assess: true` an
+//! LLM judges the work against the objective (`assess`). The checks are
+//! rows in SQLite (fenced by the lease); the foreman counts the attempts,
+//! so neither the servo nor the agent's shell, which can reach this route
+//! too, can get more than `1 + verify_retries`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use bollard::Docker;
+use saheeli_protocol::TaskId;
+use saheeli_protocol::verify::{Check, CheckKind, Verdict, VerifyRequest};
+use tracing::info;
+
+use super::*;
+use crate::docker;
+use crate::inputs;
+
+/// Output kept of one verify command (head and tail).
+pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
+
+/// Output of a failed command quoted back to the model (head and tail).
+const FEEDBACK_CAP: usize = 8 * 1024;
+
+/// What the verify route needs to check a task's work.
+pub(crate) struct VerifyLink {
+    pub docker: Docker,
+    /// The submitted workspace (`verify_files` come from it).
+    pub submitted: PathBuf,
+    /// Where the assessor's copy of the workspace is made.
+    pub scratch: PathBuf,
+    pub commands: Vec<String>,
+    pub files: Vec<PathBuf>,
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub assess: bool,
+    /// What the assessor judges against.
+    pub objective: String,
+    /// One attempt at a time (the servo and the agent's shell may both ask).
+    pub one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+impl VerifyLink {
+    /// The link of a task whose spec verifies (None otherwise).
+    pub fn of(
+        spec: &crate::spec::TaskSpec,
+        id: TaskId,
+        docker: &Docker,
+        state_dir: &std::path::Path,
+    ) -> Option<Arc<VerifyLink>> {
+        if !spec.verifies() {
+            return None;
+        }
+        let objective = spec
+            .objective
+            .clone()
+            .unwrap_or_else(|| format!("{}\n\n{}", spec.title, spec.body.trim_end()));
+        Some(Arc::new(VerifyLink {
+            docker: docker.clone(),
+            submitted: inputs::workspace_tar(state_dir, id),
+            scratch: state_dir.join("assess"),
+            commands: spec.verify.clone(),
+            files: spec.verify_files.clone(),
+            timeout: Duration::from_secs(spec.verify_timeout_s.max(1)),
+            max_attempts: spec.max_verify_attempts(),
+            assess: spec.assess,
+            objective,
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        }))
+    }
+}
+
+pub(super) async fn verify(
+    axum::extract::State(gw): axum::extract::State<Arc<GatewayState>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: VerifyRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("not a verify request: {e}");
+            return error_response(&gw, StatusCode::BAD_REQUEST, "bad_request", &why);
+        }
+    };
+    if req.call_id.is_empty() || req.call_id.len() > 256 {
+        let why = "call_id must be 1 to 256 bytes";
+        return error_response(&gw, StatusCode::BAD_REQUEST, "bad_request", why);
+    }
+    let Some(link) = gw.desk.verify.clone() else {
+        let why = "this task has no `verify` or `assess`: task_complete needs no check";
+        return error_response(&gw, StatusCode::FORBIDDEN, "not_allowed", why);
+    };
+    let _one = link.one_at_a_time.lock().await;
+    let id = gw.task_id;
+    let call = req.call_id.clone();
+    let known = gw
+        .desk_db(move |s, l| {
+            s.hold(id, l)?;
+            Ok((s.verify_attempt_of(id, &call)?, s.verify_attempts(id)?))
+        })
+        .await;
+    let (attempt, checks) = match known {
+        Err(resp) => return resp,
+        // Asked again (the gateway was away): the same verdict.
+        Ok((Some(known), _)) => known,
+        Ok((None, made)) if made >= link.max_attempts => {
+            let why = format!(
+                "no verification attempt is left ({made} of {} made)",
+                link.max_attempts
+            );
+            return error_response(&gw, StatusCode::CONFLICT, "no_attempts_left", &why);
+        }
+        Ok((None, made)) => {
+            let attempt = made + 1;
+            let t0 = std::time::Instant::now();
+            let checks = run_attempt(&gw, &link, attempt, &req.message).await;
+            let ms = t0.elapsed().as_millis() as u64;
+            info!(task_id = %id, attempt, ms, "verification attempt ran");
+            let (rows, call) = (checks.clone(), req.call_id.clone());
+            let recorded = gw
+                .desk_db(move |s, l| s.record_verify(id, l, &call, attempt, &rows))
+                .await;
+            if let Err(resp) = recorded {
+                return resp;
+            }
+            (attempt, checks)
+        }
+    };
+    let all = match gw.desk_db(move |s, _| s.verify_checks(id)).await {
+        Ok(all) => all,
+        Err(resp) => return resp,
+    };
+    let verdict = verdict(attempt, link.max_attempts, &checks, all, link.timeout);
+    info!(task_id = %id, attempt, passed = verdict.passed, "verified");
+    json_response(&gw, StatusCode::OK, &verdict)
+}
+
+/// One attempt: the verify commands (stopping at the first failure),
+/// then the assessment when they passed (or there are none).
+async fn run_attempt(
+    gw: &GatewayState,
+    link: &VerifyLink,
+    attempt: u32,
+    message: &str,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    if !link.commands.is_empty() {
+        checks = run_commands(gw.task_id, link, attempt).await;
+    }
+    if link.assess && checks.iter().all(|c| c.passed) {
+        checks.push(assess::assess(gw, link, attempt, message, &checks).await);
+    }
+    checks
+}
+
+/// A check that could not run: failed, saying why.
+fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
+    Check {
+        attempt,
+        kind,
+        command: command.to_string(),
+        exit_code: None,
+        duration_ms: 0,
+        passed: false,
+        output: why,
+    }
+}
+
+/// Restores `verify_files`, then runs each command until one fails.
+async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check> {
+    let first = link.commands[0].as_str();
+    let container = match docker::task_containers(&link.docker, id).await {
+        Ok(c) if !c.is_empty() => c[0].clone(),
+        Ok(_) => {
+            return vec![not_run(
+                attempt,
+                CheckKind::Verify,
+                first,
+                "the task's container is gone".into(),
+            )];
+        }
+        Err(e) => return vec![not_run(attempt, CheckKind::Verify, first, format!("{e:#}"))],
+    };
+    if !link.files.is_empty()
+        && let Err(e) = restore(link, &container).await
+    {
+        let why = format!("`verify_files` could not be restored, so nothing was run: {e:#}");
+        return vec![not_run(attempt, CheckKind::Verify, first, why)];
+    }
+    let mut checks = Vec::new();
+    for command in &link.commands {
+        let ran =
+            docker::exec_shell(&link.docker, &container, command, link.timeout, OUTPUT_CAP).await;
+        let check = match ran {
+            Ok(r) => Check {
+                attempt,
+                kind: CheckKind::Verify,
+                command: command.clone(),
+                exit_code: r.exit_code,
+                duration_ms: r.duration.as_millis() as u64,
+                passed: r.exit_code == Some(0),
+                output: r.output,
+            },
+            Err(e) => not_run(
+                attempt,
+                CheckKind::Verify,
+                command,
+                format!("could not be run: {e:#}"),
+            ),
+        };
+        let passed = check.passed;
+        checks.push(check);
+        if !passed {
+            break;
+        }
+    }
+    checks
+}
+
+/// Puts `verify_files` back as submitted: what is at those paths now (and
+/// a link or file where one of their directories goes) is removed by the
+/// servo's user, then the submitted entries are uploaded.
+async fn restore(link: &VerifyLink, container: &str) -> anyhow::Result<()> {
+    let d = &link.docker;
+    let (paths, parents) = inputs::workspace_args(&link.files);
+    if !parents.is_empty() {
+        let mut argv = vec!["find".to_string()];
+        argv.extend(parents);
+        argv.extend(["-maxdepth", "0", "!", "-type", "d", "-delete"].map(String::from));
+        // Parents that are missing are fine: the upload makes them.
+        docker::exec_quiet(d, container, argv).await?;
+    }
+    let mut argv = vec!["rm".to_string(), "-rf".into(), "--".into()];
+    argv.extend(paths);
+    let ran = docker::exec_quiet(d, container, argv).await?;
+    if ran.exit_code != Some(0) {
+        anyhow::bail!(
+            "removing what is at those paths failed: {}",
+            ran.output.trim()
+        );
+    }
+    let (submitted, files) = (link.submitted.clone(), link.files.clone());
+    let tar =
+        tokio::task::spawn_blocking(move || inputs::restore_tar(&submitted, &files)).await??;
+    docker::upload(d, container, tar.into()).await
+}
+
+/// The verdict of `attempt` (its `checks`) for the servo, with every check
+/// so far (`all`).
+pub(super) fn verdict(
+    attempt: u32,
+    max_attempts: u32,
+    checks: &[Check],
+    all: Vec<Check>,
+    timeout: Duration,
+) -> Verdict {
+    let passed = !checks.is_empty() && checks.iter().all(|c| c.passed);
+    let feedback = match checks.iter().find(|c| !c.passed) {
+        None => String::new(),
+        Some(c) => feedback(c, attempt, max_attempts, timeout),
+    };
+    Verdict {
+        passed,
+        attempt,
+        max_attempts,
+        feedback,
+        checks: all,
+    }
+}
+
+/// What the model is told of a failed check.
+fn feedback(c: &Check, attempt: u32, max_attempts: u32, timeout: Duration) -> String {
+    let what = match (c.kind, c.exit_code) {
+        (CheckKind::Assess, _) => format!(
+            "assessment failed: the objective is not met. The assessor's feedback:\n{}",
+            c.output.trim_end()
+        ),
+        (CheckKind::Verify, Some(code)) => format!(
+            "verification failed: `{}` exited with code {code}. Its output:\n{}",
+            c.command,
+            fenced(&cut(&c.output, FEEDBACK_CAP))
+        ),
+        (CheckKind::Verify, None) if c.duration_ms >= timeout.as_millis() as u64 => format!(
+            "verification failed: `{}` did not finish within {} and was stopped. Its output:\n{}",
+            c.command,
+            humantime::format_duration(timeout),
+            fenced(&cut(&c.output, FEEDBACK_CAP))
+        ),
+        (CheckKind::Verify, None) => {
+            format!(
+                "verification failed: `{}`: {}",
+                c.command,
+                c.output.trim_end()
+            )
+        }
+    };
+    let left = max_attempts.saturating_sub(attempt);
+    let next = if left == 0 {
+        "No attempt is left: the task ends as verification_failed.".to_string()
+    } else {
+        format!(
+            "Fix the problem, check your work, then call task_complete again \
+             ({left} more attempt{} allowed).",
+            if left == 1 { "" } else { "s" }
+        )
+    };
+    format!("[saheeli] Attempt {attempt} of {max_attempts}: {what}\n\n{next}")
+}
+
+/// `text` cut to about `cap` bytes: its head and tail.
+fn cut(text: &str, cap: usize) -> String {
+    if text.len() <= cap {
+        return text.to_string();
+    }
+    let half = cap / 2;
+    let mut a = half;
+    while !text.is_char_boundary(a) {
+        a -= 1;
+    }
+    let mut b = text.len() - half;
+    while !text.is_char_boundary(b) {
+        b += 1;
+    }
+    format!(
+        "{}\n[… {} bytes not shown …]\n{}",
+        &text[..a],
+        b - a,
+        &text[b..]
+    )
+}
+
+fn fenced(text: &str) -> String {
+    format!("```\n{}\n```", text.trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(kind: CheckKind, exit_code: Option<i64>, passed: bool, output: &str) -> Check {
+        Check {
+            attempt: 1,
+            kind,
+            command: "sh test.sh".into(),
+            exit_code,
+            duration_ms: 5,
+            passed,
+            output: output.into(),
+        }
+    }
+
+    #[test]
+    fn a_failed_command_is_quoted_with_what_is_left() {
+        let t = Duration::from_secs(60);
+        let checks = [check(
+            CheckKind::Verify,
+            Some(1),
+            false,
+            "FAIL: add(2, 2) = 5\n",
+        )];
+        let v = verdict(1, 3, &checks, checks.to_vec(), t);
+        assert!(!v.passed && !v.is_final_failure());
+        assert!(
+            v.feedback.contains("`sh test.sh` exited with code 1"),
+            "{}",
+            v.feedback
+        );
+        assert!(v.feedback.contains("FAIL: add(2, 2) = 5"), "{}", v.feedback);
+        assert!(
+            v.feedback.contains("2 more attempts allowed"),
+            "{}",
+            v.feedback
+        );
+        let v = verdict(3, 3, &checks, checks.to_vec(), t);
+        assert!(v.is_final_failure());
+        assert!(v.feedback.contains("No attempt is left"), "{}", v.feedback);
+    }
+
+    #[test]
+    fn passing_needs_every_check_and_at_least_one() {
+        let t = Duration::from_secs(60);
+        let ok = check(CheckKind::Verify, Some(0), true, "");
+        assert!(verdict(1, 1, std::slice::from_ref(&ok), vec![], t).passed);
+        assert!(!verdict(1, 1, &[], vec![], t).passed);
+        let no = check(CheckKind::Assess, None, false, "tests are missing");
+        let v = verdict(1, 2, &[ok, no], vec![], t);
+        assert!(!v.passed);
+        assert!(v.feedback.contains("assessment failed"), "{}", v.feedback);
+        assert!(v.feedback.contains("tests are missing"), "{}", v.feedback);
+    }
+
+    #[test]
+    fn long_output_is_cut_in_the_middle() {
+        let text = format!("{}{}", "a".repeat(10_000), "z".repeat(10_000));
+        let c = cut(&text, 100);
+        assert!(c.starts_with("aaaa") && c.ends_with("zzzz"), "{c}");
+        assert!(c.contains("bytes not shown"));
+        assert!(c.len() < 200);
+    }
+}

@@ -1,0 +1,134 @@
+//! Verified outcomes: when a task has `verify:` or `assess: true`, the
+//! servo's `task_complete` asks the foreman to check the work first
+//! (`POST /saheeli/v1/verify` on the gateway socket) and waits for the
+//! [`Verdict`].
+//!
+//! The foreman runs the verify commands inside the task's own container
+//! (after restoring `verify_files` from the submitted workspace), then, with
+//! `assess: true`, asks an LLM whether the objective is met. One such
+//! round is an attempt; the foreman counts them, so a task gets at most
+//! `1 + verify_retries` however it calls. A failed round's feedback goes to
+//! the model as the result of its `task_complete`, and the loop goes on.
+
+use serde::{Deserialize, Serialize};
+
+/// The servo's route on the gateway socket.
+pub mod routes {
+    /// `POST` a [`VerifyRequest`](super::VerifyRequest); answered with a
+    /// [`Verdict`](super::Verdict) once every check has run.
+    pub const VERIFY: &str = "/saheeli/v1/verify";
+}
+
+/// The default of `verify_retries`.
+pub const DEFAULT_RETRIES: u32 = 2;
+
+/// `POST /saheeli/v1/verify`: the model called `task_complete`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyRequest {
+    /// The model's tool call id: asking again with the same id (after the
+    /// gateway was away) gets the same verdict, not a new attempt.
+    pub call_id: String,
+    /// The completion message, for the assessor.
+    pub message: String,
+}
+
+/// What one check was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// A `verify:` command, run in the task's container.
+    Verify,
+    /// The assessor's judgement (`assess: true`).
+    Assess,
+}
+
+impl CheckKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::Verify => "verify",
+            CheckKind::Assess => "assess",
+        }
+    }
+}
+
+/// One check of one attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    /// The attempt (1-based) this check belongs to.
+    pub attempt: u32,
+    pub kind: CheckKind,
+    /// The command as the spec wrote it; for `assess`, `assess`.
+    pub command: String,
+    /// The command's exit code (None: it was killed at `verify_timeout`,
+    /// or it is an assessment).
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    pub duration_ms: u64,
+    pub passed: bool,
+    /// Output (stdout and stderr together, head and tail kept when long),
+    /// or the assessor's feedback.
+    pub output: String,
+}
+
+/// The answer to a [`VerifyRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Every check passed: write complete.json.
+    pub passed: bool,
+    /// This attempt's number, and how many the task may make in all.
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// What the model is told when it did not pass.
+    pub feedback: String,
+    /// Every check of every attempt so far, this one's last (for
+    /// complete.json).
+    pub checks: Vec<Check>,
+}
+
+impl Verdict {
+    /// No attempt is left after this failed one: the task ends
+    /// `verification_failed`.
+    pub fn is_final_failure(&self) -> bool {
+        !self.passed && self.attempt >= self.max_attempts
+    }
+}
+
+/// The shape the assessor must answer in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assessment {
+    pub met: bool,
+    pub feedback: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_last_attempt_is_final() {
+        let mut v = Verdict {
+            passed: false,
+            attempt: 2,
+            max_attempts: 3,
+            feedback: "no".into(),
+            checks: vec![],
+        };
+        assert!(!v.is_final_failure());
+        v.attempt = 3;
+        assert!(v.is_final_failure());
+        v.passed = true;
+        assert!(!v.is_final_failure());
+    }
+
+    #[test]
+    fn an_assessment_has_exactly_two_fields() {
+        let a: Assessment = serde_json::from_str(r#"{"met": true, "feedback": "ok"}"#).unwrap();
+        assert!(a.met);
+        assert!(serde_json::from_str::<Assessment>(r#"{"met": true}"#).is_err());
+        assert!(
+            serde_json::from_str::<Assessment>(r#"{"met": 1, "feedback": "", "x": 2}"#).is_err()
+        );
+    }
+}
