@@ -31,6 +31,9 @@
 //!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
 //!   the call ledger, providers, retries).
+//! - `metrics/`: Prometheus metrics (`saheeli metrics`, and the handle a
+//!   serving foreman keeps for `GET /metrics`): counted from SQLite at
+//!   scrape time, plus this process's latencies recorded by small hooks.
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
@@ -43,6 +46,7 @@ mod config;
 mod events;
 mod gateway;
 mod inputs;
+mod metrics;
 mod output;
 mod reconciler;
 mod report;
@@ -65,7 +69,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
         Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
-        Command::Task(_) => "warn",
+        Command::Task(_) | Command::Metrics => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -121,6 +125,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => commands::serve(&cfg, args).await,
         Command::Run(args) => commands::run(&cfg, args).await,
         Command::Gc(args) => commands::gc(&cfg, args).await,
+        Command::Metrics => commands::metrics(&cfg).await,
         Command::Task(cmd) => match cmd {
             TaskCommand::Submit(a) => commands::submit(&cfg, a).await,
             TaskCommand::Status(a) => commands::status(&cfg, a).await,

@@ -10,6 +10,7 @@ mod error;
 mod lease;
 mod lifecycle;
 mod lookup;
+mod metrics;
 mod overrides;
 mod queue;
 mod rows;
@@ -25,5 +26,6 @@ use rows::{COLUMNS, read_row};
 
 pub(crate) use desk::HumanAct;
 pub(crate) use error::StoreError;
+pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;

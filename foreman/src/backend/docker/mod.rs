@@ -9,10 +9,12 @@ mod container;
 mod daemon;
 mod image;
 mod labels;
+mod timed;
 mod volume;
 
 pub(crate) use container::*;
 pub(crate) use daemon::*;
 pub(crate) use image::*;
 pub(crate) use labels::*;
+use timed::{DockerOp, timed};
 pub(crate) use volume::*;
