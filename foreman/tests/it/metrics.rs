@@ -158,7 +158,7 @@ fn metrics_before_and_after_real_tasks_agree_with_task_status() {
         .iter()
         .map(|t| t["id"].as_str().unwrap().into())
         .collect();
-    for ((name, labels), _) in &after {
+    for (name, labels) in after.keys() {
         for v in labels.values() {
             assert!(!ids.contains(v), "{name} has a task id label");
         }
