@@ -33,6 +33,8 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Remove Saheeli containers and volumes whose task has ended (orphans of a crash).
     Gc(GcArgs),
+    /// Print Prometheus metrics once (OpenMetrics text), read from the database.
+    Metrics,
 }
 
 #[derive(Debug, Args)]

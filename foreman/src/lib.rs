@@ -35,6 +35,11 @@
 //!   the call ledger, providers, retries), the human desk, and the verify
 //!   route (`verify` commands run in the task's container by `docker
 //!   exec`, the assessor's call through the same budget).
+//! - `notify/`: webhooks: an outbox row per event and URL (written with
+//!   the event), and a sender of its own in `serve`.
+//! - `metrics/`: Prometheus metrics (`saheeli metrics`, and the handle a
+//!   serving foreman keeps for `GET /metrics`): counted from SQLite at
+//!   scrape time, plus this process's latencies recorded by small hooks.
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
@@ -47,6 +52,7 @@ mod config;
 mod events;
 mod gateway;
 mod inputs;
+mod metrics;
 mod notify;
 mod output;
 mod reconciler;
@@ -70,7 +76,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
         Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
-        Command::Task(_) => "warn",
+        Command::Task(_) | Command::Metrics => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -126,6 +132,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => commands::serve(&cfg, args).await,
         Command::Run(args) => commands::run(&cfg, args).await,
         Command::Gc(args) => commands::gc(&cfg, args).await,
+        Command::Metrics => commands::metrics(&cfg).await,
         Command::Task(cmd) => match cmd {
             TaskCommand::Submit(a) => commands::submit(&cfg, a).await,
             TaskCommand::Status(a) => commands::status(&cfg, a).await,

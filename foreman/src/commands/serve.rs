@@ -53,6 +53,11 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     let store = open_store(cfg)?;
     let docker = docker::connect().await?;
     let upstream = Arc::new(Upstream::from_config(cfg)?);
+    let metrics = crate::metrics::Metrics::new(
+        cfg.database(),
+        upstream.providers.clone(),
+        crate::metrics::Source::Foreman,
+    );
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
         lease: crate::store::Lease::new(cfg.file.lease),
@@ -61,6 +66,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         bus: crate::events::Bus::new(1024),
         upstream,
         desk_store: Arc::new(Mutex::new(open_store(cfg)?)),
+        metrics,
     }))
 }
 

@@ -17,6 +17,7 @@ use tracing::{info, warn};
 
 use super::*;
 use crate::config::ProviderKind;
+use crate::metrics::{Refusal, RetryCause, live};
 
 pub(super) struct GatewayState {
     pub(super) task_id: TaskId,
@@ -56,6 +57,7 @@ pub(super) async fn not_found(
     uri: axum::http::Uri,
     _body: Bytes,
 ) -> Response {
+    live().refusal(Refusal::NotFound);
     error_response(
         &gw,
         StatusCode::NOT_FOUND,
@@ -100,6 +102,7 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
     let req: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
+            live().refusal(Refusal::InvalidRequest);
             return error_response(
                 &gw,
                 StatusCode::BAD_REQUEST,
@@ -109,6 +112,7 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
         }
     };
     if req.stream == Some(true) {
+        live().refusal(Refusal::InvalidRequest);
         return error_response(
             &gw,
             StatusCode::BAD_REQUEST,
@@ -145,6 +149,7 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");
+            live().refusal(Refusal::Budget);
             gw.meter.set_fatal(Reason::Budget);
             return error_response(
                 gw,
@@ -176,7 +181,9 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
     ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
+    live().llm_call(&route.provider.name, started.elapsed());
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, route.price);
     ledger(gw, move |l| {
@@ -199,6 +206,8 @@ enum Try {
     /// and what happened (not yet redacted).
     Failed {
         verdict: Verdict,
+        /// The HTTP status, when there was an answer.
+        status: Option<u16>,
         wish: Option<Duration>,
         why: String,
     },
@@ -227,6 +236,7 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
         Err(e) => {
             return Try::Failed {
                 verdict: Verdict::Retry,
+                status: None,
                 wish: None,
                 why: format!(
                     "{} unreachable: {}",
@@ -246,6 +256,7 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
     match resp.bytes().await {
         Err(e) => Try::Failed {
             verdict: Verdict::Retry,
+            status: None,
             wish: None,
             why: format!(
                 "{} response cut off: {}",
@@ -256,6 +267,7 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
         Ok(bytes) if retry::verdict(status) == Verdict::Success => Try::Answered(bytes),
         Ok(bytes) => Try::Failed {
             verdict: retry::verdict(status),
+            status: Some(status),
             wish,
             why: format!(
                 "{} answered HTTP {status}: {}",
@@ -274,17 +286,23 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
     let started = Instant::now();
     let mut last = String::new();
     for attempt in 1..=policy.max_attempts.max(1) {
-        let (verdict, wish) = match try_once(gw, &body).await {
+        let (verdict, status, wish) = match try_once(gw, &body).await {
             Try::Answered(bytes) => return answer(gw, &bytes),
-            Try::Failed { verdict, wish, why } => {
+            Try::Failed {
+                verdict,
+                status,
+                wish,
+                why,
+            } => {
                 // Whatever the provider said may hold the key: never log
                 // or pass it on raw.
                 last = gw.upstream.redactor.redact(&why).into_owned();
-                (verdict, wish)
+                (verdict, status, wish)
             }
         };
         match verdict {
             Verdict::Auth => {
+                live().refusal(Refusal::Auth);
                 gw.meter.set_fatal(Reason::Auth);
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the key");
                 let hint = format!("{last} (check {})", provider.key_env);
@@ -294,6 +312,7 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 );
             }
             Verdict::BadRequest => {
+                live().refusal(Refusal::BadRequest);
                 gw.meter.set_fatal(Reason::BadRequest);
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the request");
                 return (
@@ -313,8 +332,10 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
             break;
         }
         warn!(task_id = %gw.task_id, attempt, wait_ms = wait.as_millis() as u64, error = %last, "retrying LLM call");
+        live().retry(&provider.name, RetryCause::of(status));
         tokio::time::sleep(wait).await;
     }
+    live().refusal(Refusal::Unavailable);
     let why = format!("giving up after {:.0?}: {last}", started.elapsed());
     (
         error_response(
@@ -355,6 +376,7 @@ pub(super) fn answer(gw: &GatewayState, bytes: &[u8]) -> (Response, Option<ChatU
                 ProviderKind::Anthropic => anthropic::usage(&v),
             });
             m.malformed.fetch_add(1, Ordering::Relaxed);
+            live().refusal(Refusal::Malformed);
             let why = other.err().unwrap_or_else(|| "no choices".into());
             let why = gw.upstream.redactor.redact(&why).into_owned();
             warn!(task_id = %gw.task_id, error = %why, "malformed provider response");

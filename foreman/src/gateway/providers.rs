@@ -160,6 +160,11 @@ impl Providers {
         }
     }
 
+    /// The providers' names (`openai`, `anthropic` and config.yaml's).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(String::as_str)
+    }
+
     /// Every key value held, with the variable it came from (for redaction).
     pub fn secrets(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = self

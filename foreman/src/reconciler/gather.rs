@@ -2,6 +2,7 @@
 //! directory when possible, else through the Docker archive API.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::Context;
 use bollard::Docker;
@@ -10,6 +11,7 @@ use tracing::warn;
 
 use crate::collect;
 use crate::docker;
+use crate::metrics::CollectPath;
 use crate::reconciler::Ctx;
 use crate::reconciler::context::DAEMON_PATIENCE;
 
@@ -40,6 +42,7 @@ pub(super) async fn gather(
         return copy_local(id, src, dest, secrets, cap).await;
     }
     // A container that would not go away is read through the API.
+    let started = Instant::now();
     let mut collected = collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
     for _ in 0..3 {
         if collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
@@ -47,6 +50,17 @@ pub(super) async fn gather(
         }
         collected = collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
     }
+    measured(CollectPath::Archive, started, collected)
+}
+
+/// Records a collection's time and size (or failure) in the metrics.
+fn measured(
+    path: CollectPath,
+    started: Instant,
+    collected: anyhow::Result<collect::Collected>,
+) -> anyhow::Result<collect::Collected> {
+    let bytes = collected.as_ref().ok().map(|c| c.bytes);
+    crate::metrics::live().collection(path, started.elapsed(), bytes);
     collected
 }
 
@@ -59,9 +73,13 @@ pub(super) async fn copy_local(
     secrets: Vec<(String, String)>,
     max_bytes: u64,
 ) -> anyhow::Result<collect::Collected> {
-    tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
-        .await
-        .with_context(|| format!("collector thread of task `{id}` panicked"))?
+    let started = Instant::now();
+    let copied =
+        tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
+            .await
+            .with_context(|| format!("collector thread of task `{id}` panicked"))
+            .and_then(|r| r);
+    measured(CollectPath::Local, started, copied)
 }
 
 /// Removes the task's containers (not its volume); whether none is left.

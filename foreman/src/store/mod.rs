@@ -11,6 +11,7 @@ mod error;
 mod lease;
 mod lifecycle;
 mod lookup;
+mod metrics;
 mod outbox;
 mod overrides;
 mod queue;
@@ -29,6 +30,7 @@ use rows::{COLUMNS, read_row};
 
 pub(crate) use desk::HumanAct;
 pub(crate) use error::StoreError;
+pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;

@@ -24,6 +24,7 @@ fn help_texts() {
         &["serve", "--help"],
         &["run", "--help"],
         &["gc", "--help"],
+        &["metrics", "--help"],
         &["build-servo", "--help"],
     ] {
         let name = format!("help_{}", args[..args.len() - 1].join("_"));

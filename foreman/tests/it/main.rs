@@ -18,6 +18,7 @@ mod hostile_files;
 mod human;
 mod input;
 mod lifecycle;
+mod metrics;
 mod openai;
 mod output;
 mod replay;

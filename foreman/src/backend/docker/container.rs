@@ -89,14 +89,17 @@ pub(crate) async fn create_container(
     let opts = CreateContainerOptionsBuilder::default()
         .name(&format!("saheeli-{id}"))
         .build();
-    let created = match docker.create_container(Some(opts), body.clone()).await {
-        // A stale container may hold the short name; names are cosmetic, so retry without one.
-        Err(DockerError::DockerResponseServerError {
-            status_code: 409, ..
-        }) => docker.create_container(None, body).await,
-        other => other,
-    }
-    .with_context(|| format!("creating the servo container from image `{image}`"))?;
+    let created = timed(DockerOp::CreateContainer, async {
+        match docker.create_container(Some(opts), body.clone()).await {
+            // A stale container may hold the short name; names are cosmetic, so retry without one.
+            Err(DockerError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => docker.create_container(None, body).await,
+            other => other,
+        }
+        .with_context(|| format!("creating the servo container from image `{image}`"))
+    })
+    .await?;
     Ok(created.id)
 }
 
@@ -105,10 +108,13 @@ pub(crate) async fn upload(docker: &Docker, container: &str, tar: Bytes) -> anyh
     let opts = UploadToContainerOptionsBuilder::default()
         .path(paths::WORKSPACE)
         .build();
-    docker
-        .upload_to_container(container, Some(opts), bollard::body_full(tar))
-        .await
-        .context("uploading into /workspace")
+    timed(DockerOp::Upload, async {
+        docker
+            .upload_to_container(container, Some(opts), bollard::body_full(tar))
+            .await
+            .context("uploading into /workspace")
+    })
+    .await
 }
 
 /// Streams a tar file from disk into the container's /workspace.
@@ -124,17 +130,23 @@ pub(crate) async fn upload_file(
     let opts = UploadToContainerOptionsBuilder::default()
         .path(paths::WORKSPACE)
         .build();
-    docker
-        .upload_to_container(container, Some(opts), bollard::body_try_stream(stream))
-        .await
-        .context("uploading the workspace into /workspace")
+    timed(DockerOp::Upload, async {
+        docker
+            .upload_to_container(container, Some(opts), bollard::body_try_stream(stream))
+            .await
+            .context("uploading the workspace into /workspace")
+    })
+    .await
 }
 
 pub(crate) async fn start(docker: &Docker, container: &str) -> anyhow::Result<()> {
-    docker
-        .start_container(container, None)
-        .await
-        .context("starting the servo container")
+    timed(DockerOp::Start, async {
+        docker
+            .start_container(container, None)
+            .await
+            .context("starting the servo container")
+    })
+    .await
 }
 
 /// Waits for the container to exit and returns its exit code.
@@ -154,8 +166,7 @@ pub(crate) async fn wait(docker: &Docker, container: &str) -> anyhow::Result<i64
 
 /// Whether the kernel OOM-killed the container's process.
 pub(crate) async fn oom_killed(docker: &Docker, container: &str) -> bool {
-    docker
-        .inspect_container(container, None)
+    inspect(docker, container)
         .await
         .ok()
         .and_then(|c| c.state)
@@ -167,13 +178,23 @@ pub(crate) async fn oom_killed(docker: &Docker, container: &str) -> bool {
 /// opposed to only created).
 /// An error means "unknown, ask again", never "not started".
 pub(crate) async fn has_started(docker: &Docker, container: &str) -> anyhow::Result<bool> {
-    let c = docker
-        .inspect_container(container, None)
-        .await
-        .context("inspecting the servo container")?;
+    let c = inspect(docker, container).await?;
     Ok(c.state
         .and_then(|s| s.started_at)
         .is_some_and(|t| !t.starts_with("0001-01-01")))
+}
+
+async fn inspect(
+    docker: &Docker,
+    container: &str,
+) -> anyhow::Result<bollard::models::ContainerInspectResponse> {
+    timed(DockerOp::Inspect, async {
+        docker
+            .inspect_container(container, None)
+            .await
+            .context("inspecting the servo container")
+    })
+    .await
 }
 
 /// SIGTERM, then SIGKILL after `grace`.
@@ -181,32 +202,38 @@ pub(crate) async fn stop(docker: &Docker, container: &str, grace: Duration) -> a
     let opts = StopContainerOptionsBuilder::default()
         .t(grace.as_secs().max(1) as i32)
         .build();
-    match docker.stop_container(container, Some(opts)).await {
-        Ok(())
-        | Err(DockerError::DockerResponseServerError {
-            status_code: 304, ..
-        }) => Ok(()),
-        Err(e) => Err(e).context("stopping the servo container"),
-    }
+    timed(DockerOp::Stop, async {
+        match docker.stop_container(container, Some(opts)).await {
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
+            Err(e) => Err(e).context("stopping the servo container"),
+        }
+    })
+    .await
 }
 
 /// SIGKILL, when a stop did not take. A container that is not running
 /// (any more) is not an error.
 pub(crate) async fn kill(docker: &Docker, container: &str) -> anyhow::Result<()> {
-    match docker
-        .kill_container(
-            container,
-            None::<bollard::query_parameters::KillContainerOptions>,
-        )
-        .await
-    {
-        Ok(())
-        | Err(DockerError::DockerResponseServerError {
-            status_code: 304 | 404 | 409,
-            ..
-        }) => Ok(()),
-        Err(e) => Err(e).context("killing the servo container"),
-    }
+    timed(DockerOp::Kill, async {
+        match docker
+            .kill_container(
+                container,
+                None::<bollard::query_parameters::KillContainerOptions>,
+            )
+            .await
+        {
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 304 | 404 | 409,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e).context("killing the servo container"),
+        }
+    })
+    .await
 }
 
 /// The container's /workspace as a tar stream (entries prefixed `workspace/`).
@@ -228,11 +255,14 @@ pub(crate) async fn remove_container(docker: &Docker, container: &str) -> anyhow
         .force(true)
         .v(true)
         .build();
-    match docker.remove_container(container, Some(opts)).await {
-        Ok(())
-        | Err(DockerError::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing container `{container}`")),
-    }
+    timed(DockerOp::RemoveContainer, async {
+        match docker.remove_container(container, Some(opts)).await {
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("removing container `{container}`")),
+        }
+    })
+    .await
 }

@@ -9,15 +9,20 @@ use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuil
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use super::*;
+
 /// Fails with advice when the servo image is missing.
 pub(crate) async fn require_image(docker: &Docker, image: &str) -> anyhow::Result<()> {
-    match docker.inspect_image(image).await {
-        Ok(_) => Ok(()),
-        Err(DockerError::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Err(ImageMissing(image.to_string()).into()),
-        Err(e) => Err(e).with_context(|| format!("inspecting image `{image}`")),
-    }
+    timed(DockerOp::InspectImage, async {
+        match docker.inspect_image(image).await {
+            Ok(_) => Ok(()),
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Err(ImageMissing(image.to_string()).into()),
+            Err(e) => Err(e).with_context(|| format!("inspecting image `{image}`")),
+        }
+    })
+    .await
 }
 
 /// The servo image is not there: no retry can help until it is built.

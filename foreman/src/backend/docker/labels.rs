@@ -8,6 +8,8 @@ use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
 use saheeli_protocol::TaskId;
 
+use super::*;
+
 /// The label every Saheeli container and volume carries.
 pub(crate) const TASK_LABEL: &str = "saheeli.task";
 
@@ -23,10 +25,13 @@ pub(crate) async fn task_containers(docker: &Docker, id: TaskId) -> anyhow::Resu
         .all(true)
         .filters(&HashMap::from([("label", vec![filter.as_str()])]))
         .build();
-    let list = docker
-        .list_containers(Some(opts))
-        .await
-        .context("listing Saheeli containers")?;
+    let list = timed(DockerOp::List, async {
+        docker
+            .list_containers(Some(opts))
+            .await
+            .context("listing Saheeli containers")
+    })
+    .await?;
     Ok(list.into_iter().filter_map(|c| c.id).collect())
 }
 
@@ -36,10 +41,13 @@ pub(crate) async fn task_volumes(docker: &Docker, id: TaskId) -> anyhow::Result<
     let opts = ListVolumesOptionsBuilder::default()
         .filters(&HashMap::from([("label", vec![filter.as_str()])]))
         .build();
-    let list = docker
-        .list_volumes(Some(opts))
-        .await
-        .context("listing Saheeli volumes")?;
+    let list = timed(DockerOp::List, async {
+        docker
+            .list_volumes(Some(opts))
+            .await
+            .context("listing Saheeli volumes")
+    })
+    .await?;
     Ok(list
         .volumes
         .unwrap_or_default()
@@ -57,24 +65,30 @@ pub(crate) async fn labelled(
         .all(true)
         .filters(&filters)
         .build();
-    let containers = docker
-        .list_containers(Some(opts))
-        .await
-        .context("listing Saheeli containers")?
-        .into_iter()
-        .filter_map(|c| Some((c.id?, c.labels?.get(TASK_LABEL)?.clone())))
-        .collect();
+    let containers = timed(DockerOp::List, async {
+        docker
+            .list_containers(Some(opts))
+            .await
+            .context("listing Saheeli containers")
+    })
+    .await?
+    .into_iter()
+    .filter_map(|c| Some((c.id?, c.labels?.get(TASK_LABEL)?.clone())))
+    .collect();
     let opts = ListVolumesOptionsBuilder::default()
         .filters(&filters)
         .build();
-    let volumes = docker
-        .list_volumes(Some(opts))
-        .await
-        .context("listing Saheeli volumes")?
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|v| Some((v.name, v.labels.get(TASK_LABEL)?.clone())))
-        .collect();
+    let volumes = timed(DockerOp::List, async {
+        docker
+            .list_volumes(Some(opts))
+            .await
+            .context("listing Saheeli volumes")
+    })
+    .await?
+    .volumes
+    .unwrap_or_default()
+    .into_iter()
+    .filter_map(|v| Some((v.name, v.labels.get(TASK_LABEL)?.clone())))
+    .collect();
     Ok((containers, volumes))
 }

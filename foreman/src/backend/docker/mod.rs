@@ -10,6 +10,7 @@ mod daemon;
 mod exec;
 mod image;
 mod labels;
+mod timed;
 mod volume;
 
 pub(crate) use container::*;
@@ -17,4 +18,5 @@ pub(crate) use daemon::*;
 pub(crate) use exec::*;
 pub(crate) use image::*;
 pub(crate) use labels::*;
+use timed::{DockerOp, timed};
 pub(crate) use volume::*;

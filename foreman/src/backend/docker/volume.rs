@@ -39,10 +39,13 @@ pub(crate) async fn create_volume(
             ("device".to_string(), mnt.display().to_string()),
         ]));
     }
-    docker
-        .create_volume(req)
-        .await
-        .with_context(|| format!("creating volume `{name}`"))?;
+    timed(DockerOp::CreateVolume, async {
+        docker
+            .create_volume(req)
+            .await
+            .with_context(|| format!("creating volume `{name}`"))
+    })
+    .await?;
     if let Some((state_dir, bytes)) = disk {
         tokio::task::spawn_blocking(move || crate::disk::create(&state_dir, id, bytes))
             .await
@@ -67,7 +70,7 @@ pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std:
     if !local {
         return None;
     }
-    let v = docker.inspect_volume(&volume_name(id)).await.ok()?;
+    let v = inspect_volume(docker, &volume_name(id)).await.ok()?;
     // A size-limited workspace: its own mount stays when the driver's bind
     // of it (the volume's mountpoint) goes away as the container stops.
     let dir = bound_workspace(&v).unwrap_or_else(|| std::path::PathBuf::from(v.mountpoint));
@@ -77,8 +80,7 @@ pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std:
 /// Removes a named volume, and the workspace image it binds if any;
 /// absent is fine.
 pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result<()> {
-    let bound = docker
-        .inspect_volume(name)
+    let bound = inspect_volume(docker, name)
         .await
         .ok()
         .and_then(|v| bound_workspace(&v));
@@ -92,12 +94,24 @@ pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result
             .with_context(|| format!("removing the workspace image of volume `{name}`"))?;
     }
     let opts = RemoveVolumeOptionsBuilder::default().force(true).build();
-    match docker.remove_volume(name, Some(opts)).await {
-        Ok(())
-        | Err(DockerError::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {}
-        Err(e) => return Err(e).with_context(|| format!("removing volume `{name}`")),
-    }
-    Ok(())
+    timed(DockerOp::RemoveVolume, async {
+        match docker.remove_volume(name, Some(opts)).await {
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("removing volume `{name}`")),
+        }
+    })
+    .await
+}
+
+async fn inspect_volume(docker: &Docker, name: &str) -> anyhow::Result<bollard::models::Volume> {
+    timed(DockerOp::InspectVolume, async {
+        docker
+            .inspect_volume(name)
+            .await
+            .with_context(|| format!("inspecting volume `{name}`"))
+    })
+    .await
 }

@@ -1,0 +1,24 @@
+//! `saheeli metrics`: the Prometheus metrics once, without a server.
+
+use std::process::ExitCode;
+
+use crate::config::Config;
+use crate::gateway::Providers;
+use crate::metrics::{Metrics, Source};
+
+use super::*;
+
+/// Prints the exposition read from the database. The in-process
+/// instruments are empty here (no foreman ran in this process); the first
+/// comment line says so.
+pub(crate) async fn metrics(cfg: &Config) -> anyhow::Result<ExitCode> {
+    // Fails naming the path when there is no database; creates nothing.
+    drop(open_existing_store(cfg)?);
+    let m = Metrics::new(
+        cfg.database(),
+        Providers::from_config(cfg),
+        Source::Database,
+    );
+    print!("{}", m.scrape().await?);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,119 @@
+//! The exposition: a registry built per scrape from the database's counts
+//! and this process's instruments, encoded as OpenMetrics text.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+use super::labels::Models;
+use super::live::live;
+use super::tally::Tally;
+use crate::gateway::Providers;
+use crate::store::{Store, now_ms};
+
+/// The content type of [`Metrics::render`]'s text, for `GET /metrics`.
+#[allow(dead_code, reason = "for `GET /metrics`, which the HTTP server mounts")]
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Who renders: what the in-process instruments hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub(crate) enum Source {
+    /// A serving foreman: its instruments saw its work.
+    Foreman,
+    /// `saheeli metrics`: only the database; the instruments are empty.
+    Database,
+}
+
+/// The metrics of one database, as a serving foreman or `saheeli metrics`
+/// exposes them. Cloning gives another handle on the same sums.
+#[derive(Clone)]
+pub(crate) struct Metrics {
+    database: PathBuf,
+    source: Source,
+    state: Arc<Mutex<State>>,
+}
+
+struct State {
+    /// Its own connection, opened at the first scrape.
+    store: Option<Store>,
+    tally: Tally,
+}
+
+impl Metrics {
+    /// Metrics of `database`, with models labelled by `providers`' routes.
+    pub fn new(database: PathBuf, providers: Providers, source: Source) -> Metrics {
+        live().know_providers(providers.names());
+        Metrics {
+            database,
+            source,
+            state: Arc::new(Mutex::new(State {
+                store: None,
+                tally: Tally::new(Models::new(providers)),
+            })),
+        }
+    }
+
+    /// The exposition, in OpenMetrics text ([`CONTENT_TYPE`]). Reads the
+    /// database (what is new since the last call, and the gauges): call it
+    /// off the async threads, or use [`Metrics::scrape`].
+    pub fn render(&self) -> anyhow::Result<String> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let State { store, tally } = &mut *state;
+        let store = match store {
+            Some(s) => s,
+            None => store.insert(Store::open(&self.database).with_context(|| {
+                format!("opening database `{}` for metrics", self.database.display())
+            })?),
+        };
+        let read = store
+            .scrape(tally.trail_after, tally.calls_after, tally)
+            .with_context(|| format!("reading metrics from `{}`", self.database.display()))?;
+        tally.trail_after = read.trail_end;
+        tally.calls_after = read.calls_end;
+
+        let mut reg = Registry::with_prefix("saheeli");
+        reg.register(
+            "exposition",
+            self.about(),
+            Info::new(vec![("source", self.source_label())]),
+        );
+        tally.register(&mut reg, &read, now_ms());
+        live().register(&mut reg);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg)
+            .context("encoding the metrics")?;
+        Ok(out)
+    }
+
+    /// [`Metrics::render`] on a blocking thread.
+    pub async fn scrape(&self) -> anyhow::Result<String> {
+        let m = self.clone();
+        tokio::task::spawn_blocking(move || m.render())
+            .await
+            .context("metrics thread panicked")?
+    }
+
+    fn source_label(&self) -> &'static str {
+        self.source.into()
+    }
+
+    /// The first comment line: where the values come from.
+    fn about(&self) -> &'static str {
+        match self.source {
+            Source::Foreman => {
+                "Where these values come from: tasks, transitions and usage from the \
+                 database; latencies, retries, refusals and collection from this foreman \
+                 since it started"
+            }
+            Source::Database => {
+                "Where these values come from: `saheeli metrics` reads only the database, \
+                 so the in-process histograms and counters (Docker, gateway, LLM call \
+                 latency, collection) are empty here; scrape a serving foreman for them"
+            }
+        }
+    }
+}
