@@ -31,6 +31,8 @@
 //!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
 //! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
 //!   the call ledger, providers, retries).
+//! - `web/`: `serve --http`: the JSON API, live events (SSE) and the
+//!   embedded dashboard, a subscriber of the bus beside the loop.
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
@@ -49,6 +51,7 @@ mod report;
 mod spec;
 mod state;
 mod store;
+mod web;
 
 use backend::{disk, docker};
 

@@ -54,6 +54,29 @@ pub(crate) struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
+    /// The dashboard and HTTP API of `saheeli serve` (off by default).
+    pub http: HttpConfig,
+}
+
+/// `http:`: where `saheeli serve` serves the dashboard and the API.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct HttpConfig {
+    /// `IP:PORT` to listen on (`serve --http` overrides); none: no server.
+    pub addr: Option<String>,
+    /// The environment variable (or `.env` entry) holding the access
+    /// token. Required for any address but loopback; when set, every
+    /// request needs it. Never put the token itself in config.yaml.
+    pub token_env: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            addr: None,
+            token_env: "SAHEELI_HTTP_TOKEN".into(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -192,6 +215,7 @@ impl Default for ConfigFile {
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),
             prices: BTreeMap::new(),
+            http: HttpConfig::default(),
         }
     }
 }

@@ -84,7 +84,19 @@ impl TaskSpec {
     /// Reads and validates a prompt file. Nothing is written.
     pub fn from_prompt(cfg: &Config, path: &Path, params: &[String]) -> anyhow::Result<TaskSpec> {
         let text = read_text(path)?;
-        let prompt = PromptFile::parse(path, &text)?;
+        Self::from_text(cfg, path, &text, params)
+    }
+
+    /// Validates a prompt's text as if it were the file `path` (whose
+    /// directory relative `workspace:` and replay scripts resolve against,
+    /// and which messages name). Nothing is read but what it names.
+    pub fn from_text(
+        cfg: &Config,
+        path: &Path,
+        text: &str,
+        params: &[String],
+    ) -> anyhow::Result<TaskSpec> {
+        let prompt = PromptFile::parse(path, text)?;
         let fm = apply_params(path, prompt.front_matter, params)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let d = &cfg.file.task;

@@ -23,7 +23,7 @@ use lifecycle::*;
 use queue::*;
 use rows::{COLUMNS, read_row};
 
-pub(crate) use desk::HumanAct;
+pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;
