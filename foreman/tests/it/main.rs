@@ -24,4 +24,6 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod web;
+mod web_browser;
 mod workspace_packing;
