@@ -187,7 +187,7 @@ fn same_origin(headers: &HeaderMap, form_ok: bool) -> Result<(), ApiError> {
         .next()
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
     let form = ct.starts_with("application/x-www-form-urlencoded");
-    if !json && !(form_ok && form) {
+    if !(json || (form_ok && form)) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "bad_input",

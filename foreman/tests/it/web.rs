@@ -79,7 +79,14 @@ fn connect(addr: &str) -> TcpStream {
     s
 }
 
-fn write_request(s: &mut TcpStream, addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) {
+fn write_request(
+    s: &mut TcpStream,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) {
     let mut req = format!("{method} {path} HTTP/1.0\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
@@ -99,7 +106,11 @@ pub fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], b
     s.read_to_end(&mut raw).unwrap();
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     Res {
         status,
         headers: head.to_ascii_lowercase(),
@@ -126,7 +137,12 @@ pub struct Sse {
 }
 
 /// Reads a stream's events until `stop` says so (or the stream ends).
-pub fn sse(addr: &str, path: &str, last_id: Option<&str>, mut stop: impl FnMut(&Sse) -> bool) -> Vec<Sse> {
+pub fn sse(
+    addr: &str,
+    path: &str,
+    last_id: Option<&str>,
+    mut stop: impl FnMut(&Sse) -> bool,
+) -> Vec<Sse> {
     let mut s = connect(addr);
     let mut headers = vec![("Accept", "text/event-stream")];
     if let Some(id) = last_id {
@@ -207,7 +223,11 @@ fn until_api(w: &WebServe, id: &str, what: &str, f: impl Fn(&Value) -> bool) -> 
         last = get(&w.addr, &format!("/api/tasks/{id}")).json();
         f(&last)
     });
-    assert!(ok, "{what}: never happened\n{last:#}\n--- serve log\n{}", w.serve.log());
+    assert!(
+        ok,
+        "{what}: never happened\n{last:#}\n--- serve log\n{}",
+        w.serve.log()
+    );
     last
 }
 
@@ -221,9 +241,16 @@ fn every_route_answers_json_with_the_right_status() {
     let a = &w.addr;
 
     // Submit: the same validation as the CLI, as JSON.
-    let bad = post(a, "/api/tasks", json!({"prompt": "---\nmodle: x\n---\nHi\n"}));
+    let bad = post(
+        a,
+        "/api/tasks",
+        json!({"prompt": "---\nmodle: x\n---\nHi\n"}),
+    );
     let msg = bad.error(400, "bad_input");
-    assert!(msg.contains("unknown field `modle`") && msg.contains("prompt.md:2"), "{msg}");
+    assert!(
+        msg.contains("unknown field `modle`") && msg.contains("prompt.md:2"),
+        "{msg}"
+    );
     post(a, "/api/tasks", json!({"prompt": ""})).error(400, "bad_input");
     post(a, "/api/tasks", json!({"promt": "x"})).error(400, "bad_input");
     request(a, "POST", "/api/tasks", &[JSON], "{not json").error(400, "bad_input");
@@ -232,7 +259,11 @@ fn every_route_answers_json_with_the_right_status() {
         "/api/tasks",
         json!({"prompt": "---\nmodel: replay:steps.json\nworkspace: /etc\n---\nLook.\n"}),
     );
-    assert!(outside.error(400, "bad_input").contains("outside"), "{}", outside.body);
+    assert!(
+        outside.error(400, "bad_input").contains("outside"),
+        "{}",
+        outside.body
+    );
     let created = post(
         a,
         "/api/tasks",
@@ -244,7 +275,10 @@ fn every_route_answers_json_with_the_right_status() {
 
     // Lists and filters.
     let all = get(a, "/api/tasks").json();
-    assert!(all.as_array().unwrap().iter().any(|t| t["id"] == id), "{all}");
+    assert!(
+        all.as_array().unwrap().iter().any(|t| t["id"] == id),
+        "{all}"
+    );
     get(a, "/api/tasks?state=bogus").error(400, "bad_input");
     get(a, "/api/tasks?limit=0").error(400, "bad_input");
     get(a, "/api/tasks?since=yesterday").error(400, "bad_input");
@@ -257,7 +291,15 @@ fn every_route_answers_json_with_the_right_status() {
     // One task: the object `task status ID --json` prints.
     let t = until_api(&w, &id, "waiting", |t| t["state"] == "waiting_human");
     let cli = s.task(&id);
-    for key in ["id", "title", "state", "waiting_for", "events", "attempts", "prompt"] {
+    for key in [
+        "id",
+        "title",
+        "state",
+        "waiting_for",
+        "events",
+        "attempts",
+        "prompt",
+    ] {
         assert_eq!(t[key], cli[key], "{key}");
     }
     get(a, "/api/tasks/0190c0de-0000-7000-8000-000000000000").error(404, "not_found");
@@ -271,14 +313,36 @@ fn every_route_answers_json_with_the_right_status() {
     post(a, &format!("/api/tasks/{id}/answer"), json!({})).error(400, "bad_input");
     post(a, &format!("/api/tasks/{id}/answer"), json!({"txt": "x"})).error(400, "bad_input");
     post(a, &format!("/api/tasks/{id}/frobnicate"), json!({})).error(404, "not_found");
-    post(a, "/api/tasks/0190c0de-0000-7000-8000-000000000000/cancel", json!({}))
-        .error(404, "not_found");
-    let injected = post(a, &format!("/api/tasks/{id}/inject"), json!({"text": "use main"}));
+    post(
+        a,
+        "/api/tasks/0190c0de-0000-7000-8000-000000000000/cancel",
+        json!({}),
+    )
+    .error(404, "not_found");
+    let injected = post(
+        a,
+        &format!("/api/tasks/{id}/inject"),
+        json!({"text": "use main"}),
+    );
     assert_eq!(injected.status, 200, "{}", injected.body);
-    assert!(injected.json()["message"].as_str().unwrap().contains("message queued"));
-    let answered = post(a, &format!("/api/tasks/{id}/answer"), json!({"text": "main"}));
+    assert!(
+        injected.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("message queued")
+    );
+    let answered = post(
+        a,
+        &format!("/api/tasks/{id}/answer"),
+        json!({"text": "main"}),
+    );
     assert_eq!(answered.status, 200, "{}", answered.body);
-    assert!(answered.json()["message"].as_str().unwrap().starts_with("answer recorded"));
+    assert!(
+        answered.json()["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("answer recorded")
+    );
     let done = until_api(&w, &id, "complete", |t| t["state"] == "complete");
     let answered_by = done["events"]
         .as_array()
@@ -287,20 +351,36 @@ fn every_route_answers_json_with_the_right_status() {
         .find(|e| e["kind"] == "answered")
         .unwrap()["by"]
         .clone();
-    assert!(answered_by.as_str().unwrap().ends_with("(http)"), "{answered_by}");
+    assert!(
+        answered_by.as_str().unwrap().ends_with("(http)"),
+        "{answered_by}"
+    );
     post(a, &format!("/api/tasks/{id}/cancel"), json!({})).error(409, "wrong_state");
-    post(a, &format!("/api/tasks/{id}/inject"), json!({"text": "late"})).error(409, "wrong_state");
+    post(
+        a,
+        &format!("/api/tasks/{id}/inject"),
+        json!({"text": "late"}),
+    )
+    .error(409, "wrong_state");
 
     // Results: the report, the patch, a listing, a file.
     let report = get(a, &format!("/api/tasks/{id}/report"));
     assert_eq!(report.status, 200);
-    assert!(report.headers.contains("content-type: text/plain"), "{}", report.headers);
+    assert!(
+        report.headers.contains("content-type: text/plain"),
+        "{}",
+        report.headers
+    );
     assert!(report.headers.contains("sandbox"), "{}", report.headers);
     assert!(report.body.contains("complete"), "{}", report.body);
     assert_eq!(get(a, &format!("/api/tasks/{id}/patch")).status, 200);
     let files = get(a, &format!("/api/tasks/{id}/files")).json();
     assert!(
-        files["entries"].as_array().unwrap().iter().any(|e| e["path"] == "complete.json"),
+        files["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["path"] == "complete.json"),
         "{files}"
     );
     let cj = get(a, &format!("/api/tasks/{id}/files/complete.json"));
@@ -346,7 +426,10 @@ fn sse_streams_resume_after_last_event_id() {
     assert_eq!(full.last().unwrap().event, "end", "{full:#?}");
     assert_eq!(full.last().unwrap().data["state"], "complete");
     let audit: Vec<&Sse> = full.iter().filter(|e| e.event == "audit").collect();
-    let texts: Vec<&str> = audit.iter().map(|e| e.data["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = audit
+        .iter()
+        .map(|e| e.data["text"].as_str().unwrap())
+        .collect();
     for want in ["echo one", "echo two", "echo three", "task_complete"] {
         assert!(texts.iter().any(|t| t.contains(want)), "{want}: {texts:#?}");
     }
@@ -355,9 +438,16 @@ fn sse_streams_resume_after_last_event_id() {
         .filter(|e| e.event == "task" && e.data["kind"].is_null())
         .map(|e| e.data["to"].as_str().unwrap())
         .collect();
-    assert_eq!(states, ["queued", "starting", "running", "complete"], "{full:#?}");
+    assert_eq!(
+        states,
+        ["queued", "starting", "running", "complete"],
+        "{full:#?}"
+    );
     // Each message has its own id (`end` repeats the last: nothing follows).
-    let ids: Vec<&str> = full[..full.len() - 1].iter().map(|e| e.id.as_str()).collect();
+    let ids: Vec<&str> = full[..full.len() - 1]
+        .iter()
+        .map(|e| e.id.as_str())
+        .collect();
     let mut unique = ids.clone();
     unique.dedup();
     assert_eq!(ids, unique);
@@ -390,10 +480,15 @@ fn sse_streams_resume_after_last_event_id() {
     // The stream of every task: resumed from an event id, it replays the
     // trail after it, in order.
     let all = sse(&a, "/api/events", Some("0"), |e| e.data["to"] == "complete");
-    let seqs: Vec<i64> = all.iter().map(|e| e.data["seq"].as_i64().unwrap()).collect();
+    let seqs: Vec<i64> = all
+        .iter()
+        .map(|e| e.data["seq"].as_i64().unwrap())
+        .collect();
     assert!(seqs.windows(2).all(|p| p[0] < p[1]), "{seqs:?}");
     assert_eq!(all[0].id, seqs[0].to_string());
-    let again = sse(&a, "/api/events", Some(&all[1].id), |e| e.data["to"] == "complete");
+    let again = sse(&a, "/api/events", Some(&all[1].id), |e| {
+        e.data["to"] == "complete"
+    });
     assert_eq!(again, all[2..].to_vec());
 }
 
@@ -402,7 +497,10 @@ fn a_non_loopback_address_needs_a_token() {
     // Refused before anything starts, naming the setting.
     let s = Saheeli::new();
     let err = s.expect_err(&["serve", "--http", "0.0.0.0:0"], 2);
-    assert!(err.contains("SAHEELI_HTTP_TOKEN") && err.contains("`--http`"), "{err}");
+    assert!(
+        err.contains("SAHEELI_HTTP_TOKEN") && err.contains("`--http`"),
+        "{err}"
+    );
     s.write(
         "config.yaml",
         &format!(
@@ -411,7 +509,10 @@ fn a_non_loopback_address_needs_a_token() {
         ),
     );
     let err = s.expect_err(&["serve"], 2);
-    assert!(err.contains("MY_TOKEN") && err.contains("http.addr"), "{err}");
+    assert!(
+        err.contains("MY_TOKEN") && err.contains("http.addr"),
+        "{err}"
+    );
     let s = s.env("MY_TOKEN", "short");
     let err = s.expect_err(&["serve"], 2);
     assert!(err.contains("at least 16"), "{err}");
@@ -436,12 +537,22 @@ fn with_a_token_every_request_needs_it_and_cross_site_posts_are_refused() {
     assert!(m.contains("Bearer"), "{m}");
     get(a, "/api/tasks").error(401, "unauthorized");
     get(a, "/api/events").error(401, "unauthorized");
-    request(a, "GET", "/api/tasks", &[("Authorization", "Bearer wrong-token-0123456789")], "")
-        .error(401, "unauthorized");
+    request(
+        a,
+        "GET",
+        "/api/tasks",
+        &[("Authorization", "Bearer wrong-token-0123456789")],
+        "",
+    )
+    .error(401, "unauthorized");
     // Pages send people to the login page; the page itself is public.
     let page = get(a, "/");
     assert_eq!(page.status, 303, "{}", page.headers);
-    assert!(page.headers.contains("location: /login"), "{}", page.headers);
+    assert!(
+        page.headers.contains("location: /login"),
+        "{}",
+        page.headers
+    );
     assert_eq!(get(a, "/login").status, 200);
     assert_eq!(get(a, "/assets/app.js").status, 303);
 
@@ -454,9 +565,21 @@ fn with_a_token_every_request_needs_it_and_cross_site_posts_are_refused() {
         &prompt,
     );
     assert!(evil.error(403, "cross_site").contains("evil.example"));
-    let fetch = request(a, "POST", "/api/tasks", &[auth, JSON, ("Sec-Fetch-Site", "cross-site")], &prompt);
+    let fetch = request(
+        a,
+        "POST",
+        "/api/tasks",
+        &[auth, JSON, ("Sec-Fetch-Site", "cross-site")],
+        &prompt,
+    );
     fetch.error(403, "cross_site");
-    let form = request(a, "POST", "/api/tasks", &[auth, ("Content-Type", "text/plain")], &prompt);
+    let form = request(
+        a,
+        "POST",
+        "/api/tasks",
+        &[auth, ("Content-Type", "text/plain")],
+        &prompt,
+    );
     assert_eq!(form.status, 415, "{}", form.body);
     let listed = request(a, "GET", "/api/tasks", &[auth], "").json();
     assert_eq!(listed, json!([]));
@@ -477,7 +600,13 @@ fn with_a_token_every_request_needs_it_and_cross_site_posts_are_refused() {
     let bad = request(a, "POST", "/login", &[form], "token=nope");
     assert_eq!(bad.status, 401);
     assert!(!bad.headers.contains("set-cookie"), "{}", bad.headers);
-    let cross = request(a, "POST", "/login", &[form, ("Origin", "http://evil.example")], &format!("token={TOKEN}"));
+    let cross = request(
+        a,
+        "POST",
+        "/login",
+        &[form, ("Origin", "http://evil.example")],
+        &format!("token={TOKEN}"),
+    );
     assert_eq!(cross.status, 403);
     let good = request(a, "POST", "/login", &[form], &format!("token={TOKEN}"));
     assert_eq!(good.status, 303, "{}", good.body);
@@ -491,13 +620,23 @@ fn with_a_token_every_request_needs_it_and_cross_site_posts_are_refused() {
         cookie_line.contains("httponly") && cookie_line.contains("samesite=strict"),
         "{cookie_line}"
     );
-    let cookie = cookie_line["set-cookie:".len()..].split(';').next().unwrap().trim().to_string();
+    let cookie = cookie_line["set-cookie:".len()..]
+        .split(';')
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
     let with = request(a, "GET", "/api/tasks", &[("Cookie", &cookie)], "");
     assert_eq!(with.status, 200, "{}", with.body);
     assert_eq!(with.json().as_array().unwrap().len(), 1);
     let html = request(a, "GET", "/", &[("Cookie", &cookie)], "");
     assert_eq!(html.status, 200);
-    assert!(html.headers.contains("content-security-policy: default-src 'none'; script-src 'self'"), "{}", html.headers);
+    assert!(
+        html.headers
+            .contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{}",
+        html.headers
+    );
 }
 
 #[test]
@@ -506,9 +645,21 @@ fn without_a_token_only_loopback_hosts_are_answered() {
     let s = Saheeli::new();
     let w = WebServe::start(&s, "127.0.0.1:0", &[]);
     // A page elsewhere that rebinds its name to 127.0.0.1 sends its own Host.
-    let r = request(&w.addr, "GET", "/api/tasks", &[("Host", "evil.example:7878")], "");
+    let r = request(
+        &w.addr,
+        "GET",
+        "/api/tasks",
+        &[("Host", "evil.example:7878")],
+        "",
+    );
     r.error(403, "cross_site");
-    let r = request(&w.addr, "GET", "/api/tasks", &[("Host", "localhost:7878")], "");
+    let r = request(
+        &w.addr,
+        "GET",
+        "/api/tasks",
+        &[("Host", "localhost:7878")],
+        "",
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     // A cross-site POST without any token is refused as well.
     let p = request(

@@ -114,7 +114,8 @@ async fn texts(c: &Client, css: &str) -> Vec<String> {
     out
 }
 
-const TITLE: &str = "<script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\"> Paint the button";
+const TITLE: &str =
+    "<script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\"> Paint the button";
 const QUESTION: &str = "Which colour should the <b>button</b> be?";
 
 #[test]
@@ -122,13 +123,18 @@ fn the_dashboard_lists_follows_and_answers_a_task_in_a_browser() {
     require_docker();
     let llm = FakeLlm::start(vec![
         Reply::tool("ask_user", json!({"question": QUESTION})),
-        Reply::tool("execute_shell", json!({"command": "echo painted > button.txt"})),
+        Reply::tool(
+            "execute_shell",
+            json!({"command": "echo painted > button.txt"}),
+        ),
         Reply::tool("task_complete", json!({"message": "painted"})),
     ]);
     let s = project(&llm, "");
     s.write(
         "p.md",
-        &format!("---\ntitle: '{TITLE}'\nmodel: gpt-test\npark_after: 120s\n---\nPaint the button.\n"),
+        &format!(
+            "---\ntitle: '{TITLE}'\nmodel: gpt-test\npark_after: 120s\n---\nPaint the button.\n"
+        ),
     );
     let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
     let id = s.submit("p.md");
@@ -147,10 +153,16 @@ fn the_dashboard_lists_follows_and_answers_a_task_in_a_browser() {
         let shown = texts(&c, &format!("{row} .task-title")).await;
         assert_eq!(shown, [TITLE], "the title is shown as text, tags and all");
         until("the list shows it waiting for an answer", || async {
-            texts(&c, &format!("{row} td.waits")).await.concat().contains("Which colour")
+            texts(&c, &format!("{row} td.waits"))
+                .await
+                .concat()
+                .contains("Which colour")
         })
         .await;
-        let pwned = c.execute("return window.pwned === undefined", vec![]).await.unwrap();
+        let pwned = c
+            .execute("return window.pwned === undefined", vec![])
+            .await
+            .unwrap();
         assert_eq!(pwned, json!(true), "nothing in a title ran");
         save_screenshot(&c, "list.png").await;
 
@@ -164,17 +176,28 @@ fn the_dashboard_lists_follows_and_answers_a_task_in_a_browser() {
         assert_eq!(texts(&c, "#question").await, [QUESTION]);
         assert_eq!(texts(&c, "#title").await, [TITLE]);
         until("the live audit trail shows the question", || async {
-            texts(&c, "#audit .line").await.iter().any(|l| l.contains("asks a human"))
+            texts(&c, "#audit .line")
+                .await
+                .iter()
+                .any(|l| l.contains("asks a human"))
         })
         .await;
         let state = c.find(Locator::Css("#state .badge")).await.unwrap();
-        assert_eq!(state.attr("data-state").await.unwrap().as_deref(), Some("waiting_human"));
+        assert_eq!(
+            state.attr("data-state").await.unwrap().as_deref(),
+            Some("waiting_human")
+        );
         save_screenshot(&c, "task-waiting.png").await;
 
         // Typed into the box and clicked: the task goes on and completes.
         let answer = c.find(Locator::Css("#answer-text")).await.unwrap();
         answer.send_keys("blue, like the sky").await.unwrap();
-        c.find(Locator::Css("#answer-send")).await.unwrap().click().await.unwrap();
+        c.find(Locator::Css("#answer-send"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
         until("the task completes", || async {
             match c.find(Locator::Css("#state .badge")).await {
                 Ok(b) => b.attr("data-state").await.ok().flatten().as_deref() == Some("complete"),
@@ -184,16 +207,24 @@ fn the_dashboard_lists_follows_and_answers_a_task_in_a_browser() {
         .await;
         until("the trail shows the answer and the end", || async {
             let lines = texts(&c, "#audit .line").await.concat();
-            lines.contains("answer by") && lines.contains("echo painted") && lines.contains("finish")
+            lines.contains("answer by")
+                && lines.contains("echo painted")
+                && lines.contains("finish")
         })
         .await;
         let timeline = texts(&c, "#timeline li").await.concat();
         assert!(timeline.contains("answered by"), "{timeline}");
         until("the results are linked", || async {
-            texts(&c, "#files a").await.iter().any(|f| f == "button.txt")
+            texts(&c, "#files a")
+                .await
+                .iter()
+                .any(|f| f == "button.txt")
         })
         .await;
-        let pwned = c.execute("return window.pwned === undefined", vec![]).await.unwrap();
+        let pwned = c
+            .execute("return window.pwned === undefined", vec![])
+            .await
+            .unwrap();
         assert_eq!(pwned, json!(true));
         save_screenshot(&c, "task-complete.png").await;
         c.close().await.unwrap();

@@ -68,7 +68,7 @@ function clock(iso) {
 }
 function waits(w) {
   if (!w) return "";
-  if (w.kind === "answer") return "❓ " + w.question;
+  if (w.kind === "answer") return "asks: " + w.question;
   if (w.kind === "approval") return "approve " + w.tool + " " + String(w.arguments || "").slice(0, 120);
   if (w.kind === "plan") return "approve plan (" + (w.plan || []).length + " steps)";
   return w.kind;
@@ -226,13 +226,15 @@ function taskView(main, id) {
 
   let task = null;
   let shownWaiting = "";
-  function fact(k, v) { return el("div", { class: "fact" }, el("div", { class: "k" }, k), el("div", { class: "v" }, v)); }
+  function fact(k, v, wide) {
+    return el("div", { class: wide ? "fact wide" : "fact" }, el("div", { class: "k" }, k), el("div", { class: "v" }, v));
+  }
   function show(t) {
     task = t;
     document.title = t.title + " · Saheeli";
     title.textContent = t.title;
     state.replaceChildren(badge(t.state));
-    facts.replaceChildren(
+    facts.replaceChildren(...[
       fact("model", t.model),
       fact("steps", t.steps),
       fact("tokens", tokens(t.tokens) + " (" + tokens(t.input_tokens) + " in, " + tokens(t.output_tokens) + " out)"),
@@ -241,8 +243,10 @@ function taskView(main, id) {
       fact("duration", t.duration_s === null ? "—" : span(t.duration_s)),
       fact("attempt", t.attempt),
       fact("reason", t.reason || "—"),
-      t.detail ? fact("detail", t.detail) : null,
-      t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason) : null);
+      t.waiting_since ? fact("waiting since", clock(t.waiting_since)) : null,
+      t.detail ? fact("detail", t.detail, true) : null,
+      t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason, true) : null,
+    ].filter(Boolean));
     const ended = ["complete", "incomplete", "failed", "cancelled"].includes(t.state);
     buttons.pause.disabled = ended || t.state === "paused" || t.state === "waiting_human";
     buttons.resume.disabled = !(t.state === "paused" || t.pause_requested);
