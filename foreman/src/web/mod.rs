@@ -9,7 +9,8 @@
 //! - `server`: settings (address, token), the router, start and stop.
 //! - `auth`: the token (bearer or login cookie), cross-site and host checks.
 //! - `api`: the JSON routes; `error`: their `{"error": {message, kind}}`.
-//! - `sse`: server-sent events, live and resumable (`Last-Event-ID`).
+//! - `sse`: server-sent events, live and resumable (`Last-Event-ID`);
+//!   `trail`: a task's audit lines numbered for those streams.
 //! - `files`: an ended task's results, read without following links.
 //! - `assets`: the dashboard (HTML, CSS and JS embedded in the binary).
 
@@ -20,5 +21,6 @@ mod error;
 mod files;
 mod server;
 mod sse;
+mod trail;
 
 pub(crate) use server::{HttpSettings, start};
