@@ -5,7 +5,9 @@
 #   2. the local base image `saheeli-base:bookworm` (also tagged
 #      `debian:bookworm-slim`), made with debootstrap because no registry can
 #      be reached,
-#   3. the Rust build of both binaries (debug for the foreman, release for
+#   3. Debian's `chromium` and `chromium-driver` for the dashboard's browser
+#      tests (driven over WebDriver; installed only when missing),
+#   4. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -85,6 +87,14 @@ ensure_base_image() {
   docker tag "$BASE_IMAGE" debian:bookworm-slim
 }
 
+ensure_browser() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+    return
+  fi
+  log "installing chromium and chromium-driver (the dashboard's browser tests)"
+  apt_install chromium chromium-driver
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
@@ -99,6 +109,7 @@ ensure_rust() {
 case "${1:-all}" in
   docker) ensure_docker ;;
   base) ensure_docker; ensure_base_image ;;
-  all) ensure_docker; ensure_base_image; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|all]" >&2; exit 2 ;;
+  browser) ensure_browser ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|all]" >&2; exit 2 ;;
 esac

@@ -120,7 +120,7 @@ pub(crate) struct DenyArgs {
     pub reason: String,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub(crate) struct PromptArgs {
     /// Give a template parameter its value, or override a front-matter key (repeatable), e.g. `--param max_steps=10`.
     #[arg(long = "param", value_name = "KEY=VALUE")]
@@ -235,6 +235,11 @@ pub(crate) struct ServeArgs {
     /// Override `concurrency` from config.yaml.
     #[arg(long, short = 'j')]
     pub concurrency: Option<usize>,
+    /// Also serve the dashboard and the HTTP API on this address (e.g.
+    /// `127.0.0.1:7878`; overrides `http.addr`). Any address but loopback
+    /// needs a token in the variable `http.token_env` names.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -40,6 +40,8 @@
 //! - `metrics/`: Prometheus metrics (`saheeli metrics`, and the handle a
 //!   serving foreman keeps for `GET /metrics`): counted from SQLite at
 //!   scrape time, plus this process's latencies recorded by small hooks.
+//! - `web/`: `serve --http`: the JSON API, live events (SSE) and the
+//!   embedded dashboard, a subscriber of the bus beside the loop.
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
@@ -60,6 +62,7 @@ mod report;
 mod spec;
 mod state;
 mod store;
+mod web;
 
 use backend::{disk, docker};
 

@@ -16,7 +16,7 @@ use crate::docker;
 use crate::output;
 use crate::store::{HumanAct, Store};
 
-use super::human::{joined, reply, who};
+use super::human::{Steer, steer, who};
 use super::*;
 
 const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | detach";
@@ -59,28 +59,16 @@ fn parse(line: &str) -> Result<Typed, String> {
 }
 
 /// Carries out a typed command; the line to print.
-fn apply(store: &mut Store, id: TaskId, typed: Typed) -> anyhow::Result<String> {
-    let who = who();
-    Ok(match typed {
-        Typed::Act(act) => reply(store, &id.to_string(), act)?,
-        Typed::Inject(text) => {
-            store.inject(id, &joined(&[text])?, &who)?;
-            "message queued: the model reads it before its next LLM call".into()
-        }
-        Typed::Pause => {
-            store.request_pause(id, &who)?;
-            "pause requested: the task stops before its next LLM call".into()
-        }
-        Typed::Resume => {
-            store.resume(id, &who)?;
-            "resumed".into()
-        }
-        Typed::Cancel => {
-            store.request_cancel(id)?;
-            "cancel requested".into()
-        }
-        Typed::Help | Typed::Detach => HELP.into(),
-    })
+fn apply(cfg: &Config, store: &mut Store, id: TaskId, typed: Typed) -> anyhow::Result<String> {
+    let s = match typed {
+        Typed::Act(act) => Steer::Reply(act),
+        Typed::Inject(text) => Steer::Inject(text),
+        Typed::Pause => Steer::Pause,
+        Typed::Resume => Steer::Resume,
+        Typed::Cancel => Steer::Cancel,
+        Typed::Help | Typed::Detach => return Ok(HELP.into()),
+    };
+    steer(cfg, store, &id.to_string(), s, &who())
 }
 
 pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
@@ -118,7 +106,7 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
                 let cfg = cfg.clone();
                 let done = tokio::task::spawn_blocking(move || {
                     let mut store = open_existing_store(&cfg)?;
-                    apply(&mut store, id, typed)
+                    apply(&cfg, &mut store, id, typed)
                 })
                 .await?;
                 match done {

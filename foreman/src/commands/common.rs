@@ -40,6 +40,11 @@ pub(crate) fn open_existing_store(cfg: &Config) -> anyhow::Result<Store> {
     open_store(cfg)
 }
 
+/// A request the task's state does not allow (the HTTP API answers 409).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct WrongState(pub String);
+
 pub(super) fn exit_for(state: TaskState) -> ExitCode {
     match state {
         TaskState::Complete => ExitCode::SUCCESS,
@@ -97,6 +102,20 @@ fn ask_parameter(p: &Parameter, dir: &Path) -> anyhow::Result<String> {
     }
 }
 
+/// The task a prompt's text makes, as if it were the file `prompt`
+/// (the HTTP API's submit; nothing written).
+pub(crate) fn spec_for_text(
+    cfg: &Config,
+    prompt: &Path,
+    text: &str,
+    args: &PromptArgs,
+) -> anyhow::Result<TaskSpec> {
+    let mut spec = TaskSpec::from_text(cfg, prompt, text, &args.params)?;
+    spec.no_human |= args.no_human;
+    spec.plan_only = args.plan_only;
+    Ok(spec)
+}
+
 /// Validates and queues a prompt; returns the new id.
 pub(super) async fn submit_prompt(
     cfg: &Config,
@@ -104,6 +123,18 @@ pub(super) async fn submit_prompt(
     args: &PromptArgs,
 ) -> anyhow::Result<TaskId> {
     let spec = spec_for(cfg, prompt, args)?;
+    submit_spec(cfg, prompt, spec, args).await
+}
+
+/// Queues a checked task from the prompt `prompt` (the CLI's file, or the
+/// HTTP API's text as if it were a file): its workspace is packed first,
+/// under the same rules. Returns the new id.
+pub(crate) async fn submit_spec(
+    cfg: &Config,
+    prompt: &Path,
+    spec: TaskSpec,
+    args: &PromptArgs,
+) -> anyhow::Result<TaskId> {
     let id = TaskId::new();
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.

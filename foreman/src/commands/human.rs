@@ -1,6 +1,9 @@
 //! Humans in the loop from the command line: answer, approve, deny, inject,
 //! pause, resume. Each is a row in SQLite, delivered by whichever foreman
 //! serves the task (now, or once one runs); each is an event with who did it.
+//!
+//! [`steer`] is the one implementation: the CLI, `task attach` and the
+//! HTTP API all call it, so each says and does the same.
 
 use std::process::ExitCode;
 
@@ -9,17 +12,18 @@ use saheeli_protocol::human::Waiting;
 
 use crate::cli::{ApproveArgs, DenyArgs, IdArgs, TextArgs};
 use crate::config::Config;
+use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{HumanAct, Store};
 
 use super::*;
 
 /// Who is acting: the OS user (as `task override` records it).
-pub(super) fn who() -> String {
+pub(crate) fn who() -> String {
     super::overrides::os_user()
 }
 
-pub(super) fn joined(text: &[String]) -> anyhow::Result<String> {
+pub(crate) fn joined(text: &[String]) -> anyhow::Result<String> {
     let t = text.join(" ");
     if t.trim().is_empty() {
         bail!("the text is empty; say something");
@@ -30,77 +34,122 @@ pub(super) fn joined(text: &[String]) -> anyhow::Result<String> {
     Ok(t)
 }
 
-/// Records a reply and says what happens next.
-pub(super) fn reply(
+/// What a person can do to a running (or waiting, or queued) task.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Steer {
+    /// Answer, approve or deny what the task waits on.
+    Reply(HumanAct),
+    /// A message the model reads before its next LLM call.
+    Inject(String),
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// Carries out `steer` on the task `id_or_prefix` as `by`; returns what
+/// happens next, for people. Blocking (SQLite).
+pub(crate) fn steer(
+    cfg: &Config,
     store: &mut Store,
     id_or_prefix: &str,
-    act: HumanAct,
+    steer: Steer,
+    by: &str,
 ) -> anyhow::Result<String> {
     let t = store.require(id_or_prefix)?;
-    let waiting = store.reply(t.id, &act, &who())?;
-    let what = match (&waiting, &act) {
-        (Waiting::Answer { .. }, _) => "answer recorded",
-        (Waiting::Approval { .. }, HumanAct::Approve(_)) => "approved: the call runs",
-        (Waiting::Approval { .. }, _) => "denied: the call is skipped and the model told why",
-        (Waiting::Plan { .. }, HumanAct::Approve(_)) => "plan approved: the agent carries it out",
-        (Waiting::Plan { .. }, _) => "plan rejected: the agent replans with your feedback",
-    };
-    Ok(format!("{what} for {}", t.id))
+    let id = t.id;
+    Ok(match steer {
+        Steer::Reply(act) => {
+            if let HumanAct::Answer(text) | HumanAct::Deny(text) = &act {
+                joined(std::slice::from_ref(text))?;
+            }
+            let waiting = store.reply(id, &act, by)?;
+            let what = match (&waiting, &act) {
+                (Waiting::Answer { .. }, _) => "answer recorded",
+                (Waiting::Approval { .. }, HumanAct::Approve(_)) => "approved: the call runs",
+                (Waiting::Approval { .. }, _) => {
+                    "denied: the call is skipped and the model told why"
+                }
+                (Waiting::Plan { .. }, HumanAct::Approve(_)) => {
+                    "plan approved: the agent carries it out"
+                }
+                (Waiting::Plan { .. }, _) => "plan rejected: the agent replans with your feedback",
+            };
+            format!("{what} for {id}")
+        }
+        Steer::Inject(text) => {
+            store.inject(id, &joined(&[text])?, by)?;
+            format!("message queued for {id}: the model reads it before its next LLM call")
+        }
+        Steer::Pause => match store.request_pause(id, by)? {
+            TaskState::Paused => format!("{id} is already paused"),
+            _ => format!(
+                "pause requested for {id}: it stops before its next LLM call (resume with `saheeli task resume {}`)",
+                id.short()
+            ),
+        },
+        Steer::Resume => {
+            store.resume(id, by)?;
+            format!("resumed {id}")
+        }
+        Steer::Cancel => cancel(cfg, store, id)?,
+    })
+}
+
+fn cancel(cfg: &Config, store: &mut Store, id: saheeli_protocol::TaskId) -> anyhow::Result<String> {
+    Ok(match store.request_cancel(id)? {
+        TaskState::Queued => {
+            // It never starts: its submitted workspace is not needed.
+            inputs::discard_workspace(&cfg.state_dir(), id);
+            format!("cancelled {id} (it had not started)")
+        }
+        TaskState::WaitingHuman | TaskState::Paused => format!(
+            "cancel requested for {id}; it ends `cancelled` with its workspace collected once a foreman serves it"
+        ),
+        TaskState::Starting | TaskState::Running => format!(
+            "cancel requested for {id}; the serving foreman stops it and collects its workspace"
+        ),
+        done => {
+            return Err(WrongState(format!(
+                "task `{id}` already ended ({done}); nothing to cancel"
+            ))
+            .into());
+        }
+    })
+}
+
+/// Runs `steer` for a CLI command and prints what happens next.
+fn steer_cli(cfg: &Config, id: &str, s: Steer) -> anyhow::Result<ExitCode> {
+    let mut store = open_existing_store(cfg)?;
+    println!("{}", steer(cfg, &mut store, id, s, &who())?);
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn answer(cfg: &Config, args: TextArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
     let text = joined(&args.text)?;
-    println!("{}", reply(&mut store, &args.id, HumanAct::Answer(text))?);
-    Ok(ExitCode::SUCCESS)
+    steer_cli(cfg, &args.id, Steer::Reply(HumanAct::Answer(text)))
 }
 
 pub(crate) async fn approve(cfg: &Config, args: ApproveArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
-    println!(
-        "{}",
-        reply(&mut store, &args.id, HumanAct::Approve(args.note))?
-    );
-    Ok(ExitCode::SUCCESS)
+    steer_cli(cfg, &args.id, Steer::Reply(HumanAct::Approve(args.note)))
 }
 
 pub(crate) async fn deny(cfg: &Config, args: DenyArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
-    let reason = joined(&[args.reason])?;
-    println!("{}", reply(&mut store, &args.id, HumanAct::Deny(reason))?);
-    Ok(ExitCode::SUCCESS)
+    steer_cli(cfg, &args.id, Steer::Reply(HumanAct::Deny(args.reason)))
 }
 
 pub(crate) async fn inject(cfg: &Config, args: TextArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
-    let t = store.require(&args.id)?;
     let text = joined(&args.text)?;
-    store.inject(t.id, &text, &who())?;
-    println!(
-        "message queued for {}: the model reads it before its next LLM call",
-        t.id
-    );
-    Ok(ExitCode::SUCCESS)
+    steer_cli(cfg, &args.id, Steer::Inject(text))
 }
 
 pub(crate) async fn pause(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
-    let t = store.require(&args.id)?;
-    match store.request_pause(t.id, &who())? {
-        TaskState::Paused => println!("{} is already paused", t.id),
-        _ => println!(
-            "pause requested for {}: it stops before its next LLM call (resume with `saheeli task resume {}`)",
-            t.id,
-            t.id.short()
-        ),
-    }
-    Ok(ExitCode::SUCCESS)
+    steer_cli(cfg, &args.id, Steer::Pause)
 }
 
 pub(crate) async fn resume(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
-    let t = store.require(&args.id)?;
-    store.resume(t.id, &who())?;
-    println!("resumed {}", t.id);
-    Ok(ExitCode::SUCCESS)
+    steer_cli(cfg, &args.id, Steer::Resume)
+}
+
+pub(crate) async fn cancel_cli(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
+    steer_cli(cfg, &args.id, Steer::Cancel)
 }

@@ -21,11 +21,12 @@ use serve::{context, signals};
 
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
+pub(crate) use common::{WrongState, open_store, spec_for_text, submit_spec};
 pub(crate) use gc::gc;
-pub(crate) use human::{answer, approve, deny, inject, pause, resume};
+pub(crate) use human::{Steer, answer, approve, deny, inject, pause, resume, steer, who};
 pub(crate) use metrics::metrics;
 pub(crate) use overrides::override_outcome;
 pub(crate) use report::{diff, report};
 pub(crate) use run::run;
 pub(crate) use serve::serve;
-pub(crate) use task::{cancel, logs, results, retry, status, submit};
+pub(crate) use task::{cancel, logs, results, retry, retry_task, status, submit, task_view};

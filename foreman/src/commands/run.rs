@@ -231,8 +231,16 @@ fn prompt(cfg: &Config, id: TaskId, waiting: &saheeli_protocol::human::Waiting) 
             }
         },
     };
-    let done = open_existing_store(cfg)
-        .and_then(|mut s| super::human::reply(&mut s, &id.to_string(), act));
+    let done = open_existing_store(cfg).and_then(|mut s| {
+        let by = super::human::who();
+        super::human::steer(
+            cfg,
+            &mut s,
+            &id.to_string(),
+            super::human::Steer::Reply(act),
+            &by,
+        )
+    });
     match done {
         Ok(msg) => eprintln!("{msg}"),
         Err(e) => eprintln!("error: {e:#}"),

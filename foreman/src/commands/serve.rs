@@ -78,8 +78,16 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
         }
         cfg.file.concurrency = n;
     }
+    // Checked before anything starts: a refused address names its setting.
+    let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
     let ctx = context(&cfg).await?;
     docker::require_image(&ctx.docker, &cfg.file.image).await?;
+    // The dashboard runs beside the loop, never in it, and stops after it.
+    let web_stop = CancellationToken::new();
+    let web = match http {
+        Some(settings) => Some(crate::web::start(settings, &ctx, web_stop.clone()).await?),
+        None => None,
+    };
     let (drain, stop) = signals();
     tracing::info!(
         config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
@@ -97,7 +105,12 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
         drain,
         stop,
     )
-    .await?;
+    .await;
+    web_stop.cancel();
+    if let Some(web) = web {
+        let _ = web.await;
+    }
+    let summary = summary?;
     let complete = summary
         .finished
         .iter()

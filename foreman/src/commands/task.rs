@@ -47,20 +47,17 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
     loop {
         let text = match &args.id {
             Some(id) => {
-                let t = store.require(id)?;
-                let events = store.events(t.id)?;
-                let attempts = store.attempts(t.id)?;
-                let hooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
-                let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
                 if args.json {
-                    let mut view = TaskView::new(&t, Some(&events));
-                    view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
-                    view.template_steps = Some(steps.iter().map(output::StepView::new).collect());
-                    view.webhooks = hooks;
-                    serde_json::to_string_pretty(&view)?
+                    serde_json::to_string_pretty(&task_view(&store, id)?)?
                 } else {
+                    let t = store.require(id)?;
+                    let events = store.events(t.id)?;
+                    let attempts = store.attempts(t.id)?;
+                    let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
                     let mut text = output::detail(&t, &events, &attempts, &steps);
-                    if let Some(c) = hooks {
+                    if let Some(c) =
+                        Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default())
+                    {
                         text.push_str(&format!(
                             "webhooks:  {} delivered, {} pending, {} dead (given up)\n",
                             c.delivered, c.pending, c.dead
@@ -98,6 +95,23 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
         }
     }
+}
+
+/// One task with its events and attempts: `task status ID --json`, and
+/// the HTTP API's `GET /api/tasks/{id}`.
+pub(crate) fn task_view(
+    store: &crate::store::Store,
+    id_or_prefix: &str,
+) -> anyhow::Result<TaskView> {
+    let t = store.require(id_or_prefix)?;
+    let events = store.events(t.id)?;
+    let attempts = store.attempts(t.id)?;
+    let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
+    let mut view = TaskView::new(&t, Some(&events));
+    view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
+    view.template_steps = Some(steps.iter().map(output::StepView::new).collect());
+    view.webhooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
+    Ok(view)
 }
 
 pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCode> {
@@ -237,41 +251,51 @@ pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<E
 }
 
 pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
-    let mut store = open_existing_store(cfg)?;
-    let t = store.require(&args.id)?;
-    match store.request_cancel(t.id)? {
-        TaskState::Queued => {
-            // It never starts: its submitted workspace is not needed.
-            inputs::remove_workspace(&cfg.state_dir(), t.id).await;
-            println!("cancelled {} (it had not started)", t.id)
-        }
-        TaskState::WaitingHuman | TaskState::Paused => println!(
-            "cancel requested for {}; it ends `cancelled` with its workspace collected once a foreman serves it",
-            t.id
-        ),
-        TaskState::Starting | TaskState::Running => println!(
-            "cancel requested for {}; the serving foreman stops it and collects its workspace",
-            t.id
-        ),
-        done => bail!("task `{}` already ended ({done}); nothing to cancel", t.id),
+    super::human::cancel_cli(cfg, args).await
+}
+
+pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
+    let retried = retry_task(cfg, &args.id).await?;
+    if let Some(note) = &retried.note {
+        eprintln!("note: {note}");
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"id": retried.id.to_string(), "retry_of": retried.retry_of.to_string()})
+        );
+    } else {
+        println!("{}", retried.id);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
+/// A task queued again by [`retry_task`].
+pub(crate) struct Retried {
+    pub id: TaskId,
+    pub retry_of: TaskId,
+    /// Something the person should know (the workspace was copied anew).
+    pub note: Option<String>,
+}
+
+/// Queues an ended task's prompt again as a new task (`task retry`, and
+/// the HTTP API's retry).
+pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> anyhow::Result<Retried> {
     let mut store = open_existing_store(cfg)?;
-    let old: TaskRow = store.require(&args.id)?;
+    let old: TaskRow = store.require(id_or_prefix)?;
     if !old.state.is_terminal() {
-        bail!(
+        return Err(WrongState(format!(
             "task `{}` is {}; only an ended task can be retried (wait for it, or `saheeli task cancel {}` first)",
             old.id,
             old.state,
             old.id.short()
-        );
+        ))
+        .into());
     }
     let id = TaskId::new();
     let state_dir = cfg.state_dir();
     let had_copy = inputs::workspace_tar(&state_dir, old.id).is_file();
+    let mut note = None;
     if had_copy {
         let (from, state_dir) = (old.id, state_dir.clone());
         tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, from, id))
@@ -284,23 +308,19 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
         tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, id, include))
             .await
             .context("packing thread panicked")??;
-        eprintln!(
-            "note: task `{}` has run, so its submitted workspace is gone; copied `{}` again as it is now",
+        note = Some(format!(
+            "task `{}` has run, so its submitted workspace is gone; copied `{}` again as it is now",
             old.id,
             ws.display()
-        );
+        ));
     }
     if let Err(e) = store.retry(old.id, id) {
         inputs::remove_workspace(&state_dir, id).await;
         return Err(e.into());
     }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"id": id.to_string(), "retry_of": old.id.to_string()})
-        );
-    } else {
-        println!("{id}");
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Retried {
+        id,
+        retry_of: old.id,
+        note,
+    })
 }

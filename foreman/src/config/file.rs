@@ -66,6 +66,8 @@ pub(crate) struct ConfigFile {
     pub capabilities: BTreeMap<String, CapabilityConfig>,
     /// The capabilities tasks may ask for (unset: every one configured).
     pub allow: Option<Vec<String>>,
+    /// The dashboard and HTTP API of `saheeli serve` (off by default).
+    pub http: HttpConfig,
 }
 
 /// One MCP server: a local command over stdio, or a streamable-HTTP URL.
@@ -84,6 +86,27 @@ pub(crate) struct CapabilityConfig {
     /// Request headers for `url`; `${VAR}` is replaced from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+}
+
+/// `http:`: where `saheeli serve` serves the dashboard and the API.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct HttpConfig {
+    /// `IP:PORT` to listen on (`serve --http` overrides); none: no server.
+    pub addr: Option<String>,
+    /// The environment variable (or `.env` entry) holding the access
+    /// token. Required for any address but loopback; when set, every
+    /// request needs it. Never put the token itself in config.yaml.
+    pub token_env: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            addr: None,
+            token_env: "SAHEELI_HTTP_TOKEN".into(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -239,6 +262,7 @@ impl Default for ConfigFile {
             notify_max_age: Duration::from_secs(24 * 3600),
             capabilities: BTreeMap::new(),
             allow: None,
+            http: HttpConfig::default(),
         }
     }
 }

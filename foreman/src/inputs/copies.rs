@@ -70,6 +70,16 @@ pub(crate) async fn hand_over_workspace(
 }
 
 /// Deletes the submitted workspace of a task no launch needs any more.
+/// [`remove_workspace`] for blocking callers.
+pub(crate) fn discard_workspace(state_dir: &Path, id: TaskId) {
+    let path = workspace_tar(state_dir, id);
+    if let Err(e) = std::fs::remove_file(&path)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(task_id = %id, error = %e, "submitted workspace not deleted");
+    }
+}
+
 pub(crate) async fn remove_workspace(state_dir: &Path, id: TaskId) {
     let path = workspace_tar(state_dir, id);
     if let Err(e) = tokio::fs::remove_file(&path).await

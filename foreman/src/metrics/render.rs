@@ -15,7 +15,6 @@ use crate::gateway::Providers;
 use crate::store::{Store, now_ms};
 
 /// The content type of [`Metrics::render`]'s text, for `GET /metrics`.
-#[allow(dead_code, reason = "for `GET /metrics`, which the HTTP server mounts")]
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Who renders: what the in-process instruments hold.

@@ -26,10 +26,6 @@ pub(crate) struct Ctx {
     /// loop sees their writes (a task starting to wait frees a slot).
     pub desk_store: Arc<Mutex<Store>>,
     /// What `GET /metrics` renders (`metrics.scrape()`).
-    #[allow(
-        dead_code,
-        reason = "read by `GET /metrics`, which the HTTP server mounts"
-    )]
     pub metrics: crate::metrics::Metrics,
 }
 

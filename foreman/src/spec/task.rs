@@ -140,8 +140,30 @@ impl TaskSpec {
         asked: &[(String, String)],
     ) -> anyhow::Result<TaskSpec> {
         let text = read_text(path)?;
+        Self::from_text_asked(cfg, path, &text, params, asked)
+    }
+
+    /// Validates a prompt's text as if it were the file `path` (whose
+    /// directory relative `workspace:` and replay scripts resolve against,
+    /// and which messages name). Nothing is read but what it names.
+    pub fn from_text(
+        cfg: &Config,
+        path: &Path,
+        text: &str,
+        params: &[String],
+    ) -> anyhow::Result<TaskSpec> {
+        Self::from_text_asked(cfg, path, text, params, &[])
+    }
+
+    fn from_text_asked(
+        cfg: &Config,
+        path: &Path,
+        text: &str,
+        params: &[String],
+        asked: &[(String, String)],
+    ) -> anyhow::Result<TaskSpec> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        let (fm, body, parameters) = template(path, dir, &text, params, asked)?;
+        let (fm, body, parameters) = template(path, dir, text, params, asked)?;
         let d = &cfg.file.task;
 
         let model = fm.model.unwrap_or_else(|| d.model.clone());

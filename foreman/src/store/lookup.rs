@@ -77,6 +77,28 @@ impl Store {
         Ok(rows)
     }
 
+    /// The newest `limit` tasks, newest first, only those in `state` (when
+    /// given) and created at or after `since_ms` (when given).
+    pub fn list_where(
+        &self,
+        state: Option<TaskState>,
+        since_ms: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<TaskRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks
+             WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR created_at >= ?2)
+             ORDER BY id DESC LIMIT ?3"
+        ))?;
+        let rows = stmt
+            .query_map(
+                params![state.map(|s| s.as_str()), since_ms, limit as i64],
+                read_row,
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
     pub fn count_in(&self, states: &[TaskState]) -> Result<i64> {
         let list = states
             .iter()
@@ -121,30 +143,47 @@ impl Store {
     /// Up to `limit` event rows after the one with id `after`, oldest
     /// first, with the task's reason on terminal transitions.
     pub fn events_after(&self, after: i64, limit: usize) -> Result<Vec<TrailRow>> {
-        let mut stmt = self.conn.prepare_cached(
+        self.trail(None, after, limit)
+    }
+
+    /// [`Store::events_after`] for one task.
+    pub fn task_events_after(&self, id: TaskId, after: i64, limit: usize) -> Result<Vec<TrailRow>> {
+        self.trail(Some(id), after, limit)
+    }
+
+    fn trail(&self, task: Option<TaskId>, after: i64, limit: usize) -> Result<Vec<TrailRow>> {
+        // Two statements rather than an `OR`: each uses its index.
+        let sql = match task {
+            None => "WHERE e.id > ?1 AND ?3 IS NULL",
+            Some(_) => "WHERE e.task_id = ?3 AND e.id > ?1",
+        };
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT e.id, e.task_id, e.at, e.from_state, e.to_state, e.detail,
                     CASE WHEN e.to_state IN ('complete', 'incomplete', 'failed', 'cancelled')
                          THEN t.reason END, e.kind, e.actor
              FROM events e JOIN tasks t ON t.id = e.task_id
-             WHERE e.id > ?1 ORDER BY e.id LIMIT ?2",
-        )?;
+             {sql} ORDER BY e.id LIMIT ?2"
+        ))?;
         let rows = stmt
-            .query_map(params![after, limit as i64], |r| {
-                let task: String = r.get(1)?;
-                let from: Option<String> = r.get(3)?;
-                let to: String = r.get(4)?;
-                Ok(TrailRow {
-                    seq: r.get(0)?,
-                    task_id: task.parse().expect("stored ids are UUIDs"),
-                    at: r.get(2)?,
-                    from: from.and_then(|s| s.parse().ok()),
-                    to: to.parse().unwrap_or(TaskState::Failed),
-                    detail: r.get(5)?,
-                    reason: r.get(6)?,
-                    kind: r.get(7)?,
-                    actor: r.get(8)?,
-                })
-            })?
+            .query_map(
+                params![after, limit as i64, task.map(|t| t.to_string())],
+                |r| {
+                    let task: String = r.get(1)?;
+                    let from: Option<String> = r.get(3)?;
+                    let to: String = r.get(4)?;
+                    Ok(TrailRow {
+                        seq: r.get(0)?,
+                        task_id: task.parse().expect("stored ids are UUIDs"),
+                        at: r.get(2)?,
+                        from: from.and_then(|s| s.parse().ok()),
+                        to: to.parse().unwrap_or(TaskState::Failed),
+                        detail: r.get(5)?,
+                        reason: r.get(6)?,
+                        kind: r.get(7)?,
+                        actor: r.get(8)?,
+                    })
+                },
+            )?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }

@@ -28,7 +28,7 @@ use lifecycle::*;
 use queue::*;
 use rows::{COLUMNS, read_row};
 
-pub(crate) use desk::HumanAct;
+pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};

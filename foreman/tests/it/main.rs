@@ -27,5 +27,7 @@ mod safety;
 mod sandbox;
 mod templates;
 mod verify;
+mod web;
+mod web_browser;
 mod webhooks;
 mod workspace_packing;

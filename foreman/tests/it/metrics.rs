@@ -256,3 +256,43 @@ fn agree_with_status(s: &Saheeli, m: &BTreeMap<Series, f64>, tasks: &[Value]) {
         tasks.len() as f64
     );
 }
+
+/// `GET /metrics` of a serving foreman: parsed strictly, with the same
+/// task counts as `task status`, and the Docker latencies this process
+/// recorded while it ran a task.
+#[test]
+fn a_serving_foreman_answers_get_metrics() {
+    crate::util::require_docker();
+    let s = crate::util::Saheeli::new();
+    s.write(
+        "s.json",
+        &crate::util::script(&[("task_complete", serde_json::json!({"message": "ok"}))]),
+    );
+    s.write("p.md", &crate::util::replay_prompt("s.json", ""));
+    let id = s.submit("p.md");
+    let w = crate::web::WebServe::start(&s, "127.0.0.1:0", &[]);
+    assert!(crate::lifecycle::wait_for(
+        std::time::Duration::from_secs(60),
+        || s.task(&id)["state"] == "complete"
+    ));
+    let res = crate::web::get(&w.addr, "/metrics");
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert!(
+        res.headers.contains("application/openmetrics-text"),
+        "{}",
+        res.headers
+    );
+    let m = parse(&res.body);
+    assert_eq!(
+        get(&m, "saheeli_tasks", &[("state", "complete")]),
+        1.0,
+        "{}",
+        res.body
+    );
+    assert!(
+        m.keys()
+            .any(|(n, _)| n.starts_with("saheeli_docker_operation") && n.ends_with("_count")),
+        "no Docker latency recorded by the serving process:\n{}",
+        res.body
+    );
+}

@@ -98,6 +98,7 @@ impl Saheeli {
             .env_remove("SAHEELI_CONFIG")
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
+            .env_remove("SAHEELI_HTTP_TOKEN")
             .env("RUST_LOG", "saheeli=info");
         for (k, v) in &self.env {
             c.env(k, v);

@@ -35,6 +35,25 @@ pub(crate) async fn task_containers(docker: &Docker, id: TaskId) -> anyhow::Resu
     Ok(list.into_iter().filter_map(|c| c.id).collect())
 }
 
+/// Ids of the containers labelled with a task, oldest first (a task's
+/// containers run one after another: after parking, a new one goes on).
+pub(crate) async fn task_containers_in_order(
+    docker: &Docker,
+    id: TaskId,
+) -> anyhow::Result<Vec<String>> {
+    let filter = format!("{TASK_LABEL}={id}");
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&HashMap::from([("label", vec![filter.as_str()])]))
+        .build();
+    let mut list = docker
+        .list_containers(Some(opts))
+        .await
+        .context("listing Saheeli containers")?;
+    list.sort_by_key(|c| c.created.unwrap_or(0));
+    Ok(list.into_iter().filter_map(|c| c.id).collect())
+}
+
 /// Names of the volumes labelled with a task.
 pub(crate) async fn task_volumes(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
     let filter = format!("{TASK_LABEL}={id}");

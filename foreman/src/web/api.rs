@@ -1,0 +1,285 @@
+//! The JSON routes: list, show, submit, and what a person does to a task.
+//! Each does what its CLI command does, through the same functions.
+
+use std::path::PathBuf;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::cli::PromptArgs;
+use crate::commands::{self, Steer};
+use crate::output::TaskView;
+use crate::state::TaskState;
+use crate::store::HumanAct;
+
+use super::error::ApiError;
+use super::server::Shared;
+
+/// Tasks listed when no `limit` is given, and the most a request gets.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Who acted, as the events record it: the serving user, through the web.
+fn who() -> String {
+    format!("{} (http)", commands::who())
+}
+
+/// Any unknown path.
+pub(super) async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; the API is under /api/tasks (see the README)")
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    state: Option<String>,
+    since: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `since`: an RFC 3339 time, or a duration back from now (`90s`, `2h`).
+fn since_ms(since: &str) -> ApiResult<i64> {
+    let since = since.trim();
+    if let Ok(t) = humantime::parse_rfc3339_weak(since) {
+        let ms = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        return Ok(ms);
+    }
+    match humantime::parse_duration(since) {
+        Ok(d) => Ok(crate::store::now_ms() - d.as_millis() as i64),
+        Err(_) => Err(ApiError::bad_input(format!(
+            "`since` `{since}` is neither a time (`2025-01-31T12:00:00Z`) nor a duration (`2h`)"
+        ))),
+    }
+}
+
+fn parse_state(s: &str) -> ApiResult<TaskState> {
+    s.parse().map_err(|_| {
+        let all: Vec<&str> = <TaskState as strum::IntoEnumIterator>::iter()
+            .map(TaskState::as_str)
+            .collect();
+        ApiError::bad_input(format!(
+            "`state` `{s}` is not a task state; use one of {}",
+            all.join(", ")
+        ))
+    })
+}
+
+/// `GET /api/tasks?state=&since=&limit=`: newest first, as `task status --json`.
+pub(super) async fn list(
+    State(web): State<Shared>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Vec<TaskView>>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_input(e.body_text()))?;
+    let state = q.state.as_deref().map(parse_state).transpose()?;
+    let since = q.since.as_deref().map(since_ms).transpose()?;
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::bad_input(format!(
+            "`limit` must be 1 to {MAX_LIMIT}"
+        )));
+    }
+    let rows = web
+        .db(move |s| Ok(s.list_where(state, since, limit)?))
+        .await?;
+    Ok(Json(rows.iter().map(|t| TaskView::new(t, None)).collect()))
+}
+
+/// `GET /api/tasks/{id}`: `task status ID --json`.
+pub(super) async fn show(
+    State(web): State<Shared>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TaskView>> {
+    Ok(Json(web.db(move |s| commands::task_view(s, &id)).await?))
+}
+
+/// `POST /api/tasks`'s body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubmitBody {
+    /// The prompt file's text: Markdown with optional front-matter.
+    prompt: String,
+    /// `KEY=VALUE` overrides, as `--param`.
+    #[serde(default)]
+    params: Vec<String>,
+    #[serde(default)]
+    priority: i64,
+    /// The file name messages call the prompt (default `prompt.md`).
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    no_human: bool,
+    #[serde(default)]
+    plan_only: bool,
+}
+
+/// Where a submitted prompt is taken to live: the project directory (the
+/// one config.yaml is in), so relative `workspace:` and replay scripts
+/// resolve there and must stay below it.
+fn prompt_path(web: &Shared, name: Option<&str>) -> ApiResult<PathBuf> {
+    let name = name.unwrap_or("prompt.md");
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name.len() <= 128
+        && !name.contains(['/', '\\', '\0']);
+    if !plain {
+        return Err(ApiError::bad_input(format!(
+            "`name` `{name}` must be a plain file name such as `fix.md`"
+        )));
+    }
+    Ok(web.cfg.base_dir.join(name))
+}
+
+fn json_body<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_input(format!("the request body is not the JSON expected: {e}")))
+}
+
+/// `POST /api/tasks`: validates and queues a prompt as `task submit` does.
+pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<Response> {
+    let body: SubmitBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_input(format!(
+            "the body must be JSON like {{\"prompt\": \"---\\ntitle: …\\n---\\nDo X\", \
+             \"params\": [\"max_steps=10\"], \"priority\": 0}}: {e}"
+        ))
+    })?;
+    let path = prompt_path(&web, body.name.as_deref())?;
+    let args = PromptArgs {
+        params: body.params,
+        priority: body.priority,
+        no_human: body.no_human,
+        plan_only: body.plan_only,
+        ..PromptArgs::default()
+    };
+    let cfg = web.cfg.clone();
+    let (path2, text) = (path.clone(), body.prompt);
+    let (spec, args) = tokio::task::spawn_blocking(move || {
+        commands::spec_for_text(&cfg, &path2, &text, &args).map(|s| (s, args))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("validating thread panicked: {e}")))??;
+    let id = commands::submit_spec(&web.cfg, &path, spec, &args).await?;
+    let view = web
+        .db(move |s| commands::task_view(s, &id.to_string()))
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": id.to_string(), "task": view})),
+    )
+        .into_response())
+}
+
+/// The bodies the actions take (each uses its own field).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ActBody {
+    text: Option<String>,
+    reason: Option<String>,
+    note: Option<String>,
+}
+
+const ACTIONS: &str = "cancel, retry, answer, approve, deny, pause, resume, inject";
+
+fn required(v: Option<String>, field: &str, action: &str) -> ApiResult<String> {
+    v.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+        ApiError::bad_input(format!(
+            "`{action}` needs `{{\"{field}\": \"…\"}}` in the body"
+        ))
+    })
+}
+
+/// What an action asks for (None: retry, which is not a steer).
+fn steer_of(action: &str, b: ActBody) -> ApiResult<Option<Steer>> {
+    Ok(Some(match action {
+        "cancel" => Steer::Cancel,
+        "retry" => return Ok(None),
+        "answer" => Steer::Reply(HumanAct::Answer(required(b.text, "text", action)?)),
+        "approve" => Steer::Reply(HumanAct::Approve(b.note.filter(|n| !n.trim().is_empty()))),
+        "deny" => Steer::Reply(HumanAct::Deny(required(b.reason, "reason", action)?)),
+        "pause" => Steer::Pause,
+        "resume" => Steer::Resume,
+        "inject" => Steer::Inject(required(b.text, "text", action)?),
+        other => {
+            return Err(ApiError::not_found(format!(
+                "no action `{other}`; use one of {ACTIONS}"
+            )));
+        }
+    }))
+}
+
+/// `POST /api/tasks/{id}/{action}`: the CLI command of the same name.
+/// Answers `{"message", "task"}` (retry: also `id`, the new task).
+pub(super) async fn act(
+    State(web): State<Shared>,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let b: ActBody = json_body(&body)?;
+    let Some(steer) = steer_of(&action, b)? else {
+        let r = commands::retry_task(&web.cfg, &id).await?;
+        let new = r.id.to_string();
+        let view = web.db(move |s| commands::task_view(s, &new)).await?;
+        return Ok(Json(json!({
+            "id": r.id.to_string(),
+            "retry_of": r.retry_of.to_string(),
+            "message": r.note.unwrap_or_else(|| format!("queued again as {}", r.id)),
+            "task": view,
+        })));
+    };
+    let cfg = web.cfg.clone();
+    let (message, view) = web
+        .db(move |s| {
+            let message = commands::steer(&cfg, s, &id, steer, &who())?;
+            Ok((message, commands::task_view(s, &id)?))
+        })
+        .await?;
+    Ok(Json(json!({"message": message, "task": view})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_a_time_or_a_duration() {
+        assert_eq!(since_ms("1970-01-01T00:00:01Z").unwrap(), 1000);
+        let ago = crate::store::now_ms() - since_ms("1h").unwrap();
+        assert!((3_600_000..3_700_000).contains(&ago), "{ago}");
+        assert_eq!(since_ms("yesterday").unwrap_err().kind, "bad_input");
+    }
+
+    #[test]
+    fn actions_check_their_bodies() {
+        assert!(steer_of("answer", ActBody::default()).is_err());
+        assert_eq!(
+            steer_of("frobnicate", ActBody::default())
+                .unwrap_err()
+                .status,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            steer_of(
+                "deny",
+                ActBody {
+                    reason: Some("no".into()),
+                    ..Default::default()
+                }
+            )
+            .unwrap(),
+            Some(Steer::Reply(HumanAct::Deny("no".into())))
+        );
+        assert_eq!(steer_of("retry", ActBody::default()).unwrap(), None);
+    }
+}
