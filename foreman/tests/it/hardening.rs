@@ -287,3 +287,58 @@ fn read_only_commands_never_create_a_database() {
     let err = fails(&s, &["task", "status"]);
     assert!(err.contains("config.yaml"), "{err}");
 }
+
+/// Rebuilding one tag never deletes an image another tag still names
+/// (identical builds share one id: a CI checkout's `latest` and a
+/// developer's own tag, say).
+#[test]
+fn rebuilding_a_tag_keeps_an_image_another_tag_shares() {
+    crate::util::require_docker();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        "FROM saheeli-base:bookworm\nCOPY servo /usr/local/bin/servo\n",
+    )
+    .unwrap();
+    let n = std::process::id();
+    let (a, b) = (
+        format!("saheeli-it-share:a{n}"),
+        format!("saheeli-it-share:b{n}"),
+    );
+    let build = |tag: &str, bin: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_saheeli"))
+            .current_dir(dir.path())
+            .args([
+                "build-servo",
+                "-t",
+                tag,
+                "--servo-bin",
+                bin,
+                "--context",
+                ".",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let exists = |tag: &str| {
+        Command::new("docker")
+            .args(["image", "inspect", tag])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    build(&a, "/bin/true");
+    build(&b, "/bin/true");
+    build(&a, "/bin/false");
+    let kept = exists(&b);
+    for t in [&a, &b] {
+        let _ = Command::new("docker").args(["image", "rm", t]).output();
+    }
+    assert!(kept, "rebuilding {a} deleted the image {b} still named");
+}

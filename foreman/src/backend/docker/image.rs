@@ -97,10 +97,22 @@ pub(crate) async fn build_image(
     };
     if let Some(old) = previous
         && old != new_id
+        && untagged(docker, &old).await
     {
         let opts = RemoveImageOptionsBuilder::default().noprune(false).build();
-        // Only removes it when nothing else uses it; failure is harmless.
+        // Only the image this tag left behind, when no other tag names it
+        // (another tag may share it: identical builds get the same id);
+        // failure (a container uses it) is harmless.
         let _ = docker.remove_image(&old, Some(opts), None).await;
     }
     Ok(new_id)
+}
+
+/// Whether no tag names image `id` any more (removing it by id would
+/// otherwise delete what another tag points to).
+async fn untagged(docker: &Docker, id: &str) -> bool {
+    match docker.inspect_image(id).await {
+        Ok(i) => i.repo_tags.unwrap_or_default().is_empty(),
+        Err(_) => false,
+    }
 }
