@@ -7,7 +7,9 @@
 #      be reached,
 #   3. Debian's `chromium` and `chromium-driver` for the dashboard's browser
 #      tests (driven over WebDriver; installed only when missing),
-#   4. the Rust build of both binaries (debug for the foreman, release for
+#   4. real MCP servers from the Python package index, pinned, in a venv
+#      at .mcp/venv (the capabilities' tests and example use them),
+#   5. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -95,6 +97,25 @@ ensure_browser() {
   apt_install chromium chromium-driver
 }
 
+# Pinned: the capability tests check these servers' real answers.
+MCP_SERVERS="mcp-server-git==2026.10.19 mcp-server-time==2026.10.19"
+
+ensure_mcp() {
+  local venv=.mcp/venv
+  if [ -x "$venv/bin/mcp-server-git" ] && [ -x "$venv/bin/mcp-server-time" ]; then
+    return
+  fi
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    log "installing python3-venv"
+    apt_install python3-venv
+  fi
+  command -v git >/dev/null 2>&1 || { log "installing git"; apt_install git; }
+  log "installing MCP servers ($MCP_SERVERS) into $venv"
+  python3 -m venv "$venv"
+  # shellcheck disable=SC2086
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $MCP_SERVERS
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
@@ -110,6 +131,7 @@ case "${1:-all}" in
   docker) ensure_docker ;;
   base) ensure_docker; ensure_base_image ;;
   browser) ensure_browser ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|all]" >&2; exit 2 ;;
+  mcp) ensure_mcp ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|all]" >&2; exit 2 ;;
 esac

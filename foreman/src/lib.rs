@@ -47,6 +47,7 @@
 //! failure of Saheeli itself.
 
 mod backend;
+mod capability;
 pub mod cli;
 mod collect;
 mod commands;

@@ -14,6 +14,7 @@
 //! - [`chat`]: the OpenAI-compatible chat-completions wire format spoken
 //!   between the servo and the foreman's gateway.
 //! - [`replay`]: scripted assistant turns for the offline `replay:` model.
+//! - [`capability`]: MCP tools brokered by the foreman (`name__tool`).
 //! - [`exit`]: what a servo's exit code means.
 //! - [`human`]: questions, approvals, plans, messages and pauses between
 //!   a servo and the humans behind the foreman.
@@ -25,6 +26,7 @@
 //!   the checks and the verdict.
 
 pub mod audit;
+pub mod capability;
 pub mod chat;
 pub mod completion;
 pub mod exit;

@@ -127,6 +127,40 @@ impl Desk {
         Ok(())
     }
 
+    /// The tools of the task's granted capabilities.
+    pub async fn capability_tools(&self) -> Result<Vec<saheeli_protocol::chat::ToolSpec>, Refused> {
+        let url = format!(
+            "{}{}",
+            self.base,
+            saheeli_protocol::capability::routes::TOOLS
+        );
+        let tools: saheeli_protocol::capability::Tools = self.get_retrying(&url).await?;
+        Ok(tools.tools)
+    }
+
+    /// Calls a capability's tool (the foreman runs it; it may take a while).
+    pub async fn capability(
+        &self,
+        call: &saheeli_protocol::capability::Call,
+    ) -> Result<saheeli_protocol::capability::CallResult, Refused> {
+        retrying(|| async {
+            let r = self
+                .http
+                .post(format!(
+                    "{}{}",
+                    self.base,
+                    saheeli_protocol::capability::routes::CALL
+                ))
+                .timeout(std::time::Duration::from_secs(180))
+                .json(call)
+                .send()
+                .await
+                .map_err(|e| Failure(e.to_string(), false))?;
+            read(r).await
+        })
+        .await
+    }
+
     async fn get<T: DeserializeOwned>(&self, url: &str) -> Result<T, Failure> {
         let r = self
             .http

@@ -73,7 +73,6 @@ pub(crate) struct ConfigFile {
 /// One MCP server: a local command over stdio, or a streamable-HTTP URL.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)] // Read by the capability broker (the next commit).
 pub(crate) struct CapabilityConfig {
     pub command: Option<String>,
     #[serde(default)]

@@ -46,6 +46,10 @@ pub(crate) struct DeskLink {
     /// How `task_complete` is checked: set when the task has `verify:` or
     /// `assess: true` (only then is the verify route open).
     pub verify: Option<Arc<super::verify::VerifyLink>>,
+    /// The capabilities the task was granted (`capabilities:`).
+    pub capabilities: Arc<[String]>,
+    /// Largest capability result handed back, in bytes.
+    pub max_output: usize,
 }
 
 /// The task's human settings, from its spec.

@@ -29,6 +29,7 @@
 
 mod anthropic;
 mod assess;
+mod capability;
 mod desk;
 mod handler;
 mod ledger;
@@ -50,6 +51,7 @@ use retry::Verdict;
 pub(crate) use desk::{DeskLink, DeskPolicy};
 pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};
+pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
 pub(crate) use server::Gateway;
 pub(crate) use upstream::Upstream;

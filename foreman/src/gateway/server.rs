@@ -115,6 +115,14 @@ impl Gateway {
                 saheeli_protocol::verify::routes::VERIFY,
                 post(verify::verify),
             )
+            .route(
+                saheeli_protocol::capability::routes::TOOLS,
+                axum::routing::get(capability::tools),
+            )
+            .route(
+                saheeli_protocol::capability::routes::CALL,
+                post(capability::call),
+            )
             .fallback(not_found)
             .with_state(state);
         let stop = CancellationToken::new();

@@ -16,6 +16,8 @@ pub(crate) struct Upstream {
     pub(super) policy: LlmConfig,
     pub(super) redactor: Redactor,
     pub(super) ledger: Arc<Ledger>,
+    /// The capability servers (MCP), shared by every task's gateway.
+    pub(super) broker: Arc<crate::capability::Broker>,
 }
 
 impl Upstream {
@@ -36,6 +38,7 @@ impl Upstream {
             policy: cfg.file.llm.clone(),
             redactor,
             ledger: Arc::new(Ledger::open(&cfg.database())?),
+            broker: Arc::new(crate::capability::Broker::new(cfg)),
         })
     }
 

@@ -45,6 +45,8 @@ impl Ctx {
             waiting,
             policy: crate::gateway::DeskPolicy::of(spec),
             steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
+            capabilities: spec.capabilities.iter().cloned().collect(),
+            max_output: spec.max_output_bytes,
         }
     }
 

@@ -146,6 +146,17 @@ fn read_ask(r: &rusqlite::Row<'_>) -> rusqlite::Result<AskRow> {
 const ASK_COLUMNS: &str = "call_id, waiting, asked_at, decision, reply, replied_by";
 
 impl Store {
+    /// Records a non-state event of a task nobody needs to hold (e.g. a
+    /// refused capability call).
+    pub fn record_note(&mut self, id: TaskId, kind: &str, detail: &str) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        note_event(&tx, id, kind, Some("saheeli"), detail)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The question a task waits on (the newest unanswered one).
     pub fn open_ask(&self, id: TaskId) -> Result<Option<AskRow>> {
         Ok(self

@@ -7,6 +7,7 @@
 //! A servo waiting for a human parks instead (`human`): it saves its
 //! session and exits, and a new servo on the same workspace goes on.
 
+mod capability;
 mod human;
 mod verify;
 
@@ -64,6 +65,8 @@ pub(crate) struct Agent {
     root: PathBuf,
     tools: Toolbox,
     specs: Vec<ToolSpec>,
+    /// The granted capabilities' tools (`name__tool`), from the gateway.
+    capability_tools: Vec<String>,
     llm: Provider,
     audit: Audit,
     messages: Vec<ChatMessage>,
@@ -128,6 +131,7 @@ impl Agent {
                 desk: Some(desk.clone()),
             },
             specs,
+            capability_tools: Vec::new(),
             llm,
             audit,
             messages: vec![
@@ -149,6 +153,7 @@ impl Agent {
             root,
             task,
         };
+        agent.narrow_tools();
         agent.load_parked_session()?;
         Ok(agent)
     }
@@ -203,6 +208,7 @@ impl Agent {
 
     /// Steps until something ends the task; returns why.
     async fn steps_loop(&mut self) -> End {
+        self.load_capabilities().await;
         if let Some(end) = self.unpark().await {
             return end;
         }
@@ -334,7 +340,6 @@ impl Agent {
         {
             let t0 = Instant::now();
             let out = self
-                .tools
                 .dispatch(&call.function.name, &call.function.arguments)
                 .await;
             let duration_ms = t0.elapsed().as_millis() as u64;

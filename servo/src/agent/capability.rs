@@ -1,0 +1,77 @@
+//! Capability tools (`name__tool`): MCP servers the foreman runs outside
+//! the container; the servo only knows their names and schemas, and calls
+//! them through the gateway socket. And `tools:`, which narrows the
+//! built-in tools the model is offered.
+
+use saheeli_protocol::capability::{Call, SEP};
+use tracing::warn;
+
+use super::Agent;
+use crate::tools::ToolOutput;
+
+/// The built-in tools `tools:` may narrow.
+const BUILT_IN: &[&str] = &[
+    "execute_shell",
+    "create_file",
+    "read_file",
+    "edit_file",
+    "list_files",
+    "task_complete",
+];
+
+impl Agent {
+    /// Offers only the built-in tools `tools:` lists (when it does).
+    pub(super) fn narrow_tools(&mut self) {
+        if let Some(allowed) = self.task.tools.clone() {
+            self.specs.retain(|s| {
+                let n = s.function.name.as_str();
+                !BUILT_IN.contains(&n) || allowed.iter().any(|a| a == n)
+            });
+        }
+    }
+
+    /// Adds the granted capabilities' tools, as the gateway lists them.
+    pub(super) async fn load_capabilities(&mut self) {
+        if self.task.capabilities.is_empty() || !self.capability_tools.is_empty() {
+            return;
+        }
+        match self.desk.capability_tools().await {
+            Ok(tools) => {
+                self.capability_tools = tools.iter().map(|t| t.function.name.clone()).collect();
+                self.specs.extend(tools);
+            }
+            Err(e) => {
+                warn!(error = %e.0, "capability tools unavailable");
+                self.messages.push(saheeli_protocol::chat::ChatMessage::user(format!(
+                    "[saheeli] The capabilities {} could not be reached ({}); their tools are not available.",
+                    self.task.capabilities.join(", "),
+                    e.0
+                )));
+            }
+        }
+    }
+
+    /// Runs a tool call: a capability's through the gateway, a built-in
+    /// one here (unless `tools:` left it out).
+    pub(super) async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
+        if name.contains(SEP) && self.capability_tools.iter().any(|t| t == name) {
+            let call = Call {
+                tool: name.to_string(),
+                arguments: arguments.to_string(),
+            };
+            return match self.desk.capability(&call).await {
+                Ok(r) if r.ok => ToolOutput::ok(r.text),
+                Ok(r) => ToolOutput::error(r.text),
+                Err(e) => ToolOutput::error(e.0),
+            };
+        }
+        let narrowed =
+            self.task.tools.as_ref().is_some_and(|allowed| {
+                BUILT_IN.contains(&name) && !allowed.iter().any(|a| a == name)
+            });
+        if narrowed || (name.contains(SEP) && !self.capability_tools.iter().any(|t| t == name)) {
+            return ToolOutput::error(format!("`{name}` is not one of this task's tools"));
+        }
+        self.tools.dispatch(name, arguments).await
+    }
+}
