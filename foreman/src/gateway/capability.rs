@@ -66,6 +66,12 @@ pub(super) async fn call(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Re
         },
     };
     info!(task_id = %gw.task_id, capability = cap, tool, ok = result.ok, bytes = result.text.len(), ms, "capability call");
+    let (id, store) = (gw.task_id, gw.desk.store.clone());
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+        s.count_capability_call(id)
+    })
+    .await;
     json_response(&gw, StatusCode::OK, &capped(result, gw.desk.max_output))
 }
 

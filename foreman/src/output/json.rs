@@ -54,6 +54,9 @@ pub(crate) struct TaskView {
     pub overridden: Option<OverrideView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
+    /// Calls to capability (MCP) tools it made (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub capability_calls: i64,
     /// Its webhook deliveries (when it has any): delivered, pending, dead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhooks: Option<crate::store::WebhookCounts>,
@@ -179,7 +182,12 @@ impl TaskView {
             }),
             attempts: None,
             webhooks: None,
+            capability_calls: t.capability_calls,
             template_steps: None,
         }
     }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }

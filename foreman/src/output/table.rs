@@ -140,6 +140,9 @@ pub(crate) fn detail(
         t.output_tokens
     );
     let _ = writeln!(s, "cost:      {}", cost(t.cost_usd));
+    if t.capability_calls > 0 {
+        let _ = writeln!(s, "capability calls: {}", t.capability_calls);
+    }
     if t.spec.max_tokens.is_some() || t.spec.max_cost.is_some() {
         let _ = writeln!(
             s,

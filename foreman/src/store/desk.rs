@@ -157,6 +157,15 @@ impl Store {
         Ok(())
     }
 
+    /// Counts one capability call of a task.
+    pub fn count_capability_call(&mut self, id: TaskId) -> Result<()> {
+        self.conn.execute(
+            "UPDATE tasks SET capability_calls = capability_calls + 1 WHERE id = ?1",
+            params![id.to_string()],
+        )?;
+        Ok(())
+    }
+
     /// The question a task waits on (the newest unanswered one).
     pub fn open_ask(&self, id: TaskId) -> Result<Option<AskRow>> {
         Ok(self

@@ -49,6 +49,8 @@ pub(crate) struct TaskRow {
     pub waiting_for: Option<saheeli_protocol::human::Waiting>,
     /// Set once someone overrode the outcome (`saheeli task override`).
     pub overridden: Option<Override>,
+    /// Calls to capability (MCP) tools the gateway served.
+    pub capability_calls: i64,
 }
 
 /// A person's override of how a task ended; the task's `state` is the
@@ -133,7 +135,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
-      ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at";
+      ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -175,6 +177,7 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
             .filter(|_| state == "waiting_human")
             .and_then(|w| serde_json::from_str(&w).ok()),
         overridden: read_override(r)?,
+        capability_calls: r.get(29)?,
     })
 }
 

@@ -169,6 +169,8 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         );
         CREATE INDEX verify_checks_by_task ON verify_checks(task_id, attempt, id);",
     ),
+    // Capability calls a task made (issue 17), for status.
+    M::up("ALTER TABLE tasks ADD COLUMN capability_calls INTEGER NOT NULL DEFAULT 0;"),
 ];
 
 pub(crate) struct Store {
