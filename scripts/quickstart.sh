@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # Where cargo puts its output (CARGO_TARGET_DIR when set).
 TARGET="${CARGO_TARGET_DIR:-target}"
 
-scripts/setup.sh
+scripts/setup.sh core
 "$TARGET"/debug/saheeli build-servo
 echo "==> saheeli run prompts/hello.md" >&2
 # Each task's /workspace is a size-limited, loop-mounted image, which needs

@@ -132,6 +132,8 @@ case "${1:-all}" in
   base) ensure_docker; ensure_base_image ;;
   browser) ensure_browser ;;
   mcp) ensure_mcp ;;
+  # What running tasks needs (quickstart.sh): no browser, no MCP servers.
+  core) ensure_docker; ensure_base_image; ensure_rust ;;
   all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|all]" >&2; exit 2 ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|core|all]" >&2; exit 2 ;;
 esac
