@@ -35,6 +35,8 @@
 //!   the call ledger, providers, retries), the human desk, and the verify
 //!   route (`verify` commands run in the task's container by `docker
 //!   exec`, the assessor's call through the same budget).
+//! - `capability/`: MCP servers run outside the containers (`rmcp`),
+//!   whose tools a granted task calls as `name__tool` through its gateway.
 //! - `notify/`: webhooks: an outbox row per event and URL (written with
 //!   the event), and a sender of its own in `serve`.
 //! - `metrics/`: Prometheus metrics (`saheeli metrics`, and the handle a

@@ -22,6 +22,8 @@
 //!   in SQLite, for a foreman that adopts a task.
 //! - `desk`: humans in the loop, through the same socket; `steps`: a
 //!   template's steps marked done (`step_done`).
+//! - `capability`: the tools of the task's granted MCP capabilities, and
+//!   calls to them (refused, and recorded, when not granted).
 //! - `verify`, `assess`: checking `task_complete` (verify commands run in
 //!   the task's container, the assessor's LLM call through this gateway).
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
