@@ -316,6 +316,20 @@ fn register_gauges(reg: &mut Registry, read: &ScrapeRead, now_ms: i64) {
         Unit::Seconds,
         longest,
     );
+    let hooks = Family::<StateLabels, Gauge>::default();
+    for state in ["pending", "delivered", "dead"] {
+        let n = read
+            .webhooks
+            .iter()
+            .find(|(s, _)| s == state)
+            .map_or(0, |x| x.1);
+        hooks.get_or_create(&StateLabels { state }).set(n);
+    }
+    reg.register(
+        "webhook_deliveries",
+        "Webhook deliveries by state (dead: given up after notify_max_age)",
+        hooks,
+    );
     let servos = Gauge::<i64>::default();
     servos.set(read.servos);
     reg.register(

@@ -69,6 +69,8 @@ pub(crate) struct ScrapeRead {
     /// Tasks holding a servo container.
     pub servos: i64,
     pub unended: Vec<ModelUsage>,
+    /// Webhook deliveries by state (`pending`, `delivered`, `dead`).
+    pub webhooks: Vec<(String, i64)>,
     /// The cursors to read from next time.
     pub trail_end: i64,
     pub calls_end: i64,
@@ -104,6 +106,12 @@ impl Store {
                 |r| r.get(0),
             )?,
             unended: unended(&tx)?,
+            webhooks: {
+                let mut stmt =
+                    tx.prepare_cached("SELECT state, count(*) FROM outbox GROUP BY state")?;
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()?
+            },
             trail_end,
             calls_end,
         };

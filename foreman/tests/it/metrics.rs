@@ -11,11 +11,11 @@ use crate::fake_llm::{FakeLlm, Reply};
 use crate::util::{Saheeli, replay_prompt, require_docker, script};
 
 /// One series: its name as written (`_total`, `_count`, `_sum`), its labels.
-type Series = (String, BTreeMap<String, String>);
+pub(crate) type Series = (String, BTreeMap<String, String>);
 
 /// Parses the exposition strictly; panics (showing it) when it is not
 /// valid OpenMetrics.
-fn parse(text: &str) -> BTreeMap<Series, f64> {
+pub(crate) fn parse(text: &str) -> BTreeMap<Series, f64> {
     let exp = parse_openmetrics(text)
         .unwrap_or_else(|e| panic!("not valid OpenMetrics ({e:?}):\n{text}"));
     let mut out = BTreeMap::new();
@@ -45,7 +45,7 @@ fn parse(text: &str) -> BTreeMap<Series, f64> {
     out
 }
 
-fn get(m: &BTreeMap<Series, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn get(m: &BTreeMap<Series, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
     let labels = labels
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -237,5 +237,12 @@ fn every_event_is_delivered_signed_once_and_in_order_through_outages() {
     }
     let t = s.task(&ids[0]);
     assert!(t["webhooks"]["delivered"].as_i64().unwrap() >= 3, "{t:#}");
+    // And in the metrics: every row delivered, none pending or dead.
+    let m = crate::metrics::parse(&s.expect(&["metrics"], 0));
+    let hooks = |state| crate::metrics::get(&m, "saheeli_webhook_deliveries", &[("state", state)]);
+    assert_eq!(
+        (hooks("delivered"), hooks("pending"), hooks("dead")),
+        (13.0, 0.0, 0.0)
+    );
     assert_eq!(t["webhooks"]["dead"], 0);
 }
