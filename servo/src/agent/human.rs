@@ -121,10 +121,23 @@ impl Agent {
     /// Reads the session a parked servo left, if there is one.
     pub(super) fn load_parked_session(&mut self) -> Result<(), String> {
         use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.root.join(paths::session(&self.task.task_id));
-        let Ok(file) = std::fs::File::open(&path) else {
-            return Ok(());
+        // The workspace is the agent's: a link or a FIFO put there is not
+        // followed, nor waited on.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path);
+        let file = match opened {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("opening `{}`: {e}", path.display())),
+            Ok(f) => f,
         };
+        let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+        if !is_file {
+            return Err(format!("`{}` is not a regular file", path.display()));
+        }
         let mut bytes = Vec::new();
         file.take(MAX_SESSION)
             .read_to_end(&mut bytes)

@@ -238,3 +238,47 @@ fn a_replay_model_without_a_script_is_a_bad_task() {
     assert_eq!(ws.code, Some(ServoExit::BadTask.code()));
     assert!(ws.stderr.contains("no `replay` script"), "{}", ws.stderr);
 }
+
+/// A parked servo's session is the agent's file: a link (to /dev/zero, to
+/// a host path) or a FIFO in its place is refused at once, never followed
+/// or waited on; a session that is too big is read only up to its cap.
+#[test]
+fn a_session_that_is_a_link_or_a_fifo_is_refused_at_once() {
+    let script =
+        "turns:\n  - tool_calls:\n      - name: task_complete\n        arguments: { message: m }\n";
+    type Plant = fn(&std::path::Path);
+    let plant: [(&str, Plant); 3] = [
+        ("link to /dev/zero", |p| {
+            std::os::unix::fs::symlink("/dev/zero", p).unwrap()
+        }),
+        ("link to a host file", |p| {
+            std::os::unix::fs::symlink("/etc/passwd", p).unwrap()
+        }),
+        ("fifo", |p| {
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid C string.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }),
+    ];
+    for (what, make) in plant {
+        let ws = Servo::replay(script)
+            .before(|dir, id| make(&dir.join(saheeli_protocol::paths::session(&id))))
+            .run();
+        assert_eq!(
+            ws.code,
+            Some(ServoExit::BadTask.code()),
+            "{what}: {}",
+            ws.stderr
+        );
+        assert!(
+            ws.elapsed < std::time::Duration::from_secs(10),
+            "{what}: {:?}",
+            ws.elapsed
+        );
+        assert!(
+            ws.stderr.contains("session") || ws.stderr.contains("regular file"),
+            "{what}: {}",
+            ws.stderr
+        );
+    }
+}

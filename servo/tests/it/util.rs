@@ -55,6 +55,12 @@ impl Servo {
         }
     }
 
+    /// Prepares the workspace (its directory, the task's id) before the run.
+    pub fn before(self, f: impl FnOnce(&Path, TaskId)) -> Servo {
+        f(self.dir.path(), self.task.task_id);
+        self
+    }
+
     pub fn max_steps(mut self, n: u32) -> Servo {
         self.task.max_steps = n;
         self
