@@ -108,18 +108,8 @@ impl Desk {
     /// Asks the foreman to verify (and assess) the work; waits as long as
     /// the checks take (the servo's own deadline bounds the wait).
     pub async fn verify(&self, req: &VerifyRequest) -> Result<Verdict, Refused> {
-        retrying(|| async {
-            let r = self
-                .http
-                .post(format!("{}{}", self.base, verify_routes::VERIFY))
-                .timeout(VERIFY_WAIT)
-                .json(req)
-                .send()
-                .await
-                .map_err(|e| Failure(e.to_string(), false))?;
-            read(r).await
-        })
-        .await
+        self.post_waiting(verify_routes::VERIFY, req, VERIFY_WAIT)
+            .await
     }
 
     pub async fn breakpoint(&self, bp: &Breakpoint) -> Result<(), Refused> {
@@ -143,16 +133,24 @@ impl Desk {
         &self,
         call: &saheeli_protocol::capability::Call,
     ) -> Result<saheeli_protocol::capability::CallResult, Refused> {
+        let path = saheeli_protocol::capability::routes::CALL;
+        self.post_waiting(path, call, Duration::from_secs(180))
+            .await
+    }
+
+    /// A POST whose answer may take up to `wait` (the foreman is working).
+    async fn post_waiting<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        wait: Duration,
+    ) -> Result<T, Refused> {
         retrying(|| async {
             let r = self
                 .http
-                .post(format!(
-                    "{}{}",
-                    self.base,
-                    saheeli_protocol::capability::routes::CALL
-                ))
-                .timeout(std::time::Duration::from_secs(180))
-                .json(call)
+                .post(format!("{}{path}", self.base))
+                .timeout(wait)
+                .json(body)
                 .send()
                 .await
                 .map_err(|e| Failure(e.to_string(), false))?;
