@@ -380,7 +380,11 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let state = current_state(&tx, id)?;
-        let requested = pause_requested(&tx, id)?;
+        let requested: bool = tx.query_row(
+            "SELECT pause_requested FROM tasks WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get::<_, i64>(0).map(|v| v != 0),
+        )?;
         if state != TaskState::Paused && !requested {
             return Err(DeskError::NotPaused { id, state });
         }
@@ -417,44 +421,29 @@ impl Store {
         lease: &Lease,
         human_timeout_ms: i64,
     ) -> Result<(Vec<Note>, bool)> {
-        // Asked before every LLM call: a read, unless the task must change
-        // state (the write lock is taken only then).
-        let (state, pause, notes) = {
-            let tx = self.conn.transaction()?;
-            let state = held_state(&tx, id, lease)?;
-            let pause = pause_requested(&tx, id)?;
-            let notes = {
-                let mut stmt = tx.prepare_cached(
-                    "SELECT id, text, author FROM notes WHERE task_id = ?1 AND delivered_at IS NULL ORDER BY id",
-                )?;
-                stmt.query_map(params![id.to_string()], |r| {
-                    Ok(Note {
-                        id: r.get(0)?,
-                        text: r.get(1)?,
-                        by: r.get(2)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?
-            };
-            (state, pause, notes)
-        };
-        if matches!(
-            (pause, state),
-            (true, TaskState::Running) | (false, TaskState::Paused)
-        ) {
-            self.follow_pause(id, lease, human_timeout_ms)?;
-        }
-        Ok((notes, pause))
-    }
-
-    /// Makes the task `paused` or `running` as its pause flag says (fenced;
-    /// both read again under the write lock).
-    fn follow_pause(&mut self, id: TaskId, lease: &Lease, human_timeout_ms: i64) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let state = held_state(&tx, id, lease)?;
-        match (pause_requested(&tx, id)?, state) {
+        let pause: bool = tx.query_row(
+            "SELECT pause_requested FROM tasks WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get::<_, i64>(0).map(|v| v != 0),
+        )?;
+        let notes = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, text, author FROM notes WHERE task_id = ?1 AND delivered_at IS NULL ORDER BY id",
+            )?;
+            stmt.query_map(params![id.to_string()], |r| {
+                Ok(Note {
+                    id: r.get(0)?,
+                    text: r.get(1)?,
+                    by: r.get(2)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+        };
+        match (pause, state) {
             (true, TaskState::Running) => {
                 move_state(
                     &tx,
@@ -474,7 +463,7 @@ impl Store {
             _ => {}
         }
         tx.commit()?;
-        Ok(())
+        Ok((notes, pause))
     }
 
     /// The servo has these messages in its saved session (fenced).
@@ -616,12 +605,4 @@ fn requeue_if_parked(
         params![id.to_string()],
     )?;
     Ok(true)
-}
-
-fn pause_requested(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<bool> {
-    Ok(tx.query_row(
-        "SELECT pause_requested FROM tasks WHERE id = ?1",
-        params![id.to_string()],
-        |r| r.get::<_, i64>(0).map(|v| v != 0),
-    )?)
 }
