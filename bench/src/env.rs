@@ -29,6 +29,14 @@ pub struct Sizes {
     /// RSS samples, one every 500 ms.
     pub rss_samples: usize,
     pub status_rows: usize,
+    /// Tasks at once in `wide`, the LLM calls each makes, and how long the
+    /// fake LLM takes to answer each.
+    pub wide: usize,
+    pub wide_calls: usize,
+    pub wide_delay_ms: u64,
+    /// One-step tasks through one foreman, and its concurrency.
+    pub thousand: usize,
+    pub thousand_concurrency: usize,
 }
 
 impl Sizes {
@@ -44,6 +52,11 @@ impl Sizes {
             queued: 10_000,
             rss_samples: 12,
             status_rows: 100_000,
+            wide: 500,
+            wide_calls: 5,
+            wide_delay_ms: 2000,
+            thousand: 1000,
+            thousand_concurrency: 32,
         }
     }
 
@@ -59,6 +72,11 @@ impl Sizes {
             queued: 1_000,
             rss_samples: 4,
             status_rows: 5_000,
+            wide: 20,
+            wide_calls: 3,
+            wide_delay_ms: 500,
+            thousand: 30,
+            thousand_concurrency: 8,
         }
     }
 }

@@ -114,10 +114,22 @@ pub async fn remove(env: &Env, id: &str) -> anyhow::Result<()> {
 
 /// One raw create+start+wait+remove of `true` in the base image.
 pub async fn raw_cycle(env: &Env) -> anyhow::Result<Cycle> {
+    raw_cycle_of(env, raw_body(&env.base)).await
+}
+
+/// One raw create+start+wait+remove of `sleep SECS` in the base image: a
+/// container that lives as long as a task waiting on its LLM.
+pub async fn raw_sleeper(env: &Env, secs: f64) -> anyhow::Result<Cycle> {
+    let mut body = raw_body(&env.base);
+    body.cmd = Some(vec!["sleep".into(), format!("{secs:.3}")]);
+    raw_cycle_of(env, body).await
+}
+
+async fn raw_cycle_of(env: &Env, body: ContainerCreateBody) -> anyhow::Result<Cycle> {
     let mut laps = Laps::new();
     let c = env
         .docker
-        .create_container(None, raw_body(&env.base))
+        .create_container(None, body)
         .await
         .with_context(|| format!("creating a container from `{}`", env.base))?;
     env.created_container(&c.id);

@@ -13,8 +13,10 @@
 //! - `floor`: raw and hardened Docker cycles; `cpu`: CPU accounting.
 //! - `extract`: a reference collector, to compare the foreman's with.
 //! - `project`: a throwaway Saheeli project; `history`: bulk task rows.
-//! - `dispatch`, `steps`, `throughput`, `collection`, `footprint`: the
-//!   measurements.
+//! - `llm`: the fake LLM (the tests' own, real HTTP) for the real path;
+//!   `probe`: descriptors, sockets and servo memory from `/proc`.
+//! - `dispatch`, `first`, `steps`, `throughput`, `wide`, `thousand`,
+//!   `collection`, `footprint`: the measurements.
 //! - `stats`: medians, p95 and the report.
 
 mod collection;
@@ -23,13 +25,18 @@ mod dispatch;
 mod env;
 mod events;
 mod extract;
+mod first;
 mod floor;
 mod footprint;
 mod history;
+mod llm;
+mod probe;
 mod project;
 mod stats;
 mod steps;
+mod thousand;
 mod throughput;
+mod wide;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,8 +50,11 @@ use env::{Env, Sizes, progress};
 const MEASUREMENTS: &[&str] = &[
     "floor",
     "dispatch",
+    "first",
     "step",
     "throughput",
+    "wide",
+    "thousand",
     "collection",
     "rss",
     "status",
@@ -73,10 +83,16 @@ struct Args {
     /// Where the JSON report goes.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Run only these measurements (repeatable): floor, dispatch, step,
-    /// throughput, collection, rss, status, size.
+    /// Run only these measurements (repeatable): floor, dispatch, first,
+    /// step, throughput, wide, thousand, collection, rss, status, size.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
+    /// Tasks at once in `wide` (default 500; 20 with --quick).
+    #[arg(long)]
+    wide: Option<usize>,
+    /// Tasks through one foreman in `thousand` (default 1000; 30 with --quick).
+    #[arg(long)]
+    thousand: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -133,11 +149,13 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     progress("starting");
     let host = host_info(&docker).await;
     let load = loadavg();
-    let sizes = if args.quick {
+    let mut sizes = if args.quick {
         Sizes::quick()
     } else {
         Sizes::full()
     };
+    sizes.wide = args.wide.unwrap_or(sizes.wide);
+    sizes.thousand = args.thousand.unwrap_or(sizes.thousand);
     let events = events::Events::start(&docker).await;
     let env = Env::new(
         docker,
@@ -225,15 +243,19 @@ async fn run(
     busy: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
     let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
-    if want("floor") || want("dispatch") {
+    if want("floor") || want("dispatch") || want("first") {
         quiet_check("floor", busy).await;
         let floors = dispatch::floors(env).await?;
+        let mut more = vec![];
         if want("dispatch") {
-            let d = dispatch::dispatch(env, &floors).await?;
-            figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle, d]);
-        } else {
-            figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle]);
+            more.push(dispatch::dispatch(env, &floors).await?);
         }
+        if want("first") {
+            quiet_check("first", busy).await;
+            more.push(first::first_request(env, &floors).await?);
+        }
+        figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle]);
+        figures.extend(more);
     }
     if want("step") {
         quiet_check("step", busy).await;
@@ -243,6 +265,14 @@ async fn run(
         quiet_check("throughput", busy).await;
         let b = throughput::bursts(env).await?;
         figures.extend([b.raw, b.hardened, b.saheeli]);
+    }
+    if want("wide") {
+        quiet_check("wide", busy).await;
+        figures.extend(wide::wide(env).await?);
+    }
+    if want("thousand") {
+        quiet_check("thousand", busy).await;
+        figures.extend(thousand::thousand(env).await?);
     }
     if want("collection") {
         quiet_check("collection", busy).await;

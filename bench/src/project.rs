@@ -188,6 +188,45 @@ impl Project {
         )?)
     }
 
+    /// How many containers and volumes of this project's tasks exist.
+    pub async fn labelled(&self, env: &Env) -> anyhow::Result<(usize, usize)> {
+        let db = self.db()?;
+        let mine = |task: &str| {
+            db.query_row("SELECT 1 FROM tasks WHERE id = ?1", [task], |_| Ok(()))
+                .is_ok()
+        };
+        let filters = HashMap::from([("label", vec!["saheeli.task"])]);
+        let opts = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = env
+            .docker
+            .list_containers(Some(opts))
+            .await?
+            .iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get("saheeli.task"))
+                    .is_some_and(|t| mine(t))
+            })
+            .count();
+        let opts = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let volumes = env
+            .docker
+            .list_volumes(Some(opts))
+            .await?
+            .volumes
+            .unwrap_or_default()
+            .iter()
+            .filter(|v| v.labels.get("saheeli.task").is_some_and(|t| mine(t)))
+            .count();
+        Ok((containers, volumes))
+    }
+
     /// Removes the containers and volumes of this project's tasks (those
     /// whose `saheeli.task` label names a task in its database).
     pub async fn cleanup(&self, env: &Env) {

@@ -16,6 +16,29 @@ use crate::state::TaskState;
 
 use super::*;
 
+/// Raises this process's open-files limit to its hard limit. Each running
+/// task holds a few descriptors (its gateway's listener and connections,
+/// the Docker stream watching it, its workspace image while mounted): the
+/// usual soft limit of 1024 would stop a foreman short of a few hundred
+/// tasks, with errors far from the cause.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `lim`.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= lim.rlim_max {
+            return;
+        }
+        let soft = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+            tracing::debug!(from = soft, to = lim.rlim_max, "open files limit raised");
+        }
+    }
+}
+
 /// Ctrl-C or SIGTERM once: drain; twice: stop running containers too.
 pub(super) fn signals() -> (CancellationToken, CancellationToken) {
     let drain = CancellationToken::new();
@@ -44,6 +67,7 @@ pub(super) fn signals() -> (CancellationToken, CancellationToken) {
 }
 
 pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
+    raise_open_files_limit();
     match cfg.file.limits.disk_enforcement {
         crate::config::DiskEnforcement::Loop => crate::disk::preflight()?,
         crate::config::DiskEnforcement::Off => tracing::warn!(

@@ -37,7 +37,7 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
         Plan::Settle if task.state.is_waiting() => {
             // The servo parked and its foreman stopped before recording it:
             // the workspace is kept, the task waits on without a container.
-            return park(&ctx, &task, None, 0).await;
+            return park(&ctx, &task, None, None, 0).await;
         }
         Plan::Settle => {}
     }

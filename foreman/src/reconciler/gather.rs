@@ -37,7 +37,7 @@ pub(super) async fn gather(
         crate::config::Collection::Archive => None,
     };
     if let Some(src) = local
-        && remove_containers(ctx, id).await
+        && remove_containers(ctx, id, Some(container)).await
     {
         return copy_local(id, src, dest, secrets, cap).await;
     }
@@ -83,10 +83,18 @@ pub(super) async fn copy_local(
 }
 
 /// Removes the task's containers (not its volume); whether none is left.
-pub(super) async fn remove_containers(ctx: &Ctx, id: TaskId) -> bool {
+/// The one the caller knows is removed by id, with no listing (a list is
+/// a walk over every container the daemon has, hundreds at scale); the
+/// label is listed only when no id is known. What a crash left beside it
+/// is the sweeper's.
+pub(super) async fn remove_containers(ctx: &Ctx, id: TaskId, known: Option<&str>) -> bool {
     let d = &ctx.docker;
-    let Ok(containers) = docker::task_containers(d, id).await else {
-        return false;
+    let containers = match known {
+        Some(c) => vec![c.to_string()],
+        None => match docker::task_containers(d, id).await {
+            Ok(list) => list,
+            Err(_) => return false,
+        },
     };
     let mut all = true;
     for c in containers {

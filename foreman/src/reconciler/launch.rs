@@ -45,9 +45,9 @@ pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) ->
             }
             if task.parked {
                 // The workspace is all a parked task has: keep it.
-                remove_containers(&ctx, id).await;
+                remove_containers(&ctx, id, None).await;
             } else {
-                cleanup(&ctx, id).await;
+                cleanup(&ctx, id, None).await;
             }
             // Docker errors are worth another try, later; a missing image is not.
             let image_missing = e.downcast_ref::<docker::ImageMissing>().is_some();
@@ -92,8 +92,8 @@ pub(super) async fn launch(
     let image = ctx.cfg.file.image.clone();
     let t0 = std::time::Instant::now();
     let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
-    docker::require_image(d, &image).await?;
-    lap("image checked");
+    // The image was checked when serve started; one removed since fails
+    // the create with `ImageMissing`.
     // Every task gets a gateway: replay tasks too reach the human desk.
     *gateway = Some(
         Gateway::start(

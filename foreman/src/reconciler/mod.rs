@@ -4,9 +4,11 @@
 //!
 //! One owner of task state: only this loop and the per-task supervisors it
 //! spawns write transitions. Other `saheeli` processes talk to it through
-//! the database (`task cancel` sets a flag it polls).
+//! the database (`task cancel` sets a flag it reads when the database's
+//! doorbell rings: see `bell`).
 
 mod adopt;
+mod bell;
 mod context;
 mod control;
 mod finish;

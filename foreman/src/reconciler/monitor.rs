@@ -57,7 +57,7 @@ pub(super) async fn monitor(
     }
     if watched.parked() {
         let active = now_ms() - started_ms - watched.waited_ms - task.active_ms;
-        return park(&ctx, &task, gateway, active).await;
+        return park(&ctx, &task, Some(&container), gateway, active).await;
     }
     let d = &ctx.docker;
     let oom = docker::oom_killed(d, &container).await;
@@ -67,7 +67,7 @@ pub(super) async fn monitor(
     let collect_started = std::time::Instant::now();
     let collected = gather(&ctx, id, &container, &dest).await;
     let collect_ms = collect_started.elapsed().as_millis();
-    cleanup(&ctx, id).await;
+    cleanup(&ctx, id, Some(&container)).await;
     // Only now: Docker needs the bind-mounted socket directory to exist
     // for as long as the container does (copying out included).
     if let Some(g) = gateway {

@@ -23,11 +23,12 @@ use super::*;
 pub(super) async fn park(
     ctx: &Ctx,
     task: &TaskRow,
+    container: Option<&str>,
     gateway: Option<Gateway>,
     active_ms: i64,
 ) -> Joined {
     let id = task.id;
-    if !remove_containers(ctx, id).await {
+    if !remove_containers(ctx, id, container).await {
         warn!(task_id = %id, "the parked servo's container was not removed; it goes when the task does");
     }
     if let Some(g) = gateway {
@@ -79,11 +80,11 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         None,
     )
     .await;
-    let collected = match created {
-        Ok(cid) => gather(&ctx, id, &cid, &dest).await,
-        Err(e) => Err(e),
+    let (collected, known) = match created {
+        Ok(cid) => (gather(&ctx, id, &cid, &dest).await, Some(cid)),
+        Err(e) => (Err(e), None),
     };
-    cleanup(&ctx, id).await;
+    cleanup(&ctx, id, known.as_deref()).await;
     inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),

@@ -17,8 +17,15 @@ use crate::store::Store;
 
 use super::*;
 
-/// How often the idle loop looks for new work (a cheap `PRAGMA data_version`).
+/// How often the loop looks for new work (a cheap `PRAGMA data_version`)
+/// when no doorbell rings (no inotify): the bell wakes it at once on any
+/// commit, so the timer is only a backstop then (`POLL_WITH_BELL`).
 pub(super) const POLL: Duration = Duration::from_millis(20);
+pub(super) const POLL_WITH_BELL: Duration = Duration::from_millis(100);
+
+/// The least time between two wakes by the bell: at hundreds of running
+/// tasks the foreman's own commits ring it hundreds of times a second.
+const BELL_SPACING: Duration = Duration::from_millis(5);
 
 /// How often parked tasks are checked for a cancel or a `human_timeout`.
 pub(super) const PARKED_EVERY: Duration = Duration::from_millis(500);
@@ -140,7 +147,9 @@ pub(super) async fn serve_loop(
     summary: &mut ServeSummary,
 ) -> anyhow::Result<()> {
     let concurrency = ctx.cfg.file.concurrency;
-    let mut tick = tokio::time::interval(POLL);
+    let mut bell = bell::Bell::watch(&ctx.cfg.database());
+    let mut tick = tokio::time::interval(if bell.works() { POLL_WITH_BELL } else { POLL });
+    let mut last_bell = tokio::time::Instant::now();
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_takeover: Option<tokio::time::Instant> = None;
     let mut last_sweep: Option<tokio::time::Instant> = None;
@@ -201,13 +210,17 @@ pub(super) async fn serve_loop(
                 look_for_work = true;
                 record(joined, handles, summary);
             }
-            _ = tick.tick() => {
-                // Another process wrote (a submit, a cancel): look again.
-                let version = ctx.db(|s| s.data_version()).await?;
-                if seen_version != Some(version) {
-                    seen_version = Some(version);
+            _ = bell.rung() => {
+                // Something committed (a submit, a cancel): look now.
+                tokio::time::sleep_until(last_bell + BELL_SPACING).await;
+                last_bell = tokio::time::Instant::now();
+                if look_again(ctx, handles, &mut seen_version).await? {
                     look_for_work = true;
-                    pass_on_cancels(ctx, handles).await?;
+                }
+            }
+            _ = tick.tick() => {
+                if look_again(ctx, handles, &mut seen_version).await? {
+                    look_for_work = true;
                 }
                 if last_parked.elapsed() >= PARKED_EVERY {
                     last_parked = tokio::time::Instant::now();
@@ -227,6 +240,22 @@ pub(super) async fn serve_loop(
         }
     }
     Ok(())
+}
+
+/// Whether another connection wrote since the last look (a submit, a
+/// cancel); passes cancels on when so.
+async fn look_again(
+    ctx: &Arc<Ctx>,
+    handles: &Handles,
+    seen_version: &mut Option<i64>,
+) -> anyhow::Result<bool> {
+    let version = ctx.db(|s| s.data_version()).await?;
+    if *seen_version == Some(version) {
+        return Ok(false);
+    }
+    *seen_version = Some(version);
+    pass_on_cancels(ctx, handles).await?;
+    Ok(true)
 }
 
 /// Supervisors holding a slot: those not waiting for a human.

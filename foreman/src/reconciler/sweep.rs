@@ -73,16 +73,21 @@ pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
 }
 
 /// Removes the task's containers and volume (found by label).
-pub(super) async fn cleanup(ctx: &Ctx, id: TaskId) {
+pub(super) async fn cleanup(ctx: &Ctx, id: TaskId, known: Option<&str>) {
     let d = &ctx.docker;
-    for c in docker::task_containers(d, id).await.unwrap_or_default() {
+    // Known ids and names are removed without listing (see
+    // `remove_containers`); the sweeper finds anything a crash left.
+    let containers = match known {
+        Some(c) => vec![c.to_string()],
+        None => docker::task_containers(d, id).await.unwrap_or_default(),
+    };
+    for c in containers {
         if let Err(e) = docker::remove_container(d, &c).await {
             warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
         }
     }
-    for v in docker::task_volumes(d, id).await.unwrap_or_default() {
-        if let Err(e) = docker::remove_volume(d, &v).await {
-            warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
-        }
+    let volume = docker::volume_name(id);
+    if let Err(e) = docker::remove_volume(d, &volume).await {
+        warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
     }
 }

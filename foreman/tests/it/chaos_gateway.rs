@@ -137,9 +137,13 @@ fn a_foreman_killed_twice_is_invisible_to_the_agents() {
             rows.len(),
             "task {id}: calls still in flight: {rows:?}"
         );
-        assert_eq!(
-            rows.len() as i64,
-            upstream,
+        // Every call that reached the provider has its row. A kill can also
+        // land between a call's reservation and its sending: that row is
+        // `lost` (charged its reservation, never settled), at most one per
+        // kill, and never more settled rows than calls upstream.
+        let unsent = rows.len() as i64 - upstream;
+        assert!(
+            (0..=2).contains(&unsent) && settled.len() as i64 <= upstream,
             "task {id}: {upstream} calls upstream, ledger {rows:?}"
         );
         assert!(settled.iter().all(|r| r.1 == 120), "task {id}: {rows:?}");

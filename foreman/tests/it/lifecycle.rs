@@ -284,3 +284,72 @@ fn submit_wait_returns_when_the_task_ends() {
     let shown = s.expect(&["task", "status", &id, "--watch"], 0);
     assert!(shown.contains("complete"), "{shown}");
 }
+
+/// The image is checked once when serve starts, not at every launch: one
+/// removed while serve runs fails the next launch at create, clearly
+/// (reason `launch`, the image named, what to do), with no retry.
+#[test]
+fn an_image_removed_while_serving_fails_the_launch_without_retries() {
+    require_docker();
+    let tag = format!("saheeli-it-removed:{}", std::process::id());
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    docker(&["tag", &crate::util::image(), &tag]);
+    let s = Saheeli::new();
+    let config = std::fs::read_to_string(s.path().join("config.yaml")).unwrap();
+    let config = config.replace(
+        &format!("image: {}", crate::util::image()),
+        &format!("image: {tag}"),
+    );
+    std::fs::write(s.path().join("config.yaml"), config).unwrap();
+    s.write(
+        "ok.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write("ok.md", &replay_prompt("ok.json", ""));
+    let first = s.submit("ok.md");
+    let mut serve = s.cmd(&["serve"]).stderr(Stdio::null()).spawn().unwrap();
+    let ended = |id: &str| {
+        let state = s.task(id)["state"].as_str().unwrap_or("").to_string();
+        ["complete", "failed", "incomplete"].contains(&state.as_str())
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), || ended(&first)),
+        "the first task never ended"
+    );
+    assert_eq!(s.task(&first)["state"], "complete");
+    // Untagging removes the image under this name (the test image keeps it).
+    docker(&["rmi", &tag]);
+    let second = s.submit("ok.md");
+    let ok = wait_for(Duration::from_secs(60), || ended(&second));
+    unsafe { libc::kill(serve.id() as i32, libc::SIGINT) };
+    let _ = serve.wait();
+    assert!(ok, "the task never ended");
+    let t = s.task(&second);
+    assert_eq!(t["state"], "failed", "{t}");
+    assert_eq!(t["reason"], "launch", "{t}");
+    let last = t["events"].as_array().unwrap().last().unwrap()["detail"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        last.contains(&tag) && last.contains("build-servo"),
+        "{last}"
+    );
+    let requeued = t["events"].as_array().unwrap().iter().any(|e| {
+        e["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("queued again"))
+    });
+    assert!(!requeued, "a missing image was retried: {t}");
+    assert!(leftovers(&second).is_empty(), "{:?}", leftovers(&second));
+}

@@ -90,14 +90,25 @@ pub(crate) async fn create_container(
         .name(&format!("saheeli-{id}"))
         .build();
     let created = timed(DockerOp::CreateContainer, async {
-        match docker.create_container(Some(opts), body.clone()).await {
+        let created = match docker.create_container(Some(opts), body.clone()).await {
             // A stale container may hold the short name; names are cosmetic, so retry without one.
             Err(DockerError::DockerResponseServerError {
                 status_code: 409, ..
             }) => docker.create_container(None, body).await,
             other => other,
+        };
+        match created {
+            Ok(created) => Ok(created),
+            // The image is checked once per serve, not per launch: one
+            // removed since is found here, and no retry can help.
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404,
+                message,
+            }) if message.contains("image") => Err(ImageMissing(image.to_string()).into()),
+            Err(e) => {
+                Err(e).with_context(|| format!("creating the servo container from image `{image}`"))
+            }
         }
-        .with_context(|| format!("creating the servo container from image `{image}`"))
     })
     .await?;
     Ok(created.id)

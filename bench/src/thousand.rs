@@ -1,0 +1,184 @@
+//! A thousand through one foreman: N one-step tasks queued at once and
+//! served to the end by one `saheeli serve` (not `--drain`: it is still
+//! running when the last task ends, so what it holds then can be counted),
+//! against N raw create+start+wait+remove cycles at the same concurrency.
+//!
+//! Reported: throughput, dispatch latency (the claim → the container's
+//! `start` event) p50 and p99, the foreman's peak RSS, and what is left
+//! when the queue is empty compared with before the first task: the
+//! foreman's file descriptors and sockets, the project's containers and
+//! volumes, workspace mounts and gateway directories.
+
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use anyhow::bail;
+
+use crate::env::{Env, progress};
+use crate::events::ms_between;
+use crate::floor;
+use crate::probe;
+use crate::project::{Project, interrupt_twice};
+use crate::stats::{Figure, median};
+
+fn percentile(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// What one project holds: labelled containers and volumes of its tasks,
+/// workspace mounts below its state dir, gateway directories in the run dir.
+async fn held(env: &Env, p: &Project) -> anyhow::Result<(usize, usize, usize, usize)> {
+    let (containers, volumes) = p.labelled(env).await?;
+    let mounts = probe::mounts_below(&p.path().join(".saheeli"));
+    let run_dirs = std::fs::read_dir(&env.run_dir)
+        .map(|d| d.count())
+        .unwrap_or(0);
+    Ok((containers, volumes, mounts, run_dirs))
+}
+
+pub async fn thousand(env: &Env) -> anyhow::Result<Vec<Figure>> {
+    let n = env.sizes.thousand;
+    let c = env.sizes.thousand_concurrency;
+    progress(&format!("thousand: {n} raw cycles at concurrency {c}"));
+    let floor = floor::burst(env, false, n, c).await?;
+    progress(&format!(
+        "thousand: {n} one-step tasks queued at once, one `saheeli serve -j {c}`"
+    ));
+    let p = Project::new(env, c)?;
+    let result = run(env, &p, n, c, floor.wall_ms).await;
+    p.cleanup(env).await;
+    result
+}
+
+async fn run(
+    env: &Env,
+    p: &Project,
+    n: usize,
+    c: usize,
+    floor_ms: f64,
+) -> anyhow::Result<Vec<Figure>> {
+    // The template is cancelled before the foreman starts, so that its
+    // descriptors can be counted idle, before the first task is queued.
+    let template = p.submit(&p.one_step()?)?;
+    p.ok(&["task", "cancel", &template])?;
+    let log = "serve.log";
+    let mut serve = p.spawn(&["serve"], log, "saheeli=info,warn")?;
+    let pid = serve.id();
+    let ready = Instant::now();
+    while !p.read_log(log).contains("serving") {
+        if ready.elapsed() > Duration::from_secs(60) || serve.try_wait()?.is_some() {
+            bail!("`saheeli serve` did not start: {}", p.read_log(log));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (fds0, sockets0) = probe::fds(pid);
+    let before = held(env, p).await?;
+    let t0 = Instant::now();
+    p.clone_queued(&template, n)?;
+    loop {
+        if let Some(status) = serve.try_wait()? {
+            bail!("`saheeli serve` exited {status}: {}", p.read_log(log));
+        }
+        let open: i64 = p.db()?.query_row(
+            "SELECT COUNT(*) FROM tasks WHERE state IN ('queued', 'starting', 'running')",
+            [],
+            |r| r.get(0),
+        )?;
+        if open == 0 {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(60 * 30) {
+            bail!("{open} tasks still open after 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let wall_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    // Let the last supervisors return and the idle loop settle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (fds_end, sockets_end) = probe::fds(pid);
+    let (_, peak_mb) = crate::project::rss_mb(pid)?;
+    let after_running = held(env, p).await?;
+    interrupt_twice(&mut serve).await?;
+    let complete = p.count("complete")?;
+    if complete != n as i64 {
+        bail!(
+            "only {complete} of {n} tasks completed: {}",
+            p.read_log(log)
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // the last events
+    let rows: Vec<(String, i64)> = {
+        let db = p.db()?;
+        let mut stmt = db.prepare("SELECT id, started_at FROM tasks WHERE state = 'complete'")?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?
+    };
+    let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let dispatch: Vec<f64> = rows
+        .iter()
+        .filter_map(|(id, claimed)| Some(ms_between(at(*claimed), env.events.times(id).start?)))
+        .collect();
+    let leaked = after_running.0
+        + after_running.1
+        + after_running.2
+        + after_running.3
+        + fds_end.saturating_sub(fds0)
+        + sockets_end.saturating_sub(sockets0);
+    let rate = n as f64 / (wall_ms / 1000.0);
+    let floor_rate = n as f64 / (floor_ms / 1000.0);
+    let mut wall = Figure::new(
+        &format!("thousand: {n} one-step tasks, one serve -j {c}"),
+        "ms",
+        &[wall_ms],
+    )
+    .detail("tasks/s", rate)
+    .detail("floor tasks/s", floor_rate)
+    .detail("foreman peak RSS (MB)", peak_mb)
+    .note(format!(
+        "{rate:.1} tasks/s against the raw floor's {floor_rate:.1}/s; foreman peak RSS {peak_mb:.1} MB"
+    ));
+    wall.floor_name = Some(format!("raw: {n} cycles at {c}"));
+    wall.floor = Some(floor_ms);
+    wall.ratio = Some(wall_ms / floor_ms);
+    wall.target = "report".into();
+    let lat = Figure::new(
+        &format!("thousand: dispatch (claim → start), {n} tasks"),
+        "ms",
+        &dispatch,
+    )
+    .detail("p50", median(&dispatch))
+    .detail("p99", percentile(&dispatch, 0.99))
+    .note(format!(
+        "p50 {:.0} ms, p99 {:.0} ms",
+        median(&dispatch),
+        percentile(&dispatch, 0.99)
+    ));
+    let leaks = Figure::new(
+        &format!("thousand: left behind after {n}"),
+        "items",
+        &[leaked as f64],
+    )
+    .at_most(0.0)
+    .detail("foreman fds at start", fds0 as f64)
+    .detail("foreman fds at end", fds_end as f64)
+    .detail("foreman sockets at start", sockets0 as f64)
+    .detail("foreman sockets at end", sockets_end as f64)
+    .note(format!(
+        "containers {}→{}, volumes {}→{}, workspace mounts {}→{}, gateway dirs {}→{}; \
+         foreman fds {fds0}→{fds_end}, sockets {sockets0}→{sockets_end} (serve up → queue empty)",
+        before.0,
+        after_running.0,
+        before.1,
+        after_running.1,
+        before.2,
+        after_running.2,
+        before.3,
+        after_running.3
+    ));
+    Ok(vec![wall, lat, leaks])
+}
