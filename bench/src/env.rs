@@ -29,6 +29,8 @@ pub struct Sizes {
     /// RSS samples, one every 500 ms.
     pub rss_samples: usize,
     pub status_rows: usize,
+    /// One-step tasks per setting of the admission sweep (and `auto`).
+    pub admission_n: usize,
 }
 
 impl Sizes {
@@ -44,6 +46,7 @@ impl Sizes {
             queued: 10_000,
             rss_samples: 12,
             status_rows: 100_000,
+            admission_n: 200,
         }
     }
 
@@ -59,6 +62,7 @@ impl Sizes {
             queued: 1_000,
             rss_samples: 4,
             status_rows: 5_000,
+            admission_n: 12,
         }
     }
 }

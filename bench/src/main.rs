@@ -13,10 +13,12 @@
 //! - `floor`: raw and hardened Docker cycles; `cpu`: CPU accounting.
 //! - `extract`: a reference collector, to compare the foreman's with.
 //! - `project`: a throwaway Saheeli project; `history`: bulk task rows.
-//! - `dispatch`, `steps`, `throughput`, `collection`, `footprint`: the
+//! - `dispatch`, `steps`, `throughput`, `collection`, `footprint`,
+//!   `admission` (a fixed-concurrency sweep against `auto`): the
 //!   measurements.
 //! - `stats`: medians, p95 and the report.
 
+mod admission;
 mod collection;
 mod cpu;
 mod dispatch;
@@ -49,6 +51,7 @@ const MEASUREMENTS: &[&str] = &[
     "rss",
     "status",
     "size",
+    "admission",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -74,7 +77,7 @@ struct Args {
     #[arg(long, default_value = "results")]
     out: PathBuf,
     /// Run only these measurements (repeatable): floor, dispatch, step,
-    /// throughput, collection, rss, status, size.
+    /// throughput, collection, rss, status, size, admission.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
 }
@@ -255,6 +258,10 @@ async fn run(
     if want("status") {
         quiet_check("status", busy).await;
         figures.extend(footprint::status_latency(env).await?);
+    }
+    if want("admission") {
+        quiet_check("admission", busy).await;
+        figures.extend(admission::admission(env).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;

@@ -20,8 +20,10 @@
 //!   desk's rows and a template's steps marked done.
 //! - `reconciler/`: `saheeli serve`, the sole owner of task state: the
 //!   loop, lease renewal, launch, adopt, monitor, outcome (a pure function
-//!   into `protocol::Reason`), finish and the retry policy, sweep, and a
-//!   control channel per task.
+//!   into `protocol::Reason`), finish and the retry policy, sweep, a
+//!   control channel per task, and admission (`admission`: the limit of
+//!   `concurrency: auto` and the circuit breaker, pure; `gate`: the loop's
+//!   side of it, its log lines and the `admission` row).
 //! - `events/`: the bus every transition is published on, fed from the
 //!   event trail; subscribers (progress today; webhooks, metrics and the
 //!   dashboard next) never touch the loop.

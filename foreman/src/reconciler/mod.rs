@@ -6,10 +6,12 @@
 //! spawns write transitions. Other `saheeli` processes talk to it through
 //! the database (`task cancel` sets a flag it polls).
 
+mod admission;
 mod adopt;
 mod context;
 mod control;
 mod finish;
+mod gate;
 mod gather;
 mod launch;
 mod lease;
@@ -24,6 +26,7 @@ use adopt::*;
 use context::*;
 use control::*;
 use finish::*;
+use gate::*;
 use gather::*;
 use launch::*;
 use lease::*;
@@ -34,6 +37,7 @@ use record::*;
 use serve::*;
 use sweep::*;
 
+pub(crate) use admission::{Admission, Breaker, Tuning};
 pub(crate) use context::{Ctx, ServeOptions};
 pub(crate) use gather::collect_workspace;
 pub(crate) use serve::run;

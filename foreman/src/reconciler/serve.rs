@@ -110,6 +110,7 @@ pub(crate) async fn run(
     let _ = feeder.await;
     sender_stop.cancel();
     let _ = sender.await;
+    Publisher::retire(&ctx).await;
     result.map(|()| summary)
 }
 
@@ -139,7 +140,7 @@ pub(super) async fn serve_loop(
     handles: &Handles,
     summary: &mut ServeSummary,
 ) -> anyhow::Result<()> {
-    let concurrency = ctx.cfg.file.concurrency;
+    let mut publisher = Publisher::default();
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_takeover: Option<tokio::time::Instant> = None;
@@ -169,13 +170,15 @@ pub(super) async fn serve_loop(
             sweeping = Some(tokio::spawn(sweep(ctx.clone(), handles.clone())));
         }
 
-        // Tasks waiting for a human hold no slot.
-        while look_for_work && !drain.is_cancelled() && busy(running, handles) < concurrency {
+        // Tasks waiting for a human hold no slot; admission sets the
+        // limit (fixed or `auto`) and may pause launching (its breaker).
+        while look_for_work && !drain.is_cancelled() && ctx.may_launch(busy(running, handles)) {
             let lease = ctx.lease.clone();
             let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
                 look_for_work = false;
                 break;
             };
+            ctx.admitted();
             info!(task_id = %task.id, title = %task.title, "task claimed");
             let (control, inbox) = channel();
             handles.lock().unwrap().insert(task.id, control);
@@ -195,6 +198,7 @@ pub(super) async fn serve_loop(
             }
         }
 
+        publisher.publish(ctx, busy(running, handles)).await?;
         let stoppable = handles.lock().unwrap().values().any(|h| !h.is_stopping());
         tokio::select! {
             Some(joined) = running.join_next() => {

@@ -100,6 +100,31 @@ impl Store {
         detail: &str,
         delay: Duration,
     ) -> Result<()> {
+        self.put_back(id, lease, detail, delay, 1)
+    }
+
+    /// Puts a task whose launch failed for the Docker daemon's sake (no
+    /// answer, a 5xx) back in the queue, counted neither as an attempt nor
+    /// in `requeues`: the task is not at fault, and it waits for the
+    /// daemon as long as it takes (the admission breaker paces launches).
+    pub fn requeue_for_daemon(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        detail: &str,
+        delay: Duration,
+    ) -> Result<()> {
+        self.put_back(id, lease, detail, delay, 0)
+    }
+
+    fn put_back(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        detail: &str,
+        delay: Duration,
+        counted: i64,
+    ) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -107,10 +132,10 @@ impl Store {
         move_state(&tx, id, from, TaskState::Queued, Some(detail))?;
         tx.execute(
             "UPDATE tasks SET owner = NULL, lease_until = NULL,
-                container_id = NULL, started_at = NULL, requeues = requeues + 1,
+                container_id = NULL, started_at = NULL, requeues = requeues + ?3,
                 not_before = ?2
              WHERE id = ?1",
-            params![id.to_string(), now_ms() + delay.as_millis() as i64],
+            params![id.to_string(), now_ms() + delay.as_millis() as i64, counted],
         )?;
         tx.commit()?;
         Ok(())

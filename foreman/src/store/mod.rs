@@ -6,6 +6,7 @@
 //! SQLITE_BUSY errors. Every state change writes an event row in the same
 //! transaction. Synchronous on purpose: async callers use `spawn_blocking`.
 
+mod admission;
 mod desk;
 mod error;
 mod lease;
@@ -28,6 +29,7 @@ use lifecycle::*;
 use queue::*;
 use rows::{COLUMNS, read_row};
 
+pub(crate) use admission::AdmissionRow;
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};

@@ -153,6 +153,40 @@ fn expired_leases_are_taken_over_live_ones_are_not() {
     let t = s.require(&b.to_string()).unwrap();
     assert_eq!((t.state, t.requeues), (TaskState::Queued, 1));
     assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+    // Issue 15: the daemon's failures are counted nowhere.
+    for _ in 0..10 {
+        s.requeue_for_daemon(b, &me, "docker down", Duration::ZERO)
+            .unwrap();
+        assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+    }
+    let t = s.require(&b.to_string()).unwrap();
+    assert_eq!(
+        (t.state, t.requeues, t.attempt),
+        (TaskState::Starting, 1, 1)
+    );
+}
+
+/// Issue 15: a foreman's admission state, fresh or not.
+#[test]
+fn admission_rows_are_read_while_fresh() {
+    let (_d, mut s) = store();
+    let row = crate::store::AdmissionRow {
+        owner: "f1".into(),
+        concurrency: "auto".into(),
+        limit: 12,
+        running: 3,
+        breaker: "open".into(),
+        failures: 5,
+        latency_ms: Some(80.0),
+        baseline_ms: None,
+        open_for_ms: Some(4000),
+        updated_at: 1_000,
+    };
+    s.put_admission(&row).unwrap();
+    assert_eq!(s.admission_since(900).unwrap(), Some(row.clone()));
+    assert_eq!(s.admission_since(1_001).unwrap(), None);
+    s.drop_admission("f1").unwrap();
+    assert_eq!(s.admission_since(0).unwrap(), None);
 }
 
 /// Issue 9 §2: a foreman whose task was taken over writes nothing.
