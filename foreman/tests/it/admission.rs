@@ -13,10 +13,12 @@ use crate::lifecycle::wait_for;
 use crate::metrics::{get, parse};
 use crate::util::{Saheeli, replay_prompt, require_docker, script};
 
-/// `task status`'s footer line, if a foreman is serving.
+/// `task status`'s footer line, if a foreman is serving (and the database
+/// exists yet).
 fn footer(s: &Saheeli) -> String {
-    let out = s.expect(&["task", "status"], 0);
-    out.lines()
+    let out = s.run(&["task", "status"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
         .find(|l| l.starts_with("foreman: "))
         .unwrap_or_default()
         .to_string()
