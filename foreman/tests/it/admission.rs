@@ -140,3 +140,24 @@ fn issue_15_daemon_errors_open_the_breaker_and_tasks_wait_uncounted() {
     // The foreman stopped serving: no footer.
     assert_eq!(footer(&s), "");
 }
+
+#[test]
+fn issue_15_a_bad_concurrency_names_the_key_and_what_to_write() {
+    let s = Saheeli::new();
+    s.write("bad.yaml", "concurrency: fast\n");
+    let err = s.expect_err(&["--config", "bad.yaml", "task", "status"], 2);
+    assert!(
+        err.contains("bad.yaml:1")
+            && err.contains("concurrency")
+            && err.contains("a number of tasks (at least 1) or `auto`"),
+        "{err}"
+    );
+    s.write("zero.yaml", "concurrency: 0\n");
+    let err = s.expect_err(&["--config", "zero.yaml", "task", "status"], 2);
+    assert!(err.contains("zero.yaml:1") && err.contains("or `auto`"), "{err}");
+    let err = s.expect_err(&["serve", "--drain", "-j", "lots"], 2);
+    assert!(
+        err.contains("--concurrency") && err.contains("`lots` is not a number of tasks"),
+        "{err}"
+    );
+}
