@@ -121,9 +121,9 @@ fn an_open_breaker_half_opens_after_its_pause_and_one_good_launch_closes_it() {
         a.report(now, DOWN);
     }
     assert_eq!(a.limit(), 8, "a fixed limit stays fixed");
-    assert_eq!(a.may_launch(now, 0).0, false);
+    assert!(!a.may_launch(now, 0).0);
     now += Duration::from_millis(4999);
-    assert_eq!(a.may_launch(now, 0).0, false);
+    assert!(!a.may_launch(now, 0).0);
     now += Duration::from_millis(1);
     assert_eq!(a.may_launch(now, 0), (true, Some(Change::HalfOpened)));
     // One trial at a time.

@@ -154,7 +154,10 @@ fn issue_15_a_bad_concurrency_names_the_key_and_what_to_write() {
     );
     s.write("zero.yaml", "concurrency: 0\n");
     let err = s.expect_err(&["--config", "zero.yaml", "task", "status"], 2);
-    assert!(err.contains("zero.yaml:1") && err.contains("or `auto`"), "{err}");
+    assert!(
+        err.contains("zero.yaml:1") && err.contains("or `auto`"),
+        "{err}"
+    );
     let err = s.expect_err(&["serve", "--drain", "-j", "lots"], 2);
     assert!(
         err.contains("--concurrency") && err.contains("`lots` is not a number of tasks"),
