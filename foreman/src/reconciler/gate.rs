@@ -97,7 +97,8 @@ pub(super) struct Publisher {
 }
 
 impl Publisher {
-    pub(super) async fn publish(&mut self, ctx: &Arc<Ctx>, running: usize) -> anyhow::Result<()> {
+    /// A failed write is logged, never fatal: the row is only for show.
+    pub(super) async fn publish(&mut self, ctx: &Arc<Ctx>, running: usize) {
         let s = ctx.admission_snapshot();
         let key = (s.limit, s.breaker.as_str(), running);
         let due = match self.written {
@@ -106,7 +107,7 @@ impl Publisher {
             Some(t) => self.last != Some(key) && t.elapsed() >= SETTLE,
         };
         if !due {
-            return Ok(());
+            return;
         }
         self.last = Some(key);
         self.written = Some(Instant::now());
@@ -122,7 +123,9 @@ impl Publisher {
             open_for_ms: s.open_for_ms.map(|v| v as i64),
             updated_at: now_ms(),
         };
-        ctx.db(move |st| st.put_admission(&row)).await
+        if let Err(e) = ctx.db(move |st| st.put_admission(&row)).await {
+            warn!(error = %format!("{e:#}"), "could not write the admission row");
+        }
     }
 
     /// The foreman stops serving: its row goes.

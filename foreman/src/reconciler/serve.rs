@@ -198,7 +198,7 @@ pub(super) async fn serve_loop(
             }
         }
 
-        publisher.publish(ctx, busy(running, handles)).await?;
+        publisher.publish(ctx, busy(running, handles)).await;
         let stoppable = handles.lock().unwrap().values().any(|h| !h.is_stopping());
         tokio::select! {
             Some(joined) = running.join_next() => {
