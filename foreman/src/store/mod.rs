@@ -1,5 +1,6 @@
 //! The SQLite queue: tasks, their state transitions and the event trail;
-//! the human desk (`desk`) and a template's steps done (`steps`).
+//! the human desk (`desk`) and a template's steps done (`steps`); each
+//! serving foreman's admission state (`admission`).
 //!
 //! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
 //! transaction, so several `saheeli` processes can share one file without
