@@ -4,20 +4,21 @@
 //! failure counter, and the `admission` row `task status` and `saheeli
 //! metrics` read.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use saheeli_protocol::TaskId;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::store::{AdmissionRow, now_ms};
+use crate::store::{AdmissionRow, Store, now_ms};
 
 use super::admission::{Admission, Change, Report, Snapshot};
 use super::*;
 
 /// The admission row is rewritten at least this often while serving (a
-/// reader takes a row older than the lease for a foreman that is gone).
+/// reader takes a row older than `metrics::ADMISSION_FRESH_MS` for a
+/// foreman that is gone).
 const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// Changes are written no more often than this.
@@ -89,11 +90,13 @@ fn log_change(a: &Admission, change: Change) {
     }
 }
 
-/// Writes the admission row when it changed (or now and then).
+/// Writes the admission row when it changed (or now and then), on a
+/// connection of its own: never queued with the supervisors' writes.
 #[derive(Default)]
 pub(super) struct Publisher {
     last: Option<(usize, &'static str, usize)>,
     written: Option<Instant>,
+    store: Option<Arc<Mutex<Store>>>,
 }
 
 impl Publisher {
@@ -123,9 +126,29 @@ impl Publisher {
             open_for_ms: s.open_for_ms.map(|v| v as i64),
             updated_at: now_ms(),
         };
-        if let Err(e) = ctx.db(move |st| st.put_admission(&row)).await {
+        if let Err(e) = self.write(ctx, move |st| st.put_admission(&row)).await {
             warn!(error = %format!("{e:#}"), "could not write the admission row");
         }
+    }
+
+    async fn write(
+        &mut self,
+        ctx: &Ctx,
+        f: impl FnOnce(&mut Store) -> Result<(), crate::store::StoreError> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let store = match &self.store {
+            Some(s) => s.clone(),
+            None => {
+                let path = ctx.cfg.database();
+                let opened = tokio::task::spawn_blocking(move || Store::open(&path)).await??;
+                self.store.insert(Arc::new(Mutex::new(opened))).clone()
+            }
+        };
+        tokio::task::spawn_blocking(move || {
+            f(&mut store.lock().unwrap_or_else(|p| p.into_inner()))
+        })
+        .await??;
+        Ok(())
     }
 
     /// The foreman stops serving: its row goes.
