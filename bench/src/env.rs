@@ -37,6 +37,8 @@ pub struct Sizes {
     /// One-step tasks through one foreman, and its concurrency.
     pub thousand: usize,
     pub thousand_concurrency: usize,
+    /// One-step tasks per setting of the admission sweep (and `auto`).
+    pub admission_n: usize,
 }
 
 impl Sizes {
@@ -57,6 +59,7 @@ impl Sizes {
             wide_delay_ms: 2000,
             thousand: 1000,
             thousand_concurrency: 32,
+            admission_n: 200,
         }
     }
 
@@ -77,6 +80,7 @@ impl Sizes {
             wide_delay_ms: 500,
             thousand: 30,
             thousand_concurrency: 8,
+            admission_n: 12,
         }
     }
 }

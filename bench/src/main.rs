@@ -16,9 +16,11 @@
 //! - `llm`: the fake LLM (the tests' own, real HTTP) for the real path;
 //!   `probe`: descriptors, sockets and servo memory from `/proc`.
 //! - `dispatch`, `first`, `steps`, `throughput`, `wide`, `thousand`,
-//!   `collection`, `footprint`: the measurements.
+//!   `collection`, `footprint`, `admission` (a fixed-concurrency sweep
+//!   against `auto`): the measurements.
 //! - `stats`: medians, p95 and the report.
 
+mod admission;
 mod collection;
 mod cpu;
 mod dispatch;
@@ -59,6 +61,7 @@ const MEASUREMENTS: &[&str] = &[
     "rss",
     "status",
     "size",
+    "admission",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -84,7 +87,8 @@ struct Args {
     #[arg(long, default_value = "results")]
     out: PathBuf,
     /// Run only these measurements (repeatable): floor, dispatch, first,
-    /// step, throughput, wide, thousand, collection, rss, status, size.
+    /// step, throughput, wide, thousand, collection, rss, status, size,
+    /// admission.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -285,6 +289,10 @@ async fn run(
     if want("status") {
         quiet_check("status", busy).await;
         figures.extend(footprint::status_latency(env).await?);
+    }
+    if want("admission") {
+        quiet_check("admission", busy).await;
+        figures.extend(admission::admission(env).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;

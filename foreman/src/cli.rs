@@ -232,9 +232,9 @@ pub(crate) struct ServeArgs {
     /// Exit when nothing is queued or running (for CI). Exit code 1 when any task did not complete.
     #[arg(long)]
     pub drain: bool,
-    /// Override `concurrency` from config.yaml.
+    /// Override `concurrency` from config.yaml: a number of tasks, or `auto`.
     #[arg(long, short = 'j')]
-    pub concurrency: Option<usize>,
+    pub concurrency: Option<crate::config::Concurrency>,
     /// Also serve the dashboard and the HTTP API on this address (e.g.
     /// `127.0.0.1:7878`; overrides `http.addr`). Any address but loopback
     /// needs a token in the variable `http.token_env` names.

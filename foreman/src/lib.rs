@@ -7,21 +7,25 @@
 //! - [`cli`]: the command line (clap); `commands/`: one file per command
 //!   group (task, serve, run, gc, build); `output/`: `--json` shapes,
 //!   tables, terminal-safe text.
-//! - `config/`: config.yaml (every key, `limits:`) and `.env`; `spec/`: a
-//!   prompt file, its front-matter and `--param` checked into a `TaskSpec`
-//!   (a template's parameters resolved and `{{ name }}` replaced, its
-//!   steps checked), where each setting came from and the tools the model
-//!   gets (what `--dry-run` shows); `inputs/`: what goes into /workspace
-//!   (packing, the submitted copies).
+//! - `config/`: config.yaml (every key, `limits:`, `concurrency` as a
+//!   number or `auto`) and `.env`; `spec/`: a prompt file, its
+//!   front-matter and `--param` checked into a `TaskSpec` (a template's
+//!   parameters resolved and `{{ name }}` replaced, its steps checked),
+//!   where each setting came from and the tools the model gets (what
+//!   `--dry-run` shows); `inputs/`: what goes into /workspace (packing,
+//!   the submitted copies).
 //! - `state`: the task lifecycle (one enum, one table of allowed moves).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
 //!   `override_outcome` (a person's verdict on an ended task), the human
-//!   desk's rows and a template's steps marked done.
+//!   desk's rows, a template's steps marked done, and each serving
+//!   foreman's admission state (what `task status` and metrics show).
 //! - `reconciler/`: `saheeli serve`, the sole owner of task state: the
 //!   loop, lease renewal, launch, adopt, monitor, outcome (a pure function
-//!   into `protocol::Reason`), finish and the retry policy, sweep, and a
-//!   control channel per task.
+//!   into `protocol::Reason`), finish and the retry policy, sweep, a
+//!   control channel per task, and admission (`admission`: the limit of
+//!   `concurrency: auto` and the circuit breaker, pure; `gate`: the loop's
+//!   side of it, its log lines and the `admission` row).
 //! - `events/`: the bus every transition is published on, fed from the
 //!   event trail; subscribers (progress today; webhooks, metrics and the
 //!   dashboard next) never touch the loop.

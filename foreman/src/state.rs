@@ -65,6 +65,9 @@ impl TaskState {
                 | (Starting, Running | Incomplete | Failed | Cancelled)
                 | (Running, Complete | Incomplete | Failed | Cancelled)
                 | (Running, WaitingHuman | Paused)
+                // The servo's first call can reach the desk before the
+                // launch has written `running`.
+                | (Starting, WaitingHuman | Paused)
                 // Replied to or resumed: the servo goes on, or (parked) the
                 // task is queued for a new container on its workspace.
                 | (WaitingHuman | Paused, Running | Queued)

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use anyhow::bail;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
@@ -91,16 +90,17 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         upstream,
         desk_store: Arc::new(Mutex::new(open_store(cfg)?)),
         metrics,
+        admission: Mutex::new(reconciler::Admission::new(
+            cfg.file.concurrency,
+            reconciler::Tuning::default(),
+        )),
     }))
 }
 
 pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = cfg.clone();
-    if let Some(n) = args.concurrency {
-        if n == 0 {
-            bail!("`--concurrency` must be at least 1");
-        }
-        cfg.file.concurrency = n;
+    if let Some(c) = args.concurrency {
+        cfg.file.concurrency = c;
     }
     // Checked before anything starts: a refused address names its setting.
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
@@ -115,7 +115,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     let (drain, stop) = signals();
     tracing::info!(
         config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
-        concurrency = cfg.file.concurrency,
+        concurrency = %cfg.file.concurrency,
         providers = %ctx.upstream.providers.summary(),
         drain = args.drain,
         "serving"

@@ -72,7 +72,13 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                     let views: Vec<_> = tasks.iter().map(|t| TaskView::new(t, None)).collect();
                     serde_json::to_string_pretty(&views)?
                 } else {
-                    output::table(&tasks)
+                    let mut text = output::table(&tasks);
+                    let fresh = crate::store::now_ms() - crate::metrics::ADMISSION_FRESH_MS;
+                    if let Some(row) = store.admission_since(fresh)? {
+                        text.push('\n');
+                        text.push_str(&output::admission_line(&row));
+                    }
+                    text
                 }
             }
         };

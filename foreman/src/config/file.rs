@@ -18,8 +18,8 @@ pub(crate) struct ConfigFile {
     pub image: String,
     /// The base image the Dockerfile starts from (passed as build arg `BASE`).
     pub base_image: String,
-    /// How many tasks run at once.
-    pub concurrency: usize,
+    /// How many tasks run at once: a number, or `auto`.
+    pub concurrency: Concurrency,
     /// The SQLite queue.
     pub database: PathBuf,
     /// Where `results/<task_id>/` directories are collected.
@@ -242,7 +242,7 @@ impl Default for ConfigFile {
         ConfigFile {
             image: "saheeli-servo:latest".into(),
             base_image: "saheeli-base:bookworm".into(),
-            concurrency: 4,
+            concurrency: Concurrency::default(),
             database: "saheeli.db".into(),
             results_dir: "results".into(),
             state_dir: ".saheeli".into(),

@@ -65,9 +65,6 @@ impl Config {
         if file.lease < Duration::from_secs(1) {
             anyhow::bail!("{}: `lease` must be at least 1s", path.display());
         }
-        if file.concurrency == 0 {
-            anyhow::bail!("{}: `concurrency` must be at least 1", path.display());
-        }
         file.check_limits()
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let abs = std::path::absolute(&path)

@@ -4,12 +4,14 @@
 //! The file is optional. Relative paths in it are relative to the file's own
 //! directory, so `saheeli` behaves the same from any working directory.
 
+mod concurrency;
 mod file;
 mod limits;
 mod load;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use concurrency::Concurrency;
 pub(crate) use file::*;
 pub(crate) use limits::*;
 pub(crate) use load::*;

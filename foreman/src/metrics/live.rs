@@ -155,6 +155,7 @@ pub(crate) struct Live {
     collect_seconds: Histograms<PathLabels>,
     collect_bytes: Family<PathLabels, Counter>,
     collect_errors: Family<PathLabels, Counter>,
+    launch_failures: Family<CauseLabels, Counter>,
 }
 
 static LIVE: LazyLock<Live> = LazyLock::new(Live::new);
@@ -175,6 +176,7 @@ impl Live {
             collect_seconds: Family::new_with_constructor(collect_histogram),
             collect_bytes: Family::default(),
             collect_errors: Family::default(),
+            launch_failures: Family::default(),
         };
         // Every known series exists from the start, at zero: a rate over
         // it is 0 rather than absent.
@@ -188,6 +190,11 @@ impl Live {
         for cause in Refusal::iter() {
             let _ = live.refusals.get_or_create(&CauseLabels {
                 cause: cause.into(),
+            });
+        }
+        for fault in crate::docker::DaemonFault::iter() {
+            let _ = live.launch_failures.get_or_create(&CauseLabels {
+                cause: fault.into(),
             });
         }
         for path in CollectPath::iter() {
@@ -272,6 +279,14 @@ impl Live {
         }
     }
 
+    /// A launch failed for the Docker daemon's sake (`cause`: a
+    /// [`crate::docker::DaemonFault`]); the task went back to the queue.
+    pub fn launch_failed(&self, cause: &'static str) {
+        self.launch_failures
+            .get_or_create(&CauseLabels { cause })
+            .inc();
+    }
+
     /// Adds every instrument to `reg` (they stay shared: a registry is
     /// built per scrape).
     pub(super) fn register(&self, reg: &mut Registry) {
@@ -310,6 +325,12 @@ impl Live {
             "Bytes of workspaces brought home, by path, in this process",
             Unit::Bytes,
             self.collect_bytes.clone(),
+        );
+        reg.register(
+            "launch_failures",
+            "Launches that failed for the Docker daemon's sake, by cause (unreachable, \
+             server_error, timeout), in this process; each task went back to the queue",
+            self.launch_failures.clone(),
         );
         reg.register(
             "collection_errors",

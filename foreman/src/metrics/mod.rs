@@ -24,7 +24,10 @@
 //!   call ledger, and the gauges of one scrape.
 //! - `live`: this process's instruments and their bounded label enums.
 //! - `labels`: provider and model labels, bounded.
+//! - `admission`: the serving foreman's limit and circuit breaker, from
+//!   its `admission` row.
 
+mod admission;
 mod labels;
 mod live;
 mod render;
@@ -38,4 +41,4 @@ pub(crate) use live::{CollectPath, DockerOp, Refusal, RetryCause, live};
     reason = "for `GET /metrics`, which the HTTP server mounts"
 )]
 pub(crate) use render::CONTENT_TYPE;
-pub(crate) use render::{Metrics, Source};
+pub(crate) use render::{ADMISSION_FRESH_MS, Metrics, Source};

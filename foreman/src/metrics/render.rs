@@ -17,6 +17,10 @@ use crate::store::{Store, now_ms};
 /// The content type of [`Metrics::render`]'s text, for `GET /metrics`.
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// An admission row older than this is a foreman that stopped (rows are
+/// rewritten every few seconds while serving).
+pub(crate) const ADMISSION_FRESH_MS: i64 = 10_000;
+
 /// Who renders: what the in-process instruments hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
@@ -73,6 +77,9 @@ impl Metrics {
             .with_context(|| format!("reading metrics from `{}`", self.database.display()))?;
         tally.trail_after = read.trail_end;
         tally.calls_after = read.calls_end;
+        let admission = store
+            .admission_since(now_ms() - ADMISSION_FRESH_MS)
+            .with_context(|| format!("reading admission from `{}`", self.database.display()))?;
 
         let mut reg = Registry::with_prefix("saheeli");
         reg.register(
@@ -81,6 +88,7 @@ impl Metrics {
             Info::new(vec![("source", self.source_label())]),
         );
         tally.register(&mut reg, &read, now_ms());
+        super::admission::register(&mut reg, admission.as_ref());
         live().register(&mut reg);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &reg)

@@ -514,3 +514,89 @@ async fn docker_calls_are_timed_by_operation() {
     );
     assert!(delta(count, "list") >= 1.0);
 }
+
+/// Issue 15: the admission gauges come from the serving foreman's row, and
+/// say nothing once it is stale.
+#[test]
+fn admission_gauges_follow_the_fresh_admission_row() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("q.db");
+    let mut s = Store::open(&db).unwrap();
+    let m = Metrics::new(db, providers(), Source::Database);
+    let (_, none) = parse(&m.render().unwrap());
+    for state in ["closed", "open", "half_open"] {
+        let l = [("state", state)];
+        assert_eq!(value(&none, "saheeli_admission_breaker_state", &l), 0.0);
+    }
+    assert!(!none.iter().any(|p| p.name == "saheeli_admission_limit"));
+    let row = crate::store::AdmissionRow {
+        owner: "f1".into(),
+        concurrency: "auto".into(),
+        limit: 12,
+        running: 7,
+        breaker: "half_open".into(),
+        failures: 6,
+        latency_ms: Some(250.0),
+        baseline_ms: Some(80.0),
+        open_for_ms: None,
+        updated_at: crate::store::now_ms(),
+    };
+    s.put_admission(&row).unwrap();
+    let (families, p) = parse(&m.render().unwrap());
+    assert_eq!(value(&p, "saheeli_admission_limit", &[]), 12.0);
+    assert_eq!(value(&p, "saheeli_admission_running", &[]), 7.0);
+    let state = |s| value(&p, "saheeli_admission_breaker_state", &[("state", s)]);
+    assert_eq!(
+        (state("closed"), state("open"), state("half_open")),
+        (0.0, 0.0, 1.0)
+    );
+    assert_eq!(
+        value(&p, "saheeli_admission_launch_latency_seconds", &[]),
+        0.25
+    );
+    assert_eq!(
+        value(&p, "saheeli_admission_launch_baseline_seconds", &[]),
+        0.08
+    );
+    assert!(
+        families
+            .iter()
+            .any(|(n, _, u)| n == "saheeli_admission_launch_latency_seconds" && u == "seconds")
+    );
+    // Stale: the foreman is gone.
+    s.put_admission(&crate::store::AdmissionRow {
+        updated_at: crate::store::now_ms() - 60_000,
+        ..row
+    })
+    .unwrap();
+    let (_, p) = parse(&m.render().unwrap());
+    assert!(!p.iter().any(|p| p.name == "saheeli_admission_limit"));
+    assert_eq!(
+        value(
+            &p,
+            "saheeli_admission_breaker_state",
+            &[("state", "half_open")]
+        ),
+        0.0
+    );
+}
+
+/// Issue 15: launches that failed for the daemon's sake, by cause.
+#[test]
+fn launch_failures_are_counted_by_cause() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("q.db");
+    drop(Store::open(&db).unwrap());
+    let m = Metrics::new(db, providers(), Source::Foreman);
+    let (_, before) = parse(&m.render().unwrap());
+    live().launch_failed(crate::docker::DaemonFault::ServerError.into());
+    let (_, after) = parse(&m.render().unwrap());
+    let name = "saheeli_launch_failures_total";
+    let delta = |c| value(&after, name, &[("cause", c)]) - value(&before, name, &[("cause", c)]);
+    assert!(delta("server_error") >= 1.0);
+    assert!(
+        after
+            .iter()
+            .any(|p| p.name == name && p.labels["cause"] == "unreachable")
+    );
+}

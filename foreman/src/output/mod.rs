@@ -1,6 +1,8 @@
 //! How tasks are shown: tables for people, JSON for scripts; a
-//! template's steps with their marks (`steps`).
+//! template's steps with their marks (`steps`); the serving foreman's
+//! admission footer (`admission`).
 
+mod admission;
 mod dry_run;
 mod json;
 mod steps;
@@ -9,6 +11,7 @@ mod text;
 
 use json::{duration_ms, time};
 
+pub(crate) use admission::admission_line;
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use json::{AttemptView, TaskView};
 pub(crate) use steps::{StepView, steps_text};

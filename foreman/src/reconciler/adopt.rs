@@ -188,10 +188,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
     if task.state == TaskState::Starting {
         let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
         let lease = ctx.lease.clone();
-        if let Err(e) = ctx
-            .db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
-            .await
-        {
+        if let Err(e) = ctx.db(move |s| s.started(id, &lease, &detail)).await {
             if lease_lost(&e) {
                 return (id, None);
             }

@@ -27,6 +27,8 @@ pub(crate) struct Ctx {
     pub desk_store: Arc<Mutex<Store>>,
     /// What `GET /metrics` renders (`metrics.scrape()`).
     pub metrics: crate::metrics::Metrics,
+    /// How many tasks may run now, and the circuit breaker.
+    pub admission: Mutex<super::Admission>,
 }
 
 impl Ctx {

@@ -20,8 +20,9 @@ pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) ->
     let mut gateway = None;
     let desk = ctx.desk_link(task.id, &task.spec, inbox.waiting());
     let launched = launch(&ctx, &task, &mut gateway, desk).await;
+    ctx.report_launch(id, launch_report(&launched));
     match launched {
-        Ok(container) => {
+        Ok(Launched { container, .. }) => {
             if inbox.stop_requested().is_some() {
                 info!(task_id = %id, "cancelled while starting");
             }
@@ -49,7 +50,26 @@ pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) ->
             } else {
                 cleanup(&ctx, id, None).await;
             }
-            // Docker errors are worth another try, later; a missing image is not.
+            // The daemon's failures are not the task's: it waits in the
+            // queue, uncounted, while the admission breaker paces launches.
+            if let Some(fault) = docker::daemon_fault(&e)
+                && inbox.stop_requested().is_none()
+            {
+                let detail = format!(
+                    "launch failed for the Docker daemon's sake ({}: {e:#}); queued again, not counted",
+                    <&str>::from(fault)
+                );
+                let lease = ctx.lease.clone();
+                match ctx
+                    .db(move |s| s.requeue_for_daemon(id, &lease, &detail, DAEMON_REQUEUE_DELAY))
+                    .await
+                {
+                    Ok(()) => return (id, None),
+                    Err(e) if lease_lost(&e) => return (id, None),
+                    Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+                }
+            }
+            // Other Docker errors are worth another try, later; a missing image is not.
             let image_missing = e.downcast_ref::<docker::ImageMissing>().is_some();
             if !image_missing && task.requeues < MAX_REQUEUES && inbox.stop_requested().is_none() {
                 let delay = Duration::from_secs(1 << task.requeues.clamp(0, 5));
@@ -78,6 +98,18 @@ pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) ->
     }
 }
 
+/// A task whose launch failed for the daemon's sake is claimable again
+/// this long after (the breaker decides when launching resumes).
+const DAEMON_REQUEUE_DELAY: Duration = Duration::from_millis(500);
+
+/// A started servo.
+pub(super) struct Launched {
+    pub container: String,
+    /// How long creating and starting its container took (what admission
+    /// watches).
+    pub docker_time: Duration,
+}
+
 /// Creates the volume and container, uploads the inputs, starts the servo.
 /// A parked task gets a new container on its kept volume, nothing uploaded:
 /// the servo goes on from the session it saved there.
@@ -86,7 +118,7 @@ pub(super) async fn launch(
     task: &TaskRow,
     gateway: &mut Option<Gateway>,
     desk: crate::gateway::DeskLink,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Launched> {
     let id = task.id;
     let d = &ctx.docker;
     let image = ctx.cfg.file.image.clone();
@@ -121,6 +153,7 @@ pub(super) async fn launch(
     };
     let launch_json = serde_json::to_string(&launch)?;
     let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
+    let creating = std::time::Instant::now();
     let container = docker::create_container(
         d,
         id,
@@ -131,6 +164,7 @@ pub(super) async fn launch(
         in_env.then_some(launch_json),
     )
     .await?;
+    let mut docker_time = creating.elapsed();
     lap("container created");
     let cid = container.clone();
     let lease = ctx.lease.clone();
@@ -147,12 +181,16 @@ pub(super) async fn launch(
     // Only the holder starts the servo.
     let lease = ctx.lease.clone();
     ctx.db(move |s| s.hold(id, &lease)).await?;
+    let starting = std::time::Instant::now();
     docker::start(d, &container).await?;
+    docker_time += starting.elapsed();
     lap("started");
     let detail = format!("container {}", &container[..12.min(container.len())]);
     let lease = ctx.lease.clone();
-    ctx.db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
-        .await?;
+    ctx.db(move |s| s.started(id, &lease, &detail)).await?;
     info!(task_id = %id, "servo running");
-    Ok(container)
+    Ok(Launched {
+        container,
+        docker_time,
+    })
 }

@@ -7,11 +7,13 @@
 //! the database (`task cancel` sets a flag it reads when the database's
 //! doorbell rings: see `bell`).
 
+mod admission;
 mod adopt;
 mod bell;
 mod context;
 mod control;
 mod finish;
+mod gate;
 mod gather;
 mod launch;
 mod lease;
@@ -26,6 +28,7 @@ use adopt::*;
 use context::*;
 use control::*;
 use finish::*;
+use gate::*;
 use gather::*;
 use launch::*;
 use lease::*;
@@ -36,6 +39,7 @@ use record::*;
 use serve::*;
 use sweep::*;
 
+pub(crate) use admission::{Admission, Breaker, Tuning};
 pub(crate) use context::{Ctx, ServeOptions};
 pub(crate) use gather::collect_workspace;
 pub(crate) use serve::run;

@@ -117,6 +117,7 @@ pub(crate) async fn run(
     let _ = feeder.await;
     sender_stop.cancel();
     let _ = sender.await;
+    Publisher::retire(&ctx).await;
     result.map(|()| summary)
 }
 
@@ -146,7 +147,7 @@ pub(super) async fn serve_loop(
     handles: &Handles,
     summary: &mut ServeSummary,
 ) -> anyhow::Result<()> {
-    let concurrency = ctx.cfg.file.concurrency;
+    let mut publisher = Publisher::default();
     let mut bell = bell::Bell::watch(&ctx.cfg.database());
     let mut tick = tokio::time::interval(if bell.works() { POLL_WITH_BELL } else { POLL });
     let mut last_bell = tokio::time::Instant::now();
@@ -178,13 +179,15 @@ pub(super) async fn serve_loop(
             sweeping = Some(tokio::spawn(sweep(ctx.clone(), handles.clone())));
         }
 
-        // Tasks waiting for a human hold no slot.
-        while look_for_work && !drain.is_cancelled() && busy(running, handles) < concurrency {
+        // Tasks waiting for a human hold no slot; admission sets the
+        // limit (fixed or `auto`) and may pause launching (its breaker).
+        while look_for_work && !drain.is_cancelled() && ctx.may_launch(busy(running, handles)) {
             let lease = ctx.lease.clone();
             let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
                 look_for_work = false;
                 break;
             };
+            ctx.admitted();
             info!(task_id = %task.id, title = %task.title, "task claimed");
             let (control, inbox) = channel();
             handles.lock().unwrap().insert(task.id, control);
@@ -204,6 +207,7 @@ pub(super) async fn serve_loop(
             }
         }
 
+        publisher.publish(ctx, busy(running, handles)).await;
         let stoppable = handles.lock().unwrap().values().any(|h| !h.is_stopping());
         tokio::select! {
             Some(joined) = running.join_next() => {

@@ -219,7 +219,9 @@ impl Store {
             params![id.to_string(), call_id],
             read_ask,
         )?;
-        if row.reply.is_none() && state == TaskState::Running {
+        // `starting` too: the servo's first call can come before the launch
+        // has written `running` (see `Store::started`).
+        if row.reply.is_none() && matches!(state, TaskState::Running | TaskState::Starting) {
             move_state(
                 &tx,
                 id,
@@ -444,7 +446,7 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?
         };
         match (pause, state) {
-            (true, TaskState::Running) => {
+            (true, TaskState::Running | TaskState::Starting) => {
                 move_state(
                     &tx,
                     id,

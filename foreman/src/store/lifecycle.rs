@@ -14,6 +14,7 @@ impl Store {
     /// Applies a lifecycle transition of a task this foreman holds, checked
     /// against the current state and the lease (fenced: a foreman whose
     /// task was taken over gets [`StoreError::LeaseLost`] and writes nothing).
+    #[cfg(test)]
     pub fn transition(
         &mut self,
         id: TaskId,
@@ -23,6 +24,25 @@ impl Store {
         outcome: Option<&Outcome>,
     ) -> Result<()> {
         self.finish(id, lease, to, detail, outcome, None)
+    }
+
+    /// The servo's container started: `starting` becomes `running`. A
+    /// servo whose first call already asked a human or found a pause
+    /// (it can be faster than this write) keeps that state; the start is
+    /// recorded as a note. Returns the state the task is in.
+    pub fn started(&mut self, id: TaskId, lease: &Lease, detail: &str) -> Result<TaskState> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let from = held_state(&tx, id, lease)?;
+        if from == TaskState::Starting {
+            move_state(&tx, id, from, TaskState::Running, Some(detail))?;
+            tx.commit()?;
+            return Ok(TaskState::Running);
+        }
+        super::desk::note_event(&tx, id, "started", None, detail)?;
+        tx.commit()?;
+        Ok(from)
     }
 
     /// [`Store::transition`], and when `retry` is given, the task that
@@ -100,6 +120,31 @@ impl Store {
         detail: &str,
         delay: Duration,
     ) -> Result<()> {
+        self.put_back(id, lease, detail, delay, 1)
+    }
+
+    /// Puts a task whose launch failed for the Docker daemon's sake (no
+    /// answer, a 5xx) back in the queue, counted neither as an attempt nor
+    /// in `requeues`: the task is not at fault, and it waits for the
+    /// daemon as long as it takes (the admission breaker paces launches).
+    pub fn requeue_for_daemon(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        detail: &str,
+        delay: Duration,
+    ) -> Result<()> {
+        self.put_back(id, lease, detail, delay, 0)
+    }
+
+    fn put_back(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        detail: &str,
+        delay: Duration,
+        counted: i64,
+    ) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -107,10 +152,10 @@ impl Store {
         move_state(&tx, id, from, TaskState::Queued, Some(detail))?;
         tx.execute(
             "UPDATE tasks SET owner = NULL, lease_until = NULL,
-                container_id = NULL, started_at = NULL, requeues = requeues + 1,
+                container_id = NULL, started_at = NULL, requeues = requeues + ?3,
                 not_before = ?2
              WHERE id = ?1",
-            params![id.to_string(), now_ms() + delay.as_millis() as i64],
+            params![id.to_string(), now_ms() + delay.as_millis() as i64, counted],
         )?;
         tx.commit()?;
         Ok(())

@@ -1,11 +1,13 @@
 //! The SQLite queue: tasks, their state transitions and the event trail;
-//! the human desk (`desk`) and a template's steps done (`steps`).
+//! the human desk (`desk`) and a template's steps done (`steps`); each
+//! serving foreman's admission state (`admission`).
 //!
 //! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
 //! transaction, so several `saheeli` processes can share one file without
 //! SQLITE_BUSY errors. Every state change writes an event row in the same
 //! transaction. Synchronous on purpose: async callers use `spawn_blocking`.
 
+mod admission;
 mod desk;
 mod error;
 mod lease;
@@ -28,6 +30,7 @@ use lifecycle::*;
 use queue::*;
 use rows::{COLUMNS, read_row};
 
+pub(crate) use admission::AdmissionRow;
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};

@@ -171,6 +171,22 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
     ),
     // Capability calls a task made (issue 17), for status.
     M::up("ALTER TABLE tasks ADD COLUMN capability_calls INTEGER NOT NULL DEFAULT 0;"),
+    // Each serving foreman's admission state (store/admission.rs), for
+    // `task status` and `saheeli metrics` in other processes.
+    M::up(
+        "CREATE TABLE admission (
+            owner        TEXT PRIMARY KEY,
+            concurrency  TEXT NOT NULL,
+            lim          INTEGER NOT NULL,
+            running      INTEGER NOT NULL,
+            breaker      TEXT NOT NULL,
+            failures     INTEGER NOT NULL,
+            latency_ms   REAL,
+            baseline_ms  REAL,
+            open_for_ms  INTEGER,
+            updated_at   INTEGER NOT NULL
+        );",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -153,6 +153,40 @@ fn expired_leases_are_taken_over_live_ones_are_not() {
     let t = s.require(&b.to_string()).unwrap();
     assert_eq!((t.state, t.requeues), (TaskState::Queued, 1));
     assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+    // Issue 15: the daemon's failures are counted nowhere.
+    for _ in 0..10 {
+        s.requeue_for_daemon(b, &me, "docker down", Duration::ZERO)
+            .unwrap();
+        assert_eq!(s.claim_next(None, &me).unwrap().unwrap().id, b);
+    }
+    let t = s.require(&b.to_string()).unwrap();
+    assert_eq!(
+        (t.state, t.requeues, t.attempt),
+        (TaskState::Starting, 1, 1)
+    );
+}
+
+/// Issue 15: a foreman's admission state, fresh or not.
+#[test]
+fn admission_rows_are_read_while_fresh() {
+    let (_d, mut s) = store();
+    let row = crate::store::AdmissionRow {
+        owner: "f1".into(),
+        concurrency: "auto".into(),
+        limit: 12,
+        running: 3,
+        breaker: "open".into(),
+        failures: 5,
+        latency_ms: Some(80.0),
+        baseline_ms: None,
+        open_for_ms: Some(4000),
+        updated_at: 1_000,
+    };
+    s.put_admission(&row).unwrap();
+    assert_eq!(s.admission_since(900).unwrap(), Some(row.clone()));
+    assert_eq!(s.admission_since(1_001).unwrap(), None);
+    s.drop_admission("f1").unwrap();
+    assert_eq!(s.admission_since(0).unwrap(), None);
 }
 
 /// Issue 9 §2: a foreman whose task was taken over writes nothing.
@@ -264,6 +298,42 @@ mod desk {
         Waiting::Answer {
             question: "which?".into(),
         }
+    }
+
+    /// A servo's first call can reach the desk before its launch writes
+    /// `running`: the question still makes the task wait, and the late
+    /// start keeps the wait instead of overwriting it.
+    #[test]
+    fn a_question_before_the_launch_writes_running_still_waits() {
+        let (_d, mut s) = store();
+        let id = TaskId::new();
+        s.submit(id, &spec("t"), 0, None, 1).unwrap();
+        s.claim_next(None, &lease()).unwrap().unwrap();
+        assert_eq!(
+            s.ask(id, &lease(), "c1", &question(), None, 60_000)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::WaitingHuman
+        );
+        assert_eq!(
+            s.started(id, &lease(), "container abc").unwrap(),
+            TaskState::WaitingHuman
+        );
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::WaitingHuman
+        );
+        // Without a question, the start moves `starting` to `running`.
+        let other = TaskId::new();
+        s.submit(other, &spec("u"), 0, None, 1).unwrap();
+        s.claim_next(None, &lease()).unwrap().unwrap();
+        assert_eq!(
+            s.started(other, &lease(), "container def").unwrap(),
+            TaskState::Running
+        );
     }
 
     #[test]

@@ -11,17 +11,17 @@ use serde_json::json;
 use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, image, replay_prompt, require_docker, script};
 
-struct PrivateDockerd {
+pub(crate) struct PrivateDockerd {
     root: PathBuf,
     child: Option<Child>,
 }
 
 impl PrivateDockerd {
-    fn socket(&self) -> String {
+    pub(crate) fn socket(&self) -> String {
         format!("unix://{}/docker.sock", self.root.display())
     }
 
-    fn start() -> PrivateDockerd {
+    pub(crate) fn start() -> PrivateDockerd {
         let root = PathBuf::from(format!("/tmp/saheeli-it-dockerd-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
         // The machine's settings (storage driver, logging) minus the paths.
@@ -43,7 +43,7 @@ impl PrivateDockerd {
         d
     }
 
-    fn boot(&mut self) {
+    pub(crate) fn boot(&mut self) {
         let r = &self.root;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -80,14 +80,32 @@ impl PrivateDockerd {
     }
 
     /// SIGTERM (dockerd stops its containers), wait for exit.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             unsafe { libc_kill(c.id() as i32, 15) };
             let _ = c.wait();
         }
     }
 
-    fn docker(&self, args: &[&str]) -> String {
+    /// Copies the test image from the machine's daemon into this one.
+    pub(crate) fn load_image(&self) {
+        let load = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker save {} | DOCKER_HOST={} docker load",
+                image(),
+                self.socket()
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            load.status.success(),
+            "{}",
+            String::from_utf8_lossy(&load.stderr)
+        );
+    }
+
+    pub(crate) fn docker(&self, args: &[&str]) -> String {
         let o = Command::new("docker")
             .env("DOCKER_HOST", self.socket())
             .args(args)
@@ -99,7 +117,7 @@ impl PrivateDockerd {
 
 unsafe extern "C" {
     #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+    pub(crate) fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 impl Drop for PrivateDockerd {
@@ -113,20 +131,7 @@ impl Drop for PrivateDockerd {
 fn dockerd_restart_mid_run_ends_every_task() {
     require_docker();
     let mut dockerd = PrivateDockerd::start();
-    let load = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "docker save {} | DOCKER_HOST={} docker load",
-            image(),
-            dockerd.socket()
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        load.status.success(),
-        "{}",
-        String::from_utf8_lossy(&load.stderr)
-    );
+    dockerd.load_image();
 
     let s = Saheeli::with_config("lease: 2s\n").env("DOCKER_HOST", &dockerd.socket());
     s.write(

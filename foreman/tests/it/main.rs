@@ -5,6 +5,7 @@
 mod fake_llm;
 mod util;
 
+mod admission;
 mod capabilities;
 mod chaos;
 mod chaos_gateway;

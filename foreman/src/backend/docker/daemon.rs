@@ -61,3 +61,74 @@ pub(crate) async fn await_daemon(docker: &Docker, limit: Duration) -> bool {
         wait = (wait * 2).min(Duration::from_secs(5));
     }
 }
+
+/// Why a Docker call failed for the daemon's sake, not the task's: the
+/// launch is worth another try once the daemon is well, and says nothing
+/// against the task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub(crate) enum DaemonFault {
+    /// No answer: the socket is gone, the connection was refused or cut.
+    Unreachable,
+    /// The daemon answered with a 5xx (its own failure).
+    ServerError,
+    /// The call timed out.
+    Timeout,
+}
+
+/// The daemon's part in an error from a Docker call, if it was the daemon's
+/// fault. A 4xx (a bad request, a missing image) is the task's, not the
+/// daemon's; errors that never reached Docker are not the daemon's either.
+pub(crate) fn daemon_fault(err: &anyhow::Error) -> Option<DaemonFault> {
+    use bollard::errors::Error as E;
+    let e = err.chain().find_map(|c| c.downcast_ref::<E>())?;
+    match e {
+        E::DockerResponseServerError { status_code, .. } if *status_code >= 500 => {
+            Some(DaemonFault::ServerError)
+        }
+        E::RequestTimeoutError => Some(DaemonFault::Timeout),
+        E::IOError { .. }
+        | E::HyperResponseError { .. }
+        | E::HyperLegacyError { .. }
+        | E::HttpClientError { .. }
+        | E::SocketNotFoundError(_) => Some(DaemonFault::Unreachable),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bollard::errors::Error as E;
+
+    fn wrapped(e: E) -> anyhow::Error {
+        anyhow::Error::new(e).context("starting the servo container")
+    }
+
+    #[test]
+    fn only_the_daemons_own_failures_are_its_fault() {
+        let server = |status_code| E::DockerResponseServerError {
+            status_code,
+            message: "boom".into(),
+        };
+        assert_eq!(
+            daemon_fault(&wrapped(server(500))),
+            Some(DaemonFault::ServerError)
+        );
+        assert_eq!(daemon_fault(&wrapped(server(404))), None);
+        assert_eq!(daemon_fault(&wrapped(server(409))), None);
+        assert_eq!(
+            daemon_fault(&wrapped(E::RequestTimeoutError)),
+            Some(DaemonFault::Timeout)
+        );
+        let io = E::IOError {
+            err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert_eq!(daemon_fault(&wrapped(io)), Some(DaemonFault::Unreachable));
+        assert_eq!(
+            daemon_fault(&wrapped(E::SocketNotFoundError("/x".into()))),
+            Some(DaemonFault::Unreachable)
+        );
+        assert_eq!(daemon_fault(&anyhow::anyhow!("gateway socket")), None);
+    }
+}

@@ -1,0 +1,302 @@
+//! Admission: how many tasks may run now, and whether to launch at all.
+//!
+//! With `concurrency: auto` the limit follows the Docker daemon: each
+//! launch reports how long its create and start calls took, or that they
+//! failed for the daemon's sake. The limit grows while that latency stays
+//! near its baseline (by one per good launch until the first back-off,
+//! which doubles it per round of launches; then by one per round), holds
+//! while it is somewhat above, and shrinks by a quarter when it climbs to
+//! twice the baseline (once per round, so one burst is not punished
+//! twice). A daemon error halves it. The baseline is the lowest smoothed
+//! latency seen, drifting slowly up so that a daemon that became slower
+//! for good is, in time, the new normal.
+//!
+//! A circuit breaker, in every mode: after [`Tuning::trip_after`] daemon
+//! errors in a row it opens and nothing is launched for
+//! [`Tuning::open_for`]; then it is half-open and lets one launch through.
+//! That launch succeeding closes it; failing opens it again for twice as
+//! long (at most [`Tuning::max_open_for`]).
+//!
+//! Everything here is a pure function of the reports and the time passed
+//! in; the serve loop asks and the supervisors report.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::docker::DaemonFault;
+use crate::config::Concurrency;
+
+/// The controller's constants.
+#[derive(Clone, Debug)]
+pub(crate) struct Tuning {
+    /// The limit `auto` starts from.
+    pub initial: f64,
+    /// The limit `auto` never goes below.
+    pub min: f64,
+    /// The limit `auto` never goes above.
+    pub max: f64,
+    /// Latency up to this multiple of the baseline lets the limit grow.
+    pub grow_below: f64,
+    /// Latency from this multiple of the baseline shrinks the limit.
+    pub shrink_above: f64,
+    /// What the limit is multiplied by when latency climbs.
+    pub shrink_by: f64,
+    /// Weight of a new sample in the smoothed latency.
+    pub smoothing: f64,
+    /// How far the baseline moves toward the smoothed latency per sample.
+    pub drift: f64,
+    /// Daemon errors in a row that open the breaker.
+    pub trip_after: u32,
+    /// How long the breaker first stays open.
+    pub open_for: Duration,
+    /// The longest it stays open.
+    pub max_open_for: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            initial: 4.0,
+            min: 1.0,
+            max: 512.0,
+            grow_below: 1.5,
+            shrink_above: 2.0,
+            shrink_by: 0.75,
+            smoothing: 0.3,
+            drift: 0.01,
+            trip_after: 5,
+            open_for: Duration::from_secs(5),
+            max_open_for: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The circuit breaker's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub(crate) enum Breaker {
+    /// Launching as the limit allows.
+    Closed,
+    /// Not launching until the pause is over.
+    Open,
+    /// One trial launch at a time.
+    HalfOpen,
+}
+
+impl Breaker {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// What one launch told the controller.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Report {
+    /// The container was created and started; these calls took this long.
+    Launched(Duration),
+    /// A Docker call failed for the daemon's sake.
+    DaemonFailed(DaemonFault),
+    /// The launch ended otherwise (cancelled, the task's own error): it
+    /// says nothing about the daemon.
+    Neutral,
+}
+
+/// A change worth a log line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Change {
+    Opened { for_: Duration, failures: u32 },
+    HalfOpened,
+    Closed,
+    Shrunk { limit: usize },
+}
+
+/// The state the serve loop keeps.
+#[derive(Clone, Debug)]
+pub(crate) struct Admission {
+    mode: Concurrency,
+    tuning: Tuning,
+    limit: f64,
+    slow_start: bool,
+    /// Good launches to go before the limit may shrink again.
+    calm_for: f64,
+    smoothed: Option<f64>,
+    baseline: Option<f64>,
+    failures: u32,
+    breaker: Breaker,
+    open_until: Option<Instant>,
+    open_for: Duration,
+    probing: bool,
+}
+
+/// What status, logs and metrics show.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Snapshot {
+    pub mode: Concurrency,
+    pub limit: usize,
+    pub breaker: Breaker,
+    /// Daemon errors in a row.
+    pub failures: u32,
+    pub latency_ms: Option<f64>,
+    pub baseline_ms: Option<f64>,
+    /// When an open breaker half-opens.
+    pub open_for_ms: Option<u64>,
+}
+
+impl Admission {
+    pub fn new(mode: Concurrency, tuning: Tuning) -> Admission {
+        Admission {
+            mode,
+            limit: tuning.initial,
+            open_for: tuning.open_for,
+            tuning,
+            slow_start: true,
+            calm_for: 0.0,
+            smoothed: None,
+            baseline: None,
+            failures: 0,
+            breaker: Breaker::Closed,
+            open_until: None,
+            probing: false,
+        }
+    }
+
+    /// How many tasks may hold a slot.
+    pub fn limit(&self) -> usize {
+        match self.mode {
+            Concurrency::Fixed(n) => n,
+            Concurrency::Auto => self.limit.floor() as usize,
+        }
+    }
+
+    /// The breaker's state at `now` (an open one half-opens when its pause is over).
+    pub fn breaker(&mut self, now: Instant) -> (Breaker, Option<Change>) {
+        if self.breaker == Breaker::Open && self.open_until.is_some_and(|t| now >= t) {
+            self.breaker = Breaker::HalfOpen;
+            self.open_until = None;
+            self.probing = false;
+            return (Breaker::HalfOpen, Some(Change::HalfOpened));
+        }
+        (self.breaker, None)
+    }
+
+    /// Whether one more task may be launched with `busy` holding a slot.
+    pub fn may_launch(&mut self, now: Instant, busy: usize) -> (bool, Option<Change>) {
+        let (breaker, change) = self.breaker(now);
+        let ok = match breaker {
+            Breaker::Closed => busy < self.limit(),
+            Breaker::HalfOpen => !self.probing && busy < self.limit(),
+            Breaker::Open => false,
+        };
+        (ok, change)
+    }
+
+    /// A task was claimed to be launched (after `may_launch` said yes).
+    pub fn admitted(&mut self) {
+        if self.breaker == Breaker::HalfOpen {
+            self.probing = true;
+        }
+    }
+
+    /// What a launch reported.
+    pub fn report(&mut self, now: Instant, report: Report) -> Option<Change> {
+        match report {
+            Report::Launched(took) => self.launched(took),
+            Report::DaemonFailed(_) => self.failed(now),
+            Report::Neutral => {
+                self.probing = false;
+                None
+            }
+        }
+    }
+
+    fn launched(&mut self, took: Duration) -> Option<Change> {
+        let t = &self.tuning;
+        self.failures = 0;
+        let mut change = None;
+        if self.breaker != Breaker::Closed {
+            self.breaker = Breaker::Closed;
+            self.probing = false;
+            self.open_until = None;
+            self.open_for = t.open_for;
+            change = Some(Change::Closed);
+        }
+        let sample = took.as_secs_f64();
+        let smoothed = match self.smoothed {
+            None => sample,
+            Some(s) => s + t.smoothing * (sample - s),
+        };
+        self.smoothed = Some(smoothed);
+        let baseline = match self.baseline {
+            None => smoothed,
+            Some(b) if smoothed < b => smoothed,
+            Some(b) => b + t.drift * (smoothed - b),
+        };
+        self.baseline = Some(baseline);
+        if self.mode != Concurrency::Auto {
+            return change;
+        }
+        let ratio = smoothed / baseline.max(1e-6);
+        self.calm_for -= 1.0;
+        if ratio <= t.grow_below {
+            self.limit += if self.slow_start {
+                1.0
+            } else {
+                1.0 / self.limit
+            };
+        } else if ratio >= t.shrink_above && self.calm_for <= 0.0 {
+            self.shrink(t.shrink_by);
+            change = change.or(Some(Change::Shrunk {
+                limit: self.limit(),
+            }));
+        }
+        self.limit = self.limit.clamp(self.tuning.min, self.tuning.max);
+        change
+    }
+
+    fn failed(&mut self, now: Instant) -> Option<Change> {
+        self.failures += 1;
+        self.probing = false;
+        if self.mode == Concurrency::Auto {
+            self.shrink(0.5);
+        }
+        let reopen = self.breaker == Breaker::HalfOpen;
+        if reopen || (self.breaker == Breaker::Closed && self.failures >= self.tuning.trip_after) {
+            if reopen {
+                self.open_for = (self.open_for * 2).min(self.tuning.max_open_for);
+            }
+            self.breaker = Breaker::Open;
+            self.open_until = Some(now + self.open_for);
+            return Some(Change::Opened {
+                for_: self.open_for,
+                failures: self.failures,
+            });
+        }
+        None
+    }
+
+    fn shrink(&mut self, by: f64) {
+        self.slow_start = false;
+        self.limit = (self.limit * by).max(self.tuning.min);
+        // A round of launches at the new limit before shrinking again.
+        self.calm_for = self.limit.ceil();
+    }
+
+    pub fn snapshot(&self, now: Instant) -> Snapshot {
+        Snapshot {
+            mode: self.mode,
+            limit: self.limit(),
+            breaker: self.breaker,
+            failures: self.failures,
+            latency_ms: self.smoothed.map(|s| s * 1000.0),
+            baseline_ms: self.baseline.map(|s| s * 1000.0),
+            open_for_ms: self
+                .open_until
+                .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "admission_tests.rs"]
+mod tests;

@@ -1,0 +1,173 @@
+//! The serve loop's side of admission: it asks [`Admission`] before each
+//! claim, the supervisors pass each launch's report on, and the state is
+//! made visible: tracing on every breaker change and back-off, the launch
+//! failure counter, and the `admission` row `task status` and `saheeli
+//! metrics` read.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use saheeli_protocol::TaskId;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::store::{AdmissionRow, Store, now_ms};
+
+use super::admission::{Admission, Change, Report, Snapshot};
+use super::*;
+
+/// The admission row is rewritten at least this often while serving (a
+/// reader takes a row older than `metrics::ADMISSION_FRESH_MS` for a
+/// foreman that is gone).
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// Changes are written no more often than this.
+const SETTLE: Duration = Duration::from_millis(250);
+
+impl Ctx {
+    /// Whether the loop may claim one more task with `busy` holding a slot.
+    pub(super) fn may_launch(&self, busy: usize) -> bool {
+        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let (ok, change) = a.may_launch(Instant::now(), busy);
+        if let Some(c) = change {
+            log_change(&a, c);
+        }
+        ok
+    }
+
+    /// The loop claimed a task to launch.
+    pub(super) fn admitted(&self) {
+        self.admission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admitted();
+    }
+
+    /// What one launch told about the daemon.
+    pub(super) fn report_launch(&self, id: TaskId, report: Report) {
+        if let Report::DaemonFailed(fault) = report {
+            crate::metrics::live().launch_failed(fault.into());
+        }
+        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let before = a.limit();
+        if let Some(c) = a.report(Instant::now(), report) {
+            log_change(&a, c);
+        } else if a.limit() != before {
+            debug!(task_id = %id, limit = a.limit(), "admission: limit raised");
+        }
+    }
+
+    fn admission_snapshot(&self) -> Snapshot {
+        self.admission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .snapshot(Instant::now())
+    }
+}
+
+fn log_change(a: &Admission, change: Change) {
+    let s = a.snapshot(Instant::now());
+    let latency_ms = s.latency_ms.map(|v| v.round());
+    let baseline_ms = s.baseline_ms.map(|v| v.round());
+    match change {
+        Change::Opened { for_, failures } => warn!(
+            breaker = "open",
+            failures,
+            pause_s = for_.as_secs_f64(),
+            limit = s.limit,
+            "admission: Docker daemon failing; no launches for a while"
+        ),
+        Change::HalfOpened => info!(breaker = "half_open", "admission: trying one launch"),
+        Change::Closed => info!(
+            breaker = "closed",
+            limit = s.limit,
+            "admission: Docker daemon answers again; launching"
+        ),
+        Change::Shrunk { limit } => info!(
+            limit,
+            latency_ms, baseline_ms, "admission: Docker slowing down; limit lowered"
+        ),
+    }
+}
+
+/// Writes the admission row when it changed (or now and then), on a
+/// connection of its own: never queued with the supervisors' writes.
+#[derive(Default)]
+pub(super) struct Publisher {
+    last: Option<(usize, &'static str, usize)>,
+    written: Option<Instant>,
+    store: Option<Arc<Mutex<Store>>>,
+}
+
+impl Publisher {
+    /// A failed write is logged, never fatal: the row is only for show.
+    pub(super) async fn publish(&mut self, ctx: &Arc<Ctx>, running: usize) {
+        let s = ctx.admission_snapshot();
+        let key = (s.limit, s.breaker.as_str(), running);
+        let due = match self.written {
+            None => true,
+            Some(t) if t.elapsed() >= HEARTBEAT => true,
+            Some(t) => self.last != Some(key) && t.elapsed() >= SETTLE,
+        };
+        if !due {
+            return;
+        }
+        self.last = Some(key);
+        self.written = Some(Instant::now());
+        let row = AdmissionRow {
+            owner: ctx.lease.owner.clone(),
+            concurrency: s.mode.to_string(),
+            limit: s.limit as i64,
+            running: running as i64,
+            breaker: s.breaker.as_str().into(),
+            failures: s.failures.into(),
+            latency_ms: s.latency_ms,
+            baseline_ms: s.baseline_ms,
+            open_for_ms: s.open_for_ms.map(|v| v as i64),
+            updated_at: now_ms(),
+        };
+        if let Err(e) = self.write(ctx, move |st| st.put_admission(&row)).await {
+            warn!(error = %format!("{e:#}"), "could not write the admission row");
+        }
+    }
+
+    async fn write(
+        &mut self,
+        ctx: &Ctx,
+        f: impl FnOnce(&mut Store) -> Result<(), crate::store::StoreError> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let store = match &self.store {
+            Some(s) => s.clone(),
+            None => {
+                let path = ctx.cfg.database();
+                let opened = tokio::task::spawn_blocking(move || Store::open(&path)).await??;
+                self.store.insert(Arc::new(Mutex::new(opened))).clone()
+            }
+        };
+        tokio::task::spawn_blocking(move || {
+            f(&mut store.lock().unwrap_or_else(|p| p.into_inner()))
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// The foreman stops serving: its row goes.
+    pub(super) async fn retire(ctx: &Arc<Ctx>) {
+        let owner = ctx.lease.owner.clone();
+        if let Err(e) = ctx.db(move |s| s.drop_admission(&owner)).await {
+            warn!(error = %format!("{e:#}"), "could not remove the admission row");
+        }
+    }
+}
+
+/// A launch's report from its result: create+start latency when it worked,
+/// the daemon's fault when it was one.
+pub(super) fn launch_report(result: &anyhow::Result<Launched>) -> Report {
+    match result {
+        Ok(l) => Report::Launched(l.docker_time),
+        Err(e) => match crate::docker::daemon_fault(e) {
+            Some(f) => Report::DaemonFailed(f),
+            None => Report::Neutral,
+        },
+    }
+}
