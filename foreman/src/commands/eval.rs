@@ -54,7 +54,7 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
         }
         cfg.file.concurrency = n;
     }
-    let (run, opts, suite_path, suite) = match &args.resume {
+    let (run, opts, suite_path, suite, text) = match &args.resume {
         Some(query) => resumed(&cfg, query)?,
         None => {
             let path = args.suite.clone().expect("clap requires SUITE without --resume");
@@ -88,7 +88,7 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
                 alive_until: None,
                 pass_rate: None,
             };
-            (run, opts, path, suite)
+            (run, opts, path, suite, text)
         }
     };
     // Every case is checked before anything is written.
@@ -98,11 +98,13 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
     };
     let mut specs = Vec::new();
     for case in &suite.cases {
-        let spec = eval::case_spec(&cfg, &suite_path, &suite, case, &over)?;
-        if let Some(ws) = &spec.workspace {
-            crate::inputs::check_workspace_path(&suite_path, ws, false)
-                .with_context(|| format!("case `{}`", case.id))?;
-        }
+        let checked = eval::case_spec(&cfg, &suite_path, &suite, case, &over).and_then(|spec| {
+            if let Some(ws) = &spec.workspace {
+                crate::inputs::check_workspace_path(&suite_path, ws, false)?;
+            }
+            Ok(spec)
+        });
+        let spec = checked.map_err(|e| case_error(&suite_path, &text, &case.id, e))?;
         specs.push((case.id.clone(), spec));
     }
     let mut store = open_store(&cfg)?;
@@ -150,8 +152,23 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
     finish(&cfg, &mut store, &run, &suite, opts.repeat, args.json)
 }
 
+/// A case that the task checks refused, named by the suite's line.
+fn case_error(suite: &Path, text: &str, id: &str, e: anyhow::Error) -> anyhow::Error {
+    let inner = format!("{e:#}");
+    let prefix = format!("{}: ", suite.display());
+    let inner = inner.strip_prefix(&prefix).unwrap_or(&inner);
+    match eval::case_line(text, id) {
+        Some(line) => anyhow::anyhow!("{}:{line}: case `{id}`: {inner}", suite.display()),
+        None => anyhow::anyhow!("{}: case `{id}`: {inner}", suite.display()),
+    }
+}
+
 /// A run to resume: its row, options and suite (which must be unchanged).
-fn resumed(cfg: &Config, query: &str) -> anyhow::Result<(EvalRunRow, RunOptions, PathBuf, Suite)> {
+#[allow(clippy::type_complexity)]
+fn resumed(
+    cfg: &Config,
+    query: &str,
+) -> anyhow::Result<(EvalRunRow, RunOptions, PathBuf, Suite, String)> {
     let store = open_existing_store(cfg)?;
     let Some(run) = store.eval_run(query)? else {
         bail!("no eval run with id `{query}`; `saheeli eval list` shows them");
@@ -177,7 +194,7 @@ fn resumed(cfg: &Config, query: &str) -> anyhow::Result<(EvalRunRow, RunOptions,
         );
     }
     let suite = eval::parse(&path, &text)?;
-    Ok((run, opts, path, suite))
+    Ok((run, opts, path, suite, text))
 }
 
 /// A suite file's text and the SHA-256 of its bytes.

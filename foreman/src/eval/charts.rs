@@ -34,16 +34,20 @@ pub(crate) fn latency(cases: &[CaseResult]) -> String {
             counts[i].1 += 1;
         }
     }
-    let top = counts.iter().map(|c| c.0 + c.1).max().unwrap_or(1).max(1);
+    // Whole-number ticks: at most 4 steps up to a multiple of the step.
+    let most = counts.iter().map(|c| c.0 + c.1).max().unwrap_or(1).max(1);
+    let ticks = most.min(4);
+    let step = most.div_ceil(ticks);
+    let top = step * ticks;
     let (w, h, left, bottom) = (560.0, 220.0, 36.0, 34.0);
     let plot_h = h - bottom - 10.0;
     let bar_w = (w - left - 10.0) / bins as f64;
     let mut s = format!(
         "<svg viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"latency distribution\" xmlns=\"http://www.w3.org/2000/svg\">"
     );
-    for k in 0..=4 {
-        let y = 10.0 + plot_h * (1.0 - k as f64 / 4.0);
-        let v = (top as f64 * k as f64 / 4.0).round();
+    for k in 0..=ticks {
+        let y = 10.0 + plot_h * (1.0 - k as f64 / ticks as f64);
+        let v = step * k;
         let _ = write!(
             s,
             "<line x1=\"{left}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{GRID}\"/>\

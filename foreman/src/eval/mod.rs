@@ -20,4 +20,4 @@ pub(crate) use compare::{compare, html as compare_html, table as compare_table};
 pub(crate) use html::render;
 pub(crate) use prepare::{Overrides, case_spec};
 pub(crate) use report::{EvalReport, case_result, gather, last_attempt, rfc3339};
-pub(crate) use suite::{Suite, parse};
+pub(crate) use suite::{Suite, case_line, parse};

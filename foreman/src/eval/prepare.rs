@@ -53,8 +53,7 @@ pub(crate) fn case_spec(
         .map(|(k, v)| Ok(format!("{k}={}", plain(v)?)))
         .collect::<anyhow::Result<_>>()?;
     params.extend(over.params.iter().cloned());
-    let mut spec = TaskSpec::from_text(cfg, suite_path, &text, &params)
-        .with_context(|| format!("case `{}`", case.id))?;
+    let mut spec = TaskSpec::from_text(cfg, suite_path, &text, &params)?;
     spec.no_human = true;
     Ok(spec)
 }

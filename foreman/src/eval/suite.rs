@@ -44,13 +44,12 @@ pub(crate) struct SuiteName(pub String);
 
 impl<'de> Deserialize<'de> for SuiteName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        if s.trim().is_empty() || s.chars().count() > 100 || s.chars().any(char::is_control) {
-            return Err(de::Error::custom(
-                "`name` must be 1 to 100 characters, without control characters",
-            ));
-        }
-        Ok(SuiteName(s))
+        d.deserialize_str(Checked(|s: String| {
+            if s.trim().is_empty() || s.chars().count() > 100 || s.chars().any(char::is_control) {
+                return Err("`name` must be 1 to 100 characters, without control characters".into());
+            }
+            Ok(SuiteName(s))
+        }))
     }
 }
 
@@ -60,13 +59,28 @@ pub(crate) struct Threshold(pub f64);
 
 impl<'de> Deserialize<'de> for Threshold {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = f64::deserialize(d)?;
-        if !(0.0..=1.0).contains(&v) {
-            return Err(de::Error::custom(format!(
-                "`pass_threshold` {v} is out of range; use 0 to 1 (a fraction of the cases)"
-            )));
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Threshold;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number from 0 to 1")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Threshold, E> {
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(E::custom(format!(
+                        "`pass_threshold` {v} is out of range; use 0 to 1 (a fraction of the cases)"
+                    )));
+                }
+                Ok(Threshold(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Threshold, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Threshold, E> {
+                self.visit_f64(v as f64)
+            }
         }
-        Ok(Threshold(v))
+        d.deserialize_f64(V)
     }
 }
 
@@ -106,13 +120,12 @@ pub(crate) struct EndState(pub TaskState);
 
 impl<'de> Deserialize<'de> for EndState {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        match s.parse::<TaskState>() {
+        d.deserialize_str(Checked(|s: String| match s.parse::<TaskState>() {
             Ok(st) if st.is_terminal() => Ok(EndState(st)),
-            _ => Err(de::Error::custom(format!(
+            _ => Err(format!(
                 "`expect.state` `{s}` is not a state a task ends in; use complete, incomplete, failed or cancelled"
-            ))),
-        }
+            )),
+        }))
     }
 }
 
@@ -122,17 +135,17 @@ pub(crate) struct FileKey(pub String);
 
 impl<'de> Deserialize<'de> for FileKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let p = Path::new(&s);
-        let plain = p
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-        if s.is_empty() || !plain {
-            return Err(de::Error::custom(format!(
-                "`expect.files` path `{s}` must be relative to the workspace, without `..`"
-            )));
-        }
-        Ok(FileKey(s))
+        d.deserialize_str(Checked(|s: String| {
+            let plain = Path::new(&s)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if s.is_empty() || !plain {
+                return Err(format!(
+                    "`expect.files` path `{s}` must be relative to the workspace, without `..`"
+                ));
+            }
+            Ok(FileKey(s))
+        }))
     }
 }
 
@@ -142,12 +155,13 @@ pub(crate) struct Pattern(pub regex::Regex);
 
 impl<'de> Deserialize<'de> for Pattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        regex::RegexBuilder::new(&s)
-            .size_limit(1 << 20)
-            .build()
-            .map(Pattern)
-            .map_err(|e| de::Error::custom(format!("regex `{s}` does not compile: {e}")))
+        d.deserialize_str(Checked(|s: String| {
+            regex::RegexBuilder::new(&s)
+                .size_limit(1 << 20)
+                .build()
+                .map(Pattern)
+                .map_err(|e| format!("regex `{s}` does not compile: {e}"))
+        }))
     }
 }
 
@@ -188,20 +202,86 @@ struct KeyOf {
 impl<'de> DeserializeSeed<'de> for KeyOf {
     type Value = String;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        let key = String::deserialize(d)?;
-        let fields = front_matter_fields();
-        if fields.contains(&key.as_str()) || (self.case && CASE_KEYS.contains(&key.as_str())) {
-            return Ok(key);
-        }
-        let mut expected: Vec<&str> = Vec::new();
-        if self.case {
-            expected.extend(CASE_KEYS);
-        }
-        expected.extend(fields.iter().copied());
-        Err(de::Error::custom(format!(
-            "unknown key `{key}`; expected one of {}",
-            expected.join(", ")
-        )))
+        // Checked inside the visitor, so the parser names the key's line.
+        d.deserialize_str(Checked(|key: String| {
+            let fields = front_matter_fields();
+            if fields.contains(&key.as_str()) || (self.case && CASE_KEYS.contains(&key.as_str())) {
+                return Ok(key);
+            }
+            let mut expected: Vec<&str> = Vec::new();
+            if self.case {
+                expected.extend(CASE_KEYS);
+            }
+            expected.extend(fields.iter().copied());
+            Err(format!(
+                "unknown key `{key}`; expected one of {}",
+                expected.join(", ")
+            ))
+        }))
+    }
+}
+
+/// A string checked by `f` inside the parser's call, so an error carries
+/// the position of the string itself.
+struct Checked<F>(F);
+
+impl<'de, T, F: FnOnce(String) -> Result<T, String>> Visitor<'de> for Checked<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        (self.0)(v.to_string()).map_err(E::custom)
+    }
+}
+
+/// A value of any shape checked by `f` inside the parser's call (as
+/// [`Checked`] does for strings).
+struct CheckedValue<F>(F);
+
+impl<F: FnOnce(Value) -> Result<Value, String>> CheckedValue<F> {
+    fn check<E: de::Error>(self, v: Value) -> Result<Value, E> {
+        (self.0)(v).map_err(E::custom)
+    }
+}
+
+impl<'de, F: FnOnce(Value) -> Result<Value, String>> Visitor<'de> for CheckedValue<F> {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.check(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.check(Value::Number(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.check(Value::Number(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.check(Value::Number(v.into()))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.check(Value::String(v.to_string()))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.check(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.check(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        let v = Value::deserialize(d)?;
+        self.check(v)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        let v = Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+        self.check(v)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        let v = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        self.check(v)
     }
 }
 
@@ -214,40 +294,43 @@ impl<'de> DeserializeSeed<'de> for ValueOf<'_> {
     type Value = Value;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         let key = self.0;
-        let mut value = Value::deserialize(d)?;
-        let mut single = Mapping::new();
-        single.insert(Value::String(key.into()), value.clone());
-        if let Err(e) = serde_yaml::from_value::<FrontMatter>(Value::Mapping(single)) {
-            return Err(de::Error::custom(format!("`{key}`: {e}")));
-        }
-        let dir = context_dir();
-        match (key, &value) {
-            ("workspace", Value::String(ws)) => {
-                let abs = absolute(&dir.join(ws));
-                if !abs.is_dir() {
-                    return Err(de::Error::custom(format!(
-                        "`workspace` `{ws}` is not a directory (relative to the suite's directory `{}`)",
-                        dir.display()
-                    )));
-                }
-                value = Value::String(abs.display().to_string());
-            }
-            ("model", Value::String(m)) => {
-                if let Some(file) = m.strip_prefix("replay:") {
-                    let abs = absolute(&dir.join(file));
-                    if !abs.is_file() {
-                        return Err(de::Error::custom(format!(
-                            "replay script `{file}` named by `model` does not exist (relative to the suite's directory `{}`)",
-                            dir.display()
-                        )));
-                    }
-                    value = Value::String(format!("replay:{}", abs.display()));
-                }
-            }
-            _ => {}
-        }
-        Ok(value)
+        d.deserialize_any(CheckedValue(|value: Value| checked_value(key, value)))
     }
+}
+
+fn checked_value(key: &str, value: Value) -> Result<Value, String> {
+    let mut single = Mapping::new();
+    single.insert(Value::String(key.into()), value.clone());
+    if let Err(e) = serde_yaml::from_value::<FrontMatter>(Value::Mapping(single)) {
+        return Err(format!("`{key}`: {e}"));
+    }
+    let dir = context_dir();
+    Ok(match (key, &value) {
+        ("workspace", Value::String(ws)) => {
+            let abs = absolute(&dir.join(ws));
+            if !abs.is_dir() {
+                return Err(format!(
+                    "`workspace` `{ws}` is not a directory (relative to the suite's directory `{}`)",
+                    dir.display()
+                ));
+            }
+            Value::String(abs.display().to_string())
+        }
+        ("model", Value::String(m)) => match m.strip_prefix("replay:") {
+            Some(file) => {
+                let abs = absolute(&dir.join(file));
+                if !abs.is_file() {
+                    return Err(format!(
+                        "replay script `{file}` named by `model` does not exist (relative to the suite's directory `{}`)",
+                        dir.display()
+                    ));
+                }
+                Value::String(format!("replay:{}", abs.display()))
+            }
+            None => value,
+        },
+        _ => value,
+    })
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -329,28 +412,25 @@ struct CaseIdSeed;
 impl<'de> DeserializeSeed<'de> for CaseIdSeed {
     type Value = String;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        let id = String::deserialize(d)?;
-        let ok = !id.is_empty()
-            && id.len() <= 64
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !ok {
-            return Err(de::Error::custom(format!(
-                "case id `{id}` must be 1 to 64 of a-z, 0-9 and `-`"
-            )));
-        }
-        let fresh = CONTEXT.with(|c| {
-            c.borrow_mut()
-                .as_mut()
-                .is_none_or(|c| c.ids.insert(id.clone()))
-        });
-        if !fresh {
-            return Err(de::Error::custom(format!(
-                "duplicate case id `{id}`; ids must be unique"
-            )));
-        }
-        Ok(id)
+        d.deserialize_str(Checked(|id: String| {
+            let ok = !id.is_empty()
+                && id.len() <= 64
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                return Err(format!("case id `{id}` must be 1 to 64 of a-z, 0-9 and `-`"));
+            }
+            let fresh = CONTEXT.with(|c| {
+                c.borrow_mut()
+                    .as_mut()
+                    .is_none_or(|c| c.ids.insert(id.clone()))
+            });
+            if !fresh {
+                return Err(format!("duplicate case id `{id}`; ids must be unique"));
+            }
+            Ok(id)
+        }))
     }
 }
 
@@ -360,17 +440,17 @@ struct PromptSeed;
 impl<'de> DeserializeSeed<'de> for PromptSeed {
     type Value = PathBuf;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<PathBuf, D::Error> {
-        let p = PathBuf::deserialize(d)?;
-        let dir = context_dir();
-        let abs = absolute(&dir.join(&p));
-        if !abs.is_file() {
-            return Err(de::Error::custom(format!(
-                "prompt file `{}` does not exist (relative to the suite's directory `{}`)",
-                p.display(),
-                dir.display()
-            )));
-        }
-        Ok(abs)
+        d.deserialize_str(Checked(|p: String| {
+            let dir = context_dir();
+            let abs = absolute(&dir.join(&p));
+            if !abs.is_file() {
+                return Err(format!(
+                    "prompt file `{p}` does not exist (relative to the suite's directory `{}`)",
+                    dir.display()
+                ));
+            }
+            Ok(abs)
+        }))
     }
 }
 
@@ -436,6 +516,19 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Suite, SuiteError> {
         });
     }
     Ok(suite)
+}
+
+/// The line (1-based) of case `id`'s `id:` in a suite's text, for errors
+/// found after reading (ids are unique, so the match is exact).
+pub(crate) fn case_line(text: &str, id: &str) -> Option<usize> {
+    text.lines().position(|l| {
+        let l = l.trim_start().trim_start_matches("- ").trim_start_matches('{').trim();
+        l.strip_prefix("id:").is_some_and(|v| {
+            let v = v.split(',').next().unwrap_or("").trim().trim_end_matches('}').trim();
+            v.trim_matches(|c| c == '"' || c == '\'') == id
+        })
+    })
+    .map(|i| i + 1)
 }
 
 /// The front-matter's keys, as serde sees them (so this list never drifts
