@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! - [`cli`]: the command line (clap); `commands/`: one file per command
-//!   group (task, serve, run, gc, build); `output/`: `--json` shapes,
+//!   group (task, serve, run, eval, gc, build); `output/`: `--json` shapes,
 //!   tables, terminal-safe text.
 //! - `config/`: config.yaml (every key, `limits:`, `concurrency` as a
 //!   number or `auto`) and `.env`; `spec/`: a prompt file, its
@@ -48,6 +48,11 @@
 //!   scrape time, plus this process's latencies recorded by small hooks.
 //! - `web/`: `serve --http`: the JSON API, live events (SSE) and the
 //!   embedded dashboard, a subscriber of the bus beside the loop.
+//! - `eval/`: evaluation suites (`saheeli eval`): a suite file read
+//!   strictly, each case into a `TaskSpec` through `spec/`, scoring an
+//!   ended case (`expect`), `report.json`, the self-contained
+//!   `report.html` (inline SVG charts) and comparing two runs; the runs
+//!   and their case tasks are rows of `store/` (`eval`).
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
@@ -58,6 +63,7 @@ pub mod cli;
 mod collect;
 mod commands;
 mod config;
+mod eval;
 mod events;
 mod gateway;
 mod inputs;
@@ -78,7 +84,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Command, TaskCommand};
+use crate::cli::{Cli, Command, EvalCommand, TaskCommand};
 
 /// The `saheeli` command: parses the command line, runs it, and returns
 /// the exit code (`error: …` on stderr and 2 for any error).
@@ -86,7 +92,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
         Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
-        Command::Task(_) | Command::Metrics => "warn",
+        Command::Task(_) | Command::Metrics | Command::Eval(_) => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -143,6 +149,11 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => commands::run(&cfg, args).await,
         Command::Gc(args) => commands::gc(&cfg, args).await,
         Command::Metrics => commands::metrics(&cfg).await,
+        Command::Eval(args) => match args.command {
+            Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
+            Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,
+            None => commands::eval(&cfg, args).await,
+        },
         Command::Task(cmd) => match cmd {
             TaskCommand::Submit(a) => commands::submit(&cfg, a).await,
             TaskCommand::Status(a) => commands::status(&cfg, a).await,

@@ -49,6 +49,16 @@ impl FromStr for Concurrency {
     }
 }
 
+/// Written as it is read: a number, or `"auto"`.
+impl serde::Serialize for Concurrency {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Concurrency::Fixed(n) => s.serialize_u64(*n as u64),
+            Concurrency::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Concurrency {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;

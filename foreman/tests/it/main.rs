@@ -12,6 +12,8 @@ mod chaos_gateway;
 mod cli;
 mod daemon;
 mod dryrun;
+mod eval;
+mod eval_browser;
 mod fencing;
 mod gateway;
 mod gateway_attack;
