@@ -52,7 +52,8 @@ Z99 = 2.3263
 
 @dataclass(frozen=True)
 class Params:
-    """Every assumption of the model. Defaults are Kubernetes' own defaults."""
+    """Every assumption of the model: Kubernetes' own default where it has
+    one, ours otherwise (docs/kubernetes.md gives the source of each)."""
 
     tasks: int = 1000
     mode: str = "burst"  # burst: all submitted at t=0; steady: Poisson arrivals
@@ -70,7 +71,7 @@ class Params:
     foreman_qps: float = 5.0
     foreman_burst: int = 10
     # kube-controller-manager: --kube-api-qps 20, --kube-api-burst 30 (one
-    # client, hence one bucket, per controller), --concurrent-job-syncs 5.
+    # bucket per controller: our reading), --concurrent-job-syncs 5.
     kcm_qps: float = 20.0
     kcm_burst: int = 30
     job_workers: int = 5
@@ -569,7 +570,29 @@ def over_rate(grants: list[float], qps: float, burst: int) -> bool:
     return False
 
 
+def validate(p: Params) -> None:
+    """Refuses parameters the model cannot run, naming the field."""
+    if p.mode not in ("burst", "steady"):
+        raise ValueError(f"`mode` is `{p.mode}`: expected `burst` or `steady`")
+    for name in ("tasks", "foreman_burst", "kcm_burst", "sched_burst", "job_workers",
+                 "launch_parallel", "pods_per_node", "server_seats"):
+        if getattr(p, name) < 1:
+            raise ValueError(f"`{name}` is {getattr(p, name)}: it must be at least 1")
+    for name in ("foreman_qps", "kcm_qps", "sched_qps", "run_median_s", "api_median_s",
+                 "pod_start_median_s", "servo_median_s", "sched_cycle_s"):
+        if not getattr(p, name) > 0:
+            raise ValueError(f"`{name}` is {getattr(p, name)}: it must be above 0")
+    if p.pod_start_p99_s < p.pod_start_median_s or p.servo_p99_s < p.servo_median_s:
+        raise ValueError("a p99 below its median: raise `pod_start_p99_s` or `servo_p99_s`")
+    if p.horizon_runs <= p.warmup_runs:
+        raise ValueError("`horizon_runs` must be above `warmup_runs`")
+    for name in ("concurrency", "nodes"):
+        if getattr(p, name) is not None and getattr(p, name) < 1:
+            raise ValueError(f"`{name}` is {getattr(p, name)}: it must be at least 1")
+
+
 def simulate(p: Params) -> tuple[Model, dict]:
+    validate(p)
     m = Model(p)
     return m, m.run()
 
@@ -658,12 +681,20 @@ def main(argv: list[str] | None = None) -> int:
         if k not in fields or not v:
             ap.error(f"--set `{kv}`: expected FIELD=VALUE with FIELD one of {sorted(fields)}")
         default = getattr(Params(), k)
-        over[k] = type(default)(v) if default is not None else int(v)
+        try:
+            over[k] = type(default)(v) if default is not None else int(v)
+        except ValueError:
+            ap.error(f"--set `{kv}`: `{v}` is not a {type(default or 0).__name__}")
     if a.assumptions:
         for f in dataclasses.fields(Params):
             print(f"{f.name} = {over.get(f.name, f.default)}")
         return 0
     rows = []
+    try:
+        for n in a.tasks or [1000, 10000]:
+            validate(Params(tasks=n, **over))
+    except ValueError as e:
+        ap.error(str(e))
     for n in a.tasks or [1000, 10000]:
         for mode in a.mode or ["burst", "steady"]:
             for prof in a.profile or ["defaults", "foreman-50", "tuned"]:

@@ -141,6 +141,15 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(e.exception.code, 2)
         self.assertIn("nope=1", err.getvalue())
 
+    def test_bad_values_are_refused_naming_the_field(self):
+        for argv, needle in [(["--tasks", "0"], "`tasks`"),
+                             (["--set", "kcm_qps=0"], "`kcm_qps`"),
+                             (["--set", "kcm_qps=fast"], "kcm_qps=fast")]:
+            with redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit) as e:
+                sim.main(argv)
+            self.assertEqual(e.exception.code, 2, argv)
+            self.assertIn(needle, err.getvalue())
+
     def test_table_for_one_row(self):
         out = io.StringIO()
         with redirect_stdout(out):
