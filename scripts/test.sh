@@ -11,6 +11,10 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 # Formatting and lints first: they fail in seconds.
 cargo fmt --all --check
 cargo clippy --quiet --all-targets -- -D warnings
+# The Kubernetes load model (docs/kubernetes.md): its unit tests and its
+# internal-consistency check, in about a second (Python 3.11 stdlib only).
+python3 -m unittest discover -s scripts -p 'test_*.py'
+python3 scripts/k8s-sim.py --check
 
 scripts/setup.sh
 "$TARGET"/debug/saheeli build-servo
