@@ -11,6 +11,7 @@ mod chaos_gateway;
 mod cli;
 mod daemon;
 mod dryrun;
+mod eval_example;
 mod fencing;
 mod gateway;
 mod gateway_attack;
