@@ -35,6 +35,70 @@ pub(crate) enum Command {
     Gc(GcArgs),
     /// Print Prometheus metrics once (OpenMetrics text), read from the database.
     Metrics,
+    /// Run an evaluation suite: every case as a task, scored; a JSON and an HTML report.
+    Eval(EvalArgs),
+}
+
+/// `saheeli eval SUITE.yaml`, `eval --resume RUN_ID`, `eval compare`, `eval list`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct EvalArgs {
+    #[command(subcommand)]
+    pub command: Option<EvalCommand>,
+    /// The suite file (YAML: `name`, `pass_threshold`, `defaults`, `cases`).
+    #[arg(value_name = "SUITE", required_unless_present = "resume")]
+    pub suite: Option<PathBuf>,
+    /// Finish an interrupted run: submit only the cases without a task; finished ones are kept.
+    #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["suite", "repeat", "model", "params", "out"])]
+    pub resume: Option<String>,
+    /// How many tasks run at once (overrides `concurrency` from config.yaml).
+    #[arg(long, short = 'j')]
+    pub concurrency: Option<usize>,
+    /// Run each case this many times (epochs); the report gives pass@1 and each case's pass fraction.
+    #[arg(long, value_name = "K")]
+    pub repeat: Option<u32>,
+    /// Use this model for every case (compare models on the same suite).
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// A template parameter or front-matter key for every case (repeatable).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// Print the report (report.json's object) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the report goes (default: `results/eval-<run_id>/`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not run tasks here: a running `saheeli serve` does; wait for them.
+    #[arg(long)]
+    pub no_serve: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EvalCommand {
+    /// Cases that went from pass to fail and back between two runs; pass-rate and cost deltas.
+    Compare(EvalCompareArgs),
+    /// Past runs: id, suite, started, state (an interrupted run can be resumed), pass rate.
+    List(EvalListArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EvalCompareArgs {
+    /// The earlier run (an id or a unique prefix).
+    pub run_a: String,
+    /// The later run.
+    pub run_b: String,
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the comparison as a self-contained HTML page.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EvalListArgs {
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

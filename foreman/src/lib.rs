@@ -54,6 +54,7 @@ pub mod cli;
 mod collect;
 mod commands;
 mod config;
+mod eval;
 mod events;
 mod gateway;
 mod inputs;
@@ -74,7 +75,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Command, TaskCommand};
+use crate::cli::{Cli, Command, EvalCommand, TaskCommand};
 
 /// The `saheeli` command: parses the command line, runs it, and returns
 /// the exit code (`error: …` on stderr and 2 for any error).
@@ -82,7 +83,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
         Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
-        Command::Task(_) | Command::Metrics => "warn",
+        Command::Task(_) | Command::Metrics | Command::Eval(_) => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -139,6 +140,11 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => commands::run(&cfg, args).await,
         Command::Gc(args) => commands::gc(&cfg, args).await,
         Command::Metrics => commands::metrics(&cfg).await,
+        Command::Eval(args) => match args.command {
+            Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
+            Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,
+            None => commands::eval(&cfg, args).await,
+        },
         Command::Task(cmd) => match cmd {
             TaskCommand::Submit(a) => commands::submit(&cfg, a).await,
             TaskCommand::Status(a) => commands::status(&cfg, a).await,

@@ -71,7 +71,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
 }
 
 /// Tool calls by tool from the collected audit log, most called first.
-fn tool_counts(results: &Path, row: &TaskRow) -> Result<Vec<ToolCount>, String> {
+pub(crate) fn tool_counts(results: &Path, row: &TaskRow) -> Result<Vec<ToolCount>, String> {
     let Some(lines) = collect::audit_lines(results, row.id).map_err(|e| e.to_string())? else {
         return Err("the servo left no audit log".into());
     };

@@ -30,6 +30,6 @@ mod write;
 
 pub(crate) use changes::write_changes;
 pub(crate) use evidence::evidence;
-pub(crate) use facts::write_report;
+pub(crate) use facts::{tool_counts, write_report};
 pub(crate) use verification::write_verify_logs;
 pub(crate) use write::{PATCH, REPORT, remove};

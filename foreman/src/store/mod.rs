@@ -1,5 +1,6 @@
 //! The SQLite queue: tasks, their state transitions and the event trail;
-//! the human desk (`desk`) and a template's steps done (`steps`).
+//! the human desk (`desk`), a template's steps done (`steps`), and
+//! evaluation runs with their case tasks (`eval`).
 //!
 //! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
 //! transaction, so several `saheeli` processes can share one file without
@@ -8,6 +9,7 @@
 
 mod desk;
 mod error;
+mod eval;
 mod lease;
 mod lifecycle;
 mod lookup;
@@ -30,6 +32,7 @@ use rows::{COLUMNS, read_row};
 
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
+pub(crate) use eval::{EvalLink, EvalRunRow};
 pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};

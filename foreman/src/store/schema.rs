@@ -171,6 +171,32 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
     ),
     // Capability calls a task made (issue 17), for status.
     M::up("ALTER TABLE tasks ADD COLUMN capability_calls INTEGER NOT NULL DEFAULT 0;"),
+    // Evaluation suites (issue 16): a run of a suite, and which task is
+    // which case and repeat of it (written with the task, in one
+    // transaction, so a resumed run never submits a case twice).
+    // `alive_until`: the heartbeat of the `saheeli eval` process.
+    M::up(
+        "CREATE TABLE eval_runs (
+            id           TEXT PRIMARY KEY,
+            suite_name   TEXT NOT NULL,
+            suite_path   TEXT NOT NULL,
+            suite_digest TEXT NOT NULL,
+            options      TEXT NOT NULL,
+            report_dir   TEXT NOT NULL,
+            started_at   INTEGER NOT NULL,
+            ended_at     INTEGER,
+            state        TEXT NOT NULL,
+            alive_until  INTEGER,
+            pass_rate    REAL
+        );
+        CREATE TABLE eval_tasks (
+            run_id   TEXT NOT NULL REFERENCES eval_runs(id),
+            case_id  TEXT NOT NULL,
+            repeat   INTEGER NOT NULL,
+            task_id  TEXT NOT NULL UNIQUE REFERENCES tasks(id),
+            PRIMARY KEY (run_id, case_id, repeat)
+        );",
+    ),
 ];
 
 pub(crate) struct Store {

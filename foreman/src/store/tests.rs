@@ -7,7 +7,7 @@ use saheeli_protocol::TaskId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-fn spec(title: &str) -> TaskSpec {
+pub(super) fn spec(title: &str) -> TaskSpec {
     TaskSpec {
         title: title.into(),
         prompt_path: "p.md".into(),

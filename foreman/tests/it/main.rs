@@ -11,6 +11,8 @@ mod chaos_gateway;
 mod cli;
 mod daemon;
 mod dryrun;
+mod eval;
+mod eval_browser;
 mod eval_example;
 mod fencing;
 mod gateway;

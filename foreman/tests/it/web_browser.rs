@@ -21,13 +21,13 @@ use crate::util::require_docker;
 use crate::web::WebServe;
 
 /// A chromedriver on a free port, killed when dropped.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     port: u16,
 }
 
 impl Driver {
-    fn start() -> Driver {
+    pub(crate) fn start() -> Driver {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -59,7 +59,7 @@ impl Drop for Driver {
     }
 }
 
-async fn browser(driver: &Driver) -> Client {
+pub(crate) async fn browser(driver: &Driver) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -68,6 +68,8 @@ async fn browser(driver: &Driver) -> Client {
             "--window-size=1400,1000"
         ]}),
     );
+    // The browser's console, read back by `eval_browser::console_errors`.
+    caps.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", driver.port))
@@ -81,7 +83,7 @@ fn screenshot_dir() -> PathBuf {
     dir
 }
 
-async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
+pub(crate) async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
     let png = c.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     let path = screenshot_dir().join(name);

@@ -1,0 +1,489 @@
+//! `saheeli eval SUITE.yaml` and `eval --resume RUN_ID`: every case (and
+//! repeat) checked first, then queued as an ordinary task linked to the
+//! run, served here (or by a running `saheeli serve` with `--no-serve`)
+//! until all have ended, then scored into `report.json` and `report.html`.
+//!
+//! A run is held by one process at a time through a heartbeat in its row;
+//! a run whose process died (`kill -9`) shows as interrupted, and
+//! `--resume` submits only the cases that have no task yet: tasks already
+//! queued or running are picked up (by lease takeover), never doubled.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use saheeli_protocol::TaskId;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::EvalArgs;
+use crate::config::Config;
+use crate::eval::{self, Overrides, Suite};
+use crate::reconciler::{self, ServeOptions};
+use crate::spec::TaskSpec;
+use crate::store::{EvalRunRow, Store, now_ms};
+
+use super::*;
+
+/// How often the eval process renews its hold on the run, and how long
+/// a hold lasts without renewal.
+const BEAT: Duration = Duration::from_secs(1);
+const HOLD: Duration = Duration::from_secs(5);
+
+/// How often the cases' tasks are looked at for progress.
+const LOOK: Duration = Duration::from_millis(300);
+
+/// The options a run was started with (the `options` column), so a
+/// resumed run is the same run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct RunOptions {
+    pub repeat: u32,
+    pub model: Option<String>,
+    pub params: Vec<String>,
+    pub concurrency: Option<usize>,
+}
+
+pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = cfg.clone();
+    if let Some(n) = args.concurrency {
+        if n == 0 {
+            bail!("`--concurrency` must be at least 1");
+        }
+        cfg.file.concurrency = n;
+    }
+    let (run, opts, suite_path, suite, text) = match &args.resume {
+        Some(query) => resumed(&cfg, query)?,
+        None => {
+            let path = args.suite.clone().expect("clap requires SUITE without --resume");
+            let repeat = args.repeat.unwrap_or(1);
+            if repeat == 0 {
+                bail!("`--repeat` must be at least 1");
+            }
+            let (text, digest) = read_suite(&path)?;
+            let suite = eval::parse(&path, &text)?;
+            let opts = RunOptions {
+                repeat,
+                model: args.model.clone(),
+                params: args.params.clone(),
+                concurrency: args.concurrency,
+            };
+            let id = TaskId::new().to_string();
+            let report_dir = match &args.out {
+                Some(d) => std::path::absolute(d)?,
+                None => cfg.results_dir().join(format!("eval-{id}")),
+            };
+            let run = EvalRunRow {
+                id,
+                suite_name: suite.name.0.clone(),
+                suite_path: std::path::absolute(&path)?.display().to_string(),
+                suite_digest: digest,
+                options: serde_json::to_string(&opts)?,
+                report_dir: report_dir.display().to_string(),
+                started_at: now_ms(),
+                ended_at: None,
+                state: "running".into(),
+                alive_until: None,
+                pass_rate: None,
+            };
+            (run, opts, path, suite, text)
+        }
+    };
+    // Every case is checked before anything is written.
+    let over = Overrides {
+        model: opts.model.clone(),
+        params: opts.params.clone(),
+    };
+    let mut specs = Vec::new();
+    for case in &suite.cases {
+        let checked = eval::case_spec(&cfg, &suite_path, &suite, case, &over).and_then(|spec| {
+            if let Some(ws) = &spec.workspace {
+                crate::inputs::check_workspace_path(&suite_path, ws, false)?;
+            }
+            Ok(spec)
+        });
+        let spec = checked.map_err(|e| case_error(&suite_path, &text, &case.id, e))?;
+        specs.push((case.id.clone(), spec));
+    }
+    let mut store = open_store(&cfg)?;
+    if args.resume.is_none() {
+        store.create_eval_run(&run)?;
+    }
+    hold(&mut store, &run.id).await?;
+    eprintln!(
+        "eval run {} of suite `{}`: {} cases × {} = {} results",
+        run.id,
+        crate::output::clean(&suite.name.0),
+        suite.cases.len(),
+        opts.repeat,
+        suite.cases.len() * opts.repeat as usize
+    );
+    let submitted = submit_missing(&cfg, &mut store, &run.id, &specs, opts.repeat, &suite_path).await;
+    let heartbeat = CancellationToken::new();
+    let beating = tokio::spawn(beat(cfg.clone(), run.id.clone(), heartbeat.clone()));
+    let outcome = match submitted {
+        Ok(n) => {
+            if n > 0 {
+                eprintln!("submitted {n} tasks");
+            }
+            follow_and_serve(&cfg, &run, &suite, opts.repeat, args.no_serve).await
+        }
+        Err(e) => Err(e),
+    };
+    heartbeat.cancel();
+    let _ = beating.await;
+    let all_ended = match outcome {
+        Ok(done) => done,
+        Err(e) => {
+            let _ = store.release_eval_run(&run.id);
+            return Err(e);
+        }
+    };
+    if !all_ended {
+        store.release_eval_run(&run.id)?;
+        eprintln!(
+            "interrupted: finish it with `saheeli eval --resume {}`",
+            run.id
+        );
+        return Ok(ExitCode::from(1));
+    }
+    finish(&cfg, &mut store, &run, &suite, opts.repeat, args.json)
+}
+
+/// A case that the task checks refused, named by the suite's line.
+fn case_error(suite: &Path, text: &str, id: &str, e: anyhow::Error) -> anyhow::Error {
+    let inner = format!("{e:#}");
+    let prefix = format!("{}: ", suite.display());
+    let inner = inner.strip_prefix(&prefix).unwrap_or(&inner);
+    match eval::case_line(text, id) {
+        Some(line) => anyhow::anyhow!("{}:{line}: case `{id}`: {inner}", suite.display()),
+        None => anyhow::anyhow!("{}: case `{id}`: {inner}", suite.display()),
+    }
+}
+
+/// A run to resume: its row, options and suite (which must be unchanged).
+#[allow(clippy::type_complexity)]
+fn resumed(
+    cfg: &Config,
+    query: &str,
+) -> anyhow::Result<(EvalRunRow, RunOptions, PathBuf, Suite, String)> {
+    let store = open_existing_store(cfg)?;
+    let Some(run) = store.eval_run(query)? else {
+        bail!("no eval run with id `{query}`; `saheeli eval list` shows them");
+    };
+    if run.state != "running" {
+        bail!(
+            "eval run `{}` has ended ({}); its report is in `{}`",
+            run.id,
+            run.state,
+            run.report_dir
+        );
+    }
+    let opts: RunOptions = serde_json::from_str(&run.options)
+        .with_context(|| format!("reading the options of eval run `{}`", run.id))?;
+    let path = PathBuf::from(&run.suite_path);
+    let (text, digest) = read_suite(&path)?;
+    if digest != run.suite_digest {
+        bail!(
+            "`{}` changed since eval run `{}` started; a resumed run must run the same suite \
+             (start a new run, or restore the file)",
+            path.display(),
+            run.id
+        );
+    }
+    let suite = eval::parse(&path, &text)?;
+    Ok((run, opts, path, suite, text))
+}
+
+/// A suite file's text and the SHA-256 of its bytes.
+fn read_suite(path: &Path) -> anyhow::Result<(String, String)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading suite `{}`", path.display()))?;
+    let digest = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{}: not valid UTF-8; save the suite as UTF-8", path.display()))?;
+    Ok((text, digest))
+}
+
+/// Takes the run for this process, waiting for the hold of a process that
+/// died to lapse; refused while another live process holds it.
+async fn hold(store: &mut Store, run_id: &str) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + HOLD + BEAT;
+    loop {
+        let now = now_ms();
+        if store.hold_eval_run(run_id, now, now + HOLD.as_millis() as i64)? {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("eval run `{run_id}` is being run by another `saheeli eval` process");
+        }
+        tokio::time::sleep(BEAT / 2).await;
+    }
+}
+
+/// Renews the hold until `stop`.
+async fn beat(cfg: Config, run_id: String, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(BEAT) => {}
+        }
+        let (cfg, id) = (cfg.clone(), run_id.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            open_store(&cfg).and_then(|mut s| {
+                Ok(s.beat_eval_run(&id, now_ms() + HOLD.as_millis() as i64)?)
+            })
+        })
+        .await;
+    }
+}
+
+/// Queues a task for every case and repeat that has none; returns how many.
+async fn submit_missing(
+    cfg: &Config,
+    store: &mut Store,
+    run_id: &str,
+    specs: &[(String, TaskSpec)],
+    repeat: u32,
+    suite_path: &Path,
+) -> anyhow::Result<usize> {
+    let links = store.eval_links(run_id)?;
+    let mut n = 0;
+    for (case_id, spec) in specs {
+        for r in 1..=repeat {
+            if links.iter().any(|l| &l.case_id == case_id && l.repeat == r) {
+                continue;
+            }
+            let id = TaskId::new();
+            let tar = match &spec.workspace {
+                Some(ws) => {
+                    let (cfg, ws) = (cfg.clone(), ws.clone());
+                    let inc = spec.workspace_include_ignored;
+                    Some(
+                        tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, inc))
+                            .await
+                            .context("packing thread panicked")?
+                            .with_context(|| {
+                                format!("{}: case `{case_id}`: packing its workspace", suite_path.display())
+                            })?,
+                    )
+                }
+                None => None,
+            };
+            if let Err(e) = store.submit_eval_task(id, spec, run_id, case_id, r) {
+                if let Some(t) = tar {
+                    let _ = std::fs::remove_file(t);
+                }
+                return Err(e.into());
+            }
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Serves (unless `no_serve`) and shows progress until every case's task
+/// has ended (true) or the user interrupted (false).
+async fn follow_and_serve(
+    cfg: &Config,
+    run: &EvalRunRow,
+    suite: &Suite,
+    repeat: u32,
+    no_serve: bool,
+) -> anyhow::Result<bool> {
+    let (drain, stop) = signals();
+    let done = CancellationToken::new();
+    let total = suite.cases.len() * repeat as usize;
+    let watcher = tokio::spawn(watch(
+        cfg.clone(),
+        run.id.clone(),
+        suite.clone(),
+        total,
+        done.clone(),
+        drain.clone(),
+    ));
+    if no_serve {
+        tokio::select! {
+            _ = done.cancelled() => {}
+            _ = drain.cancelled() => {}
+        }
+    } else {
+        let ctx = context(cfg).await?;
+        crate::docker::require_image(&ctx.docker, &cfg.file.image).await?;
+        // The loop drains once every case has ended (or on Ctrl-C).
+        let ending = {
+            let (done, drain) = (done.clone(), drain.clone());
+            tokio::spawn(async move {
+                done.cancelled().await;
+                drain.cancel();
+            })
+        };
+        let served = reconciler::run(
+            ctx,
+            ServeOptions {
+                drain: false,
+                only: None,
+            },
+            drain.clone(),
+            stop,
+        )
+        .await;
+        ending.abort();
+        served?;
+    }
+    // Let the watcher see the last endings.
+    drain.cancel();
+    let all = watcher.await.context("progress task panicked")??;
+    Ok(all)
+}
+
+/// Shows progress (a bar on a terminal, lines otherwise) until every
+/// case's task has ended (then cancels `done`, returns true) or `drain`.
+async fn watch(
+    cfg: Config,
+    run_id: String,
+    suite: Suite,
+    total: usize,
+    done: CancellationToken,
+    drain: CancellationToken,
+) -> anyhow::Result<bool> {
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let b = indicatif::ProgressBar::new(total as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30.green/red} {pos}/{len} cases {msg} [{elapsed}]")
+                .expect("a valid template"),
+        );
+        b
+    });
+    let mut seen: BTreeMap<(String, u32), bool> = BTreeMap::new();
+    loop {
+        let draining = drain.is_cancelled();
+        let (cfg2, id2, suite2) = (cfg.clone(), run_id.clone(), suite.clone());
+        let known: Vec<(String, u32)> = seen.keys().cloned().collect();
+        let ended = tokio::task::spawn_blocking(move || newly_ended(&cfg2, &id2, &suite2, &known))
+            .await
+            .context("progress thread panicked")??;
+        for (case, r, passed, line) in ended {
+            seen.insert((case, r), passed);
+            let passed_n = seen.values().filter(|p| **p).count();
+            let failed_n = seen.len() - passed_n;
+            match &bar {
+                Some(b) => {
+                    b.set_position(seen.len() as u64);
+                    b.set_message(format!("{passed_n} passed, {failed_n} failed"));
+                    b.println(line);
+                }
+                None => eprintln!(
+                    "{line} [{}/{total} done: {passed_n} passed, {failed_n} failed]",
+                    seen.len()
+                ),
+            }
+        }
+        if seen.len() >= total {
+            if let Some(b) = &bar {
+                b.finish_and_clear();
+            }
+            done.cancel();
+            return Ok(true);
+        }
+        if draining {
+            if let Some(b) = &bar {
+                b.abandon();
+            }
+            return Ok(false);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(LOOK) => {}
+            _ = drain.cancelled() => {}
+        }
+    }
+}
+
+/// Cases (and repeats) whose task chain ended since `known`: each scored
+/// once, with a line for people.
+fn newly_ended(
+    cfg: &Config,
+    run_id: &str,
+    suite: &Suite,
+    known: &[(String, u32)],
+) -> anyhow::Result<Vec<(String, u32, bool, String)>> {
+    let store = open_store(cfg)?;
+    let mut out = Vec::new();
+    for link in store.eval_links(run_id)? {
+        if known.iter().any(|(c, r)| c == &link.case_id && *r == link.repeat) {
+            continue;
+        }
+        let (_, ended) = eval::last_attempt(&store, link.task_id)?;
+        if !ended {
+            continue;
+        }
+        let Some(case) = suite.cases.iter().find(|c| c.id == link.case_id) else {
+            continue;
+        };
+        let r = eval::case_result(&store, case, &link)?;
+        let line = format!(
+            "{} {} #{} {} ({}{})",
+            if r.passed { "✓" } else { "✗" },
+            r.id,
+            r.repeat,
+            if r.passed { "passed" } else { "failed" },
+            r.state,
+            r.duration_ms
+                .map(|d| format!(", {:.1}s", d as f64 / 1000.0))
+                .unwrap_or_default()
+        );
+        out.push((link.case_id, link.repeat, r.passed, line));
+    }
+    Ok(out)
+}
+
+/// Scores the run, writes its reports, records its end; the exit code
+/// says whether the pass rate reached the threshold.
+fn finish(
+    cfg: &Config,
+    store: &mut Store,
+    run: &EvalRunRow,
+    suite: &Suite,
+    repeat: u32,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let ok_state = |rate: f64| rate + 1e-9 >= suite.pass_threshold.0;
+    let mut report = eval::gather(store, run, suite, repeat)?;
+    let state = if ok_state(report.pass_rate) { "passed" } else { "failed" };
+    store.end_eval_run(&run.id, state, report.pass_rate)?;
+    // Read back, so the report carries the recorded end.
+    let ended = store.eval_run(&run.id)?.context("the eval run vanished")?;
+    report.ended = ended.ended_at.map(eval::rfc3339);
+    report.wall_ms = ended.ended_at.map(|e| e - ended.started_at);
+    let dir = PathBuf::from(&run.report_dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
+    let json_text = serde_json::to_string_pretty(&report)?;
+    std::fs::write(dir.join("report.json"), &json_text)
+        .with_context(|| format!("writing `{}`", dir.join("report.json").display()))?;
+    std::fs::write(dir.join("report.html"), eval::render(&report))
+        .with_context(|| format!("writing `{}`", dir.join("report.html").display()))?;
+    let _ = cfg;
+    if json {
+        println!("{json_text}");
+    } else {
+        println!(
+            "{}: {:.0}% passed ({} of {}), threshold {:.0}%: {}",
+            crate::output::clean(&report.suite),
+            report.pass_rate * 100.0,
+            report.passed,
+            report.passed + report.failed + report.unfinished,
+            report.pass_threshold * 100.0,
+            state
+        );
+        println!("{}", dir.join("report.html").display());
+    }
+    Ok(if state == "passed" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,23 @@
+//! Evaluation suites (`saheeli eval`): a suite file's cases run as
+//! ordinary tasks tagged with the run's id, scored, and reported.
+//!
+//! - `suite`: reading a suite file strictly (errors name the line).
+//! - `prepare`: a case into a `TaskSpec` through `spec/`.
+//! - `score`: a case's verdict from its task and collected workspace.
+//! - `report`: `report.json` (per case and repeat, and totals).
+//! - `html`, `charts`: `report.html`, one self-contained page.
+//! - `compare`: two runs side by side.
+
+mod charts;
+mod compare;
+mod html;
+mod prepare;
+mod report;
+mod score;
+mod suite;
+
+pub(crate) use compare::{compare, html as compare_html, table as compare_table};
+pub(crate) use html::render;
+pub(crate) use prepare::{Overrides, case_spec};
+pub(crate) use report::{EvalReport, case_result, gather, last_attempt, rfc3339};
+pub(crate) use suite::{Suite, case_line, parse};
