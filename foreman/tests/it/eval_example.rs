@@ -163,7 +163,9 @@ fn example_suite_report_has_the_expected_pass_and_fail_per_case() {
 /// The collected workspace of a passed case has the package's own code
 /// back where the bug was planted; a failed one still has the bug.
 fn check_workspace(s: &Saheeli, task_id: &str, want: &Expected, bug: &Value) {
-    let results = s.expect_json(&["task", "results", task_id, "--json"], 0);
+    // `task results` exits as the task ended: 1 for an incomplete one.
+    let code = if want.passed { 0 } else { 1 };
+    let results = s.expect_json(&["task", "results", task_id, "--json"], code);
     let dir = PathBuf::from(results["results"].as_str().unwrap());
     let file = dir.join(bug["file"].as_str().unwrap());
     let text = std::fs::read_to_string(&file)
