@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! - [`cli`]: the command line (clap); `commands/`: one file per command
-//!   group (task, serve, run, gc, build); `output/`: `--json` shapes,
+//!   group (task, serve, run, eval, gc, build); `output/`: `--json` shapes,
 //!   tables, terminal-safe text.
 //! - `config/`: config.yaml (every key, `limits:`) and `.env`; `spec/`: a
 //!   prompt file, its front-matter and `--param` checked into a `TaskSpec`
@@ -44,6 +44,11 @@
 //!   scrape time, plus this process's latencies recorded by small hooks.
 //! - `web/`: `serve --http`: the JSON API, live events (SSE) and the
 //!   embedded dashboard, a subscriber of the bus beside the loop.
+//! - `eval/`: evaluation suites (`saheeli eval`): a suite file read
+//!   strictly, each case into a `TaskSpec` through `spec/`, scoring an
+//!   ended case (`expect`), `report.json`, the self-contained
+//!   `report.html` (inline SVG charts) and comparing two runs; the runs
+//!   and their case tasks are rows of `store/` (`eval`).
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.

@@ -8,7 +8,6 @@
 //! `--resume` submits only the cases that have no task yet: tasks already
 //! queued or running are picked up (by lease takeover), never doubled.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -33,9 +32,6 @@ use super::*;
 const BEAT: Duration = Duration::from_secs(1);
 const HOLD: Duration = Duration::from_secs(5);
 
-/// How often the cases' tasks are looked at for progress.
-const LOOK: Duration = Duration::from_millis(300);
-
 /// The options a run was started with (the `options` column), so a
 /// resumed run is the same run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -57,7 +53,10 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
     let (run, opts, suite_path, suite, text) = match &args.resume {
         Some(query) => resumed(&cfg, query)?,
         None => {
-            let path = args.suite.clone().expect("clap requires SUITE without --resume");
+            let path = args
+                .suite
+                .clone()
+                .expect("clap requires SUITE without --resume");
             let repeat = args.repeat.unwrap_or(1);
             if repeat == 0 {
                 bail!("`--repeat` must be at least 1");
@@ -120,7 +119,8 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
         opts.repeat,
         suite.cases.len() * opts.repeat as usize
     );
-    let submitted = submit_missing(&cfg, &mut store, &run.id, &specs, opts.repeat, &suite_path).await;
+    let submitted =
+        submit_missing(&cfg, &mut store, &run.id, &specs, opts.repeat, &suite_path).await;
     let heartbeat = CancellationToken::new();
     let beating = tokio::spawn(beat(cfg.clone(), run.id.clone(), heartbeat.clone()));
     let outcome = match submitted {
@@ -199,13 +199,18 @@ fn resumed(
 
 /// A suite file's text and the SHA-256 of its bytes.
 fn read_suite(path: &Path) -> anyhow::Result<(String, String)> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading suite `{}`", path.display()))?;
+    let bytes =
+        std::fs::read(path).with_context(|| format!("reading suite `{}`", path.display()))?;
     let digest = sha2::Sha256::digest(&bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("{}: not valid UTF-8; save the suite as UTF-8", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "{}: not valid UTF-8; save the suite as UTF-8",
+            path.display()
+        )
+    })?;
     Ok((text, digest))
 }
 
@@ -234,9 +239,8 @@ async fn beat(cfg: Config, run_id: String, stop: CancellationToken) {
         }
         let (cfg, id) = (cfg.clone(), run_id.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            open_store(&cfg).and_then(|mut s| {
-                Ok(s.beat_eval_run(&id, now_ms() + HOLD.as_millis() as i64)?)
-            })
+            open_store(&cfg)
+                .and_then(|mut s| Ok(s.beat_eval_run(&id, now_ms() + HOLD.as_millis() as i64)?))
         })
         .await;
     }
@@ -268,7 +272,10 @@ async fn submit_missing(
                             .await
                             .context("packing thread panicked")?
                             .with_context(|| {
-                                format!("{}: case `{case_id}`: packing its workspace", suite_path.display())
+                                format!(
+                                    "{}: case `{case_id}`: packing its workspace",
+                                    suite_path.display()
+                                )
                             })?,
                     )
                 }
@@ -298,7 +305,7 @@ async fn follow_and_serve(
     let (drain, stop) = signals();
     let done = CancellationToken::new();
     let total = suite.cases.len() * repeat as usize;
-    let watcher = tokio::spawn(watch(
+    let watcher = tokio::spawn(super::eval_progress::watch(
         cfg.clone(),
         run.id.clone(),
         suite.clone(),
@@ -341,106 +348,6 @@ async fn follow_and_serve(
     Ok(all)
 }
 
-/// Shows progress (a bar on a terminal, lines otherwise) until every
-/// case's task has ended (then cancels `done`, returns true) or `drain`.
-async fn watch(
-    cfg: Config,
-    run_id: String,
-    suite: Suite,
-    total: usize,
-    done: CancellationToken,
-    drain: CancellationToken,
-) -> anyhow::Result<bool> {
-    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
-        let b = indicatif::ProgressBar::new(total as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30.green/red} {pos}/{len} cases {msg} [{elapsed}]")
-                .expect("a valid template"),
-        );
-        b
-    });
-    let mut seen: BTreeMap<(String, u32), bool> = BTreeMap::new();
-    loop {
-        let draining = drain.is_cancelled();
-        let (cfg2, id2, suite2) = (cfg.clone(), run_id.clone(), suite.clone());
-        let known: Vec<(String, u32)> = seen.keys().cloned().collect();
-        let ended = tokio::task::spawn_blocking(move || newly_ended(&cfg2, &id2, &suite2, &known))
-            .await
-            .context("progress thread panicked")??;
-        for (case, r, passed, line) in ended {
-            seen.insert((case, r), passed);
-            let passed_n = seen.values().filter(|p| **p).count();
-            let failed_n = seen.len() - passed_n;
-            match &bar {
-                Some(b) => {
-                    b.set_position(seen.len() as u64);
-                    b.set_message(format!("{passed_n} passed, {failed_n} failed"));
-                    b.println(line);
-                }
-                None => eprintln!(
-                    "{line} [{}/{total} done: {passed_n} passed, {failed_n} failed]",
-                    seen.len()
-                ),
-            }
-        }
-        if seen.len() >= total {
-            if let Some(b) = &bar {
-                b.finish_and_clear();
-            }
-            done.cancel();
-            return Ok(true);
-        }
-        if draining {
-            if let Some(b) = &bar {
-                b.abandon();
-            }
-            return Ok(false);
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(LOOK) => {}
-            _ = drain.cancelled() => {}
-        }
-    }
-}
-
-/// Cases (and repeats) whose task chain ended since `known`: each scored
-/// once, with a line for people.
-fn newly_ended(
-    cfg: &Config,
-    run_id: &str,
-    suite: &Suite,
-    known: &[(String, u32)],
-) -> anyhow::Result<Vec<(String, u32, bool, String)>> {
-    let store = open_store(cfg)?;
-    let mut out = Vec::new();
-    for link in store.eval_links(run_id)? {
-        if known.iter().any(|(c, r)| c == &link.case_id && *r == link.repeat) {
-            continue;
-        }
-        let (_, ended) = eval::last_attempt(&store, link.task_id)?;
-        if !ended {
-            continue;
-        }
-        let Some(case) = suite.cases.iter().find(|c| c.id == link.case_id) else {
-            continue;
-        };
-        let r = eval::case_result(&store, case, &link)?;
-        let line = format!(
-            "{} {} #{} {} ({}{})",
-            if r.passed { "✓" } else { "✗" },
-            r.id,
-            r.repeat,
-            if r.passed { "passed" } else { "failed" },
-            r.state,
-            r.duration_ms
-                .map(|d| format!(", {:.1}s", d as f64 / 1000.0))
-                .unwrap_or_default()
-        );
-        out.push((link.case_id, link.repeat, r.passed, line));
-    }
-    Ok(out)
-}
-
 /// Scores the run, writes its reports, records its end; the exit code
 /// says whether the pass rate reached the threshold.
 fn finish(
@@ -453,7 +360,11 @@ fn finish(
 ) -> anyhow::Result<ExitCode> {
     let ok_state = |rate: f64| rate + 1e-9 >= suite.pass_threshold.0;
     let mut report = eval::gather(store, run, suite, repeat)?;
-    let state = if ok_state(report.pass_rate) { "passed" } else { "failed" };
+    let state = if ok_state(report.pass_rate) {
+        "passed"
+    } else {
+        "failed"
+    };
     store.end_eval_run(&run.id, state, report.pass_rate)?;
     // Read back, so the report carries the recorded end.
     let ended = store.eval_run(&run.id)?.context("the eval run vanished")?;

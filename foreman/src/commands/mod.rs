@@ -7,6 +7,7 @@ mod build;
 mod common;
 mod dry_run;
 mod eval;
+mod eval_progress;
 mod eval_runs;
 mod gc;
 mod human;
@@ -23,9 +24,9 @@ use serve::{context, signals};
 
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
+pub(crate) use common::{WrongState, open_store, spec_for_text, submit_spec};
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
-pub(crate) use common::{WrongState, open_store, spec_for_text, submit_spec};
 pub(crate) use gc::gc;
 pub(crate) use human::{Steer, answer, approve, deny, inject, pause, resume, steer, who};
 pub(crate) use metrics::metrics;

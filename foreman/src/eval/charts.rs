@@ -42,9 +42,8 @@ pub(crate) fn latency(cases: &[CaseResult]) -> String {
     let (w, h, left, bottom) = (560.0, 220.0, 36.0, 34.0);
     let plot_h = h - bottom - 10.0;
     let bar_w = (w - left - 10.0) / bins as f64;
-    let mut s = format!(
-        "<svg viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"latency distribution\">"
-    );
+    let mut s =
+        format!("<svg viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"latency distribution\">");
     for k in 0..=ticks {
         let y = 10.0 + plot_h * (1.0 - k as f64 / ticks as f64);
         let v = step * k;
@@ -119,9 +118,7 @@ pub(crate) fn tools(calls: &BTreeMap<String, u64>) -> String {
     let row = 24.0;
     let (w, label) = (560.0, 150.0);
     let h = row * by.len() as f64 + 8.0;
-    let mut s = format!(
-        "<svg viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"tool usage\">"
-    );
+    let mut s = format!("<svg viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"tool usage\">");
     for (i, (tool, n)) in by.iter().enumerate() {
         let y = 4.0 + i as f64 * row;
         let bw = ((w - label - 60.0) * **n as f64 / top).max(2.0);

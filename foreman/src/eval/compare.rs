@@ -62,7 +62,10 @@ pub(crate) fn compare(a: &EvalReport, b: &EvalReport) -> Comparison {
         });
     }
     let only = |m: &BTreeMap<String, f64>, other: &BTreeMap<String, f64>| {
-        m.keys().filter(|k| !other.contains_key(*k)).cloned().collect()
+        m.keys()
+            .filter(|k| !other.contains_key(*k))
+            .cloned()
+            .collect()
     };
     Comparison {
         run_a: a.run_id.clone(),
@@ -160,7 +163,11 @@ pub(crate) fn html(c: &Comparison) -> String {
         &mut s,
         "Pass rate",
         format!("{:+.0} pts", c.pass_rate_delta * 100.0),
-        format!("{:.0}% → {:.0}%", c.pass_rate_a * 100.0, c.pass_rate_b * 100.0),
+        format!(
+            "{:.0}% → {:.0}%",
+            c.pass_rate_a * 100.0,
+            c.pass_rate_b * 100.0
+        ),
     );
     card(
         &mut s,
@@ -168,8 +175,18 @@ pub(crate) fn html(c: &Comparison) -> String {
         format!("{:+.4}", c.cost_usd_delta),
         format!("${:.4} → ${:.4}", c.cost_usd_a, c.cost_usd_b),
     );
-    card(&mut s, "Pass → fail", c.pass_to_fail.len().to_string(), c.pass_to_fail.join(", "));
-    card(&mut s, "Fail → pass", c.fail_to_pass.len().to_string(), c.fail_to_pass.join(", "));
+    card(
+        &mut s,
+        "Pass → fail",
+        c.pass_to_fail.len().to_string(),
+        c.pass_to_fail.join(", "),
+    );
+    card(
+        &mut s,
+        "Fail → pass",
+        c.fail_to_pass.len().to_string(),
+        c.fail_to_pass.join(", "),
+    );
     s.push_str(
         "</div><h2>Cases</h2><table id=\"cases\"><thead><tr><th>Case</th><th class=\"num\">A</th>\
          <th class=\"num\">B</th><th>Change</th></tr></thead><tbody>",

@@ -56,7 +56,8 @@ fn money(x: f64) -> String {
 
 /// The page for `r`.
 pub(crate) fn render(r: &EvalReport) -> String {
-    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(JS.as_bytes()));
+    let hash =
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(JS.as_bytes()));
     let mut s = String::new();
     let _ = write!(
         s,
@@ -172,11 +173,19 @@ fn summary(s: &mut String, r: &EvalReport) {
         "",
         "Latency p50",
         &lat(r.latency_ms.p50),
-        &format!("p90 {} · max {}", lat(r.latency_ms.p90), lat(r.latency_ms.max)),
+        &format!(
+            "p90 {} · max {}",
+            lat(r.latency_ms.p90),
+            lat(r.latency_ms.max)
+        ),
     );
     let wall = r.wall_ms.map(human_ms).unwrap_or_else(|| "–".into());
     let speedup = match r.wall_ms {
-        Some(w) if w > 0 => format!("{:.1}× the sum of task times ({})", r.task_ms_sum as f64 / w as f64, human_ms(r.task_ms_sum)),
+        Some(w) if w > 0 => format!(
+            "tasks took {} in all: {:.1}× faster",
+            human_ms(r.task_ms_sum),
+            r.task_ms_sum as f64 / w as f64
+        ),
         _ => format!("tasks took {} in all", human_ms(r.task_ms_sum)),
     };
     card(s, "", "Wall time", &wall, &speedup);
@@ -184,7 +193,9 @@ fn summary(s: &mut String, r: &EvalReport) {
 }
 
 fn categories_and_failures(s: &mut String, r: &EvalReport) {
-    s.push_str("<div class=\"grid2\" style=\"margin-top:14px\"><div class=\"panel\"><h3>By category</h3>");
+    s.push_str(
+        "<div class=\"grid2\" style=\"margin-top:14px\"><div class=\"panel\"><h3>By category</h3>",
+    );
     for (name, t) in &r.by_category {
         let _ = write!(
             s,
@@ -210,7 +221,12 @@ fn categories_and_failures(s: &mut String, r: &EvalReport) {
 fn outcome(c: &CaseResult) -> (&'static str, &'static str) {
     if c.passed {
         ("pass", "passed")
-    } else if c.duration_ms.is_none() && !matches!(c.state.as_str(), "complete" | "incomplete" | "failed" | "cancelled") {
+    } else if c.duration_ms.is_none()
+        && !matches!(
+            c.state.as_str(),
+            "complete" | "incomplete" | "failed" | "cancelled"
+        )
+    {
         ("wait", "unfinished")
     } else {
         ("fail", "failed")
@@ -319,13 +335,19 @@ fn details(s: &mut String, c: &CaseResult) {
                 v.attempt,
                 esc(&v.command),
                 if v.passed { "passed" } else { "failed" },
-                v.exit_code.map(|e| format!(" (exit {e})")).unwrap_or_default(),
+                v.exit_code
+                    .map(|e| format!(" (exit {e})"))
+                    .unwrap_or_default(),
                 esc(&v.output)
             );
         }
     }
     s.push_str("<h4>Patch</h4>");
-    match c.results.as_deref().map(|d| super::score::read_below(Path::new(d), crate::report::PATCH)) {
+    match c
+        .results
+        .as_deref()
+        .map(|d| super::score::read_below(Path::new(d), crate::report::PATCH))
+    {
         Some(Ok(p)) if p.trim().is_empty() => s.push_str("<p class=\"muted\">no changes</p>"),
         Some(Ok(p)) => {
             s.push_str("<pre>");

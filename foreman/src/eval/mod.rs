@@ -1,7 +1,8 @@
 //! Evaluation suites (`saheeli eval`): a suite file's cases run as
 //! ordinary tasks tagged with the run's id, scored, and reported.
 //!
-//! - `suite`: reading a suite file strictly (errors name the line).
+//! - `suite`: reading a suite file strictly (errors name the line);
+//!   `checked`: its deserialization helpers; `expect`: a case's `expect:`.
 //! - `prepare`: a case into a `TaskSpec` through `spec/`.
 //! - `score`: a case's verdict from its task and collected workspace.
 //! - `report`: `report.json` (per case and repeat, and totals).
@@ -9,7 +10,9 @@
 //! - `compare`: two runs side by side.
 
 mod charts;
+mod checked;
 mod compare;
+mod expect;
 mod html;
 mod prepare;
 mod report;

@@ -44,7 +44,10 @@ pub(crate) fn case_spec(
     }
     let title = Value::String("title".into());
     if !merged.contains_key(&title) && !body.lines().any(|l| l.trim_start().starts_with('#')) {
-        merged.insert(title, Value::String(format!("{}: {}", suite.name.0, case.id)));
+        merged.insert(
+            title,
+            Value::String(format!("{}: {}", suite.name.0, case.id)),
+        );
     }
     let text = format!("---\n{}---\n{body}", serde_yaml::to_string(&merged)?);
     let mut params: Vec<String> = case
@@ -61,9 +64,14 @@ pub(crate) fn case_spec(
 /// A prompt file's front-matter as keys (relative paths made absolute
 /// against its directory) and its body.
 fn prompt_file(file: &Path) -> anyhow::Result<(Mapping, String)> {
-    let bytes = std::fs::read(file).with_context(|| format!("reading prompt `{}`", file.display()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("{}: not valid UTF-8; save the prompt as UTF-8", file.display()))?;
+    let bytes =
+        std::fs::read(file).with_context(|| format!("reading prompt `{}`", file.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "{}: not valid UTF-8; save the prompt as UTF-8",
+            file.display()
+        )
+    })?;
     let prompt = PromptFile::parse(file, &text)?;
     let dir = file.parent().unwrap_or(Path::new("."));
     let mut keys = match serde_yaml::to_value(&prompt.front_matter)? {

@@ -144,13 +144,20 @@ pub(crate) fn gather(
 }
 
 /// Whether a case's task chain has ended, and its last attempt.
-pub(crate) fn last_attempt(store: &Store, id: saheeli_protocol::TaskId) -> anyhow::Result<(Vec<TaskRow>, bool)> {
+pub(crate) fn last_attempt(
+    store: &Store,
+    id: saheeli_protocol::TaskId,
+) -> anyhow::Result<(Vec<TaskRow>, bool)> {
     let chain = store.attempts(id)?;
     let ended = chain.last().is_some_and(|t| t.state.is_terminal());
     Ok((chain, ended))
 }
 
-pub(crate) fn case_result(store: &Store, case: &Case, link: &EvalLink) -> anyhow::Result<CaseResult> {
+pub(crate) fn case_result(
+    store: &Store,
+    case: &Case,
+    link: &EvalLink,
+) -> anyhow::Result<CaseResult> {
     let (chain, ended) = last_attempt(store, link.task_id)?;
     let last = chain.last().expect("a task has at least one attempt");
     let results = last.results_path.as_deref().map(Path::new);
@@ -261,13 +268,22 @@ pub(crate) fn cap(text: &str, max: usize) -> String {
 }
 
 /// The totals over `cases`.
-pub(crate) fn totals(run: &EvalRunRow, suite: &Suite, repeat: u32, cases: Vec<CaseResult>) -> EvalReport {
+pub(crate) fn totals(
+    run: &EvalRunRow,
+    suite: &Suite,
+    repeat: u32,
+    cases: Vec<CaseResult>,
+) -> EvalReport {
     let ended: Vec<&CaseResult> = cases.iter().filter(|c| is_ended(&c.state)).collect();
     let passed = cases.iter().filter(|c| c.passed).count();
     let expected = suite.cases.len() * repeat as usize;
     let unfinished = expected - ended.len().min(expected);
     let failed = expected - passed - unfinished;
-    let pass_rate = if expected == 0 { 0.0 } else { passed as f64 / expected as f64 };
+    let pass_rate = if expected == 0 {
+        0.0
+    } else {
+        passed as f64 / expected as f64
+    };
     let mut by_category: BTreeMap<String, Tally> = BTreeMap::new();
     let mut case_pass_fraction = BTreeMap::new();
     for case in &suite.cases {
@@ -279,7 +295,11 @@ pub(crate) fn totals(run: &EvalRunRow, suite: &Suite, repeat: u32, cases: Vec<Ca
         t.total += repeat as usize;
     }
     for t in by_category.values_mut() {
-        t.pass_rate = if t.total == 0 { 0.0 } else { t.passed as f64 / t.total as f64 };
+        t.pass_rate = if t.total == 0 {
+            0.0
+        } else {
+            t.passed as f64 / t.total as f64
+        };
     }
     let pass_at_1 = if case_pass_fraction.is_empty() {
         0.0

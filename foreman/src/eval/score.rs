@@ -105,10 +105,11 @@ pub(crate) fn read_below(dir: &Path, rel: &str) -> Result<String, String> {
         fd = rustix::fs::openat(&fd, *part, dir_flags, Mode::empty()).map_err(refused)?;
     }
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let file = std::fs::File::from(
-        rustix::fs::openat(&fd, *last, flags, Mode::empty()).map_err(refused)?,
-    );
-    let meta = file.metadata().map_err(|e| format!("cannot be read ({e})"))?;
+    let file =
+        std::fs::File::from(rustix::fs::openat(&fd, *last, flags, Mode::empty()).map_err(refused)?);
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot be read ({e})"))?;
     if !meta.is_file() {
         return Err("is not a regular file".into());
     }
@@ -128,14 +129,19 @@ pub(crate) fn read_below(dir: &Path, rel: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::suite::{FileKey, Pattern};
+    use crate::eval::expect::{FileKey, Pattern};
 
     fn expect(files: &[(&str, &str)], message: Option<&str>) -> Expect {
         Expect {
             state: None,
             files: files
                 .iter()
-                .map(|(p, r)| (FileKey(p.to_string()), Pattern(regex::Regex::new(r).unwrap())))
+                .map(|(p, r)| {
+                    (
+                        FileKey(p.to_string()),
+                        Pattern(regex::Regex::new(r).unwrap()),
+                    )
+                })
                 .collect(),
             message: message.map(|m| Pattern(regex::Regex::new(m).unwrap())),
         }
@@ -180,6 +186,9 @@ mod tests {
         );
         assert!(!wrong.passed && !wrong.state_ok);
         assert_eq!(wrong.score, 0.0);
-        assert_eq!(wrong.why[0], "fail: ended incomplete (max_steps), expected complete");
+        assert_eq!(
+            wrong.why[0],
+            "fail: ended incomplete (max_steps), expected complete"
+        );
     }
 }

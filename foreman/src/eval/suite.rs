@@ -15,11 +15,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use saheeli_protocol::front_matter::FrontMatter;
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_yaml::{Mapping, Value};
 
-use crate::state::TaskState;
+use super::checked::{Checked, CheckedValue, front_matter_fields};
+pub(crate) use super::expect::Expect;
 
 /// A suite, checked; its paths absolute.
 #[derive(Clone, Debug, Deserialize)]
@@ -46,7 +47,9 @@ impl<'de> Deserialize<'de> for SuiteName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_str(Checked(|s: String| {
             if s.trim().is_empty() || s.chars().count() > 100 || s.chars().any(char::is_control) {
-                return Err("`name` must be 1 to 100 characters, without control characters".into());
+                return Err(
+                    "`name` must be 1 to 100 characters, without control characters".into(),
+                );
             }
             Ok(SuiteName(s))
         }))
@@ -97,72 +100,6 @@ pub(crate) struct Case {
     pub expect: Expect,
     /// Front-matter keys set by the case (`workspace`, `verify`, …).
     pub keys: FrontMatterKeys,
-}
-
-/// How a case is scored beyond its task's state.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Expect {
-    /// The state the task must end in (default `complete`).
-    #[serde(default)]
-    pub state: Option<EndState>,
-    /// Files of the collected workspace that must exist and match.
-    #[serde(default)]
-    pub files: BTreeMap<FileKey, Pattern>,
-    /// What the completion message must match.
-    #[serde(default)]
-    pub message: Option<Pattern>,
-}
-
-/// A terminal task state named in `expect.state`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct EndState(pub TaskState);
-
-impl<'de> Deserialize<'de> for EndState {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(Checked(|s: String| match s.parse::<TaskState>() {
-            Ok(st) if st.is_terminal() => Ok(EndState(st)),
-            _ => Err(format!(
-                "`expect.state` `{s}` is not a state a task ends in; use complete, incomplete, failed or cancelled"
-            )),
-        }))
-    }
-}
-
-/// A path below the workspace named in `expect.files`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct FileKey(pub String);
-
-impl<'de> Deserialize<'de> for FileKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(Checked(|s: String| {
-            let plain = Path::new(&s)
-                .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_)));
-            if s.is_empty() || !plain {
-                return Err(format!(
-                    "`expect.files` path `{s}` must be relative to the workspace, without `..`"
-                ));
-            }
-            Ok(FileKey(s))
-        }))
-    }
-}
-
-/// A regex, compiled while reading so a bad one names its line.
-#[derive(Clone, Debug)]
-pub(crate) struct Pattern(pub regex::Regex);
-
-impl<'de> Deserialize<'de> for Pattern {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(Checked(|s: String| {
-            regex::RegexBuilder::new(&s)
-                .size_limit(1 << 20)
-                .build()
-                .map(Pattern)
-                .map_err(|e| format!("regex `{s}` does not compile: {e}"))
-        }))
-    }
 }
 
 /// Front-matter keys with their values, each checked alone against the
@@ -218,70 +155,6 @@ impl<'de> DeserializeSeed<'de> for KeyOf {
                 expected.join(", ")
             ))
         }))
-    }
-}
-
-/// A string checked by `f` inside the parser's call, so an error carries
-/// the position of the string itself.
-struct Checked<F>(F);
-
-impl<'de, T, F: FnOnce(String) -> Result<T, String>> Visitor<'de> for Checked<F> {
-    type Value = T;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
-        (self.0)(v.to_string()).map_err(E::custom)
-    }
-}
-
-/// A value of any shape checked by `f` inside the parser's call (as
-/// [`Checked`] does for strings).
-struct CheckedValue<F>(F);
-
-impl<F: FnOnce(Value) -> Result<Value, String>> CheckedValue<F> {
-    fn check<E: de::Error>(self, v: Value) -> Result<Value, E> {
-        (self.0)(v).map_err(E::custom)
-    }
-}
-
-impl<'de, F: FnOnce(Value) -> Result<Value, String>> Visitor<'de> for CheckedValue<F> {
-    type Value = Value;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a value")
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        self.check(Value::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        self.check(Value::Number(v.into()))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        self.check(Value::Number(v.into()))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        self.check(Value::Number(v.into()))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        self.check(Value::String(v.to_string()))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        self.check(Value::Null)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
-        self.check(Value::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        let v = Value::deserialize(d)?;
-        self.check(v)
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        let v = Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-        self.check(v)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
-        let v = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        self.check(v)
     }
 }
 
@@ -419,7 +292,9 @@ impl<'de> DeserializeSeed<'de> for CaseIdSeed {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             if !ok {
-                return Err(format!("case id `{id}` must be 1 to 64 of a-z, 0-9 and `-`"));
+                return Err(format!(
+                    "case id `{id}` must be 1 to 64 of a-z, 0-9 and `-`"
+                ));
             }
             let fresh = CONTEXT.with(|c| {
                 c.borrow_mut()
@@ -485,7 +360,11 @@ pub(crate) struct SuiteError {
 /// Reads and checks a suite file's text (`path` names it and its
 /// directory anchors relative paths).
 pub(crate) fn parse(path: &Path, text: &str) -> Result<Suite, SuiteError> {
-    let dir = absolute(path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")));
+    let dir = absolute(
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new(".")),
+    );
     CONTEXT.with(|c| {
         *c.borrow_mut() = Some(Context {
             dir,
@@ -521,59 +400,23 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Suite, SuiteError> {
 /// The line (1-based) of case `id`'s `id:` in a suite's text, for errors
 /// found after reading (ids are unique, so the match is exact).
 pub(crate) fn case_line(text: &str, id: &str) -> Option<usize> {
-    text.lines().position(|l| {
-        let l = l.trim_start().trim_start_matches("- ").trim_start_matches('{').trim();
-        l.strip_prefix("id:").is_some_and(|v| {
-            let v = v.split(',').next().unwrap_or("").trim().trim_end_matches('}').trim();
-            v.trim_matches(|c| c == '"' || c == '\'') == id
+    text.lines()
+        .position(|l| {
+            let l = l
+                .trim_start()
+                .trim_start_matches("- ")
+                .trim_start_matches('{')
+                .trim();
+            l.strip_prefix("id:").is_some_and(|v| {
+                let v = v
+                    .split(',')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .trim_end_matches('}')
+                    .trim();
+                v.trim_matches(|c| c == '"' || c == '\'') == id
+            })
         })
-    })
-    .map(|i| i + 1)
-}
-
-/// The front-matter's keys, as serde sees them (so this list never drifts
-/// from `FrontMatter`): its derived `Deserialize` names them to the
-/// deserializer it is given, which here only listens.
-pub(crate) fn front_matter_fields() -> &'static [&'static str] {
-    use std::sync::OnceLock;
-    static FIELDS: OnceLock<&'static [&'static str]> = OnceLock::new();
-    FIELDS.get_or_init(|| {
-        struct Listen<'a>(&'a mut Option<&'static [&'static str]>);
-        #[derive(Debug)]
-        struct Stop;
-        impl fmt::Display for Stop {
-            fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("listening only")
-            }
-        }
-        impl std::error::Error for Stop {}
-        impl de::Error for Stop {
-            fn custom<T: fmt::Display>(_: T) -> Self {
-                Stop
-            }
-        }
-        impl<'de> Deserializer<'de> for Listen<'_> {
-            type Error = Stop;
-            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
-                Err(Stop)
-            }
-            fn deserialize_struct<V: Visitor<'de>>(
-                self,
-                _: &'static str,
-                fields: &'static [&'static str],
-                _: V,
-            ) -> Result<V::Value, Stop> {
-                *self.0 = Some(fields);
-                Err(Stop)
-            }
-            serde::forward_to_deserialize_any! {
-                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-                bytes byte_buf option unit unit_struct newtype_struct seq tuple
-                tuple_struct map enum identifier ignored_any
-            }
-        }
-        let mut fields = None;
-        let _ = FrontMatter::deserialize(Listen(&mut fields));
-        fields.expect("FrontMatter is a struct")
-    })
+        .map(|i| i + 1)
 }

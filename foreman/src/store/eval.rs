@@ -253,7 +253,10 @@ mod tests {
         );
         assert!(s.hold_eval_run("0001", 100, 200).unwrap());
         assert!(!s.hold_eval_run("0001", 150, 300).unwrap(), "still alive");
-        assert!(s.hold_eval_run("0001", 250, 300).unwrap(), "heartbeat lapsed");
+        assert!(
+            s.hold_eval_run("0001", 250, 300).unwrap(),
+            "heartbeat lapsed"
+        );
         let r = s.eval_run("000").unwrap().unwrap();
         assert_eq!(r.shown_state(260), "running");
         assert_eq!(r.shown_state(301), "interrupted");

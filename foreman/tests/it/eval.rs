@@ -14,7 +14,8 @@ use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, assert_nothing_queued, require_docker, script};
 
 const BUGGY: &str = "def add(a, b):\n    return a - b\n";
-const TEST: &str = "import calc\nassert calc.add(2, 2) == 4, 'add is wrong'\nprint('ok: add works')\n";
+const TEST: &str =
+    "import calc\nassert calc.add(2, 2) == 4, 'add is wrong'\nprint('ok: add works')\n";
 /// Agent-made text that must stay text in the HTML report.
 const HOSTILE: &str = "<script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\">done";
 
@@ -32,7 +33,10 @@ fn fixture(s: &Saheeli) {
     s.write(
         "scripts/no-fix.json",
         &script(&[
-            ("execute_shell", json!({"command": "echo nothing > out.txt"})),
+            (
+                "execute_shell",
+                json!({"command": "echo nothing > out.txt"}),
+            ),
             ("task_complete", json!({"message": HOSTILE})),
         ]),
     );
@@ -45,7 +49,10 @@ fn fix_script(out: &str, message: &str) -> String {
             "edit_file",
             json!({"path": "calc.py", "old_str": "a - b", "new_str": "a + b"}),
         ),
-        ("execute_shell", json!({"command": format!("echo {out} > out.txt")})),
+        (
+            "execute_shell",
+            json!({"command": format!("echo {out} > out.txt")}),
+        ),
         ("task_complete", json!({"message": message})),
     ])
 }
@@ -108,7 +115,10 @@ fn cases_by_id(report: &Value) -> BTreeMap<String, Vec<Value>> {
 }
 
 fn report_file(s: &Saheeli, run_id: &str, name: &str) -> std::path::PathBuf {
-    s.path().join("results").join(format!("eval-{run_id}")).join(name)
+    s.path()
+        .join("results")
+        .join(format!("eval-{run_id}"))
+        .join(name)
 }
 
 #[test]
@@ -117,14 +127,46 @@ fn a_suite_with_a_bad_key_or_case_exits_2_naming_the_line_and_submits_nothing() 
     fixture(&s);
     let head = "name: bad\ncases:\n  - id: calc-add\n    category: arithmetic\n";
     let bad = [
-        (format!("{head}    text: hi\n    modle: gpt-4o\n"), 6, "unknown key `modle`"),
-        (format!("{head}    text: hi\n  - id: calc-add\n    text: again\n"), 6, "duplicate case id `calc-add`"),
-        (format!("{head}    prompt: cases/missing.md\n"), 5, "prompt file `cases/missing.md` does not exist"),
-        (format!("{head}    text: hi\n    workspace: no/such/dir\n"), 6, "`workspace` `no/such/dir` is not a directory"),
-        (format!("{head}    text: hi\n    expect: {{ message: \"(\" }}\n"), 6, "does not compile"),
-        (format!("{head}    text: hi\n    max_steps: 0\n"), 3, "`max_steps` 0 is out of range"),
-        ("name: bad\nthreshold: 1\ncases: []\n".to_string(), 2, "unknown field `threshold`"),
-        (format!("{head}    text: hi\n    id2: x\n"), 6, "unknown key `id2`"),
+        (
+            format!("{head}    text: hi\n    modle: gpt-4o\n"),
+            6,
+            "unknown key `modle`",
+        ),
+        (
+            format!("{head}    text: hi\n  - id: calc-add\n    text: again\n"),
+            6,
+            "duplicate case id `calc-add`",
+        ),
+        (
+            format!("{head}    prompt: cases/missing.md\n"),
+            5,
+            "prompt file `cases/missing.md` does not exist",
+        ),
+        (
+            format!("{head}    text: hi\n    workspace: no/such/dir\n"),
+            6,
+            "`workspace` `no/such/dir` is not a directory",
+        ),
+        (
+            format!("{head}    text: hi\n    expect: {{ message: \"(\" }}\n"),
+            6,
+            "does not compile",
+        ),
+        (
+            format!("{head}    text: hi\n    max_steps: 0\n"),
+            3,
+            "`max_steps` 0 is out of range",
+        ),
+        (
+            "name: bad\nthreshold: 1\ncases: []\n".to_string(),
+            2,
+            "unknown field `threshold`",
+        ),
+        (
+            format!("{head}    text: hi\n    id2: x\n"),
+            6,
+            "unknown key `id2`",
+        ),
     ];
     for (text, line, what) in bad {
         s.write("bad.yaml", &text);
@@ -138,7 +180,10 @@ fn a_suite_with_a_bad_key_or_case_exits_2_naming_the_line_and_submits_nothing() 
     let listed = s.expect_json(&["eval", "list", "--json"], 0);
     assert_eq!(listed, json!([]), "no run was recorded");
     let err = s.expect_err(&["eval", "--resume", "0000"], 2);
-    assert!(err.contains("no eval run") || err.contains("no database"), "{err}");
+    assert!(
+        err.contains("no eval run") || err.contains("no database"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -150,12 +195,16 @@ fn eval_scores_every_case_and_writes_the_json_report() {
     // 3 of 6 pass, under the 0.9 threshold: exit 1.
     let printed = s.expect_json(&["eval", "suite.yaml", "--json"], 1);
     let run_id = printed["run_id"].as_str().unwrap();
-    let file: Value =
-        serde_json::from_str(&std::fs::read_to_string(report_file(&s, run_id, "report.json")).unwrap())
-            .unwrap();
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(report_file(&s, run_id, "report.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(printed, file, "--json prints report.json's object");
     assert_eq!(file["suite"], "tiny-calc");
-    assert_eq!((file["passed"].as_u64(), file["failed"].as_u64()), (Some(3), Some(3)));
+    assert_eq!(
+        (file["passed"].as_u64(), file["failed"].as_u64()),
+        (Some(3), Some(3))
+    );
     assert_eq!(file["pass_rate"].as_f64(), Some(0.5));
     let cases = cases_by_id(&file);
     let verdict = |id: &str| cases[id][0]["passed"].as_bool().unwrap();
@@ -176,10 +225,20 @@ fn eval_scores_every_case_and_writes_the_json_report() {
     assert_eq!(add["category"], "arithmetic");
     assert_eq!(add["verify_attempts"].as_u64(), Some(1));
     assert_eq!(add["tool_calls"]["edit_file"].as_u64(), Some(1));
-    assert!(add["verify"][0]["output"].as_str().unwrap().contains("ok: add works"));
+    assert!(
+        add["verify"][0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("ok: add works")
+    );
     for key in ["results", "report", "patch"] {
-        let p = add[key].as_str().unwrap_or_else(|| panic!("calc-add has no `{key}`"));
-        assert!(std::path::Path::new(p).is_file() || key == "results", "{key}: {p}");
+        let p = add[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("calc-add has no `{key}`"));
+        assert!(
+            std::path::Path::new(p).is_file() || key == "results",
+            "{key}: {p}"
+        );
     }
     assert!(add["duration_ms"].as_i64().is_some() && add["queue_wait_ms"].as_i64().is_some());
     let unfixed = &cases["calc-unfixed"][0];
@@ -187,30 +246,52 @@ fn eval_scores_every_case_and_writes_the_json_report() {
         (unfixed["state"].as_str(), unfixed["reason"].as_str()),
         (Some("incomplete"), Some("verification_failed"))
     );
-    assert!(unfixed["verify"][0]["output"].as_str().unwrap().contains("add is wrong"));
+    assert!(
+        unfixed["verify"][0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("add is wrong")
+    );
     let wrong = &cases["calc-wrong-file"][0];
     assert_eq!(wrong["state"], "complete");
     assert_eq!(wrong["score"].as_f64(), Some(0.5));
     assert!(
-        wrong["why"].to_string().contains("fail: `out.txt` does not match `^ok`"),
+        wrong["why"]
+            .to_string()
+            .contains("fail: `out.txt` does not match `^ok`"),
         "{}",
         wrong["why"]
     );
-    assert!(cases["calc-wrong-message"][0]["why"].to_string().contains("the message does not match"));
+    assert!(
+        cases["calc-wrong-message"][0]["why"]
+            .to_string()
+            .contains("the message does not match")
+    );
     assert_eq!(cases["say-done"][0]["message"], HOSTILE);
     assert_eq!(
         file["failures_by_reason"],
         json!({"expect_failed": 2, "verification_failed": 1})
     );
-    assert_eq!(file["by_category"]["chat"], json!({"passed": 2, "total": 2, "pass_rate": 1.0}));
+    assert_eq!(
+        file["by_category"]["chat"],
+        json!({"passed": 2, "total": 2, "pass_rate": 1.0})
+    );
     assert_eq!(file["by_category"]["arithmetic"]["passed"], 1);
-    assert!(file["latency_ms"]["p50"].as_i64().unwrap() <= file["latency_ms"]["max"].as_i64().unwrap());
+    assert!(
+        file["latency_ms"]["p50"].as_i64().unwrap() <= file["latency_ms"]["max"].as_i64().unwrap()
+    );
     assert_eq!(file["tool_calls"]["task_complete"].as_u64(), Some(6));
     // The HTML report is one file, with the agent's text escaped.
     let html = std::fs::read_to_string(report_file(&s, run_id, "report.html")).unwrap();
-    assert!(!html.contains("<script>window.pwned"), "agent text reached the page as markup");
+    assert!(
+        !html.contains("<script>window.pwned"),
+        "agent text reached the page as markup"
+    );
     assert!(html.contains("&lt;script&gt;window.pwned=1&lt;/script&gt;"));
-    assert!(!html.contains("http://") && !html.contains("https://"), "nothing is fetched");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "nothing is fetched"
+    );
     // Every case is an ordinary task, HITL off.
     let tasks = s.tasks();
     assert_eq!(tasks.len(), 6);
@@ -236,14 +317,22 @@ fn repeat_gives_k_results_per_case_and_compare_finds_a_planted_regression() {
     let cases = cases_by_id(&a);
     assert_eq!(cases.len(), 2);
     for (id, results) in &cases {
-        let repeats: Vec<u64> = results.iter().map(|c| c["repeat"].as_u64().unwrap()).collect();
+        let repeats: Vec<u64> = results
+            .iter()
+            .map(|c| c["repeat"].as_u64().unwrap())
+            .collect();
         assert_eq!(repeats, vec![1, 2, 3], "{id}");
-        let ids: std::collections::BTreeSet<&str> =
-            results.iter().map(|c| c["task_id"].as_str().unwrap()).collect();
+        let ids: std::collections::BTreeSet<&str> = results
+            .iter()
+            .map(|c| c["task_id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids.len(), 3, "{id}: a task per repeat");
     }
     assert_eq!(a["pass_at_1"].as_f64(), Some(1.0));
-    assert_eq!(a["case_pass_fraction"], json!({"calc-add": 1.0, "say-done": 1.0}));
+    assert_eq!(
+        a["case_pass_fraction"],
+        json!({"calc-add": 1.0, "say-done": 1.0})
+    );
     // The planted regression: the fix stops fixing.
     s.write(
         "scripts/fix.json",
@@ -252,18 +341,34 @@ fn repeat_gives_k_results_per_case_and_compare_finds_a_planted_regression() {
     let b = s.expect_json(&["eval", "suite.yaml", "--json"], 1);
     let (ra, rb) = (a["run_id"].as_str().unwrap(), b["run_id"].as_str().unwrap());
     let c = s.expect_json(
-        &["eval", "compare", ra, rb, "--json", "--html", "compare.html"],
+        &[
+            "eval",
+            "compare",
+            ra,
+            rb,
+            "--json",
+            "--html",
+            "compare.html",
+        ],
         0,
     );
     assert_eq!(c["pass_to_fail"], json!(["calc-add"]));
     assert_eq!(c["fail_to_pass"], json!([]));
     assert_eq!(c["pass_rate_delta"].as_f64(), Some(-0.5));
     let table = s.expect(&["eval", "compare", ra, rb], 0);
-    assert!(table.contains("pass → fail") && table.contains("calc-add"), "{table}");
+    assert!(
+        table.contains("pass → fail") && table.contains("calc-add"),
+        "{table}"
+    );
     let page = std::fs::read_to_string(s.path().join("compare.html")).unwrap();
     assert!(page.contains("calc-add") && page.contains("pass → fail"));
     let listed = s.expect_json(&["eval", "list", "--json"], 0);
-    let states: Vec<&str> = listed.as_array().unwrap().iter().map(|r| r["state"].as_str().unwrap()).collect();
+    let states: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
     assert_eq!(states, vec!["failed", "passed"], "newest first");
 }
 
@@ -274,11 +379,15 @@ fn resume_after_kill_9_completes_only_the_missing_cases() {
     s.write(
         "scripts/slow.json",
         &script(&[
-            ("execute_shell", json!({"command": "sleep 1; echo ok > out.txt"})),
+            (
+                "execute_shell",
+                json!({"command": "sleep 1; echo ok > out.txt"}),
+            ),
             ("task_complete", json!({"message": "done"})),
         ]),
     );
-    let mut suite = String::from("name: slow\ndefaults: { model: replay:scripts/slow.json }\ncases:\n");
+    let mut suite =
+        String::from("name: slow\ndefaults: { model: replay:scripts/slow.json }\ncases:\n");
     let n = 6;
     for i in 0..n {
         suite.push_str(&format!(
@@ -326,7 +435,11 @@ fn resume_after_kill_9_completes_only_the_missing_cases() {
     assert_eq!(cases.len(), n);
     for (id, results) in &cases {
         assert_eq!(results.len(), 1, "{id} appears once");
-        assert!(results[0]["passed"].as_bool().unwrap(), "{id}: {:#}", results[0]);
+        assert!(
+            results[0]["passed"].as_bool().unwrap(),
+            "{id}: {:#}",
+            results[0]
+        );
     }
     let in_report: Vec<&str> = report["cases"]
         .as_array()
@@ -335,7 +448,10 @@ fn resume_after_kill_9_completes_only_the_missing_cases() {
         .map(|c| c["task_id"].as_str().unwrap())
         .collect();
     for id in &before {
-        assert!(in_report.contains(&id.as_str()), "finished task {id} was rerun or lost");
+        assert!(
+            in_report.contains(&id.as_str()),
+            "finished task {id} was rerun or lost"
+        );
     }
     assert_eq!(s.tasks().len(), n, "no case was submitted twice");
     let listed = s.expect_json(&["eval", "list", "--json"], 0);

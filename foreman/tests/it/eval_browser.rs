@@ -17,17 +17,27 @@ const HOSTILE: &str = "<script>window.pwned=1</script><img src=x onerror=\"windo
 struct BrowserLog;
 
 impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
-    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
         base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
     }
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
-        (http::Method::POST, Some(json!({"type": "browser"}).to_string()))
+        (
+            http::Method::POST,
+            Some(json!({"type": "browser"}).to_string()),
+        )
     }
 }
 
 /// The console entries of level SEVERE (errors, CSP violations).
 async fn console_errors(c: &Client) -> Vec<String> {
-    let log = c.issue_cmd(BrowserLog).await.expect("reading the browser console");
+    let log = c
+        .issue_cmd(BrowserLog)
+        .await
+        .expect("reading the browser console");
     log.as_array()
         .unwrap_or_else(|| panic!("no console log: {log}"))
         .iter()
@@ -58,11 +68,17 @@ fn the_html_report_has_a_row_per_result_and_no_console_errors() {
     s.write(
         "fix.json",
         &script(&[
-            ("edit_file", json!({"path": "calc.py", "old_str": "a - b", "new_str": "a + b"})),
+            (
+                "edit_file",
+                json!({"path": "calc.py", "old_str": "a - b", "new_str": "a + b"}),
+            ),
             ("task_complete", json!({"message": "fixed add"})),
         ]),
     );
-    s.write("hostile.json", &script(&[("task_complete", json!({"message": HOSTILE}))]));
+    s.write(
+        "hostile.json",
+        &script(&[("task_complete", json!({"message": HOSTILE}))]),
+    );
     s.write(
         "suite.yaml",
         &format!(
@@ -85,42 +101,86 @@ fn the_html_report_has_a_row_per_result_and_no_console_errors() {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let c = browser(&driver).await;
         // The check can fail: a page that throws is seen.
-        let bad = s.write("throws.html", "<!doctype html><script>throw new Error('boom')</script>");
+        let bad = s.write(
+            "throws.html",
+            "<!doctype html><script>throw new Error('boom')</script>",
+        );
         c.goto(&format!("file://{}", bad.display())).await.unwrap();
         let seen = console_errors(&c).await;
-        assert!(seen.iter().any(|m| m.contains("boom")), "console check is blind: {seen:?}");
+        assert!(
+            seen.iter().any(|m| m.contains("boom")),
+            "console check is blind: {seen:?}"
+        );
 
         c.goto(&format!("file://{}", page.display())).await.unwrap();
         assert_eq!(visible_rows(&c).await, 6, "3 cases × 2 repeats");
-        let pwned = c.execute("return window.pwned === undefined", vec![]).await.unwrap();
+        let pwned = c
+            .execute("return window.pwned === undefined", vec![])
+            .await
+            .unwrap();
         assert_eq!(pwned, json!(true), "agent text ran as markup");
-        let shown = c.find(Locator::Id("shown")).await.unwrap().text().await.unwrap();
+        let shown = c
+            .find(Locator::Id("shown"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         assert_eq!(shown, "6 of 6 shown");
-        let badges = c.find_all(Locator::Css("#cases .badge.fail")).await.unwrap();
+        let badges = c
+            .find_all(Locator::Css("#cases .badge.fail"))
+            .await
+            .unwrap();
         assert_eq!(badges.len(), 2, "calc-unfixed failed twice");
         // Filtering and sorting work on the rows.
         let outcome = c.find(Locator::Id("outcome")).await.unwrap();
         outcome.select_by_value("failed").await.unwrap();
         assert_eq!(visible_rows(&c).await, 2);
         outcome.select_by_value("").await.unwrap();
-        c.find(Locator::Id("filter")).await.unwrap().send_keys("hostile").await.unwrap();
-        assert_eq!(visible_rows(&c).await, 2);
-        c.find(Locator::Id("filter")).await.unwrap().clear().await.unwrap();
-        c.execute("document.getElementById('filter').dispatchEvent(new Event('input'))", vec![])
+        c.find(Locator::Id("filter"))
+            .await
+            .unwrap()
+            .send_keys("hostile")
             .await
             .unwrap();
-        c.find(Locator::Css("#cases thead th:nth-child(4)")).await.unwrap().click().await.unwrap();
-        let first = c.find(Locator::Css("#cases tbody tr td:nth-child(4)")).await.unwrap();
-        assert_eq!(first.text().await.unwrap(), "failed", "sorted by outcome");
-        // A row opens its details: prompt, message, verify output, patch.
-        c.find(Locator::Css("#cases tbody tr[data-details='case-calc-add-1']"))
+        assert_eq!(visible_rows(&c).await, 2);
+        c.find(Locator::Id("filter"))
+            .await
+            .unwrap()
+            .clear()
+            .await
+            .unwrap();
+        c.execute(
+            "document.getElementById('filter').dispatchEvent(new Event('input'))",
+            vec![],
+        )
+        .await
+        .unwrap();
+        c.find(Locator::Css("#cases thead th:nth-child(4)"))
             .await
             .unwrap()
             .click()
             .await
             .unwrap();
+        let first = c
+            .find(Locator::Css("#cases tbody tr td:nth-child(4)"))
+            .await
+            .unwrap();
+        assert_eq!(first.text().await.unwrap(), "failed", "sorted by outcome");
+        // A row opens its details: prompt, message, verify output, patch.
+        c.find(Locator::Css(
+            "#cases tbody tr[data-details='case-calc-add-1']",
+        ))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
         let open = c
-            .execute("return document.getElementById('case-calc-add-1').open", vec![])
+            .execute(
+                "return document.getElementById('case-calc-add-1').open",
+                vec![],
+            )
             .await
             .unwrap();
         assert_eq!(open, json!(true));
@@ -131,7 +191,12 @@ fn the_html_report_has_a_row_per_result_and_no_console_errors() {
             .text()
             .await
             .unwrap();
-        for part in ["Fix add.", "fixed add", "python3 test_calc.py", "+    return a + b"] {
+        for part in [
+            "Fix add.",
+            "fixed add",
+            "python3 test_calc.py",
+            "+    return a + b",
+        ] {
             assert!(details.contains(part), "details lack `{part}`:\n{details}");
         }
         c.execute("window.scrollTo(0, 0)", vec![]).await.unwrap();
