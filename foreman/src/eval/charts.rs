@@ -13,7 +13,7 @@ const FAIL: &str = "#c0362c";
 const GRID: &str = "#e4e7ec";
 const INK: &str = "#667085";
 
-/// Durations in up to 12 equal bins from 0 to the longest.
+/// Durations in up to 12 equal bins from the shortest to the longest.
 pub(crate) fn latency(cases: &[CaseResult]) -> String {
     let timed: Vec<(i64, bool)> = cases
         .iter()
@@ -23,11 +23,12 @@ pub(crate) fn latency(cases: &[CaseResult]) -> String {
         return "<p class=\"muted\">No case has ended yet.</p>".into();
     }
     let max = timed.iter().map(|t| t.0).max().unwrap_or(0).max(1);
+    let lo = timed.iter().map(|t| t.0).min().unwrap_or(0).min(max - 1);
     let bins = timed.len().clamp(4, 12);
-    let width = (max as f64 / bins as f64).ceil().max(1.0);
+    let width = ((max - lo) as f64 / bins as f64).ceil().max(1.0);
     let mut counts = vec![(0u32, 0u32); bins];
     for (d, passed) in &timed {
-        let i = ((*d as f64 / width) as usize).min(bins - 1);
+        let i = (((*d - lo) as f64 / width) as usize).min(bins - 1);
         if *passed {
             counts[i].0 += 1;
         } else {
@@ -61,8 +62,8 @@ pub(crate) fn latency(cases: &[CaseResult]) -> String {
         let hp = plot_h * *p as f64 / top as f64;
         let hf = plot_h * *f as f64 / top as f64;
         let base = 10.0 + plot_h;
-        let from = human_ms((i as f64 * width) as i64);
-        let to = human_ms(((i + 1) as f64 * width) as i64);
+        let from = human_ms(lo + (i as f64 * width) as i64);
+        let to = human_ms(lo + ((i + 1) as f64 * width) as i64);
         let _ = write!(
             s,
             "<g><title>{} to {}: {p} passed, {f} failed</title>\
@@ -94,7 +95,7 @@ pub(crate) fn latency(cases: &[CaseResult]) -> String {
          <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{INK}\">failed</text></svg>",
         w - 10.0,
         h - 20.0 + 14.0,
-        esc(&human_ms((bins as f64 * width) as i64)),
+        esc(&human_ms(lo + (bins as f64 * width) as i64)),
         h - 12.0,
         left + 14.0,
         h - 3.0,

@@ -26,6 +26,9 @@ fn help_texts() {
         &["gc", "--help"],
         &["metrics", "--help"],
         &["build-servo", "--help"],
+        &["eval", "--help"],
+        &["eval", "compare", "--help"],
+        &["eval", "list", "--help"],
     ] {
         let name = format!("help_{}", args[..args.len() - 1].join("_"));
         let name = if name == "help_" {
