@@ -68,16 +68,18 @@ fn repo() -> PathBuf {
 }
 
 /// The case workspaces, made from the cached sdists (never downloads: a
-/// missing cache fails with the set-up step to run).
+/// missing cache fails with the set-up step to run). `--check` proves each
+/// planted bug on the host's python3: the tests `bugs.json` names for it
+/// pass on the untouched sdist and fail on the case's workspace.
 fn prepare() {
     let out = Command::new("python3")
         .arg(repo().join("evals/prepare.py"))
-        .arg("--offline")
+        .args(["--offline", "--check"])
         .output()
         .expect("running python3 evals/prepare.py");
     assert!(
         out.status.success(),
-        "evals/prepare.py --offline failed (run `scripts/setup.sh evals` first):\n{}{}",
+        "evals/prepare.py --offline --check failed (run `scripts/setup.sh evals` first):\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
