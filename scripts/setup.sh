@@ -9,7 +9,10 @@
 #      tests (driven over WebDriver; installed only when missing),
 #   4. real MCP servers from the Python package index, pinned, in a venv
 #      at .mcp/venv (the capabilities' tests and example use them),
-#   5. the Rust build of both binaries (debug for the foreman, release for
+#   5. the example evaluation suite's workspaces (evals/prepare.py): pinned
+#      source distributions from the Python package index, each case with
+#      one planted bug,
+#   6. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -100,20 +103,44 @@ ensure_browser() {
 # Pinned: the capability tests check these servers' real answers.
 MCP_SERVERS="mcp-server-git==2026.10.19 mcp-server-time==2026.10.19"
 
+ensure_venv_support() {
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    log "installing python3-venv"
+    apt_install python3-venv
+  fi
+}
+
 ensure_mcp() {
   local venv=.mcp/venv
   if [ -x "$venv/bin/mcp-server-git" ] && [ -x "$venv/bin/mcp-server-time" ]; then
     return
   fi
-  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
-    log "installing python3-venv"
-    apt_install python3-venv
-  fi
+  ensure_venv_support
   command -v git >/dev/null 2>&1 || { log "installing git"; apt_install git; }
   log "installing MCP servers ($MCP_SERVERS) into $venv"
   python3 -m venv "$venv"
   # shellcheck disable=SC2086
   "$venv/bin/pip" install --quiet --disable-pip-version-check $MCP_SERVERS
+}
+
+# The example suite (evals/pyfixes): prepare.py fetches the pinned sdists
+# with pip (--require-hashes) into evals/.cache/, checks their sha256 and
+# makes each case's workspace; it skips what is already there.
+ensure_evals() {
+  local pip
+  if python3 -m pip --version >/dev/null 2>&1; then
+    pip="python3 -m pip"
+  elif [ -x .mcp/venv/bin/pip ]; then
+    pip=.mcp/venv/bin/pip
+  else
+    if [ ! -x evals/.cache/venv/bin/pip ]; then
+      ensure_venv_support
+      log "making a venv for pip in evals/.cache/venv"
+      python3 -m venv evals/.cache/venv
+    fi
+    pip=evals/.cache/venv/bin/pip
+  fi
+  python3 evals/prepare.py --pip "$pip" >&2
 }
 
 ensure_rust() {
@@ -134,6 +161,7 @@ case "${1:-all}" in
   mcp) ensure_mcp ;;
   # What running tasks needs (quickstart.sh): no browser, no MCP servers.
   core) ensure_docker; ensure_base_image; ensure_rust ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|core|all]" >&2; exit 2 ;;
+  evals) ensure_evals ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|core|all]" >&2; exit 2 ;;
 esac

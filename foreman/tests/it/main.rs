@@ -14,6 +14,7 @@ mod daemon;
 mod dryrun;
 mod eval;
 mod eval_browser;
+mod eval_example;
 mod fencing;
 mod gateway;
 mod gateway_attack;
