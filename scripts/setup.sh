@@ -9,7 +9,10 @@
 #      tests (driven over WebDriver; installed only when missing),
 #   4. real MCP servers from the Python package index, pinned, in a venv
 #      at .mcp/venv (the capabilities' tests and example use them),
-#   5. the Rust build of both binaries (debug for the foreman, release for
+#   5. for the Docker Swarm tests (scripts/swarm.sh), Debian's
+#      `docker-registry` (a local registry the swarm's nodes pull from),
+#      iproute2 and util-linux (installed only when missing),
+#   6. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -116,6 +119,17 @@ ensure_mcp() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check $MCP_SERVERS
 }
 
+ensure_swarm() {
+  local missing=()
+  command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  [ ${#missing[@]} -eq 0 ] && return
+  log "installing ${missing[*]} (the Docker Swarm tests)"
+  apt_install "${missing[@]}"
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
@@ -132,8 +146,9 @@ case "${1:-all}" in
   base) ensure_docker; ensure_base_image ;;
   browser) ensure_browser ;;
   mcp) ensure_mcp ;;
+  swarm) ensure_docker; ensure_base_image; ensure_swarm ;;
   # What running tasks needs (quickstart.sh): no browser, no MCP servers.
   core) ensure_docker; ensure_base_image; ensure_rust ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|core|all]" >&2; exit 2 ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_swarm; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|swarm|core|all]" >&2; exit 2 ;;
 esac
