@@ -159,7 +159,12 @@ async fn front(State(hub): State<Hub>, mut req: Request) -> Response {
 
 fn refuse(status: StatusCode, why: &str) -> Response {
     let body = serde_json::json!({"error": {"message": why, "type": "unauthorized"}});
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// The task the request proves it is, or the refusal.

@@ -136,6 +136,34 @@ impl Gateway {
         }
     }
 
+    /// Serves again a remote servo whose foreman stopped: its meter
+    /// starts from the ledger (or `spent`), as [`Gateway::adopt`]'s.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn adopt_remote(
+        hub: &Hub,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        spent: (u64, u64, f64),
+        desk: DeskLink,
+        remote: RemoteTask,
+    ) -> anyhow::Result<Gateway> {
+        let ledger = upstream.ledger.clone();
+        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
+            .await
+            .context("ledger thread panicked")??;
+        let g = Self::start_remote(hub, task_id, upstream, model, budget, desk, remote).await;
+        match from_ledger {
+            Some(s) => {
+                g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                g.meter.calls.store(s.calls, Ordering::Relaxed);
+            }
+            None => g.meter.seed(spent.0, spent.1, spent.2),
+        }
+        Ok(g)
+    }
+
     /// One task's routes: the same handlers whatever the transport.
     fn app(
         task_id: TaskId,

@@ -18,6 +18,8 @@ mod outcome;
 mod park;
 mod record;
 mod serve;
+mod swarm;
+mod swarm_adopt;
 mod sweep;
 
 use adopt::*;
@@ -32,6 +34,8 @@ use outcome::*;
 use park::*;
 use record::*;
 use serve::*;
+use swarm::*;
+use swarm_adopt::*;
 use sweep::*;
 
 pub(crate) use context::{Ctx, ServeOptions};
