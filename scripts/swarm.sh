@@ -4,6 +4,7 @@
 #
 #   scripts/swarm.sh up      # 3 dockerd (1 manager, 2 workers) + swarm + overlay + registry
 #   scripts/swarm.sh status
+#   scripts/swarm.sh restart N   # start node N's dockerd again (after a test killed it)
 #   scripts/swarm.sh down    # stop everything this script started, remove its netns and dirs
 #
 # Each node is its own dockerd + containerd in its own network namespace
@@ -13,10 +14,10 @@
 #
 # Topology (private; the node namespaces have no default route, so nothing
 # in them reaches past this machine):
-#   root ns  shroot $PFX.1/24 --veth-- netns sh-hub: bridge shbr0
-#     --veth-- netns sh-n1: eth0 $PFX.11 (manager)
-#     --veth-- netns sh-n2: eth0 $PFX.12 (worker)
-#     --veth-- netns sh-n3: eth0 $PFX.13 (worker)
+#   root ns  ${NS}root $PFX.1/24 --veth-- netns $NS-hub: bridge ${NS}br0
+#     --veth-- netns $NS-n1: eth0 $PFX.11 (manager)
+#     --veth-- netns $NS-n2: eth0 $PFX.12 (worker)
+#     --veth-- netns $NS-n3: eth0 $PFX.13 (worker)
 #   The bridge sits in a hub namespace: the root namespace has br_netfilter
 #   on and FORWARD policy DROP (the system dockerd's), which would drop
 #   bridged frames.
@@ -27,7 +28,8 @@
 #   node-local networks 10.234.0.0/16: none collides with the recipe in
 #   ../shared (10.213-10.216) or the system daemon.
 #
-# Env: PFX (first three octets), BASE (node dirs), NODES, IMAGE (loaded into
+# Env: PFX (first three octets), NS (prefix of namespace, link and cgroup
+# names, at most 4 characters), BASE (node dirs), NODES, IMAGE (loaded into
 # the manager, so that `saheeli build-servo --push` can build FROM it).
 # `up` writes $BASE/env.sh (DOCKER_HOST of the manager, the registry, the
 # host address the servos reach the gateway on). Needs root, iproute2,
@@ -40,10 +42,11 @@ NODES=${NODES:-3}
 BASE=${BASE:-/tmp/saheeli-swarm}
 IMAGE=${IMAGE:-saheeli-base:bookworm}
 NET=${NET:-saheeli-jobs}
+NS=${NS:-sh}
 REG=$PFX.1:5000
-HUB=sh-hub
+HUB=$NS-hub
 
-ns() { echo "sh-n$1"; }
+ns() { echo "$NS-n$1"; }
 dn() { docker -H "unix://$BASE/n$1/docker.sock" "${@:2}"; }
 log() { printf '[swarm %s] %s\n' "$(date +%T.%N | cut -c1-12)" "$*" >&2; }
 
@@ -61,7 +64,7 @@ start_node() { # start (or restart) the dockerd of node $1
   "tls": false,
   "storage-driver": "overlay2",
   "bridge": "none",
-  "cgroup-parent": "/sh-swarm$n",
+  "cgroup-parent": "/$NS-swarm$n",
   "default-address-pools": [{"base": "10.234.0.0/16", "size": 24}],
   "insecure-registries": ["$PFX.0/24"],
   "log-driver": "json-file",
@@ -76,7 +79,7 @@ J
     mkdir -p "$d/cg"
     nsenter --net=/run/netns/"$(ns "$n")" unshare --mount="$d/mntns" --uts="$d/utsns" \
       --propagation private sh -c "
-        hostname sh-node$n
+        hostname $NS-node$n
         mount --rbind /sys/fs/cgroup $d/cg
         mount -t sysfs sysfs /sys
         mount --move $d/cg /sys/fs/cgroup"
@@ -127,16 +130,16 @@ up() {
   mkdir -p "$BASE"
   ip netns add $HUB
   ip netns exec $HUB ip link set lo up
-  ip netns exec $HUB ip link add shbr0 type bridge
-  ip netns exec $HUB ip link set shbr0 up
-  ip link add shroot type veth peer name shhr netns $HUB
-  ip addr add "$PFX.1/24" dev shroot
-  ip link set shroot up
-  ip netns exec $HUB ip link set shhr master shbr0 up
+  ip netns exec $HUB ip link add ${NS}br0 type bridge
+  ip netns exec $HUB ip link set ${NS}br0 up
+  ip link add ${NS}root type veth peer name ${NS}hr netns $HUB
+  ip addr add "$PFX.1/24" dev ${NS}root
+  ip link set ${NS}root up
+  ip netns exec $HUB ip link set ${NS}hr master ${NS}br0 up
   for n in $(seq 1 "$NODES"); do
     ip netns add "$(ns "$n")"
-    ip link add "shh$n" netns $HUB type veth peer name eth0 netns "$(ns "$n")"
-    ip netns exec $HUB ip link set "shh$n" master shbr0 up
+    ip link add "${NS}h$n" netns $HUB type veth peer name eth0 netns "$(ns "$n")"
+    ip netns exec $HUB ip link set "${NS}h$n" master ${NS}br0 up
     ip netns exec "$(ns "$n")" ip addr add "$PFX.1$n/24" dev eth0
     ip netns exec "$(ns "$n")" ip link set eth0 up
     ip netns exec "$(ns "$n")" ip link set lo up
@@ -191,7 +194,7 @@ status() {
 
 signal_pids() { local p; for p in "${@:2}"; do kill -"$1" "$p" 2>/dev/null || true; done; }
 cgroup_pids() { # processes in node $1's cgroup subtree (its containers)
-  find /sys/fs/cgroup/pids/sh-swarm"$1" /sys/fs/cgroup/sh-swarm"$1" -name cgroup.procs \
+  find /sys/fs/cgroup/pids/$NS-swarm"$1" /sys/fs/cgroup/$NS-swarm"$1" -name cgroup.procs \
     -exec cat {} + 2>/dev/null | sort -u || true
 }
 
@@ -228,12 +231,12 @@ down() {
   for n in $(seq 1 "$NODES"); do
     d=$BASE/n$n
     for m in "$d/mntns" "$d/utsns"; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
-    find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name "sh-swarm$n" \
+    find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name "$NS-swarm$n" \
       -exec sh -c 'find "$1" -depth -type d -exec rmdir {} \; 2>/dev/null' _ {} \;
     [ -e /run/netns/"$(ns "$n")" ] && ip netns del "$(ns "$n")"
   done
-  [ -e /run/netns/$HUB ] && ip netns del $HUB # takes the shroot veth with it
-  ip link del shroot 2>/dev/null
+  [ -e /run/netns/$HUB ] && ip netns del $HUB # takes the ${NS}root veth with it
+  ip link del ${NS}root 2>/dev/null
   rm -rf "$BASE"
   log "down"
   return 0
@@ -241,7 +244,8 @@ down() {
 
 case "${1:-}" in
   up) up ;;
+  restart) start_node "${2:?node number}" ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: scripts/swarm.sh up|status|down   (env: PFX BASE NODES IMAGE NET)" >&2; exit 2 ;;
+  *) echo "usage: scripts/swarm.sh up|status|restart N|down   (env: PFX NS BASE NODES IMAGE NET)" >&2; exit 2 ;;
 esac

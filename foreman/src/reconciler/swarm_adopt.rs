@@ -1,4 +1,5 @@
-//! Taking over a swarm task whose foreman stopped: its job service is
+//! Taking over a swarm task whose foreman stopped, and sweeping the
+//! swarm of what ended tasks left. Taking over: its job service is
 //! found by label, its gateway served again on this foreman's listener
 //! (the token is derived from the launch label, so the running servo's
 //! secret still matches), and it is watched to the end as if launched
@@ -89,5 +90,34 @@ async fn adoptable(manager: &bollard::Docker, service: &str) -> Option<(String, 
     match swarm::observe(manager, service).await.ok()?.phase {
         Phase::Waiting | Phase::Running => Some((service.to_string(), suffix)),
         Phase::Exited(_) | Phase::Lost(_) => None,
+    }
+}
+
+/// Removes swarm objects of tasks that have ended (and that this loop is
+/// not running): services, secrets, and containers and volumes on every
+/// reachable node (a node that was Down keeps its own until it is back).
+pub(super) async fn sweep_swarm(ctx: Arc<Ctx>, active: Handles) {
+    let Some(sw) = handles(&ctx) else { return };
+    let Ok((engines, objects)) = swarm::leftovers(sw.manager, sw.manager_addr).await else {
+        return;
+    };
+    let mut ended = Vec::new();
+    for (task, o) in objects {
+        if active.lock().unwrap().contains_key(&task) {
+            continue;
+        }
+        let is_ended = ctx
+            .db(move |s| s.get(&task.to_string()))
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.state.is_terminal());
+        if is_ended {
+            info!(task_id = %task, object = ?o, "removing a swarm leftover");
+            ended.push((task, o));
+        }
+    }
+    if !ended.is_empty() {
+        swarm::remove_objects(sw.manager, &engines, &ended).await;
     }
 }

@@ -221,3 +221,15 @@ pub(crate) async fn remove_task(
     failed += remove_objects(manager, &engines, &on_nodes).await;
     Ok(failed)
 }
+
+/// Everything of Saheeli's in the swarm (manager-wide and on every
+/// reachable node), with the engines to remove the node-local part.
+pub(crate) async fn leftovers(
+    manager: &Docker,
+    manager_addr: &str,
+) -> anyhow::Result<(Vec<(String, Docker)>, Vec<(TaskId, Object)>)> {
+    let mut objects = swarm_objects(manager, None).await?;
+    let engines = node_engines(manager, manager_addr).await;
+    objects.extend(node_objects(&engines, None).await);
+    Ok((engines, objects))
+}
