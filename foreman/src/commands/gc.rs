@@ -101,9 +101,17 @@ async fn gc_swarm(
     };
     eprintln!(
         "{} {} swarm leftovers{}",
-        if args.dry_run { "would remove" } else { "removed" },
+        if args.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        },
         ended.len() - failed,
-        if failed > 0 { format!(" ({failed} not removable now)") } else { String::new() }
+        if failed > 0 {
+            format!(" ({failed} not removable now)")
+        } else {
+            String::new()
+        }
     );
     Ok(ExitCode::SUCCESS)
 }

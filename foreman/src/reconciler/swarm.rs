@@ -69,7 +69,15 @@ pub(super) async fn supervise_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) 
         // Verify commands run by `docker exec` beside the servo; on a
         // swarm it is on another node. Said plainly, not half-done.
         let detail = "`verify` is not supported with `backend: swarm` yet; run this task with `backend: docker`";
-        return finish(&ctx, id, TaskState::Failed, Reason::Launch, Outcome::default(), detail).await;
+        return finish(
+            &ctx,
+            id,
+            TaskState::Failed,
+            Reason::Launch,
+            Outcome::default(),
+            detail,
+        )
+        .await;
     }
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let token = swarm::token(sw.key, id, &suffix);
@@ -278,19 +286,19 @@ pub(super) async fn watch_and_end(
                     Phase::Running => {
                         if !running {
                             running = true;
-                            let detail = format!(
-                                "service {} on node {}",
-                                &service[..12.min(service.len())],
-                                node.as_deref().unwrap_or("?")
-                            );
-                            info!(task_id = %id, node = node.as_deref().unwrap_or("?"), "servo running");
-                            let lease = ctx.lease.clone();
-                            let r = ctx.db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None)).await;
-                            if let Err(e) = r && lease_lost(&e) {
+                            if mark_running(&ctx, id, &service, node.as_deref()).await.is_err() {
                                 break Seen::Gone;
                             }
                         }
                         record_usage(&ctx, id, &gateway).await;
+                    }
+                    // A servo quicker than one look is still recorded as
+                    // having run (`starting` cannot end `complete`).
+                    Phase::Exited(code) if !running => {
+                        if mark_running(&ctx, id, &service, node.as_deref()).await.is_err() {
+                            break Seen::Gone;
+                        }
+                        break Seen::Exited(code);
                     }
                     Phase::Exited(code) => break Seen::Exited(code),
                     Phase::Lost(why) => break Seen::Lost(why),
@@ -357,6 +365,29 @@ pub(super) async fn watch_and_end(
         collect_ms: 0,
     };
     conclude(&ctx, id, &dest, collected, seen).await
+}
+
+/// `running`, naming the service and node (what `task status` shows);
+/// Err when another foreman holds the task now.
+async fn mark_running(ctx: &Ctx, id: TaskId, service: &str, node: Option<&str>) -> Result<(), ()> {
+    let node = node.unwrap_or("?");
+    let detail = format!(
+        "service {} on node {node}",
+        &service[..12.min(service.len())]
+    );
+    info!(task_id = %id, node, "servo running");
+    let lease = ctx.lease.clone();
+    let r = ctx
+        .db(move |s| s.transition(id, &lease, TaskState::Running, Some(&detail), None))
+        .await;
+    match r {
+        Err(e) if lease_lost(&e) => Err(()),
+        Err(e) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "running not recorded");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
 }
 
 /// The gateway's live usage into the store.

@@ -42,7 +42,9 @@ impl TestSwarm {
     fn up() -> TestSwarm {
         // What a crashed earlier run of this test left (same names: ours).
         let _ = script_cmd(&["down"]).output();
-        let out = script_cmd(&["up"]).output().expect("running scripts/swarm.sh");
+        let out = script_cmd(&["up"])
+            .output()
+            .expect("running scripts/swarm.sh");
         assert!(
             out.status.success(),
             "the test swarm did not start (scripts/swarm.sh up); these tests need root, \
@@ -80,7 +82,9 @@ impl TestSwarm {
     }
 
     fn restart(&self, node: u32) {
-        let out = script_cmd(&["restart", &node.to_string()]).output().unwrap();
+        let out = script_cmd(&["restart", &node.to_string()])
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -126,11 +130,7 @@ fn elapsed(t: Instant) -> String {
 /// The node a task's `running` event names (`… on node sht-node2`).
 fn node_of(task: &Value) -> Option<u32> {
     let events = task["events"].as_array()?;
-    let detail = events
-        .iter()
-        .rev()
-        .find(|e| e["to"] == "running")?["detail"]
-        .as_str()?;
+    let detail = events.iter().rev().find(|e| e["to"] == "running")?["detail"].as_str()?;
     let name = detail.rsplit("on node ").next()?;
     name.strip_prefix(&format!("{NS}-node"))?.parse().ok()
 }
@@ -162,7 +162,9 @@ fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
             .iter()
             .map(|id| {
                 let task = s.task(id);
-                (task["state"] == "running").then(|| node_of(&task)).flatten()
+                (task["state"] == "running")
+                    .then(|| node_of(&task))
+                    .flatten()
             })
             .collect();
         if nodes.iter().all(Option::is_some) {
@@ -171,7 +173,10 @@ fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
         assert!(
             t.elapsed() < Duration::from_secs(120),
             "tasks not running: {}\n{}",
-            ids.iter().map(|id| s.task(id).to_string()).collect::<Vec<_>>().join("\n"),
+            ids.iter()
+                .map(|id| s.task(id).to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
             std::fs::read_to_string(s.path().join("serve.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -203,7 +208,15 @@ fn wait_exit(child: &mut Child, s: &Saheeli) {
 /// `curl` against the gateway: the HTTP status.
 fn curl_status(url: &str, headers: &[String]) -> String {
     let mut c = Command::new("curl");
-    c.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10"]);
+    c.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ]);
     for h in headers {
         c.args(["-H", h]);
     }
@@ -275,7 +288,10 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     s.write(
         "quick.replay.json",
         &script(&[
-            ("execute_shell", json!({"command": "hostname > node.txt; echo done > marker.txt"})),
+            (
+                "execute_shell",
+                json!({"command": "hostname > node.txt; echo done > marker.txt"}),
+            ),
             ("task_complete", json!({"message": "ok"})),
         ]),
     );
@@ -295,7 +311,10 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     s.write(
         "slow.replay.json",
         &script(&[
-            ("execute_shell", json!({"command": "sleep 20; echo done > marker.txt"})),
+            (
+                "execute_shell",
+                json!({"command": "sleep 20; echo done > marker.txt"}),
+            ),
             ("task_complete", json!({"message": "ok"})),
         ]),
     );
@@ -315,18 +334,27 @@ fn swarm_backend_on_a_real_three_node_swarm() {
         loop {
             let found = swarm.lines(
                 node,
-                &["ps", "-q", "--no-trunc", "--filter", &format!("label=saheeli.task={id}")],
+                &[
+                    "ps",
+                    "-q",
+                    "--no-trunc",
+                    "--filter",
+                    &format!("label=saheeli.task={id}"),
+                ],
             );
             if let Some(c) = found.first() {
                 return c.clone();
             }
-            assert!(t.elapsed() < Duration::from_secs(30), "no container of {id} on node {node}");
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "no container of {id} on node {node}"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     };
     let cid = container(worker, &victim);
-    let inspect: Value = serde_json::from_slice(&swarm.docker(worker, &["inspect", &cid]).stdout)
-        .unwrap();
+    let inspect: Value =
+        serde_json::from_slice(&swarm.docker(worker, &["inspect", &cid]).stdout).unwrap();
     let c = &inspect[0];
     let hc = &c["HostConfig"];
     assert_eq!(hc["CapDrop"], json!(["ALL"]), "{hc:#}");
@@ -339,7 +367,9 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     assert_eq!(c["Config"]["User"], "1000:1000");
     let mounts = hc["Mounts"].as_array().unwrap();
     assert!(
-        mounts.iter().any(|m| m["Type"] == "tmpfs" && m["Target"] == "/tmp"),
+        mounts
+            .iter()
+            .any(|m| m["Type"] == "tmpfs" && m["Target"] == "/tmp"),
         "{mounts:#?}"
     );
     // Not expressible on 20.10 (see README): no-new-privileges is absent.
@@ -347,7 +377,10 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     // The token is a secret file, never in the environment or labels.
     let token = String::from_utf8(
         swarm
-            .docker(worker, &["exec", &cid, "cat", "/run/secrets/saheeli-gateway-token"])
+            .docker(
+                worker,
+                &["exec", &cid, "cat", "/run/secrets/saheeli-gateway-token"],
+            )
             .stdout,
     )
     .unwrap();
@@ -362,7 +395,10 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     let auth = |tok: &str| format!("Authorization: Bearer {tok}");
     let task = |id: &str| format!("x-saheeli-task: {id}");
     assert_eq!(curl_status(&gw, &[task(&victim)]), "401");
-    assert_eq!(curl_status(&gw, &[task(&victim), auth(&"0".repeat(64))]), "403");
+    assert_eq!(
+        curl_status(&gw, &[task(&victim), auth(&"0".repeat(64))]),
+        "403"
+    );
     assert_eq!(curl_status(&gw, &[task(&other), auth(&token)]), "403");
     assert_eq!(curl_status(&gw, &[task(&victim), auth(&token)]), "200");
     // From inside the servo's container: another task's gateway refuses.
@@ -419,8 +455,14 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     }
     s.expect(&["gc"], 0);
     let label = "label=saheeli.task";
-    assert_eq!(swarm.lines(1, &["service", "ls", "-q", "--filter", label]), Vec::<String>::new());
-    assert_eq!(swarm.lines(1, &["secret", "ls", "-q", "--filter", label]), Vec::<String>::new());
+    assert_eq!(
+        swarm.lines(1, &["service", "ls", "-q", "--filter", label]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        swarm.lines(1, &["secret", "ls", "-q", "--filter", label]),
+        Vec::<String>::new()
+    );
     for n in 1..=3 {
         assert_eq!(
             swarm.lines(n, &["ps", "-aq", "--filter", label]),
