@@ -137,7 +137,7 @@ impl Hub {
 async fn front(State(hub): State<Hub>, mut req: Request) -> Response {
     let entry = match authenticate(&hub, &req) {
         Ok(e) => e,
-        Err(r) => return r,
+        Err((status, why)) => return refuse(status, why),
     };
     // The handlers behind never see the token.
     req.headers_mut().remove(header::AUTHORIZATION);
@@ -168,7 +168,7 @@ fn refuse(status: StatusCode, why: &str) -> Response {
 }
 
 /// The task the request proves it is, or the refusal.
-fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, Response> {
+fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, (StatusCode, &'static str)> {
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -176,10 +176,7 @@ fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, Response> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES);
     let Some(token) = token else {
-        return Err(refuse(
-            StatusCode::UNAUTHORIZED,
-            "a bearer token is required",
-        ));
+        return Err((StatusCode::UNAUTHORIZED, "a bearer token is required"));
     };
     let id = req
         .headers()
@@ -191,7 +188,7 @@ fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, Response> {
         Some(e) if constant_time_eq(e.task.token.as_bytes(), token.as_bytes()) => Ok(e),
         _ => {
             crate::metrics::live().refusal(crate::metrics::Refusal::NotFound);
-            Err(refuse(
+            Err((
                 StatusCode::FORBIDDEN,
                 "this token does not belong to this task",
             ))
