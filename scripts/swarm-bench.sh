@@ -19,7 +19,7 @@ LOCAL_IMAGE=${LOCAL_IMAGE:-saheeli-servo:latest}
 CONCURRENCY=${CONCURRENCY:-12}
 WORK=$(mktemp -d /tmp/saheeli-swarm-bench.XXXXXX)
 PORT=$((20000 + RANDOM % 20000))
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
 
 # A fake LLM: every request gets a task_complete; arrival times logged.
 cat >"$WORK/llm.py" <<'P'
@@ -44,6 +44,7 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
 P
+touch "$WORK/llm.log"
 LOG="$WORK/llm.log" PORT=$PORT python3 "$WORK/llm.py" &
 
 common="concurrency: $CONCURRENCY
@@ -77,7 +78,7 @@ dispatch() { # dispatch DIR: median ms from submit to the first LLM request
     while [ "$(wc -l <"$WORK/llm.log" 2>/dev/null || echo 0)" -le "$before" ]; do sleep 0.01; done
     t1=$(sed -n "$((before + 1))p" "$WORK/llm.log")
     ms+=("$(echo "($t1 - $t0) * 1000" | bc)")
-    while ! (cd "$d" && "$SAHEELI" task status "$id" --json | grep -q '"state": "complete"'); do sleep 0.1; done
+    until [ "$(cd "$d" && "$SAHEELI" task status "$id" --json | grep -c "\"state\": \"complete\"")" -gt 0 ]; do sleep 0.1; done
   done
   kill -INT $serve; kill -INT $serve 2>/dev/null || true; wait $serve 2>/dev/null || true
   printf '%s\n' "${ms[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.0f", a[int((NR+1)/2)]}'
