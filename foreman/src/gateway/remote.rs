@@ -237,16 +237,27 @@ async fn receive(entry: &Arc<Entry>, body: Body) -> Response {
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
     let mut stream = body.into_data_stream();
+    let t = &entry.task;
+    // The extractor caps file bytes; this caps the stream itself (headers,
+    // directories and padding included), so an endless upload ends.
+    let limit = t.max_bytes.saturating_mul(2).saturating_add(64 << 20);
     let pump = async move {
+        let mut seen = 0u64;
         while let Some(chunk) = stream.next().await {
-            let item = chunk.map_err(std::io::Error::other);
+            let item = chunk.map_err(std::io::Error::other).and_then(|c| {
+                seen += c.len() as u64;
+                if seen > limit {
+                    Err(std::io::Error::other(format!("upload over {limit} bytes")))
+                } else {
+                    Ok(c)
+                }
+            });
             let failed = item.is_err();
             if tx.send(item).await.is_err() || failed {
                 return;
             }
         }
     };
-    let t = &entry.task;
     let (dest, secrets, cap) = (t.dest.clone(), t.secrets.clone(), t.max_bytes);
     let extract = tokio::task::spawn_blocking(move || {
         collect::extract(collect::ChannelReader::new(rx), &dest, &secrets, cap)

@@ -208,7 +208,13 @@ mod tests {
         };
         let d = tempfile::tempdir().unwrap();
         let prompt = d.path().join("p.md");
-        std::fs::write(&prompt, "# Do it\nNow.\n").unwrap();
+        // A replay model: no provider key needed to build the spec.
+        std::fs::write(&prompt, "---\nmodel: replay:r.json\n---\nNow.\n").unwrap();
+        std::fs::write(
+            d.path().join("r.json"),
+            r#"{"turns": [{"content": "done"}]}"#,
+        )
+        .unwrap();
         let spec = crate::spec::TaskSpec::from_prompt(&cfg, &prompt, &[]).unwrap();
         let plan = ServicePlan {
             id,
