@@ -12,7 +12,10 @@
 #   5. the example evaluation suite's workspaces (evals/prepare.py): pinned
 #      source distributions from the Python package index, each case with
 #      one planted bug,
-#   6. the Rust build of both binaries (debug for the foreman, release for
+#   6. for the Docker Swarm tests (scripts/swarm.sh), Debian's
+#      `docker-registry` (a local registry the swarm's nodes pull from),
+#      iproute2 and util-linux (installed only when missing),
+#   7. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -143,6 +146,17 @@ ensure_evals() {
   python3 evals/prepare.py --pip "$pip" >&2
 }
 
+ensure_swarm() {
+  local missing=()
+  command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  [ ${#missing[@]} -eq 0 ] && return
+  log "installing ${missing[*]} (the Docker Swarm tests)"
+  apt_install "${missing[@]}"
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
@@ -159,9 +173,10 @@ case "${1:-all}" in
   base) ensure_docker; ensure_base_image ;;
   browser) ensure_browser ;;
   mcp) ensure_mcp ;;
+  swarm) ensure_docker; ensure_base_image; ensure_swarm ;;
   # What running tasks needs (quickstart.sh): no browser, no MCP servers.
   core) ensure_docker; ensure_base_image; ensure_rust ;;
   evals) ensure_evals ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|core|all]" >&2; exit 2 ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_swarm; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|swarm|core|all]" >&2; exit 2 ;;
 esac

@@ -122,6 +122,10 @@ pub(crate) struct BuildServoArgs {
     /// Directory holding the Dockerfile (default: beside config.yaml, else the current directory).
     #[arg(long, value_name = "DIR")]
     pub context: Option<PathBuf>,
+    /// Build on the swarm's manager, tag `<swarm.registry>/saheeli-servo:<content digest>`
+    /// and push; prints the reference by digest to put in `image:`.
+    #[arg(long)]
+    pub push: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -25,17 +25,23 @@
 //!   into `protocol::Reason`), finish and the retry policy, sweep, a
 //!   control channel per task, and admission (`admission`: the limit of
 //!   `concurrency: auto` and the circuit breaker, pure; `gate`: the loop's
-//!   side of it, its log lines and the `admission` row).
+//!   side of it, its log lines and the `admission` row); `swarm`/
+//!   `swarm_adopt`: the same shape for a task on a swarm (launch, watch,
+//!   the upload, adopt, sweep).
 //! - `events/`: the bus every transition is published on, fed from the
 //!   event trail; subscribers (progress today; webhooks, metrics and the
 //!   dashboard next) never touch the loop.
-//! - `backend/`: what the reconciler asks of an engine: the local Docker
-//!   daemon (`docker/`) and size-limited workspaces (`disk`).
+//! - `backend/`: what the reconciler asks of an engine (`Backend`): the
+//!   local Docker daemon (`docker/`) and size-limited workspaces (`disk`),
+//!   or Docker Swarm (`swarm/`: a hardened job service per task, its token
+//!   secret, Swarm's task states mapped, `build-servo --push`, removal on
+//!   every node).
 //! - `collect/`: bringing a workspace home safely (links never followed,
 //!   sizes capped, keys redacted).
 //! - `report/`: what a user takes away from an ended task besides its
 //!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
-//! - `gateway/`: the per-task LLM endpoint on a unix socket (keys, budgets,
+//! - `gateway/`: the per-task LLM endpoint on a unix socket, or for swarm
+//!   servos one TCP listener with a per-task token (`remote`) (keys, budgets,
 //!   the call ledger, providers, retries), the human desk, and the verify
 //!   route (`verify` commands run in the task's container by `docker
 //!   exec`, the assessor's call through the same budget).

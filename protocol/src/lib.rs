@@ -19,6 +19,8 @@
 //! - [`human`]: questions, approvals, plans, messages and pauses between
 //!   a servo and the humans behind the foreman.
 //! - [`reason`]: [`Reason`], why a task ended.
+//! - [`remote`]: a servo on another host (Swarm): its gateway over TCP
+//!   with a per-task token, the workspace fetched and uploaded.
 //! - [`retry`]: when to try an LLM call again and how long to wait.
 //! - [`template`]: a prompt's declared parameters and steps, and the
 //!   `step_done` route.
@@ -33,6 +35,7 @@ pub mod exit;
 pub mod front_matter;
 pub mod human;
 pub mod reason;
+pub mod remote;
 pub mod replay;
 pub mod retry;
 pub mod task;

@@ -40,6 +40,7 @@ impl Desk {
             None => (builder, address.trim_end_matches('/').to_string()),
         };
         let http = builder
+            .default_headers(crate::remote::auth_headers()?)
             .build()
             .map_err(|e| format!("building the desk's HTTP client: {e}"))?;
         Ok(Desk { http, base })

@@ -22,6 +22,10 @@
 //! - `SAHEELI_LAUNCH`: optionally a `protocol::Launch` as JSON, written to
 //!   the two files above before anything else.
 //! - `SAHEELI_LOG`: a tracing filter for stderr (default `servo=info`).
+//! - `SAHEELI_GATEWAY_TOKEN_FILE`: set for a servo on another host (Swarm):
+//!   the file holding its task's gateway token, sent on every request; the
+//!   launch and submitted workspace are then fetched from the gateway, and
+//!   the whole workspace is uploaded to it at the end (`remote`).
 //!
 //! It writes `<ws>/servo-<id>-audit.log` (also echoed to stdout),
 //! `<ws>/servo-<id>-session.json` and, on success, `<ws>/complete.json`.
@@ -32,6 +36,7 @@ mod agent;
 mod audit;
 mod desk;
 mod llm;
+mod remote;
 mod tools;
 mod workspace;
 
@@ -66,10 +71,44 @@ async fn run() -> ServoExit {
         PathBuf::from(std::env::var("SAHEELI_WORKSPACE").unwrap_or_else(|_| "/workspace".into()));
     let gateway = std::env::var("SAHEELI_GATEWAY")
         .unwrap_or_else(|_| format!("unix:{}", saheeli_protocol::paths::GATEWAY_SOCKET));
-    if let Err(e) = unpack_launch(&root) {
+    let remote = match remote::Remote::from_env(&gateway) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("servo: {e}");
+            return ServoExit::BadTask;
+        }
+    };
+    let Some(remote) = remote else {
+        if let Err(e) = unpack_launch(&root, std::env::var(saheeli_protocol::LAUNCH_ENV).ok()) {
+            eprintln!("servo: {e}");
+            return ServoExit::BadTask;
+        }
+        return run_task(&root, &gateway).await;
+    };
+    let code = match remote.fetch(&root).await {
+        Ok(launch) => match unpack_launch(&root, Some(launch)) {
+            Ok(()) => run_task(&root, &gateway).await,
+            Err(e) => {
+                eprintln!("servo: {e}");
+                ServoExit::BadTask
+            }
+        },
+        Err(e) => {
+            eprintln!("servo: {e}");
+            ServoExit::BadTask
+        }
+    };
+    // Whatever happened (SIGTERM included: the loop returns on it), the
+    // workspace goes home; without it the foreman records `incomplete`.
+    if let Err(e) = remote.upload(&root).await {
         eprintln!("servo: {e}");
-        return ServoExit::BadTask;
     }
+    code
+}
+
+/// Runs the task whose launch is in `root`.
+async fn run_task(root: &std::path::Path, gateway: &str) -> ServoExit {
+    let root = root.to_path_buf();
     let task_path = root.join(".saheeli/task.json");
     let task: ServoTask = match std::fs::read(&task_path)
         .map_err(|e| e.to_string())
@@ -91,7 +130,7 @@ async fn run() -> ServoExit {
             return ServoExit::BadTask;
         }
     };
-    match agent::Agent::new(task, &root, &gateway, prompt) {
+    match agent::Agent::new(task, &root, gateway, prompt) {
         Ok(agent) => agent.run().await,
         Err(e) => {
             eprintln!("servo: {e}");
@@ -100,10 +139,11 @@ async fn run() -> ServoExit {
     }
 }
 
-/// Writes a launch passed in the environment into the workspace, as the
-/// foreman would otherwise have uploaded it.
-fn unpack_launch(root: &std::path::Path) -> Result<(), String> {
-    let Ok(json) = std::env::var(saheeli_protocol::LAUNCH_ENV) else {
+/// Writes a launch passed in the environment (or fetched from a remote
+/// gateway) into the workspace, as the foreman would otherwise have
+/// uploaded it.
+fn unpack_launch(root: &std::path::Path, json: Option<String>) -> Result<(), String> {
+    let Some(json) = json else {
         return Ok(());
     };
     let launch: saheeli_protocol::Launch = serde_json::from_str(&json)

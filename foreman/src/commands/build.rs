@@ -94,7 +94,19 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
     let tag = args.tag.clone().unwrap_or_else(|| cfg.file.image.clone());
     let servo = servo_binary(&dir, args)?;
     let context = context_tar(&dir.join("Dockerfile"), &servo)?;
-    let d = docker::connect().await?;
+    // Pushed images are built where the swarm is (its manager trusts the
+    // registry), so that the push needs no other engine's configuration.
+    let swarm = match (&cfg.file.swarm, args.push) {
+        (Some(s), true) => Some(s),
+        (None, true) => {
+            bail!("`--push` needs a `swarm:` section in config.yaml with `manager` and `registry`")
+        }
+        (_, false) => None,
+    };
+    let d = match swarm {
+        Some(s) => crate::backend::swarm::connect(&s.manager).await?,
+        None => docker::connect().await?,
+    };
 
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new_spinner();
@@ -126,6 +138,13 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         &id.trim_start_matches("sha256:")[..12.min(id.len())],
         started.elapsed().as_secs_f64()
     );
-    println!("{tag}");
+    match swarm {
+        Some(s) => {
+            let pushed = crate::backend::swarm::push(&d, &id, &s.registry).await?;
+            eprintln!("pushed; set `image: {pushed}` in config.yaml");
+            println!("{pushed}");
+        }
+        None => println!("{tag}"),
+    }
     Ok(())
 }

@@ -9,6 +9,9 @@ use crate::docker;
 use super::*;
 
 pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
+    if let (crate::config::BackendKind::Swarm, Some(swarm)) = (cfg.file.backend, &cfg.file.swarm) {
+        return gc_swarm(cfg, swarm, args).await;
+    }
     let store = open_existing_store(cfg)?;
     let d = docker::connect().await?;
     let (containers, volumes) = docker::labelled(&d).await?;
@@ -54,6 +57,60 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
             "would remove"
         } else {
             "removed"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `saheeli gc` on a swarm: job services and secrets (through the
+/// manager), task containers and volumes on every reachable node, of tasks
+/// this database knows to be over.
+async fn gc_swarm(
+    cfg: &Config,
+    swarm: &crate::config::SwarmConfig,
+    args: GcArgs,
+) -> anyhow::Result<ExitCode> {
+    use crate::backend::swarm::{self, Object};
+    let store = open_existing_store(cfg)?;
+    let manager = swarm::connect(&swarm.manager).await?;
+    let (engines, objects) = swarm::leftovers(&manager, &swarm.manager).await?;
+    let ended: Vec<_> = objects
+        .into_iter()
+        .filter(|(t, _)| {
+            store
+                .get(&t.to_string())
+                .ok()
+                .flatten()
+                .is_some_and(|t| t.state.is_terminal())
+        })
+        .collect();
+    for (task, o) in &ended {
+        match o {
+            Object::Service(s) => println!("service {} (task {task})", &s[..12.min(s.len())]),
+            Object::Secret(s) => println!("secret {} (task {task})", &s[..12.min(s.len())]),
+            Object::Container(n, c) => {
+                println!("container {} on {n} (task {task})", &c[..12.min(c.len())])
+            }
+            Object::Volume(n, v) => println!("volume {v} on {n} (task {task})"),
+        }
+    }
+    let failed = if args.dry_run {
+        0
+    } else {
+        swarm::remove_objects(&manager, &engines, &ended).await
+    };
+    eprintln!(
+        "{} {} swarm leftovers{}",
+        if args.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        },
+        ended.len() - failed,
+        if failed > 0 {
+            format!(" ({failed} not removable now)")
+        } else {
+            String::new()
         }
     );
     Ok(ExitCode::SUCCESS)

@@ -67,14 +67,35 @@ pub(super) fn signals() -> (CancellationToken, CancellationToken) {
 
 pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     raise_open_files_limit();
-    match cfg.file.limits.disk_enforcement {
-        crate::config::DiskEnforcement::Loop => crate::disk::preflight()?,
-        crate::config::DiskEnforcement::Off => tracing::warn!(
-            "`limits.disk_enforcement: off`: workspaces have no size limit; an agent can fill this host's disk"
-        ),
-    }
+    let (docker, backend) = match &cfg.file.swarm {
+        Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {
+            let manager = crate::backend::swarm::connect(&swarm.manager).await?;
+            let hub = crate::gateway::Hub::default();
+            // Lives as long as this process: servos call it until they end.
+            hub.listen(&swarm.gateway_listen, CancellationToken::new())
+                .await?;
+            let key = crate::backend::swarm::token_key(&cfg.state_dir())?;
+            let backend = crate::backend::Backend::Swarm {
+                manager: manager.clone(),
+                manager_addr: swarm.manager.clone(),
+                network: swarm.network.clone(),
+                gateway_url: format!("http://{}", swarm.gateway_listen),
+                hub,
+                key: Arc::new(key),
+            };
+            (manager, backend)
+        }
+        _ => {
+            match cfg.file.limits.disk_enforcement {
+                crate::config::DiskEnforcement::Loop => crate::disk::preflight()?,
+                crate::config::DiskEnforcement::Off => tracing::warn!(
+                    "`limits.disk_enforcement: off`: workspaces have no size limit; an agent can fill this host's disk"
+                ),
+            }
+            (docker::connect().await?, crate::backend::Backend::Docker)
+        }
+    };
     let store = open_store(cfg)?;
-    let docker = docker::connect().await?;
     let upstream = Arc::new(Upstream::from_config(cfg)?);
     let metrics = crate::metrics::Metrics::new(
         cfg.database(),
@@ -85,6 +106,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         cfg: cfg.clone(),
         lease: crate::store::Lease::new(cfg.file.lease),
         docker,
+        backend,
         store: Arc::new(Mutex::new(store)),
         bus: crate::events::Bus::new(1024),
         upstream,
@@ -105,7 +127,10 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     // Checked before anything starts: a refused address names its setting.
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
     let ctx = context(&cfg).await?;
-    docker::require_image(&ctx.docker, &cfg.file.image).await?;
+    // A swarm's nodes pull the image themselves.
+    if matches!(ctx.backend, crate::backend::Backend::Docker) {
+        docker::require_image(&ctx.docker, &cfg.file.image).await?;
+    }
     // The dashboard runs beside the loop, never in it, and stops after it.
     let web_stop = CancellationToken::new();
     let web = match http {

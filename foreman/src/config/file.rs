@@ -68,6 +68,37 @@ pub(crate) struct ConfigFile {
     pub allow: Option<Vec<String>>,
     /// The dashboard and HTTP API of `saheeli serve` (off by default).
     pub http: HttpConfig,
+    /// Where tasks run: `docker` (this host's engine) or `swarm`.
+    pub backend: BackendKind,
+    /// The Docker Swarm to run tasks on (`backend: swarm`).
+    pub swarm: Option<SwarmConfig>,
+}
+
+/// `backend:`: which engine runs the servos.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BackendKind {
+    /// The local Docker engine (`DOCKER_HOST`), a container per task.
+    #[default]
+    Docker,
+    /// A Docker Swarm, a `replicated-job` service per task.
+    Swarm,
+}
+
+/// `swarm:`: the swarm's manager, registry, overlay and the address the
+/// servos reach their gateway on.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SwarmConfig {
+    /// The manager's API, DOCKER_HOST-style (`tcp://10.0.0.11:2375`,
+    /// `unix:///var/run/docker.sock`).
+    pub manager: String,
+    /// `host:port` of the registry the nodes pull the servo image from.
+    pub registry: String,
+    /// The attachable overlay network the servos join.
+    pub network: String,
+    /// `addr:port` the gateway listens on, reachable from every node.
+    pub gateway_listen: String,
 }
 
 /// One MCP server: a local command over stdio, or a streamable-HTTP URL.
@@ -262,6 +293,8 @@ impl Default for ConfigFile {
             capabilities: BTreeMap::new(),
             allow: None,
             http: HttpConfig::default(),
+            backend: BackendKind::Docker,
+            swarm: None,
         }
     }
 }

@@ -65,6 +65,13 @@ impl Config {
         if file.lease < Duration::from_secs(1) {
             anyhow::bail!("{}: `lease` must be at least 1s", path.display());
         }
+        if file.backend == BackendKind::Swarm && file.swarm.is_none() {
+            anyhow::bail!(
+                "{}: `backend: swarm` needs a `swarm:` section with `manager`, `registry`, \
+                 `network` and `gateway_listen`",
+                path.display()
+            );
+        }
         file.check_limits()
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let abs = std::path::absolute(&path)

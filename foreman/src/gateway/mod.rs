@@ -1,5 +1,6 @@
 //! The LLM gateway: an HTTP endpoint on a unix socket, one per running task,
-//! bind-mounted into that task's container at /run/saheeli.
+//! bind-mounted into that task's container at /run/saheeli (or, for servos
+//! on other hosts, one TCP listener shared by token: `remote`).
 //!
 //! The servo speaks OpenAI chat completions to it. The gateway checks the
 //! task's budget before each call, picks the provider for the model, adds
@@ -27,6 +28,8 @@
 //! - `verify`, `assess`: checking `task_complete` (verify commands run in
 //!   the task's container, the assessor's LLM call through this gateway).
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
+//! - `remote`: one TCP listener for servos on other hosts (Swarm), a
+//!   per-task token selecting the task's routes; the workspace in and out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
 
 mod anthropic;
@@ -38,6 +41,7 @@ mod ledger;
 mod meter;
 mod providers;
 mod redact;
+mod remote;
 mod retry;
 mod server;
 mod socket;
@@ -55,6 +59,7 @@ pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
+pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 pub(crate) use server::Gateway;
 pub(crate) use upstream::Upstream;
 pub(crate) use verify::VerifyLink;

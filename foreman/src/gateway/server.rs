@@ -17,10 +17,20 @@ use super::*;
 
 /// A running gateway for one task.
 pub(crate) struct Gateway {
-    dir: PathBuf,
     meter: Arc<Meter>,
-    stop: CancellationToken,
-    server: tokio::task::JoinHandle<()>,
+    transport: Transport,
+}
+
+/// How the servo reaches its gateway.
+enum Transport {
+    /// A unix socket in a directory mounted into the container.
+    Socket {
+        dir: PathBuf,
+        stop: CancellationToken,
+        server: tokio::task::JoinHandle<()>,
+    },
+    /// A route of the shared TCP listener, selected by the task's token.
+    Remote { hub: Hub, task_id: TaskId },
 }
 
 impl Gateway {
@@ -76,6 +86,7 @@ impl Gateway {
         desk: DeskLink,
         adopt: bool,
     ) -> anyhow::Result<Gateway> {
+        let (meter, app) = Self::app(task_id, upstream, model, budget, desk, adopt);
         let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
         let sock = dir.join("gateway.sock");
         if sock.as_os_str().len() > 107 {
@@ -88,6 +99,80 @@ impl Gateway {
         let listener = tokio::net::UnixListener::bind(&sock)
             .with_context(|| format!("listening on `{}`", sock.display()))?;
         socket::secure_socket(&sock)?;
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let server = tokio::spawn(async move {
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
+            if let Err(e) = serve.await {
+                warn!(task_id = %task_id, error = %e, "gateway stopped with an error");
+            }
+        });
+        Ok(Gateway {
+            meter,
+            transport: Transport::Socket { dir, stop, server },
+        })
+    }
+
+    /// Serves a remote servo (Swarm) through `hub`: its requests carry
+    /// `token`; `remote` is what it fetches and where its upload goes.
+    pub async fn start_remote(
+        hub: &Hub,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        desk: DeskLink,
+        remote: RemoteTask,
+    ) -> Gateway {
+        let (meter, app) = Self::app(task_id, upstream, model, budget, desk, false);
+        hub.register(task_id, app, remote);
+        Gateway {
+            meter,
+            transport: Transport::Remote {
+                hub: hub.clone(),
+                task_id,
+            },
+        }
+    }
+
+    /// Serves again a remote servo whose foreman stopped: its meter
+    /// starts from the ledger (or `spent`), as [`Gateway::adopt`]'s.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn adopt_remote(
+        hub: &Hub,
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        spent: (u64, u64, f64),
+        desk: DeskLink,
+        remote: RemoteTask,
+    ) -> anyhow::Result<Gateway> {
+        let ledger = upstream.ledger.clone();
+        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
+            .await
+            .context("ledger thread panicked")??;
+        let g = Self::start_remote(hub, task_id, upstream, model, budget, desk, remote).await;
+        match from_ledger {
+            Some(s) => {
+                g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                g.meter.calls.store(s.calls, Ordering::Relaxed);
+            }
+            None => g.meter.seed(spent.0, spent.1, spent.2),
+        }
+        Ok(g)
+    }
+
+    /// One task's routes: the same handlers whatever the transport.
+    fn app(
+        task_id: TaskId,
+        upstream: Arc<Upstream>,
+        model: &str,
+        budget: Budget,
+        desk: DeskLink,
+        adopt: bool,
+    ) -> (Arc<Meter>, Router) {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
@@ -125,26 +210,23 @@ impl Gateway {
             )
             .fallback(not_found)
             .with_state(state);
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        let server = tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
-            if let Err(e) = serve.await {
-                warn!(task_id = %task_id, error = %e, "gateway stopped with an error");
-            }
-        });
-        Ok(Gateway {
-            dir,
-            meter,
-            stop,
-            server,
-        })
+        (meter, app)
     }
 
-    /// The host directory to mount on /run/saheeli.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The host directory to mount on /run/saheeli (none for a remote servo).
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.transport {
+            Transport::Socket { dir, .. } => Some(dir),
+            Transport::Remote { .. } => None,
+        }
+    }
+
+    /// What a remote servo uploaded (waiting up to `patience` for it).
+    pub async fn upload(&self, patience: Duration) -> Option<Uploaded> {
+        match &self.transport {
+            Transport::Remote { hub, task_id } => hub.uploaded(*task_id, patience).await,
+            Transport::Socket { .. } => None,
+        }
     }
 
     pub fn meter(&self) -> &Meter {
@@ -155,14 +237,24 @@ impl Gateway {
     /// over, and the new holder serves its own socket there (the container
     /// has the directory mounted, so it must stay the same directory).
     pub async fn abandon(self) {
-        self.stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        match self.transport {
+            Transport::Socket { stop, server, .. } => {
+                stop.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+            }
+            Transport::Remote { hub, task_id } => hub.unregister(task_id),
+        }
     }
 
     /// Stops serving and removes the socket directory.
     pub async fn stop(self) {
-        self.stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
-        let _ = std::fs::remove_dir_all(&self.dir);
+        match self.transport {
+            Transport::Socket { dir, stop, server } => {
+                stop.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            Transport::Remote { hub, task_id } => hub.unregister(task_id),
+        }
     }
 }

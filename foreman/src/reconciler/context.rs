@@ -18,6 +18,8 @@ pub(crate) struct Ctx {
     /// This foreman's lease on the tasks it runs.
     pub lease: crate::store::Lease,
     pub docker: Docker,
+    /// Which engine runs the servos (the swarm's manager is also `docker`).
+    pub backend: crate::backend::Backend,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,
     /// Every transition, for subscribers (fed from the event trail).

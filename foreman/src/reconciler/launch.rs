@@ -160,7 +160,7 @@ pub(super) async fn launch(
         &task.spec,
         &image,
         &volume,
-        gateway.as_ref().map(|g| g.dir()),
+        gateway.as_ref().and_then(|g| g.dir()),
         in_env.then_some(launch_json),
     )
     .await?;

@@ -22,6 +22,8 @@ mod outcome;
 mod park;
 mod record;
 mod serve;
+mod swarm;
+mod swarm_adopt;
 mod sweep;
 
 use adopt::*;
@@ -37,6 +39,8 @@ use outcome::*;
 use park::*;
 use record::*;
 use serve::*;
+use swarm::*;
+use swarm_adopt::*;
 use sweep::*;
 
 pub(crate) use admission::{Admission, Breaker, Tuning};

@@ -18,12 +18,12 @@ use crate::store::{Outcome, TaskRow, now_ms};
 use super::*;
 
 /// How watching a servo ended (unless the task was lost).
-struct Watched {
-    exit: anyhow::Result<i64>,
-    timed_out: bool,
-    stopped: Option<Reason>,
+pub(super) struct Watched {
+    pub exit: anyhow::Result<i64>,
+    pub timed_out: bool,
+    pub stopped: Option<Reason>,
     /// How long the task waited for a human meanwhile (not working time).
-    waited_ms: i64,
+    pub waited_ms: i64,
 }
 
 impl Watched {
@@ -93,16 +93,16 @@ pub(super) async fn monitor(
 }
 
 /// What the supervisor learnt about a servo besides its workspace.
-struct Seen {
-    watched: Watched,
-    oom: bool,
-    metered: Option<Metered>,
-    collect_ms: u128,
+pub(super) struct Seen {
+    pub watched: Watched,
+    pub oom: bool,
+    pub metered: Option<Metered>,
+    pub collect_ms: u128,
 }
 
 /// Reads what was collected (usage, completion), decides the outcome and
 /// records it.
-async fn conclude(
+pub(super) async fn conclude(
     ctx: &Ctx,
     id: TaskId,
     dest: &std::path::Path,
@@ -411,15 +411,15 @@ mod tests {
 /// A snapshot of a gateway's meter.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Metered {
-    calls: i64,
-    input: i64,
-    output: i64,
-    cost: f64,
-    fatal: Option<Reason>,
+    pub calls: i64,
+    pub input: i64,
+    pub output: i64,
+    pub cost: f64,
+    pub fatal: Option<Reason>,
 }
 
 impl Metered {
-    fn read(m: &crate::gateway::Meter) -> Metered {
+    pub(super) fn read(m: &crate::gateway::Meter) -> Metered {
         use std::sync::atomic::Ordering::Relaxed;
         Metered {
             calls: m.calls.load(Relaxed) as i64,

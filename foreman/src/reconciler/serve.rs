@@ -192,7 +192,11 @@ pub(super) async fn serve_loop(
             let (control, inbox) = channel();
             handles.lock().unwrap().insert(task.id, control);
             let ctx = ctx.clone();
-            running.spawn(async move { supervise(ctx, task, inbox).await });
+            if handles_swarm(&ctx) {
+                running.spawn(async move { supervise_swarm(ctx, task, inbox).await });
+            } else {
+                running.spawn(async move { supervise(ctx, task, inbox).await });
+            }
         }
 
         if running.is_empty() {
@@ -308,7 +312,11 @@ async fn take_over(
         let (control, inbox) = channel();
         handles.lock().unwrap().insert(task.id, control);
         let ctx = ctx.clone();
-        running.spawn(async move { resume(ctx, task, inbox).await });
+        if handles_swarm(&ctx) {
+            running.spawn(async move { resume_swarm(ctx, task, inbox).await });
+        } else {
+            running.spawn(async move { resume(ctx, task, inbox).await });
+        }
     }
     Ok(())
 }

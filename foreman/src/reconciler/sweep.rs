@@ -13,6 +13,9 @@ use super::*;
 /// Removes containers and volumes of tasks that have ended (left behind
 /// when a foreman died mid-cleanup). Tasks this loop is running are skipped.
 pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
+    if handles_swarm(&ctx) {
+        return sweep_swarm(ctx, active).await;
+    }
     let Ok((containers, volumes)) = docker::labelled(&ctx.docker).await else {
         return;
     };

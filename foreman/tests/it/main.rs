@@ -30,6 +30,7 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod swarm;
 mod templates;
 mod verify;
 mod web;

@@ -48,6 +48,7 @@ impl Gateway {
             }
         };
         let http = builder
+            .default_headers(crate::remote::auth_headers()?)
             .build()
             .map_err(|e| format!("building the HTTP client: {e}"))?;
         Ok(Gateway {

@@ -1,0 +1,102 @@
+//! Docker Swarm: a `replicated-job` service per task, on whichever node
+//! the swarm picks, reached through the manager's API.
+//!
+//! The servo cannot mount the foreman's socket on another host, so it
+//! reaches its gateway over TCP (`gateway::Hub`) with a token delivered as
+//! a Swarm secret mounted into that task only, fetches its launch and
+//! workspace from there and uploads its workspace there at the end.
+//! Nothing is ever read from a node's disk by path.
+//!
+//! # Layout
+//!
+//! - `service`: the hardened job service and its secret (what Swarm can
+//!   express of the local backend's hardening, and what stands in).
+//! - `observe`: Swarm's task states onto what the reconciler needs
+//!   (a pure mapping), the node a task runs on, nodes that are Down.
+//! - `push`: `build-servo --push`, the image into the swarm's registry.
+//! - `nodes`: reaching each node's engine, to remove what Docker 20.10
+//!   leaves behind when a job service is removed (moby/moby#44312).
+
+mod nodes;
+mod observe;
+mod push;
+mod service;
+
+pub(crate) use nodes::*;
+pub(crate) use observe::*;
+pub(crate) use push::*;
+pub(crate) use service::*;
+
+use anyhow::Context;
+use bollard::Docker;
+
+/// Connects to a DOCKER_HOST-style address (`tcp://`, `http://`,
+/// `unix://`) and negotiates the API version with that engine.
+pub(crate) async fn connect(addr: &str) -> anyhow::Result<Docker> {
+    let d = if addr.starts_with("unix://") {
+        Docker::connect_with_unix(addr, 120, bollard::API_DEFAULT_VERSION)
+    } else if addr.starts_with("tcp://") || addr.starts_with("http://") {
+        Docker::connect_with_http(addr, 120, bollard::API_DEFAULT_VERSION)
+    } else {
+        anyhow::bail!(
+            "swarm address `{addr}` is not `tcp://host:port` or `unix:///path`; fix `swarm.manager` in config.yaml"
+        );
+    }
+    .with_context(|| format!("connecting to the swarm engine at `{addr}`"))?;
+    d.negotiate_version()
+        .await
+        .with_context(|| format!("reaching the swarm engine at `{addr}`"))
+}
+
+/// The key tokens are derived from: 32 random bytes in
+/// `<state_dir>/swarm-token.key` (0600), made once, so that a foreman
+/// that restarts can still recognise the servos it adopts.
+pub(crate) fn token_key(state_dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = state_dir.join("swarm-token.key");
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating `{}`", state_dir.display()))?;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut f) => {
+            let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
+            key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+            f.write_all(&key)
+                .with_context(|| format!("writing `{}`", path.display()))?;
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let key =
+                std::fs::read(&path).with_context(|| format!("reading `{}`", path.display()))?;
+            anyhow::ensure!(
+                key.len() == 32,
+                "`{}` is not a 32-byte key; remove it",
+                path.display()
+            );
+            Ok(key)
+        }
+        Err(e) => Err(e).with_context(|| format!("creating `{}`", path.display())),
+    }
+}
+
+/// The gateway token of one launch of a task: HMAC-SHA256 over the task id
+/// and the launch's suffix, hex. Another launch of the same task (after a
+/// node was lost) has another token, so a servo left on a lost node is
+/// refused.
+pub(crate) fn token(key: &[u8], id: saheeli_protocol::TaskId, suffix: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(id.to_string().as_bytes());
+    mac.update(b"/");
+    mac.update(suffix.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

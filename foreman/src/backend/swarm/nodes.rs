@@ -1,0 +1,235 @@
+//! Each node's own engine, and removing everything of a task from the
+//! swarm: its job service and secret (through the manager), its task
+//! container and volume on every node (Docker 20.10 leaves the containers
+//! of a removed job service behind: moby/moby#44312).
+//!
+//! A node's engine is reached as the manager is: the same scheme and port
+//! at the node's address (`tcp://<node addr>:2375` for a manager at
+//! `tcp://…:2375`). A node that cannot be reached now keeps its leftovers
+//! for the next sweep or `saheeli gc`.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListNodesOptions, ListSecretsOptionsBuilder,
+    ListServicesOptionsBuilder, ListVolumesOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveVolumeOptionsBuilder,
+};
+use saheeli_protocol::TaskId;
+use tracing::{debug, warn};
+
+use crate::docker::TASK_LABEL;
+
+/// The engines of the swarm's reachable nodes, by hostname.
+pub(crate) async fn node_engines(manager: &Docker, manager_addr: &str) -> Vec<(String, Docker)> {
+    let Ok(nodes) = manager.list_nodes(None::<ListNodesOptions>).await else {
+        return Vec::new();
+    };
+    let port = manager_addr
+        .rsplit_once(':')
+        .map(|(_, p)| p.trim_end_matches('/'))
+        .filter(|p| p.chars().all(|c| c.is_ascii_digit()));
+    let mut out = Vec::new();
+    for n in nodes {
+        let name = n.description.and_then(|d| d.hostname).unwrap_or_default();
+        let addr = n.status.and_then(|s| s.addr);
+        let (Some(addr), Some(port)) = (addr, port) else {
+            continue;
+        };
+        let url = format!("tcp://{addr}:{port}");
+        match tokio::time::timeout(std::time::Duration::from_secs(3), super::connect(&url)).await {
+            Ok(Ok(d)) => out.push((name, d)),
+            _ => debug!(node = %name, %url, "node engine not reachable now"),
+        }
+    }
+    out
+}
+
+fn by_task(id: Option<TaskId>) -> HashMap<&'static str, Vec<String>> {
+    let label = match id {
+        Some(id) => format!("{TASK_LABEL}={id}"),
+        None => TASK_LABEL.to_string(),
+    };
+    HashMap::from([("label", vec![label])])
+}
+
+/// Swarm objects of Saheeli, by task: services and secrets (manager-wide).
+pub(crate) async fn swarm_objects(
+    manager: &Docker,
+    id: Option<TaskId>,
+) -> anyhow::Result<Vec<(TaskId, Object)>> {
+    let f = by_task(id);
+    let services = manager
+        .list_services(Some(
+            ListServicesOptionsBuilder::default().filters(&f).build(),
+        ))
+        .await
+        .context("listing Saheeli's job services")?;
+    let secrets = manager
+        .list_secrets(Some(
+            ListSecretsOptionsBuilder::default().filters(&f).build(),
+        ))
+        .await
+        .context("listing Saheeli's secrets")?;
+    let task_of = |labels: Option<HashMap<String, String>>| {
+        labels.and_then(|l| l.get(TASK_LABEL).and_then(|v| v.parse::<TaskId>().ok()))
+    };
+    let mut out = Vec::new();
+    for s in services {
+        if let (Some(t), Some(sid)) = (task_of(s.spec.and_then(|s| s.labels)), s.id) {
+            out.push((t, Object::Service(sid)));
+        }
+    }
+    for s in secrets {
+        if let (Some(t), Some(sid)) = (task_of(s.spec.and_then(|s| s.labels)), s.id) {
+            out.push((t, Object::Secret(sid)));
+        }
+    }
+    Ok(out)
+}
+
+/// One thing of Saheeli's in the swarm.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Object {
+    Service(String),
+    Secret(String),
+    /// A task container on a node (hostname, id).
+    Container(String, String),
+    /// A workspace volume on a node (hostname, name).
+    Volume(String, String),
+}
+
+/// Containers and volumes labelled for Saheeli on each reachable node.
+pub(crate) async fn node_objects(
+    engines: &[(String, Docker)],
+    id: Option<TaskId>,
+) -> Vec<(TaskId, Object)> {
+    let f = by_task(id);
+    let mut out = Vec::new();
+    for (name, d) in engines {
+        let opts = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&f)
+            .build();
+        for c in d.list_containers(Some(opts)).await.unwrap_or_default() {
+            let t = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(TASK_LABEL)?.parse().ok());
+            if let (Some(t), Some(cid)) = (t, c.id) {
+                out.push((t, Object::Container(name.clone(), cid)));
+            }
+        }
+        let opts = ListVolumesOptionsBuilder::default().filters(&f).build();
+        let vols = d
+            .list_volumes(Some(opts))
+            .await
+            .ok()
+            .and_then(|v| v.volumes);
+        for v in vols.unwrap_or_default() {
+            if let Some(t) = v.labels.get(TASK_LABEL).and_then(|t| t.parse().ok()) {
+                out.push((t, Object::Volume(name.clone(), v.name)));
+            }
+        }
+    }
+    out
+}
+
+/// Removes what is listed: services first (their tasks stop), then the
+/// secrets they held, then containers and volumes on the nodes. Returns
+/// how many could not be removed now.
+pub(crate) async fn remove_objects(
+    manager: &Docker,
+    engines: &[(String, Docker)],
+    objects: &[(TaskId, Object)],
+) -> usize {
+    let engine = |name: &str| engines.iter().find(|(n, _)| n == name).map(|(_, d)| d);
+    let mut failed = 0;
+    let mut order: Vec<&(TaskId, Object)> = objects.iter().collect();
+    order.sort_by_key(|(_, o)| match o {
+        Object::Service(_) => 0,
+        Object::Secret(_) => 1,
+        Object::Container(..) => 2,
+        Object::Volume(..) => 3,
+    });
+    let mut seen = HashSet::new();
+    for (task, o) in order {
+        if !seen.insert(o.clone()) {
+            continue;
+        }
+        let r = match o {
+            Object::Service(s) => manager.delete_service(s).await.map_err(anyhow::Error::from),
+            Object::Secret(s) => manager.delete_secret(s).await.map_err(anyhow::Error::from),
+            Object::Container(n, c) => match engine(n) {
+                Some(d) => d
+                    .remove_container(
+                        c,
+                        Some(
+                            RemoveContainerOptionsBuilder::default()
+                                .force(true)
+                                .v(true)
+                                .build(),
+                        ),
+                    )
+                    .await
+                    .map_err(anyhow::Error::from),
+                None => Err(anyhow::anyhow!("node `{n}` not reachable")),
+            },
+            Object::Volume(n, v) => match engine(n) {
+                Some(d) => d
+                    .remove_volume(
+                        v,
+                        Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+                    )
+                    .await
+                    .map_err(anyhow::Error::from),
+                None => Err(anyhow::anyhow!("node `{n}` not reachable")),
+            },
+        };
+        if let Err(e) = r {
+            failed += 1;
+            warn!(task_id = %task, object = ?o, error = %format!("{e:#}"), "swarm leftover not removed");
+        }
+    }
+    failed
+}
+
+/// Removes everything of task `id` from the swarm (or of every task with
+/// `id` None and `keep` filtering the ones still active). Containers are
+/// listed after the services are gone, so that a task that was still
+/// being started is caught too.
+pub(crate) async fn remove_task(
+    manager: &Docker,
+    manager_addr: &str,
+    id: Option<TaskId>,
+    keep: &(dyn Fn(TaskId) -> bool + Sync),
+) -> anyhow::Result<usize> {
+    let objects: Vec<_> = swarm_objects(manager, id)
+        .await?
+        .into_iter()
+        .filter(|(t, _)| !keep(*t))
+        .collect();
+    let mut failed = remove_objects(manager, &[], &objects).await;
+    let engines = node_engines(manager, manager_addr).await;
+    let on_nodes: Vec<_> = node_objects(&engines, id)
+        .await
+        .into_iter()
+        .filter(|(t, _)| !keep(*t))
+        .collect();
+    failed += remove_objects(manager, &engines, &on_nodes).await;
+    Ok(failed)
+}
+
+/// Everything of Saheeli's in the swarm (manager-wide and on every
+/// reachable node), with the engines to remove the node-local part.
+pub(crate) async fn leftovers(
+    manager: &Docker,
+    manager_addr: &str,
+) -> anyhow::Result<(Vec<(String, Docker)>, Vec<(TaskId, Object)>)> {
+    let mut objects = swarm_objects(manager, None).await?;
+    let engines = node_engines(manager, manager_addr).await;
+    objects.extend(node_objects(&engines, None).await);
+    Ok((engines, objects))
+}

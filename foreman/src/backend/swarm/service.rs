@@ -1,0 +1,257 @@
+//! A task's job service: one completion, never restarted, labelled
+//! `saheeli.task=<id>`, hardened as far as Swarm (API 1.41) can say.
+//!
+//! Mapped from the local backend: cap-drop ALL, read-only rootfs, tmpfs
+//! /tmp, memory/CPU/pids limits, init, user 1000:1000, /workspace a named
+//! volume (node-local, labelled). Not expressible on 20.10:
+//! `no-new-privileges` (ContainerSpec.Privileges.NoNewPrivileges arrived
+//! with API 1.46; 20.10 drops it) — with every capability dropped from the
+//! bounding set and a non-root user, a setuid binary still gains no
+//! capability, which is what stands in; and `network: none` (Swarm rejects
+//! it): the servo joins only the configured overlay, whose one way out is
+//! the gateway's address (nodes of the test swarm have no default route).
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use base64::Engine;
+use bollard::Docker;
+use bollard::models::{
+    Limit, Mount, MountTmpfsOptions, MountType, MountVolumeOptions, NetworkAttachmentConfig,
+    SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicatedJob, TaskSpec,
+    TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecPrivileges,
+    TaskSpecContainerSpecSecrets, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecRestartPolicyConditionEnum,
+};
+use saheeli_protocol::{TaskId, paths, remote};
+
+use crate::docker::TASK_LABEL;
+
+/// What a task's service needs besides its spec.
+pub(crate) struct ServicePlan<'a> {
+    pub id: TaskId,
+    pub spec: &'a crate::spec::TaskSpec,
+    pub image: &'a str,
+    pub network: &'a str,
+    /// `http://addr:port` of the gateway, as the servo reaches it.
+    pub gateway_url: String,
+    pub token: &'a str,
+    /// This launch's own suffix (names, the `saheeli.launch` label).
+    pub suffix: &'a str,
+    pub stop_grace: std::time::Duration,
+}
+
+/// The label naming a task's launch (its token is derived from it).
+pub(crate) const LAUNCH_LABEL: &str = "saheeli.launch";
+
+/// The service and secret created for a task.
+#[derive(Clone, Debug)]
+pub(crate) struct Launched {
+    pub service_id: String,
+}
+
+fn labels(id: TaskId) -> HashMap<String, String> {
+    HashMap::from([(TASK_LABEL.to_string(), id.to_string())])
+}
+
+/// Creates the token secret, then the job service that mounts it.
+pub(crate) async fn create_service(d: &Docker, plan: &ServicePlan<'_>) -> anyhow::Result<Launched> {
+    let id = plan.id;
+    let suffix = plan.suffix;
+    let secret_name = format!("saheeli-token-{id}-{suffix}");
+    let secret = d
+        .create_secret(SecretSpec {
+            name: Some(secret_name.clone()),
+            labels: Some(labels(id)),
+            data: Some(base64::engine::general_purpose::STANDARD.encode(plan.token)),
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("creating the gateway secret of task `{id}`"))?;
+    let spec = service_spec(plan, &secret.id, &secret_name);
+    match d.create_service(spec, None).await {
+        Ok(created) => Ok(Launched {
+            service_id: created.id.unwrap_or_default(),
+        }),
+        Err(e) => {
+            let _ = d.delete_secret(&secret.id).await;
+            Err(e).with_context(|| {
+                format!(
+                    "creating the job service of task `{id}` from image `{}`",
+                    plan.image
+                )
+            })
+        }
+    }
+}
+
+/// The job service's spec (pure: checked by unit tests).
+pub(crate) fn service_spec(
+    plan: &ServicePlan<'_>,
+    secret_id: &str,
+    secret_name: &str,
+) -> ServiceSpec {
+    let id = plan.id;
+    let suffix = plan.suffix;
+    let spec = plan.spec;
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    env.extend([
+        "HOME=/tmp".to_string(),
+        format!("SAHEELI_GATEWAY={}", plan.gateway_url),
+        format!("{}={}", remote::TOKEN_FILE_ENV, remote::TOKEN_FILE),
+        format!("{}={id}", remote::TASK_ID_ENV),
+    ]);
+    let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
+    let token_file = remote::TOKEN_FILE
+        .rsplit('/')
+        .next()
+        .unwrap_or("saheeli-gateway-token");
+    let container = TaskSpecContainerSpec {
+        image: Some(plan.image.to_string()),
+        labels: Some(labels(id)),
+        env: Some(env),
+        dir: Some(paths::WORKSPACE.into()),
+        user: Some("1000:1000".into()),
+        read_only: Some(true),
+        init: Some(true),
+        capability_drop: Some(vec!["ALL".into()]),
+        // Sent for engines that know it (API 1.46+); 20.10 ignores it.
+        privileges: Some(TaskSpecContainerSpecPrivileges {
+            no_new_privileges: Some(true),
+            ..Default::default()
+        }),
+        stop_signal: Some("SIGTERM".into()),
+        stop_grace_period: Some(plan.stop_grace.as_nanos().min(i64::MAX as u128) as i64),
+        mounts: Some(vec![
+            Mount {
+                target: Some(paths::WORKSPACE.into()),
+                source: Some(format!("saheeli-{id}-{suffix}")),
+                typ: Some(MountType::VOLUME),
+                volume_options: Some(MountVolumeOptions {
+                    labels: Some(labels(id)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Mount {
+                target: Some("/tmp".into()),
+                typ: Some(MountType::TMPFS),
+                tmpfs_options: Some(MountTmpfsOptions {
+                    size_bytes: Some(256 << 20),
+                    mode: Some(0o1777),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]),
+        secrets: Some(vec![TaskSpecContainerSpecSecrets {
+            file: Some(TaskSpecContainerSpecFile {
+                name: Some(token_file.into()),
+                uid: Some("1000".into()),
+                gid: Some("1000".into()),
+                mode: Some(0o400),
+            }),
+            secret_id: Some(secret_id.into()),
+            secret_name: Some(secret_name.into()),
+        }]),
+        ..Default::default()
+    };
+    let mut service_labels = labels(id);
+    service_labels.insert(LAUNCH_LABEL.into(), suffix.into());
+    ServiceSpec {
+        name: Some(format!("saheeli-{id}-{suffix}")),
+        labels: Some(service_labels),
+        mode: Some(ServiceSpecMode {
+            replicated_job: Some(ServiceSpecModeReplicatedJob {
+                max_concurrent: Some(1),
+                total_completions: Some(1),
+            }),
+            ..Default::default()
+        }),
+        task_template: Some(TaskSpec {
+            container_spec: Some(container),
+            resources: Some(TaskSpecResources {
+                limits: Some(Limit {
+                    nano_cpus: Some((spec.cpus * 1e9) as i64),
+                    memory_bytes: Some(memory),
+                    pids: Some(spec.pids),
+                }),
+                ..Default::default()
+            }),
+            restart_policy: Some(TaskSpecRestartPolicy {
+                condition: Some(TaskSpecRestartPolicyConditionEnum::NONE),
+                max_attempts: Some(0),
+                ..Default::default()
+            }),
+            networks: Some(vec![NetworkAttachmentConfig {
+                target: Some(plan.network.to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_service_is_one_hardened_completion_with_its_secret() {
+        let id = TaskId::new();
+        let cfg = crate::config::Config {
+            source: None,
+            base_dir: "/tmp".into(),
+            file: Default::default(),
+            set_keys: Default::default(),
+        };
+        let d = tempfile::tempdir().unwrap();
+        let prompt = d.path().join("p.md");
+        // A replay model: no provider key needed to build the spec.
+        std::fs::write(&prompt, "---\nmodel: replay:r.json\n---\nNow.\n").unwrap();
+        std::fs::write(
+            d.path().join("r.json"),
+            r#"{"turns": [{"content": "done"}]}"#,
+        )
+        .unwrap();
+        let spec = crate::spec::TaskSpec::from_prompt(&cfg, &prompt, &[]).unwrap();
+        let plan = ServicePlan {
+            id,
+            spec: &spec,
+            image: "10.0.0.1:5000/saheeli-servo@sha256:00",
+            network: "jobs",
+            gateway_url: "http://10.0.0.1:7070".into(),
+            token: "t",
+            suffix: "abcd",
+            stop_grace: std::time::Duration::from_secs(3),
+        };
+        let s = service_spec(&plan, "sid", "sname");
+        assert_eq!(s.labels.as_ref().unwrap()[LAUNCH_LABEL], "abcd");
+        let job = s.mode.unwrap().replicated_job.unwrap();
+        assert_eq!(
+            (job.max_concurrent, job.total_completions),
+            (Some(1), Some(1))
+        );
+        let t = s.task_template.unwrap();
+        assert_eq!(
+            t.restart_policy.unwrap().condition,
+            Some(TaskSpecRestartPolicyConditionEnum::NONE)
+        );
+        let c = t.container_spec.unwrap();
+        assert_eq!(c.capability_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!((c.read_only, c.init), (Some(true), Some(true)));
+        assert_eq!(c.user.as_deref(), Some("1000:1000"));
+        assert_eq!(c.labels.unwrap()[TASK_LABEL], id.to_string());
+        let env = c.env.unwrap();
+        assert!(env.iter().all(|e| !e.contains("t\n") && e != "t"));
+        assert!(env.contains(&format!(
+            "{}={}",
+            remote::TOKEN_FILE_ENV,
+            remote::TOKEN_FILE
+        )));
+        assert_eq!(c.secrets.unwrap()[0].secret_id.as_deref(), Some("sid"));
+        let limits = t.resources.unwrap().limits.unwrap();
+        assert_eq!(limits.pids, Some(spec.pids));
+    }
+}

@@ -1,0 +1,425 @@
+//! A task on Docker Swarm: the same shape as the local supervisor
+//! (launch, watch, collect, conclude), with a job service instead of a
+//! container, Swarm's task states instead of `wait`, and the servo's own
+//! upload through the gateway instead of a copy from its volume.
+//!
+//! A task Swarm loses (its node Down, rejected, orphaned) is requeued with
+//! backoff, never counted as an attempt; a servo that ends without
+//! uploading its workspace ends `incomplete`, saying so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use saheeli_protocol::{Reason, TaskId};
+use tracing::{error, info, warn};
+
+use crate::backend::Backend;
+use crate::backend::swarm::{self, Phase};
+use crate::gateway::{Gateway, RemoteTask};
+use crate::state::TaskState;
+use crate::store::{Outcome, TaskRow, now_ms};
+
+use super::*;
+
+/// How often Swarm is asked how a task is doing.
+const OBSERVE_EVERY: Duration = Duration::from_millis(300);
+
+/// The swarm's handles, from the context.
+pub(super) struct Swarm<'a> {
+    pub manager: &'a bollard::Docker,
+    pub manager_addr: &'a str,
+    network: &'a str,
+    gateway_url: &'a str,
+    pub hub: &'a crate::gateway::Hub,
+    pub key: &'a [u8],
+}
+
+/// Whether this foreman runs its tasks on a swarm.
+pub(super) fn handles_swarm(ctx: &Ctx) -> bool {
+    handles(ctx).is_some()
+}
+
+pub(super) fn handles(ctx: &Ctx) -> Option<Swarm<'_>> {
+    match &ctx.backend {
+        Backend::Swarm {
+            manager,
+            manager_addr,
+            network,
+            gateway_url,
+            hub,
+            key,
+            ..
+        } => Some(Swarm {
+            manager,
+            manager_addr,
+            network,
+            gateway_url,
+            hub,
+            key,
+        }),
+        Backend::Docker => None,
+    }
+}
+
+/// Runs one task from `starting` to a terminal state on the swarm.
+pub(super) async fn supervise_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined {
+    let id = task.id;
+    let sw = handles(&ctx).expect("the swarm supervisor runs only with `backend: swarm`");
+    if task.spec.verifies() {
+        // Verify commands run by `docker exec` beside the servo; on a
+        // swarm it is on another node. Said plainly, not half-done.
+        let detail = "`verify` is not supported with `backend: swarm` yet; run this task with `backend: docker`";
+        return finish(
+            &ctx,
+            id,
+            TaskState::Failed,
+            Reason::Launch,
+            Outcome::default(),
+            detail,
+        )
+        .await;
+    }
+    let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let token = swarm::token(sw.key, id, &suffix);
+    let gateway = match remote_gateway(&ctx, &task, &token, &inbox).await {
+        Ok(g) => g,
+        Err(e) => return launch_failed(&ctx, &task, None, e, inbox).await,
+    };
+    let plan = swarm::ServicePlan {
+        id,
+        spec: &task.spec,
+        image: &ctx.cfg.file.image,
+        network: sw.network,
+        gateway_url: sw.gateway_url.to_string(),
+        token: &token,
+        suffix: &suffix,
+        stop_grace: ctx.cfg.file.stop_grace,
+    };
+    let launched = async {
+        let lease = ctx.lease.clone();
+        ctx.db(move |s| s.hold(id, &lease)).await?;
+        let l = swarm::create_service(sw.manager, &plan).await?;
+        let service = l.service_id.clone();
+        let lease = ctx.lease.clone();
+        ctx.db(move |s| s.set_container(id, &lease, &service))
+            .await?;
+        anyhow::Ok(l)
+    }
+    .await;
+    match launched {
+        Ok(l) => {
+            info!(task_id = %id, service = %l.service_id, "job service created");
+            let started = now_ms() - task.active_ms;
+            watch_and_end(ctx.clone(), task, l.service_id, gateway, started, inbox).await
+        }
+        Err(e) => launch_failed(&ctx, &task, Some(gateway), e, inbox).await,
+    }
+}
+
+/// The task's gateway on the shared TCP listener.
+async fn remote_gateway(
+    ctx: &Ctx,
+    task: &TaskRow,
+    token: &str,
+    inbox: &Inbox,
+) -> anyhow::Result<Gateway> {
+    let sw = handles(ctx).expect("swarm");
+    let id = task.id;
+    let remote = remote_task(ctx, task, token)?;
+    let desk = ctx.desk_link(id, &task.spec, inbox.waiting());
+    Ok(Gateway::start_remote(
+        sw.hub,
+        id,
+        ctx.upstream.clone(),
+        &task.spec.model,
+        task.spec.budget(),
+        desk,
+        remote,
+    )
+    .await)
+}
+
+/// What the remote servo of `task` fetches, and where its upload goes.
+pub(super) fn remote_task(ctx: &Ctx, task: &TaskRow, token: &str) -> anyhow::Result<RemoteTask> {
+    let id = task.id;
+    let mut servo_task = task.spec.servo_task(id);
+    servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
+    let launch = serde_json::to_string(&saheeli_protocol::Launch {
+        task: servo_task,
+        prompt: task.spec.body.clone(),
+    })?;
+    let input = crate::inputs::workspace_tar(&ctx.cfg.state_dir(), id);
+    let remote = RemoteTask {
+        token: token.to_string(),
+        launch,
+        input: input.is_file().then_some(input),
+        dest: ctx.cfg.results_dir().join(id.to_string()),
+        secrets: ctx.upstream.providers.secrets(),
+        max_bytes: ctx.cfg.file.max_results_size.0,
+    };
+    Ok(remote)
+}
+
+/// Removes what the launch made; requeues (infrastructure) or fails.
+async fn launch_failed(
+    ctx: &Ctx,
+    task: &TaskRow,
+    gateway: Option<Gateway>,
+    e: anyhow::Error,
+    mut inbox: Inbox,
+) -> Joined {
+    let id = task.id;
+    if let Some(g) = gateway {
+        g.stop().await;
+    }
+    remove_all(ctx, id).await;
+    if lease_lost(&e) {
+        return (id, None);
+    }
+    error!(task_id = %id, error = %format!("{e:#}"), "swarm launch failed");
+    let detail = format!("launch on the swarm failed ({e:#})");
+    requeue_or_fail(
+        ctx,
+        task,
+        &detail,
+        Reason::Launch,
+        inbox.stop_requested().is_some(),
+    )
+    .await
+}
+
+/// Infrastructure failures go back to the queue with backoff (not an
+/// attempt), up to the limit; after that the task fails with `reason`.
+pub(super) async fn requeue_or_fail(
+    ctx: &Ctx,
+    task: &TaskRow,
+    detail: &str,
+    reason: Reason,
+    stopping: bool,
+) -> Joined {
+    let id = task.id;
+    if task.requeues < MAX_REQUEUES && !stopping {
+        let delay = Duration::from_secs(1 << task.requeues.clamp(0, 5));
+        let detail = format!("{detail}; queued again in {}s", delay.as_secs());
+        warn!(task_id = %id, %detail, "requeued");
+        let lease = ctx.lease.clone();
+        match ctx.db(move |s| s.requeue(id, &lease, &detail, delay)).await {
+            Ok(()) => return (id, None),
+            Err(e) if lease_lost(&e) => return (id, None),
+            Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+        }
+    }
+    let state = if stopping {
+        TaskState::Cancelled
+    } else {
+        TaskState::Failed
+    };
+    finish(ctx, id, state, reason, Outcome::default(), detail).await
+}
+
+/// Removes the task's service, secret, containers and volumes.
+pub(super) async fn remove_all(ctx: &Ctx, id: TaskId) {
+    let Some(sw) = handles(ctx) else { return };
+    match swarm::remove_task(sw.manager, sw.manager_addr, Some(id), &|_| false).await {
+        Ok(0) => {}
+        Ok(n) => warn!(task_id = %id, left = n, "swarm leftovers kept for the sweeper"),
+        Err(e) => warn!(task_id = %id, error = %format!("{e:#}"), "swarm cleanup failed"),
+    }
+}
+
+/// How watching a job service ended.
+enum Seen {
+    Exited(i64),
+    Lost(String),
+    /// Another foreman holds the task now.
+    Gone,
+}
+
+/// Watches the service until its task ends, then collects and concludes.
+pub(super) async fn watch_and_end(
+    ctx: Arc<Ctx>,
+    task: TaskRow,
+    service: String,
+    gateway: Gateway,
+    started_ms: i64,
+    mut inbox: Inbox,
+) -> Joined {
+    let id = task.id;
+    let sw = handles(&ctx).expect("swarm");
+    let grace = ctx.cfg.file.stop_grace;
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_secs(task.spec.timeout_s)
+            .saturating_sub(Duration::from_millis((now_ms() - started_ms).max(0) as u64));
+    let mut timed_out = false;
+    let mut stopped: Option<Reason> = None;
+    let mut running = task.state == TaskState::Running;
+    let mut node = None;
+    let mut container = None;
+    let lost = inbox.lost();
+    let mut tick = tokio::time::interval(OBSERVE_EVERY);
+    let seen = loop {
+        tokio::select! {
+            _ = lost.cancelled() => break Seen::Gone,
+            command = inbox.recv(), if stopped.is_none() && !timed_out => {
+                let Command::Stop(reason) = command;
+                info!(task_id = %id, %reason, "stopping servo");
+                stopped = Some(reason);
+                stop(&ctx, node.as_deref(), container.as_deref(), &service, grace).await;
+            }
+            _ = tokio::time::sleep_until(deadline), if !timed_out && stopped.is_none() => {
+                warn!(task_id = %id, timeout_s = task.spec.timeout_s, "timeout: stopping servo");
+                timed_out = true;
+                stop(&ctx, node.as_deref(), container.as_deref(), &service, grace).await;
+            }
+            _ = tick.tick() => {
+                let o = match swarm::observe(sw.manager, &service).await {
+                    Ok(o) => o,
+                    Err(e) => {
+                        warn!(task_id = %id, error = %format!("{e:#}"), "swarm not answering; asking again");
+                        continue;
+                    }
+                };
+                node = o.node.clone().or(node);
+                container = o.container.clone().or(container);
+                match o.phase {
+                    Phase::Waiting => {}
+                    Phase::Running => {
+                        if !running {
+                            running = true;
+                            if mark_running(&ctx, id, &service, node.as_deref()).await.is_err() {
+                                break Seen::Gone;
+                            }
+                        }
+                        record_usage(&ctx, id, &gateway).await;
+                    }
+                    // A servo quicker than one look is still recorded as
+                    // having run (`starting` cannot end `complete`).
+                    Phase::Exited(code) if !running => {
+                        if mark_running(&ctx, id, &service, node.as_deref()).await.is_err() {
+                            break Seen::Gone;
+                        }
+                        break Seen::Exited(code);
+                    }
+                    Phase::Exited(code) => break Seen::Exited(code),
+                    Phase::Lost(why) => break Seen::Lost(why),
+                }
+            }
+        }
+    };
+    let code = match seen {
+        Seen::Gone => return abandon(id, Some(gateway)).await,
+        Seen::Lost(why) => {
+            gateway.stop().await;
+            remove_all(&ctx, id).await;
+            let detail = format!("infrastructure: {why}");
+            return requeue_or_fail(&ctx, &task, &detail, Reason::Lost, stopped.is_some()).await;
+        }
+        Seen::Exited(code) => code,
+    };
+    // The servo uploads before it exits; give a slow stream a moment.
+    let uploaded = gateway.upload(grace + Duration::from_secs(5)).await;
+    let metered = Some(Metered::read(gateway.meter()));
+    gateway.stop().await;
+    remove_all(&ctx, id).await;
+    if !still_held(&ctx, id).await {
+        return (id, None);
+    }
+    let dest = ctx.cfg.results_dir().join(id.to_string());
+    let watched = Watched {
+        exit: Ok(code),
+        timed_out,
+        stopped,
+        waited_ms: 0,
+    };
+    let collected = match uploaded {
+        None => {
+            let state = if stopped == Some(Reason::Cancelled) {
+                TaskState::Cancelled
+            } else {
+                TaskState::Incomplete
+            };
+            let reason = stopped.unwrap_or(if timed_out {
+                Reason::Timeout
+            } else {
+                Reason::NoCompletion
+            });
+            let detail = format!(
+                "exit {code} on node {}; the servo uploaded no workspace, nothing collected",
+                node.as_deref().unwrap_or("?")
+            );
+            return finish(&ctx, id, state, reason, Outcome::default(), &detail).await;
+        }
+        Some(Ok(c)) => {
+            record_changes(&ctx, id, task.spec.workspace.is_some(), &dest, c.truncated).await;
+            Ok(c)
+        }
+        Some(Err(e)) => Err(anyhow::anyhow!("the servo's upload: {e}")),
+    };
+    if task.attempt > i64::from(task.spec.retries) {
+        crate::inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
+    }
+    let seen = monitor::Seen {
+        watched,
+        oom: false,
+        metered,
+        collect_ms: 0,
+    };
+    conclude(&ctx, id, &dest, collected, seen).await
+}
+
+/// `running`, naming the service and node (what `task status` shows);
+/// Err when another foreman holds the task now.
+async fn mark_running(ctx: &Ctx, id: TaskId, service: &str, node: Option<&str>) -> Result<(), ()> {
+    let node = node.unwrap_or("?");
+    let detail = format!(
+        "service {} on node {node}",
+        &service[..12.min(service.len())]
+    );
+    info!(task_id = %id, node, "servo running");
+    let lease = ctx.lease.clone();
+    let r = ctx
+        .db(move |s| s.started(id, &lease, &detail))
+        .await;
+    match r {
+        Err(e) if lease_lost(&e) => Err(()),
+        Err(e) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "running not recorded");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// The gateway's live usage into the store.
+async fn record_usage(ctx: &Ctx, id: TaskId, gateway: &Gateway) {
+    let m = Metered::read(gateway.meter());
+    if m.calls > 0 {
+        let lease = ctx.lease.clone();
+        let _ = ctx
+            .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost))
+            .await;
+    }
+}
+
+/// Asks the servo to stop: SIGTERM with the grace through its node's
+/// engine (it then uploads), else removing the service (no upload).
+async fn stop(
+    ctx: &Ctx,
+    node: Option<&str>,
+    container: Option<&str>,
+    service: &str,
+    grace: Duration,
+) {
+    let Some(sw) = handles(ctx) else { return };
+    if let (Some(node), Some(container)) = (node, container) {
+        let engines = swarm::node_engines(sw.manager, sw.manager_addr).await;
+        if let Some((_, d)) = engines.iter().find(|(n, _)| n == node)
+            && crate::docker::stop(d, container, grace).await.is_ok()
+        {
+            return;
+        }
+    }
+    if let Err(e) = sw.manager.delete_service(service).await {
+        warn!(service, error = %e, "stopping the job service failed");
+    }
+}

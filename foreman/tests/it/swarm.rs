@@ -1,0 +1,479 @@
+//! `backend: swarm` on a real 3-node Docker Swarm of this test's own
+//! (scripts/swarm.sh: three dockerd in private network namespaces, a
+//! registry), brought up once and torn down at the end, failure included.
+//! If the swarm cannot start, the test fails.
+//!
+//! One test, in steps sharing the swarm (starting one takes ~15 s): twelve
+//! tasks over at least two nodes; the hardening of a task container on a
+//! worker as `docker inspect` shows it; the gateway refusing no token, a
+//! wrong one and another task's (from the host and from inside a servo);
+//! a worker's dockerd killed mid-task (requeued, completed elsewhere, once);
+//! the foreman killed mid-task (adopted, completed); and no service,
+//! secret, container or volume left on any node.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// Addresses and names of this test's swarm: none shared with
+/// scripts/swarm.sh's defaults or the shared recipe.
+const PFX: &str = "10.235.0";
+const NS: &str = "sht";
+const BASE: &str = "/tmp/saheeli-swarm-it";
+
+struct TestSwarm;
+
+fn script_cmd(args: &[&str]) -> Command {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut c = Command::new(root.join("scripts/swarm.sh"));
+    c.args(args)
+        .env("PFX", PFX)
+        .env("NS", NS)
+        .env("BASE", BASE)
+        .env("IMAGE", "saheeli-base:bookworm");
+    c
+}
+
+impl TestSwarm {
+    fn up() -> TestSwarm {
+        // What a crashed earlier run of this test left (same names: ours).
+        let _ = script_cmd(&["down"]).output();
+        let out = script_cmd(&["up"])
+            .output()
+            .expect("running scripts/swarm.sh");
+        assert!(
+            out.status.success(),
+            "the test swarm did not start (scripts/swarm.sh up); these tests need root, \
+             docker.io and docker-registry (scripts/setup.sh swarm)\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TestSwarm
+    }
+
+    fn docker(&self, node: u32, args: &[&str]) -> Output {
+        Command::new("docker")
+            .arg("-H")
+            .arg(format!("unix://{BASE}/n{node}/docker.sock"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn lines(&self, node: u32, args: &[&str]) -> Vec<String> {
+        let o = self.docker(node, args);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    fn kill_dockerd(&self, node: u32) {
+        let pid = std::fs::read_to_string(format!("{BASE}/n{node}/docker.pid")).unwrap();
+        let st = Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    fn restart(&self, node: u32) {
+        let out = script_cmd(&["restart", &node.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for TestSwarm {
+    fn drop(&mut self) {
+        let _ = script_cmd(&["down"]).output();
+    }
+}
+
+/// The servo binary of the test image, for `build-servo --push`.
+fn servo_binary(dir: &Path) -> PathBuf {
+    let name = format!("saheeli-swarm-it-{}", std::process::id());
+    let created = Command::new("docker")
+        .args(["create", "--name", &name, &image()])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "test image `{}` missing", image());
+    let bin = dir.join("servo");
+    let cp = Command::new("docker")
+        .args(["cp", &format!("{name}:/usr/local/bin/servo")])
+        .arg(&bin)
+        .status()
+        .unwrap();
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    assert!(cp.success());
+    bin
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind(format!("{PFX}.1:0")).unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn elapsed(t: Instant) -> String {
+    format!("{:.1}s", t.elapsed().as_secs_f64())
+}
+
+/// The node a task's `running` event names (`… on node sht-node2`).
+fn node_of(task: &Value) -> Option<u32> {
+    let events = task["events"].as_array()?;
+    let detail = events.iter().rev().find(|e| e["to"] == "running")?["detail"].as_str()?;
+    let name = detail.rsplit("on node ").next()?;
+    name.strip_prefix(&format!("{NS}-node"))?.parse().ok()
+}
+
+fn serve(s: &Saheeli, drain: bool) -> Child {
+    let mut args = vec!["serve"];
+    if drain {
+        args.push("--drain");
+    }
+    s.cmd(&args)
+        .env("RUST_LOG", "saheeli=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(s.path().join("serve.log"))
+                .unwrap(),
+        ))
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until every task in `ids` runs, and returns their nodes.
+fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
+    let t = Instant::now();
+    loop {
+        let nodes: Vec<Option<u32>> = ids
+            .iter()
+            .map(|id| {
+                let task = s.task(id);
+                (task["state"] == "running")
+                    .then(|| node_of(&task))
+                    .flatten()
+            })
+            .collect();
+        if nodes.iter().all(Option::is_some) {
+            return nodes.into_iter().map(Option::unwrap).collect();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "tasks not running: {}\n{}",
+            ids.iter()
+                .map(|id| s.task(id).to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            std::fs::read_to_string(s.path().join("serve.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn wait_exit(child: &mut Child, s: &Saheeli) {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(
+                st.code().is_some(),
+                "serve died: {st}\n{}",
+                std::fs::read_to_string(s.path().join("serve.log")).unwrap_or_default()
+            );
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(240) {
+            let _ = child.kill();
+            panic!(
+                "serve did not finish\n{}",
+                std::fs::read_to_string(s.path().join("serve.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `curl` against the gateway: the HTTP status.
+fn curl_status(url: &str, headers: &[String]) -> String {
+    let mut c = Command::new("curl");
+    c.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ]);
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    let o = c.arg(url).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A task completed once, from one launch that uploaded its workspace.
+fn assert_complete_once(s: &Saheeli, id: &str, marker: &str) {
+    let t = s.task(id);
+    assert_eq!(t["state"], "complete", "{t:#}");
+    assert_eq!(t["attempt"], 1, "{t:#}");
+    let completes = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["to"] == "complete")
+        .count();
+    assert_eq!(completes, 1, "{t:#}");
+    let dir = s.path().join("results").join(id);
+    assert!(dir.join("complete.json").is_file(), "{t:#}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join(marker)).unwrap().trim(),
+        "done",
+        "{t:#}"
+    );
+}
+
+#[test]
+fn swarm_backend_on_a_real_three_node_swarm() {
+    require_docker();
+    let t0 = Instant::now();
+    let swarm = TestSwarm::up();
+    eprintln!("swarm up in {}", elapsed(t0));
+
+    let s = Saheeli::new();
+    let bin = servo_binary(s.path());
+    let port = free_port();
+    let base = format!(
+        "backend: swarm\nswarm:\n  manager: tcp://{PFX}.11:2375\n  registry: {PFX}.1:5000\n  \
+         network: saheeli-jobs\n  gateway_listen: {PFX}.1:{port}\nconcurrency: 12\n\
+         run_dir: /tmp/saheeli-it-run-{}\nstop_grace: 3s\nlease: 3s\n",
+        std::process::id()
+    );
+    s.write("config.yaml", &base);
+    // build-servo --push: built on the manager, pushed, named by digest.
+    let t = Instant::now();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let pushed = s.expect(
+        &[
+            "build-servo",
+            "--push",
+            "--servo-bin",
+            bin.to_str().unwrap(),
+            "--context",
+            root.to_str().unwrap(),
+        ],
+        0,
+    );
+    let pushed = pushed.trim().to_string();
+    assert!(
+        pushed.starts_with(&format!("{PFX}.1:5000/saheeli-servo@sha256:")),
+        "{pushed}"
+    );
+    eprintln!("build-servo --push in {}", elapsed(t));
+    s.write("config.yaml", &format!("{base}image: {pushed}\n"));
+
+    // 1. Twelve tasks, spread over the nodes, all collected and complete.
+    s.write(
+        "quick.replay.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "hostname > node.txt; echo done > marker.txt"}),
+            ),
+            ("task_complete", json!({"message": "ok"})),
+        ]),
+    );
+    s.write("quick.md", &replay_prompt("quick.replay.json", ""));
+    let ids: Vec<String> = (0..12).map(|_| s.submit("quick.md")).collect();
+    let t = Instant::now();
+    s.expect(&["serve", "--drain"], 0);
+    eprintln!("12 tasks on the swarm in {}", elapsed(t));
+    let mut nodes = std::collections::BTreeSet::new();
+    for id in &ids {
+        assert_complete_once(&s, id, "marker.txt");
+        nodes.insert(node_of(&s.task(id)).expect("the node is in `task status`"));
+    }
+    assert!(nodes.len() >= 2, "all on one node: {nodes:?}");
+
+    // 2. Long tasks: hardening, tokens, then a worker's dockerd killed.
+    s.write(
+        "slow.replay.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "sleep 20; echo done > marker.txt"}),
+            ),
+            ("task_complete", json!({"message": "ok"})),
+        ]),
+    );
+    s.write("slow.md", &replay_prompt("slow.replay.json", ""));
+    let slow: Vec<String> = (0..3).map(|_| s.submit("slow.md")).collect();
+    let mut server = serve(&s, true);
+    let on = wait_running(&s, &slow);
+    let (victim, worker) = slow
+        .iter()
+        .zip(&on)
+        .find(|(_, n)| **n != 1)
+        .map(|(id, n)| (id.clone(), *n))
+        .expect("a task on a worker");
+    let other = slow.iter().find(|id| **id != victim).unwrap().clone();
+    let container = |node: u32, id: &str| -> String {
+        let t = Instant::now();
+        loop {
+            let found = swarm.lines(
+                node,
+                &[
+                    "ps",
+                    "-q",
+                    "--no-trunc",
+                    "--filter",
+                    &format!("label=saheeli.task={id}"),
+                ],
+            );
+            if let Some(c) = found.first() {
+                return c.clone();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "no container of {id} on node {node}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let cid = container(worker, &victim);
+    let inspect: Value =
+        serde_json::from_slice(&swarm.docker(worker, &["inspect", &cid]).stdout).unwrap();
+    let c = &inspect[0];
+    let hc = &c["HostConfig"];
+    assert_eq!(hc["CapDrop"], json!(["ALL"]), "{hc:#}");
+    assert_eq!(hc["ReadonlyRootfs"], true);
+    assert_eq!(hc["Init"], true);
+    assert_eq!(hc["Privileged"], false);
+    assert_eq!(hc["PidsLimit"], 512);
+    assert_eq!(hc["Memory"], 2i64 << 30);
+    assert_eq!(hc["NanoCpus"], 1_000_000_000i64);
+    assert_eq!(c["Config"]["User"], "1000:1000");
+    let mounts = hc["Mounts"].as_array().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["Type"] == "tmpfs" && m["Target"] == "/tmp"),
+        "{mounts:#?}"
+    );
+    // Not expressible on 20.10 (see README): no-new-privileges is absent.
+    eprintln!("SecurityOpt on the worker: {}", hc["SecurityOpt"]);
+    // The token is a secret file, never in the environment or labels.
+    let token = String::from_utf8(
+        swarm
+            .docker(
+                worker,
+                &["exec", &cid, "cat", "/run/secrets/saheeli-gateway-token"],
+            )
+            .stdout,
+    )
+    .unwrap();
+    let token = token.trim().to_string();
+    assert_eq!(token.len(), 64, "{token:?}");
+    let env = c["Config"]["Env"].to_string();
+    let labels = c["Config"]["Labels"].to_string();
+    assert!(!env.contains(&token) && !labels.contains(&token));
+
+    // The gateway: no token 401; wrong token, or another task's, 403.
+    let gw = format!("http://{PFX}.1:{port}/saheeli/v1/launch");
+    let auth = |tok: &str| format!("Authorization: Bearer {tok}");
+    let task = |id: &str| format!("x-saheeli-task: {id}");
+    assert_eq!(curl_status(&gw, &[task(&victim)]), "401");
+    assert_eq!(
+        curl_status(&gw, &[task(&victim), auth(&"0".repeat(64))]),
+        "403"
+    );
+    assert_eq!(curl_status(&gw, &[task(&other), auth(&token)]), "403");
+    assert_eq!(curl_status(&gw, &[task(&victim), auth(&token)]), "200");
+    // From inside the servo's container: another task's gateway refuses.
+    let py = format!(
+        "import urllib.request as u, urllib.error as e\n\
+         r = u.Request('{gw}', headers={{'Authorization': 'Bearer {token}', 'x-saheeli-task': '{other}'}})\n\
+         try:\n    print(u.urlopen(r, timeout=10).status)\n\
+         except e.HTTPError as x:\n    print(x.code)\n"
+    );
+    let inside = swarm.docker(worker, &["exec", &cid, "python3", "-c", &py]);
+    assert_eq!(String::from_utf8_lossy(&inside.stdout).trim(), "403");
+
+    // A worker's dockerd killed: its tasks are requeued (Swarm marks the
+    // node Down) and complete on another node, once.
+    let t = Instant::now();
+    swarm.kill_dockerd(worker);
+    wait_exit(&mut server, &s);
+    eprintln!("worker killed: remaining tasks done in {}", elapsed(t));
+    for id in &slow {
+        assert_complete_once(&s, id, "marker.txt");
+    }
+    let v = s.task(&victim);
+    let requeued = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["to"] == "queued" && e["detail"].as_str().unwrap_or("").contains("is down"));
+    assert!(requeued, "{v:#}");
+    assert_ne!(node_of(&v), Some(worker), "{v:#}");
+    swarm.restart(worker);
+
+    // 3. The foreman killed mid-run: another adopts the job and collects it.
+    let id = s.submit("slow.md");
+    let mut first = serve(&s, false);
+    wait_running(&s, std::slice::from_ref(&id));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let t = Instant::now();
+    let mut second = serve(&s, true);
+    wait_exit(&mut second, &s);
+    eprintln!("adopted after a foreman's kill -9, done in {}", elapsed(t));
+    assert_complete_once(&s, &id, "marker.txt");
+
+    // 4. Nothing left on any node (the restarted worker's orphan included,
+    // once `saheeli gc` has seen it).
+    let t = Instant::now();
+    loop {
+        let ready = swarm.lines(1, &["node", "ls", "--format", "{{.Status}}"]);
+        if ready.iter().filter(|l| *l == "Ready").count() == 3 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{ready:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    s.expect(&["gc"], 0);
+    let label = "label=saheeli.task";
+    assert_eq!(
+        swarm.lines(1, &["service", "ls", "-q", "--filter", label]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        swarm.lines(1, &["secret", "ls", "-q", "--filter", label]),
+        Vec::<String>::new()
+    );
+    for n in 1..=3 {
+        assert_eq!(
+            swarm.lines(n, &["ps", "-aq", "--filter", label]),
+            Vec::<String>::new(),
+            "containers left on node {n}"
+        );
+        assert_eq!(
+            swarm.lines(n, &["volume", "ls", "-q", "--filter", label]),
+            Vec::<String>::new(),
+            "volumes left on node {n}"
+        );
+    }
+    eprintln!("swarm test done in {}", elapsed(t0));
+}

@@ -1,0 +1,32 @@
+//! A servo on another host (the Swarm backend): it reaches its gateway
+//! over TCP instead of a mounted unix socket, proves which task it is with
+//! a per-task token, fetches its launch and submitted workspace at start and
+//! uploads its whole workspace as a tar when it ends.
+
+/// The file holding the task's gateway token (a Swarm secret mounted into
+/// that task only). Set only for remote servos; never the token itself.
+pub const TOKEN_FILE_ENV: &str = "SAHEELI_GATEWAY_TOKEN_FILE";
+
+/// Where the Swarm backend mounts the token secret in a servo.
+pub const TOKEN_FILE: &str = "/run/secrets/saheeli-gateway-token";
+
+/// The HTTP header carrying the token on every request: `Bearer <token>`.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// Longest token a gateway reads from a request (a token is 64 hex digits).
+pub const MAX_TOKEN_BYTES: usize = 128;
+
+/// The gateway's routes only a remote servo uses.
+pub mod routes {
+    /// `GET`: the task's [`Launch`](crate::Launch) as JSON.
+    pub const LAUNCH: &str = "/saheeli/v1/launch";
+    /// `GET`: the submitted workspace as a tar (204 when none was
+    /// submitted); `PUT`: the whole workspace as a tar, once, at the end.
+    pub const WORKSPACE: &str = "/saheeli/v1/workspace";
+}
+
+/// The HTTP header naming the task a request is for (its id).
+pub const TASK_HEADER: &str = "x-saheeli-task";
+
+/// The environment variable with the servo's task id (not a secret).
+pub const TASK_ID_ENV: &str = "SAHEELI_TASK_ID";
