@@ -1,5 +1,5 @@
 //! `saheeli-bench`: Saheeli side by side with raw Docker, on the local
-//! daemon, offline (replay model). It drives the real `saheeli` binary in
+//! daemon, offline (replay model, or a fake LLM on 127.0.0.1). It drives the real `saheeli` binary in
 //! throwaway project directories and talks to Docker through bollard for
 //! the floors. Every figure is compared with a floor measured in the same
 //! run. Progress goes to stderr; the table to stdout; the same figures as
@@ -13,6 +13,8 @@
 //! - `floor`: raw and hardened Docker cycles; `cpu`: CPU accounting.
 //! - `extract`: a reference collector, to compare the foreman's with.
 //! - `project`: a throwaway Saheeli project; `history`: bulk task rows.
+//! - `fake_llm`: an OpenAI-compatible model answering at once over HTTP;
+//!   `hops`: the floors of a step's HTTP hops.
 //! - `dispatch`, `steps`, `throughput`, `collection`, `footprint`: the
 //!   measurements.
 //! - `stats`: medians, p95 and the report.
@@ -23,9 +25,11 @@ mod dispatch;
 mod env;
 mod events;
 mod extract;
+mod fake_llm;
 mod floor;
 mod footprint;
 mod history;
+mod hops;
 mod project;
 mod stats;
 mod steps;
