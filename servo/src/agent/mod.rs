@@ -146,6 +146,8 @@ impl Agent {
                 shell_timeout: SHELL_TIMEOUT,
                 steps: task.steps.clone(),
                 desk: Some(desk.clone()),
+                shell: Arc::default(),
+                shell_reset: Arc::default(),
             },
             specs,
             capability_tools: Vec::new(),
