@@ -35,7 +35,11 @@ pub async fn measure(llm: &FakeLlm, body_bytes: usize) -> anyhow::Result<Hops> {
     for i in 0..N + 10 {
         let t0 = Instant::now();
         let r = client.post(&url).body(body.clone()).send().await?;
-        anyhow::ensure!(r.status().is_success(), "the fake LLM answered {}", r.status());
+        anyhow::ensure!(
+            r.status().is_success(),
+            "the fake LLM answered {}",
+            r.status()
+        );
         r.bytes().await?;
         if i >= 10 {
             tcp.push(t0.elapsed().as_secs_f64() * 1e3);

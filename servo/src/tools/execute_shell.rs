@@ -4,9 +4,7 @@
 //! stopped, a shell that had to be replaced.
 
 use std::collections::VecDeque;
-use std::io::Read;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -23,7 +21,7 @@ pub(crate) struct ExecuteShell {
 }
 
 /// The first and last `max` bytes of a stream, and its full length.
-struct HeadTail {
+pub(crate) struct HeadTail {
     max: usize,
     head: Vec<u8>,
     tail: VecDeque<u8>,
@@ -40,23 +38,7 @@ impl HeadTail {
         }
     }
 
-    /// Reads until end of file into `into`, which the caller may take at
-    /// any time: a reader can block for ever on a pipe that a detached
-    /// process holds open, and what it read so far is still wanted.
-    fn read_all(mut r: impl Read, into: &Mutex<HeadTail>) {
-        let mut buf = [0u8; 8192];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => into
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(&buf[..n]),
-            }
-        }
-    }
-
-    fn push(&mut self, mut data: &[u8]) {
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
         self.total += data.len();
         let room = self.max.saturating_sub(self.head.len());
         let take = room.min(data.len());
@@ -135,12 +117,8 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
             Err(e) => return ToolOutput::error(format!("starting bash: {e}")),
         },
     };
-    let collected = Arc::new(Mutex::new(HeadTail::new(tb.max_output)));
-    let into = collected.clone();
-    let ran = shell
-        .run(&a.command, timeout, move |f| HeadTail::read_all(f, &into))
-        .await;
-    let (ended, fifo, mut output) = match ran {
+    let mut collected = HeadTail::new(tb.max_output);
+    let (ended, mut output) = match shell.run(&a.command, timeout, &mut collected).await {
         Ok(r) => r,
         Err(e) => return ToolOutput::error(format!("running the command in bash: {e}")),
     };
@@ -149,21 +127,15 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     // stop reading after a bound and keep what came, or the call would
     // hang until the whole task times out.
     let mut abandoned = false;
-    if tokio::time::timeout(BACKGROUND_GRACE, &mut output)
-        .await
-        .is_err()
-    {
+    if !output.drain(&mut collected, BACKGROUND_GRACE).await {
         if ended.lost.is_some() {
             shell.kill_all();
         } else {
             shell.kill_others();
         }
-        fifo.unblock();
-        abandoned = tokio::time::timeout(DRAIN_AFTER_KILL, &mut output)
-            .await
-            .is_err();
+        abandoned = !output.drain(&mut collected, DRAIN_AFTER_KILL).await;
     }
-    drop(fifo);
+    drop(output);
     match ended.lost {
         None => *slot = Some(shell),
         Some(lost) => {
@@ -176,10 +148,6 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
         }
     }
     drop(slot);
-    let collected = std::mem::replace(
-        &mut *collected.lock().unwrap_or_else(|p| p.into_inner()),
-        HeadTail::new(0),
-    );
     let ended = Ended {
         code: ended.code,
         timed_out: ended.timed_out,

@@ -8,8 +8,9 @@
 //! its own in a private directory, and the shell is sent one line of ours
 //! that sets a random nonce and the command's number and calls
 //! `__saheeli_step`. That sources the file (stdin from /dev/null, stdout
-//! and stderr into a FIFO of its own, read here) and then prints `<nonce>
-//! <status>` on the shell's stdout, which only that line is written to.
+//! and stderr into a FIFO of its own, read here on the servo's own thread)
+//! and then prints `<nonce> <status>` on the shell's stdout, which only
+//! that line is written to.
 //!
 //! A timeout sends SIGINT to the shell's process group: the command is
 //! interrupted and returns 130, the shell lives on, and processes it left
@@ -18,20 +19,19 @@
 //! group. A shell that exits (`exit`, `kill $$`, `set -e`) or is killed is
 //! replaced by a fresh one at the next command, and the result says so.
 
-use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::execute_shell::HeadTail;
 
 /// How long an interrupted command has to return before its shell is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
-
-/// Longest status line read; anything longer is not ours.
-const MAX_STATUS_LINE: u64 = 256;
 
 /// Defines the step function; the directory is quoted by [`quote`].
 const INIT: &str = r#"__saheeli_step() {
@@ -63,6 +63,8 @@ pub(crate) struct Shell {
     pgid: i32,
     input: ChildStdin,
     status: BufReader<ChildStdout>,
+    /// A status line read in part.
+    line: Vec<u8>,
     dir: PathBuf,
     seq: u64,
 }
@@ -110,6 +112,7 @@ impl Shell {
             pgid,
             input,
             status,
+            line: Vec::new(),
             dir,
             seq: 0,
         })
@@ -120,16 +123,16 @@ impl Shell {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Runs `command`; its output goes to `read`, which is given the open
-    /// FIFO on a blocking thread and must read it to the end. Returns how
-    /// the command ended and the reader's handle (still running when
-    /// background jobs hold the output open).
+    /// Runs `command` until the shell reports its status, reading its
+    /// output into `into` meanwhile. Returns how it ended and the output,
+    /// still open when background jobs hold it (read it to the end with
+    /// [`Output::drain`]).
     pub async fn run(
         &mut self,
         command: &str,
         timeout: Duration,
-        read: impl FnOnce(std::fs::File) + Send + 'static,
-    ) -> std::io::Result<(Ended, Fifo, tokio::task::JoinHandle<()>)> {
+        into: &mut HeadTail,
+    ) -> std::io::Result<(Ended, Output)> {
         self.seq += 1;
         let n = self.seq;
         std::fs::DirBuilder::new()
@@ -141,23 +144,25 @@ impl Shell {
         let _ = std::fs::remove_file(&out);
         std::fs::write(&cmd, command)?;
         mkfifo(&out)?;
-        let fifo = Fifo {
-            out: out.clone(),
+        // Our own writer keeps the FIFO from reading as ended before the
+        // shell opens it; it is closed once the shell has reported.
+        let reader = pipe::OpenOptions::new().open_receiver(&out);
+        let keeper = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&out);
+        let mut output = Output {
+            fifo: reader.ok(),
+            keeper: keeper.ok(),
+            out,
             cmd,
         };
-        // Opening blocks until the shell opens the other end.
-        let reader = tokio::task::spawn_blocking(move || {
-            if let Ok(f) = std::fs::File::open(&out) {
-                read(f);
-            }
-        });
         let nonce = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         let line = format!("__saheeli_n={nonce} __saheeli_i={n}; __saheeli_step\n");
-        if let Err(e) = self.send(&line).await {
-            fifo.unblock();
-            return Err(e);
-        }
-        let ended = match tokio::time::timeout(timeout, self.status_of(&nonce)).await {
+        self.send(&line).await?;
+        let status =
+            tokio::time::timeout(timeout, self.status_reading(&nonce, &mut output, into)).await;
+        let ended = match status {
             Ok(Some(code)) => Ended {
                 code: Some(code),
                 timed_out: false,
@@ -168,12 +173,33 @@ impl Shell {
                 timed_out: false,
                 lost: Some(Lost::Exited),
             },
-            Err(_) => self.interrupt(&nonce).await,
+            Err(_) => self.interrupt(&nonce, &mut output, into).await,
         };
-        // The shell never opened the FIFO (it died first, or the
-        // redirection failed): let the reader go.
-        fifo.unblock();
-        Ok((ended, fifo, reader))
+        output.keeper = None;
+        Ok((ended, output))
+    }
+
+    /// The status for `nonce`, reading the command's output meanwhile (a
+    /// command with more output than a pipe holds waits for its reader).
+    async fn status_reading(
+        &mut self,
+        nonce: &str,
+        output: &mut Output,
+        into: &mut HeadTail,
+    ) -> Option<i32> {
+        let mut buf = [0u8; 8192];
+        loop {
+            let Some(fifo) = output.fifo.as_mut() else {
+                return self.status_of(nonce).await;
+            };
+            tokio::select! {
+                s = self.status_of(nonce) => return s,
+                r = fifo.read(&mut buf) => match r {
+                    Ok(0) | Err(_) => output.fifo = None,
+                    Ok(n) => into.push(&buf[..n]),
+                },
+            }
+        }
     }
 
     async fn send(&mut self, line: &str) -> std::io::Result<()> {
@@ -182,20 +208,21 @@ impl Shell {
     }
 
     /// The status line for `nonce`; None when the shell's stdout closed.
+    /// Resumable: a partial line stays in `self.line` when a `select!`
+    /// drops this future.
     async fn status_of(&mut self, nonce: &str) -> Option<i32> {
-        let mut line = String::new();
         loop {
-            line.clear();
-            let n = (&mut self.status)
-                .take(MAX_STATUS_LINE)
-                .read_line(&mut line)
-                .await
-                .ok()?;
+            let n = self.status.read_until(b'\n', &mut self.line).await.ok()?;
             if n == 0 {
                 return None;
             }
-            if let Some(code) = line
-                .strip_prefix(nonce)
+            if !self.line.ends_with(b"\n") {
+                continue;
+            }
+            let line = std::mem::take(&mut self.line);
+            if let Some(code) = std::str::from_utf8(&line)
+                .ok()
+                .and_then(|l| l.strip_prefix(nonce))
                 .and_then(|rest| rest.trim().parse().ok())
             {
                 return Some(code);
@@ -216,9 +243,10 @@ impl Shell {
 
     /// The command ran out of time: interrupt it, and kill the shell if it
     /// does not come back.
-    async fn interrupt(&mut self, nonce: &str) -> Ended {
+    async fn interrupt(&mut self, nonce: &str, output: &mut Output, into: &mut HeadTail) -> Ended {
         self.signal_group(libc::SIGINT);
-        match tokio::time::timeout(INTERRUPT_GRACE, self.status_of(nonce)).await {
+        let status = self.status_reading(nonce, output, into);
+        match tokio::time::timeout(INTERRUPT_GRACE, status).await {
             Ok(Some(code)) => {
                 self.kill_others();
                 Ended {
@@ -290,27 +318,40 @@ impl Drop for Shell {
     }
 }
 
-/// One command's files, removed when it is done.
-pub(crate) struct Fifo {
+/// One command's output (a FIFO) and its files, removed when done.
+pub(crate) struct Output {
+    fifo: Option<pipe::Receiver>,
+    /// Our own writer, until the shell has reported.
+    keeper: Option<std::fs::File>,
     out: PathBuf,
     cmd: PathBuf,
 }
 
-impl Fifo {
-    /// Wakes a reader still blocked opening the FIFO (no writer ever came):
-    /// it then reads end of file. Harmless when it has the FIFO open.
-    pub fn unblock(&self) {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&self.out)
-        {
-            let _ = f.flush();
+impl Output {
+    /// Reads to the end of the output (every writer gone) or for `wait`;
+    /// whether it ended.
+    pub async fn drain(&mut self, into: &mut HeadTail, wait: Duration) -> bool {
+        let Some(fifo) = self.fifo.as_mut() else {
+            return true;
+        };
+        let mut buf = [0u8; 8192];
+        let read_all = async {
+            loop {
+                match fifo.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => into.push(&buf[..n]),
+                }
+            }
+        };
+        let ended = tokio::time::timeout(wait, read_all).await.is_ok();
+        if ended {
+            self.fifo = None;
         }
+        ended
     }
 }
 
-impl Drop for Fifo {
+impl Drop for Output {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.out);
         let _ = std::fs::remove_file(&self.cmd);
