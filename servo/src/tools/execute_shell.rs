@@ -103,10 +103,12 @@ pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
         ),
         None if tb.shell_reset.swap(false, Ordering::Relaxed) => (
             None,
-            Some(format!(
-                "[the task was parked and started again; {}]\n",
-                FRESH.replace("the next command runs", "this command ran")
-            )),
+            Some(
+                "[this command ran in a fresh shell (working directory /workspace, variables, \
+                 functions and options reset): the previous one ended when the task was parked \
+                 or when its processes were stopped for verification]\n"
+                    .to_string(),
+            ),
         ),
         None => (None, None),
     };

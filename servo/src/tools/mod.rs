@@ -42,8 +42,9 @@ pub(crate) struct Toolbox {
     /// The persistent shell `execute_shell` runs in, started at its first
     /// call (None until then, and while a command runs).
     pub shell: Arc<tokio::sync::Mutex<Option<shell::Shell>>>,
-    /// Set when a parked session used a shell that is gone: the first
-    /// command of this start tells the model it has a fresh one.
+    /// Set when a shell the model used is gone (a parked session started
+    /// again, or processes stopped for verification): the next command
+    /// tells the model it has a fresh one.
     pub shell_reset: Arc<AtomicBool>,
 }
 
