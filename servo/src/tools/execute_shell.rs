@@ -430,7 +430,7 @@ mod tests {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let out = sh(&tb, serde_json::json!({"command": "true"})).await;
         assert!(
-            out.text.contains("parked and started again"),
+            out.text.contains("ran in a fresh shell"),
             "{}",
             out.text
         );
