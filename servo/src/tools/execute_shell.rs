@@ -429,11 +429,7 @@ mod tests {
         tb.shell_reset
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let out = sh(&tb, serde_json::json!({"command": "true"})).await;
-        assert!(
-            out.text.contains("ran in a fresh shell"),
-            "{}",
-            out.text
-        );
+        assert!(out.text.contains("ran in a fresh shell"), "{}", out.text);
         let out = sh(&tb, serde_json::json!({"command": "true"})).await;
         assert_eq!(out.text, "[exit code 0]");
         let out = sh(&tb, serde_json::json!({"command": "echo a\u{0}b"})).await;

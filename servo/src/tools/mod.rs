@@ -90,14 +90,9 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         spec(
             "execute_shell",
-            "Run a bash command and return its combined stdout and stderr and exit code. Commands run \
-             one after another in one persistent bash shell that starts in /workspace: the working \
-             directory, variables, functions and options carry over to later calls. stdin is empty. \
-             Output longer than the limit keeps its head and tail. A command that runs past its \
-             timeout is interrupted (the shell stays); background jobs still holding the output \
-             2 seconds after the command ends are stopped (redirect their output to a file to keep \
-             them). If the shell exits (exit, kill $$, set -e) the next command gets a fresh one, \
-             back in /workspace, and its result says so.",
+            "Run a bash command and return its combined stdout and stderr and exit code. Commands \
+             share one persistent shell that starts in /workspace: cd, variables and functions carry \
+             over. Output longer than the limit keeps its head and tail.",
             json!({"type": "object", "properties": {
                 "command": {"type": "string", "description": "The bash command line."},
                 "timeout_s": {"type": "integer", "description": "Kill the command after this many seconds (default 120)."}
