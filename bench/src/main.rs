@@ -1,5 +1,5 @@
 //! `saheeli-bench`: Saheeli side by side with raw Docker, on the local
-//! daemon, offline (replay model). It drives the real `saheeli` binary in
+//! daemon, offline (replay model, or a fake LLM on 127.0.0.1). It drives the real `saheeli` binary in
 //! throwaway project directories and talks to Docker through bollard for
 //! the floors. Every figure is compared with a floor measured in the same
 //! run. Progress goes to stderr; the table to stdout; the same figures as
@@ -13,8 +13,11 @@
 //! - `floor`: raw and hardened Docker cycles; `cpu`: CPU accounting.
 //! - `extract`: a reference collector, to compare the foreman's with.
 //! - `project`: a throwaway Saheeli project; `history`: bulk task rows.
-//! - `llm`: the fake LLM (the tests' own, real HTTP) for the real path;
-//!   `probe`: descriptors, sockets and servo memory from `/proc`.
+//! - `llm`: the tests' own fake LLM (real HTTP, the OpenAI format, delays)
+//!   for many tasks at once; `fake_llm`: an OpenAI-compatible model
+//!   answering at once, for the per-step figure; `hops`: the floors of a
+//!   step's HTTP hops; `probe`: descriptors, sockets and servo memory
+//!   from `/proc`.
 //! - `dispatch`, `first`, `steps`, `throughput`, `wide`, `thousand`,
 //!   `collection`, `footprint`, `admission` (a fixed-concurrency sweep
 //!   against `auto`): the measurements.
@@ -27,10 +30,12 @@ mod dispatch;
 mod env;
 mod events;
 mod extract;
+mod fake_llm;
 mod first;
 mod floor;
 mod footprint;
 mod history;
+mod hops;
 mod llm;
 mod probe;
 mod project;

@@ -128,7 +128,28 @@ pub enum AuditEvent {
         usage: Usage,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
+        /// Where this start of the servo spent its time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timings: Option<Timings>,
     },
+}
+
+/// Where a servo's time went, in microseconds, summed over one start of it
+/// (a parked task that starts again counts afresh). What the parts leave
+/// of `total_us` is the servo's own work: building requests, reading
+/// answers, its bookkeeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// From the start of the loop to its end.
+    pub total_us: u64,
+    /// Waiting for LLM answers through the gateway, retries included.
+    pub llm_us: u64,
+    /// Looking at the human desk's inbox before each LLM call.
+    pub inbox_us: u64,
+    /// Running tools (a shell command from start to its exit code).
+    pub tools_us: u64,
+    /// Writing the audit log and the session file.
+    pub writes_us: u64,
 }
 
 /// The whole conversation: enough to read, resume or replay a run.

@@ -42,7 +42,7 @@ pub mod task;
 pub mod template;
 pub mod verify;
 
-pub use audit::{AuditEvent, Session, Usage};
+pub use audit::{AuditEvent, Session, Timings, Usage};
 pub use completion::Completion;
 pub use exit::ServoExit;
 pub use front_matter::{FrontMatter, FrontMatterError, NetworkMode, PromptFile, Resources};

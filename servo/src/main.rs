@@ -8,7 +8,8 @@
 //!
 //! - `agent`: the loop, readable in one sitting.
 //! - `llm`: providers (`openai` through the gateway, `replay`) and `retry`.
-//! - `tools`: one file per tool; `mod.rs` holds the schemas and dispatch.
+//! - `tools`: one file per tool; `mod.rs` holds the schemas and dispatch;
+//!   `shell`: the persistent bash that `execute_shell` runs commands in.
 //! - `workspace`: path confinement; `audit`: the JSON-lines audit log.
 //!
 //! # Contract
@@ -27,7 +28,8 @@
 //!   launch and submitted workspace are then fetched from the gateway, and
 //!   the whole workspace is uploaded to it at the end (`remote`).
 //!
-//! It writes `<ws>/servo-<id>-audit.log` (also echoed to stdout),
+//! It writes `<ws>/servo-<id>-audit.log` (also echoed to stdout; its
+//! `finish` line carries the run's `timings`),
 //! `<ws>/servo-<id>-session.json` and, on success, `<ws>/complete.json`.
 //! The exit code is a [`ServoExit`]: 0 complete, 2 bad task, 3 max steps,
 //! 4 time limit, 5 LLM error, 6 replay exhausted, 7 budget spent, 143 SIGTERM.

@@ -157,6 +157,7 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             steps,
             usage,
             detail,
+            ..
         } => format!(
             "{ts}  finish    {outcome} after {steps} steps, {} tokens{}",
             usage.total(),

@@ -149,6 +149,15 @@ impl Agent {
         }
         self.llm
             .skip(session.messages.iter().filter(|m| m.is_assistant()).count());
+        // The shell of the earlier start is gone with its container.
+        let used_shell = session
+            .messages
+            .iter()
+            .flat_map(|m| &m.tool_calls)
+            .any(|c| c.function.name == "execute_shell");
+        self.tools
+            .shell_reset
+            .store(used_shell, std::sync::atomic::Ordering::Relaxed);
         self.messages = session.messages;
         self.steps = session.steps;
         self.usage = session.usage;

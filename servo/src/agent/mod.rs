@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
-use saheeli_protocol::{AuditEvent, Completion, ServoExit, ServoTask, Session, Usage, paths};
+use saheeli_protocol::{
+    AuditEvent, Completion, ServoExit, ServoTask, Session, Timings, Usage, paths,
+};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, info, warn};
 
@@ -86,6 +88,21 @@ pub(crate) struct Agent {
     notes: Vec<i64>,
     plan_approved: bool,
     gates: human::Gates,
+    clock: Clock,
+}
+
+/// Where this start's time went (the audit log keeps its own share).
+#[derive(Default)]
+struct Clock {
+    llm: Duration,
+    inbox: Duration,
+    tools: Duration,
+    /// Session file writes (a `Cell`: the session is saved through `&self`).
+    session: std::cell::Cell<Duration>,
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros().try_into().unwrap_or(u64::MAX)
 }
 
 /// How a step or a wait ended the loop.
@@ -129,6 +146,8 @@ impl Agent {
                 shell_timeout: SHELL_TIMEOUT,
                 steps: task.steps.clone(),
                 desk: Some(desk.clone()),
+                shell: Arc::default(),
+                shell_reset: Arc::default(),
             },
             specs,
             capability_tools: Vec::new(),
@@ -150,6 +169,7 @@ impl Agent {
             notes: Vec::new(),
             plan_approved: false,
             gates,
+            clock: Clock::default(),
             root,
             task,
         };
@@ -213,7 +233,10 @@ impl Agent {
             return end;
         }
         loop {
-            if let Some(end) = self.before_llm_call().await {
+            let t0 = Instant::now();
+            let before = self.before_llm_call().await;
+            self.clock.inbox += t0.elapsed();
+            if let Some(end) = before {
                 return end;
             }
             if self.steps >= self.task.max_steps {
@@ -226,7 +249,9 @@ impl Agent {
             let step = self.steps;
             let t0 = Instant::now();
             let turn = self.ask(step).await;
-            let latency_ms = t0.elapsed().as_millis() as u64;
+            let latency = t0.elapsed();
+            self.clock.llm += latency;
+            let latency_ms = latency.as_millis() as u64;
             let turn = match turn {
                 Ok(t) => t,
                 Err(e) => match self.llm_failed(step, latency_ms, e) {
@@ -342,7 +367,9 @@ impl Agent {
             let out = self
                 .dispatch(&call.function.name, &call.function.arguments)
                 .await;
-            let duration_ms = t0.elapsed().as_millis() as u64;
+            let took = t0.elapsed();
+            self.clock.tools += took;
+            let duration_ms = took.as_millis() as u64;
             debug!(step, tool = %call.function.name, ok = out.ok, duration_ms, "tool call");
             self.audit.log(&AuditEvent::ToolCall {
                 ts: now(),
@@ -455,10 +482,24 @@ impl Agent {
             notes: self.notes.clone(),
             plan_approved: self.plan_approved,
         };
+        let t0 = Instant::now();
         let path = self.root.join(paths::session(&self.task.task_id));
         let bytes = serde_json::to_vec_pretty(&session).expect("sessions serialize");
         if let Err(e) = write_atomic(&path, &bytes) {
             warn!(error = %e, "writing the session failed");
+        }
+        let spent = &self.clock.session;
+        spent.set(spent.get() + t0.elapsed());
+    }
+
+    /// Where this start's time went, so far.
+    fn timings(&self) -> Timings {
+        Timings {
+            total_us: micros(self.started.elapsed()),
+            llm_us: micros(self.clock.llm),
+            inbox_us: micros(self.clock.inbox),
+            tools_us: micros(self.clock.tools),
+            writes_us: micros(self.audit.spent + self.clock.session.get()),
         }
     }
 
@@ -479,6 +520,7 @@ impl Agent {
             steps: self.steps,
             usage: self.usage,
             detail: detail.clone(),
+            timings: Some(self.timings()),
         });
         info!(
             outcome = %exit.reason(),

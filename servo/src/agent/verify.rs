@@ -43,6 +43,12 @@ impl Agent {
         info!(step, "task_complete: asking the foreman to verify");
         // The wait may be long: what the model did so far is saved first.
         self.save_session();
+        // The shell goes too; the model hears so at its next command.
+        if self.tools.shell.lock().await.take().is_some() {
+            self.tools
+                .shell_reset
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         stop_leftovers();
         let req = VerifyRequest {
             call_id: call_id.clone(),

@@ -1,15 +1,16 @@
-//! `execute_shell`: a bash command in the workspace, in its own process
-//! group so that a timeout kills everything it started.
+//! `execute_shell`: a bash command in the task's persistent shell
+//! (`shell`), its output (stdout and stderr in order) capped to its head
+//! and tail, and how it ended: the exit code, a timeout, background jobs
+//! stopped, a shell that had to be replaced.
 
 use std::collections::VecDeque;
-use std::io::Read;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::output::{cap, join_cut};
+use super::shell::{Lost, Shell};
 use super::{ToolOutput, Toolbox};
 
 #[derive(Deserialize)]
@@ -20,7 +21,7 @@ pub(crate) struct ExecuteShell {
 }
 
 /// The first and last `max` bytes of a stream, and its full length.
-struct HeadTail {
+pub(crate) struct HeadTail {
     max: usize,
     head: Vec<u8>,
     tail: VecDeque<u8>,
@@ -37,23 +38,7 @@ impl HeadTail {
         }
     }
 
-    /// Reads until end of file into `into`, which the caller may take at
-    /// any time: a reader can block for ever on a pipe that a detached
-    /// process holds open, and what it read so far is still wanted.
-    fn read_all(mut r: impl Read, into: &Mutex<HeadTail>) {
-        let mut buf = [0u8; 8192];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => into
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(&buf[..n]),
-            }
-        }
-    }
-
-    fn push(&mut self, mut data: &[u8]) {
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
         self.total += data.len();
         let room = self.max.saturating_sub(self.head.len());
         let take = room.min(data.len());
@@ -78,108 +63,99 @@ impl HeadTail {
     }
 }
 
-/// Kills the command's whole process group when dropped while armed: on a
-/// timeout, and when the servo stops mid-command (SIGTERM, time budget),
-/// so nothing the model started outlives its call by accident.
-struct GroupGuard(Option<u32>);
-
-impl GroupGuard {
-    fn kill(&self) {
-        if let Some(pgid) = self.0.filter(|&p| p > 0) {
-            // SAFETY: killpg only sends a signal; a stale group fails with ESRCH.
-            unsafe {
-                libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
-            }
-        }
-    }
-
-    /// The command ended normally: leave what it started in the background.
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// How long output is still read after the process group was killed.
+/// How long output is still read after the command's processes were killed.
 const DRAIN_AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// How long background jobs may hold the output open after the command ended.
+const BACKGROUND_GRACE: Duration = Duration::from_secs(2);
+
+/// What the model is told when its shell had to be replaced.
+const FRESH: &str = "the next command runs in a fresh shell: working directory /workspace, \
+                     variables, functions and options reset";
 
 pub(crate) async fn run(tb: &Toolbox, a: ExecuteShell) -> ToolOutput {
     if a.command.trim().is_empty() {
         return ToolOutput::error("`command` is empty");
     }
+    if a.command.contains('\0') {
+        return ToolOutput::error("`command` contains a NUL byte, which bash cannot run");
+    }
     let timeout = a
         .timeout_s
         .map(Duration::from_secs)
         .unwrap_or(tb.shell_timeout);
-    // One pipe for stdout and stderr, so the output keeps its order.
-    let (reader, writer) = match std::io::pipe() {
-        Ok(p) => p,
-        Err(e) => return ToolOutput::error(format!("creating a pipe: {e}")),
-    };
-    let writer2 = match writer.try_clone() {
-        Ok(w) => w,
-        Err(e) => return ToolOutput::error(format!("creating a pipe: {e}")),
-    };
-    let mut cmd = tokio::process::Command::new("bash");
-    cmd.arg("-c")
-        .arg(&a.command)
-        .current_dir(tb.ws.root())
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer2))
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return ToolOutput::error(format!("starting bash: {e}")),
-    };
-    // The parent's copies of the write end must close, or reading never ends.
-    drop(cmd);
-    let group = GroupGuard(child.id());
-    let collected = Arc::new(Mutex::new(HeadTail::new(tb.max_output)));
-    let into = collected.clone();
-    let mut output = tokio::task::spawn_blocking(move || HeadTail::read_all(reader, &into));
-
-    let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(status) => (status.ok(), false),
-        Err(_) => {
-            group.kill();
-            (child.wait().await.ok(), true)
-        }
-    };
-    // Background jobs may keep the pipe open: give them a moment, then end
-    // them. One that left the process group (`setsid`) survives that: stop
-    // reading after a bound and keep what came, or the call would hang
-    // until the whole task times out.
-    let mut abandoned = false;
-    if tokio::time::timeout(Duration::from_secs(2), &mut output)
-        .await
-        .is_err()
-    {
-        group.kill();
-        abandoned = tokio::time::timeout(DRAIN_AFTER_KILL, &mut output)
-            .await
-            .is_err();
-    }
-    group.disarm();
-    let collected = std::mem::replace(
-        &mut *collected.lock().unwrap_or_else(|p| p.into_inner()),
-        HeadTail::new(0),
-    );
-    let code = status.map(|s| {
-        use std::os::unix::process::ExitStatusExt;
-        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+    // The shell is taken out while the command runs: if this call is
+    // dropped midway (SIGTERM, the time budget), it is dropped with it and
+    // its whole process group killed, so nothing the model started
+    // outlives its call by accident.
+    let mut slot = tb.shell.lock().await;
+    let taken = slot.take().map(|mut s| {
+        let exited = s.exited();
+        (s, exited)
     });
+    let (shell, mut notice) = match taken {
+        Some((s, false)) => (Some(s), None),
+        Some((_, true)) => (
+            None,
+            Some(format!(
+                "[the shell had exited since the last command; {FRESH}]\n"
+            )),
+        ),
+        None if tb.shell_reset.swap(false, Ordering::Relaxed) => (
+            None,
+            Some(
+                "[this command ran in a fresh shell (working directory /workspace, variables, \
+                 functions and options reset): the previous one ended when the task was parked \
+                 or when its processes were stopped for verification]\n"
+                    .to_string(),
+            ),
+        ),
+        None => (None, None),
+    };
+    let mut shell = match shell {
+        Some(s) => s,
+        None => match Shell::start(tb.ws.root()).await {
+            Ok(s) => s,
+            Err(e) => return ToolOutput::error(format!("starting bash: {e}")),
+        },
+    };
+    let mut collected = HeadTail::new(tb.max_output);
+    let (ended, mut output) = match shell.run(&a.command, timeout, &mut collected).await {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(format!("running the command in bash: {e}")),
+    };
+    // Background jobs may keep the output open: give them a moment, then
+    // end them. One that left the process group (`setsid`) survives that:
+    // stop reading after a bound and keep what came, or the call would
+    // hang until the whole task times out.
+    let mut abandoned = false;
+    if !output.drain(&mut collected, BACKGROUND_GRACE).await {
+        if ended.lost.is_some() {
+            shell.kill_all();
+        } else {
+            shell.kill_others();
+        }
+        abandoned = !output.drain(&mut collected, DRAIN_AFTER_KILL).await;
+    }
+    drop(output);
+    match ended.lost {
+        None => *slot = Some(shell),
+        Some(lost) => {
+            shell.kill_all();
+            let why = match lost {
+                Lost::Exited => "the shell exited",
+                Lost::Killed => "the shell did not stop when interrupted and was killed",
+            };
+            notice = Some(format!("{}[{why}; {FRESH}]\n", notice.unwrap_or_default()));
+        }
+    }
+    drop(slot);
     let ended = Ended {
-        code,
-        timed_out,
+        code: ended.code,
+        timed_out: ended.timed_out,
         abandoned,
         timeout,
+        notice,
     };
     report(collected, &ended, tb.max_output)
 }
@@ -190,12 +166,14 @@ struct Ended {
     timed_out: bool,
     abandoned: bool,
     timeout: Duration,
+    /// What happened to the shell, for the model.
+    notice: Option<String>,
 }
 
 /// What the model reads: the output (head and tail within `max_output`)
 /// and a trailer the cap never cuts, saying how the command ended.
 fn report(collected: HeadTail, e: &Ended, max_output: usize) -> ToolOutput {
-    let mut trailer = String::new();
+    let mut trailer = e.notice.clone().unwrap_or_default();
     if e.abandoned {
         trailer.push_str(
             "[stopped reading: a process that left the command's process group (setsid, nohup &) \
@@ -355,5 +333,106 @@ mod tests {
         assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
         assert_eq!(out.exit_code, Some(0), "{}", out.text);
         assert!(out.text.contains("started"), "{}", out.text);
+    }
+
+    async fn sh(tb: &crate::tools::Toolbox, args: serde_json::Value) -> crate::tools::ToolOutput {
+        tb.dispatch("execute_shell", &args.to_string()).await
+    }
+
+    #[tokio::test]
+    async fn the_shell_keeps_its_directory_and_variables() {
+        let (d, tb) = toolbox();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let out = sh(
+            &tb,
+            serde_json::json!({"command": "cd sub; export X=1; f() { echo fn; }"}),
+        )
+        .await;
+        assert_eq!(out.exit_code, Some(0), "{}", out.text);
+        let out = sh(
+            &tb,
+            serde_json::json!({"command": "pwd; echo \"x=$X $1 $#\"; f"}),
+        )
+        .await;
+        let sub = d.path().join("sub").canonicalize().unwrap();
+        assert!(
+            out.text.contains(&format!("{}\n", sub.display())),
+            "{}",
+            out.text
+        );
+        assert!(out.text.contains("x=1  0\nfn\n"), "{}", out.text);
+        // A syntax error is the command's, not the shell's.
+        let out = sh(&tb, serde_json::json!({"command": "if then"})).await;
+        assert_eq!(out.exit_code, Some(2), "{}", out.text);
+        assert!(out.text.contains("syntax error"), "{}", out.text);
+        let out = sh(&tb, serde_json::json!({"command": "echo $X; exit 0"})).await;
+        assert!(out.text.starts_with("1\n"), "{}", out.text);
+    }
+
+    #[tokio::test]
+    async fn a_shell_that_exits_is_replaced_and_the_model_is_told() {
+        let (d, tb) = toolbox();
+        for (command, code) in [
+            ("cd /; export X=1; echo bye; exit 3", 3),
+            ("cd /; kill $$", 143),
+        ] {
+            let out = sh(&tb, serde_json::json!({"command": command})).await;
+            assert_eq!(out.exit_code, Some(code), "{}", out.text);
+            assert!(
+                out.text
+                    .contains("[the shell exited; the next command runs in a fresh shell"),
+                "{}",
+                out.text
+            );
+            let out = sh(&tb, serde_json::json!({"command": "pwd; echo \"x=$X\""})).await;
+            let root = d.path().canonicalize().unwrap();
+            assert_eq!(out.text, format!("{}\nx=\n[exit code 0]", root.display()));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timeout_interrupts_the_command_and_keeps_the_shell() {
+        let (_d, tb) = toolbox();
+        for command in [
+            "export Y=2; sleep 30; echo not-reached",
+            "export Y=2; while :; do :; done",
+        ] {
+            let out = sh(&tb, serde_json::json!({"command": command, "timeout_s": 1})).await;
+            assert!(out.text.contains("killed after 1s"), "{}", out.text);
+            assert!(
+                !out.text.contains("not-reached") && !out.text.contains("fresh shell"),
+                "{}",
+                out.text
+            );
+            let out = sh(&tb, serde_json::json!({"command": "echo y=$Y"})).await;
+            assert!(out.text.starts_with("y=2\n"), "{}", out.text);
+        }
+        // A command that ignores the interrupt costs its shell.
+        let out = sh(
+            &tb,
+            serde_json::json!({"command": "trap '' INT; sleep 30", "timeout_s": 1}),
+        )
+        .await;
+        assert!(out.text.contains("killed after 1s"), "{}", out.text);
+        assert!(
+            out.text.contains("did not stop when interrupted"),
+            "{}",
+            out.text
+        );
+        let out = sh(&tb, serde_json::json!({"command": "echo y=$Y"})).await;
+        assert!(out.text.starts_with("y=\n"), "{}", out.text);
+    }
+
+    #[tokio::test]
+    async fn a_resumed_session_hears_its_shell_is_new() {
+        let (_d, tb) = toolbox();
+        tb.shell_reset
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let out = sh(&tb, serde_json::json!({"command": "true"})).await;
+        assert!(out.text.contains("ran in a fresh shell"), "{}", out.text);
+        let out = sh(&tb, serde_json::json!({"command": "true"})).await;
+        assert_eq!(out.text, "[exit code 0]");
+        let out = sh(&tb, serde_json::json!({"command": "echo a\u{0}b"})).await;
+        assert!(!out.ok && out.text.contains("NUL"), "{}", out.text);
     }
 }

@@ -8,10 +8,12 @@ mod execute_shell;
 mod list_files;
 mod output;
 mod read_file;
+mod shell;
 mod step_done;
 mod task_complete;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use saheeli_protocol::chat::{FunctionSpec, ToolSpec};
@@ -37,6 +39,13 @@ pub(crate) struct Toolbox {
     pub steps: Vec<Step>,
     /// Where `step_done` records a step (the foreman's gateway).
     pub desk: Option<Arc<Desk>>,
+    /// The persistent shell `execute_shell` runs in, started at its first
+    /// call (None until then, and while a command runs).
+    pub shell: Arc<tokio::sync::Mutex<Option<shell::Shell>>>,
+    /// Set when a shell the model used is gone (a parked session started
+    /// again, or processes stopped for verification): the next command
+    /// tells the model it has a fresh one.
+    pub shell_reset: Arc<AtomicBool>,
 }
 
 fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpec {
@@ -81,8 +90,9 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         spec(
             "execute_shell",
-            "Run a bash command in /workspace and return its combined stdout and stderr and exit code. \
-             Output longer than the limit keeps its head and tail.",
+            "Run a bash command and return its combined stdout and stderr and exit code. Commands \
+             share one persistent shell that starts in /workspace: cd, variables and functions carry \
+             over. Output longer than the limit keeps its head and tail.",
             json!({"type": "object", "properties": {
                 "command": {"type": "string", "description": "The bash command line."},
                 "timeout_s": {"type": "integer", "description": "Kill the command after this many seconds (default 120)."}
@@ -223,6 +233,8 @@ mod tests {
             shell_timeout: Duration::from_secs(10),
             steps: Vec::new(),
             desk: None,
+            shell: Arc::default(),
+            shell_reset: Arc::default(),
         };
         (d, tb)
     }
