@@ -127,6 +127,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    few_malloc_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -178,5 +179,19 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Attach(a) => commands::attach(&cfg, a).await,
             TaskCommand::Override(a) => commands::override_outcome(&cfg, a).await,
         },
+    }
+}
+
+/// Caps glibc's malloc arenas at two. By default every thread that
+/// allocates may get an arena of its own (up to 8 per core); a serving
+/// foreman's blocking threads (SQLite) and runtime workers then keep
+/// freed memory spread over many of them, resident, with hundreds of
+/// tasks running.
+fn few_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }

@@ -377,9 +377,7 @@ async fn mark_running(ctx: &Ctx, id: TaskId, service: &str, node: Option<&str>) 
     );
     info!(task_id = %id, node, "servo running");
     let lease = ctx.lease.clone();
-    let r = ctx
-        .db(move |s| s.started(id, &lease, &detail))
-        .await;
+    let r = ctx.db(move |s| s.started(id, &lease, &detail)).await;
     match r {
         Err(e) if lease_lost(&e) => Err(()),
         Err(e) => {
