@@ -99,7 +99,7 @@ fn header(s: &mut String, r: &EvalReport) {
         s,
         "<header><h1>{} <span class=\"muted\" style=\"color:#c7cdd9;font-weight:400\">evaluation</span></h1>\
          <div class=\"meta\"><span>run <code>{}</code></span><span>started {}</span><span>{}</span>\
-         <span>model{} {}</span><span>suite <code>{}</code></span></div></header>",
+         <span title=\"{}\">model{} {}</span><span>suite <code>{}</code></span></div></header>",
         esc(&r.suite),
         esc(&r.run_id),
         esc(&r.started),
@@ -107,10 +107,29 @@ fn header(s: &mut String, r: &EvalReport) {
             Some(e) => format!("ended {}", esc(e)),
             None => "not ended (resume with <code>saheeli eval --resume</code>)".into(),
         },
-        if r.models.len() == 1 { "" } else { "s" },
         esc(&r.models.join(", ")),
+        if r.models.len() == 1 { "" } else { "s" },
+        esc(&models_line(&r.models)),
         esc(&r.suite_path),
     );
+}
+
+/// The models for the header: names as they are, and the recorded
+/// sessions of `replay:` (one per case, long paths) counted instead of
+/// listed; the full list is the line's tooltip.
+fn models_line(models: &[String]) -> String {
+    let replays = models.iter().filter(|m| m.starts_with("replay:")).count();
+    let mut parts: Vec<String> = models
+        .iter()
+        .filter(|m| !m.starts_with("replay:"))
+        .cloned()
+        .collect();
+    match replays {
+        0 => {}
+        1 => parts.push("replay (1 recorded session)".into()),
+        n => parts.push(format!("replay ({n} recorded sessions)")),
+    }
+    parts.join(", ")
 }
 
 fn card(s: &mut String, class: &str, label: &str, value: &str, sub: &str) {
@@ -378,6 +397,17 @@ fn details(s: &mut String, c: &CaseResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replay_sessions_are_counted_not_listed() {
+        let m = |v: &[&str]| models_line(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(m(&["gpt-4o-mini"]), "gpt-4o-mini");
+        assert_eq!(
+            m(&["replay:/a/x.yaml", "gpt-4o", "replay:/a/y.yaml"]),
+            "gpt-4o, replay (2 recorded sessions)"
+        );
+        assert_eq!(m(&["replay:/a/x.yaml"]), "replay (1 recorded session)");
+    }
 
     #[test]
     fn markup_is_escaped() {
