@@ -177,6 +177,23 @@ mod tests {
             assert!(!s.passed, "{bad}: {s:?}");
             assert_eq!(s.score, 0.5);
         }
+        // A FIFO is refused at once (never waited on), and a file past the
+        // cap is refused without being read.
+        let fifo = std::ffi::CString::new(
+            d.path()
+                .join("pipe.txt")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: a valid C string; mkfifo only creates a node.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let big = std::fs::File::create(d.path().join("big.txt")).unwrap();
+        big.set_len(MAX_EXPECT_FILE + 1).unwrap();
+        for (bad, why) in [("pipe.txt", "not a regular file"), ("big.txt", "over the")] {
+            let err = read_below(d.path(), bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
         let wrong = score(
             &expect(&[("out.txt", "^fail")], Some("fixed")),
             TaskState::Incomplete,
