@@ -107,14 +107,7 @@ async fn measure_dispatch(
 ) -> anyhow::Result<Figure> {
     let prompt = p.one_step()?;
     let log = "serve.log";
-    let mut serve = p.spawn(&["serve"], log, "saheeli=debug,warn")?;
-    let ready = Instant::now();
-    while !p.read_log(log).contains("serving") {
-        if ready.elapsed() > Duration::from_secs(60) || serve.try_wait()?.is_some() {
-            bail!("`saheeli serve` did not start: {}", p.read_log(log));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut serve = p.serve_up(log, "saheeli=debug,warn").await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut samples = Vec::new();
     let mut runs = Vec::new();

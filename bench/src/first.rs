@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 
 use crate::dispatch::Floors;
 use crate::env::{Env, progress};
@@ -50,14 +49,7 @@ async fn measure(
         "---\nmodel: gpt-4o-mini\nmax_steps: 5\n---\nFinish at once.\n",
     )?;
     let log = "serve.log";
-    let mut serve = p.spawn(&["serve"], log, "saheeli=info,warn")?;
-    let ready = Instant::now();
-    while !p.read_log(log).contains("serving") {
-        if ready.elapsed() > Duration::from_secs(60) || serve.try_wait()?.is_some() {
-            bail!("`saheeli serve` did not start: {}", p.read_log(log));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut serve = p.serve_up(log, "saheeli=info,warn").await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut samples = vec![];
     let mut failure = None;

@@ -104,6 +104,21 @@ impl Project {
             .context("starting saheeli")
     }
 
+    /// Starts `saheeli serve` (like `spawn`) and waits until it says it is
+    /// serving (a minute at most).
+    pub async fn serve_up(&self, log: &str, rust_log: &str) -> anyhow::Result<Child> {
+        let mut serve = self.spawn(&["serve"], log, rust_log)?;
+        let started = Instant::now();
+        while !self.read_log(log).contains("serving") {
+            if started.elapsed() > std::time::Duration::from_secs(60) || serve.try_wait()?.is_some()
+            {
+                bail!("`saheeli serve` did not start: {}", self.read_log(log));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Ok(serve)
+    }
+
     pub fn read_log(&self, log: &str) -> String {
         std::fs::read_to_string(self.path().join(log)).unwrap_or_default()
     }
@@ -188,8 +203,9 @@ impl Project {
         )?)
     }
 
-    /// How many containers and volumes of this project's tasks exist.
-    pub async fn labelled(&self, env: &Env) -> anyhow::Result<(usize, usize)> {
+    /// The containers (ids) and volumes (names) of this project's tasks:
+    /// those whose `saheeli.task` label names a task in its database.
+    async fn labelled_ids(&self, env: &Env) -> anyhow::Result<(Vec<String>, Vec<String>)> {
         let db = self.db()?;
         let mine = |task: &str| {
             db.query_row("SELECT 1 FROM tasks WHERE id = ?1", [task], |_| Ok(()))
@@ -204,14 +220,15 @@ impl Project {
             .docker
             .list_containers(Some(opts))
             .await?
-            .iter()
+            .into_iter()
             .filter(|c| {
                 c.labels
                     .as_ref()
                     .and_then(|l| l.get("saheeli.task"))
                     .is_some_and(|t| mine(t))
             })
-            .count();
+            .filter_map(|c| c.id)
+            .collect();
         let opts = ListVolumesOptionsBuilder::default()
             .filters(&filters)
             .build();
@@ -221,57 +238,34 @@ impl Project {
             .await?
             .volumes
             .unwrap_or_default()
-            .iter()
+            .into_iter()
             .filter(|v| v.labels.get("saheeli.task").is_some_and(|t| mine(t)))
-            .count();
+            .map(|v| v.name)
+            .collect();
         Ok((containers, volumes))
     }
 
-    /// Removes the containers and volumes of this project's tasks (those
-    /// whose `saheeli.task` label names a task in its database).
+    /// How many containers and volumes of this project's tasks exist.
+    pub async fn labelled(&self, env: &Env) -> anyhow::Result<(usize, usize)> {
+        let (containers, volumes) = self.labelled_ids(env).await?;
+        Ok((containers.len(), volumes.len()))
+    }
+
+    /// Removes the containers and volumes of this project's tasks.
     pub async fn cleanup(&self, env: &Env) {
-        let Ok(db) = self.db() else { return };
-        let mine = |task: &str| {
-            db.query_row("SELECT 1 FROM tasks WHERE id = ?1", [task], |_| Ok(()))
-                .is_ok()
+        let Ok((containers, volumes)) = self.labelled_ids(env).await else {
+            return;
         };
-        let filters = HashMap::from([("label", vec!["saheeli.task"])]);
-        let opts = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        for c in env
-            .docker
-            .list_containers(Some(opts))
-            .await
-            .unwrap_or_default()
-        {
-            let task = c.labels.as_ref().and_then(|l| l.get("saheeli.task"));
-            if let (Some(id), Some(task)) = (&c.id, task)
-                && mine(task)
-            {
-                let rm = RemoveContainerOptionsBuilder::default()
-                    .force(true)
-                    .v(true)
-                    .build();
-                let _ = env.docker.remove_container(id, Some(rm)).await;
-            }
+        for id in containers {
+            let rm = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            let _ = env.docker.remove_container(&id, Some(rm)).await;
         }
-        let opts = ListVolumesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let volumes = env
-            .docker
-            .list_volumes(Some(opts))
-            .await
-            .ok()
-            .and_then(|v| v.volumes)
-            .unwrap_or_default();
-        for v in volumes {
-            if v.labels.get("saheeli.task").is_some_and(|t| mine(t)) {
-                let rm = RemoveVolumeOptionsBuilder::default().force(true).build();
-                let _ = env.docker.remove_volume(&v.name, Some(rm)).await;
-            }
+        for name in volumes {
+            let rm = RemoveVolumeOptionsBuilder::default().force(true).build();
+            let _ = env.docker.remove_volume(&name, Some(rm)).await;
         }
     }
 }

@@ -14,7 +14,7 @@ pub fn p95(xs: &[f64]) -> f64 {
     percentile(xs, 0.95)
 }
 
-fn percentile(xs: &[f64], q: f64) -> f64 {
+pub fn percentile(xs: &[f64], q: f64) -> f64 {
     if xs.is_empty() {
         return f64::NAN;
     }

@@ -18,16 +18,7 @@ use crate::events::ms_between;
 use crate::floor;
 use crate::probe;
 use crate::project::{Project, interrupt_twice};
-use crate::stats::{Figure, median};
-
-fn percentile(xs: &[f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * q).round() as usize]
-}
+use crate::stats::{Figure, median, percentile};
 
 /// What one project holds: labelled containers and volumes of its tasks,
 /// workspace mounts below its state dir, gateway directories in the run dir.
@@ -66,15 +57,8 @@ async fn run(
     let template = p.submit(&p.one_step()?)?;
     p.ok(&["task", "cancel", &template])?;
     let log = "serve.log";
-    let mut serve = p.spawn(&["serve"], log, "saheeli=info,warn")?;
+    let mut serve = p.serve_up(log, "saheeli=info,warn").await?;
     let pid = serve.id();
-    let ready = Instant::now();
-    while !p.read_log(log).contains("serving") {
-        if ready.elapsed() > Duration::from_secs(60) || serve.try_wait()?.is_some() {
-            bail!("`saheeli serve` did not start: {}", p.read_log(log));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (fds0, sockets0) = probe::fds(pid);
     let before = held(env, p).await?;
