@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-
 use crate::dispatch::Floors;
 use crate::env::{Env, progress};
 use crate::events::Kind;
