@@ -19,30 +19,47 @@ use serde_json::{Value, json};
 
 use crate::util::*;
 
-/// Addresses and names of this test's swarm: none shared with
-/// scripts/swarm.sh's defaults or the shared recipe.
-const PFX: &str = "10.235.0";
-const NS: &str = "sht";
-const BASE: &str = "/tmp/saheeli-swarm-it";
-
-struct TestSwarm;
-
-fn script_cmd(args: &[&str]) -> Command {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut c = Command::new(root.join("scripts/swarm.sh"));
-    c.args(args)
-        .env("PFX", PFX)
-        .env("NS", NS)
-        .env("BASE", BASE)
-        .env("IMAGE", "saheeli-base:bookworm");
-    c
+/// A test's own swarm: addresses `10.<octet>.0.x`, namespaces `s<octet>-…`,
+/// node directories under `/tmp/saheeli-swarm-it-<octet>`. Each swarm test
+/// takes its own octet (235 and up: none shared with scripts/swarm.sh's
+/// defaults or the shared recipe), so tests run side by side;
+/// `SAHEELI_SWARM_IT_SHIFT=k` adds k to every octet (two checkouts testing
+/// at once on one machine).
+pub(crate) struct TestSwarm {
+    pub pfx: String,
+    pub ns: String,
+    pub base: String,
 }
 
 impl TestSwarm {
-    fn up() -> TestSwarm {
+    fn script_cmd(&self, args: &[&str]) -> Command {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut c = Command::new(root.join("scripts/swarm.sh"));
+        c.args(args)
+            .env("PFX", &self.pfx)
+            .env("NS", &self.ns)
+            .env("BASE", &self.base)
+            .env("IMAGE", "saheeli-base:bookworm");
+        c
+    }
+
+    pub fn up(octet: u8) -> TestSwarm {
+        let shift: u8 = std::env::var("SAHEELI_SWARM_IT_SHIFT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let octet = octet
+            .checked_add(shift)
+            .expect("SAHEELI_SWARM_IT_SHIFT too large");
+        let swarm = TestSwarm {
+            pfx: format!("10.{octet}.0"),
+            ns: format!("s{octet}"),
+            base: format!("/tmp/saheeli-swarm-it-{octet}"),
+        };
         // What a crashed earlier run of this test left (same names: ours).
-        let _ = script_cmd(&["down"]).output();
-        let out = script_cmd(&["up"])
+        let _ = swarm.script_cmd(&["down"]).output();
+        let out = swarm
+            .script_cmd(&["up"])
             .output()
             .expect("running scripts/swarm.sh");
         assert!(
@@ -51,19 +68,19 @@ impl TestSwarm {
              docker.io and docker-registry (scripts/setup.sh swarm)\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        TestSwarm
+        swarm
     }
 
-    fn docker(&self, node: u32, args: &[&str]) -> Output {
+    pub fn docker(&self, node: u32, args: &[&str]) -> Output {
         Command::new("docker")
             .arg("-H")
-            .arg(format!("unix://{BASE}/n{node}/docker.sock"))
+            .arg(format!("unix://{}/n{node}/docker.sock", self.base))
             .args(args)
             .output()
             .unwrap()
     }
 
-    fn lines(&self, node: u32, args: &[&str]) -> Vec<String> {
+    pub fn lines(&self, node: u32, args: &[&str]) -> Vec<String> {
         let o = self.docker(node, args);
         String::from_utf8_lossy(&o.stdout)
             .lines()
@@ -72,8 +89,8 @@ impl TestSwarm {
             .collect()
     }
 
-    fn kill_dockerd(&self, node: u32) {
-        let pid = std::fs::read_to_string(format!("{BASE}/n{node}/docker.pid")).unwrap();
+    pub fn kill_dockerd(&self, node: u32) {
+        let pid = std::fs::read_to_string(format!("{}/n{node}/docker.pid", self.base)).unwrap();
         let st = Command::new("kill")
             .args(["-9", pid.trim()])
             .status()
@@ -81,8 +98,9 @@ impl TestSwarm {
         assert!(st.success());
     }
 
-    fn restart(&self, node: u32) {
-        let out = script_cmd(&["restart", &node.to_string()])
+    pub fn restart(&self, node: u32) {
+        let out = self
+            .script_cmd(&["restart", &node.to_string()])
             .output()
             .unwrap();
         assert!(
@@ -95,7 +113,7 @@ impl TestSwarm {
 
 impl Drop for TestSwarm {
     fn drop(&mut self) {
-        let _ = script_cmd(&["down"]).output();
+        let _ = self.script_cmd(&["down"]).output();
     }
 }
 
@@ -118,8 +136,8 @@ fn servo_binary(dir: &Path) -> PathBuf {
     bin
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind(format!("{PFX}.1:0")).unwrap();
+fn free_port(pfx: &str) -> u16 {
+    let l = std::net::TcpListener::bind(format!("{pfx}.1:0")).unwrap();
     l.local_addr().unwrap().port()
 }
 
@@ -127,12 +145,12 @@ fn elapsed(t: Instant) -> String {
     format!("{:.1}s", t.elapsed().as_secs_f64())
 }
 
-/// The node a task's `running` event names (`… on node sht-node2`).
+/// The node a task's `running` event names (`… on node s235-node2`).
 fn node_of(task: &Value) -> Option<u32> {
     let events = task["events"].as_array()?;
     let detail = events.iter().rev().find(|e| e["to"] == "running")?["detail"].as_str()?;
     let name = detail.rsplit("on node ").next()?;
-    name.strip_prefix(&format!("{NS}-node"))?.parse().ok()
+    name.rsplit_once("-node")?.1.parse().ok()
 }
 
 fn serve(s: &Saheeli, drain: bool) -> Child {
@@ -245,44 +263,78 @@ fn assert_complete_once(s: &Saheeli, id: &str, marker: &str) {
     );
 }
 
+/// A test's swarm and a project using it: `build-servo --push` done, the
+/// config naming the pushed image (`base` is that config without `image:`,
+/// for tests that add keys).
+pub(crate) struct Fixture {
+    pub swarm: TestSwarm,
+    pub s: Saheeli,
+    pub pfx: String,
+    /// The gateway's port on `<pfx>.1`.
+    pub port: u16,
+    #[allow(dead_code)] // the config, for tests that add keys to it
+    pub base: String,
+}
+
+impl Fixture {
+    pub fn up(octet: u8) -> Fixture {
+        let t0 = Instant::now();
+        let swarm = TestSwarm::up(octet);
+        let pfx = swarm.pfx.clone();
+        eprintln!("swarm {pfx}.x up in {}", elapsed(t0));
+        let s = Saheeli::new();
+        let bin = servo_binary(s.path());
+        let port = free_port(&pfx);
+        let base = format!(
+            "backend: swarm\nswarm:\n  manager: tcp://{pfx}.11:2375\n  registry: {pfx}.1:5000\n  \
+             network: saheeli-jobs\n  gateway_listen: {pfx}.1:{port}\nconcurrency: 12\n\
+             run_dir: /tmp/saheeli-it-run-{}-{octet}\nstop_grace: 3s\nlease: 3s\n",
+            std::process::id()
+        );
+        s.write("config.yaml", &base);
+        // build-servo --push: built on the manager, pushed, named by digest.
+        let t = Instant::now();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let pushed = s.expect(
+            &[
+                "build-servo",
+                "--push",
+                "--servo-bin",
+                bin.to_str().unwrap(),
+                "--context",
+                root.to_str().unwrap(),
+            ],
+            0,
+        );
+        let pushed = pushed.trim().to_string();
+        assert!(
+            pushed.starts_with(&format!("{pfx}.1:5000/saheeli-servo@sha256:")),
+            "{pushed}"
+        );
+        eprintln!("build-servo --push in {}", elapsed(t));
+        let base = format!("{base}image: {pushed}\n");
+        s.write("config.yaml", &base);
+        Fixture {
+            swarm,
+            s,
+            pfx,
+            port,
+            base,
+        }
+    }
+}
+
 #[test]
 fn swarm_backend_on_a_real_three_node_swarm() {
     require_docker();
     let t0 = Instant::now();
-    let swarm = TestSwarm::up();
-    eprintln!("swarm up in {}", elapsed(t0));
-
-    let s = Saheeli::new();
-    let bin = servo_binary(s.path());
-    let port = free_port();
-    let base = format!(
-        "backend: swarm\nswarm:\n  manager: tcp://{PFX}.11:2375\n  registry: {PFX}.1:5000\n  \
-         network: saheeli-jobs\n  gateway_listen: {PFX}.1:{port}\nconcurrency: 12\n\
-         run_dir: /tmp/saheeli-it-run-{}\nstop_grace: 3s\nlease: 3s\n",
-        std::process::id()
-    );
-    s.write("config.yaml", &base);
-    // build-servo --push: built on the manager, pushed, named by digest.
-    let t = Instant::now();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let pushed = s.expect(
-        &[
-            "build-servo",
-            "--push",
-            "--servo-bin",
-            bin.to_str().unwrap(),
-            "--context",
-            root.to_str().unwrap(),
-        ],
-        0,
-    );
-    let pushed = pushed.trim().to_string();
-    assert!(
-        pushed.starts_with(&format!("{PFX}.1:5000/saheeli-servo@sha256:")),
-        "{pushed}"
-    );
-    eprintln!("build-servo --push in {}", elapsed(t));
-    s.write("config.yaml", &format!("{base}image: {pushed}\n"));
+    let Fixture {
+        swarm,
+        s,
+        pfx,
+        port,
+        base: _,
+    } = Fixture::up(235);
 
     // 1. Twelve tasks, spread over the nodes, all collected and complete.
     s.write(
@@ -391,7 +443,7 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     assert!(!env.contains(&token) && !labels.contains(&token));
 
     // The gateway: no token 401; wrong token, or another task's, 403.
-    let gw = format!("http://{PFX}.1:{port}/saheeli/v1/launch");
+    let gw = format!("http://{pfx}.1:{port}/saheeli/v1/launch");
     let auth = |tok: &str| format!("Authorization: Bearer {tok}");
     let task = |id: &str| format!("x-saheeli-task: {id}");
     assert_eq!(curl_status(&gw, &[task(&victim)]), "401");
