@@ -27,5 +27,8 @@ pub(crate) enum Backend {
         hub: crate::gateway::Hub,
         /// What launch tokens are derived from (`swarm::token_key`).
         key: std::sync::Arc<Vec<u8>>,
+        /// Removals of ended launches, run after their slot is free;
+        /// `serve` waits for them before it exits.
+        cleanups: tokio_util::task::TaskTracker,
     },
 }

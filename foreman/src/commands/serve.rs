@@ -82,6 +82,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
                 gateway_url: format!("http://{}", swarm.gateway_listen),
                 hub,
                 key: Arc::new(key),
+                cleanups: tokio_util::task::TaskTracker::new(),
             };
             (manager, backend)
         }

@@ -109,6 +109,7 @@ pub(crate) async fn run(
             }
         }
     }
+    cleanups_done(&ctx, Duration::from_secs(60)).await;
     renewer_stop.cancel();
     let _ = renewer.await;
     // The feeder publishes what is left before it stops; the sender

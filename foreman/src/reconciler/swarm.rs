@@ -22,7 +22,7 @@ use crate::store::{Outcome, TaskRow, now_ms};
 use super::*;
 
 /// How often Swarm is asked how a task is doing.
-const OBSERVE_EVERY: Duration = Duration::from_millis(300);
+const OBSERVE_EVERY: Duration = Duration::from_millis(200);
 
 /// The swarm's handles, from the context.
 pub(super) struct Swarm<'a> {
@@ -110,7 +110,7 @@ pub(super) async fn supervise_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) 
         Ok(l) => {
             info!(task_id = %id, service = %l.service_id, "job service created");
             let started = now_ms() - task.active_ms;
-            watch_and_end(ctx.clone(), task, l.service_id, gateway, started, inbox).await
+            watch_and_end(ctx.clone(), task, l.objects, gateway, started, inbox).await
         }
         Err(e) => launch_failed(&ctx, &task, Some(gateway), e, inbox).await,
     }
@@ -227,6 +227,43 @@ pub(super) async fn remove_all(ctx: &Ctx, id: TaskId) {
     }
 }
 
+/// Removes an ended launch in the background (`serve` waits for it
+/// before it exits; what fails is left to the sweeper).
+fn clean_up_later(ctx: &Ctx, launch: swarm::LaunchObjects, node: Option<String>) {
+    let Backend::Swarm {
+        manager,
+        manager_addr,
+        cleanups,
+        ..
+    } = &ctx.backend
+    else {
+        return;
+    };
+    let (manager, addr) = (manager.clone(), manager_addr.clone());
+    cleanups.spawn(async move {
+        let failed = swarm::remove_launch(&manager, &addr, &launch, node.as_deref()).await;
+        if failed > 0 {
+            warn!(task_id = %launch.task, left = failed, "swarm leftovers kept for the sweeper");
+        }
+    });
+}
+
+/// Waits (up to `patience`) for the removals of ended launches.
+pub(super) async fn cleanups_done(ctx: &Ctx, patience: Duration) {
+    if let Backend::Swarm { cleanups, .. } = &ctx.backend {
+        cleanups.close();
+        if tokio::time::timeout(patience, cleanups.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                left = cleanups.len(),
+                "swarm cleanups still running; the sweeper finishes them"
+            );
+        }
+    }
+}
+
 /// How watching a job service ended.
 enum Seen {
     Exited(i64),
@@ -239,13 +276,14 @@ enum Seen {
 pub(super) async fn watch_and_end(
     ctx: Arc<Ctx>,
     task: TaskRow,
-    service: String,
+    launch: swarm::LaunchObjects,
     gateway: Gateway,
     started_ms: i64,
     mut inbox: Inbox,
 ) -> Joined {
     let id = task.id;
     let sw = handles(&ctx).expect("swarm");
+    let service = launch.service.clone();
     let grace = ctx.cfg.file.stop_grace;
     let deadline = tokio::time::Instant::now()
         + Duration::from_secs(task.spec.timeout_s)
@@ -320,7 +358,9 @@ pub(super) async fn watch_and_end(
     let uploaded = gateway.upload(grace + Duration::from_secs(5)).await;
     let metered = Some(Metered::read(gateway.meter()));
     gateway.stop().await;
-    remove_all(&ctx, id).await;
+    // The slot is free once the task is concluded; this launch's service,
+    // secret, container and volume go meanwhile (nothing of another launch).
+    clean_up_later(&ctx, launch, node.clone());
     if !still_held(&ctx, id).await {
         return (id, None);
     }

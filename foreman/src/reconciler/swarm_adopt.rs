@@ -77,7 +77,8 @@ pub(super) async fn resume_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> 
     } else {
         task.started_at.unwrap_or_else(now_ms)
     };
-    watch_and_end(ctx, task, service, gateway, started, inbox).await
+    let launch = swarm::LaunchObjects::of(id, &service, &suffix);
+    watch_and_end(ctx, task, launch, gateway, started, inbox).await
 }
 
 /// The service's id and launch suffix, when its task has not ended.

@@ -24,6 +24,15 @@ use crate::docker::TASK_LABEL;
 
 /// The engines of the swarm's reachable nodes, by hostname.
 pub(crate) async fn node_engines(manager: &Docker, manager_addr: &str) -> Vec<(String, Docker)> {
+    engines_of(manager, manager_addr, None).await
+}
+
+/// The engines of the reachable nodes named `only` (every node for None).
+pub(crate) async fn engines_of(
+    manager: &Docker,
+    manager_addr: &str,
+    only: Option<&str>,
+) -> Vec<(String, Docker)> {
     let Ok(nodes) = manager.list_nodes(None::<ListNodesOptions>).await else {
         return Vec::new();
     };
@@ -34,6 +43,9 @@ pub(crate) async fn node_engines(manager: &Docker, manager_addr: &str) -> Vec<(S
     let mut out = Vec::new();
     for n in nodes {
         let name = n.description.and_then(|d| d.hostname).unwrap_or_default();
+        if only.is_some_and(|only| only != name) {
+            continue;
+        }
         let addr = n.status.and_then(|s| s.addr);
         let (Some(addr), Some(port)) = (addr, port) else {
             continue;
@@ -232,4 +244,83 @@ pub(crate) async fn leftovers(
     let engines = node_engines(manager, manager_addr).await;
     objects.extend(node_objects(&engines, None).await);
     Ok((engines, objects))
+}
+
+/// What one launch of a task made: its job service and secret (ids), and
+/// `name`, shared by the service and its workspace volume (its task
+/// container's name starts with it).
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchObjects {
+    pub task: TaskId,
+    pub service: String,
+    pub secret: String,
+    pub name: String,
+}
+
+fn gone(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// Removes one ended launch by what it is (no listing of the swarm's
+/// services or secrets): its service, its secret, then its container and
+/// volume on `node` (the node it ran on, when known; else every reachable
+/// node). Another launch of the same task is never touched. Returns how
+/// many could not be removed now (the sweeper and `saheeli gc` retry).
+pub(crate) async fn remove_launch(
+    manager: &Docker,
+    manager_addr: &str,
+    l: &LaunchObjects,
+    node: Option<&str>,
+) -> usize {
+    let mut failed = 0;
+    let mut note = |what: &str, r: Result<(), bollard::errors::Error>| match r {
+        Err(e) if !gone(&e) => {
+            failed += 1;
+            warn!(task_id = %l.task, what, error = %e, "swarm leftover not removed");
+        }
+        _ => {}
+    };
+    note(
+        "service",
+        manager.delete_service(&l.service).await.map(|_| ()),
+    );
+    note("secret", manager.delete_secret(&l.secret).await);
+    let engines = engines_of(manager, manager_addr, node).await;
+    if engines.is_empty() {
+        return failed + 1;
+    }
+    // The task container's name is `<service name>.<slot>.<swarm task id>`.
+    let f = HashMap::from([
+        ("label", vec![format!("{TASK_LABEL}={}", l.task)]),
+        ("name", vec![format!("{}.", l.name)]),
+    ]);
+    for (_, d) in &engines {
+        let opts = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&f)
+            .build();
+        let containers = match d.list_containers(Some(opts)).await {
+            Ok(c) => c,
+            Err(e) => {
+                note("containers", Err(e));
+                continue;
+            }
+        };
+        for c in containers.into_iter().filter_map(|c| c.id) {
+            let opts = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            note("container", d.remove_container(&c, Some(opts)).await);
+        }
+        let opts = RemoveVolumeOptionsBuilder::default().force(true).build();
+        note("volume", d.remove_volume(&l.name, Some(opts)).await);
+    }
+    failed
 }

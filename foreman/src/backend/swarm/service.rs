@@ -17,14 +17,15 @@ use anyhow::Context;
 use base64::Engine;
 use bollard::Docker;
 use bollard::models::{
-    Limit, Mount, MountTmpfsOptions, MountType, MountVolumeOptions, NetworkAttachmentConfig,
-    SecretSpec, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicatedJob, TaskSpec,
-    TaskSpecContainerSpec, TaskSpecContainerSpecFile, TaskSpecContainerSpecPrivileges,
-    TaskSpecContainerSpecSecrets, TaskSpecResources, TaskSpecRestartPolicy,
-    TaskSpecRestartPolicyConditionEnum,
+    EndpointSpec, EndpointSpecModeEnum, Limit, Mount, MountTmpfsOptions, MountType,
+    MountVolumeOptions, NetworkAttachmentConfig, SecretSpec, ServiceSpec, ServiceSpecMode,
+    ServiceSpecModeReplicatedJob, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile,
+    TaskSpecContainerSpecPrivileges, TaskSpecContainerSpecSecrets, TaskSpecResources,
+    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum,
 };
 use saheeli_protocol::{TaskId, paths, remote};
 
+use super::LaunchObjects;
 use crate::docker::TASK_LABEL;
 
 /// What a task's service needs besides its spec.
@@ -48,6 +49,8 @@ pub(crate) const LAUNCH_LABEL: &str = "saheeli.launch";
 #[derive(Clone, Debug)]
 pub(crate) struct Launched {
     pub service_id: String,
+    /// Everything this launch makes, by id and name.
+    pub objects: LaunchObjects,
 }
 
 fn labels(id: TaskId) -> HashMap<String, String> {
@@ -58,7 +61,7 @@ fn labels(id: TaskId) -> HashMap<String, String> {
 pub(crate) async fn create_service(d: &Docker, plan: &ServicePlan<'_>) -> anyhow::Result<Launched> {
     let id = plan.id;
     let suffix = plan.suffix;
-    let secret_name = format!("saheeli-token-{id}-{suffix}");
+    let secret_name = LaunchObjects::of(id, "", suffix).secret;
     let secret = d
         .create_secret(SecretSpec {
             name: Some(secret_name.clone()),
@@ -70,9 +73,16 @@ pub(crate) async fn create_service(d: &Docker, plan: &ServicePlan<'_>) -> anyhow
         .with_context(|| format!("creating the gateway secret of task `{id}`"))?;
     let spec = service_spec(plan, &secret.id, &secret_name);
     match d.create_service(spec, None).await {
-        Ok(created) => Ok(Launched {
-            service_id: created.id.unwrap_or_default(),
-        }),
+        Ok(created) => {
+            let service_id = created.id.unwrap_or_default();
+            Ok(Launched {
+                objects: LaunchObjects {
+                    secret: secret.id,
+                    ..LaunchObjects::of(id, &service_id, suffix)
+                },
+                service_id,
+            })
+        }
         Err(e) => {
             let _ = d.delete_secret(&secret.id).await;
             Err(e).with_context(|| {
@@ -81,6 +91,18 @@ pub(crate) async fn create_service(d: &Docker, plan: &ServicePlan<'_>) -> anyhow
                     plan.image
                 )
             })
+        }
+    }
+}
+
+impl LaunchObjects {
+    /// A launch's objects from its service and suffix (the secret by name).
+    pub(crate) fn of(id: TaskId, service: &str, suffix: &str) -> LaunchObjects {
+        LaunchObjects {
+            task: id,
+            service: service.to_string(),
+            secret: format!("saheeli-token-{id}-{suffix}"),
+            name: format!("saheeli-{id}-{suffix}"),
         }
     }
 }
@@ -187,6 +209,12 @@ pub(crate) fn service_spec(
                 target: Some(plan.network.to_string()),
                 ..Default::default()
             }]),
+            ..Default::default()
+        }),
+        // Nothing connects to a job: no virtual IP, so no load-balancer
+        // rules programmed on every node for each task.
+        endpoint_spec: Some(EndpointSpec {
+            mode: Some(EndpointSpecModeEnum::DNSRR),
             ..Default::default()
         }),
         ..Default::default()
