@@ -494,6 +494,47 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     eprintln!("adopted after a foreman's kill -9, done in {}", elapsed(t));
     assert_complete_once(&s, &id, "marker.txt");
 
+    // 3b. Cancelled mid-run: the servo gets SIGTERM, uploads its workspace
+    // within the grace, and the task ends `cancelled` with it collected.
+    s.write(
+        "cancel.replay.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "echo before > before.txt; sleep 60"}),
+            ),
+            ("task_complete", json!({"message": "ok"})),
+        ]),
+    );
+    s.write("cancel.md", &replay_prompt("cancel.replay.json", ""));
+    let id = s.submit("cancel.md");
+    let mut third = serve(&s, true);
+    wait_running(&s, std::slice::from_ref(&id));
+    let dir = s.path().join("results").join(&id);
+    let t = Instant::now();
+    // The shell step has begun once the servo's container exists and a
+    // moment has passed; cancel then.
+    std::thread::sleep(Duration::from_secs(3));
+    s.expect(&["task", "cancel", &id], 0);
+    wait_exit(&mut third, &s);
+    eprintln!("cancelled mid-run, collected in {}", elapsed(t));
+    let v = s.task(&id);
+    assert_eq!(v["state"], "cancelled", "{v:#}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("before.txt"))
+            .unwrap_or_default()
+            .trim(),
+        "before",
+        "the workspace came back on SIGTERM: {v:#}"
+    );
+    assert!(
+        dir.join(saheeli_protocol::paths::audit_log(
+            &id.parse::<saheeli_protocol::TaskId>().unwrap()
+        ))
+        .is_file(),
+        "{v:#}"
+    );
+
     // 4. Nothing left on any node (the restarted worker's orphan included,
     // once `saheeli gc` has seen it).
     let t = Instant::now();
