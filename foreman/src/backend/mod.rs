@@ -6,11 +6,15 @@
 //! size-limited workspaces), a container per task, and Docker Swarm
 //! (`swarm`), a job service per task on any node. [`Backend`] is what the
 //! reconciler holds: it picks the supervisor (launch, watch, collect) for
-//! the engine; the shape of the loop is the same for both.
+//! the engine; the shape of the loop is the same for both. [`TaskEngine`]
+//! is where one launch runs, for what acts on its running container.
 
 pub(crate) mod disk;
 pub(crate) mod docker;
+mod engine;
 pub(crate) mod swarm;
+
+pub(crate) use engine::TaskEngine;
 
 /// The engine a foreman runs its tasks on (`backend:` in config.yaml).
 #[derive(Clone)]

@@ -12,7 +12,6 @@ use saheeli_protocol::TaskId;
 
 use crate::cli::IdArgs;
 use crate::config::Config;
-use crate::docker;
 use crate::output;
 use crate::store::{HumanAct, Store};
 
@@ -137,7 +136,7 @@ fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
 /// returns how it ended.
 async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskState> {
     let store = open_existing_store(&cfg)?;
-    let d = docker::connect().await?;
+    let live = super::live::LiveLog::connect(&cfg).await?;
     let mut printed = 0usize;
     let mut seen: HashSet<String> = HashSet::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -175,10 +174,10 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
         if t.state.is_terminal() {
             return Ok(t.state);
         }
-        if let Ok(cids) = docker::task_containers(&d, id).await {
-            for cid in cids {
+        if let Ok(found) = live.containers(&t).await {
+            for (d, cid) in found {
                 if seen.insert(cid.clone()) {
-                    tokio::spawn(container_lines(d.clone(), cid, tx.clone()));
+                    tokio::spawn(container_lines(d, cid, tx.clone()));
                 }
             }
         }

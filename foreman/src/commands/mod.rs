@@ -11,6 +11,7 @@ mod eval_progress;
 mod eval_runs;
 mod gc;
 mod human;
+mod live;
 mod metrics;
 mod overrides;
 mod report;

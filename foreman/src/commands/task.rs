@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
 use crate::store::{TaskRow, step_status};
-use crate::{collect, docker, inputs};
+use crate::{collect, inputs};
 
 use super::*;
 
@@ -136,14 +136,22 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
             eprintln!("task {} is queued; nothing logged yet", t.id);
             return Ok(ExitCode::SUCCESS);
         }
-        // Live: the servo mirrors its audit lines to stdout, i.e. the container log.
-        let d = docker::connect().await?;
+        // Live: the servo mirrors its audit lines to stdout, i.e. the
+        // container log, on this host or the swarm node that runs it now.
+        let live = super::live::LiveLog::connect(cfg).await?;
+        let mut current: Option<String> = None;
         loop {
             let t = store.require(&args.id)?;
             if t.state.is_terminal() {
                 break;
             }
-            if let Some(cid) = docker::task_containers(&d, t.id).await?.first() {
+            if let Some((d, cid)) = live.containers(&t).await?.first() {
+                // Another container (a launch on another node): its log
+                // starts afresh, and so does the collected one.
+                if current.as_ref() != Some(cid) {
+                    current = Some(cid.clone());
+                    live_printed = 0;
+                }
                 let opts = bollard::query_parameters::LogsOptionsBuilder::default()
                     .stdout(true)
                     .follow(args.follow)

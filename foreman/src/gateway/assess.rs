@@ -187,18 +187,15 @@ fn prompt(
 /// out (links never followed, capped, keys redacted) and compared with
 /// the submitted one.
 async fn evidence(gw: &GatewayState, link: &VerifyLink) -> anyhow::Result<(Vec<String>, String)> {
-    let d = &link.docker;
-    let containers = crate::docker::task_containers(d, gw.task_id).await?;
-    let container = containers
-        .first()
-        .ok_or_else(|| anyhow::anyhow!("the task's container is gone"))?;
+    let (d, container) = link.engine.container(gw.task_id).await?;
     std::fs::create_dir_all(&link.scratch)?;
     let dest = link
         .scratch
         .join(format!("{}-{}", gw.task_id, uuid::Uuid::new_v4().simple()));
     let secrets = gw.upstream.providers.secrets();
     let copied =
-        crate::reconciler::collect_workspace(d, container, dest.clone(), secrets, 256 << 20).await;
+        crate::reconciler::collect_workspace(&d, &container, dest.clone(), secrets, 256 << 20)
+            .await;
     let submitted = link.submitted.is_file().then(|| link.submitted.clone());
     let dir = dest.clone();
     let made = match copied {

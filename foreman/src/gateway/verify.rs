@@ -20,6 +20,7 @@ use saheeli_protocol::verify::{Check, CheckKind, Verdict, VerifyRequest};
 use tracing::info;
 
 use super::*;
+use crate::backend::TaskEngine;
 use crate::docker;
 use crate::inputs;
 
@@ -31,7 +32,8 @@ const FEEDBACK_CAP: usize = 8 * 1024;
 
 /// What the verify route needs to check a task's work.
 pub(crate) struct VerifyLink {
-    pub docker: Docker,
+    /// Where the task's container is found at verify time.
+    pub engine: TaskEngine,
     /// The submitted workspace (`verify_files` come from it).
     pub submitted: PathBuf,
     /// Where the assessor's copy of the workspace is made.
@@ -52,7 +54,7 @@ impl VerifyLink {
     pub fn of(
         spec: &crate::spec::TaskSpec,
         id: TaskId,
-        docker: &Docker,
+        engine: TaskEngine,
         state_dir: &std::path::Path,
     ) -> Option<Arc<VerifyLink>> {
         if !spec.verifies() {
@@ -63,7 +65,7 @@ impl VerifyLink {
             .clone()
             .unwrap_or_else(|| format!("{}\n\n{}", spec.title, spec.body.trim_end()));
         Some(Arc::new(VerifyLink {
-            docker: docker.clone(),
+            engine,
             submitted: inputs::workspace_tar(state_dir, id),
             scratch: state_dir.join("assess"),
             commands: spec.verify.clone(),
@@ -175,28 +177,19 @@ fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
 /// Restores `verify_files`, then runs each command until one fails.
 async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check> {
     let first = link.commands[0].as_str();
-    let container = match docker::task_containers(&link.docker, id).await {
-        Ok(c) if !c.is_empty() => c[0].clone(),
-        Ok(_) => {
-            return vec![not_run(
-                attempt,
-                CheckKind::Verify,
-                first,
-                "the task's container is gone".into(),
-            )];
-        }
+    let (d, container) = match link.engine.container(id).await {
+        Ok(found) => found,
         Err(e) => return vec![not_run(attempt, CheckKind::Verify, first, format!("{e:#}"))],
     };
     if !link.files.is_empty()
-        && let Err(e) = restore(link, &container).await
+        && let Err(e) = restore(&d, link, &container).await
     {
         let why = format!("`verify_files` could not be restored, so nothing was run: {e:#}");
         return vec![not_run(attempt, CheckKind::Verify, first, why)];
     }
     let mut checks = Vec::new();
     for command in &link.commands {
-        let ran =
-            docker::exec_shell(&link.docker, &container, command, link.timeout, OUTPUT_CAP).await;
+        let ran = docker::exec_shell(&d, &container, command, link.timeout, OUTPUT_CAP).await;
         let check = match ran {
             Ok(r) => Check {
                 attempt,
@@ -226,8 +219,7 @@ async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check>
 /// Puts `verify_files` back as submitted: what is at those paths now (and
 /// a link or file where one of their directories goes) is removed by the
 /// servo's user, then the submitted entries are uploaded.
-async fn restore(link: &VerifyLink, container: &str) -> anyhow::Result<()> {
-    let d = &link.docker;
+async fn restore(d: &Docker, link: &VerifyLink, container: &str) -> anyhow::Result<()> {
     let (paths, parents) = inputs::workspace_args(&link.files);
     if !parents.is_empty() {
         let mut argv = vec!["find".to_string()];

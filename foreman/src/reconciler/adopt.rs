@@ -208,7 +208,12 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
                 task.output_tokens as u64,
                 task.cost_usd,
             ),
-            ctx.desk_link(task.id, &task.spec, inbox.waiting()),
+            ctx.desk_link(
+                task.id,
+                &task.spec,
+                inbox.waiting(),
+                ctx.task_engine(task.id, None),
+            ),
         )
         .await
         {

@@ -7,6 +7,7 @@ use anyhow::Context;
 use bollard::Docker;
 use saheeli_protocol::TaskId;
 
+use crate::backend::TaskEngine;
 use crate::config::Config;
 use crate::gateway::Upstream;
 use crate::state::TaskState;
@@ -34,15 +35,37 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// How a task's gateway reaches the human desk.
+    /// Where a launch of task `id` runs: this host's engine, or on a
+    /// swarm the job service of launch `suffix`.
+    pub fn task_engine(&self, id: TaskId, suffix: Option<&str>) -> TaskEngine {
+        match (&self.backend, suffix) {
+            (
+                crate::backend::Backend::Swarm {
+                    manager,
+                    manager_addr,
+                    ..
+                },
+                Some(suffix),
+            ) => TaskEngine::Swarm {
+                manager: manager.clone(),
+                manager_addr: manager_addr.clone(),
+                service: crate::backend::swarm::service_name(id, suffix),
+            },
+            _ => TaskEngine::Local(self.docker.clone()),
+        }
+    }
+
+    /// How a task's gateway reaches the human desk (and, for `verify`,
+    /// the task's container on `engine`).
     pub fn desk_link(
         &self,
         id: TaskId,
         spec: &crate::spec::TaskSpec,
         waiting: Arc<std::sync::atomic::AtomicBool>,
+        engine: TaskEngine,
     ) -> crate::gateway::DeskLink {
         crate::gateway::DeskLink {
-            verify: crate::gateway::VerifyLink::of(spec, id, &self.docker, &self.cfg.state_dir()),
+            verify: crate::gateway::VerifyLink::of(spec, id, engine, &self.cfg.state_dir()),
             store: self.desk_store.clone(),
             lease: self.lease.clone(),
             bus: self.bus.clone(),

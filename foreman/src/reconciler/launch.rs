@@ -18,7 +18,12 @@ use super::*;
 pub(super) async fn supervise(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
     let id = task.id;
     let mut gateway = None;
-    let desk = ctx.desk_link(task.id, &task.spec, inbox.waiting());
+    let desk = ctx.desk_link(
+        task.id,
+        &task.spec,
+        inbox.waiting(),
+        ctx.task_engine(task.id, None),
+    );
     let launched = launch(&ctx, &task, &mut gateway, desk).await;
     ctx.report_launch(id, launch_report(&launched));
     match launched {

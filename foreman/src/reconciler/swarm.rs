@@ -65,23 +65,9 @@ pub(super) fn handles(ctx: &Ctx) -> Option<Swarm<'_>> {
 pub(super) async fn supervise_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined {
     let id = task.id;
     let sw = handles(&ctx).expect("the swarm supervisor runs only with `backend: swarm`");
-    if task.spec.verifies() {
-        // Verify commands run by `docker exec` beside the servo; on a
-        // swarm it is on another node. Said plainly, not half-done.
-        let detail = "`verify` is not supported with `backend: swarm` yet; run this task with `backend: docker`";
-        return finish(
-            &ctx,
-            id,
-            TaskState::Failed,
-            Reason::Launch,
-            Outcome::default(),
-            detail,
-        )
-        .await;
-    }
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let token = swarm::token(sw.key, id, &suffix);
-    let gateway = match remote_gateway(&ctx, &task, &token, &inbox).await {
+    let gateway = match remote_gateway(&ctx, &task, &token, &suffix, &inbox).await {
         Ok(g) => g,
         Err(e) => return launch_failed(&ctx, &task, None, e, inbox).await,
     };
@@ -121,12 +107,14 @@ async fn remote_gateway(
     ctx: &Ctx,
     task: &TaskRow,
     token: &str,
+    suffix: &str,
     inbox: &Inbox,
 ) -> anyhow::Result<Gateway> {
     let sw = handles(ctx).expect("swarm");
     let id = task.id;
     let remote = remote_task(ctx, task, token)?;
-    let desk = ctx.desk_link(id, &task.spec, inbox.waiting());
+    let engine = ctx.task_engine(id, Some(suffix));
+    let desk = ctx.desk_link(id, &task.spec, inbox.waiting(), engine);
     Ok(Gateway::start_remote(
         sw.hub,
         id,
@@ -356,6 +344,11 @@ pub(super) async fn watch_and_end(
     };
     // The servo uploads before it exits; give a slow stream a moment.
     let uploaded = gateway.upload(grace + Duration::from_secs(5)).await;
+    // Asked of its node's engine before the container is removed.
+    let oom = match (node.as_deref(), container.as_deref()) {
+        (Some(n), Some(c)) => swarm::oom_killed(sw.manager, sw.manager_addr, n, c).await,
+        _ => false,
+    };
     let metered = Some(Metered::read(gateway.meter()));
     gateway.stop().await;
     // The slot is free once the task is concluded; this launch's service,
@@ -380,11 +373,14 @@ pub(super) async fn watch_and_end(
             };
             let reason = stopped.unwrap_or(if timed_out {
                 Reason::Timeout
+            } else if oom {
+                Reason::Oom
             } else {
                 Reason::NoCompletion
             });
+            let oomed = if oom { " (OOM-killed)" } else { "" };
             let detail = format!(
-                "exit {code} on node {}; the servo uploaded no workspace, nothing collected",
+                "exit {code}{oomed} on node {}; the servo uploaded no workspace, nothing collected",
                 node.as_deref().unwrap_or("?")
             );
             return finish(&ctx, id, state, reason, Outcome::default(), &detail).await;
@@ -400,7 +396,7 @@ pub(super) async fn watch_and_end(
     }
     let seen = monitor::Seen {
         watched,
-        oom: false,
+        oom,
         metered,
         collect_ms: 0,
     };

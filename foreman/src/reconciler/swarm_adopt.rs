@@ -58,7 +58,12 @@ pub(super) async fn resume_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> 
                     task.output_tokens as u64,
                     task.cost_usd,
                 ),
-                ctx.desk_link(id, &task.spec, inbox.waiting()),
+                ctx.desk_link(
+                    id,
+                    &task.spec,
+                    inbox.waiting(),
+                    ctx.task_engine(id, Some(&suffix)),
+                ),
                 remote,
             )
             .await

@@ -16,12 +16,16 @@
 //! - `push`: `build-servo --push`, the image into the swarm's registry.
 //! - `nodes`: reaching each node's engine, to remove what Docker 20.10
 //!   leaves behind when a job service is removed (moby/moby#44312).
+//! - `locate`: a launch's running servo (node, engine, container), for
+//!   `verify`, OOM detection and live logs.
 
+mod locate;
 mod nodes;
 mod observe;
 mod push;
 mod service;
 
+pub(crate) use locate::*;
 pub(crate) use nodes::*;
 pub(crate) use observe::*;
 pub(crate) use push::*;

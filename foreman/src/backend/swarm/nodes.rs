@@ -36,27 +36,60 @@ pub(crate) async fn engines_of(
     let Ok(nodes) = manager.list_nodes(None::<ListNodesOptions>).await else {
         return Vec::new();
     };
-    let port = manager_addr
-        .rsplit_once(':')
-        .map(|(_, p)| p.trim_end_matches('/'))
-        .filter(|p| p.chars().all(|c| c.is_ascii_digit()));
     let mut out = Vec::new();
     for n in nodes {
-        let name = n.description.and_then(|d| d.hostname).unwrap_or_default();
-        if only.is_some_and(|only| only != name) {
-            continue;
-        }
-        let addr = n.status.and_then(|s| s.addr);
-        let (Some(addr), Some(port)) = (addr, port) else {
-            continue;
-        };
-        let url = format!("tcp://{addr}:{port}");
-        match tokio::time::timeout(std::time::Duration::from_secs(3), super::connect(&url)).await {
-            Ok(Ok(d)) => out.push((name, d)),
-            _ => debug!(node = %name, %url, "node engine not reachable now"),
+        if let Some((name, url)) = engine_url(n, manager_addr)
+            && only.is_none_or(|only| only == name)
+            && let Some(d) = reach(&name, &url).await
+        {
+            out.push((name, d));
         }
     }
     out
+}
+
+/// The engine of the node named `hostname`: an error says why it cannot
+/// be reached now.
+pub(crate) async fn node_engine(
+    manager: &Docker,
+    manager_addr: &str,
+    hostname: &str,
+) -> anyhow::Result<Docker> {
+    let nodes = manager
+        .list_nodes(None::<ListNodesOptions>)
+        .await
+        .context("listing the swarm's nodes")?;
+    let (name, url) = nodes
+        .into_iter()
+        .filter_map(|n| engine_url(n, manager_addr))
+        .find(|(name, _)| name == hostname)
+        .with_context(|| format!("node `{hostname}` has no address the manager knows"))?;
+    reach(&name, &url)
+        .await
+        .with_context(|| format!("the engine of node `{hostname}` at `{url}` does not answer"))
+}
+
+/// A node's hostname and its engine's address: the manager's scheme and
+/// port at the node's address.
+fn engine_url(n: bollard::models::Node, manager_addr: &str) -> Option<(String, String)> {
+    let port = manager_addr
+        .rsplit_once(':')
+        .map(|(_, p)| p.trim_end_matches('/'))
+        .filter(|p| p.chars().all(|c| c.is_ascii_digit()))?;
+    let name = n.description.and_then(|d| d.hostname).unwrap_or_default();
+    let addr = n.status.and_then(|s| s.addr)?;
+    Some((name, format!("tcp://{addr}:{port}")))
+}
+
+/// Connects to a node's engine, giving up after 3 s.
+async fn reach(name: &str, url: &str) -> Option<Docker> {
+    match tokio::time::timeout(std::time::Duration::from_secs(3), super::connect(url)).await {
+        Ok(Ok(d)) => Some(d),
+        _ => {
+            debug!(node = %name, %url, "node engine not reachable now");
+            None
+        }
+    }
 }
 
 fn by_task(id: Option<TaskId>) -> HashMap<&'static str, Vec<String>> {

@@ -181,7 +181,7 @@ pub(crate) fn service_spec(
     let mut service_labels = labels(id);
     service_labels.insert(LAUNCH_LABEL.into(), suffix.into());
     ServiceSpec {
-        name: Some(format!("saheeli-{id}-{suffix}")),
+        name: Some(super::service_name(id, suffix)),
         labels: Some(service_labels),
         mode: Some(ServiceSpecMode {
             replicated_job: Some(ServiceSpecModeReplicatedJob {

@@ -1,0 +1,41 @@
+//! Which engine holds a task's running container, asked at the moment it
+//! is needed (the verify route, the assessor): on this host, the container
+//! labelled with the task; on a swarm, the container of the launch's job
+//! service, found through the manager on whichever node runs it now.
+
+use bollard::Docker;
+use saheeli_protocol::TaskId;
+
+/// Where one launch of a task runs.
+#[derive(Clone)]
+pub(crate) enum TaskEngine {
+    /// This host's engine: the container labelled `saheeli.task=<id>`.
+    Local(Docker),
+    /// A swarm: the job service of this launch (its name), through the
+    /// manager (and its address, for reaching the node's engine alike).
+    Swarm {
+        manager: Docker,
+        manager_addr: String,
+        service: String,
+    },
+}
+
+impl TaskEngine {
+    /// The engine and id of task `id`'s container now.
+    pub async fn container(&self, id: TaskId) -> anyhow::Result<(Docker, String)> {
+        match self {
+            TaskEngine::Local(d) => match super::docker::task_containers(d, id).await?.first() {
+                Some(c) => Ok((d.clone(), c.clone())),
+                None => anyhow::bail!("the task's container is gone"),
+            },
+            TaskEngine::Swarm {
+                manager,
+                manager_addr,
+                service,
+            } => {
+                let l = super::swarm::locate(manager, manager_addr, id, service).await?;
+                Ok((l.engine, l.container))
+            }
+        }
+    }
+}

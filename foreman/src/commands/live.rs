@@ -1,0 +1,62 @@
+//! Where a running task's live audit lines are: the servo mirrors each
+//! line to stdout, so they are its container's log. On this host that is
+//! the container labelled with the task; on a swarm it is the container of
+//! the task's current launch on whichever node runs it now (found through
+//! the manager from the job service the store names), so a task requeued
+//! to another node is followed there.
+
+use bollard::Docker;
+
+use crate::config::{BackendKind, Config};
+use crate::docker;
+use crate::store::TaskRow;
+
+/// How the live log of a task is reached.
+pub(super) enum LiveLog {
+    Local(Docker),
+    Swarm {
+        manager: Docker,
+        manager_addr: String,
+    },
+}
+
+impl LiveLog {
+    /// The engine `cfg` runs its tasks on.
+    pub async fn connect(cfg: &Config) -> anyhow::Result<LiveLog> {
+        match (&cfg.file.backend, &cfg.file.swarm) {
+            (BackendKind::Swarm, Some(swarm)) => Ok(LiveLog::Swarm {
+                manager: crate::backend::swarm::connect(&swarm.manager).await?,
+                manager_addr: swarm.manager.clone(),
+            }),
+            _ => Ok(LiveLog::Local(docker::connect().await?)),
+        }
+    }
+
+    /// The containers holding task `t`'s live audit lines now, with their
+    /// engines (none when no servo runs now).
+    pub async fn containers(&self, t: &TaskRow) -> anyhow::Result<Vec<(Docker, String)>> {
+        match self {
+            LiveLog::Local(d) => Ok(docker::task_containers(d, t.id)
+                .await?
+                .into_iter()
+                .map(|c| (d.clone(), c))
+                .collect()),
+            LiveLog::Swarm {
+                manager,
+                manager_addr,
+            } => {
+                // The store names the current launch's job service.
+                let Some(service) = &t.container_id else {
+                    return Ok(Vec::new());
+                };
+                let found =
+                    crate::backend::swarm::locate(manager, manager_addr, t.id, service).await;
+                Ok(found
+                    .ok()
+                    .map(|l| (l.engine, l.container))
+                    .into_iter()
+                    .collect())
+            }
+        }
+    }
+}
