@@ -3,8 +3,11 @@
 //! found by label, its gateway served again on this foreman's listener
 //! (the token is derived from the launch label, so the running servo's
 //! secret still matches), and it is watched to the end as if launched
-//! here. A task whose service is gone or already ended lost its upload
-//! with the dead foreman: it is requeued as an infrastructure failure.
+//! here. A servo whose work ended while no foreman ran is still running:
+//! it keeps trying its upload (`protocol::remote::UPLOAD_PATIENCE_S`), so
+//! it is adopted like any other and its retry lands here. A task whose
+//! service is gone or already ended (the servo gave up) lost its upload:
+//! it is requeued as an infrastructure failure.
 
 use std::sync::Arc;
 
