@@ -31,6 +31,7 @@ mod report;
 mod safety;
 mod sandbox;
 mod swarm;
+mod swarm_park;
 mod templates;
 mod verify;
 mod web;

@@ -141,19 +141,19 @@ fn free_port(pfx: &str) -> u16 {
     l.local_addr().unwrap().port()
 }
 
-fn elapsed(t: Instant) -> String {
+pub(crate) fn elapsed(t: Instant) -> String {
     format!("{:.1}s", t.elapsed().as_secs_f64())
 }
 
 /// The node a task's `running` event names (`… on node s235-node2`).
-fn node_of(task: &Value) -> Option<u32> {
+pub(crate) fn node_of(task: &Value) -> Option<u32> {
     let events = task["events"].as_array()?;
     let detail = events.iter().rev().find(|e| e["to"] == "running")?["detail"].as_str()?;
     let name = detail.rsplit("on node ").next()?;
     name.rsplit_once("-node")?.1.parse().ok()
 }
 
-fn serve(s: &Saheeli, drain: bool) -> Child {
+pub(crate) fn serve(s: &Saheeli, drain: bool) -> Child {
     let mut args = vec!["serve"];
     if drain {
         args.push("--drain");
@@ -173,7 +173,7 @@ fn serve(s: &Saheeli, drain: bool) -> Child {
 }
 
 /// Waits until every task in `ids` runs, and returns their nodes.
-fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
+pub(crate) fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
     let t = Instant::now();
     loop {
         let nodes: Vec<Option<u32>> = ids
@@ -201,7 +201,7 @@ fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
     }
 }
 
-fn wait_exit(child: &mut Child, s: &Saheeli) {
+pub(crate) fn wait_exit(child: &mut Child, s: &Saheeli) {
     let t = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -243,7 +243,7 @@ fn curl_status(url: &str, headers: &[String]) -> String {
 }
 
 /// A task completed once, from one launch that uploaded its workspace.
-fn assert_complete_once(s: &Saheeli, id: &str, marker: &str) {
+pub(crate) fn assert_complete_once(s: &Saheeli, id: &str, marker: &str) {
     let t = s.task(id);
     assert_eq!(t["state"], "complete", "{t:#}");
     assert_eq!(t["attempt"], 1, "{t:#}");
