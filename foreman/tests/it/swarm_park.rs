@@ -7,6 +7,7 @@
 //!    answer` queues it; a new job (on any node) fetches the kept
 //!    workspace and goes on from its session: it completes, with the
 //!    answer in its conversation and the file written before parking.
+//!    Another parked task, cancelled, is collected from its kept workspace.
 //! 2. The foreman is killed (-9) while a task runs; the servo ends its
 //!    work with no foreman listening and keeps trying its upload; a new
 //!    `serve` started after that adopts the job with the same token, the
@@ -71,6 +72,7 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         &replay_prompt("ask.replay.json", "park_after: 1s\n"),
     );
     let id = s.submit("ask.md");
+    let dropped = s.submit("ask.md");
     let mut server = serve(&s, false);
     let t = Instant::now();
     until(&s, &id, "parked", 60, |t| {
@@ -87,6 +89,18 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         Vec::<String>::new(),
         "nor its token's secret"
     );
+    for n in 1..=3 {
+        assert_eq!(
+            swarm.lines(n, &["ps", "-aq", "--filter", &label(&id)]),
+            Vec::<String>::new(),
+            "a parked task's container left on node {n}"
+        );
+        assert_eq!(
+            swarm.lines(n, &["volume", "ls", "-q", "--filter", &label(&id)]),
+            Vec::<String>::new(),
+            "a parked task's volume left on node {n}"
+        );
+    }
     let kept = s.path().join(".saheeli/parked").join(&id);
     assert_eq!(
         std::fs::read_to_string(kept.join("before.txt")).unwrap(),
@@ -97,6 +111,29 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         !s.path().join("results").join(&id).exists(),
         "a parked workspace is not a result"
     );
+
+    // A parked task cancelled: its kept workspace is collected as results.
+    until(&s, &dropped, "the other parked", 60, |t| {
+        t["parked"] == true
+    });
+    s.expect(&["task", "cancel", &dropped], 0);
+    let ended = until(&s, &dropped, "cancelled while parked", 30, |t| {
+        t["state"] == "cancelled"
+    });
+    assert_eq!(ended["reason"], "cancelled", "{ended:#}");
+    let collected = s.path().join("results").join(&dropped);
+    assert_eq!(
+        std::fs::read_to_string(collected.join("before.txt")).unwrap(),
+        "1\n",
+        "{ended:#}"
+    );
+    assert!(
+        collected
+            .join(format!("servo-{dropped}-session.json"))
+            .is_file(),
+        "the session it parked with is in its results"
+    );
+    assert!(!s.path().join(".saheeli/parked").join(&dropped).exists());
 
     // The answer: a new job goes on from the session, on any node.
     let t = Instant::now();
@@ -179,6 +216,14 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         elapsed(t)
     );
     assert_complete_once(&s, &slow, "marker.txt");
+    let task = s.task(&slow);
+    let queued = task["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["to"] == "queued")
+        .count();
+    assert_eq!(queued, 1, "adopted, never requeued: {task:#}");
     let ended: f64 =
         std::fs::read_to_string(s.path().join("results").join(&slow).join("ended_at.txt"))
             .unwrap()
@@ -190,17 +235,9 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         "the job's work ended {:.1}s after the new foreman started: not the case tested",
         ended - restarted_at
     );
-    let task = s.task(&slow);
-    let queued = task["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["to"] == "queued")
-        .count();
-    assert_eq!(queued, 1, "adopted, never requeued: {task:#}");
 
     // Nothing left on the swarm.
-    for id in [&id, &slow] {
+    for id in [&id, &dropped, &slow] {
         assert_eq!(
             swarm.lines(1, &["service", "ls", "-q", "--filter", &label(id)]),
             Vec::<String>::new()
