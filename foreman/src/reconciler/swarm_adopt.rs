@@ -101,6 +101,7 @@ async fn adoptable(manager: &bollard::Docker, service: &str) -> Option<(String, 
 /// reachable node (a node that was Down keeps its own until it is back).
 pub(super) async fn sweep_swarm(ctx: Arc<Ctx>, active: Handles) {
     let Some(sw) = handles(&ctx) else { return };
+    sweep_parked(&ctx, &active).await;
     let Ok((engines, objects)) = swarm::leftovers(sw.manager, sw.manager_addr).await else {
         return;
     };
@@ -122,5 +123,34 @@ pub(super) async fn sweep_swarm(ctx: Arc<Ctx>, active: Handles) {
     }
     if !ended.is_empty() {
         swarm::remove_objects(sw.manager, &engines, &ended).await;
+    }
+}
+
+/// Removes parked workspaces of tasks that have ended (a task normally
+/// removes its own in `finish`; this covers one ended otherwise, or by a
+/// foreman that stopped first).
+async fn sweep_parked(ctx: &Ctx, active: &Handles) {
+    let dir = ctx.cfg.state_dir().join("parked");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let ids: Vec<saheeli_protocol::TaskId> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for id in ids {
+        if active.lock().unwrap().contains_key(&id) {
+            continue;
+        }
+        let ended = ctx
+            .db(move |s| s.get(&id.to_string()))
+            .await
+            .ok()
+            .flatten()
+            .is_none_or(|t| t.state.is_terminal());
+        if ended {
+            info!(task_id = %id, "removing the parked workspace of an ended task");
+            crate::inputs::remove_parked(&ctx.cfg.state_dir(), id).await;
+        }
     }
 }
