@@ -25,6 +25,18 @@ pub mod routes {
     pub const WORKSPACE: &str = "/saheeli/v1/workspace";
 }
 
+/// On `PUT workspace`: `1` when the servo parked (it saved its session to
+/// wait for a human), so the foreman keeps the upload as the task's parked
+/// workspace instead of its results. The foreman checks it against the
+/// servo's exit code.
+pub const PARKED_HEADER: &str = "x-saheeli-parked";
+
+/// How long a remote servo keeps trying to upload its workspace while its
+/// gateway cannot take it (no foreman listening, 5xx, or a foreman that
+/// does not know the task yet: 403/404), so that a job ending while no
+/// foreman runs is collected by the next one that adopts it.
+pub const UPLOAD_PATIENCE_S: u64 = 600;
+
 /// The HTTP header naming the task a request is for (its id).
 pub const TASK_HEADER: &str = "x-saheeli-task";
 

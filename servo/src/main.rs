@@ -38,6 +38,7 @@ mod agent;
 mod audit;
 mod desk;
 mod llm;
+mod pipe;
 mod remote;
 mod tools;
 mod workspace;
@@ -102,7 +103,7 @@ async fn run() -> ServoExit {
     };
     // Whatever happened (SIGTERM included: the loop returns on it), the
     // workspace goes home; without it the foreman records `incomplete`.
-    if let Err(e) = remote.upload(&root).await {
+    if let Err(e) = remote.upload(&root, code == ServoExit::Parked).await {
         eprintln!("servo: {e}");
     }
     code

@@ -41,6 +41,45 @@ impl Read for ChannelReader {
     }
 }
 
+/// Writes (from a blocking thread) an archive for the async side, in
+/// pieces of 64 KiB through a bounded channel: never whole in memory.
+pub(crate) struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    const PIECE: usize = 64 << 10;
+
+    pub fn new(tx: tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>) -> Self {
+        ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(Self::PIECE),
+        }
+    }
+}
+
+impl io::Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(Self::PIECE - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == Self::PIECE {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = std::mem::replace(&mut self.buf, Vec::with_capacity(Self::PIECE));
+        self.tx
+            .blocking_send(Ok(piece.into()))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the receiver went away"))
+    }
+}
+
 /// Extracts a workspace tar into `dest`, writing first to a sibling
 /// `.partial` directory and redacting `secrets` (variable, value) there.
 /// An existing `dest` is replaced.

@@ -27,7 +27,7 @@ use archive::make_links;
 use redact::redact_tree;
 use results::collect_into;
 
-pub(crate) use archive::{ChannelReader, extract};
+pub(crate) use archive::{ChannelReader, ChannelWriter, extract};
 pub(crate) use read::{
     AuditTotals, CappedLines, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, open_regular,
     read_completion,

@@ -12,7 +12,10 @@
 //! Two routes exist only here: `GET launch` and `GET workspace` (what the
 //! servo needs to start) and `PUT workspace`, the servo's whole workspace
 //! as a tar, extracted once into `results/<task_id>/` by `collect::extract`
-//! (the same hostile-archive rules and size cap as any collection).
+//! (the same hostile-archive rules and size cap as any collection). A
+//! servo that parked says so (`x-saheeli-parked: 1`): its upload is kept as
+//! the task's parked workspace instead (`.saheeli/parked/<id>/`, the same
+//! rules), and the next launch's `GET workspace` serves that, packed again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,7 +29,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use saheeli_protocol::TaskId;
-use saheeli_protocol::remote::{MAX_TOKEN_BYTES, TASK_HEADER, routes};
+use saheeli_protocol::remote::{MAX_TOKEN_BYTES, PARKED_HEADER, TASK_HEADER, routes};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use tracing::{info, warn};
@@ -41,14 +44,26 @@ pub(crate) struct RemoteTask {
     pub launch: String,
     /// The submitted workspace tar, when one was submitted.
     pub input: Option<PathBuf>,
+    /// The workspace the task parked with, served instead of `input`
+    /// (a task going on after a human replied).
+    pub resume_from: Option<PathBuf>,
     /// `results/<task_id>/`.
     pub dest: PathBuf,
+    /// Where an upload marked parked goes (`.saheeli/parked/<id>/`).
+    pub parked_dest: PathBuf,
     pub secrets: Vec<(String, String)>,
     pub max_bytes: u64,
 }
 
 /// A finished upload: what was extracted, or why it failed.
-pub(crate) type Uploaded = Result<collect::Collected, String>;
+pub(crate) type Uploaded = Result<Upload, String>;
+
+/// An upload extracted.
+pub(crate) struct Upload {
+    pub collected: collect::Collected,
+    /// The servo said it parked: it went to `parked_dest`, not `dest`.
+    pub parked: bool,
+}
 
 struct Entry {
     app: Router,
@@ -149,7 +164,13 @@ async fn front(State(hub): State<Hub>, mut req: Request) -> Response {
         )
             .into_response(),
         (Method::GET, routes::WORKSPACE) => submitted(&entry).await,
-        (Method::PUT, routes::WORKSPACE) => receive(&entry, req.into_body()).await,
+        (Method::PUT, routes::WORKSPACE) => {
+            let parked = req
+                .headers()
+                .get(PARKED_HEADER)
+                .is_some_and(|v| v.as_bytes() == b"1");
+            receive(&entry, req.into_body(), parked).await
+        }
         _ => match entry.app.clone().oneshot(req).await {
             Ok(r) => r,
             Err(e) => match e {},
@@ -204,8 +225,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The submitted workspace tar, or 204 when the task has none.
+/// The parked workspace (packed as it is sent), else the submitted
+/// workspace tar, or 204 when the task has none.
 async fn submitted(entry: &Entry) -> Response {
+    if let Some(dir) = &entry.task.resume_from {
+        return packed(dir.clone());
+    }
     let Some(path) = &entry.task.input else {
         return StatusCode::NO_CONTENT.into_response();
     };
@@ -224,9 +249,30 @@ async fn submitted(entry: &Entry) -> Response {
     }
 }
 
-/// Extracts the servo's upload into its results directory, streaming (an
-/// async pump feeding a blocking extractor), once per task.
-async fn receive(entry: &Arc<Entry>, body: Body) -> Response {
+/// A kept workspace directory as a tar, packed on a blocking thread as it
+/// streams out; a packing error ends the body with it (the servo's unpack
+/// fails, never sees a short archive as whole).
+fn packed(dir: PathBuf) -> Response {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        let failed = tx.clone();
+        if let Err(e) = crate::inputs::pack_dir(&dir, collect::ChannelWriter::new(tx)) {
+            warn!(dir = %dir.display(), error = %e, "packing the parked workspace failed");
+            let _ = failed.blocking_send(Err(e));
+        }
+    });
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    (
+        [(header::CONTENT_TYPE, "application/x-tar")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// Extracts the servo's upload into its results directory (or, `parked`,
+/// its parked workspace), streaming (an async pump feeding a blocking
+/// extractor), once per task.
+async fn receive(entry: &Arc<Entry>, body: Body, parked: bool) -> Response {
     use futures_util::StreamExt;
     {
         let mut state = entry.upload.lock().unwrap_or_else(|p| p.into_inner());
@@ -258,13 +304,27 @@ async fn receive(entry: &Arc<Entry>, body: Body) -> Response {
             }
         }
     };
-    let (dest, secrets, cap) = (t.dest.clone(), t.secrets.clone(), t.max_bytes);
+    let dest = if parked {
+        t.parked_dest.clone()
+    } else {
+        t.dest.clone()
+    };
+    let (secrets, cap) = (t.secrets.clone(), t.max_bytes);
     let extract = tokio::task::spawn_blocking(move || {
+        if let Some(dir) = dest.parent().filter(|_| parked) {
+            // Private: a parked workspace may hold anything.
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("creating `{}`", dir.display()))?;
+        }
         collect::extract(collect::ChannelReader::new(rx), &dest, &secrets, cap)
     });
     let ((), extracted) = tokio::join!(pump, extract);
     let result = match extracted {
-        Ok(Ok(c)) => Ok(c),
+        Ok(Ok(collected)) => Ok(Upload { collected, parked }),
         Ok(Err(e)) => Err(format!("{e:#}")),
         Err(e) => Err(format!("collector thread panicked: {e}")),
     };

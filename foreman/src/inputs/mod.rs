@@ -9,6 +9,7 @@ mod check;
 mod copies;
 mod launch;
 mod pack;
+mod parked;
 mod restore;
 #[cfg(test)]
 mod tests;
@@ -17,4 +18,5 @@ pub(crate) use check::*;
 pub(crate) use copies::*;
 pub(crate) use launch::*;
 pub(crate) use pack::*;
+pub(crate) use parked::*;
 pub(crate) use restore::*;

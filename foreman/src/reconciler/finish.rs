@@ -62,6 +62,10 @@ pub(super) async fn finish(
             )
         })
         .await;
+    if recorded.is_ok() {
+        // Ended: a parked workspace (swarm) is in results or not needed.
+        inputs::remove_parked(&ctx.cfg.state_dir(), id).await;
+    }
     match (recorded, retry) {
         (Ok(()), Some(r)) => {
             info!(task_id = %id, state = %to, %reason, retry = %r.id, attempt = r.attempt, "task finished; retried by policy");

@@ -24,6 +24,7 @@ mod record;
 mod serve;
 mod swarm;
 mod swarm_adopt;
+mod swarm_park;
 mod sweep;
 
 use adopt::*;
@@ -41,6 +42,7 @@ use record::*;
 use serve::*;
 use swarm::*;
 use swarm_adopt::*;
+use swarm_park::*;
 use sweep::*;
 
 pub(crate) use admission::{Admission, Breaker, Tuning};

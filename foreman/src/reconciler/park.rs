@@ -66,25 +66,12 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         )
     };
     info!(task_id = %id, %reason, "ending a parked task");
-    let d = &ctx.docker;
     let dest = ctx.cfg.results_dir().join(id.to_string());
-    // A container on the kept volume, never started: the archive API reads
-    // through it (or it is removed first for a local copy).
-    let created = docker::create_container(
-        d,
-        id,
-        &task.spec,
-        &ctx.cfg.file.image,
-        &docker::volume_name(id),
-        None,
-        None,
-    )
-    .await;
-    let (collected, known) = match created {
-        Ok(cid) => (gather(&ctx, id, &cid, &dest).await, Some(cid)),
-        Err(e) => (Err(e), None),
+    let collected = if handles_swarm(&ctx) {
+        collect_parked(&ctx, id, &dest).await
+    } else {
+        collect_kept_volume(&ctx, &task, &dest).await
     };
-    cleanup(&ctx, id, known.as_deref()).await;
     inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
@@ -104,4 +91,31 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         }
     };
     finish(&ctx, id, state, reason, outcome, &detail).await
+}
+
+/// Collects a parked task's kept volume on this host, and removes it.
+async fn collect_kept_volume(
+    ctx: &Ctx,
+    task: &TaskRow,
+    dest: &std::path::Path,
+) -> anyhow::Result<crate::collect::Collected> {
+    let id = task.id;
+    // A container on the kept volume, never started: the archive API reads
+    // through it (or it is removed first for a local copy).
+    let created = docker::create_container(
+        &ctx.docker,
+        id,
+        &task.spec,
+        &ctx.cfg.file.image,
+        &docker::volume_name(id),
+        None,
+        None,
+    )
+    .await;
+    let (collected, known) = match created {
+        Ok(cid) => (gather(ctx, id, &cid, dest).await, Some(cid)),
+        Err(e) => (Err(e), None),
+    };
+    cleanup(ctx, id, known.as_deref()).await;
+    collected
 }

@@ -137,11 +137,15 @@ pub(super) fn remote_task(ctx: &Ctx, task: &TaskRow, token: &str) -> anyhow::Res
         prompt: task.spec.body.clone(),
     })?;
     let input = crate::inputs::workspace_tar(&ctx.cfg.state_dir(), id);
+    // A parked task goes on from the workspace it parked with.
+    let kept = crate::inputs::parked_dir(&ctx.cfg.state_dir(), id);
     let remote = RemoteTask {
         token: token.to_string(),
         launch,
         input: input.is_file().then_some(input),
+        resume_from: kept.is_dir().then(|| kept.clone()),
         dest: ctx.cfg.results_dir().join(id.to_string()),
+        parked_dest: kept,
         secrets: ctx.upstream.providers.secrets(),
         max_bytes: ctx.cfg.file.max_results_size.0,
     };
@@ -217,7 +221,7 @@ pub(super) async fn remove_all(ctx: &Ctx, id: TaskId) {
 
 /// Removes an ended launch in the background (`serve` waits for it
 /// before it exits; what fails is left to the sweeper).
-fn clean_up_later(ctx: &Ctx, launch: swarm::LaunchObjects, node: Option<String>) {
+pub(super) fn clean_up_later(ctx: &Ctx, launch: swarm::LaunchObjects, node: Option<String>) {
     let Backend::Swarm {
         manager,
         manager_addr,
@@ -273,9 +277,13 @@ pub(super) async fn watch_and_end(
     let sw = handles(&ctx).expect("swarm");
     let service = launch.service.clone();
     let grace = ctx.cfg.file.stop_grace;
-    let deadline = tokio::time::Instant::now()
+    let mut deadline = tokio::time::Instant::now()
         + Duration::from_secs(task.spec.timeout_s)
             .saturating_sub(Duration::from_millis((now_ms() - started_ms).max(0) as u64));
+    // Time spent waiting for a human does not count against the timeout.
+    let waiting = inbox.waiting();
+    let mut waited = Duration::ZERO;
+    let mut last_tick = tokio::time::Instant::now();
     let mut timed_out = false;
     let mut stopped: Option<Reason> = None;
     let mut running = task.state == TaskState::Running;
@@ -298,6 +306,12 @@ pub(super) async fn watch_and_end(
                 stop(&ctx, node.as_deref(), container.as_deref(), &service, grace).await;
             }
             _ = tick.tick() => {
+                let now = tokio::time::Instant::now();
+                if waiting.load(std::sync::atomic::Ordering::Relaxed) && !timed_out {
+                    waited += now - last_tick;
+                    deadline += now - last_tick;
+                }
+                last_tick = now;
                 let o = match swarm::observe(sw.manager, &service).await {
                     Ok(o) => o,
                     Err(e) => {
@@ -349,6 +363,17 @@ pub(super) async fn watch_and_end(
         (Some(n), Some(c)) => swarm::oom_killed(sw.manager, sw.manager_addr, n, c).await,
         _ => false,
     };
+    let parked = parked_exit(code, timed_out, stopped);
+    let uploaded = match uploaded {
+        Some(u) => Some(settle_upload(&ctx, id, u, parked).await),
+        None => None,
+    };
+    if parked && matches!(uploaded, Some(Ok(_))) && still_held(&ctx, id).await {
+        let active = now_ms() - started_ms - waited.as_millis() as i64 - task.active_ms;
+        gateway.stop().await;
+        clean_up_later(&ctx, launch, node);
+        return park_swarm(&ctx, &task, active).await;
+    }
     let metered = Some(Metered::read(gateway.meter()));
     gateway.stop().await;
     // The slot is free once the task is concluded; this launch's service,
@@ -362,7 +387,7 @@ pub(super) async fn watch_and_end(
         exit: Ok(code),
         timed_out,
         stopped,
-        waited_ms: 0,
+        waited_ms: waited.as_millis() as i64,
     };
     let collected = match uploaded {
         None => {
@@ -389,7 +414,7 @@ pub(super) async fn watch_and_end(
             record_changes(&ctx, id, task.spec.workspace.is_some(), &dest, c.truncated).await;
             Ok(c)
         }
-        Some(Err(e)) => Err(anyhow::anyhow!("the servo's upload: {e}")),
+        Some(Err(e)) => Err(e),
     };
     if task.attempt > i64::from(task.spec.retries) {
         crate::inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;

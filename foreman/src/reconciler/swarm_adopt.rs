@@ -3,8 +3,11 @@
 //! found by label, its gateway served again on this foreman's listener
 //! (the token is derived from the launch label, so the running servo's
 //! secret still matches), and it is watched to the end as if launched
-//! here. A task whose service is gone or already ended lost its upload
-//! with the dead foreman: it is requeued as an infrastructure failure.
+//! here. A servo whose work ended while no foreman ran is still running:
+//! it keeps trying its upload (`protocol::remote::UPLOAD_PATIENCE_S`), so
+//! it is adopted like any other and its retry lands here. A task whose
+//! service is gone or already ended (the servo gave up) lost its upload:
+//! it is requeued as an infrastructure failure.
 
 use std::sync::Arc;
 
@@ -104,6 +107,7 @@ async fn adoptable(manager: &bollard::Docker, service: &str) -> Option<(String, 
 /// reachable node (a node that was Down keeps its own until it is back).
 pub(super) async fn sweep_swarm(ctx: Arc<Ctx>, active: Handles) {
     let Some(sw) = handles(&ctx) else { return };
+    sweep_parked(&ctx, &active).await;
     let Ok((engines, objects)) = swarm::leftovers(sw.manager, sw.manager_addr).await else {
         return;
     };
@@ -125,5 +129,34 @@ pub(super) async fn sweep_swarm(ctx: Arc<Ctx>, active: Handles) {
     }
     if !ended.is_empty() {
         swarm::remove_objects(sw.manager, &engines, &ended).await;
+    }
+}
+
+/// Removes parked workspaces of tasks that have ended (a task normally
+/// removes its own in `finish`; this covers one ended otherwise, or by a
+/// foreman that stopped first).
+async fn sweep_parked(ctx: &Ctx, active: &Handles) {
+    let dir = ctx.cfg.state_dir().join("parked");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let ids: Vec<saheeli_protocol::TaskId> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for id in ids {
+        if active.lock().unwrap().contains_key(&id) {
+            continue;
+        }
+        let ended = ctx
+            .db(move |s| s.get(&id.to_string()))
+            .await
+            .ok()
+            .flatten()
+            .is_none_or(|t| t.state.is_terminal());
+        if ended {
+            info!(task_id = %id, "removing the parked workspace of an ended task");
+            crate::inputs::remove_parked(&ctx.cfg.state_dir(), id).await;
+        }
     }
 }

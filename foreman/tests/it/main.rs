@@ -31,6 +31,7 @@ mod report;
 mod safety;
 mod sandbox;
 mod swarm;
+mod swarm_park;
 mod swarm_verify;
 mod templates;
 mod verify;

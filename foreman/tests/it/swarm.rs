@@ -243,7 +243,7 @@ fn curl_status(url: &str, headers: &[String]) -> String {
 }
 
 /// A task completed once, from one launch that uploaded its workspace.
-fn assert_complete_once(s: &Saheeli, id: &str, marker: &str) {
+pub(crate) fn assert_complete_once(s: &Saheeli, id: &str, marker: &str) {
     let t = s.task(id);
     assert_eq!(t["state"], "complete", "{t:#}");
     assert_eq!(t["attempt"], 1, "{t:#}");

@@ -104,3 +104,30 @@ pub(crate) fn token(key: &[u8], id: saheeli_protocol::TaskId, suffix: &str) -> S
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A foreman that restarts reads the same key and derives the same
+    /// token for a launch, so the adopted servo's upload is accepted;
+    /// another launch of the task gets another token.
+    #[test]
+    fn a_restarted_foreman_derives_the_same_token_for_the_same_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = saheeli_protocol::TaskId::new();
+        let first = token(&token_key(dir.path()).unwrap(), id, "abcd1234");
+        let again = token(&token_key(dir.path()).unwrap(), id, "abcd1234");
+        assert_eq!(first, again);
+        assert_eq!(first.len(), 64);
+        assert_ne!(
+            first,
+            token(&token_key(dir.path()).unwrap(), id, "ffff0000")
+        );
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(
+            first,
+            token(&token_key(other.path()).unwrap(), id, "abcd1234")
+        );
+    }
+}
