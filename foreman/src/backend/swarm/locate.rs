@@ -40,22 +40,65 @@ pub(crate) async fn locate(
         .with_context(|| format!("the job service `{service}` of task `{id}` is gone"))?;
     let labelled = inspected
         .spec
-        .and_then(|s| s.labels)
+        .as_ref()
+        .and_then(|s| s.labels.as_ref())
         .and_then(|l| l.get(TASK_LABEL).cloned());
     anyhow::ensure!(
         labelled.as_deref() == Some(id.to_string().as_str()),
         "the job service `{service}` is not task `{id}`'s"
     );
+    let name = inspected.spec.and_then(|s| s.name).unwrap_or_default();
     let service_id = inspected.id.unwrap_or_else(|| service.to_string());
     let o = observe(manager, &service_id).await?;
-    let (Phase::Running, Some(node), Some(container)) = (&o.phase, o.node, o.container) else {
+    // The manager hears of a task's start late (its node reports in
+    // batches), while its servo already calls: a task still `Waiting` on
+    // an assigned node is looked for on that node.
+    let (Phase::Running | Phase::Waiting, Some(node)) = (&o.phase, o.node) else {
         anyhow::bail!(
             "the servo of task `{id}` is not running now (Swarm: {:?})",
             o.phase
         );
     };
     let engine = node_engine(manager, manager_addr, &node).await?;
+    let container = match o.container {
+        Some(c) => c,
+        None => running_container(&engine, id, &name)
+            .await?
+            .with_context(|| {
+                format!("the servo of task `{id}` has no running container on node `{node}` yet")
+            })?,
+    };
     Ok(Located { engine, container })
+}
+
+/// The running container of job service `name` (its task containers are
+/// named `<name>.<slot>.<task>`) labelled for task `id`, on one engine.
+async fn running_container(d: &Docker, id: TaskId, name: &str) -> anyhow::Result<Option<String>> {
+    anyhow::ensure!(
+        !name.is_empty(),
+        "the job service of task `{id}` has no name"
+    );
+    let filters = std::collections::HashMap::from([
+        ("label", vec![format!("{TASK_LABEL}={id}")]),
+        ("name", vec![format!("{name}.")]),
+        ("status", vec!["running".to_string()]),
+    ]);
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    let found = d
+        .list_containers(Some(opts))
+        .await
+        .context("listing the task's containers on its node")?;
+    Ok(found
+        .into_iter()
+        .filter(|c| {
+            c.names
+                .iter()
+                .flatten()
+                .any(|n| n.trim_start_matches('/').starts_with(&format!("{name}.")))
+        })
+        .find_map(|c| c.id))
 }
 
 /// Whether the kernel OOM-killed a process of the task container
