@@ -99,6 +99,23 @@ async fn gc_swarm(
     } else {
         swarm::remove_objects(&manager, &engines, &ended).await
     };
+    // Workspaces kept for parked tasks that have ended since.
+    let mut kept = 0;
+    for id in crate::inputs::parked_tasks(&cfg.state_dir()) {
+        let over = store
+            .get(&id.to_string())
+            .ok()
+            .flatten()
+            .is_none_or(|t| t.state.is_terminal());
+        if over {
+            let dir = crate::inputs::parked_dir(&cfg.state_dir(), id);
+            println!("parked workspace {} (task {id})", dir.display());
+            if !args.dry_run {
+                crate::inputs::remove_parked(&cfg.state_dir(), id).await;
+            }
+            kept += 1;
+        }
+    }
     eprintln!(
         "{} {} swarm leftovers{}",
         if args.dry_run {
@@ -106,7 +123,7 @@ async fn gc_swarm(
         } else {
             "removed"
         },
-        ended.len() - failed,
+        ended.len() - failed + kept,
         if failed > 0 {
             format!(" ({failed} not removable now)")
         } else {

@@ -16,6 +16,17 @@ pub(crate) fn parked_dir(state_dir: &Path, id: TaskId) -> PathBuf {
     state_dir.join("parked").join(id.to_string())
 }
 
+/// The tasks that have a parked workspace kept.
+pub(crate) fn parked_tasks(state_dir: &Path) -> Vec<TaskId> {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("parked")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Makes (privately: the workspace may hold anything) the directory the
 /// parked workspaces are kept in, and returns the task's path in it.
 pub(crate) fn new_parked_dir(state_dir: &Path, id: TaskId) -> io::Result<PathBuf> {

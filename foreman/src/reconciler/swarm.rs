@@ -65,6 +65,24 @@ pub(super) fn handles(ctx: &Ctx) -> Option<Swarm<'_>> {
 pub(super) async fn supervise_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined {
     let id = task.id;
     let sw = handles(&ctx).expect("the swarm supervisor runs only with `backend: swarm`");
+    let kept = crate::inputs::parked_dir(&ctx.cfg.state_dir(), id);
+    if task.parked && !kept.is_dir() {
+        // Starting over from the submitted workspace would silently lose
+        // the work and the session the task parked with.
+        let detail = format!(
+            "the workspace this task parked with (`{}`) is gone, so it cannot go on from its session; submit the task again",
+            kept.display()
+        );
+        return finish(
+            &ctx,
+            id,
+            TaskState::Failed,
+            Reason::Launch,
+            Outcome::default(),
+            &detail,
+        )
+        .await;
+    }
     let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let token = swarm::token(sw.key, id, &suffix);
     let gateway = match remote_gateway(&ctx, &task, &token, &suffix, &inbox).await {

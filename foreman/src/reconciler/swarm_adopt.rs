@@ -136,15 +136,7 @@ pub(super) async fn sweep_swarm(ctx: Arc<Ctx>, active: Handles) {
 /// removes its own in `finish`; this covers one ended otherwise, or by a
 /// foreman that stopped first).
 async fn sweep_parked(ctx: &Ctx, active: &Handles) {
-    let dir = ctx.cfg.state_dir().join("parked");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
-    let ids: Vec<saheeli_protocol::TaskId> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    for id in ids {
+    for id in crate::inputs::parked_tasks(&ctx.cfg.state_dir()) {
         if active.lock().unwrap().contains_key(&id) {
             continue;
         }

@@ -73,6 +73,7 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
     );
     let id = s.submit("ask.md");
     let dropped = s.submit("ask.md");
+    let lost = s.submit("ask.md");
     let mut server = serve(&s, false);
     let t = Instant::now();
     until(&s, &id, "parked", 60, |t| {
@@ -130,6 +131,17 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         "the session it parked with is in its results"
     );
     assert!(!s.path().join(".saheeli/parked").join(&dropped).exists());
+
+    // A parked task whose kept workspace is gone (the state directory
+    // lost) fails saying so, rather than starting over from scratch.
+    until(&s, &lost, "the third parked", 60, |t| t["parked"] == true);
+    std::fs::remove_dir_all(s.path().join(".saheeli/parked").join(&lost)).unwrap();
+    s.expect(&["task", "answer", &lost, "x.txt"], 0);
+    let failed = until(&s, &lost, "failed without its workspace", 60, |t| {
+        t["state"] == "failed"
+    });
+    let said = failed.to_string();
+    assert!(said.contains("cannot go on from its session"), "{failed:#}");
 
     // The answer: a new job goes on from the session, on any node.
     let t = Instant::now();
@@ -232,12 +244,35 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         ended - restarted_at
     );
 
-    // Nothing left on the swarm.
-    for id in [&id, &dropped, &slow] {
-        assert_eq!(
-            swarm.lines(1, &["service", "ls", "-q", "--filter", &label(id)]),
-            Vec::<String>::new()
-        );
+    // Nothing left on the swarm (once the last removals are done).
+    let t = Instant::now();
+    for id in [&id, &dropped, &slow, &lost] {
+        while !swarm
+            .lines(1, &["service", "ls", "-q", "--filter", &label(id)])
+            .is_empty()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "service of {id} left"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
+    // `saheeli gc` removes a parked workspace an ended task left (as a
+    // foreman that died mid-finish would), and nothing of a live one.
+    let stray = s.path().join(".saheeli/parked").join(&id);
+    std::fs::create_dir_all(stray.join("sub")).unwrap();
+    std::fs::write(stray.join("sub/x"), "x").unwrap();
+    let dry = s.expect(&["gc", "--dry-run"], 0);
+    assert!(
+        dry.contains("parked workspace") && dry.contains(&id),
+        "{dry}"
+    );
+    assert!(stray.is_dir(), "a dry run removes nothing");
+    s.expect(&["gc"], 0);
+    assert!(
+        !stray.exists(),
+        "gc removes an ended task's parked workspace"
+    );
     eprintln!("swarm park test done in {}", elapsed(t0));
 }
