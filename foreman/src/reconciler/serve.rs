@@ -116,10 +116,38 @@ pub(crate) async fn run(
     // finishes what it has in flight (what is not sent stays in the outbox).
     feeder_stop.cancel();
     let _ = feeder.await;
+    if (opts.drain || opts.only.is_some()) && !stop.is_cancelled() {
+        deliver_before_exit(&ctx, &stop).await;
+    }
     sender_stop.cancel();
     let _ = sender.await;
     Publisher::retire(&ctx).await;
     result.map(|()| summary)
+}
+
+/// `serve --drain` and `run`: the webhooks of what just ended go out before it
+/// exits. Waits while a delivery is being sent or due within 5 s (a
+/// receiver that is down is tried at 1, 2 and 4 s), 30 s at most, or
+/// until Ctrl-C; what is left stays in the outbox for the next serve.
+async fn deliver_before_exit(ctx: &Ctx, stop: &CancellationToken) {
+    const SOON_MS: i64 = 5_000;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (pending, soon) = match ctx.db(|s| s.pending_deliveries(SOON_MS)).await {
+            Ok(n) => n,
+            Err(e) => return warn!(error = %format!("{e:#}"), "webhook outbox not read"),
+        };
+        if pending == 0 {
+            return;
+        }
+        if soon == 0 || tokio::time::Instant::now() >= deadline || stop.is_cancelled() {
+            return warn!(
+                pending,
+                "webhook deliveries left in the outbox; the next serve sends them"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Notes what a supervisor reported.

@@ -127,6 +127,18 @@ impl Store {
         Ok(())
     }
 
+    /// Pending deliveries (of every task): how many, and how many of them
+    /// are due within `ms` from now (or being sent).
+    pub fn pending_deliveries(&self, ms: i64) -> Result<(i64, i64)> {
+        let now = now_ms();
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(next_at <= ?1 OR claimed_until > ?2), 0)
+             FROM outbox WHERE state = 'pending'",
+            params![now + ms, now],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?)
+    }
+
     /// How a task's webhook deliveries stand.
     pub fn webhook_counts(&self, id: TaskId) -> Result<WebhookCounts> {
         let mut c = WebhookCounts::default();

@@ -246,3 +246,39 @@ fn every_event_is_delivered_signed_once_and_in_order_through_outages() {
     );
     assert_eq!(t["webhooks"]["dead"], 0);
 }
+
+#[test]
+fn serve_drain_delivers_the_last_webhooks_before_it_exits() {
+    require_docker();
+    let mut rx = Receiver::new();
+    rx.start();
+    let s = Saheeli::with_config(&format!(
+        "notify:\n  - url: {}\n    events: [all]\n",
+        rx.url()
+    ))
+    .env("SAHEELI_WEBHOOK_SECRET", SECRET);
+    s.write(
+        "t.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write("t.md", &replay_prompt("t.json", ""));
+    let ids: Vec<String> = (0..3).map(|_| s.submit("t.md")).collect();
+    // Nothing but the drain itself is waited for: when it returns, every
+    // event of every task has reached the receiver.
+    s.expect(&["serve", "--drain"], 0);
+    assert_eq!(
+        pending(&s, &ids),
+        0,
+        "webhooks left pending after the drain"
+    );
+    let got = rx.got.lock().unwrap().clone();
+    for id in &ids {
+        let kinds: Vec<&str> = got
+            .iter()
+            .filter(|(_, _, t, _)| t == id)
+            .map(|(_, k, _, _)| k.as_str())
+            .collect();
+        assert!(kinds.contains(&"task.completed"), "{id}: {kinds:?}");
+    }
+    rx.stop();
+}
