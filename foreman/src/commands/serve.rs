@@ -70,6 +70,12 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     let (docker, backend) = match &cfg.file.swarm {
         Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {
             let manager = crate::backend::swarm::connect(&swarm.manager).await?;
+            if swarm.manager.starts_with("unix://") {
+                tracing::warn!(
+                    manager = %swarm.manager,
+                    "`swarm.manager` is a unix socket: no node's engine can be reached from it, so `verify`, OOM detection, live logs and removing Docker 20.10's leftovers on the nodes will not work; use the manager's `tcp://` address"
+                );
+            }
             let hub = crate::gateway::Hub::default();
             // Lives as long as this process: servos call it until they end.
             hub.listen(&swarm.gateway_listen, CancellationToken::new())
