@@ -49,13 +49,12 @@ impl LiveLog {
                 let Some(service) = &t.container_id else {
                     return Ok(Vec::new());
                 };
-                let found =
-                    crate::backend::swarm::locate(manager, manager_addr, t.id, service).await;
-                Ok(found
-                    .ok()
-                    .map(|l| (l.engine, l.container))
-                    .into_iter()
-                    .collect())
+                let engine = crate::backend::TaskEngine::Swarm {
+                    manager: manager.clone(),
+                    manager_addr: manager_addr.clone(),
+                    service: service.clone(),
+                };
+                Ok(engine.container(t.id).await.ok().into_iter().collect())
             }
         }
     }

@@ -488,13 +488,11 @@ async fn stop(
     grace: Duration,
 ) {
     let Some(sw) = handles(ctx) else { return };
-    if let (Some(node), Some(container)) = (node, container) {
-        let engines = swarm::node_engines(sw.manager, sw.manager_addr).await;
-        if let Some((_, d)) = engines.iter().find(|(n, _)| n == node)
-            && crate::docker::stop(d, container, grace).await.is_ok()
-        {
-            return;
-        }
+    if let (Some(node), Some(container)) = (node, container)
+        && let Ok(d) = swarm::node_engine(sw.manager, sw.manager_addr, node).await
+        && crate::docker::stop(&d, container, grace).await.is_ok()
+    {
+        return;
     }
     if let Err(e) = sw.manager.delete_service(service).await {
         warn!(service, error = %e, "stopping the job service failed");

@@ -24,22 +24,12 @@ use crate::docker::TASK_LABEL;
 
 /// The engines of the swarm's reachable nodes, by hostname.
 pub(crate) async fn node_engines(manager: &Docker, manager_addr: &str) -> Vec<(String, Docker)> {
-    engines_of(manager, manager_addr, None).await
-}
-
-/// The engines of the reachable nodes named `only` (every node for None).
-pub(crate) async fn engines_of(
-    manager: &Docker,
-    manager_addr: &str,
-    only: Option<&str>,
-) -> Vec<(String, Docker)> {
     let Ok(nodes) = manager.list_nodes(None::<ListNodesOptions>).await else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for n in nodes {
         if let Some((name, url)) = engine_url(n, manager_addr)
-            && only.is_none_or(|only| only == name)
             && let Some(d) = reach(&name, &url).await
         {
             out.push((name, d));
@@ -324,7 +314,13 @@ pub(crate) async fn remove_launch(
         manager.delete_service(&l.service).await.map(|_| ()),
     );
     note("secret", manager.delete_secret(&l.secret).await);
-    let engines = engines_of(manager, manager_addr, node).await;
+    let engines = match node {
+        Some(n) => match node_engine(manager, manager_addr, n).await {
+            Ok(d) => vec![(n.to_string(), d)],
+            Err(_) => Vec::new(),
+        },
+        None => node_engines(manager, manager_addr).await,
+    };
     if engines.is_empty() {
         return failed + 1;
     }

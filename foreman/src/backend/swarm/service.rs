@@ -102,7 +102,7 @@ impl LaunchObjects {
             task: id,
             service: service.to_string(),
             secret: format!("saheeli-token-{id}-{suffix}"),
-            name: format!("saheeli-{id}-{suffix}"),
+            name: super::service_name(id, suffix),
         }
     }
 }
@@ -147,7 +147,7 @@ pub(crate) fn service_spec(
         mounts: Some(vec![
             Mount {
                 target: Some(paths::WORKSPACE.into()),
-                source: Some(format!("saheeli-{id}-{suffix}")),
+                source: Some(super::service_name(id, suffix)),
                 typ: Some(MountType::VOLUME),
                 volume_options: Some(MountVolumeOptions {
                     labels: Some(labels(id)),
