@@ -40,20 +40,27 @@ pub(crate) fn new_parked_dir(state_dir: &Path, id: TaskId) -> io::Result<PathBuf
 }
 
 /// Writes the tree at `src` into `w` as a tar whose entries are relative
-/// to it (what the servo unpacks into `/workspace`). Links are stored as
-/// links; the tree is one the foreman extracted itself (only files,
-/// directories and links), and nothing else writes to it.
+/// to it (what the servo unpacks into `/workspace`): directories, regular
+/// files, and links stored as links (never followed). Anything else (a
+/// FIFO, a device: collection never makes one) is left out, never opened.
 pub(crate) fn pack_dir(src: &Path, w: impl Write) -> io::Result<()> {
     let mut b = tar::Builder::new(w);
     b.follow_symlinks(false);
-    let mut entries: Vec<_> = std::fs::read_dir(src)?.collect::<io::Result<_>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let name = PathBuf::from(e.file_name());
-        if e.file_type()?.is_dir() {
-            b.append_dir_all(&name, e.path())?;
-        } else {
-            b.append_path_with_name(e.path(), &name)?;
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(src.join(&rel))?.collect::<io::Result<_>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = rel.join(e.file_name());
+            let kind = e.file_type()?;
+            if kind.is_dir() {
+                b.append_dir(&name, e.path())?;
+                dirs.push(name);
+            } else if kind.is_file() || kind.is_symlink() {
+                b.append_path_with_name(e.path(), &name)?;
+            } else {
+                tracing::warn!(path = %e.path().display(), "not a file, directory or link: left out of the parked workspace");
+            }
         }
     }
     b.into_inner()?.flush()
@@ -125,6 +132,45 @@ pub(crate) fn remove_tree(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packing_reads_through_no_link_device_or_fifo() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("parked");
+        std::fs::create_dir_all(&src).unwrap();
+        for (name, to) in [
+            ("zero", "/dev/zero"),
+            ("root", "/proc/self/root"),
+            ("host", "/etc"),
+        ] {
+            std::os::unix::fs::symlink(to, src.join(name)).unwrap();
+        }
+        let fifo = std::ffi::CString::new(src.join("pipe").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // Nothing is opened: a FIFO with no writer or /dev/zero would hang
+        // or never end if it were. The FIFO is left out.
+        let mut tar_bytes = Vec::new();
+        pack_dir(&src, &mut tar_bytes).unwrap();
+        assert!(tar_bytes.len() < 64 << 10, "{} bytes", tar_bytes.len());
+        let mut kinds = Vec::new();
+        for e in tar::Archive::new(&tar_bytes[..]).entries().unwrap() {
+            let e = e.unwrap();
+            assert_eq!(e.header().size().unwrap(), 0);
+            kinds.push((
+                e.path().unwrap().display().to_string(),
+                e.header().entry_type(),
+            ));
+        }
+        kinds.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            kinds,
+            [
+                ("host".to_string(), tar::EntryType::Symlink),
+                ("root".to_string(), tar::EntryType::Symlink),
+                ("zero".to_string(), tar::EntryType::Symlink),
+            ]
+        );
+    }
 
     #[test]
     fn a_parked_tree_packs_with_links_as_links_and_moves_whole() {
