@@ -5,14 +5,26 @@
 ARG BASE=saheeli-base:bookworm
 FROM ${BASE}
 
-# The servo user gets a name: Docker's archive API looks owners up by
-# name for every file, and an unnamed uid made downloads ~10x slower.
-RUN echo 'servo:x:1000:1000:servo:/tmp:/usr/sbin/nologin' >> /etc/passwd \
- && echo 'servo:x:1000:' >> /etc/group
+# Two users, never one: `agent` (1000) runs every tool, shell and agent
+# CLI and owns the workspace's files; `saheeli` (999) is the servo, which
+# alone can reach the gateway socket and write its session and audit log.
+# Named because Docker's archive API looks owners up by name for every
+# file (an unnamed uid made downloads ~10x slower). No file keeps a setuid
+# or setgid bit: nothing in the image can lift a process to root.
+RUN echo 'agent:x:1000:1000:agent:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'agent:x:1000:' >> /etc/group \
+ && echo 'saheeli:x:999:999:saheeli servo:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'saheeli:x:999:' >> /etc/group \
+ && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 
-# /workspace belongs to the unprivileged servo user; a task's named volume
-# inherits this ownership when it is first mounted.
-COPY --chown=1000:1000 workspace/ /workspace/
+# /workspace is the servo's directory, writable by the agent's group: both
+# add their files there, and the sticky bit keeps the agent from removing
+# or renaming the servo's (its session, its audit log). A task's volume
+# inherits this when it is first mounted.
+COPY --chown=999:1000 workspace/ /workspace/
+RUN chmod 1775 /workspace
+# The foreman starts the container as root with CAP_SETUID/CAP_SETGID only
+# and SAHEELI_PRIVSEP=1; run by hand, the servo is the agent's user.
 USER 1000:1000
 WORKDIR /workspace
 ENV HOME=/tmp

@@ -22,6 +22,23 @@ pub mod routes {
     pub const DELIVERED: &str = "/saheeli/v1/inbox/delivered";
     /// `POST` a [`Breakpoint`](super::Breakpoint) (`pause_on`).
     pub const BREAKPOINT: &str = "/saheeli/v1/breakpoint";
+    /// `GET`: a [`SessionKey`](super::SessionKey), the key the servo seals
+    /// its session with (derived by the foreman for this task).
+    pub const SESSION_KEY: &str = "/saheeli/v1/session-key";
+}
+
+/// The key a servo seals its session file with (hex, 32 bytes), given only
+/// through the gateway socket the agent cannot open.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionKey {
+    pub key: String,
+}
+
+impl std::fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionKey(***)")
+    }
 }
 
 /// Longest wait one `GET` may ask for; the servo asks again.

@@ -78,6 +78,25 @@ pub mod paths {
     }
 }
 
+/// Who is who inside a servo container: the servo and the agent never
+/// share a uid. The container starts as root with only `CAP_SETUID` and
+/// `CAP_SETGID`; the servo becomes [`SERVO`](uids::SERVO) at once (keeping
+/// just the right to start agent processes) and every tool, shell and
+/// agent CLI runs as [`AGENT`](uids::AGENT), which owns the workspace's
+/// files but cannot reach the gateway socket, the servo's process or its
+/// session's key.
+pub mod uids {
+    /// The servo (the trusted supervisor); also its group.
+    pub const SERVO: u32 = 999;
+    /// The agent: tools, shells, third-party agent CLIs; also its group.
+    pub const AGENT: u32 = 1000;
+    /// Set to `1` in a container's environment by the foreman: the servo
+    /// must start as root and separate itself from the agent (it refuses
+    /// to run otherwise). Unset (a servo run by hand or in the servo's own
+    /// tests), everything runs as the caller.
+    pub const PRIVSEP_ENV: &str = "SAHEELI_PRIVSEP";
+}
+
 /// Seconds since the Unix epoch formatted as RFC 3339 (UTC, seconds).
 pub fn rfc3339(time: std::time::SystemTime) -> String {
     humantime::format_rfc3339_seconds(time).to_string()

@@ -118,6 +118,27 @@ impl Desk {
         Ok(())
     }
 
+    /// The key this task's session is sealed with, asked until the gateway
+    /// answers (a foreman restarting).
+    pub async fn session_key(&self) -> Result<Vec<u8>, Refused> {
+        let url = format!("{}{}", self.base, routes::SESSION_KEY);
+        let got: saheeli_protocol::human::SessionKey = self.get_retrying(&url).await?;
+        let key = got.key;
+        let bytes: Option<Vec<u8>> = (0..key.len())
+            .step_by(2)
+            .map(|i| {
+                key.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
+            .collect();
+        match bytes {
+            Some(b) if b.len() == 32 => Ok(b),
+            _ => Err(Refused(
+                "the gateway's session key is not 32 bytes of hex".into(),
+            )),
+        }
+    }
+
     /// The tools of the task's granted capabilities.
     pub async fn capability_tools(&self) -> Result<Vec<saheeli_protocol::chat::ToolSpec>, Refused> {
         let url = format!(

@@ -11,10 +11,19 @@
 //! - `tools`: one file per tool; `mod.rs` holds the schemas and dispatch;
 //!   `shell`: the persistent bash that `execute_shell` runs commands in.
 //! - `workspace`: path confinement; `audit`: the JSON-lines audit log.
+//! - `privsep`: the servo's own uid, apart from the agent's; `runner`: the
+//!   workspace tools in a process of the agent's user; `seal`: the
+//!   session's HMAC.
 //!
 //! # Contract
 //!
-//! No arguments. The environment (the defaults are the container's):
+//! No arguments (`servo runner …`, `servo pack DIR` and `servo unpack
+//! DIR` are the servo's own helpers, started as the agent's user). The
+//! environment (the defaults are the container's):
+//!
+//! - `SAHEELI_PRIVSEP=1`: the servo starts as root with only
+//!   `CAP_SETUID`/`CAP_SETGID` and separates itself from the agent
+//!   (`privsep`); it refuses to run when it cannot.
 //!
 //! - `SAHEELI_WORKSPACE`: the workspace (default `/workspace`); the task is
 //!   `<ws>/.saheeli/task.json`, the prompt `<ws>/prompt.md`.
@@ -39,7 +48,10 @@ mod audit;
 mod desk;
 mod llm;
 mod pipe;
+mod privsep;
 mod remote;
+mod runner;
+mod seal;
 mod tools;
 mod workspace;
 
@@ -50,6 +62,33 @@ use saheeli_protocol::{ServoExit, ServoTask};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    let mut argv = std::env::args().skip(1);
+    match argv.next().as_deref() {
+        None => {}
+        Some("runner") => {
+            return match runner::serve::Args::parse(argv) {
+                Ok(args) => runner::serve::main(args),
+                Err(e) => {
+                    eprintln!("servo runner: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Some("pack") => return remote::pack_main(argv.next()),
+        Some("unpack") => return remote::unpack_main(argv.next()),
+        Some(other) => {
+            eprintln!("servo: unknown argument `{other}` (the servo takes none)");
+            return ExitCode::from(ServoExit::BadTask.code() as u8);
+        }
+    }
+    // First, on one thread: credentials and capabilities are per thread.
+    let mode = match privsep::separate() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("servo: cannot separate from the agent: {e}");
+            return ExitCode::from(ServoExit::BadTask.code() as u8);
+        }
+    };
     let filter =
         EnvFilter::try_from_env("SAHEELI_LOG").unwrap_or_else(|_| EnvFilter::new("servo=info"));
     tracing_subscriber::fmt()
@@ -62,14 +101,14 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    let code = runtime.block_on(run());
+    let code = runtime.block_on(run(mode));
     // Everything is flushed by now. Do not wait for a reader thread still
     // blocked on a pipe that some escaped background process holds open.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     ExitCode::from(code.code() as u8)
 }
 
-async fn run() -> ServoExit {
+async fn run(mode: privsep::Mode) -> ServoExit {
     let root =
         PathBuf::from(std::env::var("SAHEELI_WORKSPACE").unwrap_or_else(|_| "/workspace".into()));
     let gateway = std::env::var("SAHEELI_GATEWAY")
@@ -86,11 +125,11 @@ async fn run() -> ServoExit {
             eprintln!("servo: {e}");
             return ServoExit::BadTask;
         }
-        return run_task(&root, &gateway).await;
+        return run_task(&root, &gateway, mode).await;
     };
-    let code = match remote.fetch(&root).await {
+    let code = match remote.fetch(&root, mode).await {
         Ok(launch) => match unpack_launch(&root, Some(launch)) {
-            Ok(()) => run_task(&root, &gateway).await,
+            Ok(()) => run_task(&root, &gateway, mode).await,
             Err(e) => {
                 eprintln!("servo: {e}");
                 ServoExit::BadTask
@@ -103,14 +142,14 @@ async fn run() -> ServoExit {
     };
     // Whatever happened (SIGTERM included: the loop returns on it), the
     // workspace goes home; without it the foreman records `incomplete`.
-    if let Err(e) = remote.upload(&root, code == ServoExit::Parked).await {
+    if let Err(e) = remote.upload(&root, code == ServoExit::Parked, mode).await {
         eprintln!("servo: {e}");
     }
     code
 }
 
 /// Runs the task whose launch is in `root`.
-async fn run_task(root: &std::path::Path, gateway: &str) -> ServoExit {
+async fn run_task(root: &std::path::Path, gateway: &str, mode: privsep::Mode) -> ServoExit {
     let root = root.to_path_buf();
     let task_path = root.join(".saheeli/task.json");
     let task: ServoTask = match std::fs::read(&task_path)
@@ -133,7 +172,25 @@ async fn run_task(root: &std::path::Path, gateway: &str) -> ServoExit {
             return ServoExit::BadTask;
         }
     };
-    match agent::Agent::new(task, &root, gateway, prompt) {
+    // The session's key, from the gateway only the servo can reach. A
+    // servo not separated from its agent (run by hand, the servo's own
+    // tests) neither seals nor checks: its agent could ask for the key.
+    let seal = if mode == privsep::Mode::Separated {
+        let key = match desk::Desk::new(gateway) {
+            Ok(d) => d.session_key().await,
+            Err(e) => Err(desk::Refused(e)),
+        };
+        match key {
+            Ok(key) => seal::Seal::new(Some(key)),
+            Err(e) => {
+                eprintln!("servo: the gateway gave no session key: {}", e.0);
+                return ServoExit::BadTask;
+            }
+        }
+    } else {
+        seal::Seal::default()
+    };
+    match agent::Agent::new(task, &root, gateway, prompt, mode, seal) {
         Ok(agent) => agent.run().await,
         Err(e) => {
             eprintln!("servo: {e}");

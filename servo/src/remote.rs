@@ -13,7 +13,10 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderValue};
 use saheeli_protocol::remote::{self, routes};
 
+use std::process::Stdio;
+
 use crate::pipe;
+use crate::privsep::Mode;
 
 /// The `Authorization` header for every gateway request, when this servo
 /// is remote (`SAHEELI_GATEWAY_TOKEN_FILE` set).
@@ -75,7 +78,7 @@ impl Remote {
     /// workspace (the submitted one, or the one it parked with), unpacked
     /// into `root` as it streams in. Retried a few times: the gateway may be
     /// a moment behind the service's start.
-    pub async fn fetch(&self, root: &Path) -> Result<String, String> {
+    pub async fn fetch(&self, root: &Path, mode: Mode) -> Result<String, String> {
         let launch = self.get_retrying(routes::LAUNCH).await?;
         let launch = launch
             .text()
@@ -83,7 +86,7 @@ impl Remote {
             .map_err(|e| format!("reading the launch: {e}"))?;
         let ws = self.get_retrying(routes::WORKSPACE).await?;
         if ws.status() == reqwest::StatusCode::OK {
-            unpack_streaming(ws, root).await?;
+            unpack_streaming(ws, root, mode).await?;
         }
         Ok(launch)
     }
@@ -118,12 +121,12 @@ impl Remote {
     /// final.
     ///
     /// [`UPLOAD_PATIENCE_S`]: remote::UPLOAD_PATIENCE_S
-    pub async fn upload(&self, root: &Path, parked: bool) -> Result<(), String> {
+    pub async fn upload(&self, root: &Path, parked: bool, mode: Mode) -> Result<(), String> {
         let patience = Duration::from_secs(remote::UPLOAD_PATIENCE_S);
         let began = tokio::time::Instant::now();
         let mut delay = Duration::from_millis(250);
         loop {
-            let last = match self.put_workspace(root, parked).await {
+            let last = match self.put_workspace(root, parked, mode).await {
                 Ok(()) => return Ok(()),
                 Err(Try::Final(e)) => return Err(e),
                 Err(Try::Again(e)) => e,
@@ -144,16 +147,17 @@ impl Remote {
     }
 
     /// One try: a packer thread feeding the request body.
-    async fn put_workspace(&self, root: &Path, parked: bool) -> Result<(), Try> {
+    async fn put_workspace(&self, root: &Path, parked: bool, mode: Mode) -> Result<(), Try> {
         let url = format!("{}{}", self.base, routes::WORKSPACE);
+        if mode == Mode::Separated {
+            return self.put_packed_by_agent(&url, root, parked).await;
+        }
         let (tx, rx) = pipe::pipe();
         let root = root.to_path_buf();
         let packer = tokio::task::spawn_blocking(move || {
             let failed = tx.clone();
             let packed = pack(&root, pipe::ChannelWriter::new(tx));
             if let Err(e) = &packed {
-                // The body ends with the error: the request fails, not a
-                // short archive that looks whole.
                 let _ = failed.blocking_send(Err(std::io::Error::new(e.kind(), e.to_string())));
             }
             packed
@@ -169,24 +173,89 @@ impl Remote {
         let packed = packer
             .await
             .map_err(|e| Try::Final(format!("packing the workspace: {e}")))?;
-        match sent {
-            Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) if worth_again(r.status()) => Err(Try::Again(format!("status {}", r.status()))),
-            Ok(r) => Err(Try::Final(format!(
-                "the gateway refused the upload: {}",
-                r.status()
-            ))),
-            Err(e) => match packed {
-                Err(p) if p.kind() != std::io::ErrorKind::BrokenPipe => {
-                    Err(Try::Final(format!("packing the workspace: {p}")))
-                }
-                _ => Err(Try::Again(error_chain(&e))),
-            },
+        judge(sent, packed)
+    }
+
+    /// The upload of a separated servo: the workspace is the agent's (some
+    /// of its files may be readable by the agent only), so `servo pack`
+    /// reads it as the agent's user and the servo streams what it writes.
+    /// What the foreman receives is as untrusted as any upload.
+    async fn put_packed_by_agent(&self, url: &str, root: &Path, parked: bool) -> Result<(), Try> {
+        let mut cmd = agent_helper("pack", root);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        let mut child = crate::privsep::spawn(Mode::Separated, &mut cmd)
+            .map_err(|e| Try::Final(format!("starting the workspace packer: {e}")))?;
+        let out = child.stdout.take().expect("piped stdout");
+        let body = reqwest::Body::wrap_stream(tokio_util_stream(out));
+        let mut req = self.http.put(url).body(body);
+        if parked {
+            req = req.header(remote::PARKED_HEADER, "1");
         }
+        let sent = req.send().await;
+        let status = child.wait().await;
+        let packed = match status {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(std::io::Error::other(format!("the packer exited with {s}"))),
+            Err(e) => Err(e),
+        };
+        judge(sent, packed)
     }
 }
 
-/// The longest wait between two upload tries.
+/// `servo pack` or `servo unpack` on `root`, with nothing of the servo's
+/// environment (the token file's name, the launch).
+fn agent_helper(verb: &str, root: &Path) -> tokio::process::Command {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/servo".into());
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg(verb)
+        .arg(root)
+        .current_dir(root)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// A child's stdout as a stream of pieces for a request body.
+fn tokio_util_stream(
+    out: tokio::process::ChildStdout,
+) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> {
+    futures_util::stream::unfold(out, |mut out| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 64 << 10];
+        match out.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), out))
+            }
+            Err(e) => Some((Err(e), out)),
+        }
+    })
+}
+
+/// What became of one upload: sent and answered, or worth trying again.
+fn judge(
+    sent: Result<reqwest::Response, reqwest::Error>,
+    packed: std::io::Result<()>,
+) -> Result<(), Try> {
+    match sent {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) if worth_again(r.status()) => Err(Try::Again(format!("status {}", r.status()))),
+        Ok(r) => Err(Try::Final(format!(
+            "the gateway refused the upload: {}",
+            r.status()
+        ))),
+        Err(e) => match packed {
+            Err(p) if p.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(Try::Final(format!("packing the workspace: {p}")))
+            }
+            _ => Err(Try::Again(error_chain(&e))),
+        },
+    }
+}
+
 const MAX_UPLOAD_DELAY: Duration = Duration::from_secs(5);
 
 /// How one upload try failed.
@@ -219,42 +288,178 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// The workspace as a tar into `w`: entries under `workspace/`, links
 /// stored as links.
-fn pack(root: &Path, w: pipe::ChannelWriter) -> std::io::Result<()> {
-    use std::io::Write;
+fn pack(root: &Path, w: impl std::io::Write) -> std::io::Result<()> {
     let mut b = tar::Builder::new(w);
     b.follow_symlinks(false);
     b.append_dir_all("workspace", root)?;
     b.into_inner()?.flush()
 }
 
-/// Unpacks a tar response into `root` as it arrives.
-async fn unpack_streaming(response: reqwest::Response, root: &Path) -> Result<(), String> {
+/// Whether a workspace path (relative, as in the fetched tar) is the
+/// servo's own: its session and audit log at the top, and `.saheeli/`.
+/// A separated servo writes these itself; the agent's unpacker skips them.
+fn servo_owned(path: &Path) -> bool {
+    let mut parts = path
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir));
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let first = first.as_os_str().to_string_lossy();
+    if first == ".saheeli" {
+        return true;
+    }
+    parts.next().is_none()
+        && first.starts_with("servo-")
+        && (first.ends_with("-session.json") || first.ends_with("-audit.log"))
+}
+
+/// `servo pack DIR`: the workspace as a tar on stdout (links as links),
+/// run as the agent's user by a separated servo.
+pub(crate) fn pack_main(dir: Option<String>) -> std::process::ExitCode {
+    let Some(dir) = dir else {
+        eprintln!("servo pack: which directory?");
+        return std::process::ExitCode::from(2);
+    };
+    let out = std::io::BufWriter::new(std::io::stdout().lock());
+    match pack(Path::new(&dir), out) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("servo pack: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// `servo unpack DIR`: a fetched workspace from stdin, as the agent's user
+/// (its files are the agent's), leaving out what is the servo's own.
+pub(crate) fn unpack_main(dir: Option<String>) -> std::process::ExitCode {
+    let Some(dir) = dir else {
+        eprintln!("servo unpack: which directory?");
+        return std::process::ExitCode::from(2);
+    };
+    let stdin = std::io::BufReader::new(std::io::stdin().lock());
+    // Not the workspace's own directory entry either: it is the servo's.
+    let is_root = |p: &Path| {
+        !p.components()
+            .any(|c| matches!(c, std::path::Component::Normal(_)))
+    };
+    match unpack_filtered(stdin, Path::new(&dir), |p| !servo_owned(p) && !is_root(p)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("servo unpack: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Unpacks the entries of `tar` that `keep` keeps into `root`.
+fn unpack_filtered(
+    tar: impl std::io::Read,
+    root: &Path,
+    keep: impl Fn(&Path) -> bool,
+) -> std::io::Result<()> {
+    let mut archive = tar::Archive::new(tar);
+    archive.set_preserve_permissions(true);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        if keep(&path) {
+            entry.unpack_in(root)?;
+        }
+    }
+    Ok(())
+}
+
+async fn unpack_streaming(
+    response: reqwest::Response,
+    root: &Path,
+    mode: Mode,
+) -> Result<(), String> {
     use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
     let (tx, rx) = pipe::pipe();
-    let root = root.to_path_buf();
+    let dir = root.to_path_buf();
+    // The servo's own files (a parked session, its audit log) it writes
+    // itself; with separation, all the rest goes to the agent's unpacker.
+    let separated = mode == Mode::Separated;
     let unpacker = tokio::task::spawn_blocking(move || {
-        let mut archive = tar::Archive::new(pipe::ChannelReader::new(rx));
-        archive.set_preserve_permissions(true);
-        archive.unpack(&root)
+        unpack_filtered(pipe::ChannelReader::new(rx), &dir, |p| {
+            !separated || (servo_owned(p) && !p.starts_with(".saheeli"))
+        })
     });
+    let mut agent = if separated {
+        let mut cmd = agent_helper("unpack", root);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::null());
+        let mut child = crate::privsep::spawn(Mode::Separated, &mut cmd)
+            .map_err(|e| format!("starting the workspace unpacker: {e}"))?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        Some((child, stdin))
+    } else {
+        None
+    };
     let mut body = response.bytes_stream();
+    let mut failed = None;
     while let Some(piece) = body.next().await {
-        let piece = piece.map_err(std::io::Error::other);
-        let failed = piece.is_err();
-        if tx.send(piece).await.is_err() || failed {
+        let piece = match piece {
+            Ok(p) => p,
+            Err(e) => {
+                failed = Some(format!("fetching the workspace: {e}"));
+                let _ = tx.send(Err(std::io::Error::other(e))).await;
+                break;
+            }
+        };
+        if let Some((_, stdin)) = agent.as_mut()
+            && let Err(e) = stdin.write_all(&piece).await
+        {
+            failed = Some(format!("the agent's unpacker stopped reading: {e}"));
+            break;
+        }
+        if tx.send(Ok(piece)).await.is_err() {
             break;
         }
     }
     drop(tx);
-    unpacker
+    let own = unpacker
         .await
         .map_err(|e| format!("unpacking the workspace: {e}"))?
-        .map_err(|e| format!("unpacking the workspace: {e}"))
+        .map_err(|e| format!("unpacking the workspace: {e}"));
+    if let Some((mut child, stdin)) = agent {
+        drop(stdin);
+        match child.wait().await {
+            Ok(s) if s.success() => {}
+            Ok(s) => failed = failed.or(Some(format!("the agent's unpacker exited with {s}"))),
+            Err(e) => failed = failed.or(Some(format!("waiting for the agent's unpacker: {e}"))),
+        }
+    }
+    own?;
+    failed.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_servo_owns_its_session_audit_log_and_saheeli_dir_only() {
+        for own in [
+            "servo-x-session.json",
+            "./servo-x-audit.log",
+            ".saheeli/task.json",
+            ".saheeli",
+        ] {
+            assert!(servo_owned(Path::new(own)), "{own}");
+        }
+        for agents in [
+            "sub/servo-x-session.json",
+            "servo-x-session.json.bak",
+            "complete.json",
+            "src/main.rs",
+            "",
+        ] {
+            assert!(!servo_owned(Path::new(agents)), "{agents}");
+        }
+    }
 
     #[test]
     fn an_upload_is_tried_again_only_when_a_gateway_may_take_it_later() {

@@ -127,7 +127,8 @@ pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result
             .with_context(|| format!("sizing `{}`", image.display()))?;
         drop(f);
         // -m 0: no blocks reserved for root (the agent is uid 1000);
-        // root_owner: the servo's user owns /workspace.
+        // root_owner: /workspace is the servo's, the agent's group may
+        // add its files there (see `share_root`).
         run(
             Command::new(which("mkfs.ext4").unwrap_or("mkfs.ext4".into()))
                 .args([
@@ -136,7 +137,7 @@ pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result
                     "-m",
                     "0",
                     "-E",
-                    "root_owner=1000:1000",
+                    "root_owner=999:1000",
                     "-O",
                     "^has_journal",
                 ])
@@ -148,6 +149,7 @@ pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result
             .arg(&mnt))?;
         // The agent would see (and results would carry) an empty lost+found.
         let _ = std::fs::remove_dir(mnt.join("lost+found"));
+        share_root(&mnt)?;
         anyhow::Ok(())
     })();
     if let Err(e) = made {
@@ -155,6 +157,22 @@ pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result
         return Err(e).context("making the task's workspace image (`resources.disk`)");
     }
     Ok(mnt)
+}
+
+/// `/workspace` as the image has it (the Dockerfile): the servo's
+/// directory, writable by the agent's group, sticky, so the agent adds and
+/// changes its own files there but cannot remove or rename the servo's
+/// (its session, its audit log). Owning the directory would let it.
+fn share_root(mnt: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(
+        mnt,
+        Some(saheeli_protocol::uids::SERVO),
+        Some(saheeli_protocol::uids::AGENT),
+    )
+    .with_context(|| format!("sharing `{}` between servo and agent", mnt.display()))?;
+    std::fs::set_permissions(mnt, std::fs::Permissions::from_mode(0o1775))
+        .with_context(|| format!("setting the mode of `{}`", mnt.display()))
 }
 
 /// The task workspaces present under `state_dir` (mounted or not), for the

@@ -400,3 +400,13 @@ pub(super) fn error_text(bytes: &[u8]) -> String {
         .and_then(|v| v.get("error")?.get("message")?.as_str().map(String::from))
         .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned())
 }
+
+/// `GET /saheeli/v1/session-key`: the key this task's servo seals its
+/// session with. Only the servo can ask: in a separated container the
+/// socket is its uid's alone (a remote servo presents its token).
+pub(super) async fn session_key(State(gw): State<Arc<GatewayState>>) -> Response {
+    let key = saheeli_protocol::human::SessionKey {
+        key: gw.upstream.session_secret.for_task(gw.task_id),
+    };
+    (StatusCode::OK, axum::Json(key)).into_response()
+}

@@ -192,6 +192,7 @@ impl Gateway {
             .route(routes::INBOX, axum::routing::get(desk::inbox))
             .route(routes::DELIVERED, post(desk::delivered))
             .route(routes::BREAKPOINT, post(desk::breakpoint))
+            .route(routes::SESSION_KEY, axum::routing::get(session_key))
             .route(
                 saheeli_protocol::template::routes::STEP_DONE,
                 post(steps::step_done),

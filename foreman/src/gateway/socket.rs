@@ -8,7 +8,9 @@
 //! running container's bind mount holds that very directory. The container
 //! reaches its socket through the mount, which does not pass through
 //! `run_dir`; the socket is 0600 and owned by the servo's uid when the
-//! foreman can give it away (root), else open to the container's user.
+//! foreman can give it away (root), else open to the container's users
+//! (then the agent's shell can reach it too, and only the gateway's own
+//! checks stand: `serve` says so when it starts).
 
 use std::fs::DirBuilder;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -16,8 +18,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-/// The uid (and gid) the servo runs as in its container (the Dockerfile's USER).
-pub(crate) const SERVO_UID: u32 = 1000;
+/// The uid (and gid) the servo runs as in its container; the agent's
+/// processes run as another (`protocol::uids`) and cannot open the socket.
+pub(crate) const SERVO_UID: u32 = saheeli_protocol::uids::SERVO;
 
 fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.

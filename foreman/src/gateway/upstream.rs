@@ -18,6 +18,35 @@ pub(crate) struct Upstream {
     pub(super) ledger: Arc<Ledger>,
     /// The capability servers (MCP), shared by every task's gateway.
     pub(super) broker: Arc<crate::capability::Broker>,
+    /// What each task's session key is derived from (the foreman's key
+    /// file, `backend::swarm::token_key`); never sent anywhere.
+    pub(super) session_secret: SessionSecret,
+}
+
+/// The foreman's key, printed as `***`.
+pub(crate) struct SessionSecret(Vec<u8>);
+
+impl std::fmt::Debug for SessionSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl SessionSecret {
+    /// The key task `id`'s servo seals its session with: HMAC-SHA256 of
+    /// the foreman's key over `session/<id>`, hex.
+    pub(super) fn for_task(&self, id: saheeli_protocol::TaskId) -> String {
+        use hmac::{Hmac, Mac};
+        let mut mac =
+            Hmac::<sha2::Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"session/");
+        mac.update(id.to_string().as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
 }
 
 impl Upstream {
@@ -39,6 +68,7 @@ impl Upstream {
             redactor,
             ledger: Arc::new(Ledger::open(&cfg.database())?),
             broker: Arc::new(crate::capability::Broker::new(cfg)),
+            session_secret: SessionSecret(crate::backend::swarm::token_key(&cfg.state_dir())?),
         })
     }
 

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use saheeli_protocol::TaskId;
 
-/// The servo's uid and gid inside the container.
-pub(crate) const SERVO_UID: u64 = 1000;
+/// The agent's uid and gid inside the container: the workspace's files
+/// are the agent's.
+pub(crate) const AGENT_UID: u64 = saheeli_protocol::uids::AGENT as u64;
 
 /// Where the submitted copy of a task's workspace is kept (from submit
 /// until its workspace is collected, or handed to a retry by policy).

@@ -146,7 +146,10 @@ fn append_tree<W: Write>(
         .sort_by_file_name(|a, b| a.cmp(b))
         .filter_entry(move |e| {
             e.depth() == 0
-                || !(always_skipped(e.file_name()) || exclude.iter().any(|x| x == e.path()))
+                || !(always_skipped(e.file_name())
+                    // The container's `.saheeli/` is the servo's own.
+                    || (e.depth() == 1 && e.file_name() == ".saheeli")
+                    || exclude.iter().any(|x| x == e.path()))
         });
     let mut total = 0u64;
     let mut files = 0u64;
@@ -167,8 +170,8 @@ fn append_tree<W: Write>(
         let meta = std::fs::symlink_metadata(path).map_err(io_err)?;
         let mut h = tar::Header::new_gnu();
         h.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);
-        h.set_uid(SERVO_UID);
-        h.set_gid(SERVO_UID);
+        h.set_uid(AGENT_UID);
+        h.set_gid(AGENT_UID);
         let ft = meta.file_type();
         if ft.is_dir() {
             h.set_size(0);

@@ -59,7 +59,7 @@ fn packs_files_dirs_and_links_as_servo_user() {
     let mut names = vec![];
     for e in ar.entries().unwrap() {
         let e = e.unwrap();
-        assert_eq!(e.header().uid().unwrap(), SERVO_UID);
+        assert_eq!(e.header().uid().unwrap(), AGENT_UID);
         names.push((
             e.path().unwrap().display().to_string(),
             e.header().entry_type(),

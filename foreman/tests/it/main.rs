@@ -26,6 +26,7 @@ mod lifecycle;
 mod metrics;
 mod openai;
 mod output;
+mod privsep;
 mod replay;
 mod report;
 mod safety;

@@ -63,7 +63,23 @@ fn servo_container_is_hardened_and_holds_no_key() {
     assert_eq!(hc["Memory"], 512 << 20);
     assert_eq!(hc["NanoCpus"], 500_000_000);
     assert!(hc["SecurityOpt"].to_string().contains("no-new-privileges"));
-    assert_eq!(c["Config"]["User"], "1000:1000");
+    // Root with two capabilities, only until the servo separates itself
+    // from the agent (`privsep.rs` checks what /proc shows then).
+    assert_eq!(c["Config"]["User"], "0:0");
+    assert_eq!(hc["CapAdd"], json!(["CAP_SETUID", "CAP_SETGID"]));
+    assert!(
+        c["Config"]["Env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("SAHEELI_PRIVSEP=1"))
+    );
+    // The container's log cannot fill the host's disk (issue 23, case 17).
+    assert_eq!(hc["LogConfig"]["Type"], "json-file");
+    assert_eq!(hc["LogConfig"]["Config"]["max-size"], "8m");
+    assert_eq!(
+        hc["Ulimits"],
+        json!([{"Name": "nofile", "Soft": 4096, "Hard": 4096}])
+    );
     assert_eq!(c["Config"]["Labels"]["saheeli.task"], id.as_str());
     let whole = inspect.to_string();
     assert!(

@@ -142,10 +142,24 @@ impl Agent {
         file.take(MAX_SESSION)
             .read_to_end(&mut bytes)
             .map_err(|e| format!("reading `{}`: {e}", path.display()))?;
-        let session: Session = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("`{}` is not a session: {e}", path.display()))?;
-        if session.parked.is_none() {
+        // Only a session that says it parked is gone on from, and only if
+        // its seal holds: the file lies in the agent's workspace.
+        let claims_parked = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .map_err(|e| format!("`{}` is not a session: {e}", path.display()))?
+            .get("parked")
+            .is_some_and(|p| !p.is_null());
+        if !claims_parked {
             return Ok(());
+        }
+        let session: Session = self
+            .seal
+            .open(&bytes)
+            .map_err(|e| format!("the parked session `{}`: {e}", path.display()))?;
+        if session.parked.is_none() || session.task_id != self.task.task_id {
+            return Err(format!(
+                "the parked session `{}` is not this task's",
+                path.display()
+            ));
         }
         self.llm
             .skip(session.messages.iter().filter(|m| m.is_assistant()).count());
@@ -155,9 +169,9 @@ impl Agent {
             .iter()
             .flat_map(|m| &m.tool_calls)
             .any(|c| c.function.name == "execute_shell");
-        self.tools
-            .shell_reset
-            .store(used_shell, std::sync::atomic::Ordering::Relaxed);
+        if used_shell {
+            self.tools.note_fresh_shell();
+        }
         self.messages = session.messages;
         self.steps = session.steps;
         self.usage = session.usage;

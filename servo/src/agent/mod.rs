@@ -89,6 +89,8 @@ pub(crate) struct Agent {
     plan_approved: bool,
     gates: human::Gates,
     clock: Clock,
+    /// Seals the session file (a key only the servo and foreman hold).
+    seal: crate::seal::Seal,
 }
 
 /// Where this start's time went (the audit log keeps its own share).
@@ -114,6 +116,8 @@ impl Agent {
         root: &Path,
         gateway: &str,
         prompt: String,
+        mode: crate::privsep::Mode,
+        seal: crate::seal::Seal,
     ) -> Result<Agent, String> {
         let ws =
             Workspace::new(root).map_err(|e| format!("workspace `{}`: {e}", root.display()))?;
@@ -139,15 +143,23 @@ impl Agent {
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
         specs.extend(tools::step_spec(&task.steps));
         let desk = Arc::new(Desk::new(gateway)?);
+        let max_output = task.max_output_bytes.max(1024);
+        let runner = Arc::new(crate::runner::Link::new(
+            mode,
+            root.clone(),
+            max_output,
+            SHELL_TIMEOUT,
+        ));
         let mut agent = Agent {
             tools: Toolbox {
                 ws,
-                max_output: task.max_output_bytes.max(1024),
+                max_output,
                 shell_timeout: SHELL_TIMEOUT,
                 steps: task.steps.clone(),
                 desk: Some(desk.clone()),
                 shell: Arc::default(),
                 shell_reset: Arc::default(),
+                runner: Some(runner),
             },
             specs,
             capability_tools: Vec::new(),
@@ -170,6 +182,7 @@ impl Agent {
             plan_approved: false,
             gates,
             clock: Clock::default(),
+            seal,
             root,
             task,
         };
@@ -216,6 +229,9 @@ impl Agent {
                 timeout_s: self.task.timeout_s,
             });
             info!(task_id = %self.task.task_id, model = %self.task.model, "servo started");
+            // The session file is the servo's from the start: made before
+            // the agent runs anything, so no name of it can be planted.
+            self.save_session();
         }
 
         let outcome = tokio::select! {
@@ -484,7 +500,7 @@ impl Agent {
         };
         let t0 = Instant::now();
         let path = self.root.join(paths::session(&self.task.task_id));
-        let bytes = serde_json::to_vec_pretty(&session).expect("sessions serialize");
+        let bytes = self.seal.seal(&session);
         if let Err(e) = write_atomic(&path, &bytes) {
             warn!(error = %e, "writing the session failed");
         }
@@ -533,8 +549,39 @@ impl Agent {
 }
 
 /// Writes via a temporary file and rename, so readers never see half a file.
+/// The workspace is the agent's: the temporary name is one it cannot
+/// guess, made with `O_EXCL|O_NOFOLLOW` (never through a link or into
+/// something planted), and renamed over `path` (which, in a separated
+/// container, the sticky workspace lets only the servo replace).
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut last = None;
+    for _ in 0..8 {
+        let tmp = dir.join(format!(".{name}.{:016x}.tmp", fastrand::u64(..)));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp);
+        let mut f = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let written = f
+            .write_all(bytes)
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        return written;
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
 }

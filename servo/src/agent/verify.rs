@@ -4,7 +4,8 @@
 //! gets the feedback as the result of its `task_complete` and goes on,
 //! until the foreman says no attempt is left. The servo decides nothing
 //! itself: the foreman counts the attempts. Before asking, it stops what
-//! the agent left running in the background.
+//! the agent left running in the background (its tool runner does:
+//! the servo cannot signal the agent's processes).
 
 use saheeli_protocol::chat::ChatMessage;
 use saheeli_protocol::verify::VerifyRequest;
@@ -13,24 +14,6 @@ use tracing::{info, warn};
 
 use super::{Agent, End};
 use crate::audit::now;
-
-/// Stops every process the agent left running (one that left its process
-/// group survives `execute_shell`), so that nothing rewrites the workspace
-/// while the checks run, restored `verify_files` included. Only inside a
-/// servo container (PID 1 is the container's init and our parent): on any
-/// other machine `kill(-1)` would reach the user's own processes.
-fn stop_leftovers() {
-    let in_container = std::path::Path::new("/.dockerenv").exists()
-        // SAFETY: getppid and getpid cannot fail.
-        && unsafe { libc::getppid() } == 1
-        && std::process::id() != 1;
-    if in_container {
-        // SAFETY: kill only sends a signal; Linux spares the caller and PID 1.
-        unsafe {
-            libc::kill(-1, libc::SIGKILL);
-        }
-    }
-}
 
 impl Agent {
     /// `task_complete` with verification: Some when the task ends here.
@@ -43,13 +26,10 @@ impl Agent {
         info!(step, "task_complete: asking the foreman to verify");
         // The wait may be long: what the model did so far is saved first.
         self.save_session();
-        // The shell goes too; the model hears so at its next command.
-        if self.tools.shell.lock().await.take().is_some() {
-            self.tools
-                .shell_reset
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        stop_leftovers();
+        // Every process of the agent goes (one that left its process group
+        // survives `execute_shell`), its shell too: the model hears so at
+        // its next command. The checks themselves run in a fresh container.
+        self.tools.reset_agent(true, false).await;
         let req = VerifyRequest {
             call_id: call_id.clone(),
             message: message.clone(),

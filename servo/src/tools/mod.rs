@@ -46,6 +46,9 @@ pub(crate) struct Toolbox {
     /// again, or processes stopped for verification): the next command
     /// tells the model it has a fresh one.
     pub shell_reset: Arc<AtomicBool>,
+    /// Where the workspace tools run: the agent's tool runner (the servo),
+    /// or here (the runner itself, and unit tests).
+    pub runner: Option<Arc<crate::runner::Link>>,
 }
 
 fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpec {
@@ -159,6 +162,11 @@ impl Toolbox {
     /// Runs one tool call. Whatever the model sent, the answer is text for
     /// it; the output is capped at `max_output` bytes.
     pub async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
+        if let Some(runner) = &self.runner
+            && crate::runner::TOOLS.contains(&name)
+        {
+            return self.capped(runner.call(name, arguments).await);
+        }
         let out = match name {
             "execute_shell" => match parse(name, arguments) {
                 Ok(a) => execute_shell::run(self, a).await,
@@ -194,6 +202,31 @@ impl Toolbox {
             )),
         };
         self.capped(out)
+    }
+
+    /// Stops the agent's shell (with `stop`, every process the agent left
+    /// running); the model hears at its next command that its shell is
+    /// new when one was running, or when `note`.
+    pub async fn reset_agent(&self, stop: bool, note: bool) {
+        if let Some(runner) = &self.runner {
+            return runner.reset(stop, note).await;
+        }
+        let had = self.shell.lock().await.take().is_some();
+        if had || note {
+            self.shell_reset
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The model's next command is to hear that its shell is new (a
+    /// parked session started again in a new container).
+    pub fn note_fresh_shell(&self) {
+        match &self.runner {
+            Some(runner) => runner.note_fresh(),
+            None => self
+                .shell_reset
+                .store(true, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Runs a file tool on a blocking thread. The servo's runtime has one
@@ -235,6 +268,7 @@ mod tests {
             desk: None,
             shell: Arc::default(),
             shell_reset: Arc::default(),
+            runner: None,
         };
         (d, tb)
     }

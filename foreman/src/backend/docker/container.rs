@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
+    ResourcesUlimits,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
     RemoveContainerOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
@@ -21,6 +24,15 @@ use saheeli_protocol::{TaskId, paths};
 use crate::spec::TaskSpec;
 
 use super::*;
+
+/// The capabilities a servo container starts with (and all it ever has).
+pub(crate) const PRIVSEP_CAPS: [&str; 2] = ["CAP_SETUID", "CAP_SETGID"];
+
+/// The container log's cap (Docker's json-file `max-size`).
+pub(crate) const LOG_MAX_SIZE: &str = "8m";
+
+/// Open files per process in a task container.
+pub(crate) const CONTAINER_NOFILE: i64 = 4096;
 
 /// Creates the hardened servo container for a task; does not start it.
 pub(crate) async fn create_container(
@@ -53,12 +65,34 @@ pub(crate) async fn create_container(
     }
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     env.push("HOME=/tmp".into());
+    env.push(format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV));
     if let Some(json) = launch_env {
         env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
     }
     let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
     let host_config = HostConfig {
+        // The servo starts as root with these two only, becomes its own
+        // user at once and keeps them (not effective) just to start the
+        // agent's processes as another user, which get none (`privsep` in
+        // the servo). no-new-privileges: nothing regains them by `exec`.
         cap_drop: Some(vec!["ALL".into()]),
+        cap_add: Some(PRIVSEP_CAPS.iter().map(|c| c.to_string()).collect()),
+        // The container's log is a side door to the host's disk (anything
+        // the servo prints): capped. `task logs` reads the audit log.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), LOG_MAX_SIZE.to_string()),
+                ("max-file".to_string(), "1".to_string()),
+            ])),
+        }),
+        // A servo needs a handful of descriptors, an agent's tools some
+        // hundreds; the foreman's own limit is not the container's.
+        ulimits: Some(vec![ResourcesUlimits {
+            name: Some("nofile".into()),
+            soft: Some(CONTAINER_NOFILE),
+            hard: Some(CONTAINER_NOFILE),
+        }]),
         security_opt: Some(vec!["no-new-privileges".into()]),
         privileged: Some(false),
         readonly_rootfs: Some(true),
@@ -77,7 +111,8 @@ pub(crate) async fn create_container(
     };
     let body = ContainerCreateBody {
         image: Some(image.into()),
-        user: Some("1000:1000".into()),
+        // Root only until the servo separates itself (see cap_add).
+        user: Some("0:0".into()),
         working_dir: Some(paths::WORKSPACE.into()),
         env: Some(env),
         labels: Some(task_labels(id)),

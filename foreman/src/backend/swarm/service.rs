@@ -2,12 +2,14 @@
 //! `saheeli.task=<id>`, hardened as far as Swarm (API 1.41) can say.
 //!
 //! Mapped from the local backend: cap-drop ALL, read-only rootfs, tmpfs
-//! /tmp, memory/CPU/pids limits, init, user 1000:1000, /workspace a named
+//! /tmp, memory/CPU/pids limits, init, the servo separated from the agent
+//! (started as root with only CAP_SETUID/CAP_SETGID, `SAHEELI_PRIVSEP=1`;
+//! the token secret readable by the servo's uid alone), /workspace a named
 //! volume (node-local, labelled). Not expressible on 20.10:
 //! `no-new-privileges` (ContainerSpec.Privileges.NoNewPrivileges arrived
-//! with API 1.46; 20.10 drops it) — with every capability dropped from the
-//! bounding set and a non-root user, a setuid binary still gains no
-//! capability, which is what stands in; and `network: none` (Swarm rejects
+//! with API 1.46; 20.10 drops it) — what stands in: the image has no
+//! setuid or setgid file (the Dockerfile strips every such bit), so no
+//! `exec` can give the agent's processes a capability; and `network: none` (Swarm rejects
 //! it): the servo joins only the configured overlay, whose one way out is
 //! the gateway's address (nodes of the test swarm have no default route).
 
@@ -122,6 +124,7 @@ pub(crate) fn service_spec(
         format!("SAHEELI_GATEWAY={}", plan.gateway_url),
         format!("{}={}", remote::TOKEN_FILE_ENV, remote::TOKEN_FILE),
         format!("{}={id}", remote::TASK_ID_ENV),
+        format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV),
     ]);
     let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
     let token_file = remote::TOKEN_FILE
@@ -133,10 +136,17 @@ pub(crate) fn service_spec(
         labels: Some(labels(id)),
         env: Some(env),
         dir: Some(paths::WORKSPACE.into()),
-        user: Some("1000:1000".into()),
+        // Root only until the servo separates itself.
+        user: Some("0:0".into()),
         read_only: Some(true),
         init: Some(true),
         capability_drop: Some(vec!["ALL".into()]),
+        capability_add: Some(
+            crate::backend::docker::PRIVSEP_CAPS
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+        ),
         // Sent for engines that know it (API 1.46+); 20.10 ignores it.
         privileges: Some(TaskSpecContainerSpecPrivileges {
             no_new_privileges: Some(true),
@@ -169,8 +179,9 @@ pub(crate) fn service_spec(
         secrets: Some(vec![TaskSpecContainerSpecSecrets {
             file: Some(TaskSpecContainerSpecFile {
                 name: Some(token_file.into()),
-                uid: Some("1000".into()),
-                gid: Some("1000".into()),
+                // The servo's alone: the agent must not present the token.
+                uid: Some(saheeli_protocol::uids::SERVO.to_string()),
+                gid: Some(saheeli_protocol::uids::SERVO.to_string()),
                 mode: Some(0o400),
             }),
             secret_id: Some(secret_id.into()),
@@ -269,7 +280,11 @@ mod tests {
         let c = t.container_spec.unwrap();
         assert_eq!(c.capability_drop, Some(vec!["ALL".to_string()]));
         assert_eq!((c.read_only, c.init), (Some(true), Some(true)));
-        assert_eq!(c.user.as_deref(), Some("1000:1000"));
+        assert_eq!(c.user.as_deref(), Some("0:0"));
+        assert_eq!(
+            c.capability_add.as_deref(),
+            Some(&["CAP_SETUID".to_string(), "CAP_SETGID".to_string()][..])
+        );
         assert_eq!(c.labels.unwrap()[TASK_LABEL], id.to_string());
         let env = c.env.unwrap();
         assert!(env.iter().all(|e| !e.contains("t\n") && e != "t"));

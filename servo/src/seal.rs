@@ -1,0 +1,153 @@
+//! The session's seal: an HMAC-SHA256 over the session file, with a key
+//! the foreman derives for this task and hands only to the servo (through
+//! the gateway socket, which the agent cannot open).
+//!
+//! A parked servo goes on from its session: which call a human approved,
+//! how many steps were taken, whether the plan passed. The file lies in
+//! the agent's workspace, so on a start that resumes it the seal must
+//! match, or the servo refuses to go on. Without a key (a gateway that
+//! does not give one: the servo's own tests) sessions are neither sealed
+//! nor checked.
+
+use hmac::{Hmac, Mac};
+use saheeli_protocol::Session;
+use sha2::Sha256;
+
+/// The field of the session file that holds the seal.
+const FIELD: &str = "seal";
+
+#[derive(Clone, Default)]
+pub(crate) struct Seal {
+    key: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Seal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.key.is_some() {
+            "Seal(***)"
+        } else {
+            "Seal(none)"
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Seal {
+    pub fn new(key: Option<Vec<u8>>) -> Seal {
+        Seal { key }
+    }
+
+    /// The MAC of a session's JSON value without its seal: over its compact
+    /// form (sorted keys), so the file's layout does not matter.
+    fn mac(key: &[u8], value: &serde_json::Value) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(&serde_json::to_vec(value).expect("JSON values serialize"));
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// The session file's bytes, sealed when there is a key.
+    pub fn seal(&self, session: &Session) -> Vec<u8> {
+        let mut value = serde_json::to_value(session).expect("sessions serialize");
+        if let (Some(key), Some(map)) = (&self.key, value.as_object_mut()) {
+            let mac = Self::mac(key, &serde_json::Value::Object(map.clone()));
+            map.insert(FIELD.into(), mac.into());
+        }
+        serde_json::to_vec_pretty(&value).expect("sessions serialize")
+    }
+
+    /// The session in `bytes`, if its seal holds (or there is no key and
+    /// no seal to check).
+    pub fn open(&self, bytes: &[u8]) -> Result<Session, String> {
+        let mut value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a session: {e}"))?;
+        let found = value
+            .as_object_mut()
+            .ok_or("not a session: not a JSON object")?
+            .remove(FIELD);
+        match (&self.key, found) {
+            (Some(key), Some(serde_json::Value::String(mac))) => {
+                let want = Self::mac(key, &value);
+                // Both are hex of the same length; compare without an early out.
+                let same = want.len() == mac.len()
+                    && want
+                        .bytes()
+                        .zip(mac.bytes())
+                        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                        == 0;
+                if !same {
+                    return Err("its seal does not match: the file was changed outside the \
+                                servo, and it is not trusted"
+                        .into());
+                }
+            }
+            (Some(_), _) => {
+                return Err(
+                    "it carries no valid seal: it was not written by this task's servo, \
+                            and it is not trusted"
+                        .into(),
+                );
+            }
+            (None, Some(_)) => {
+                return Err("it is sealed but the gateway gave no key to check the seal".into());
+            }
+            (None, None) => {}
+        }
+        serde_json::from_value(value).map_err(|e| format!("not a session: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        serde_json::from_value(serde_json::json!({
+            "task_id": "0196a0b0-0000-7000-8000-000000000001",
+            "model": "replay:x",
+            "steps": 3,
+            "usage": {"input_tokens": 1, "output_tokens": 2},
+            "messages": [],
+            "plan_approved": false
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_sealed_session_opens_and_any_change_is_refused() {
+        let seal = Seal::new(Some(b"k".repeat(32)));
+        let bytes = seal.seal(&session());
+        assert_eq!(seal.open(&bytes).unwrap(), session());
+        // What the hostile run did: steps reset, plan approved.
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let forged = text.replace("\"steps\": 3", "\"steps\": 0");
+        assert!(
+            seal.open(forged.as_bytes())
+                .unwrap_err()
+                .contains("seal does not match")
+        );
+        let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["plan_approved"] = true.into();
+        assert!(seal.open(&serde_json::to_vec(&v).unwrap()).is_err());
+        // Unsealed (written by anyone else), or sealed with another key.
+        let plain = Seal::default().seal(&session());
+        assert!(seal.open(&plain).unwrap_err().contains("no valid seal"));
+        let other = Seal::new(Some(b"o".repeat(32))).seal(&session());
+        assert!(seal.open(&other).is_err());
+        // Layout does not matter: compact and pretty open alike.
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(seal.open(&serde_json::to_vec(&v).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn without_a_key_nothing_is_sealed_and_a_seal_is_not_trusted() {
+        let none = Seal::default();
+        let plain = none.seal(&session());
+        assert!(!String::from_utf8_lossy(&plain).contains("seal"));
+        assert_eq!(none.open(&plain).unwrap(), session());
+        let sealed = Seal::new(Some(vec![1; 32])).seal(&session());
+        assert!(none.open(&sealed).is_err());
+    }
+}
