@@ -23,7 +23,7 @@ RUN echo 'agent:x:1000:1000:agent:/tmp:/usr/sbin/nologin' >> /etc/passwd \
 # inherits this when it is first mounted.
 COPY --chown=999:1000 workspace/ /workspace/
 RUN chmod 1775 /workspace
-# The foreman starts the container as root with CAP_SETUID/CAP_SETGID only
+# The foreman starts the container as root with CAP_SETUID/CAP_SETGID/CAP_KILL only
 # and SAHEELI_PRIVSEP=1; run by hand, the servo is the agent's user.
 USER 1000:1000
 WORKDIR /workspace

@@ -1,12 +1,14 @@
 //! The servo and the agent never share a uid.
 //!
 //! The foreman starts the container as root with every capability dropped
-//! but `CAP_SETUID` and `CAP_SETGID`, `no-new-privileges` on, and
+//! but `CAP_SETUID`, `CAP_SETGID` and `CAP_KILL` (the last for the
+//! container's init, which forwards SIGTERM to the servo), `no-new-privileges` on, and
 //! `SAHEELI_PRIVSEP=1` in the environment. Before anything else (one
 //! thread, no runtime yet) [`separate`] makes this process the servo's
 //! user ([`uids::SERVO`]): no supplementary groups, not dumpable (so the
 //! agent can neither ptrace it nor read its `/proc` files), and with
-//! `CAP_SETUID`/`CAP_SETGID` kept in its *permitted* set only. They are
+//! `CAP_SETUID`/`CAP_SETGID` kept in its *permitted* set only (the rest
+//! is dropped for good). They are
 //! raised to *effective* for the instant it takes to start a process as
 //! the agent's user ([`uids::AGENT`]) and lowered again; the started
 //! process loses them for good at its `execve` (no file capabilities, no

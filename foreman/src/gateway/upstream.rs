@@ -54,6 +54,14 @@ impl Upstream {
     /// the run directory, so a planted one stops `serve` before any task.
     pub fn from_config(cfg: &Config) -> anyhow::Result<Upstream> {
         socket::prepare_run_dir(&cfg.run_dir())?;
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            tracing::warn!(
+                "serve is not running as root: the gateway sockets cannot be given to the \
+                 servo's uid alone, so a task's own shell can reach its gateway; the gateway \
+                 still checks every request, but run serve as root for the full separation"
+            );
+        }
         let client = reqwest::Client::builder()
             .timeout(cfg.file.llm.request_timeout)
             .connect_timeout(Duration::from_secs(10))

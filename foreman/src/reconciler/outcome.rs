@@ -52,6 +52,11 @@ pub(super) fn classify(e: &Ending) -> (TaskState, Reason) {
             };
             (TaskState::Incomplete, reason)
         }
+        // complete.json counts when the servo said so by its exit: the
+        // agent can write a file of that name, never the servo's exit code.
+        Completion::Valid if e.exit.is_some_and(|c| c != 0) => {
+            (TaskState::Incomplete, why_incomplete(e))
+        }
         Completion::Valid => (TaskState::Complete, Reason::Complete),
         Completion::Invalid(_) => (TaskState::Incomplete, Reason::InvalidCompletion),
         Completion::Absent => (TaskState::Incomplete, why_incomplete(e)),
@@ -107,6 +112,27 @@ mod tests {
             classify(&e),
             (TaskState::Incomplete, Reason::InvalidCompletion)
         );
+    }
+
+    #[test]
+    fn a_completion_the_servo_did_not_end_on_is_not_a_success() {
+        // Issue 23: the agent's shell wrote complete.json, then the servo
+        // ran out of steps (or was killed): the servo's exit decides.
+        for (code, want) in [
+            (3, Reason::MaxSteps),
+            (5, Reason::LlmError),
+            (137, Reason::Exit(137)),
+        ] {
+            let mut e = ended(code);
+            e.completion = Completion::Valid;
+            assert_eq!(classify(&e), (TaskState::Incomplete, want), "{code}");
+        }
+        // A servo whose exit is unknown (lost) is judged by the file.
+        let e = Ending {
+            completion: Completion::Valid,
+            ..Ending::default()
+        };
+        assert_eq!(classify(&e), (TaskState::Complete, Reason::Complete));
     }
 
     #[test]

@@ -162,15 +162,13 @@ fn calls_to_capabilities_not_granted_are_refused_by_the_gateway() {
     require_docker();
     let tmp = tempfile::tempdir().unwrap();
     let repo = repo(tmp.path());
-    // The agent's shell posts to the gateway socket itself, asking for a
-    // capability its task was not granted.
+    // The agent's shell cannot open the gateway socket (issue 23); a
+    // direct call from the host, asking for a capability the task was not
+    // granted, is refused by the gateway itself.
     let probe = r#"python3 -c "
-import socket, json
-body = json.dumps({'tool': 'git__git_status', 'arguments': '{}'}).encode()
-s = socket.socket(socket.AF_UNIX); s.connect('/run/saheeli/gateway.sock')
-s.sendall(b'POST /saheeli/v1/capability HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n' % len(body) + body)
-print(s.recv(4096).decode().split('\r\n')[0])
-""#;
+import socket
+socket.socket(socket.AF_UNIX).connect('/run/saheeli/gateway.sock')
+"; sleep 6"#;
     let llm = FakeLlm::start(vec![
         Reply::tool(
             "git__git_status",
@@ -190,10 +188,38 @@ print(s.recv(4096).decode().split('\r\n')[0])
     );
     let id = s.submit("p.md");
     let serve = Serve::start(&s, &["-j", "1"]);
+    assert!(
+        crate::lifecycle::wait_for(std::time::Duration::from_secs(60), || llm.seen().len() >= 2),
+        "the task never reached its second step"
+    );
+    let run_dir = std::fs::read_to_string(s.path().join("config.yaml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("run_dir: ").map(String::from))
+        .unwrap();
+    let sock = std::path::Path::new(&run_dir)
+        .join(&id)
+        .join("gateway.sock");
+    let direct = std::process::Command::new("python3")
+        .args([
+            "-c",
+            r#"
+import socket, json, sys
+body = json.dumps({'tool': 'git__git_status', 'arguments': '{}'}).encode()
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b'POST /saheeli/v1/capability HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n' % len(body) + body)
+print(s.recv(4096).decode().split('\r\n')[0])
+"#,
+        ])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let status_line = String::from_utf8_lossy(&direct.stdout);
+    assert!(status_line.contains("403"), "{status_line}");
     let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
     assert!(request_text(&llm, 1).contains("is not one of this task's tools"));
     assert!(
-        request_text(&llm, 2).contains("403"),
+        request_text(&llm, 2).contains("PermissionError"),
         "{}",
         request_text(&llm, 2)
     );

@@ -197,6 +197,26 @@ fn a_hundred_concurrent_submits_all_land() {
     assert_eq!(listed.len(), 100);
 }
 
+/// The container of this project's running task, once its servo is in
+/// the `sleep 60` step (its workspace file written).
+fn running_servo(s: &Saheeli) -> Option<String> {
+    let task = s.tasks().into_iter().find(|t| t["state"] == "running")?;
+    let label = format!("label=saheeli.task={}", task["id"].as_str()?);
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-q", "--filter", &label])
+        .output()
+        .ok()?;
+    let c = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .to_string();
+    let ready = std::process::Command::new("docker")
+        .args(["exec", &c, "pgrep", "-x", "sleep"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ready.then_some(c)
+}
+
 #[test]
 fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
     require_docker();
@@ -208,8 +228,8 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
                 "create_file",
                 json!({"path": "work.txt", "content": "before the crash"}),
             ),
-            // The servo is the shell's parent: kill it outright.
-            ("execute_shell", json!({"command": "kill -KILL $PPID"})),
+            // The test kills the servo meanwhile (the agent cannot).
+            ("execute_shell", json!({"command": "sleep 60"})),
         ]),
     );
     s.write("crash.md", &replay_prompt("crash.json", ""));
@@ -225,7 +245,32 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
         &replay_prompt("oom.json", "resources: { memory: 64m }\n"),
     );
     for (prompt, reason) in [("crash.md", "exit 137"), ("oom.md", "oom")] {
-        let t = s.expect_json(&["run", prompt, "--json"], 1);
+        let run = s
+            .cmd(&["run", prompt, "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        if prompt == "crash.md" {
+            // The servo crashes: killed from outside by its own uid (in
+            // a separated container the agent's shell cannot).
+            let work_done = crate::lifecycle::wait_for(Duration::from_secs(60), || {
+                let Some(c) = running_servo(&s) else {
+                    return false;
+                };
+                let out = std::process::Command::new("docker")
+                    .args([
+                        "exec", "-u", "999:999", &c, "pkill", "-KILL", "-u", "999", "-x", "servo",
+                    ])
+                    .output()
+                    .unwrap();
+                out.status.success()
+            });
+            assert!(work_done, "the servo was never killed");
+        }
+        let out = run.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{prompt}");
+        let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(t["state"], "incomplete", "{prompt}");
         assert_eq!(t["reason"], reason, "{prompt}");
         let results = std::path::Path::new(t["results"].as_str().unwrap());

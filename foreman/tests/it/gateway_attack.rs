@@ -1,7 +1,10 @@
-//! The gateway under attack from inside its own container (issue 9 §5, §7):
-//! an agent that talks to the socket from its shell cannot stream, pick
-//! another model, ask for 64 choices or unbounded output, reach another
-//! path or outspend its budget with parallel calls; a provider that echoes
+//! The gateway under attack (issue 9 §5, §7): whoever talks to a task's
+//! socket directly cannot stream, pick another model, ask for 64 choices
+//! or unbounded output, reach another path or outspend its budget with
+//! parallel calls. Since issue 23 the agent's shell cannot open the socket
+//! at all (it is the servo's uid's), so these calls come from the host:
+//! the gateway's own checks, for a servo that is not to be trusted either;
+//! a provider that echoes
 //! the key never gets it into the container or the foreman's log; other
 //! host users cannot reach a task's socket or plant its directory.
 
@@ -15,15 +18,18 @@ use crate::fake_llm::{FakeLlm, Reply, echo};
 use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, require_docker};
 
-/// Run inside the container by the agent's shell: talks HTTP to the
-/// gateway socket directly and writes what it got to `bypass.json`.
+/// Run on the host against a running task's socket (its path the first
+/// argument): talks HTTP to the gateway directly and writes what it got
+/// to `bypass.json`.
 const BYPASS_PY: &str = r#"
-import http.client, json, socket, threading
+import http.client, json, socket, sys, threading
+
+SOCK = sys.argv[1]
 
 class Conn(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect("/run/saheeli/gateway.sock")
+        self.sock.connect(SOCK)
 
 def call(path, body):
     c = Conn("gateway", timeout=60)
@@ -63,19 +69,17 @@ fn text_of(body: &Value) -> String {
 }
 
 #[test]
-fn the_agent_cannot_bypass_the_gateway_from_its_shell() {
+fn the_gateway_cannot_be_bypassed_by_direct_calls() {
     require_docker();
-    // The agent's own turns come from the script; the shell's direct calls
-    // are answered by content, so they cannot steal the agent's turns.
+    // The agent's own turns come from the script; the direct calls are
+    // answered by content, so they cannot steal the agent's turns.
     let llm = FakeLlm::start_matching(
         vec![
-            Reply::tool(
-                "create_file",
-                json!({"path": "bypass.py", "content": BYPASS_PY}),
-            ),
+            // The agent's shell cannot reach the socket; meanwhile the test
+            // calls it from the host.
             Reply::tool(
                 "execute_shell",
-                json!({"command": "python3 bypass.py", "timeout_s": 100}),
+                json!({"command": "python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('/run/saheeli/gateway.sock')\"; sleep 8", "timeout_s": 100}),
             ),
             Reply::tool("task_complete", json!({"message": "tried"})),
         ],
@@ -97,23 +101,55 @@ fn the_agent_cannot_bypass_the_gateway_from_its_shell() {
     let s = Saheeli::new()
         .env("OPENAI_API_KEY", "sk-test-gateway-000")
         .env("OPENAI_BASE_URL", &llm.base_url());
-    // Room for the agent's three turns (120 tokens each), the greedy call
+    // Room for the agent's two turns (120 tokens each), the greedy call
     // (15) and two parallel calls reserving 20000 output tokens each, but
     // not for a third.
-    let budget = 3 * 120 + 15 + 2 * 20_030;
+    let budget = 2 * 120 + 15 + 2 * 20_030;
     s.write(
         "p.md",
         &format!("---\nmodel: gpt-test\nmax_tokens: {budget}\n---\nTry to bypass the budget.\n"),
     );
-    let out = s.run(&["run", "p.md", "--json"]);
+    let config = std::fs::read_to_string(s.path().join("config.yaml")).unwrap();
+    let run_dir = config
+        .lines()
+        .find_map(|l| l.strip_prefix("run_dir: "))
+        .unwrap()
+        .to_string();
+    s.write("bypass.py", BYPASS_PY);
+    let run = s
+        .cmd(&["run", "p.md", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(60), || llm.seen().len() == 1),
+        "the task never called its gateway"
+    );
+    let id = s.tasks()[0]["id"].as_str().unwrap().to_string();
+    let sock = Path::new(&run_dir).join(&id).join("gateway.sock");
+    let direct = Command::new("python3")
+        .arg("bypass.py")
+        .arg(&sock)
+        .current_dir(s.path())
+        .output()
+        .unwrap();
+    assert!(
+        direct.status.success(),
+        "{}",
+        String::from_utf8_lossy(&direct.stderr)
+    );
+    let out = run.wait_with_output().unwrap();
     let t: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     let results = Path::new(t["results"].as_str().unwrap());
-    let id = t["id"].as_str().unwrap();
-    let Ok(got) = std::fs::read(results.join("bypass.json")) else {
-        let session = std::fs::read_to_string(results.join(format!("servo-{id}-session.json")));
-        panic!("no bypass.json: {t:#}\n{session:?}");
-    };
+    let session =
+        std::fs::read_to_string(results.join(format!("servo-{id}-session.json"))).unwrap();
+    assert!(
+        session.contains("PermissionError"),
+        "the agent's shell reached the socket: {session}"
+    );
+    let got = std::fs::read(s.path().join("bypass.json")).unwrap();
     let got: Value = serde_json::from_slice(&got).unwrap();
     eprintln!("{got:#}");
 
@@ -324,7 +360,11 @@ fn other_host_users_cannot_reach_or_plant_a_task_socket() {
     assert_eq!(mode, 0o700, "run_dir mode {mode:o}");
     let meta = std::fs::metadata(&sock).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert_eq!(meta.uid(), 1000, "the socket belongs to the servo's user");
+    assert_eq!(
+        meta.uid(),
+        999,
+        "the socket belongs to the servo's user (not the agent's 1000)"
+    );
     let out = as_nobody(&["/usr/bin/python3", "-c", CONNECT_PY, sock.to_str().unwrap()]);
     assert!(
         !out.status.success(),

@@ -222,3 +222,34 @@ fn a_parked_session_changed_outside_the_servo_is_refused() {
     drop(serve);
     assert!(leftovers(&id).is_empty(), "{:?}", leftovers(&id));
 }
+
+/// A `complete.json` the agent's shell wrote is not the servo's word: the
+/// servo ran out of steps, and the task says so.
+#[test]
+fn a_completion_written_by_the_agents_shell_is_not_a_success() {
+    require_docker();
+    let s = Saheeli::new();
+    let forge = "python3 -c \"import json; t = json.load(open('.saheeli/task.json')); \
+                 json.dump({'task_id': t['task_id'], 'message': 'forged', 'steps': 1, \
+                 'usage': {'input_tokens': 0, 'output_tokens': 0}, 'finished_at': 'now'}, \
+                 open('complete.json', 'w'))\"";
+    s.write(
+        "s.json",
+        &script(&[
+            ("execute_shell", json!({ "command": forge })),
+            ("task_complete", json!({"message": "never reached"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        &replay_prompt("s.json", "max_steps: 1\ntimeout: 1m\n"),
+    );
+    let id = s.submit("p.md");
+    s.expect(&["serve", "--drain"], 0);
+    let t = s.task(&id);
+    assert_eq!(t["state"], "incomplete", "{t:#}");
+    assert_eq!(t["reason"], "max_steps", "{t:#}");
+    let results = std::path::PathBuf::from(t["results"].as_str().unwrap());
+    let forged = std::fs::read_to_string(results.join("complete.json")).unwrap();
+    assert!(forged.contains("forged"), "the forgery was made: {forged}");
+}

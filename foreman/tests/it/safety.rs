@@ -66,7 +66,10 @@ fn servo_container_is_hardened_and_holds_no_key() {
     // Root with two capabilities, only until the servo separates itself
     // from the agent (`privsep.rs` checks what /proc shows then).
     assert_eq!(c["Config"]["User"], "0:0");
-    assert_eq!(hc["CapAdd"], json!(["CAP_SETUID", "CAP_SETGID"]));
+    assert_eq!(
+        hc["CapAdd"],
+        json!(["CAP_SETUID", "CAP_SETGID", "CAP_KILL"])
+    );
     assert!(
         c["Config"]["Env"]
             .as_array()

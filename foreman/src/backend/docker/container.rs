@@ -26,7 +26,11 @@ use crate::spec::TaskSpec;
 use super::*;
 
 /// The capabilities a servo container starts with (and all it ever has).
-pub(crate) const PRIVSEP_CAPS: [&str; 2] = ["CAP_SETUID", "CAP_SETGID"];
+/// The servo keeps only CAP_SETUID/CAP_SETGID (permitted, not effective)
+/// once it is its own user; CAP_KILL stays with the container's init
+/// (root, PID 1), which must forward Docker's SIGTERM to the servo: a
+/// signal to another uid needs it. The agent's processes have none.
+pub(crate) const CONTAINER_CAPS: [&str; 3] = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL"];
 
 /// The container log's cap (Docker's json-file `max-size`).
 pub(crate) const LOG_MAX_SIZE: &str = "8m";
@@ -71,12 +75,12 @@ pub(crate) async fn create_container(
     }
     let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
     let host_config = HostConfig {
-        // The servo starts as root with these two only, becomes its own
-        // user at once and keeps them (not effective) just to start the
-        // agent's processes as another user, which get none (`privsep` in
-        // the servo). no-new-privileges: nothing regains them by `exec`.
+        // The servo starts as root with these only, becomes its own user
+        // at once and keeps two (not effective) just to start the agent's
+        // processes as another user, which get none (`privsep` in the
+        // servo). no-new-privileges: nothing regains one by `exec`.
         cap_drop: Some(vec!["ALL".into()]),
-        cap_add: Some(PRIVSEP_CAPS.iter().map(|c| c.to_string()).collect()),
+        cap_add: Some(CONTAINER_CAPS.iter().map(|c| c.to_string()).collect()),
         // The container's log is a side door to the host's disk (anything
         // the servo prints): capped. `task logs` reads the audit log.
         log_config: Some(HostConfigLogConfig {

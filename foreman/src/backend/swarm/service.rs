@@ -3,7 +3,7 @@
 //!
 //! Mapped from the local backend: cap-drop ALL, read-only rootfs, tmpfs
 //! /tmp, memory/CPU/pids limits, init, the servo separated from the agent
-//! (started as root with only CAP_SETUID/CAP_SETGID, `SAHEELI_PRIVSEP=1`;
+//! (started as root with only CAP_SETUID/CAP_SETGID/CAP_KILL, `SAHEELI_PRIVSEP=1`;
 //! the token secret readable by the servo's uid alone), /workspace a named
 //! volume (node-local, labelled). Not expressible on 20.10:
 //! `no-new-privileges` (ContainerSpec.Privileges.NoNewPrivileges arrived
@@ -142,7 +142,7 @@ pub(crate) fn service_spec(
         init: Some(true),
         capability_drop: Some(vec!["ALL".into()]),
         capability_add: Some(
-            crate::backend::docker::PRIVSEP_CAPS
+            crate::backend::docker::CONTAINER_CAPS
                 .iter()
                 .map(|c| c.to_string())
                 .collect(),
@@ -283,7 +283,13 @@ mod tests {
         assert_eq!(c.user.as_deref(), Some("0:0"));
         assert_eq!(
             c.capability_add.as_deref(),
-            Some(&["CAP_SETUID".to_string(), "CAP_SETGID".to_string()][..])
+            Some(
+                &[
+                    "CAP_SETUID".to_string(),
+                    "CAP_SETGID".to_string(),
+                    "CAP_KILL".to_string()
+                ][..]
+            )
         );
         assert_eq!(c.labels.unwrap()[TASK_LABEL], id.to_string());
         let env = c.env.unwrap();
