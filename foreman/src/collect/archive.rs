@@ -112,6 +112,7 @@ pub(super) fn extract_into(
     let mut archive = tar::Archive::new(reader);
     let mut out = Collected::default();
     let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut last: Option<(PathBuf, Dir)> = None;
     for entry in archive.entries().context("reading the workspace archive")? {
         let mut entry = entry.context("reading the workspace archive")?;
         let raw = entry.path().context("reading an archive entry's path")?;
@@ -137,14 +138,19 @@ pub(super) fn extract_into(
                     out.truncated = true;
                     break;
                 }
-                // One component at a time, each opened O_NOFOLLOW.
-                let dir = match root.walk(parent, true) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        out.skipped.push(parent_refused(&shown, &e));
-                        continue;
+                // One component at a time, each opened O_NOFOLLOW; the
+                // last directory is kept (a tar lists a directory's files
+                // together), and no link exists yet to be swapped in.
+                if last.as_ref().is_none_or(|(p, _)| p != parent) {
+                    match root.walk(parent, true) {
+                        Ok(d) => last = Some((parent.to_path_buf(), d)),
+                        Err(e) => {
+                            out.skipped.push(parent_refused(&shown, &e));
+                            continue;
+                        }
                     }
-                };
+                }
+                let dir = &last.as_ref().expect("just set").1;
                 let file = match dir.create_file(name, 0o644) {
                     Ok(f) => f,
                     Err(e) => {
