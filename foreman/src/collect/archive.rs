@@ -269,7 +269,12 @@ mod properties {
                 Just(tar::EntryType::Link),
                 Just(tar::EntryType::Char),
             ],
-            prop_oneof![Just(None), entry_path().prop_map(Some)],
+            // `@out` stands for a directory outside the results (case 42).
+            prop_oneof![
+                Just(None),
+                entry_path().prop_map(Some),
+                Just(Some("@out".to_string()))
+            ],
         )
     }
 
@@ -281,9 +286,15 @@ mod properties {
             let outside = d.path().join("outside");
             fs::create_dir(&outside).unwrap();
             let dest = d.path().join("results/t");
+            let out_str = outside.to_str().unwrap().to_string();
+            let targets: Vec<String> = entries
+                .iter()
+                .map(|(_, _, l)| l.as_deref().unwrap_or("x").replace("@out", &out_str))
+                .collect();
             let list: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = entries
                 .iter()
-                .map(|(p, k, l)| (p.as_str(), *k, &b"data"[..], l.as_deref().or(Some("x"))))
+                .zip(&targets)
+                .map(|((p, k, _), t)| (p.as_str(), *k, &b"data"[..], Some(t.as_str())))
                 .collect();
             let tar = archive(&list);
             let _ = extract(&tar[..], &dest, &[], 1 << 20);
