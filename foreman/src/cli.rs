@@ -253,9 +253,12 @@ pub(crate) struct LogsArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ResultsArgs {
     pub id: String,
-    /// Copy the results directory here.
+    /// Copy the results directory here (as DIR/<ID>); symbolic links in it are left out
     #[arg(long, value_name = "DIR")]
     pub dest: Option<PathBuf>,
+    /// With --dest: copy symbolic links as links (they point wherever the agent chose)
+    #[arg(long, requires = "dest")]
+    pub links: bool,
     #[arg(long)]
     pub json: bool,
 }

@@ -1,8 +1,9 @@
 //! Extracting a tar stream from a container we do not trust: entries
 //! that would leave the results directory, devices, FIFOs and hard links are
-//! skipped; symlinks are made last, so nothing is written through one.
+//! skipped; symlinks are made last, so nothing is written through one; and
+//! every directory, file and link is made below a directory handle opened
+//! `O_NOFOLLOW` (`Dir`), so an entry whose directory is a link is refused.
 
-use std::fs;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
@@ -94,17 +95,24 @@ pub(crate) fn extract(
     })
 }
 
+/// Why an entry's directory could not be had.
+fn parent_refused(shown: &str, e: &io::Error) -> String {
+    if is_link_or_not_dir(e) {
+        format!("{shown}: its directory is a link or a file in the archive; not followed")
+    } else {
+        format!("{shown}: {e}")
+    }
+}
+
 pub(super) fn extract_into(
     reader: impl Read,
-    root: &Path,
+    root: &Dir,
     max_bytes: u64,
 ) -> anyhow::Result<Collected> {
     let mut archive = tar::Archive::new(reader);
     let mut out = Collected::default();
     let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
-    // Directories known to exist: spares a create_dir_all per file.
-    let mut dirs: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
-    dirs.insert(root.to_path_buf());
+    let mut last: Option<(PathBuf, Dir)> = None;
     for entry in archive.entries().context("reading the workspace archive")? {
         let mut entry = entry.context("reading the workspace archive")?;
         let raw = entry.path().context("reading an archive entry's path")?;
@@ -114,34 +122,36 @@ pub(super) fn extract_into(
                 .push(format!("{shown}: path leaves the workspace"));
             continue;
         };
-        if rel.as_os_str().is_empty() {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             continue; // the workspace directory itself
-        }
-        let target = root.join(&rel);
+        };
         let kind = entry.header().entry_type();
         match kind {
-            tar::EntryType::Directory => match fs::create_dir_all(&target) {
-                Ok(()) => {
-                    dirs.insert(target);
+            tar::EntryType::Directory => {
+                if let Err(e) = root.walk(&rel, true) {
+                    out.skipped.push(parent_refused(&shown, &e));
                 }
-                Err(e) => out.skipped.push(format!("{shown}: {e}")),
-            },
+            }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.header().size().unwrap_or(0);
                 if out.bytes + size > max_bytes {
                     out.truncated = true;
                     break;
                 }
-                if let Some(p) = target.parent()
-                    && !dirs.contains(p)
-                {
-                    if let Err(e) = fs::create_dir_all(p) {
-                        out.skipped.push(format!("{shown}: {e}"));
-                        continue;
+                // One component at a time, each opened O_NOFOLLOW; the
+                // last directory is kept (a tar lists a directory's files
+                // together), and no link exists yet to be swapped in.
+                if last.as_ref().is_none_or(|(p, _)| p != parent) {
+                    match root.walk(parent, true) {
+                        Ok(d) => last = Some((parent.to_path_buf(), d)),
+                        Err(e) => {
+                            out.skipped.push(parent_refused(&shown, &e));
+                            continue;
+                        }
                     }
-                    dirs.insert(p.to_path_buf());
                 }
-                let mut file = match fs::File::create(&target) {
+                let dir = &last.as_ref().expect("just set").1;
+                let file = match dir.create_file(name, 0o644) {
                     Ok(f) => f,
                     Err(e) => {
                         out.skipped.push(format!("{shown}: {e}"));
@@ -149,18 +159,14 @@ pub(super) fn extract_into(
                     }
                 };
                 // Bounded even if the header lied about the size.
-                let n = io::copy(
-                    &mut (&mut entry).take((max_bytes - out.bytes).saturating_add(1)),
-                    &mut file,
-                )
-                .with_context(|| format!("writing `{}`", target.display()))?;
+                let n = sparse::copy_stream(&mut entry, &file, max_bytes - out.bytes)
+                    .with_context(|| format!("writing `{shown}`"))?;
                 if let Ok(mode) = entry.header().mode()
                     && mode & 0o111 != 0
                 {
-                    use std::os::unix::fs::PermissionsExt;
                     // Keep the executable bits, never setuid/setgid/sticky.
-                    let _ =
-                        file.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
+                    let mode = rustix::fs::Mode::from_raw_mode((mode & 0o777) | 0o600);
+                    let _ = rustix::fs::fchmod(&file, mode);
                 }
                 out.files += 1;
                 out.bytes += n;
@@ -171,7 +177,7 @@ pub(super) fn extract_into(
             }
             tar::EntryType::Symlink => {
                 if let Some(to) = entry.link_name().ok().flatten() {
-                    symlinks.push((target, to.into_owned()));
+                    symlinks.push((rel.clone(), to.into_owned()));
                 }
             }
             other => out
@@ -179,22 +185,35 @@ pub(super) fn extract_into(
                 .push(format!("{shown}: {other:?} entries are not collected")),
         }
     }
-    make_links(symlinks)?;
+    make_links(root, symlinks, &mut out);
     Ok(out)
 }
 
-/// Creates symlinks last, so that nothing collected was written through one.
-pub(super) fn make_links(links: Vec<(PathBuf, PathBuf)>) -> anyhow::Result<()> {
-    for (at, to) in links {
-        if let Some(p) = at.parent() {
-            fs::create_dir_all(p).ok();
-        }
-        if at.symlink_metadata().is_err() {
-            std::os::unix::fs::symlink(&to, &at)
-                .with_context(|| format!("creating symlink `{}`", at.display()))?;
+/// Creates symlinks (each `rel` below `root`, pointing at its target)
+/// last, so that nothing collected was written through one. Each is made
+/// with `symlinkat` below its directory opened `O_NOFOLLOW`: a link whose
+/// directory is an earlier link (`a -> /etc`, then `a/planted`) is refused
+/// and counted, never made through it; so is one whose name is taken.
+pub(super) fn make_links(root: &Dir, links: Vec<(PathBuf, PathBuf)>, out: &mut Collected) {
+    for (rel, to) in links {
+        let shown = rel.display();
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        let made = root
+            .walk(parent, true)
+            .and_then(|dir| dir.symlink(&to, name));
+        match made {
+            Ok(()) => {}
+            Err(e) if is_link_or_not_dir(&e) => out.skipped.push(format!(
+                "{shown}: a link below a link or a file; not made (nothing is made through a link)"
+            )),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => out.skipped.push(format!(
+                "{shown}: a link where a file or directory was collected; not made"
+            )),
+            Err(e) => out.skipped.push(format!("{shown}: link not made: {e}")),
         }
     }
-    Ok(())
 }
 
 /// The entry's path relative to the workspace, or None when it would leave it.
@@ -225,6 +244,7 @@ mod properties {
     use super::tests::archive;
     use super::*;
     use proptest::prelude::*;
+    use std::fs;
 
     fn entry_path() -> impl Strategy<Value = String> {
         let part = prop_oneof![
@@ -249,7 +269,12 @@ mod properties {
                 Just(tar::EntryType::Link),
                 Just(tar::EntryType::Char),
             ],
-            prop_oneof![Just(None), entry_path().prop_map(Some)],
+            // `@out` stands for a directory outside the results (case 42).
+            prop_oneof![
+                Just(None),
+                entry_path().prop_map(Some),
+                Just(Some("@out".to_string()))
+            ],
         )
     }
 
@@ -261,9 +286,15 @@ mod properties {
             let outside = d.path().join("outside");
             fs::create_dir(&outside).unwrap();
             let dest = d.path().join("results/t");
+            let out_str = outside.to_str().unwrap().to_string();
+            let targets: Vec<String> = entries
+                .iter()
+                .map(|(_, _, l)| l.as_deref().unwrap_or("x").replace("@out", &out_str))
+                .collect();
             let list: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = entries
                 .iter()
-                .map(|(p, k, l)| (p.as_str(), *k, &b"data"[..], l.as_deref().or(Some("x"))))
+                .zip(&targets)
+                .map(|((p, k, _), t)| (p.as_str(), *k, &b"data"[..], Some(t.as_str())))
                 .collect();
             let tar = archive(&list);
             let _ = extract(&tar[..], &dest, &[], 1 << 20);

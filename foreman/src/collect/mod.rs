@@ -6,9 +6,12 @@
 //! complete, so a results directory is never half-written. Entries that
 //! would land outside the directory (`..`, absolute paths), device files,
 //! FIFOs and hard links are skipped and counted; symlinks are created last,
-//! so no entry is ever written through one. Before the rename, every file is
-//! scanned for the values of the configured API keys, and any hit is
-//! replaced by `[REDACTED:<VARIABLE>]`.
+//! so no entry is ever written through one, and every file and directory
+//! is made through directory handles that follow no link (`dir`). Before
+//! the rename, every file is scanned for the values of the configured API
+//! keys, and any hit is replaced by `[REDACTED:<VARIABLE>]`. Links stay
+//! links (they are part of the workspace) and nothing of Saheeli follows
+//! them. Holes in sparse files stay holes (`sparse`).
 //!
 //! `volume` copies a stopped task's volume from its host directory instead
 //! (with `*at` calls, links never followed); `read` reads files of a
@@ -16,9 +19,11 @@
 //! links and under a cap.
 
 mod archive;
+mod dir;
 mod read;
 mod redact;
 mod results;
+mod sparse;
 #[cfg(test)]
 mod tests;
 mod volume;
@@ -28,9 +33,11 @@ use redact::redact_tree;
 use results::collect_into;
 
 pub(crate) use archive::{ChannelReader, ChannelWriter, extract};
+pub(crate) use dir::{Dir, is_link_or_not_dir};
 pub(crate) use read::{
     AuditTotals, CappedLines, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, open_regular,
     read_completion,
 };
 pub(crate) use results::{Collected, TRUNCATED_MARKER};
+pub(crate) use sparse::{allocated, copy_file};
 pub(crate) use volume::copy_volume;

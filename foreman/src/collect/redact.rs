@@ -3,19 +3,24 @@
 //! files that hold one.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{self, BufReader, BufWriter, Write};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Seek, Write};
 use std::path::Path;
 
 use aho_corasick::AhoCorasick;
 use anyhow::Context;
+use rustix::fs::FileType;
+
+use super::Dir;
 
 /// Replaces every `(variable, value)` of `secrets` below `dir` with
 /// `[REDACTED:<variable>]`; returns, per variable, how many files had it.
-/// Links are not followed (the tree was just collected by us, links kept
-/// as links).
+/// The tree is walked by directory handles: links are neither followed
+/// nor rewritten, and each rewrite goes to a temporary file of a name the
+/// agent cannot guess, renamed over the original within its directory.
 pub(super) fn redact_tree(
-    dir: &Path,
+    dir: &Dir,
     secrets: &[(String, String)],
 ) -> anyhow::Result<BTreeMap<String, usize>> {
     let mut hits = BTreeMap::new();
@@ -29,12 +34,19 @@ pub(super) fn redact_tree(
         .iter()
         .map(|(var, _)| format!("[REDACTED:{var}]").into_bytes())
         .collect();
-    walk(dir, &mut |path| {
-        let found = matches_in(&finder, path)?;
+    walk(dir, 0, &mut |dir, name| {
+        let shown = dir.shown().join(name);
+        let mut file = dir
+            .open_file(name)
+            .with_context(|| format!("reading `{}`", shown.display()))?;
+        let found = matches_in(&finder, &file, &shown)?;
         if found.is_empty() {
             return Ok(());
         }
-        rewrite(&finder, &replacements, path)?;
+        file.rewind()
+            .with_context(|| format!("reading `{}`", shown.display()))?;
+        rewrite(&finder, &replacements, dir, name, &file)
+            .with_context(|| format!("redacting `{}`", shown.display()))?;
         for i in found {
             *hits.entry(secrets[i].0.clone()).or_insert(0) += 1;
         }
@@ -44,23 +56,38 @@ pub(super) fn redact_tree(
 }
 
 /// Calls `f` on every regular file below `dir` (links are not followed).
-fn walk(dir: &Path, f: &mut impl FnMut(&Path) -> anyhow::Result<()>) -> anyhow::Result<()> {
-    for entry in walkdir::WalkDir::new(dir) {
-        let entry = entry.with_context(|| format!("reading `{}`", dir.display()))?;
-        if entry.file_type().is_file() {
-            f(entry.path())?;
+fn walk(
+    dir: &Dir,
+    depth: usize,
+    f: &mut impl FnMut(&Dir, &OsStr) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    if depth > 4096 {
+        anyhow::bail!("`{}` is nested too deep", dir.shown().display());
+    }
+    let entries = dir
+        .entries()
+        .with_context(|| format!("reading `{}`", dir.shown().display()))?;
+    for (name, kind) in entries {
+        match kind {
+            FileType::RegularFile => f(dir, &name)?,
+            FileType::Directory => {
+                let sub = dir
+                    .sub(&name)
+                    .with_context(|| format!("reading `{}`", dir.shown().join(&name).display()))?;
+                walk(&sub, depth + 1, f)?;
+            }
+            _ => {}
         }
     }
     Ok(())
 }
 
 /// Which of the keys a file holds (indices, each once), read as a stream.
-fn matches_in(finder: &AhoCorasick, path: &Path) -> anyhow::Result<Vec<usize>> {
-    let file = fs::File::open(path).with_context(|| format!("reading `{}`", path.display()))?;
+fn matches_in(finder: &AhoCorasick, file: &File, shown: &Path) -> anyhow::Result<Vec<usize>> {
     let mut found = Vec::new();
     for m in finder.stream_find_iter(BufReader::with_capacity(1 << 20, file)) {
         let i = m
-            .with_context(|| format!("reading `{}`", path.display()))?
+            .with_context(|| format!("reading `{}`", shown.display()))?
             .pattern()
             .as_usize();
         if !found.contains(&i) {
@@ -70,28 +97,43 @@ fn matches_in(finder: &AhoCorasick, path: &Path) -> anyhow::Result<Vec<usize>> {
     Ok(found)
 }
 
-/// Streams `path` through the replacer into a sibling file, then renames
-/// it over the original.
-fn rewrite(finder: &AhoCorasick, replacements: &[Vec<u8>], path: &Path) -> anyhow::Result<()> {
-    let tmp = path.with_extension("saheeli-redacting");
+/// Streams `input` (the file `name` of `dir`) through the replacer into a
+/// fresh temporary file of that directory (`O_EXCL | O_NOFOLLOW`, a random
+/// name), gives it the original's mode on its descriptor, then renames it
+/// over the original: no step goes by a path the agent could have planted.
+fn rewrite(
+    finder: &AhoCorasick,
+    replacements: &[Vec<u8>],
+    dir: &Dir,
+    name: &OsStr,
+    input: &File,
+) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let (tmp, out) = dir.temp_file(name)?;
     let done = (|| -> io::Result<()> {
-        let input = BufReader::with_capacity(1 << 20, fs::File::open(path)?);
-        let mut out = BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?);
-        finder.try_stream_replace_all(input, &mut out, replacements)?;
-        out.flush()?;
-        let perms = fs::metadata(path)?.permissions();
-        fs::set_permissions(&tmp, perms)?;
-        fs::rename(&tmp, path)
+        let mut w = BufWriter::with_capacity(1 << 20, &out);
+        finder.try_stream_replace_all(
+            BufReader::with_capacity(1 << 20, input),
+            &mut w,
+            replacements,
+        )?;
+        w.flush()?;
+        drop(w);
+        // Never setuid, setgid or sticky: the bits we collect with.
+        let mode = input.metadata()?.permissions().mode() & 0o777;
+        rustix::fs::fchmod(&out, rustix::fs::Mode::from_raw_mode(mode))?;
+        dir.rename(&tmp, name)
     })();
     if done.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = dir.remove(&tmp);
     }
-    done.with_context(|| format!("redacting `{}`", path.display()))
+    done
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn every_key_is_replaced_in_one_pass_and_counted_per_file() {
@@ -109,7 +151,7 @@ mod tests {
             ("TWO".to_string(), "sk-two".to_string()),
             ("EMPTY".to_string(), String::new()),
         ];
-        let hits = redact_tree(d.path(), &secrets).unwrap();
+        let hits = redact_tree(&Dir::open(d.path()).unwrap(), &secrets).unwrap();
         assert_eq!(
             hits,
             BTreeMap::from([("ONE".to_string(), 2), ("TWO".to_string(), 2)])

@@ -31,7 +31,7 @@ pub(super) fn collect_into(
     dest: &Path,
     secrets: &[(String, String)],
     max_bytes: u64,
-    fill: impl FnOnce(&Path) -> anyhow::Result<Collected>,
+    fill: impl FnOnce(&Dir) -> anyhow::Result<Collected>,
 ) -> anyhow::Result<Collected> {
     let parent = dest.parent().context("results path has no parent")?;
     fs::create_dir_all(parent)
@@ -56,31 +56,48 @@ pub(super) fn collect_into(
     }
     let partial = parent.join(format!(".{name}.{}.partial", uuid::Uuid::new_v4().simple()));
     fs::create_dir(&partial).with_context(|| format!("creating `{}`", partial.display()))?;
-    let mut collected = fill(&partial).inspect_err(|_| {
+    let filled = (|| {
+        // Everything below is written through this handle, never by path.
+        let root =
+            Dir::open(&partial).with_context(|| format!("opening `{}`", partial.display()))?;
+        let mut collected = fill(&root)?;
+        if collected.truncated {
+            mark_truncated(&root, max_bytes).context("marking truncated results")?;
+        }
+        for (var, files) in redact_tree(&root, secrets)? {
+            collected.redacted.push(format!("{var} in {files} files"));
+        }
+        anyhow::Ok(collected)
+    })();
+    let collected = filled.inspect_err(|_| {
         let _ = fs::remove_dir_all(&partial);
     })?;
-    if collected.truncated {
-        fs::write(
-            partial.join(TRUNCATED_MARKER),
-            format!(
-                "Collection stopped at the results size cap ({max_bytes} bytes, \
-                 `max_results_size` in config.yaml): this directory is partial.\n"
-            ),
-        )
-        .context("marking truncated results")?;
-    }
-    let redacted = redact_tree(&partial, secrets).inspect_err(|_| {
-        let _ = fs::remove_dir_all(&partial);
-    })?;
-    for (var, files) in redacted {
-        collected.redacted.push(format!("{var} in {files} files"));
-    }
     if dest.exists() {
         fs::remove_dir_all(dest).with_context(|| format!("replacing `{}`", dest.display()))?;
     }
     fs::rename(&partial, dest)
         .with_context(|| format!("moving results into `{}`", dest.display()))?;
     Ok(collected)
+}
+
+/// Writes the marker of a truncated result: whatever the agent left at
+/// its name (a link to a host file, a directory) is removed first, and the
+/// marker made afresh (`O_EXCL | O_NOFOLLOW`), so nothing is written
+/// through a link.
+fn mark_truncated(root: &Dir, max_bytes: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let name = std::ffi::OsStr::new(TRUNCATED_MARKER);
+    root.remove(name)
+        .with_context(|| format!("removing the collected `{TRUNCATED_MARKER}`"))?;
+    let mut f = root
+        .create_file(name, 0o644)
+        .with_context(|| format!("creating `{TRUNCATED_MARKER}`"))?;
+    writeln!(
+        f,
+        "Collection stopped at the results size cap ({max_bytes} bytes, \
+         `max_results_size` in config.yaml): this directory is partial."
+    )
+    .with_context(|| format!("writing `{TRUNCATED_MARKER}`"))
 }
 
 /// How many `.partial` directories are in `dir` (tests: none may be left).

@@ -10,8 +10,7 @@
 //! an entry while it is read; the handles make a swap harmless anyway.
 
 use std::ffi::{CStr, OsStr};
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -19,11 +18,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use super::{Collected, collect_into};
+use super::{Collected, Dir, collect_into, sparse};
 
 /// Copies a stopped task's volume from its directory on this host (what
 /// the archive API would stream, without mounting the container). Links
-/// are never followed; FIFOs, sockets and devices are skipped.
+/// are never followed; FIFOs, sockets and devices are skipped. A sparse
+/// file keeps its holes and counts its data, not its length.
 pub(crate) fn copy_volume(
     src: &Path,
     dest: &Path,
@@ -40,7 +40,7 @@ pub(crate) fn copy_volume(
             links: Vec::new(),
         };
         walk.dir(&root, partial, Path::new(""), 0)?;
-        super::make_links(walk.links)?;
+        super::make_links(partial, walk.links, &mut walk.out);
         Ok(walk.out)
     })
 }
@@ -52,13 +52,14 @@ fn dir_flags() -> OFlags {
 struct Walk {
     max_bytes: u64,
     out: Collected,
-    /// Links to create once every file is written.
+    /// Links to create once every file is written (relative path, target).
     links: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Walk {
-    /// Copies the directory open as `fd` into `dst`; `rel` names entries in messages.
-    fn dir(&mut self, fd: &OwnedFd, dst: &Path, rel: &Path, depth: usize) -> anyhow::Result<()> {
+    /// Copies the directory open as `fd` into `dst`; `rel` is its path
+    /// below the volume (for links and messages).
+    fn dir(&mut self, fd: &OwnedFd, dst: &Dir, rel: &Path, depth: usize) -> anyhow::Result<()> {
         if depth > 256 {
             self.out
                 .skipped
@@ -81,9 +82,8 @@ impl Walk {
             if self.out.truncated {
                 return Ok(());
             }
-            let os = OsStr::from_bytes(&name);
-            let shown = rel.join(os);
-            let to = dst.join(os);
+            let os = OsStr::from_bytes(&name).to_os_string();
+            let shown = rel.join(&os);
             let cname = std::ffi::CString::new(name).expect("directory entries hold no NUL");
             if kind == FileType::Unknown {
                 // Some filesystems do not say in the listing: ask, without following.
@@ -104,14 +104,18 @@ impl Walk {
                             continue;
                         }
                     };
-                    fs::create_dir(&to).with_context(|| format!("creating `{}`", to.display()))?;
+                    rustix::fs::mkdirat(dst, &*os, Mode::from_raw_mode(0o755))
+                        .with_context(|| format!("creating `{}`", shown.display()))?;
+                    let to = dst
+                        .sub(&os)
+                        .with_context(|| format!("opening `{}`", shown.display()))?;
                     self.dir(&sub, &to, &shown, depth + 1)?;
                 }
                 FileType::Symlink => match rustix::fs::readlinkat(fd, &cname, Vec::new()) {
-                    Ok(target) => self.links.push((to, bytes_path(&target))),
+                    Ok(target) => self.links.push((shown, bytes_path(&target))),
                     Err(e) => self.out.skipped.push(format!("{}: {e}", shown.display())),
                 },
-                FileType::RegularFile => self.file(fd, &cname, &to, &shown)?,
+                FileType::RegularFile => self.file(fd, &cname, dst, &os, &shown)?,
                 _ => self.out.skipped.push(format!(
                     "{}: not a regular file, directory or link",
                     shown.display()
@@ -121,7 +125,14 @@ impl Walk {
         Ok(())
     }
 
-    fn file(&mut self, dir: &OwnedFd, name: &CStr, to: &Path, shown: &Path) -> anyhow::Result<()> {
+    fn file(
+        &mut self,
+        dir: &OwnedFd,
+        name: &CStr,
+        dst: &Dir,
+        to: &OsStr,
+        shown: &Path,
+    ) -> anyhow::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         // O_NOFOLLOW and O_NONBLOCK: never a link, never a FIFO that blocks.
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -140,20 +151,20 @@ impl Walk {
             return Ok(());
         }
         let out = &mut self.out;
-        if out.bytes + meta.len() > self.max_bytes {
+        // What the file occupies, not its length: a hole costs nothing.
+        if out.bytes + sparse::allocated(&meta) > self.max_bytes {
             out.truncated = true;
             return Ok(());
         }
-        let mut w = File::create_new(to).with_context(|| format!("writing `{}`", to.display()))?;
-        let n = io::copy(
-            &mut (&file).take((self.max_bytes - out.bytes).saturating_add(1)),
-            &mut w,
-        )
-        .with_context(|| format!("copying `{}`", shown.display()))?;
+        let w = dst
+            .create_file(to, 0o644)
+            .with_context(|| format!("writing `{}`", shown.display()))?;
+        let n = sparse::copy_file(&file, meta.len(), &w, self.max_bytes - out.bytes)
+            .with_context(|| format!("copying `{}`", shown.display()))?;
         let mode = meta.permissions().mode();
         if mode & 0o111 != 0 {
             // Keep the executable bits, never setuid/setgid/sticky.
-            let _ = w.set_permissions(fs::Permissions::from_mode((mode & 0o777) | 0o600));
+            let _ = rustix::fs::fchmod(&w, Mode::from_raw_mode((mode & 0o777) | 0o600));
         }
         out.files += 1;
         out.bytes += n;
@@ -172,6 +183,7 @@ fn bytes_path(target: &CStr) -> PathBuf {
 mod tests {
     use super::super::TRUNCATED_MARKER;
     use super::*;
+    use std::fs;
 
     #[test]
     fn a_volume_directory_is_copied_without_following_anything() {

@@ -5,6 +5,7 @@
 mod attach;
 mod build;
 mod common;
+mod copy;
 mod dry_run;
 mod eval;
 mod eval_progress;

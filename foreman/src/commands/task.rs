@@ -1,7 +1,7 @@
 //! `saheeli task …`: submit, status, logs, results, cancel, retry.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -216,27 +216,6 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// Copies a directory tree, keeping symlinks as links.
-pub(super) fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to).with_context(|| format!("creating `{}`", to.display()))?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("reading `{}`", from.display()))? {
-        let entry = entry?;
-        let ft = entry.file_type()?;
-        let dest = to.join(entry.file_name());
-        if ft.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(entry.path())?;
-            let _ = std::fs::remove_file(&dest);
-            std::os::unix::fs::symlink(target, &dest)?;
-        } else if ft.is_file() {
-            std::fs::copy(entry.path(), &dest)
-                .with_context(|| format!("copying to `{}`", dest.display()))?;
-        }
-    }
-    Ok(())
-}
-
 pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<ExitCode> {
     let store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
@@ -248,18 +227,50 @@ pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<E
         );
     };
     let mut shown = PathBuf::from(&dir);
+    let mut copied = None;
     if let Some(dest) = &args.dest {
         let target = dest.join(t.id.to_string());
-        copy_tree(Path::new(&dir), &target)?;
+        let (from, to) = (PathBuf::from(&dir), target.clone());
+        let links = args.links;
+        let c = tokio::task::spawn_blocking(move || super::copy::copy_results(&from, &to, links))
+            .await
+            .context("the copying thread panicked")?
+            .with_context(|| format!("copying the results of task `{}`", t.id))?;
         shown = target;
+        copied = Some(c);
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"id": t.id.to_string(), "state": t.state.as_str(), "results": shown})
-        );
+        let mut v = serde_json::json!({"id": t.id.to_string(), "state": t.state.as_str(), "results": shown});
+        if let Some(c) = &copied {
+            v["files_copied"] = c.files.into();
+            v["links_copied"] = c.links.into();
+            v["links_skipped"] = c.links_skipped.len().into();
+        }
+        println!("{v}");
     } else {
         println!("{}", shown.display());
+    }
+    if let Some(c) = copied.filter(|c| !c.links_skipped.is_empty()) {
+        // On stderr: stdout stays the path alone, for scripts.
+        let first: Vec<String> = c
+            .links_skipped
+            .iter()
+            .take(5)
+            .map(|p| output::printable(&p.display().to_string()).into_owned())
+            .collect();
+        let more = c.links_skipped.len().saturating_sub(first.len());
+        eprintln!(
+            "note: {} symbolic link{} in the results not copied ({}{}): links name what the \
+             agent chose, host paths included; `--links` copies them as links",
+            c.links_skipped.len(),
+            if c.links_skipped.len() == 1 { "" } else { "s" },
+            first.join(", "),
+            if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            },
+        );
     }
     Ok(exit_for(t.state))
 }

@@ -102,8 +102,12 @@ fn count(root: &Path) -> crate::collect::Collected {
             match e.file_type() {
                 Ok(t) if t.is_dir() => dirs.push(e.path()),
                 Ok(t) if t.is_file() => {
+                    // What it occupies, as a copy counts it (a hole is free).
                     out.files += 1;
-                    out.bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
+                    out.bytes += e
+                        .metadata()
+                        .map(|m| crate::collect::allocated(&m))
+                        .unwrap_or(0);
                 }
                 _ => {}
             }

@@ -23,13 +23,10 @@ pub(crate) fn log_name(attempt: u32) -> String {
 /// Writes one log per attempt into `results`, after removing any
 /// `verify-*.log` already in its `.saheeli/`. Blocking.
 pub(crate) fn write_verify_logs(results: &Path, checks: &[Check]) -> anyhow::Result<()> {
-    let dir = results.join(".saheeli");
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("verify-") && name.ends_with(".log") {
-                super::write::remove(results, &format!(".saheeli/{name}"))?;
-            }
+    // Listed by a handle: a `.saheeli` that is a link is not listed through.
+    for name in super::write::names_in(results, ".saheeli")? {
+        if name.starts_with("verify-") && name.ends_with(".log") {
+            super::write::remove(results, &format!(".saheeli/{name}"))?;
         }
     }
     let last = checks.iter().map(|c| c.attempt).max().unwrap_or(0);

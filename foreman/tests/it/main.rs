@@ -19,6 +19,7 @@ mod fencing;
 mod gateway;
 mod gateway_attack;
 mod hardening;
+mod hostile_collect;
 mod hostile_files;
 mod human;
 mod input;
