@@ -103,6 +103,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         }
     };
     let store = open_store(cfg)?;
+    prepare_results_dir(cfg)?;
     let upstream = Arc::new(Upstream::from_config(cfg)?);
     let metrics = crate::metrics::Metrics::new(
         cfg.database(),

@@ -18,6 +18,8 @@ pub(crate) struct Upstream {
     pub(super) ledger: Arc<Ledger>,
     /// The capability servers (MCP), shared by every task's gateway.
     pub(super) broker: Arc<crate::capability::Broker>,
+    /// Each task gateway's connection cap (`listen::FdBudget`).
+    pub(super) gateway_connections: usize,
 }
 
 impl Upstream {
@@ -32,6 +34,7 @@ impl Upstream {
             .context("building the HTTP client for LLM providers")?;
         let providers = Providers::from_config(cfg);
         let redactor = Redactor::new(&providers.secrets());
+        let gateway_connections = gateway_connections(cfg)?;
         Ok(Upstream {
             providers,
             client,
@@ -39,6 +42,7 @@ impl Upstream {
             redactor,
             ledger: Arc::new(Ledger::open(&cfg.database())?),
             broker: Arc::new(crate::capability::Broker::new(cfg)),
+            gateway_connections,
         })
     }
 
@@ -48,4 +52,48 @@ impl Upstream {
     pub fn servo_request_timeout(&self) -> Duration {
         self.policy.max_retry_time + self.policy.request_timeout + Duration::from_secs(60)
     }
+}
+
+/// Each task gateway's connection cap under this process's open-files
+/// limit: every task's gateway at its cap and the dashboard at its own
+/// must leave `listen::FD_RESERVE` descriptors for launches. Lowered to
+/// fit with a warning; a fixed `concurrency` that cannot fit is refused.
+fn gateway_connections(cfg: &Config) -> anyhow::Result<usize> {
+    use crate::config::Concurrency;
+    use crate::listen::{FdBudget, GATEWAY_CONNECTIONS, open_files_limit};
+    let limit = open_files_limit();
+    let web = cfg.file.http.max_connections;
+    let (tasks, fixed) = match cfg.file.concurrency {
+        Concurrency::Fixed(n) => (n, true),
+        Concurrency::Auto => (crate::reconciler::Tuning::default().max as usize, false),
+    };
+    let budget = match FdBudget::new(limit, tasks, web) {
+        Ok(b) => b,
+        Err(e) if fixed => anyhow::bail!("{e}"),
+        Err(e) => {
+            tracing::warn!(
+                "{e} (with `concurrency: auto`, counted at its ceiling of {tasks} tasks); each gateway keeps 4 connections"
+            );
+            FdBudget {
+                limit,
+                per_gateway: 4,
+            }
+        }
+    };
+    if budget.per_gateway < GATEWAY_CONNECTIONS {
+        tracing::warn!(
+            limit,
+            tasks,
+            per_gateway = budget.per_gateway,
+            "the open-files limit is low: each task's gateway takes fewer connections than the usual {GATEWAY_CONNECTIONS}"
+        );
+    }
+    tracing::info!(
+        open_files = limit,
+        reserve = crate::listen::FD_RESERVE,
+        gateway_connections = budget.per_gateway,
+        dashboard_connections = web,
+        "file descriptors budgeted"
+    );
+    Ok(budget.per_gateway)
 }
