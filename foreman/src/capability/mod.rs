@@ -5,7 +5,8 @@
 //! server and back. A server is started on first use and shared by the
 //! tasks that use it; one that fails (crashed, hung) is dropped and started
 //! again on the next call, and the failed call is a tool error for the
-//! model, never the end of the task. Spoken with `rmcp`, the official SDK.
+//! model, never the end of the task. Spoken with `rmcp`, the official SDK;
+//! a stdio server's process and its 4 MiB cap on one message are `stdio`'s.
 
 mod stdio;
 

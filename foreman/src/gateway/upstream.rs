@@ -18,8 +18,9 @@ pub(crate) struct Upstream {
     pub(super) ledger: Arc<Ledger>,
     /// The capability servers (MCP), shared by every task's gateway.
     pub(super) broker: Arc<crate::capability::Broker>,
-    /// Each task gateway's connection cap (`listen::FdBudget`).
-    pub(super) gateway_connections: usize,
+    /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
+    /// logs it).
+    pub gateway_connections: usize,
 }
 
 impl Upstream {
@@ -88,12 +89,5 @@ fn gateway_connections(cfg: &Config) -> anyhow::Result<usize> {
             "the open-files limit is low: each task's gateway takes fewer connections than the usual {GATEWAY_CONNECTIONS}"
         );
     }
-    tracing::info!(
-        open_files = limit,
-        reserve = crate::listen::FD_RESERVE,
-        gateway_connections = budget.per_gateway,
-        dashboard_connections = web,
-        "file descriptors budgeted"
-    );
     Ok(budget.per_gateway)
 }
