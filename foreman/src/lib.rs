@@ -52,6 +52,9 @@
 //! - `metrics/`: Prometheus metrics (`saheeli metrics`, and the handle a
 //!   serving foreman keeps for `GET /metrics`): counted from SQLite at
 //!   scrape time, plus this process's latencies recorded by small hooks.
+//! - `listen`: serving a router with doors no client holds open
+//!   (connection caps, header and idle timeouts), and the file-descriptor
+//!   budget that keeps a reserve for launches.
 //! - `web/`: `serve --http`: the JSON API, live events (SSE) and the
 //!   embedded dashboard, a subscriber of the bus beside the loop.
 //! - `eval/`: evaluation suites (`saheeli eval`): a suite file read
@@ -63,6 +66,19 @@
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
 
+/// `print!` for results on stdout: a closed pipe (`saheeli task status |
+/// head -1`) ends the process quietly, as ripgrep does, where `print!`
+/// would panic.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*)) };
+}
+
+/// `println!` for results on stdout, as [`out!`].
+macro_rules! outln {
+    () => { $crate::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod backend;
 mod capability;
 pub mod cli;
@@ -73,6 +89,7 @@ mod eval;
 mod events;
 mod gateway;
 mod inputs;
+mod listen;
 mod metrics;
 mod notify;
 mod output;
@@ -113,6 +130,10 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .compact()
+        .fmt_fields(tracing_subscriber::field::MakeExt::delimited(
+            tracing_subscriber::fmt::format::debug_fn(log_field),
+            " ",
+        ))
         .init();
 
     // Before the runtime: `.env` is loaded with `set_var`, which is only
@@ -140,6 +161,8 @@ pub fn main() -> ExitCode {
     };
     match runtime.block_on(dispatch(cfg, cli)) {
         Ok(code) => code,
+        // The reader went away (`| head`): nothing is wrong, nothing to say.
+        Err(err) if broken_stdout(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(2)
@@ -179,6 +202,54 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Attach(a) => commands::attach(&cfg, a).await,
             TaskCommand::Override(a) => commands::override_outcome(&cfg, a).await,
         },
+    }
+}
+
+/// Writes results to stdout; exits 0 at once when stdout is a closed
+/// pipe (what `out!` and `outln!` call).
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to stdout: {e}");
+        std::process::exit(2);
+    }
+}
+
+/// Whether `err` is a write to stdout whose reader has gone: a broken pipe
+/// somewhere in its chain, and stdout's pipe closed at the other end (a
+/// broken pipe to Docker or a webhook is an error like any other).
+fn broken_stdout(err: &anyhow::Error) -> bool {
+    let broken = err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    let mut fd = libc::pollfd {
+        fd: 1,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes only `fd`, one entry; 0 ms: no wait.
+    let polled = unsafe { libc::poll(&mut fd, 1, 0) };
+    broken && polled == 1 && fd.revents & libc::POLLERR != 0
+}
+
+/// One log field (or the message) as text made safe by
+/// `output::printable`: titles, questions, paths and messages come from
+/// prompts and agents, and must not write escape sequences, bidi
+/// overrides or line breaks into the serve log.
+fn log_field(
+    w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+    field: &tracing::field::Field,
+    value: &dyn std::fmt::Debug,
+) -> std::fmt::Result {
+    let text = format!("{value:?}");
+    let text = output::printable(&text);
+    match field.name() {
+        "message" => write!(w, "{text}"),
+        name => write!(w, "{}={text}", name.trim_start_matches("r#")),
     }
 }
 

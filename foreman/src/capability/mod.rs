@@ -5,11 +5,14 @@
 //! server and back. A server is started on first use and shared by the
 //! tasks that use it; one that fails (crashed, hung) is dropped and started
 //! again on the next call, and the failed call is a tool error for the
-//! model, never the end of the task. Spoken with `rmcp`, the official SDK.
+//! model, never the end of the task. Spoken with `rmcp`, the official SDK;
+//! a stdio server's process and its 4 MiB cap on one message are `stdio`'s.
+
+mod stdio;
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
@@ -30,6 +33,10 @@ const START: Duration = Duration::from_secs(60);
 struct Server {
     client: RunningService<RoleClient, ()>,
     tools: Vec<rmcp::model::Tool>,
+    /// A stdio server's process, killed when the server is dropped.
+    _child: Option<tokio::process::Child>,
+    /// Set when a stdio server sent a message over `stdio::MAX_MESSAGE`.
+    over: Arc<AtomicBool>,
 }
 
 /// The capability servers of one foreman.
@@ -146,6 +153,15 @@ impl Broker {
                 text: result_text(&r),
                 is_error: r.is_error.unwrap_or(false),
             }),
+            Ok(Err(_)) if s.over.load(Ordering::Relaxed) => {
+                self.drop_server(name).await;
+                Err(format!(
+                    "capability `{name}`: the answer of `{tool}` was over {} MiB, the most one \
+                     capability message may hold; the call failed. Ask for less (a narrower \
+                     query, a smaller range or file)",
+                    stdio::MAX_MESSAGE >> 20
+                ))
+            }
             Ok(Err(e)) => {
                 self.drop_server(name).await;
                 Err(format!("capability `{name}` failed: {e}"))
@@ -164,6 +180,8 @@ impl Broker {
 /// Starts one server: a command over stdio (its environment: a few basics
 /// and only the variables the config names), or a streamable-HTTP URL.
 async fn start(name: &str, cfg: &CapabilityConfig) -> Result<Server, String> {
+    let mut over = Arc::new(AtomicBool::new(false));
+    let mut child = None;
     let client = match (&cfg.command, &cfg.url) {
         (Some(command), _) => {
             let mut cmd = tokio::process::Command::new(command);
@@ -181,13 +199,21 @@ async fn start(name: &str, cfg: &CapabilityConfig) -> Result<Server, String> {
                     Err(_) => warn!(capability = name, var, "environment variable not set"),
                 }
             }
-            let (transport, _stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
-                .stderr(Stdio::null())
-                .spawn()
+            let started = stdio::spawn(cmd)
                 .map_err(|e| format!("starting capability `{name}` (`{command}`): {e}"))?;
-            ().serve(transport)
-                .await
-                .map_err(|e| format!("capability `{name}`: MCP handshake failed: {e}"))?
+            child = Some(started.child);
+            over = started.over.clone();
+            let served = ().serve((started.read, started.write)).await;
+            served.map_err(|e| {
+                if over.load(Ordering::Relaxed) {
+                    format!(
+                        "capability `{name}`: a message over {} MiB during the MCP handshake",
+                        stdio::MAX_MESSAGE >> 20
+                    )
+                } else {
+                    format!("capability `{name}`: MCP handshake failed: {e}")
+                }
+            })?
         }
         (None, Some(url)) => {
             use rmcp::transport::StreamableHttpClientTransport;
@@ -218,7 +244,12 @@ async fn start(name: &str, cfg: &CapabilityConfig) -> Result<Server, String> {
         .list_all_tools()
         .await
         .map_err(|e| format!("capability `{name}`: listing its tools failed: {e}"))?;
-    Ok(Server { client, tools })
+    Ok(Server {
+        client,
+        tools,
+        _child: child,
+        over,
+    })
 }
 
 /// `${VAR}` in a header template, from the environment.
@@ -259,4 +290,68 @@ fn result_text(r: &rmcp::model::CallToolResult) -> String {
         return s.to_string();
     }
     serde_json::to_string(r).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal MCP server over stdio: `big` answers 20 MiB, `small` a word.
+    const SERVER: &str = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    mid, method = m.get("id"), m.get("method")
+    if mid is None:
+        continue
+    if method == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "big", "version": "1"}}
+    elif method == "tools/list":
+        r = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("big", "small")]}
+    elif method == "tools/call":
+        n = m["params"]["name"]
+        r = {"content": [{"type": "text", "text": "x" * (20 << 20) if n == "big" else "small"}]}
+    else:
+        r = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": r}) + "\n")
+    sys.stdout.flush()
+"#;
+
+    #[tokio::test]
+    async fn an_answer_over_the_cap_fails_fast_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("big.py");
+        std::fs::write(&script, SERVER).unwrap();
+        let mut file = crate::config::ConfigFile::default();
+        file.capabilities.insert(
+            "big".into(),
+            CapabilityConfig {
+                command: Some("python3".into()),
+                args: vec![script.display().to_string()],
+                ..Default::default()
+            },
+        );
+        let cfg = Config {
+            source: None,
+            base_dir: dir.path().to_path_buf(),
+            file,
+            set_keys: Default::default(),
+        };
+        let broker = Broker::new(&cfg);
+        let limit = Duration::from_secs(120);
+        let small = broker.call("big", "small", "{}", limit).await.unwrap();
+        assert_eq!(small.text, "small");
+        let started = std::time::Instant::now();
+        let e = broker.call("big", "big", "{}", limit).await.err().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(e.contains("over 4 MiB") && e.contains("`big`"), "{e}");
+        // The server is started again for the next call.
+        let again = broker.call("big", "small", "{}", limit).await.unwrap();
+        assert_eq!(again.text, "small");
+    }
 }

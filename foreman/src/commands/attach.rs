@@ -74,7 +74,7 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
     let store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
     let id = t.id;
-    println!("attached to {id} ({}); {HELP}", t.state);
+    outln!("attached to {id} ({}); {HELP}", t.state);
     let follower = tokio::spawn(follow(cfg.clone(), id));
     let mut lines = stdin_lines();
     let mut stdin_open = true;
@@ -94,12 +94,12 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
                 let typed = match parse(&line) {
                     Ok(t) => t,
                     Err(e) => {
-                        println!("{e}");
+                        outln!("{e}");
                         continue;
                     }
                 };
                 if typed == Typed::Detach {
-                    println!("detached; the task goes on");
+                    outln!("detached; the task goes on");
                     return Ok(ExitCode::SUCCESS);
                 }
                 let cfg = cfg.clone();
@@ -109,8 +109,8 @@ pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
                 })
                 .await?;
                 match done {
-                    Ok(msg) => println!("{msg}"),
-                    Err(e) => println!("error: {e:#}"),
+                    Ok(msg) => outln!("{msg}"),
+                    Err(e) => outln!("error: {e:#}"),
                 }
             }
         }
@@ -148,7 +148,7 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
                 (Some(k), None) => k.clone(),
                 _ => format!("→ {}", e.to),
             };
-            println!(
+            outln!(
                 "[event] {what} {}",
                 output::clean(e.detail.as_deref().unwrap_or(""))
             );
@@ -159,8 +159,8 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
         if printed > before
             && let Some(w) = &t.waiting_for
         {
-            println!("> {}", output::clean(&output::waiting_line(w)));
-            println!(
+            outln!("> {}", output::clean(&output::waiting_line(w)));
+            outln!(
                 "  (type {})",
                 match w {
                     saheeli_protocol::human::Waiting::Answer { .. } => "answer TEXT",
@@ -169,7 +169,7 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
             );
         }
         while let Ok(line) = rx.try_recv() {
-            println!("{line}");
+            outln!("{line}");
         }
         if t.state.is_terminal() {
             return Ok(t.state);

@@ -142,9 +142,9 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         Some(s) => {
             let pushed = crate::backend::swarm::push(&d, &id, &s.registry).await?;
             eprintln!("pushed; set `image: {pushed}` in config.yaml");
-            println!("{pushed}");
+            outln!("{pushed}");
         }
-        None => println!("{tag}"),
+        None => outln!("{tag}"),
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use saheeli_protocol::TaskId;
 
 use crate::cli::PromptArgs;
-use crate::config::Config;
+use crate::config::{Config, FileAccess};
 use crate::inputs;
 use crate::spec::{MissingParameters, TaskSpec, ask_line, check_value};
 use crate::state::TaskState;
@@ -22,7 +22,57 @@ pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating database directory `{}`", dir.display()))?;
     }
+    create_db_file(&path, cfg.file.file_access)?;
     Store::open(&path).with_context(|| format!("opening database `{}`", path.display()))
+}
+
+/// Creates an absent database file empty, with `access`'s mode whatever
+/// the umask (SQLite then gives its `-wal` and `-shm` the same mode). An
+/// existing one is left as it is.
+fn create_db_file(path: &Path, access: FileAccess) -> anyhow::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(access.file_mode())
+        .open(path);
+    match created {
+        Ok(f) => f
+            .set_permissions(std::fs::Permissions::from_mode(access.file_mode()))
+            .with_context(|| format!("setting the mode of database `{}`", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating database `{}`", path.display())),
+    }
+}
+
+/// Creates `results_dir` when absent, with `file_access`'s directory mode
+/// (an existing one is left as it is).
+pub(crate) fn prepare_results_dir(cfg: &Config) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = cfg.results_dir();
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating `{}`", parent.display()))?;
+    }
+    let mode = cfg.file.file_access.dir_mode();
+    match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting the mode of `{}`", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating results directory `{}`", dir.display())),
+    }
+}
+
+/// Gives a task's freshly collected results directory `file_access`'s
+/// directory mode (never through a link).
+pub(crate) fn secure_results(cfg: &Config, dest: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+        let mode = cfg.file.file_access.dir_mode();
+        if let Err(e) = std::fs::set_permissions(dest, std::fs::Permissions::from_mode(mode)) {
+            tracing::warn!(dir = %dest.display(), error = %e, "setting the mode of a results directory");
+        }
+    }
 }
 
 /// Opens an existing database for a command that only reads (status, logs,

@@ -39,9 +39,9 @@ pub(super) async fn dry_run(
     view.image_present = image_present(&cfg.file.image).await;
     view.workspace = workspace;
     if json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
+        outln!("{}", serde_json::to_string_pretty(&view)?);
     } else {
-        print!("{}", view.text());
+        out!("{}", view.text());
     }
     Ok(ExitCode::SUCCESS)
 }

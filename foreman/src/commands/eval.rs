@@ -376,9 +376,9 @@ fn finish(
         .with_context(|| format!("writing `{}`", dir.join("report.html").display()))?;
     let _ = cfg;
     if json {
-        println!("{json_text}");
+        outln!("{json_text}");
     } else {
-        println!(
+        outln!(
             "{}: {:.0}% passed ({} of {}), threshold {:.0}%: {}",
             crate::output::clean(&report.suite),
             report.pass_rate * 100.0,
@@ -387,7 +387,7 @@ fn finish(
             report.pass_threshold * 100.0,
             state
         );
-        println!("{}", dir.join("report.html").display());
+        outln!("{}", dir.join("report.html").display());
     }
     Ok(if state == "passed" {
         ExitCode::SUCCESS

@@ -58,11 +58,11 @@ pub(crate) async fn eval_list(cfg: &Config, args: EvalListArgs) -> anyhow::Resul
     let now = now_ms();
     let views: Vec<RunView> = runs.iter().map(|r| RunView::new(r, now)).collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&views)?);
+        outln!("{}", serde_json::to_string_pretty(&views)?);
         return Ok(ExitCode::SUCCESS);
     }
     if views.is_empty() {
-        println!("no eval runs yet; start one with `saheeli eval SUITE.yaml`");
+        outln!("no eval runs yet; start one with `saheeli eval SUITE.yaml`");
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new();
@@ -80,7 +80,7 @@ pub(crate) async fn eval_list(cfg: &Config, args: EvalListArgs) -> anyhow::Resul
                 .unwrap_or_else(|| "-".into()),
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -111,9 +111,9 @@ pub(crate) async fn eval_compare(cfg: &Config, args: EvalCompareArgs) -> anyhow:
             .with_context(|| format!("writing `{}`", file.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&c)?);
+        outln!("{}", serde_json::to_string_pretty(&c)?);
     } else {
-        println!("{}", eval::compare_table(&c));
+        outln!("{}", eval::compare_table(&c));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -26,14 +26,14 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
     };
     let mut removed = 0;
     for (cid, task) in containers.iter().filter(|(_, t)| ended(t)) {
-        println!("container {} (task {task})", &cid[..12.min(cid.len())]);
+        outln!("container {} (task {task})", &cid[..12.min(cid.len())]);
         if !args.dry_run {
             docker::remove_container(&d, cid).await?;
         }
         removed += 1;
     }
     for (name, task) in volumes.iter().filter(|(_, t)| ended(t)) {
-        println!("volume {name} (task {task})");
+        outln!("volume {name} (task {task})");
         if !args.dry_run {
             docker::remove_volume(&d, name).await?;
         }
@@ -45,7 +45,7 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         if volumes.iter().any(|(_, t)| *t == task) || !ended(&task) {
             continue;
         }
-        println!("workspace image {} (task {task})", mnt.display());
+        outln!("workspace image {} (task {task})", mnt.display());
         if !args.dry_run {
             crate::disk::destroy(&mnt)?;
         }
@@ -86,12 +86,12 @@ async fn gc_swarm(
         .collect();
     for (task, o) in &ended {
         match o {
-            Object::Service(s) => println!("service {} (task {task})", &s[..12.min(s.len())]),
-            Object::Secret(s) => println!("secret {} (task {task})", &s[..12.min(s.len())]),
+            Object::Service(s) => outln!("service {} (task {task})", &s[..12.min(s.len())]),
+            Object::Secret(s) => outln!("secret {} (task {task})", &s[..12.min(s.len())]),
             Object::Container(n, c) => {
-                println!("container {} on {n} (task {task})", &c[..12.min(c.len())])
+                outln!("container {} on {n} (task {task})", &c[..12.min(c.len())])
             }
-            Object::Volume(n, v) => println!("volume {v} on {n} (task {task})"),
+            Object::Volume(n, v) => outln!("volume {v} on {n} (task {task})"),
         }
     }
     let failed = if args.dry_run {
@@ -109,7 +109,7 @@ async fn gc_swarm(
             .is_none_or(|t| t.state.is_terminal());
         if over {
             let dir = crate::inputs::parked_dir(&cfg.state_dir(), id);
-            println!("parked workspace {} (task {id})", dir.display());
+            outln!("parked workspace {} (task {id})", dir.display());
             if !args.dry_run {
                 crate::inputs::remove_parked(&cfg.state_dir(), id).await;
             }

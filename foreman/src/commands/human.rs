@@ -120,7 +120,7 @@ fn cancel(cfg: &Config, store: &mut Store, id: saheeli_protocol::TaskId) -> anyh
 /// Runs `steer` for a CLI command and prints what happens next.
 fn steer_cli(cfg: &Config, id: &str, s: Steer) -> anyhow::Result<ExitCode> {
     let mut store = open_existing_store(cfg)?;
-    println!("{}", steer(cfg, &mut store, id, s, &who())?);
+    outln!("{}", steer(cfg, &mut store, id, s, &who())?);
     Ok(ExitCode::SUCCESS)
 }
 

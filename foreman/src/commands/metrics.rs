@@ -19,6 +19,6 @@ pub(crate) async fn metrics(cfg: &Config) -> anyhow::Result<ExitCode> {
         Providers::from_config(cfg),
         Source::Database,
     );
-    print!("{}", m.scrape().await?);
+    out!("{}", m.scrape().await?);
     Ok(ExitCode::SUCCESS)
 }

@@ -26,7 +26,9 @@ use serve::{context, signals};
 
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
-pub(crate) use common::{WrongState, open_store, spec_for_text, submit_spec};
+pub(crate) use common::{
+    WrongState, open_store, prepare_results_dir, secure_results, spec_for_text, submit_spec,
+};
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;

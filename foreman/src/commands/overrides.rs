@@ -30,12 +30,12 @@ pub(crate) async fn override_outcome(cfg: &Config, args: OverrideArgs) -> anyhow
     store.override_outcome(id, to, reason, &by)?;
     let t = store.require(&id.to_string())?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&TaskView::new(&t, None))?
         );
     } else if let Some(o) = &t.overridden {
-        println!("{}", output::override_line(o, t.state));
+        outln!("{}", output::override_line(o, t.state));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -61,14 +61,14 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         .pop()
         .expect("a task has at least one attempt");
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&TaskView::new(&t, None))?
         );
     } else {
         // How it ended was printed from the event bus (`follow`).
         match &t.results_path {
-            Some(p) => println!("{p}"),
+            Some(p) => outln!("{p}"),
             None => eprintln!("no results were collected"),
         }
     }

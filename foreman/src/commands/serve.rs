@@ -103,6 +103,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         }
     };
     let store = open_store(cfg)?;
+    prepare_results_dir(cfg)?;
     let upstream = Arc::new(Upstream::from_config(cfg)?);
     let metrics = crate::metrics::Metrics::new(
         cfg.database(),
@@ -150,6 +151,10 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
         concurrency = %cfg.file.concurrency,
         providers = %ctx.upstream.providers.summary(),
         drain = args.drain,
+        open_files = crate::listen::open_files_limit(),
+        fd_reserve = crate::listen::FD_RESERVE,
+        gateway_connections = ctx.upstream.gateway_connections,
+        dashboard_connections = cfg.file.http.max_connections,
         "serving"
     );
     let summary = reconciler::run(

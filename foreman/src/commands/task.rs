@@ -24,9 +24,9 @@ pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<Exi
     }
     let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
     if args.json {
-        println!("{}", serde_json::json!({ "id": id.to_string() }));
+        outln!("{}", serde_json::json!({ "id": id.to_string() }));
     } else {
-        println!("{id}");
+        outln!("{id}");
     }
     if !args.wait {
         return Ok(ExitCode::SUCCESS);
@@ -84,9 +84,9 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
         };
         if args.watch {
             // Clear the screen and home the cursor before each redraw.
-            print!("\x1b[2J\x1b[H");
+            out!("\x1b[2J\x1b[H");
         }
-        println!("{}", text.trim_end());
+        outln!("{}", text.trim_end());
         if !args.watch {
             return Ok(ExitCode::SUCCESS);
         }
@@ -163,7 +163,7 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
                     for line in chunk.to_string().lines() {
                         n += 1;
                         if n > live_printed {
-                            println!("{}", output::audit_line(line));
+                            outln!("{}", output::audit_line(line));
                             live_printed = n;
                         }
                     }
@@ -246,9 +246,9 @@ pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<E
             v["links_copied"] = c.links.into();
             v["links_skipped"] = c.links_skipped.len().into();
         }
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!("{}", shown.display());
+        outln!("{}", shown.display());
     }
     if let Some(c) = copied.filter(|c| !c.links_skipped.is_empty()) {
         // On stderr: stdout stays the path alone, for scripts.
@@ -285,12 +285,12 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
         eprintln!("note: {note}");
     }
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"id": retried.id.to_string(), "retry_of": retried.retry_of.to_string()})
         );
     } else {
-        println!("{}", retried.id);
+        outln!("{}", retried.id);
     }
     Ok(ExitCode::SUCCESS)
 }

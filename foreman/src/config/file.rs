@@ -24,11 +24,15 @@ pub(crate) struct ConfigFile {
     pub database: PathBuf,
     /// Where `results/<task_id>/` directories are collected.
     pub results_dir: PathBuf,
+    /// Who else on this host may read the database and the results, as
+    /// they are created (existing ones are left as they are).
+    pub file_access: FileAccess,
     /// Saheeli's own state: submitted workspaces.
     pub state_dir: PathBuf,
     /// Gateway sockets, one directory per task. Kept short: a unix socket
-    /// path may not exceed 107 bytes.
-    pub run_dir: PathBuf,
+    /// path may not exceed 107 bytes. Unset: a per-user runtime directory
+    /// (`Config::run_dir`).
+    pub run_dir: Option<PathBuf>,
     /// How long a stopped servo gets to flush before it is killed.
     #[serde(deserialize_with = "parse_duration_value")]
     pub stop_grace: Duration,
@@ -72,6 +76,39 @@ pub(crate) struct ConfigFile {
     pub backend: BackendKind,
     /// The Docker Swarm to run tasks on (`backend: swarm`).
     pub swarm: Option<SwarmConfig>,
+}
+
+/// `file_access:`: the modes the database (`saheeli.db`, and SQLite's
+/// `-wal` and `-shm` beside it) and the results directories are created
+/// with. They hold prompts, questions, answers and the agent's work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FileAccess {
+    /// This user only: 0600 files, 0700 directories.
+    #[default]
+    Owner,
+    /// This user's group may read: 0640, 0750.
+    Group,
+    /// Every local user may read: 0644, 0755.
+    All,
+}
+
+impl FileAccess {
+    pub fn file_mode(self) -> u32 {
+        match self {
+            FileAccess::Owner => 0o600,
+            FileAccess::Group => 0o640,
+            FileAccess::All => 0o644,
+        }
+    }
+
+    pub fn dir_mode(self) -> u32 {
+        match self {
+            FileAccess::Owner => 0o700,
+            FileAccess::Group => 0o750,
+            FileAccess::All => 0o755,
+        }
+    }
 }
 
 /// `backend:`: which engine runs the servos.
@@ -128,6 +165,13 @@ pub(crate) struct HttpConfig {
     /// token. Required for any address but loopback; when set, every
     /// request needs it. Never put the token itself in config.yaml.
     pub token_env: String,
+    /// A request's head must arrive within this, and an idle keep-alive
+    /// connection is closed after it (slow clients cannot hold sockets).
+    #[serde(deserialize_with = "parse_duration_value")]
+    pub header_timeout: Duration,
+    /// Connections open at once (live event streams included); one more
+    /// is closed at once.
+    pub max_connections: usize,
 }
 
 impl Default for HttpConfig {
@@ -135,6 +179,8 @@ impl Default for HttpConfig {
         HttpConfig {
             addr: None,
             token_env: "SAHEELI_HTTP_TOKEN".into(),
+            header_timeout: Duration::from_secs(10),
+            max_connections: 256,
         }
     }
 }
@@ -276,8 +322,9 @@ impl Default for ConfigFile {
             concurrency: Concurrency::default(),
             database: "saheeli.db".into(),
             results_dir: "results".into(),
+            file_access: FileAccess::Owner,
             state_dir: ".saheeli".into(),
-            run_dir: "/tmp/saheeli".into(),
+            run_dir: None,
             stop_grace: Duration::from_secs(10),
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),

@@ -116,8 +116,19 @@ impl Config {
         self.resolve(&self.file.state_dir)
     }
 
+    /// `run_dir` as set, else a per-user runtime directory: no other local
+    /// user can create it first (a `/tmp/saheeli` made by anyone would
+    /// stop `serve`, which refuses a run directory not its own).
     pub fn run_dir(&self) -> PathBuf {
-        self.resolve(&self.file.run_dir)
+        match &self.file.run_dir {
+            Some(p) => self.resolve(p),
+            None => default_run_dir(
+                std::env::var_os("XDG_RUNTIME_DIR"),
+                // SAFETY: geteuid cannot fail.
+                unsafe { libc::geteuid() },
+                &self.state_dir(),
+            ),
+        }
     }
 
     /// Reads `.env` beside the config file into the process environment
@@ -222,4 +233,27 @@ fn check_capabilities(file: &ConfigFile) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The run directory when config.yaml sets none: `$XDG_RUNTIME_DIR/saheeli`
+/// when that is set (absolute), `/run/saheeli` for root, else
+/// `/run/user/<uid>/saheeli` when that directory is this user's, else
+/// `run` below the project's private state directory.
+pub(crate) fn default_run_dir(
+    xdg: Option<std::ffi::OsString>,
+    euid: u32,
+    state_dir: &Path,
+) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    if let Some(x) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return x.join("saheeli");
+    }
+    if euid == 0 {
+        return PathBuf::from("/run/saheeli");
+    }
+    let user = PathBuf::from(format!("/run/user/{euid}"));
+    match std::fs::symlink_metadata(&user) {
+        Ok(m) if m.is_dir() && m.uid() == euid => user.join("saheeli"),
+        _ => state_dir.join("run"),
+    }
 }

@@ -31,3 +31,23 @@ fn set_keys_name_what_the_file_sets() {
     );
     assert!(set_keys("").is_empty());
 }
+
+#[test]
+fn the_default_run_dir_is_per_user() {
+    let state = std::path::Path::new("/p/.saheeli");
+    assert_eq!(
+        default_run_dir(Some("/run/user/7".into()), 7, state),
+        std::path::PathBuf::from("/run/user/7/saheeli")
+    );
+    // A relative XDG_RUNTIME_DIR is ignored, as the spec says.
+    assert_eq!(
+        default_run_dir(Some("rel".into()), 0, state),
+        std::path::PathBuf::from("/run/saheeli")
+    );
+    // No runtime directory of this (made-up) uid: the project's own.
+    assert_eq!(
+        default_run_dir(None, 4_000_000_000, state),
+        state.join("run")
+    );
+    assert_eq!(ConfigFile::default().run_dir, None);
+}

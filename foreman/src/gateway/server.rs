@@ -15,6 +15,11 @@ use tracing::{info, warn};
 
 use super::*;
 
+/// A request's head must reach the gateway within this, and a connection
+/// left idle is closed after it: longer than the servo's HTTP client keeps
+/// an idle connection (90 s), so the client always closes first.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// A running gateway for one task.
 pub(crate) struct Gateway {
     meter: Arc<Meter>,
@@ -86,28 +91,29 @@ impl Gateway {
         desk: DeskLink,
         adopt: bool,
     ) -> anyhow::Result<Gateway> {
+        let upstream_cap = upstream.gateway_connections;
         let (meter, app) = Self::app(task_id, upstream, model, budget, desk, adopt);
         let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
-        let sock = dir.join("gateway.sock");
-        if sock.as_os_str().len() > 107 {
-            anyhow::bail!(
-                "gateway socket path `{}` is longer than 107 bytes; set a shorter `run_dir` in config.yaml",
-                sock.display()
-            );
-        }
-        socket::remove_stale_socket(&sock)?;
-        let listener = tokio::net::UnixListener::bind(&sock)
-            .with_context(|| format!("listening on `{}`", sock.display()))?;
-        socket::secure_socket(&sock)?;
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        let server = tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
-            if let Err(e) = serve.await {
-                warn!(task_id = %task_id, error = %e, "gateway stopped with an error");
+        let listener = match bind(&dir) {
+            Ok(l) => l,
+            Err(e) => {
+                // A fresh directory is ours to remove (an adopted one is
+                // the running container's mount): no failed launch leaves
+                // its directory behind.
+                if !adopt && let Err(rm) = std::fs::remove_dir_all(&dir) {
+                    warn!(task_id = %task_id, dir = %dir.display(), error = %rm, "removing the gateway directory of a failed launch");
+                }
+                return Err(e);
             }
-        });
+        };
+        let stop = CancellationToken::new();
+        let doors = crate::listen::Doors {
+            name: "gateway",
+            task_id: Some(task_id),
+            max_connections: upstream_cap,
+            header_timeout: HEADER_TIMEOUT,
+        };
+        let server = tokio::spawn(crate::listen::serve(listener, app, doors, stop.clone()));
         Ok(Gateway {
             meter,
             transport: Transport::Socket { dir, stop, server },
@@ -253,9 +259,29 @@ impl Gateway {
             Transport::Socket { dir, stop, server } => {
                 stop.cancel();
                 let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-                let _ = std::fs::remove_dir_all(&dir);
+                if let Err(e) = std::fs::remove_dir_all(&dir)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    warn!(dir = %dir.display(), error = %e, "removing a gateway directory");
+                }
             }
             Transport::Remote { hub, task_id } => hub.unregister(task_id),
         }
     }
+}
+
+/// Binds `<dir>/gateway.sock` (0600 for the servo's user, or its container's).
+fn bind(dir: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    let sock = dir.join("gateway.sock");
+    if sock.as_os_str().len() > 107 {
+        anyhow::bail!(
+            "gateway socket path `{}` is longer than 107 bytes; set a shorter `run_dir` in config.yaml",
+            sock.display()
+        );
+    }
+    socket::remove_stale_socket(&sock)?;
+    let listener = tokio::net::UnixListener::bind(&sock)
+        .with_context(|| format!("listening on `{}`", sock.display()))?;
+    socket::secure_socket(&sock)?;
+    Ok(listener)
 }

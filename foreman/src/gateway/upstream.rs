@@ -21,6 +21,9 @@ pub(crate) struct Upstream {
     /// What each task's session key is derived from (the foreman's key
     /// file, `backend::swarm::token_key`); never sent anywhere.
     pub(super) session_secret: SessionSecret,
+    /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
+    /// logs it).
+    pub gateway_connections: usize,
 }
 
 /// The foreman's key, printed as `***`.
@@ -69,6 +72,7 @@ impl Upstream {
             .context("building the HTTP client for LLM providers")?;
         let providers = Providers::from_config(cfg);
         let redactor = Redactor::new(&providers.secrets());
+        let gateway_connections = gateway_connections(cfg)?;
         Ok(Upstream {
             providers,
             client,
@@ -77,6 +81,7 @@ impl Upstream {
             ledger: Arc::new(Ledger::open(&cfg.database())?),
             broker: Arc::new(crate::capability::Broker::new(cfg)),
             session_secret: SessionSecret(crate::backend::swarm::token_key(&cfg.state_dir())?),
+            gateway_connections,
         })
     }
 
@@ -86,4 +91,41 @@ impl Upstream {
     pub fn servo_request_timeout(&self) -> Duration {
         self.policy.max_retry_time + self.policy.request_timeout + Duration::from_secs(60)
     }
+}
+
+/// Each task gateway's connection cap under this process's open-files
+/// limit: every task's gateway at its cap and the dashboard at its own
+/// must leave `listen::FD_RESERVE` descriptors for launches. Lowered to
+/// fit with a warning; a fixed `concurrency` that cannot fit is refused.
+fn gateway_connections(cfg: &Config) -> anyhow::Result<usize> {
+    use crate::config::Concurrency;
+    use crate::listen::{FdBudget, GATEWAY_CONNECTIONS, open_files_limit};
+    let limit = open_files_limit();
+    let web = cfg.file.http.max_connections;
+    let (tasks, fixed) = match cfg.file.concurrency {
+        Concurrency::Fixed(n) => (n, true),
+        Concurrency::Auto => (crate::reconciler::Tuning::default().max as usize, false),
+    };
+    let budget = match FdBudget::new(limit, tasks, web) {
+        Ok(b) => b,
+        Err(e) if fixed => anyhow::bail!("{e}"),
+        Err(e) => {
+            tracing::warn!(
+                "{e} (with `concurrency: auto`, counted at its ceiling of {tasks} tasks); each gateway keeps 4 connections"
+            );
+            FdBudget {
+                limit,
+                per_gateway: 4,
+            }
+        }
+    };
+    if budget.per_gateway < GATEWAY_CONNECTIONS {
+        tracing::warn!(
+            limit,
+            tasks,
+            per_gateway = budget.per_gateway,
+            "the open-files limit is low: each task's gateway takes fewer connections than the usual {GATEWAY_CONNECTIONS}"
+        );
+    }
+    Ok(budget.per_gateway)
 }

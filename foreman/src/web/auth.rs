@@ -10,12 +10,17 @@
 //!   send without a CORS preflight this server never grants; the login
 //!   form is the one exception), and `Origin` and `Sec-Fetch-Site`, when
 //!   the browser sends them, must say this site.
+//! - Failed guesses (login form, bearer) are paced per address (`limit`).
+//! - The session cookie has no `Secure` attribute: this server speaks
+//!   plain HTTP only (no TLS, no configured external URL); put a TLS
+//!   proxy in front for any address but loopback.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use axum::Form;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -33,6 +38,8 @@ const MAX_SESSIONS: usize = 256;
 pub(super) struct Auth {
     token: Option<String>,
     sessions: Mutex<VecDeque<String>>,
+    /// Failed attempts per client address (`limit`).
+    pub attempts: super::limit::Attempts,
 }
 
 impl Auth {
@@ -40,6 +47,7 @@ impl Auth {
         Auth {
             token,
             sessions: Mutex::new(VecDeque::new()),
+            attempts: Default::default(),
         }
     }
 
@@ -123,7 +131,21 @@ pub(super) async fn guard(State(web): State<Shared>, req: Request, next: Next) -
     {
         return e.into_response();
     }
+    // A bearer token is a guess like the login form's: paced the same.
+    let peer = peer(&req);
+    let bearer = req.headers().contains_key(header::AUTHORIZATION);
+    let login = path == "/login" && req.method() == Method::POST;
+    if web.auth.token.is_some()
+        && (bearer || login)
+        && let Some(ip) = peer
+        && let Err(wait) = web.auth.attempts.check(ip)
+    {
+        return super::limit::too_many(wait);
+    }
     if !public(&path) && !web.auth.admits(req.headers()) {
+        if bearer && let Some(ip) = peer {
+            web.auth.attempts.failed(ip);
+        }
         if req.method() == Method::GET && !path.starts_with("/api/") {
             return Redirect::to("/login").into_response();
         }
@@ -135,7 +157,21 @@ pub(super) async fn guard(State(web): State<Shared>, req: Request, next: Next) -
     {
         return e.into_response();
     }
-    next.run(req).await
+    let res = next.run(req).await;
+    if login
+        && res.status() == StatusCode::UNAUTHORIZED
+        && let Some(ip) = peer
+    {
+        web.auth.attempts.failed(ip);
+    }
+    res
+}
+
+/// The client's address (set by `listen::serve`).
+fn peer(req: &Request) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
 }
 
 /// Without a token, only a loopback `Host` is served (no DNS rebinding).

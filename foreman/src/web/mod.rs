@@ -7,7 +7,8 @@
 //! up the CLI's writes.
 //!
 //! - `server`: settings (address, token), the router, start and stop.
-//! - `auth`: the token (bearer or login cookie), cross-site and host checks.
+//! - `auth`: the token (bearer or login cookie), cross-site and host checks;
+//!   `limit`: failed guesses paced per client address.
 //! - `api`: the JSON routes; `error`: their `{"error": {message, kind}}`.
 //! - `sse`: server-sent events, live and resumable (`Last-Event-ID`);
 //!   `trail`: a task's audit lines numbered for those streams.
@@ -19,6 +20,7 @@ mod assets;
 mod auth;
 mod error;
 mod files;
+mod limit;
 mod server;
 mod sse;
 mod trail;

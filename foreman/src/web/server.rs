@@ -68,6 +68,13 @@ impl HttpSettings {
                  beside config.yaml, never in config.yaml; or serve on `127.0.0.1`"
             );
         }
+        let http = &cfg.file.http;
+        if http.max_connections == 0 || http.header_timeout.is_zero() {
+            bail!(
+                "`http.max_connections` and `http.header_timeout` in config.yaml must be more \
+                 than 0 (defaults: 256 and 10s)"
+            );
+        }
         Ok(Some(HttpSettings {
             addr,
             token: token.map(|t| t.trim().to_string()),
@@ -134,14 +141,15 @@ pub(crate) async fn start(
         "dashboard and API listening"
     );
     let app = router(web);
-    Ok(tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the dashboard server stopped");
-        }
-    }))
+    let doors = crate::listen::Doors {
+        name: "dashboard",
+        task_id: None,
+        max_connections: ctx.cfg.file.http.max_connections,
+        header_timeout: ctx.cfg.file.http.header_timeout,
+    };
+    Ok(tokio::spawn(crate::listen::serve(
+        listener, app, doors, shutdown,
+    )))
 }
 
 fn router(web: Shared) -> Router {

@@ -11,6 +11,7 @@ mod chaos;
 mod chaos_gateway;
 mod cli;
 mod daemon;
+mod doors;
 mod dryrun;
 mod eval;
 mod eval_browser;

@@ -1,0 +1,260 @@
+//! Serving a router on a listener with doors no client can hold open: a
+//! cap on connections open at once (one more is closed at once, counted
+//! in a WARN line at most once a minute), a timeout on reading a request's
+//! head, which also ends a keep-alive connection left idle, and accept
+//! errors (out of file descriptors) that slow the loop instead of spinning
+//! it. Used by each task's gateway socket and by the dashboard.
+//!
+//! `axum::serve` has none of these: a shell holding 20,000 connections to
+//! its gateway socket, or a client sending 21,000 unfinished request heads
+//! to the dashboard, took the foreman to its file-descriptor limit and
+//! made another task's launch fail (hostile cases 18 and 52).
+//!
+//! Also the file-descriptor budget: what the caps may take of the process's
+//! limit at most, so that launches always keep a reserve ([`FdBudget`]).
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+use tracing::warn;
+
+/// How one listener's connections are bounded.
+#[derive(Clone, Debug)]
+pub(crate) struct Doors {
+    /// What the log lines call this listener (`gateway`, `dashboard`).
+    pub name: &'static str,
+    /// The task whose gateway this is, for its log lines.
+    pub task_id: Option<saheeli_protocol::TaskId>,
+    /// Connections open at once; one more is closed as soon as accepted.
+    pub max_connections: usize,
+    /// A request's head must arrive within this. hyper starts it whenever
+    /// the connection waits for a request, so it also closes a keep-alive
+    /// connection idle this long.
+    pub header_timeout: Duration,
+}
+
+/// A listener `serve` can accept from; the address is handed to handlers
+/// as `ConnectInfo` (the dashboard rate-limits logins by it).
+pub(crate) trait Accept: Send + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    type Addr: Clone + Send + Sync + 'static;
+    fn accept(&mut self) -> impl Future<Output = std::io::Result<(Self::Io, Self::Addr)>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    type Addr = std::net::SocketAddr;
+    async fn accept(&mut self) -> std::io::Result<(Self::Io, Self::Addr)> {
+        tokio::net::TcpListener::accept(self).await
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    type Addr = ();
+    async fn accept(&mut self) -> std::io::Result<(Self::Io, Self::Addr)> {
+        tokio::net::UnixListener::accept(self)
+            .await
+            .map(|(s, _)| (s, ()))
+    }
+}
+
+/// Counts refused connections; says so at most once a minute.
+struct Refusals {
+    doors: Doors,
+    unreported: u64,
+    last: Option<Instant>,
+}
+
+/// Refusals are summed over this long between two WARN lines: a flood
+/// must not become a flood of log lines.
+const REPORT_EVERY: Duration = Duration::from_secs(60);
+
+impl Refusals {
+    fn count(&mut self) {
+        self.unreported += 1;
+        if self.last.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
+            self.report();
+        }
+    }
+
+    fn report(&mut self) {
+        if self.unreported == 0 {
+            return;
+        }
+        let d = &self.doors;
+        match d.task_id {
+            Some(id) => warn!(
+                task_id = %id, listener = d.name, refused = self.unreported, cap = d.max_connections,
+                "connections over the cap were closed at once (counted over a minute at most)"
+            ),
+            None => warn!(
+                listener = d.name,
+                refused = self.unreported,
+                cap = d.max_connections,
+                "connections over the cap were closed at once (counted over a minute at most)"
+            ),
+        }
+        self.unreported = 0;
+        self.last = Some(Instant::now());
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown`, then lets the open
+/// connections finish what they are answering and returns.
+pub(crate) async fn serve<L: Accept>(
+    mut listener: L,
+    app: Router,
+    doors: Doors,
+    shutdown: CancellationToken,
+) {
+    let permits = std::sync::Arc::new(Semaphore::new(doors.max_connections));
+    let conns = TaskTracker::new();
+    let mut refusals = Refusals {
+        doors: doors.clone(),
+        unreported: 0,
+        last: None,
+    };
+    let mut accept_errors = Refusals {
+        doors: doors.clone(),
+        unreported: 0,
+        last: None,
+    };
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let (io, addr) = match accepted {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors (EMFILE, ENFILE) or memory: wait a
+                // little instead of spinning, and say so once a minute.
+                accept_errors.unreported += 1;
+                if accept_errors
+                    .last
+                    .is_none_or(|t| t.elapsed() >= REPORT_EVERY)
+                {
+                    warn!(listener = doors.name, task_id = ?doors.task_id, error = %e, times = accept_errors.unreported, "accepting a connection failed");
+                    accept_errors.unreported = 0;
+                    accept_errors.last = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            drop(io);
+            refusals.count();
+            continue;
+        };
+        let app = app.clone();
+        let stop = shutdown.clone();
+        let header_timeout = doors.header_timeout;
+        conns.spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(ConnectInfo(addr.clone()));
+                app.clone().oneshot(req)
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let conn = builder.serve_connection(TokioIo::new(io), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = stop.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+            let _ = conn.await;
+        });
+    }
+    refusals.report();
+    conns.close();
+    conns.wait().await;
+}
+
+/// What the connection caps may take of the open-files limit, computed
+/// once when `serve` starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FdBudget {
+    /// The open-files limit of this process.
+    pub limit: u64,
+    /// Each task gateway's connection cap, after lowering to fit.
+    pub per_gateway: usize,
+}
+
+/// A servo keeps at most a few connections to its gateway at once (its
+/// LLM call, a desk wait, a capability call, a verify): 16 leaves room,
+/// and 16 descriptors per task are few beside the limit.
+pub(crate) const GATEWAY_CONNECTIONS: usize = 16;
+
+/// Below this a servo could be refused its own calls: the budget refuses
+/// to lower the gateway cap further.
+const MIN_GATEWAY_CONNECTIONS: usize = 4;
+
+/// Descriptors kept for everything but the listeners' connections:
+/// launches (the socket's listener, Docker's streams, a volume's image),
+/// SQLite, the MCP servers' pipes, collection. Launches fail with EMFILE
+/// if the connections take these.
+pub(crate) const FD_RESERVE: u64 = 256;
+
+impl FdBudget {
+    /// The gateway cap for `tasks` at once and a dashboard of `web`
+    /// connections under `limit` open files, keeping [`FD_RESERVE`]:
+    /// lowered to fit (never below what a servo needs), or an error
+    /// saying what to change.
+    pub fn new(limit: u64, tasks: usize, web: usize) -> Result<FdBudget, String> {
+        let usable = limit.saturating_sub(FD_RESERVE + web as u64);
+        let fits = usable / (tasks.max(1) as u64);
+        let per_gateway = (fits.min(GATEWAY_CONNECTIONS as u64)) as usize;
+        if per_gateway < MIN_GATEWAY_CONNECTIONS {
+            return Err(format!(
+                "the open-files limit ({limit}) cannot hold {tasks} tasks' gateways at \
+                 {MIN_GATEWAY_CONNECTIONS} connections each, {web} dashboard connections and \
+                 {FD_RESERVE} descriptors kept for launches; raise it (`ulimit -n`, or \
+                 LimitNOFILE= in a systemd unit), or lower `concurrency` or \
+                 `http.max_connections` in config.yaml"
+            ));
+        }
+        Ok(FdBudget { limit, per_gateway })
+    }
+}
+
+/// This process's open-files (soft) limit.
+pub(crate) fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes `lim`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    lim.rlim_cur
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateway_cap_is_lowered_to_keep_the_reserve_or_refused() {
+        let b = FdBudget::new(20_000, 4, 256).unwrap();
+        assert_eq!(b.per_gateway, GATEWAY_CONNECTIONS);
+        // 1024 - 256 - 256 = 512 over 64 tasks: 8 each.
+        assert_eq!(FdBudget::new(1024, 64, 256).unwrap().per_gateway, 8);
+        let e = FdBudget::new(1024, 512, 256).unwrap_err();
+        assert!(e.contains("ulimit -n") && e.contains("concurrency"), "{e}");
+    }
+}
