@@ -46,7 +46,11 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     if let Err(e) = ctx.db(move |s| s.hold(id, &lease)).await {
         return let_go(&ctx, id, &e).await;
     }
-    for cid in &containers {
+    // Every container of the task: a verify container a crash left too.
+    let every = docker::every_task_container(d, id)
+        .await
+        .unwrap_or_else(|_| containers.clone());
+    for cid in &every {
         let _ = docker::remove_container(d, cid).await;
     }
     let dest = ctx.cfg.results_dir().join(id.to_string());
@@ -185,6 +189,10 @@ fn plan(first: Option<(String, anyhow::Result<bool>)>) -> Plan {
 async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) -> Joined {
     let id = task.id;
     info!(task_id = %id, container = %cid, "adopting servo");
+    // A verify attempt its foreman left midway: the servo is paused.
+    if let Err(e) = ctx.task_engine(id, None).recover_verify(id).await {
+        warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
+    }
     if task.state == TaskState::Starting {
         let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
         let lease = ctx.lease.clone();
