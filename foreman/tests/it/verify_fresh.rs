@@ -225,3 +225,74 @@ fn verify_runs_in_a_fresh_hardened_container_that_is_gone_after_the_task() {
     let id = t["id"].as_str().unwrap();
     assert_eq!(leftovers(id), Vec::<String>::new());
 }
+
+/// Ids of the task's containers with `filter` (`docker ps -aq`).
+fn containers(id: &str, filter: &str) -> Vec<String> {
+    let task = format!("label=saheeli.task={id}");
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &task, "--filter", filter])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn wait_for(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !done() {
+        assert!(t.elapsed() < limit, "waited {limit:?} for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A foreman killed mid-verify leaves the task's container paused and its
+/// verify container behind; the foreman that adopts the task removes the
+/// one and resumes the other, and the verify attempt is asked again.
+#[test]
+fn a_foreman_killed_mid_verify_leaves_nothing_its_successor_does_not_undo() {
+    require_docker();
+    let s = Saheeli::with_config("lease: 2s\n");
+    s.write("proj/README", "x\n");
+    s.write(
+        "s.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    // The first run marks the workspace and hangs; the second passes.
+    s.write(
+        "p.md",
+        "---\nmodel: replay:s.json\ntimeout: 1m\nworkspace: proj\n\
+         verify: 'if [ -e .slow ]; then echo second run; else touch .slow; sleep 120; fi'\n\
+         ---\nGo.\n",
+    );
+    let id = s.submit("p.md");
+    let serve = |s: &Saheeli| {
+        s.cmd(&["serve", "--drain"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = serve(&s);
+    let limit = std::time::Duration::from_secs(60);
+    wait_for("the task's container paused for verify", limit, || {
+        !containers(&id, "status=paused").is_empty()
+    });
+    let verify = containers(&id, "label=saheeli.role=verify");
+    assert_eq!(verify.len(), 1, "{verify:?}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // What the dead foreman left: a paused servo, a verify container.
+    assert_eq!(containers(&id, "status=paused").len(), 1);
+    assert_eq!(containers(&id, "label=saheeli.role=verify"), verify);
+
+    let status = serve(&s).wait().unwrap();
+    assert!(status.success(), "{status}");
+    let t = s.task(&id);
+    assert_eq!(t["state"], "complete", "{t:#}");
+    let dir = s.path().join("results").join(&id);
+    let v = verify_log(&dir, 1);
+    assert!(v.contains("second run"), "{v}");
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
