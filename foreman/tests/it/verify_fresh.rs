@@ -296,3 +296,30 @@ fn a_foreman_killed_mid_verify_leaves_nothing_its_successor_does_not_undo() {
     assert!(v.contains("second run"), "{v}");
     assert_eq!(leftovers(&id), Vec::<String>::new());
 }
+
+/// The task's timeout during a check: the task ends on time, the check
+/// with it, and neither its container nor the verify container is left.
+#[test]
+fn a_task_timing_out_mid_verify_ends_on_time_and_leaves_no_container() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write("proj/README", "x\n");
+    s.write(
+        "s.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:s.json\ntimeout: 10s\nworkspace: proj\nverify: 'sleep 600'\n---\nGo.\n",
+    );
+    let t0 = std::time::Instant::now();
+    let (t, log) = run(&s, "p.md", 1);
+    assert_eq!(t["reason"], "timeout", "{t}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(120),
+        "{:?}",
+        t0.elapsed()
+    );
+    let id = t["id"].as_str().unwrap();
+    assert_eq!(leftovers(id), Vec::<String>::new(), "{log}");
+}

@@ -286,7 +286,9 @@ pub(crate) async fn unpause(docker: &Docker, container: &str) -> anyhow::Result<
             Err(DockerError::DockerResponseServerError {
                 status_code: 409,
                 message,
-            }) if message.contains("not paused") => return Ok(()),
+            }) if message.contains("not paused") || message.contains("not running") => {
+                return Ok(());
+            }
             Err(e) => last = Some(e),
         }
     }
@@ -324,11 +326,7 @@ pub(crate) async fn recover_verify(
     id: TaskId,
     task_container: &str,
 ) -> anyhow::Result<()> {
-    let left = verify_containers(docker, id).await?;
-    for c in &left {
-        debug!(task_id = %id, container = %c, "removing a verify container left by a stopped foreman");
-        remove_container(docker, c).await?;
-    }
+    remove_verify_containers(docker, id).await?;
     let paused = timed(DockerOp::Inspect, async {
         docker
             .inspect_container(task_container, None)
@@ -343,4 +341,23 @@ pub(crate) async fn recover_verify(
         unpause(docker, task_container).await?;
     }
     Ok(())
+}
+
+/// Removes the verify containers of task `id` and waits (10 s at most)
+/// until none is left: one whose removal its gateway has begun still
+/// holds the workspace volume until that ends.
+pub(crate) async fn remove_verify_containers(docker: &Docker, id: TaskId) -> anyhow::Result<()> {
+    for _ in 0..40 {
+        let left = verify_containers(docker, id).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        for c in &left {
+            debug!(task_id = %id, container = %c, "removing a verify container");
+            // "Already in progress" is an error here: the next look says.
+            let _ = remove_container(docker, c).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    anyhow::bail!("the verify containers of task `{id}` are still there after 10 s")
 }
