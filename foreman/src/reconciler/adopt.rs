@@ -189,10 +189,6 @@ fn plan(first: Option<(String, anyhow::Result<bool>)>) -> Plan {
 async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) -> Joined {
     let id = task.id;
     info!(task_id = %id, container = %cid, "adopting servo");
-    // A verify attempt its foreman left midway: the servo is paused.
-    if let Err(e) = ctx.task_engine(id, None).recover_verify(id).await {
-        warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
-    }
     if task.state == TaskState::Starting {
         let detail = format!("container {} (adopted)", &cid[..12.min(cid.len())]);
         let lease = ctx.lease.clone();
@@ -232,6 +228,11 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
             }
         }
     };
+    // A verify attempt its foreman left midway: the servo is paused. It
+    // runs again once its gateway answers, and asks again.
+    if let Err(e) = docker::recover_verify(&ctx.docker, id, &cid).await {
+        warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
+    }
     let started = if task.active_ms > 0 {
         now_ms() - task.active_ms
     } else {
