@@ -43,8 +43,9 @@
 //! - `gateway/`: the per-task LLM endpoint on a unix socket, or for swarm
 //!   servos one TCP listener with a per-task token (`remote`) (keys, budgets,
 //!   the call ledger, providers, retries), the human desk, and the verify
-//!   route (`verify` commands run in the task's container by `docker
-//!   exec`, the assessor's call through the same budget).
+//!   route (`verify` commands run by `docker exec` in a fresh container
+//!   beside the paused task container, the assessor's call through the
+//!   same budget).
 //! - `capability/`: MCP servers run outside the containers (`rmcp`),
 //!   whose tools a granted task calls as `name__tool` through its gateway.
 //! - `notify/`: webhooks: an outbox row per event and URL (written with

@@ -38,4 +38,14 @@ impl TaskEngine {
             }
         }
     }
+
+    /// Undoes a verify attempt a stopped foreman left midway (the task's
+    /// container paused, a verify container beside it): for adoption.
+    /// A task with no running container now has nothing to undo.
+    pub async fn recover_verify(&self, id: TaskId) -> anyhow::Result<()> {
+        let Ok((d, container)) = self.container(id).await else {
+            return Ok(());
+        };
+        super::docker::recover_verify(&d, id, &container).await
+    }
 }

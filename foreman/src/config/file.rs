@@ -262,7 +262,8 @@ pub(crate) struct TaskDefaults {
     pub no_human: bool,
     /// What a gate does when no human is there: `deny` or `approve`.
     pub no_human_gates: GateDefault,
-    /// Commands run in the task's container after `task_complete`.
+    /// Commands run after `task_complete`, in a fresh container with the
+    /// task's workspace (`docker::VerifyBox`).
     pub verify: Commands,
     /// Paths restored from the submitted workspace before verify runs.
     pub verify_files: Vec<PathBuf>,

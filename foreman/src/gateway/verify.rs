@@ -1,9 +1,12 @@
 //! `POST /saheeli/v1/verify`: the servo's `task_complete` asks, the
-//! foreman checks. One attempt: `verify_files` are restored from the
-//! submitted workspace, each `verify` command runs in the task's own
-//! container (`docker exec`, the servo's user, /workspace, its limits and
-//! network, `verify_timeout`, output capped), and with `assess: true` an
-//! LLM judges the work against the objective (`assess`). The checks are
+//! foreman checks. One attempt: a fresh container is made from the task's
+//! image with the task's workspace volume (`docker::VerifyBox`: a new
+//! `/tmp` and `$HOME`, the task's hardening, `env:` and limits, no gateway
+//! socket) while the task's own container is paused; `verify_files` are
+//! restored in it from the submitted workspace, each `verify` command runs
+//! in it (`docker exec`, the servo's user, /workspace, `verify_timeout`,
+//! output capped), and it is removed. Then, with `assess: true`, an LLM
+//! judges the work against the objective (`assess`). The checks are
 //! rows in SQLite (fenced by the lease); the foreman counts the attempts,
 //! so neither the servo nor the agent's shell, which can reach this route
 //! too, can get more than `1 + verify_retries`.
@@ -17,7 +20,7 @@ use axum::response::Response;
 use bollard::Docker;
 use saheeli_protocol::TaskId;
 use saheeli_protocol::verify::{Check, CheckKind, Verdict, VerifyRequest};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::*;
 use crate::backend::TaskEngine;
@@ -47,6 +50,8 @@ pub(crate) struct VerifyLink {
     pub objective: String,
     /// One attempt at a time (the servo and the agent's shell may both ask).
     pub one_at_a_time: tokio::sync::Mutex<()>,
+    /// What the verify container takes from the task.
+    pub sandbox: docker::Sandbox,
 }
 
 impl VerifyLink {
@@ -64,8 +69,20 @@ impl VerifyLink {
             .objective
             .clone()
             .unwrap_or_else(|| format!("{}\n\n{}", spec.title, spec.body.trim_end()));
+        let network = match &engine {
+            TaskEngine::Local(_) => docker::VerifyNetwork::Declared(spec.network),
+            TaskEngine::Swarm { .. } => docker::VerifyNetwork::OfTask,
+        };
+        let sandbox = docker::Sandbox {
+            env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+            network,
+        };
         Some(Arc::new(VerifyLink {
             engine,
+            sandbox,
             submitted: inputs::workspace_tar(state_dir, id),
             scratch: state_dir.join("assess"),
             commands: spec.verify.clone(),
@@ -121,7 +138,7 @@ pub(super) async fn verify(
         Ok((None, made)) => {
             let attempt = made + 1;
             let t0 = std::time::Instant::now();
-            let checks = run_attempt(&gw, &link, attempt, &req.message).await;
+            let checks = run_attempt(&gw, link.clone(), attempt, &req.message).await;
             let ms = t0.elapsed().as_millis() as u64;
             info!(task_id = %id, attempt, ms, "verification attempt ran");
             let (rows, call) = (checks.clone(), req.call_id.clone());
@@ -147,16 +164,16 @@ pub(super) async fn verify(
 /// then the assessment when they passed (or there are none).
 async fn run_attempt(
     gw: &GatewayState,
-    link: &VerifyLink,
+    link: Arc<VerifyLink>,
     attempt: u32,
     message: &str,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     if !link.commands.is_empty() {
-        checks = run_commands(gw.task_id, link, attempt).await;
+        checks = run_commands(gw.task_id, link.clone(), attempt).await;
     }
     if link.assess && checks.iter().all(|c| c.passed) {
-        checks.push(assess::assess(gw, link, attempt, message, &checks).await);
+        checks.push(assess::assess(gw, &link, attempt, message, &checks).await);
     }
     checks
 }
@@ -174,22 +191,82 @@ fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
     }
 }
 
-/// Restores `verify_files`, then runs each command until one fails.
-async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check> {
+/// Runs the commands in a verify container beside the task's (paused)
+/// container, and removes it. Spawned: a request dropped midway (the
+/// foreman stopping, a caller gone) still removes the verify container
+/// and lets the task's container run again.
+async fn run_commands(id: TaskId, link: Arc<VerifyLink>, attempt: u32) -> Vec<Check> {
+    let first = link.commands[0].clone();
+    let shown = first.clone();
+    let ran = tokio::spawn(async move {
+        let (d, task_container) = match link.engine.container(id).await {
+            Ok(found) => found,
+            Err(e) => {
+                return vec![not_run(
+                    attempt,
+                    CheckKind::Verify,
+                    &first,
+                    format!("{e:#}"),
+                )];
+            }
+        };
+        let t0 = std::time::Instant::now();
+        let opened = docker::VerifyBox::open(&d, id, &task_container, &link.sandbox, attempt);
+        let vbox = match opened.await {
+            Ok(b) => b,
+            Err(e) => {
+                let why = format!("the verify container could not be made: {e:#}");
+                return vec![not_run(attempt, CheckKind::Verify, &first, why)];
+            }
+        };
+        // The task's container stopping (its timeout, a cancel) ends the
+        // check: nothing waits for its verdict any more.
+        let stopped = async {
+            match docker::wait(&d, &task_container).await {
+                Ok(_) => (),
+                Err(_) => std::future::pending().await,
+            }
+        };
+        let open_ms = t0.elapsed().as_millis() as u64;
+        let checks = tokio::select! {
+            checks = checks_in(&d, vbox.container(), &link, attempt) => checks,
+            () = stopped => {
+                let why = "the task's container stopped during verification (its timeout, or a cancel)";
+                vec![not_run(attempt, CheckKind::Verify, &first, why.to_string())]
+            }
+        };
+        let t1 = std::time::Instant::now();
+        if let Err(e) = vbox.close().await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "the verify container was not undone");
+        }
+        let close_ms = t1.elapsed().as_millis() as u64;
+        info!(task_id = %id, attempt, open_ms, close_ms, "verify container removed");
+        checks
+    });
+    match ran.await {
+        Ok(checks) => checks,
+        Err(e) => vec![not_run(
+            attempt,
+            CheckKind::Verify,
+            &shown,
+            format!("the verify run failed: {e}"),
+        )],
+    }
+}
+
+/// Restores `verify_files` in the verify container, then runs each
+/// command until one fails.
+async fn checks_in(d: &Docker, container: &str, link: &VerifyLink, attempt: u32) -> Vec<Check> {
     let first = link.commands[0].as_str();
-    let (d, container) = match link.engine.container(id).await {
-        Ok(found) => found,
-        Err(e) => return vec![not_run(attempt, CheckKind::Verify, first, format!("{e:#}"))],
-    };
     if !link.files.is_empty()
-        && let Err(e) = restore(&d, link, &container).await
+        && let Err(e) = restore(d, link, container).await
     {
         let why = format!("`verify_files` could not be restored, so nothing was run: {e:#}");
         return vec![not_run(attempt, CheckKind::Verify, first, why)];
     }
     let mut checks = Vec::new();
     for command in &link.commands {
-        let ran = docker::exec_shell(&d, &container, command, link.timeout, OUTPUT_CAP).await;
+        let ran = docker::exec_shell(d, container, command, link.timeout, OUTPUT_CAP).await;
         let check = match ran {
             Ok(r) => Check {
                 attempt,
@@ -216,9 +293,10 @@ async fn run_commands(id: TaskId, link: &VerifyLink, attempt: u32) -> Vec<Check>
     checks
 }
 
-/// Puts `verify_files` back as submitted: what is at those paths now (and
-/// a link or file where one of their directories goes) is removed by the
-/// servo's user, then the submitted entries are uploaded.
+/// Puts `verify_files` back as submitted, in the verify container: what
+/// is at those paths now (and a link or file where one of their
+/// directories goes) is removed by the servo's user, then the submitted
+/// entries are uploaded.
 async fn restore(d: &Docker, link: &VerifyLink, container: &str) -> anyhow::Result<()> {
     let (paths, parents) = inputs::workspace_args(&link.files);
     if !parents.is_empty() {

@@ -46,7 +46,11 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     if let Err(e) = ctx.db(move |s| s.hold(id, &lease)).await {
         return let_go(&ctx, id, &e).await;
     }
-    for cid in &containers {
+    // Every container of the task: a verify container a crash left too.
+    let every = docker::every_task_container(d, id)
+        .await
+        .unwrap_or_else(|_| containers.clone());
+    for cid in &every {
         let _ = docker::remove_container(d, cid).await;
     }
     let dest = ctx.cfg.results_dir().join(id.to_string());
@@ -224,6 +228,11 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, cid: String, inbox: Inbox) ->
             }
         }
     };
+    // A verify attempt its foreman left midway: the servo is paused. It
+    // runs again once its gateway answers, and asks again.
+    if let Err(e) = docker::recover_verify(&ctx.docker, id, &cid).await {
+        warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
+    }
     let started = if task.active_ms > 0 {
         now_ms() - task.active_ms
     } else {

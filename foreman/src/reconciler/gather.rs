@@ -91,7 +91,7 @@ pub(super) async fn remove_containers(ctx: &Ctx, id: TaskId, known: Option<&str>
     let d = &ctx.docker;
     let containers = match known {
         Some(c) => vec![c.to_string()],
-        None => match docker::task_containers(d, id).await {
+        None => match docker::every_task_container(d, id).await {
             Ok(list) => list,
             Err(_) => return false,
         },

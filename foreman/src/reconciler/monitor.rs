@@ -60,6 +60,13 @@ pub(super) async fn monitor(
         return park(&ctx, &task, Some(&container), gateway, active).await;
     }
     let d = &ctx.docker;
+    if task.spec.verifies() {
+        // A check the servo's end cut short: its container goes before the
+        // workspace is read and its volume removed.
+        if let Err(e) = docker::remove_verify_containers(d, id).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "verify container not removed");
+        }
+    }
     let oom = docker::oom_killed(d, &container).await;
     let metered = gateway.as_ref().map(|g| Metered::read(g.meter()));
 

@@ -85,6 +85,11 @@ pub(super) async fn resume_swarm(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> 
     } else {
         task.started_at.unwrap_or_else(now_ms)
     };
+    // A verify attempt its foreman left midway: the servo is paused.
+    let engine = ctx.task_engine(id, Some(&suffix));
+    if let Err(e) = engine.recover_verify(id).await {
+        warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
+    }
     let launch = swarm::LaunchObjects::of(id, &service, &suffix);
     watch_and_end(ctx, task, launch, gateway, started, inbox).await
 }

@@ -82,7 +82,9 @@ pub(super) async fn cleanup(ctx: &Ctx, id: TaskId, known: Option<&str>) {
     // `remove_containers`); the sweeper finds anything a crash left.
     let containers = match known {
         Some(c) => vec![c.to_string()],
-        None => docker::task_containers(d, id).await.unwrap_or_default(),
+        None => docker::every_task_container(d, id)
+            .await
+            .unwrap_or_default(),
     };
     for c in containers {
         if let Err(e) = docker::remove_container(d, &c).await {

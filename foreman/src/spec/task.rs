@@ -86,7 +86,8 @@ pub(crate) struct TaskSpec {
     /// A template's steps (`step_done` marks them done).
     #[serde(default)]
     pub steps: Vec<Step>,
-    /// Commands run in the task's container after `task_complete`.
+    /// Commands run after `task_complete`, in a fresh container with the
+    /// task's workspace (`docker::VerifyBox`).
     #[serde(default)]
     pub verify: Vec<String>,
     /// Paths below /workspace restored from the submitted workspace

@@ -38,6 +38,7 @@ mod swarm_park;
 mod swarm_verify;
 mod templates;
 mod verify;
+mod verify_fresh;
 mod web;
 mod web_browser;
 mod webhooks;

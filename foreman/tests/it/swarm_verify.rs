@@ -1,7 +1,9 @@
 //! What acts on a running servo, on a real 3-node swarm (issue 14's
-//! gaps): `verify` commands run by `docker exec` in the task's container
-//! on whichever node runs it (verify_files restored first, the failure fed
-//! back to the model, the attempts counted in SQLite), OOM detection from
+//! gaps): `verify` commands run in a fresh verify container on whichever
+//! node runs the task, with its workspace volume, the task's container
+//! paused meanwhile (issue 23; verify_files restored first, the failure
+//! fed back to the model, the attempts counted in SQLite, no verify
+//! container left on any node), OOM detection from
 //! the container on its node, and `task logs --follow` reading the live
 //! audit lines from that node while the task runs. The assessor
 //! (`assess: true`) reads the workspace of the container on its node.
@@ -32,9 +34,7 @@ const TEST: &str = "out=$(sh add.sh 2 2)\n\
 fn verify_oom_and_live_logs_on_a_real_swarm() {
     require_docker();
     let t0 = Instant::now();
-    let Fixture {
-        swarm: _swarm, s, ..
-    } = Fixture::up(236);
+    let Fixture { swarm, s, .. } = Fixture::up(236);
     // The agent of the assessed task and its assessor (through the
     // foreman's gateway, so a fake LLM on this host serves both).
     let assessor = std::sync::atomic::AtomicBool::new(false);
@@ -168,6 +168,24 @@ fn verify_oom_and_live_logs_on_a_real_swarm() {
 
     wait_exit(&mut server, &s);
     eprintln!("verify and oom tasks done in {}", elapsed(t));
+
+    // Each attempt had its own verify container on the task's node (two
+    // for the verified task, one for the assessed one), and none is left.
+    let log = std::fs::read_to_string(s.path().join("serve.log")).unwrap();
+    let used: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("verify container removed"))
+        .collect();
+    assert_eq!(used.iter().filter(|l| l.contains(&v)).count(), 2, "{log}");
+    assert_eq!(used.iter().filter(|l| l.contains(&assessed)).count(), 1);
+    eprintln!("swarm verify containers: {used:#?}");
+    for node in 1..=3 {
+        let left = swarm.lines(
+            node,
+            &["ps", "-aq", "--filter", "label=saheeli.role=verify"],
+        );
+        assert_eq!(left, Vec::<String>::new(), "node {node}");
+    }
 
     // Verified on the swarm: complete after two attempts.
     let task = s.task(&v);

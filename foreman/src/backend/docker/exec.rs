@@ -1,6 +1,7 @@
-//! Running a command inside a task's running container (the exec API), as
-//! the servo's user in /workspace, under the container's own limits: what
-//! `verify` runs. The command's output is captured under a cap (head and
+//! Running a command inside a running container (the exec API), as the
+//! servo's user in /workspace, under the container's own limits: what
+//! `verify` runs in its verify container (`verify.rs`). The command's
+//! output is captured under a cap (head and
 //! tail kept) and its time is bounded twice: by `timeout` inside the
 //! container, and by the foreman, which stops reading a little later
 //! whatever the command (or what it left running) does.
@@ -82,11 +83,11 @@ async fn exec(
             },
         )
         .await
-        .context("creating an exec in the task's container")?;
+        .context("creating an exec in the container")?;
     let started = docker
         .start_exec(&created.id, None)
         .await
-        .context("starting an exec in the task's container")?;
+        .context("starting an exec in the container")?;
     let mut out = Capped::new(cap);
     let mut ended = true;
     if let StartExecResults::Attached { mut output, .. } = started {
@@ -109,7 +110,7 @@ async fn exec(
     let inspect = docker
         .inspect_exec(&created.id)
         .await
-        .context("inspecting an exec in the task's container")?;
+        .context("inspecting an exec in the container")?;
     let running = inspect.running.unwrap_or(false);
     let exit_code = if running { None } else { inspect.exit_code };
     let duration = t0.elapsed();

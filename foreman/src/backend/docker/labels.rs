@@ -18,24 +18,55 @@ pub(super) fn task_labels(id: TaskId) -> HashMap<String, String> {
     HashMap::from([(TASK_LABEL.to_string(), id.to_string())])
 }
 
-/// Ids of the containers labelled with a task.
+/// Ids of the task's servo containers: labelled with the task, and with
+/// no role (a verify container is never taken for the servo's).
 pub(crate) async fn task_containers(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
+    Ok(listed(docker, id)
+        .await?
+        .into_iter()
+        .filter(|c| !has_role(c))
+        .filter_map(|c| c.id)
+        .collect())
+}
+
+/// Ids of every container labelled with a task (its servo's and any
+/// verify container), for removing them all.
+pub(crate) async fn every_task_container(
+    docker: &Docker,
+    id: TaskId,
+) -> anyhow::Result<Vec<String>> {
+    Ok(listed(docker, id)
+        .await?
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect())
+}
+
+fn has_role(c: &bollard::models::ContainerSummary) -> bool {
+    c.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(super::ROLE_LABEL))
+}
+
+async fn listed(
+    docker: &Docker,
+    id: TaskId,
+) -> anyhow::Result<Vec<bollard::models::ContainerSummary>> {
     let filter = format!("{TASK_LABEL}={id}");
     let opts = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&HashMap::from([("label", vec![filter.as_str()])]))
         .build();
-    let list = timed(DockerOp::List, async {
+    timed(DockerOp::List, async {
         docker
             .list_containers(Some(opts))
             .await
             .context("listing Saheeli containers")
     })
-    .await?;
-    Ok(list.into_iter().filter_map(|c| c.id).collect())
+    .await
 }
 
-/// Ids of the containers labelled with a task, oldest first (a task's
+/// Ids of the task's servo containers, oldest first (a task's
 /// containers run one after another: after parking, a new one goes on).
 pub(crate) async fn task_containers_in_order(
     docker: &Docker,
@@ -50,6 +81,7 @@ pub(crate) async fn task_containers_in_order(
         .list_containers(Some(opts))
         .await
         .context("listing Saheeli containers")?;
+    list.retain(|c| !has_role(c));
     list.sort_by_key(|c| c.created.unwrap_or(0));
     Ok(list.into_iter().filter_map(|c| c.id).collect())
 }

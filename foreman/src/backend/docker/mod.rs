@@ -3,7 +3,7 @@
 //! and out, wait, stop, and clean up.
 //!
 //! Containers and volumes are found by their `saheeli.task` label, never by
-//! name.
+//! name; a task's verify container also carries `saheeli.role=verify`.
 
 mod container;
 mod daemon;
@@ -11,6 +11,7 @@ mod exec;
 mod image;
 mod labels;
 mod timed;
+mod verify;
 mod volume;
 
 pub(crate) use container::*;
@@ -19,4 +20,5 @@ pub(crate) use exec::*;
 pub(crate) use image::*;
 pub(crate) use labels::*;
 use timed::{DockerOp, timed};
+pub(crate) use verify::*;
 pub(crate) use volume::*;

@@ -92,11 +92,17 @@ async fn running_container(d: &Docker, id: TaskId, name: &str) -> anyhow::Result
         .context("listing the task's containers on its node")?;
     Ok(found
         .into_iter()
+        // A verify container beside it carries a role: never the servo.
         .filter(|c| {
-            c.names
-                .iter()
-                .flatten()
-                .any(|n| n.trim_start_matches('/').starts_with(&format!("{name}.")))
+            let role = c
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(crate::docker::ROLE_LABEL));
+            !role
+                && c.names
+                    .iter()
+                    .flatten()
+                    .any(|n| n.trim_start_matches('/').starts_with(&format!("{name}.")))
         })
         .find_map(|c| c.id))
 }

@@ -324,23 +324,42 @@ pub(crate) async fn remove_launch(
     if engines.is_empty() {
         return failed + 1;
     }
-    // The task container's name is `<service name>.<slot>.<swarm task id>`.
+    // The task container's name is `<service name>.<slot>.<swarm task id>`;
+    // a verify container (found by its role) may still hold the volume.
     let f = HashMap::from([
         ("label", vec![format!("{TASK_LABEL}={}", l.task)]),
         ("name", vec![format!("{}.", l.name)]),
     ]);
+    let verify = HashMap::from([(
+        "label",
+        vec![
+            format!("{TASK_LABEL}={}", l.task),
+            format!(
+                "{}={}",
+                crate::docker::ROLE_LABEL,
+                crate::docker::VERIFY_ROLE
+            ),
+        ],
+    )]);
     for (_, d) in &engines {
-        let opts = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&f)
-            .build();
-        let containers = match d.list_containers(Some(opts)).await {
-            Ok(c) => c,
-            Err(e) => {
-                note("containers", Err(e));
-                continue;
+        let mut containers = Vec::new();
+        let mut listed = true;
+        for filters in [&f, &verify] {
+            let opts = ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(filters)
+                .build();
+            match d.list_containers(Some(opts)).await {
+                Ok(c) => containers.extend(c),
+                Err(e) => {
+                    note("containers", Err(e));
+                    listed = false;
+                }
             }
-        };
+        }
+        if !listed {
+            continue;
+        }
         for c in containers.into_iter().filter_map(|c| c.id) {
             let opts = RemoveContainerOptionsBuilder::default()
                 .force(true)

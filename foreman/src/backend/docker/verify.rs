@@ -1,0 +1,363 @@
+//! The container a `verify` attempt runs in: new, from the task's image,
+//! with the task's workspace volume on /workspace and nothing else of the
+//! agent's (HOSTILE.md case 27: a `.pth` file in the agent's `$HOME`, its
+//! own tmpfs, made `python3 -m unittest` pass with the work undone).
+//!
+//! A fresh `/tmp` (and so `$HOME`), the task container's hardening (cap-drop
+//! ALL, no-new-privileges, read-only root, user 1000:1000, init), its
+//! declared `env:` and limits, no gateway socket and no launch settings.
+//! It idles (`sleep infinity`) so that the restore of `verify_files` and
+//! each command run in it by exec, under [`super::exec`]'s caps.
+//!
+//! While it is used, the task's own container is **paused** (the cgroup
+//! freezer): every process of the agent, whatever it did to escape the
+//! servo's `kill(-1)` (a `setsid`, ignoring signals, a shell that posts
+//! to the verify route itself), is frozen and cannot touch the workspace
+//! mid-check. Paused rather than killed: the servo in that container is
+//! waiting for the verdict and carries on after it (a failed attempt is
+//! fed back and the agent fixes its work), which a kill would end; a
+//! freeze is also atomic (no process can outrun it) and undone exactly.
+//!
+//! The verify container carries the task's label and `saheeli.role=verify`:
+//! [`super::task_containers`] never takes it for the servo's, while the
+//! sweeper and `saheeli gc` (which list by the task label alone) remove a
+//! leftover of an ended task, and [`recover_verify`] one of a task a restarted
+//! foreman adopts.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
+};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
+use saheeli_protocol::{NetworkMode, TaskId, paths};
+use tracing::{debug, warn};
+
+use super::*;
+
+/// The label saying what a container of a task is for (absent on the
+/// servo's own container).
+pub(crate) const ROLE_LABEL: &str = "saheeli.role";
+
+/// [`ROLE_LABEL`]'s value on a verify container.
+pub(crate) const VERIFY_ROLE: &str = "verify";
+
+/// What a verify container takes from the task's spec.
+#[derive(Clone, Debug)]
+pub(crate) struct Sandbox {
+    /// The task's declared `env:` (`K=V`), nothing of the servo's.
+    pub env: Vec<String>,
+    pub memory: u64,
+    pub cpus: f64,
+    pub pids: i64,
+    pub network: VerifyNetwork,
+}
+
+/// The network a verify container gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VerifyNetwork {
+    /// The task's declared mode, in a network namespace of its own
+    /// (the local engine).
+    Declared(NetworkMode),
+    /// The task container's namespace (a swarm: its overlay, which a
+    /// container outside the service cannot join). Its processes are
+    /// frozen while the check runs.
+    OfTask,
+}
+
+/// A verify container in use, with the task container paused. Close it
+/// with [`VerifyBox::close`]; [`recover_verify`] undoes one a crash left.
+pub(crate) struct VerifyBox {
+    docker: Docker,
+    task_container: String,
+    container: String,
+}
+
+impl VerifyBox {
+    /// Creates and starts the verify container of attempt `attempt` beside
+    /// `task_container`, then pauses the task container. On an error,
+    /// whatever was made is undone.
+    pub async fn open(
+        docker: &Docker,
+        id: TaskId,
+        task_container: &str,
+        sandbox: &Sandbox,
+        attempt: u32,
+    ) -> anyhow::Result<VerifyBox> {
+        let (image, volume) = task_image_and_volume(docker, task_container).await?;
+        let container = create(
+            docker,
+            id,
+            task_container,
+            &image,
+            &volume,
+            sandbox,
+            attempt,
+        )
+        .await?;
+        let b = VerifyBox {
+            docker: docker.clone(),
+            task_container: task_container.to_string(),
+            container,
+        };
+        // Started before the pause: the freeze then covers only the check.
+        let opened = async {
+            timed(DockerOp::Start, async {
+                docker
+                    .start_container(&b.container, None)
+                    .await
+                    .context("starting the verify container")
+            })
+            .await?;
+            pause(docker, task_container).await
+        }
+        .await;
+        match opened {
+            Ok(()) => Ok(b),
+            Err(e) => {
+                if let Err(undo) = b.close().await {
+                    warn!(task_id = %id, error = %format!("{undo:#}"), "verify container not undone");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The verify container's id.
+    pub fn container(&self) -> &str {
+        &self.container
+    }
+
+    /// Removes the verify container (what it left running goes with it),
+    /// then lets the task container run again.
+    pub async fn close(self) -> anyhow::Result<()> {
+        let removed = remove_container(&self.docker, &self.container).await;
+        let resumed = unpause(&self.docker, &self.task_container).await;
+        removed.and(resumed)
+    }
+}
+
+/// The image (its id: exactly what the servo runs) and the /workspace
+/// volume of the task's container.
+async fn task_image_and_volume(
+    docker: &Docker,
+    container: &str,
+) -> anyhow::Result<(String, String)> {
+    let c = timed(DockerOp::Inspect, async {
+        docker
+            .inspect_container(container, None)
+            .await
+            .context("inspecting the task's container")
+    })
+    .await?;
+    let image = c.image.context("the task's container has no image id")?;
+    let volume = c
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .find(|m| {
+            m.destination.as_deref() == Some(paths::WORKSPACE) && m.typ.as_deref() == Some("volume")
+        })
+        .and_then(|m| m.name)
+        .with_context(|| {
+            format!(
+                "the task's container has no volume on {}: nothing to verify",
+                paths::WORKSPACE
+            )
+        })?;
+    Ok((image, volume))
+}
+
+fn verify_labels(id: TaskId) -> HashMap<String, String> {
+    let mut labels = task_labels(id);
+    labels.insert(ROLE_LABEL.to_string(), VERIFY_ROLE.to_string());
+    labels
+}
+
+/// The verify container (created, not started).
+async fn create(
+    docker: &Docker,
+    id: TaskId,
+    task_container: &str,
+    image: &str,
+    volume: &str,
+    sandbox: &Sandbox,
+    attempt: u32,
+) -> anyhow::Result<String> {
+    let mount = Mount {
+        target: Some(paths::WORKSPACE.into()),
+        source: Some(volume.into()),
+        typ: Some(MountType::VOLUME),
+        // The volume exists: an emptied workspace must stay empty, not
+        // be filled with the image's /workspace.
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut env = sandbox.env.clone();
+    env.push("HOME=/tmp".into());
+    let (network_mode, disabled) = match sandbox.network {
+        VerifyNetwork::Declared(m) => (m.as_str().to_string(), m == NetworkMode::None),
+        VerifyNetwork::OfTask => (format!("container:{task_container}"), false),
+    };
+    let memory = i64::try_from(sandbox.memory).unwrap_or(i64::MAX);
+    let host_config = HostConfig {
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        privileged: Some(false),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            "rw,nosuid,nodev,size=256m".to_string(),
+        )])),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((sandbox.cpus * 1e9) as i64),
+        pids_limit: Some(sandbox.pids),
+        init: Some(true),
+        network_mode: Some(network_mode),
+        mounts: Some(vec![mount]),
+        // Output is read through the exec, never the container's log: a
+        // command writing to /proc/1/fd/1 fills no file on the host.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".into()),
+            config: None,
+        }),
+        ..Default::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(image.into()),
+        entrypoint: Some(vec!["sleep".into()]),
+        cmd: Some(vec!["infinity".into()]),
+        user: Some("1000:1000".into()),
+        working_dir: Some(paths::WORKSPACE.into()),
+        env: Some(env),
+        labels: Some(verify_labels(id)),
+        network_disabled: Some(disabled),
+        host_config: Some(host_config),
+        ..Default::default()
+    };
+    let opts = CreateContainerOptionsBuilder::default()
+        .name(&format!("saheeli-{id}-verify-{attempt}"))
+        .build();
+    let created = timed(DockerOp::CreateContainer, async {
+        match docker.create_container(Some(opts), body.clone()).await {
+            // A leftover may hold the name; names are cosmetic.
+            Err(DockerError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => docker.create_container(None, body).await,
+            other => other,
+        }
+        .with_context(|| format!("creating the verify container from image `{image}`"))
+    })
+    .await?;
+    Ok(created.id)
+}
+
+/// Freezes every process of a container. Already paused is fine.
+pub(crate) async fn pause(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    match docker.pause_container(container).await {
+        Ok(()) => Ok(()),
+        Err(DockerError::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already paused") => Ok(()),
+        Err(e) => Err(e).context("pausing the task's container for verification"),
+    }
+}
+
+/// Lets a paused container run again, trying three times (a container
+/// left paused would hang its task until its timeout). Not paused (or
+/// gone) is fine.
+pub(crate) async fn unpause(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    let mut last = None;
+    for wait_ms in [0, 200, 1000] {
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        match docker.unpause_container(container).await {
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(()),
+            Err(DockerError::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) if message.contains("not paused") || message.contains("not running") => {
+                return Ok(());
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("three tries")).context("resuming the task's container after verification")
+}
+
+/// Ids of the verify containers of task `id`, in any state.
+pub(crate) async fn verify_containers(docker: &Docker, id: TaskId) -> anyhow::Result<Vec<String>> {
+    let filters = HashMap::from([(
+        "label",
+        vec![
+            format!("{TASK_LABEL}={id}"),
+            format!("{ROLE_LABEL}={VERIFY_ROLE}"),
+        ],
+    )]);
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let list = timed(DockerOp::List, async {
+        docker
+            .list_containers(Some(opts))
+            .await
+            .context("listing the task's verify containers")
+    })
+    .await?;
+    Ok(list.into_iter().filter_map(|c| c.id).collect())
+}
+
+/// Undoes a verify attempt a stopped foreman left midway: its verify
+/// containers are removed and the task's container runs again. For a
+/// foreman adopting a running task.
+pub(crate) async fn recover_verify(
+    docker: &Docker,
+    id: TaskId,
+    task_container: &str,
+) -> anyhow::Result<()> {
+    remove_verify_containers(docker, id).await?;
+    let paused = timed(DockerOp::Inspect, async {
+        docker
+            .inspect_container(task_container, None)
+            .await
+            .context("inspecting the task's container")
+    })
+    .await?
+    .state
+    .and_then(|s| s.paused)
+    .unwrap_or(false);
+    if paused {
+        unpause(docker, task_container).await?;
+    }
+    Ok(())
+}
+
+/// Removes the verify containers of task `id` and waits (10 s at most)
+/// until none is left: one whose removal its gateway has begun still
+/// holds the workspace volume until that ends.
+pub(crate) async fn remove_verify_containers(docker: &Docker, id: TaskId) -> anyhow::Result<()> {
+    for _ in 0..40 {
+        let left = verify_containers(docker, id).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        for c in &left {
+            debug!(task_id = %id, container = %c, "removing a verify container");
+            // "Already in progress" is an error here: the next look says.
+            let _ = remove_container(docker, c).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    anyhow::bail!("the verify containers of task `{id}` are still there after 10 s")
+}
