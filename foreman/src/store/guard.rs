@@ -95,8 +95,13 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = count_refusal(&tx, id)?;
-        let recorded = n <= LOGGED_REFUSALS && charge(&tx, id, detail.len())?;
+        count_refusal(&tx, id)?;
+        let logged: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND kind = ?2",
+            params![id.to_string(), kind],
+            |r| r.get(0),
+        )?;
+        let recorded = logged < LOGGED_REFUSALS && charge(&tx, id, detail.len())?;
         if recorded {
             note_event(&tx, id, kind, Some("saheeli"), detail)?;
         }

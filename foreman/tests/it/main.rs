@@ -18,6 +18,7 @@ mod eval_example;
 mod fencing;
 mod gateway;
 mod gateway_attack;
+mod gateway_guard;
 mod hardening;
 mod hostile_files;
 mod human;
