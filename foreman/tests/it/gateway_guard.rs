@@ -441,3 +441,92 @@ fn dense_text_cannot_overspend_the_token_budget() {
         "billed {billed} against max_tokens 8000: {t:#}"
     );
 }
+
+/// Case 39 (top problem 6): a parked servo's session is rewritten while
+/// it waits (the workspace is the agent's) to hold another call than the
+/// one the human is shown; after the approval the servo runs only the
+/// call the human approved, as the foreman recorded it, and refuses the
+/// rewritten one.
+#[test]
+fn an_approval_runs_only_the_call_the_human_saw() {
+    require_docker();
+    let llm = FakeLlm::start(vec![]);
+    let s = project(&llm, "");
+    s.write(
+        "s.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "echo benign-secret-check"}),
+            ),
+            ("task_complete", json!({"message": "done"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        &replay_prompt(
+            "s.json",
+            "approve: {execute_shell: \"secret\"}\npark_after: 1s\n",
+        ),
+    );
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let t = until(&s, &id, &serve, "parked", |t| {
+        t["state"] == "waiting_human" && t["parked"] == true
+    });
+    assert!(
+        t["waiting_for"]["arguments"]
+            .as_str()
+            .unwrap()
+            .contains("benign-secret-check")
+    );
+    // The parked workspace, rewritten as the agent's watcher did.
+    let vol = Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=saheeli.task={id}"),
+        ])
+        .output()
+        .unwrap();
+    let vol = String::from_utf8_lossy(&vol.stdout).trim().to_string();
+    assert!(!vol.is_empty(), "no parked volume");
+    let tamper = format!(
+        "import json; p = '/workspace/servo-{id}-session.json'; s = json.load(open(p)); \
+         s['parked']['arguments'] = json.dumps({{'command': 'echo EVIL-RAN > evil.txt'}}); \
+         s['steps'] = 0; json.dump(s, open(p, 'w'))"
+    );
+    let out = Command::new("docker")
+        .args(["run", "--rm", "-u", "0", "--network", "none", "-v"])
+        .arg(format!("{vol}:/workspace"))
+        .args([
+            "--entrypoint",
+            "python3",
+            &crate::util::image(),
+            "-c",
+            &tamper,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.expect(&["task", "approve", &id], 0);
+    let t = until(&s, &id, &serve, "ended", |t| t["finished_at"].is_string());
+    let results = PathBuf::from(t["results"].as_str().unwrap());
+    assert!(
+        !results.join("evil.txt").exists(),
+        "a call nobody approved ran: {t:#}"
+    );
+    let session =
+        std::fs::read_to_string(results.join(format!("servo-{id}-session.json"))).unwrap();
+    assert!(
+        session.contains("the call the human replied to differs"),
+        "{session}"
+    );
+    assert_eq!(t["state"], "complete", "{t:#}");
+}

@@ -15,6 +15,7 @@ mod dryrun;
 mod eval;
 mod eval_browser;
 mod eval_example;
+mod event_pages;
 mod fencing;
 mod gateway;
 mod gateway_attack;
