@@ -12,6 +12,7 @@ mod chaos_gateway;
 mod cli;
 mod daemon;
 mod dryrun;
+mod ending_wins;
 mod eval;
 mod eval_browser;
 mod eval_example;

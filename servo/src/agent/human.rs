@@ -606,3 +606,40 @@ fn feedback_sentence(text: &str) -> String {
         format!(" Their feedback: {text}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval(arguments: &str) -> Waiting {
+        Waiting::Approval {
+            tool: "execute_shell".into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn only_the_call_the_human_saw_matches() {
+        let seen = approval(r#"{"command":"echo benign"}"#);
+        assert!(same_ask(&seen, &seen.clone()));
+        assert!(!same_ask(&seen, &approval(r#"{"command":"echo EVIL"}"#)));
+        // The desk keeps 64 KiB of a text, the cut stated.
+        let long = format!(r#"{{"command":"{}"}}"#, "a".repeat(70_000));
+        let kept = format!(
+            "{}…[{} more bytes not shown]",
+            &long[..65536],
+            long.len() - 65536
+        );
+        assert!(same_ask(&approval(&kept), &approval(&long)));
+        let other = format!("{}b", &long[..long.len() - 1]);
+        assert!(
+            same_ask(&approval(&kept), &approval(&other)),
+            "same head, same length"
+        );
+        assert!(!same_ask(&approval(&kept), &approval(&long[..60_000])));
+        let question = Waiting::Answer {
+            question: "which?".into(),
+        };
+        assert!(!same_ask(&question, &seen));
+    }
+}
