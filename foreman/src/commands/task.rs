@@ -55,11 +55,17 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                     serde_json::to_string_pretty(&task_view(&store, id, page)?)?
                 } else {
                     let t = store.require(id)?;
-                    let (mut events, _) = store.events_page(t.id, page.before, page.limit)?;
+                    let (mut events, total) = store.events_page(t.id, page.before, page.limit)?;
                     events.reverse();
+                    let shown = events.len() as i64;
                     let attempts = store.attempts(t.id)?;
                     let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
                     let mut text = output::detail(&t, &events, &attempts, &steps);
+                    if shown < total {
+                        text.push_str(&format!(
+                            "events:    {shown} of {total} shown (`--events N`, `--events-before SEQ`)\n"
+                        ));
+                    }
                     if let Some(c) =
                         Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default())
                     {
