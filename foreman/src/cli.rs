@@ -240,6 +240,14 @@ pub(crate) struct StatusArgs {
     /// How many tasks the table shows, newest first.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// With an ID: how many of its events to show, the newest (the JSON
+    /// gives `events_total`, and `events_before` when older ones exist).
+    #[arg(long, value_name = "N", default_value_t = crate::commands::EventPage::DEFAULT_LIMIT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub events: usize,
+    /// With an ID: show the events older than event SEQ (`seq` in the JSON).
+    #[arg(long, value_name = "SEQ")]
+    pub events_before: Option<i64>,
 }
 
 #[derive(Debug, Args)]

@@ -71,7 +71,10 @@ impl TaskState {
                 // Replied to or resumed: the servo goes on, or (parked) the
                 // task is queued for a new container on its workspace.
                 | (WaitingHuman | Paused, Running | Queued)
-                | (WaitingHuman | Paused, Incomplete | Failed | Cancelled)
+                // An ending always wins over a wait: a servo that asked
+                // (or whose shell asked, case 22) and then finished is
+                // recorded as it ended; its open question is moot.
+                | (WaitingHuman | Paused, Complete | Incomplete | Failed | Cancelled)
         )
     }
 }
@@ -92,9 +95,13 @@ mod tests {
     }
 
     #[test]
-    fn complete_only_from_running() {
+    fn complete_only_from_running_or_a_wait() {
         for from in TaskState::iter() {
-            assert_eq!(from.can_become(Complete), from == Running, "{from}");
+            assert_eq!(
+                from.can_become(Complete),
+                matches!(from, Running | WaitingHuman | Paused),
+                "{from}"
+            );
         }
     }
 

@@ -16,7 +16,8 @@ pub mod routes {
     pub const ASK: &str = "/saheeli/v1/ask";
     /// `GET /saheeli/v1/ask/{call_id}?wait_ms=N`: a [`Replied`](super::Replied).
     pub const ASK_PREFIX: &str = "/saheeli/v1/ask/";
-    /// `GET ?wait_ms=N`: the [`Inbox`](super::Inbox) (messages, pause).
+    /// `GET ?wait_ms=N&after=ID`: the [`Inbox`](super::Inbox) (messages
+    /// after note `ID`, the newest the servo has; pause).
     pub const INBOX: &str = "/saheeli/v1/inbox";
     /// `POST` a [`Delivered`](super::Delivered): messages now in the session.
     pub const DELIVERED: &str = "/saheeli/v1/inbox/delivered";
@@ -124,6 +125,11 @@ pub struct Asked {
 pub struct Replied {
     #[serde(default)]
     pub reply: Option<Reply>,
+    /// What was asked, as the foreman recorded it (with a reply): the
+    /// human decided on this, so an approved call runs only if it is this
+    /// call (the servo's own record of it may have been tampered with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
 }
 
 /// A message a human injected, for the model to read before its next call.

@@ -52,8 +52,9 @@ impl Desk {
         Ok(asked.reply)
     }
 
-    /// The reply to `call_id`, waiting up to `wait` for one.
-    pub async fn reply(&self, call_id: &str, wait: Duration) -> Result<Option<Reply>, Refused> {
+    /// The reply to `call_id`, waiting up to `wait` for one, with what
+    /// the foreman recorded as asked (the call the human decided on).
+    pub async fn reply(&self, call_id: &str, wait: Duration) -> Result<Replied, Refused> {
         let url = format!(
             "{}{}{}?wait_ms={}",
             self.base,
@@ -61,14 +62,15 @@ impl Desk {
             call_id,
             wait.as_millis().min(u128::from(MAX_WAIT_MS))
         );
-        let replied: Replied = self.get_retrying(&url).await?;
-        Ok(replied.reply)
+        self.get_retrying(&url).await
     }
 
-    /// Messages and the pause flag; None when the gateway cannot be reached
-    /// now (the next step asks again: nothing is lost, rows stay undelivered).
-    pub async fn inbox_now(&self) -> Option<Inbox> {
-        let url = format!("{}{}?wait_ms=0", self.base, routes::INBOX);
+    /// Messages after note `after` (the newest in the session: whoever
+    /// marks notes delivered, the servo gets what it has not got) and the
+    /// pause flag; None when the gateway cannot be reached now (the next
+    /// step asks again: nothing is lost).
+    pub async fn inbox_now(&self, after: i64) -> Option<Inbox> {
+        let url = format!("{}{}?wait_ms=0&after={after}", self.base, routes::INBOX);
         // A quick look: a gateway that hangs must not hold the step up.
         let look = tokio::time::timeout(INBOX_LOOK, self.get::<Inbox>(&url));
         match look
@@ -83,10 +85,11 @@ impl Desk {
         }
     }
 
-    /// The inbox, waiting up to `wait` for a change (while paused).
-    pub async fn inbox_wait(&self, wait: Duration) -> Result<Inbox, Refused> {
+    /// The inbox after note `after`, waiting up to `wait` for a change
+    /// (while paused).
+    pub async fn inbox_wait(&self, wait: Duration, after: i64) -> Result<Inbox, Refused> {
         let url = format!(
-            "{}{}?wait_ms={}",
+            "{}{}?wait_ms={}&after={after}",
             self.base,
             routes::INBOX,
             wait.as_millis().min(u128::from(MAX_WAIT_MS))

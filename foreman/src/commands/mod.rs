@@ -38,4 +38,6 @@ pub(crate) use overrides::override_outcome;
 pub(crate) use report::{diff, report};
 pub(crate) use run::run;
 pub(crate) use serve::serve;
-pub(crate) use task::{cancel, logs, results, retry, retry_task, status, submit, task_view};
+pub(crate) use task::{
+    EventPage, cancel, logs, results, retry, retry_task, status, submit, task_view,
+};

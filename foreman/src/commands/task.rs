@@ -47,14 +47,25 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
     loop {
         let text = match &args.id {
             Some(id) => {
+                let page = EventPage {
+                    before: args.events_before,
+                    limit: args.events,
+                };
                 if args.json {
-                    serde_json::to_string_pretty(&task_view(&store, id)?)?
+                    serde_json::to_string_pretty(&task_view(&store, id, page)?)?
                 } else {
                     let t = store.require(id)?;
-                    let events = store.events(t.id)?;
+                    let (mut events, total) = store.events_page(t.id, page.before, page.limit)?;
+                    events.reverse();
+                    let shown = events.len() as i64;
                     let attempts = store.attempts(t.id)?;
                     let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
                     let mut text = output::detail(&t, &events, &attempts, &steps);
+                    if shown < total {
+                        text.push_str(&format!(
+                            "events:    {shown} of {total} shown (`--events N`, `--events-before SEQ`)\n"
+                        ));
+                    }
                     if let Some(c) =
                         Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default())
                     {
@@ -103,17 +114,54 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
     }
 }
 
-/// One task with its events and attempts: `task status ID --json`, and
-/// the HTTP API's `GET /api/tasks/{id}`.
+/// Which of a task's events a view shows: up to `limit` below `before`
+/// (None: the newest).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EventPage {
+    pub before: Option<i64>,
+    pub limit: usize,
+}
+
+impl EventPage {
+    /// Events a view shows unless asked for others. Why a page: a task's
+    /// trail can be long (a flood wrote 2,458 events, 285 MB, before the
+    /// gateway's caps), and a view must not load it whole.
+    pub const DEFAULT_LIMIT: usize = 200;
+
+    /// The newest [`EventPage::DEFAULT_LIMIT`] events.
+    pub fn newest() -> EventPage {
+        EventPage {
+            before: None,
+            limit: Self::DEFAULT_LIMIT,
+        }
+    }
+}
+
+/// One task with a page of its events and its attempts: `task status ID
+/// --json`, and the HTTP API's `GET /api/tasks/{id}`.
 pub(crate) fn task_view(
     store: &crate::store::Store,
     id_or_prefix: &str,
+    page: EventPage,
 ) -> anyhow::Result<TaskView> {
     let t = store.require(id_or_prefix)?;
-    let events = store.events(t.id)?;
+    let (mut events, total) = store.events_page(t.id, page.before, page.limit)?;
+    // Older ones exist when the page is full and its oldest is not the first.
+    let before = events
+        .last()
+        .map(|e| e.seq)
+        .filter(|_| events.len() == page.limit)
+        .filter(|&seq| {
+            store
+                .events_page(t.id, Some(seq), 1)
+                .is_ok_and(|(older, _)| !older.is_empty())
+        });
+    events.reverse();
     let attempts = store.attempts(t.id)?;
     let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
     let mut view = TaskView::new(&t, Some(&events));
+    view.events_total = Some(total);
+    view.events_before = before;
     view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
     view.template_steps = Some(steps.iter().map(output::StepView::new).collect());
     view.webhooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());

@@ -1,6 +1,10 @@
 //! The capability routes: the tools of the task's granted capabilities,
 //! and calls to them. A call to a capability the task was not granted is
-//! refused (403), logged, and recorded as an event of the task.
+//! refused (403); so is a call an `approve:` gate holds, unless a human
+//! approved that exact call (tool and arguments) as the servo asked it:
+//! the gateway enforces the gate itself, since whoever posts here may not
+//! be the servo (case 36). Refusals are counted; the first few are also
+//! logged and recorded as events of the task (case 21).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +14,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use saheeli_protocol::capability::{Call, CallResult, SEP, Tools};
-use tracing::{info, warn};
+use saheeli_protocol::human::Gate;
+use tracing::{debug, info, warn};
 
 use super::*;
 
@@ -46,7 +51,30 @@ pub(super) async fn call(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Re
         );
     };
     if !gw.desk.capabilities.iter().any(|c| c == cap) {
-        return refuse(&gw, cap, tool).await;
+        let why = format!("this task was not granted capability `{cap}`");
+        let detail = format!("{cap}{SEP}{tool}: capability `{cap}` not granted");
+        return refuse(&gw, "capability_refused", "not_granted", detail, &why).await;
+    }
+    if gated(&gw.desk.gates, &call.tool, &call.arguments) {
+        // As the desk stored the ask (its texts capped the same way).
+        let (id, t, a) = (
+            gw.task_id,
+            desk::capped(&call.tool),
+            desk::capped(&call.arguments),
+        );
+        match gw.desk_db(move |s, l| s.use_approval(id, l, &t, &a)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let why = format!(
+                    "`{}` is behind an `approve:` gate and no human approved this call with these \
+                     arguments; the servo asks (`POST /saheeli/v1/ask`) and runs it once approved",
+                    call.tool
+                );
+                let detail = format!("{}: not run, no approval for this call", call.tool);
+                return refuse(&gw, "capability_unapproved", "not_approved", detail, &why).await;
+            }
+            Err(resp) => return resp,
+        }
     }
     let started = std::time::Instant::now();
     let called = gw
@@ -75,25 +103,49 @@ pub(super) async fn call(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Re
     json_response(&gw, StatusCode::OK, &capped(result, gw.desk.max_output))
 }
 
-/// A call to a capability the task was not granted.
-async fn refuse(gw: &Arc<GatewayState>, cap: &str, tool: &str) -> Response {
-    warn!(task_id = %gw.task_id, capability = cap, tool, "capability call refused: not granted to this task");
-    let (id, detail) = (
-        gw.task_id,
-        format!("{cap}{SEP}{tool}: capability `{cap}` not granted"),
-    );
-    let store = gw.desk.store.clone();
-    let _ = tokio::task::spawn_blocking(move || {
+/// A capability call refused: counted; the first few logged and recorded
+/// as an event `kind` of the task, the rest only counted.
+async fn refuse(
+    gw: &Arc<GatewayState>,
+    kind: &'static str,
+    code: &str,
+    detail: String,
+    why: &str,
+) -> Response {
+    let (id, store) = (gw.task_id, gw.desk.store.clone());
+    let recorded = tokio::task::spawn_blocking(move || {
         let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-        s.record_note(id, "capability_refused", &detail)
+        s.refuse_capability(id, kind, &detail)
     })
     .await;
-    error_response(
-        gw,
-        StatusCode::FORBIDDEN,
-        "not_granted",
-        &format!("this task was not granted capability `{cap}`"),
-    )
+    match recorded {
+        Ok(Ok(true)) => warn!(task_id = %gw.task_id, kind, "capability call refused: {why}"),
+        _ => debug!(task_id = %gw.task_id, kind, "capability call refused (counted)"),
+    }
+    error_response(gw, StatusCode::FORBIDDEN, code, why)
+}
+
+/// Whether an `approve:` gate holds this call: a gate naming the tool,
+/// with no pattern or one found in the call's main argument (its `path`,
+/// else the raw arguments), as the servo's gates match.
+fn gated(gates: &[Gate], tool: &str, arguments: &str) -> bool {
+    gates.iter().any(|g| {
+        g.tool == tool
+            && match &g.pattern {
+                None => true,
+                // Checked valid at submit; one that is not holds the call.
+                Some(p) => {
+                    regex::Regex::new(p).map_or(true, |re| re.is_match(&main_argument(arguments)))
+                }
+            }
+    })
+}
+
+fn main_argument(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|v| v.get("path").and_then(|s| s.as_str()).map(str::to_string))
+        .unwrap_or_else(|| arguments.to_string())
 }
 
 /// Caps a result like built-in tool output: head and tail kept.

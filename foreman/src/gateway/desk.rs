@@ -48,6 +48,9 @@ pub(crate) struct DeskLink {
     pub verify: Option<Arc<super::verify::VerifyLink>>,
     /// The capabilities the task was granted (`capabilities:`).
     pub capabilities: Arc<[String]>,
+    /// The task's approval gates (`approve:`): a gated capability call
+    /// runs only on a human's approval of that exact call.
+    pub gates: Arc<[saheeli_protocol::human::Gate]>,
     /// Largest capability result handed back, in bytes.
     pub max_output: usize,
 }
@@ -99,6 +102,9 @@ impl DeskPolicy {
 pub(super) struct Wait {
     #[serde(default)]
     wait_ms: u64,
+    /// The inbox: the newest note the servo has in its session.
+    #[serde(default)]
+    after: Option<i64>,
 }
 
 impl GatewayState {
@@ -120,6 +126,18 @@ impl GatewayState {
                 StatusCode::CONFLICT,
                 "lease_lost",
                 "another foreman holds this task now",
+            )),
+            Ok(Err(e @ StoreError::AskOpen { .. })) => Err(error_response(
+                self,
+                StatusCode::CONFLICT,
+                "ask_open",
+                &e.to_string(),
+            )),
+            Ok(Err(e @ StoreError::GatewayCap(_))) => Err(error_response(
+                self,
+                StatusCode::TOO_MANY_REQUESTS,
+                "gateway_cap",
+                &e.to_string(),
             )),
             Ok(Err(e)) => Err(error_response(
                 self,
@@ -157,7 +175,7 @@ impl GatewayState {
     }
 }
 
-fn capped(text: &str) -> String {
+pub(super) fn capped(text: &str) -> String {
     capped_to(text, MAX_TEXT)
 }
 
@@ -246,16 +264,24 @@ pub(super) async fn reply(
     loop {
         let (id, call) = (gw.task_id, call_id.clone());
         match gw.desk_db(move |s, l| s.take_reply(id, l, &call)).await {
-            Ok(Some(reply)) => {
+            Ok(Some((reply, waiting))) => {
                 gw.desk.waiting.store(false, Ordering::Relaxed);
-                return json_response(&gw, StatusCode::OK, &Replied { reply: Some(reply) });
+                let replied = Replied {
+                    reply: Some(reply),
+                    waiting: Some(waiting),
+                };
+                return json_response(&gw, StatusCode::OK, &replied);
             }
             // Still waiting (also after a take-over: the flag starts unset).
             Ok(None) => gw.desk.waiting.store(true, Ordering::Relaxed),
             Err(resp) => return resp,
         }
         if tokio::time::Instant::now() >= until {
-            return json_response(&gw, StatusCode::OK, &Replied { reply: None });
+            let none = Replied {
+                reply: None,
+                waiting: None,
+            };
+            return json_response(&gw, StatusCode::OK, &none);
         }
         gw.trail_moves(&mut rx, until).await;
     }
@@ -268,9 +294,10 @@ pub(super) async fn inbox(
     let until = deadline(wait.wait_ms);
     let mut rx = gw.desk.bus.subscribe();
     let timeout = gw.desk.policy.human_timeout_ms;
+    let after = wait.after;
     loop {
         let id = gw.task_id;
-        let (notes, pause) = match gw.desk_db(move |s, l| s.inbox(id, l, timeout)).await {
+        let (notes, pause) = match gw.desk_db(move |s, l| s.inbox(id, l, timeout, after)).await {
             Ok(r) => r,
             Err(resp) => return resp,
         };

@@ -111,6 +111,19 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
             );
         }
     };
+    // A replay task's turns come from its script: it has no business
+    // upstream, and its gateway must not spend the operator's key for
+    // whoever posts here (case 26).
+    if gw.route.model.starts_with("replay:") {
+        live().refusal(Refusal::InvalidRequest);
+        return error_response(
+            &gw,
+            StatusCode::FORBIDDEN,
+            gateway_error::BAD_REQUEST,
+            "this task's model is a `replay:` script: its gateway makes no LLM call, and nothing \
+             was sent to any provider",
+        );
+    }
     if req.stream == Some(true) {
         live().refusal(Refusal::InvalidRequest);
         return error_response(
@@ -137,8 +150,11 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         tools: req.tools,
         ..Default::default()
     };
-    // A rough count of the input this call sends: about 4 bytes a token.
-    let input = (serde_json::to_vec(&up).map_or(0, |b| b.len()) / 4) as u64;
+    // The input this call sends, bounded from above: no tokenizer makes
+    // more tokens than bytes, so the request's size in bytes is a safe
+    // estimate (bytes / 4 under-counted dense text 2x, case 25). The meter
+    // settles the real count after the call.
+    let input = serde_json::to_vec(&up).map_or(0, |b| b.len()) as u64;
     let want = match route.provider.kind {
         ProviderKind::Anthropic => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
         // Without a budget an OpenAI call keeps its own limit (or none).

@@ -1,6 +1,9 @@
 //! A task's budget and what it spent, with reservations: each call holds
 //! its estimate (input, plus the output cap it is given) until its real
-//! usage is known, so parallel calls cannot all pass one check.
+//! usage is known, so parallel calls cannot all pass one check. The input
+//! estimate is an upper bound (the request's bytes: no tokenizer makes
+//! more tokens than bytes) and the output is capped to what is left, so
+//! what a task is billed never passes `max_tokens` (case 25).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,7 +98,7 @@ impl Meter {
             .store((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
     }
 
-    /// Reserves a call sending about `input` tokens and asking for up to
+    /// Reserves a call sending at most `input` tokens and asking for up to
     /// `want_output` (None: no limit asked). The output cap is cut to what
     /// the budget leaves; a call for which less than [`MIN_OUTPUT`] is left
     /// is refused with the reason.
@@ -114,7 +117,8 @@ impl Meter {
             if left < input + MIN_OUTPUT {
                 return Err(format!(
                     "token budget: {used} of {max} used and {} held by calls in flight; this call \
-                     sends about {input} tokens and needs room for {MIN_OUTPUT} more",
+                     sends up to {input} tokens (one per byte, the most it can be) and needs room \
+                     for {MIN_OUTPUT} more",
                     held.tokens
                 ));
             }

@@ -327,7 +327,7 @@ fn waiting_tasks_are_counted_by_state_and_parking() {
     let l = lease();
     let id = running(&mut s, "gpt-x", &l);
     s.request_pause(id, "alice").unwrap();
-    s.inbox(id, &l, 60_000).unwrap();
+    s.inbox(id, &l, 60_000, None).unwrap();
     s.inject(id, "hello", "alice").unwrap();
     let m = Metrics::new(db, providers(), Source::Database);
     let (_, p) = parse(&m.render().unwrap());

@@ -52,11 +52,24 @@ pub(crate) struct TaskView {
     /// Set when a person overrode the outcome: `state` is what they gave it.
     #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
     pub overridden: Option<OverrideView>,
+    /// The newest events (one task in detail; at most a page of them,
+    /// oldest first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
+    /// How many events the task has (shown with `events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_total: Option<i64>,
+    /// When older events than those shown exist: the `seq` to page from
+    /// (`--events-before SEQ`, `?events_before=SEQ`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_before: Option<i64>,
     /// Calls to capability (MCP) tools it made (absent when none).
     #[serde(skip_serializing_if = "is_zero")]
     pub capability_calls: i64,
+    /// Requests of its container the gateway refused at its caps or gates
+    /// (absent when none): a flood, or calls no human approved.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gateway_refused: i64,
     /// Its webhook deliveries (when it has any): delivered, pending, dead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhooks: Option<crate::store::WebhookCounts>,
@@ -118,6 +131,8 @@ impl OverrideView {
 
 #[derive(Debug, Serialize)]
 pub(crate) struct EventView {
+    /// Its place in the trail: pages of events start below one.
+    pub seq: i64,
     pub at: String,
     pub from: Option<String>,
     pub to: String,
@@ -171,6 +186,7 @@ impl TaskView {
             events: events.map(|evs| {
                 evs.iter()
                     .map(|e| EventView {
+                        seq: e.seq,
                         at: time(e.at),
                         from: e.from.map(|s| s.to_string()),
                         to: e.to.to_string(),
@@ -180,9 +196,12 @@ impl TaskView {
                     })
                     .collect()
             }),
+            events_total: None,
+            events_before: None,
             attempts: None,
             webhooks: None,
             capability_calls: t.capability_calls,
+            gateway_refused: t.gateway_refused,
             template_steps: None,
         }
     }

@@ -140,6 +140,13 @@ pub(crate) fn detail(
         t.output_tokens
     );
     let _ = writeln!(s, "cost:      {}", cost(t.cost_usd));
+    if t.gateway_refused > 0 {
+        let _ = writeln!(
+            s,
+            "refused:   {} requests of its container (past the gateway's caps, or not approved)",
+            t.gateway_refused
+        );
+    }
     if t.capability_calls > 0 {
         let _ = writeln!(s, "capability calls: {}", t.capability_calls);
     }

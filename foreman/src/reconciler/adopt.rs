@@ -34,7 +34,11 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     match plan(first) {
         Plan::Adopt(cid) => return adopt_servo(ctx.clone(), task, cid, inbox).await,
         Plan::AskLater(e) => return let_go(&ctx, id, &e).await,
-        Plan::Settle if task.state.is_waiting() => {
+        // Collected by a foreman that stopped (or failed) before recording
+        // the ending: the ending wins over the wait (case 22), below.
+        Plan::Settle
+            if task.state.is_waiting() && !ctx.cfg.results_dir().join(id.to_string()).is_dir() =>
+        {
             // The servo parked and its foreman stopped before recording it:
             // the workspace is kept, the task waits on without a container.
             return park(&ctx, &task, None, None, 0).await;
@@ -70,7 +74,7 @@ pub(super) async fn resume(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined
     for v in docker::task_volumes(d, id).await.unwrap_or_default() {
         let _ = docker::remove_volume(d, &v).await;
     }
-    if task.state == TaskState::Running && dest.is_dir() {
+    if (task.state == TaskState::Running || task.state.is_waiting()) && dest.is_dir() {
         // Collected, but the foreman stopped before recording it.
         return record_collected(&ctx, &task, dest).await;
     }

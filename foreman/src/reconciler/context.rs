@@ -73,6 +73,7 @@ impl Ctx {
             policy: crate::gateway::DeskPolicy::of(spec),
             steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
             capabilities: spec.capabilities.iter().cloned().collect(),
+            gates: spec.gates.iter().cloned().collect(),
             max_output: spec.max_output_bytes,
         }
     }

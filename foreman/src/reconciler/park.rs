@@ -67,7 +67,18 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
     };
     info!(task_id = %id, %reason, "ending a parked task");
     let dest = ctx.cfg.results_dir().join(id.to_string());
-    let collected = if handles_swarm(&ctx) {
+    // Results already there were collected from this task's last servo by
+    // a foreman that could not record the ending (case 22): its volume is
+    // gone, and collecting again would replace the work with nothing.
+    let kept = std::fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir());
+    let collected = if kept {
+        if handles_swarm(&ctx) {
+            swarm::remove_all(&ctx, id).await;
+        } else {
+            cleanup(&ctx, id, None).await;
+        }
+        Err(anyhow::anyhow!("kept"))
+    } else if handles_swarm(&ctx) {
         collect_parked(&ctx, id, &dest).await
     } else {
         collect_kept_volume(&ctx, &task, &dest).await
@@ -84,6 +95,7 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         outcome.cost_usd = task.cost_usd;
     }
     let detail = match collected {
+        _ if kept => format!("{detail}; the workspace collected earlier is kept"),
         Ok(c) => format!("{detail}; collected {} files, {} bytes", c.files, c.bytes),
         Err(e) => {
             outcome.results_path = None;

@@ -146,17 +146,6 @@ fn read_ask(r: &rusqlite::Row<'_>) -> rusqlite::Result<AskRow> {
 const ASK_COLUMNS: &str = "call_id, waiting, asked_at, decision, reply, replied_by";
 
 impl Store {
-    /// Records a non-state event of a task nobody needs to hold (e.g. a
-    /// refused capability call).
-    pub fn record_note(&mut self, id: TaskId, kind: &str, detail: &str) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        note_event(&tx, id, kind, Some("saheeli"), detail)?;
-        tx.commit()?;
-        Ok(())
-    }
-
     /// Counts one capability call of a task.
     pub fn count_capability_call(&mut self, id: TaskId) -> Result<()> {
         self.conn.execute(
@@ -198,9 +187,38 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let state = held_state(&tx, id, lease)?;
         let now = now_ms();
+        let known: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM asks WHERE task_id = ?1 AND call_id = ?2)",
+            params![id.to_string(), call_id],
+            |r| r.get(0),
+        )?;
+        let text = serde_json::to_string(waiting).expect("serializes");
+        if !known {
+            // One question at a time: the servo asks, then waits for the
+            // reply. Another question meanwhile is a flood, not a servo
+            // (case 19): refused, counted, and no row.
+            let open: Option<String> = tx
+                .query_row(
+                    "SELECT call_id FROM asks WHERE task_id = ?1 AND decision IS NULL
+                     ORDER BY id DESC LIMIT 1",
+                    params![id.to_string()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(open) = open {
+                super::guard::count_refusal(&tx, id)?;
+                tx.commit()?;
+                return Err(StoreError::AskOpen { id, open });
+            }
+            if !super::guard::charge(&tx, id, text.len())? {
+                let e = super::guard::capped(&tx, id)?;
+                tx.commit()?;
+                return Err(e);
+            }
+        }
         let inserted = tx.execute(
             "INSERT OR IGNORE INTO asks (task_id, call_id, waiting, asked_at) VALUES (?1, ?2, ?3, ?4)",
-            params![id.to_string(), call_id, serde_json::to_string(waiting).expect("serializes"), now],
+            params![id.to_string(), call_id, text, now],
         )?;
         if inserted == 1 {
             note_event(
@@ -238,14 +256,15 @@ impl Store {
         Ok(row.reply)
     }
 
-    /// The reply to `call_id`, for the servo (fenced); marks it delivered
-    /// and the task running again.
+    /// The reply to `call_id` and what was asked (so the servo runs the
+    /// call the human saw), for the servo (fenced); marks it delivered and
+    /// the task running again.
     pub fn take_reply(
         &mut self,
         id: TaskId,
         lease: &Lease,
         call_id: &str,
-    ) -> Result<Option<Reply>> {
+    ) -> Result<Option<(Reply, Waiting)>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -257,7 +276,7 @@ impl Store {
                 read_ask,
             )
             .optional()?;
-        let Some(reply) = row.and_then(|r| r.reply) else {
+        let Some((reply, waiting)) = row.and_then(|r| Some((r.reply?, r.waiting))) else {
             return Ok(None);
         };
         tx.execute(
@@ -269,7 +288,7 @@ impl Store {
             move_state(&tx, id, state, TaskState::Running, Some(&detail))?;
         }
         tx.commit()?;
-        Ok(Some(reply))
+        Ok(Some((reply, waiting)))
     }
 
     /// A human answers, approves or denies (not fenced: any process, with
@@ -406,6 +425,11 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         held_state(&tx, id, lease)?;
+        if !super::guard::charge(&tx, id, detail.len())? {
+            let e = super::guard::capped(&tx, id)?;
+            tx.commit()?;
+            return Err(e);
+        }
         tx.execute(
             "UPDATE tasks SET pause_requested = 1 WHERE id = ?1",
             params![id.to_string()],
@@ -415,13 +439,18 @@ impl Store {
         Ok(())
     }
 
-    /// The servo's inbox (fenced): undelivered messages and the pause flag;
-    /// the task becomes `paused` or `running` to match.
+    /// The servo's inbox (fenced): the messages after note `after` (the
+    /// newest one the servo has in its session), or without it those not
+    /// marked delivered, and the pause flag; the task becomes `paused` or
+    /// `running` to match. With `after`, whoever marked a note delivered
+    /// (the agent's shell can post to the socket, case 23) cannot keep it
+    /// from the model: the servo's own session says what it has.
     pub fn inbox(
         &mut self,
         id: TaskId,
         lease: &Lease,
         human_timeout_ms: i64,
+        after: Option<i64>,
     ) -> Result<(Vec<Note>, bool)> {
         let tx = self
             .conn
@@ -434,9 +463,11 @@ impl Store {
         )?;
         let notes = {
             let mut stmt = tx.prepare_cached(
-                "SELECT id, text, author FROM notes WHERE task_id = ?1 AND delivered_at IS NULL ORDER BY id",
+                "SELECT id, text, author FROM notes WHERE task_id = ?1
+                   AND (CASE WHEN ?2 IS NULL THEN delivered_at IS NULL ELSE id > ?2 END)
+                 ORDER BY id",
             )?;
-            stmt.query_map(params![id.to_string()], |r| {
+            stmt.query_map(params![id.to_string(), after], |r| {
                 Ok(Note {
                     id: r.get(0)?,
                     text: r.get(1)?,
@@ -541,6 +572,28 @@ impl Store {
         }
         self.get(&id.to_string())
     }
+}
+
+/// Closes a task's open questions as moot: it ended (its servo exited, or
+/// it was cancelled) before anyone replied. An ending always wins over a
+/// dangling ask (case 22).
+pub(super) fn close_moot_asks(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<()> {
+    let n = tx.execute(
+        "UPDATE asks SET decision = 'deny', reply = 'moot: the task ended before a reply',
+            replied_by = 'saheeli', replied_at = ?2
+         WHERE task_id = ?1 AND decision IS NULL",
+        params![id.to_string(), now_ms()],
+    )?;
+    if n > 0 {
+        note_event(
+            tx,
+            id,
+            "ask_moot",
+            Some("saheeli"),
+            &format!("{n} open question(s) closed unanswered: the task ended"),
+        )?;
+    }
+    Ok(())
 }
 
 fn write_reply(tx: &rusqlite::Transaction<'_>, id: TaskId, call_id: &str, r: &Reply) -> Result<()> {

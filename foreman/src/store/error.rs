@@ -33,6 +33,16 @@ pub(crate) enum StoreError {
     BadOverride { id: TaskId, to: TaskState },
     #[error("task `{id}` is already {state}; nothing to override")]
     SameOutcome { id: TaskId, state: TaskState },
+    /// The task's gateway reached its caps (store/guard.rs): the request
+    /// of its container is refused, and counted.
+    #[error(
+        "task `{0}`'s gateway has stored all it may for its container (events or bytes); \
+         the request is refused and counted"
+    )]
+    GatewayCap(TaskId),
+    /// A task has one open question at a time (store/desk.rs).
+    #[error("task `{id}` already waits for the reply to `{open}`; ask again once it is answered")]
+    AskOpen { id: TaskId, open: String },
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("database migration: {0}")]

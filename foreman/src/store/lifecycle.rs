@@ -61,6 +61,9 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let from = held_state(&tx, id, lease)?;
+        // The servo ended (or the task was cancelled) with a question
+        // open: nobody will read the reply now.
+        super::desk::close_moot_asks(&tx, id)?;
         move_state(&tx, id, from, to, detail)?;
         if let Some(o) = outcome {
             tx.execute(

@@ -113,24 +113,49 @@ impl Store {
     }
 
     pub fn events(&self, id: TaskId) -> Result<Vec<EventRow>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT at, from_state, to_state, detail, kind, actor FROM events WHERE task_id = ?1 ORDER BY id",
-        )?;
-        let rows = stmt
-            .query_map(params![id.to_string()], |r| {
-                let from: Option<String> = r.get(1)?;
-                let to: String = r.get(2)?;
-                Ok(EventRow {
-                    at: r.get(0)?,
-                    from: from.and_then(|s| s.parse().ok()),
-                    to: to.parse().unwrap_or(TaskState::Failed),
-                    detail: r.get(3)?,
-                    kind: r.get(4)?,
-                    actor: r.get(5)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        let (mut rows, _) = self.events_page(id, None, usize::MAX)?;
+        rows.reverse();
         Ok(rows)
+    }
+
+    /// Up to `limit` of a task's events below row `before` (None: the
+    /// newest), newest first, and how many events the task has: a view
+    /// of a task never loads its whole trail (case 19: 285 MB).
+    pub fn events_page(
+        &self,
+        id: TaskId,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<(Vec<EventRow>, i64)> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, at, from_state, to_state, detail, kind, actor FROM events
+             WHERE task_id = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(
+                params![id.to_string(), before.unwrap_or(i64::MAX), limit],
+                |r| {
+                    let from: Option<String> = r.get(2)?;
+                    let to: String = r.get(3)?;
+                    Ok(EventRow {
+                        seq: r.get(0)?,
+                        at: r.get(1)?,
+                        from: from.and_then(|s| s.parse().ok()),
+                        to: to.parse().unwrap_or(TaskState::Failed),
+                        detail: r.get(4)?,
+                        kind: r.get(5)?,
+                        actor: r.get(6)?,
+                    })
+                },
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        let total = self.conn.query_row(
+            "SELECT COUNT(*) FROM events WHERE task_id = ?1",
+            params![id.to_string()],
+            |r| r.get(0),
+        )?;
+        Ok((rows, total))
     }
 
     /// The id of the newest event row (0 when there is none).

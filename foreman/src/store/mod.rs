@@ -12,6 +12,7 @@ mod admission;
 mod desk;
 mod error;
 mod eval;
+mod guard;
 mod lease;
 mod lifecycle;
 mod lookup;
@@ -36,6 +37,8 @@ pub(crate) use admission::AdmissionRow;
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use eval::{EvalLink, EvalRunRow};
+#[cfg(test)]
+pub(crate) use guard::{LOGGED_REFUSALS, MAX_GATEWAY_BYTES};
 pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};

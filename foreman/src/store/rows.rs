@@ -51,6 +51,9 @@ pub(crate) struct TaskRow {
     pub overridden: Option<Override>,
     /// Calls to capability (MCP) tools the gateway served.
     pub capability_calls: i64,
+    /// Requests of the task's container the gateway refused at its caps
+    /// or gates (store/guard.rs).
+    pub gateway_refused: i64,
 }
 
 /// A person's override of how a task ended; the task's `state` is the
@@ -86,6 +89,8 @@ impl Lease {
 /// One row of `events`.
 #[derive(Clone, Debug)]
 pub(crate) struct EventRow {
+    /// Its row id: events sort by it, and a page of them starts below one.
+    pub seq: i64,
     pub at: i64,
     pub from: Option<TaskState>,
     pub to: TaskState,
@@ -135,7 +140,8 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      started_at, finished_at, steps, input_tokens, output_tokens, results_path, cancel_requested, cost_usd, \
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
-      ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls";
+      ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
+     gateway_refused";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -178,6 +184,7 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
             .and_then(|w| serde_json::from_str(&w).ok()),
         overridden: read_override(r)?,
         capability_calls: r.get(29)?,
+        gateway_refused: r.get(30)?,
     })
 }
 

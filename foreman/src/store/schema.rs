@@ -213,6 +213,15 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
             PRIMARY KEY (run_id, case_id, repeat)
         );",
     ),
+    // What a task's gateway wrote on requests from its container (issue
+    // 23), so that per-task caps hold across foremen (store/guard.rs);
+    // `used_at`: an approved capability call ran on this approval (once).
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN gateway_events INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN gateway_bytes INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN gateway_refused INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE asks ADD COLUMN used_at INTEGER;",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -80,8 +80,10 @@ pub(crate) fn step_status(declared: &[Step], rows: &[StepRow]) -> Vec<StepStatus
 
 impl Store {
     /// Marks step `name` of task `id` done (fenced: only the holder's
-    /// gateway); again replaces its evidence. Returns the names of every
-    /// step done so far.
+    /// gateway). Marking it again replaces its evidence (the row, capped
+    /// by the gateway) but writes no second event and sends no second
+    /// `step.done` webhook (case 20: 300 posts were 300 webhooks).
+    /// Returns the names of every step done so far.
     pub fn step_done(
         &mut self,
         id: TaskId,
@@ -93,13 +95,29 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         held_state(&tx, id, lease)?;
-        tx.execute(
-            "INSERT INTO steps (task_id, name, evidence, at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (task_id, name) DO UPDATE SET evidence = excluded.evidence, at = excluded.at",
-            params![id.to_string(), name, evidence, now_ms()],
+        let known: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM steps WHERE task_id = ?1 AND name = ?2)",
+            params![id.to_string(), name],
+            |r| r.get(0),
         )?;
-        let summary: String = evidence.chars().take(200).collect();
-        note_event(&tx, id, "step_done", None, &format!("{name}: {summary}"))?;
+        if !known {
+            if !super::guard::charge(&tx, id, evidence.len())? {
+                let e = super::guard::capped(&tx, id)?;
+                tx.commit()?;
+                return Err(e);
+            }
+            tx.execute(
+                "INSERT INTO steps (task_id, name, evidence, at) VALUES (?1, ?2, ?3, ?4)",
+                params![id.to_string(), name, evidence, now_ms()],
+            )?;
+            let summary: String = evidence.chars().take(200).collect();
+            note_event(&tx, id, "step_done", None, &format!("{name}: {summary}"))?;
+        } else {
+            tx.execute(
+                "UPDATE steps SET evidence = ?3, at = ?4 WHERE task_id = ?1 AND name = ?2",
+                params![id.to_string(), name, evidence, now_ms()],
+            )?;
+        }
         let done = {
             let mut stmt =
                 tx.prepare_cached("SELECT name FROM steps WHERE task_id = ?1 ORDER BY at, name")?;

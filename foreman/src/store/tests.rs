@@ -282,7 +282,7 @@ fn prefix_lookup_and_cancel() {
 
 mod desk {
     use super::*;
-    use crate::store::HumanAct;
+    use crate::store::{DeskError, HumanAct};
     use saheeli_protocol::human::{Decision, Waiting};
 
     fn running(s: &mut Store) -> TaskId {
@@ -360,7 +360,8 @@ mod desk {
         assert!(err.to_string().contains("waits for an answer"), "{err}");
         s.reply(id, &HumanAct::Answer("this".into()), "ann")
             .unwrap();
-        let r = s.take_reply(id, &lease(), "c1").unwrap().unwrap();
+        let (r, asked) = s.take_reply(id, &lease(), "c1").unwrap().unwrap();
+        assert_eq!(asked, question(), "what was asked comes with the reply");
         assert_eq!(
             (r.decision, r.text.as_deref(), r.by.as_str()),
             (Decision::Answer, Some("this"), "ann")
@@ -445,7 +446,7 @@ mod desk {
         let id = running(&mut s);
         s.inject(id, "look at b.rs", "ann").unwrap();
         s.request_pause(id, "ann").unwrap();
-        let (notes, pause) = s.inbox(id, &lease(), 60_000).unwrap();
+        let (notes, pause) = s.inbox(id, &lease(), 60_000, None).unwrap();
         assert!(pause);
         assert_eq!(notes.len(), 1);
         assert_eq!(s.require(&id.to_string()).unwrap().state, TaskState::Paused);
@@ -458,9 +459,189 @@ mod desk {
         s.claim_next(None, &lease()).unwrap().unwrap();
         s.transition(id, &lease(), TaskState::Running, None, None)
             .unwrap();
-        let (notes, pause) = s.inbox(id, &lease(), 60_000).unwrap();
+        let (notes, pause) = s.inbox(id, &lease(), 60_000, None).unwrap();
         assert!(notes.is_empty() && !pause, "delivered once");
         assert!(s.resume(id, "ann").is_err(), "not paused");
+    }
+
+    /// Issue 23, case 23: a note marked delivered by someone else (the
+    /// agent's shell) still reaches a servo that says what it has.
+    #[test]
+    fn a_note_marked_delivered_by_another_still_reaches_the_servo() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        let first = s.inject(id, "one", "ann").unwrap();
+        let second = s.inject(id, "two", "ann").unwrap();
+        s.delivered(id, &lease(), &[first, second]).unwrap();
+        let (notes, _) = s.inbox(id, &lease(), 60_000, Some(0)).unwrap();
+        assert_eq!(
+            notes.iter().map(|n| n.id).collect::<Vec<_>>(),
+            [first, second]
+        );
+        let (notes, _) = s.inbox(id, &lease(), 60_000, Some(first)).unwrap();
+        assert_eq!(notes.iter().map(|n| n.id).collect::<Vec<_>>(), [second]);
+    }
+
+    fn approval(args: &str) -> Waiting {
+        Waiting::Approval {
+            tool: "fake__push".into(),
+            arguments: args.into(),
+        }
+    }
+
+    /// Issue 23, case 19: one open question per task; more are refused
+    /// (no row, no event) and counted.
+    #[test]
+    fn a_task_has_one_open_question_at_a_time() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        s.ask(id, &lease(), "c1", &question(), None, 60_000)
+            .unwrap();
+        for i in 0..20 {
+            let err = s
+                .ask(
+                    id,
+                    &lease(),
+                    &format!("flood-{i}"),
+                    &question(),
+                    None,
+                    60_000,
+                )
+                .unwrap_err();
+            assert!(matches!(err, StoreError::AskOpen { .. }), "{err}");
+        }
+        // The same question again is the same question (a servo restarted).
+        assert_eq!(
+            s.ask(id, &lease(), "c1", &question(), None, 60_000)
+                .unwrap(),
+            None
+        );
+        let asked = s
+            .events(id)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind.as_deref() == Some("asked"))
+            .count();
+        assert_eq!(asked, 1);
+        assert_eq!(s.require(&id.to_string()).unwrap().gateway_refused, 20);
+        // Once answered, the servo may ask the next one.
+        s.reply(id, &HumanAct::Answer("x".into()), "ann").unwrap();
+        s.take_reply(id, &lease(), "c1").unwrap().unwrap();
+        s.ask(id, &lease(), "c2", &question(), None, 60_000)
+            .unwrap();
+    }
+
+    /// Issue 23, case 19: past the per-task caps the gateway's writes are
+    /// refused and counted, and one event says the cap was reached.
+    #[test]
+    fn gateway_writes_stop_at_the_caps_with_one_event() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        let big = "P".repeat(60 * 1024);
+        let mut refused = 0;
+        for i in 0..400 {
+            let w = Waiting::Plan {
+                plan: vec![big.clone()],
+            };
+            match s.ask(id, &lease(), &format!("c{i}"), &w, None, 60_000) {
+                Ok(_) => {
+                    s.reply(id, &HumanAct::Approve(None), "ann").unwrap();
+                    s.take_reply(id, &lease(), &format!("c{i}")).unwrap();
+                }
+                Err(StoreError::GatewayCap(_)) => refused += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let events = s.events(id).unwrap();
+        let asked = events
+            .iter()
+            .filter(|e| e.kind.as_deref() == Some("asked"))
+            .count();
+        let cap = crate::store::MAX_GATEWAY_BYTES as usize / (big.len() + 40);
+        assert!(
+            asked <= cap + 1 && refused > 0,
+            "asked {asked}, refused {refused}"
+        );
+        let said = events
+            .iter()
+            .filter(|e| e.kind.as_deref() == Some("gateway_cap"))
+            .count();
+        assert_eq!(said, 1, "the cap is said once");
+        assert_eq!(s.require(&id.to_string()).unwrap().gateway_refused, refused);
+    }
+
+    /// Issue 23, case 21: refused capability calls are counted; only the
+    /// first few are event rows.
+    #[test]
+    fn refused_capability_calls_are_counted_past_the_first_few() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        let recorded = (0..100)
+            .filter(|_| {
+                s.refuse_capability(id, "capability_refused", "x: not granted")
+                    .unwrap()
+            })
+            .count();
+        assert_eq!(recorded as i64, crate::store::LOGGED_REFUSALS);
+        assert_eq!(s.require(&id.to_string()).unwrap().gateway_refused, 100);
+    }
+
+    /// Issue 23, case 36: a gated call runs on a human's approval of that
+    /// exact call, once.
+    #[test]
+    fn an_approval_is_for_that_call_and_used_once() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        assert!(!s.use_approval(id, &lease(), "fake__push", "{}").unwrap());
+        s.ask(id, &lease(), "c1", &approval("{}"), None, 60_000)
+            .unwrap();
+        assert!(
+            !s.use_approval(id, &lease(), "fake__push", "{}").unwrap(),
+            "not yet approved"
+        );
+        s.reply(id, &HumanAct::Approve(None), "ann").unwrap();
+        assert!(
+            !s.use_approval(id, &lease(), "fake__push", "{\"x\":1}")
+                .unwrap(),
+            "other arguments"
+        );
+        assert!(s.use_approval(id, &lease(), "fake__push", "{}").unwrap());
+        assert!(
+            !s.use_approval(id, &lease(), "fake__push", "{}").unwrap(),
+            "used once"
+        );
+        // A denied call never runs.
+        s.take_reply(id, &lease(), "c1").unwrap();
+        s.ask(id, &lease(), "c2", &approval("{}"), None, 60_000)
+            .unwrap();
+        s.reply(id, &HumanAct::Deny("no".into()), "ann").unwrap();
+        assert!(!s.use_approval(id, &lease(), "fake__push", "{}").unwrap());
+    }
+
+    /// Issue 23, case 22: a servo that ends with a question open (its
+    /// shell asked just before `task_complete`) is recorded as it ended,
+    /// and the question is closed as moot.
+    #[test]
+    fn an_ending_wins_over_an_open_question() {
+        let (_d, mut s) = store();
+        let id = running(&mut s);
+        s.ask(id, &lease(), "shell-1", &question(), None, 60_000)
+            .unwrap();
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::WaitingHuman
+        );
+        s.finish(id, &lease(), TaskState::Complete, Some("done"), None, None)
+            .unwrap();
+        assert_eq!(
+            s.require(&id.to_string()).unwrap().state,
+            TaskState::Complete
+        );
+        assert!(s.open_ask(id).unwrap().is_none(), "the question is moot");
+        let err = s
+            .reply(id, &HumanAct::Answer("late".into()), "ann")
+            .unwrap_err();
+        assert!(matches!(err, DeskError::NothingToAnswer { .. }), "{err}");
     }
 }
 
@@ -663,6 +844,8 @@ mod outbox {
 
 #[test]
 fn a_step_done_again_updates_its_evidence_and_is_fenced() {
+    // Issue 23, case 20: marking a step again writes no second event (so
+    // no second `step.done` webhook).
     let (_d, mut s) = store();
     let id = TaskId::new();
     s.submit(id, &spec("t"), 0, None, 1).unwrap();
@@ -691,7 +874,7 @@ fn a_step_done_again_updates_its_evidence_and_is_fenced() {
         .iter()
         .filter(|e| e.kind.as_deref() == Some("step_done"))
         .count();
-    assert_eq!(kinds, 3);
+    assert_eq!(kinds, 2, "one event per step, however often it is marked");
 }
 
 mod verify {

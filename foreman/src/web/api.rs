@@ -94,12 +94,38 @@ pub(super) async fn list(
     Ok(Json(rows.iter().map(|t| TaskView::new(t, None)).collect()))
 }
 
-/// `GET /api/tasks/{id}`: `task status ID --json`.
+/// `GET /api/tasks/{id}`'s query: which page of its events.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ShowQuery {
+    events_before: Option<i64>,
+    limit: Option<usize>,
+}
+
+/// Most events one view returns.
+const MAX_EVENTS: usize = 1000;
+
+/// `GET /api/tasks/{id}?events_before=SEQ&limit=N`: `task status ID
+/// --json`, with the newest `limit` events (200) or those below `SEQ`.
 pub(super) async fn show(
     State(web): State<Shared>,
     Path(id): Path<String>,
+    query: Result<Query<ShowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<TaskView>> {
-    Ok(Json(web.db(move |s| commands::task_view(s, &id)).await?))
+    let Query(q) = query.map_err(|e| ApiError::bad_input(e.body_text()))?;
+    let limit = q.limit.unwrap_or(commands::EventPage::DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_EVENTS {
+        return Err(ApiError::bad_input(format!(
+            "`limit` must be 1 to {MAX_EVENTS}"
+        )));
+    }
+    let page = commands::EventPage {
+        before: q.events_before,
+        limit,
+    };
+    Ok(Json(
+        web.db(move |s| commands::task_view(s, &id, page)).await?,
+    ))
 }
 
 /// `POST /api/tasks`'s body.
@@ -172,7 +198,7 @@ pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<
     .map_err(|e| ApiError::internal(format!("validating thread panicked: {e}")))??;
     let id = commands::submit_spec(&web.cfg, &path, spec, &args).await?;
     let view = web
-        .db(move |s| commands::task_view(s, &id.to_string()))
+        .db(move |s| commands::task_view(s, &id.to_string(), commands::EventPage::newest()))
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -230,7 +256,9 @@ pub(super) async fn act(
     let Some(steer) = steer_of(&action, b)? else {
         let r = commands::retry_task(&web.cfg, &id).await?;
         let new = r.id.to_string();
-        let view = web.db(move |s| commands::task_view(s, &new)).await?;
+        let view = web
+            .db(move |s| commands::task_view(s, &new, commands::EventPage::newest()))
+            .await?;
         return Ok(Json(json!({
             "id": r.id.to_string(),
             "retry_of": r.retry_of.to_string(),
@@ -242,7 +270,10 @@ pub(super) async fn act(
     let (message, view) = web
         .db(move |s| {
             let message = commands::steer(&cfg, s, &id, steer, &who())?;
-            Ok((message, commands::task_view(s, &id)?))
+            Ok((
+                message,
+                commands::task_view(s, &id, commands::EventPage::newest())?,
+            ))
         })
         .await?;
     Ok(Json(json!({"message": message, "task": view})))

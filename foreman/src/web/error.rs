@@ -66,7 +66,9 @@ fn store_status(e: &StoreError) -> (StatusCode, &'static str) {
         | StoreError::LeaseLost(_)
         | StoreError::NotEnded { .. }
         | StoreError::NotOverridable { .. }
-        | StoreError::SameOutcome { .. } => (StatusCode::CONFLICT, "wrong_state"),
+        | StoreError::SameOutcome { .. }
+        | StoreError::AskOpen { .. } => (StatusCode::CONFLICT, "wrong_state"),
+        StoreError::GatewayCap(_) => (StatusCode::TOO_MANY_REQUESTS, "gateway_cap"),
         StoreError::Sqlite(_) | StoreError::Migration(_) => {
             (StatusCode::INTERNAL_SERVER_ERROR, "internal")
         }

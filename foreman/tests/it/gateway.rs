@@ -155,7 +155,9 @@ fn token_budget_is_enforced_before_the_call() {
     let s = openai(&llm);
     s.write(
         "p.md",
-        "---\nmodel: gpt-test\nmax_tokens: 2000\n---\nLoop.\n",
+        // Room for the servo's first request (about 3.7 KB, reserved at
+        // one token per byte) and a few more.
+        "---\nmodel: gpt-test\nmax_tokens: 6000\n---\nLoop.\n",
     );
     let t = run_json(&s, "p.md", 1);
     assert_eq!(t["state"], "incomplete");
@@ -163,7 +165,7 @@ fn token_budget_is_enforced_before_the_call() {
     let calls = llm.seen().len();
     assert!((1..5).contains(&calls), "{calls} calls went upstream");
     assert_eq!(t["tokens"], 620 * calls as u64);
-    assert!(t["tokens"].as_u64().unwrap() <= 2000);
+    assert!(t["tokens"].as_u64().unwrap() <= 6000);
     // The servo wrote its session and said why it stopped.
     let results = Path::new(t["results"].as_str().unwrap());
     let id = t["id"].as_str().unwrap();
@@ -189,7 +191,7 @@ fn cost_budget_uses_the_price_table() {
     let step = || {
         Reply::Tools(
             vec![("execute_shell".into(), json!({"command": "true"}))],
-            (600, 20),
+            (3000, 20),
         )
     };
     let llm = FakeLlm::start(vec![step(), step(), step()]);
@@ -201,13 +203,15 @@ fn cost_budget_uses_the_price_table() {
     .env("OPENAI_BASE_URL", &llm.base_url());
     s.write(
         "p.md",
-        "---\nmodel: gpt-priced\nmax_cost: 1.0\n---\nLoop.\n",
+        // The first request (about 3.7 KB, reserved at one token per
+        // byte: $3.7) fits; after its $3.002 the second cannot.
+        "---\nmodel: gpt-priced\nmax_cost: 5.0\n---\nLoop.\n",
     );
     let t = run_json(&s, "p.md", 1);
     assert_eq!(t["reason"], "budget");
     assert_eq!(llm.seen().len(), 1);
     assert!(
-        (t["cost_usd"].as_f64().unwrap() - 0.602).abs() < 1e-9,
+        (t["cost_usd"].as_f64().unwrap() - 3.002).abs() < 1e-9,
         "{}",
         t["cost_usd"]
     );

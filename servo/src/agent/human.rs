@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use saheeli_protocol::chat::{ChatMessage, ToolCall};
 use saheeli_protocol::human::{
-    Ask, Breakpoint, Decision, Gate, Note, PLAN, Parked, Reply, Waiting,
+    Ask, Breakpoint, Decision, Gate, Note, PLAN, Parked, Replied, Reply, Waiting,
 };
 use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
 use serde::Deserialize;
@@ -359,7 +359,8 @@ impl Agent {
             waiting: waiting.clone(),
         };
         let reply = match self.desk.ask(&ask).await {
-            Ok(Some(r)) => r,
+            // Answered at once: the reply to what was just asked.
+            Ok(Some(r)) => (r, None),
             Ok(None) => match self.await_reply(&call.id).await {
                 Some(r) => r,
                 None => return Some(self.park_on(step, &call, rest.collect())),
@@ -372,17 +373,21 @@ impl Agent {
         self.apply_reply(step, call, waiting, reply).await
     }
 
-    /// The reply, waited for up to `park_after` (None: park now).
-    async fn await_reply(&mut self, call_id: &str) -> Option<Reply> {
+    /// The reply, waited for up to `park_after` (None: park now), with
+    /// what the foreman recorded as asked.
+    async fn await_reply(&mut self, call_id: &str) -> Option<(Reply, Option<Waiting>)> {
         let t0 = Instant::now();
         let park_at = t0 + self.park_after();
         loop {
             let left = park_at.saturating_duration_since(Instant::now());
             let r = self.desk.reply(call_id, left).await;
             let done = match r {
-                Ok(Some(reply)) => Some(Some(reply)),
-                Ok(None) if Instant::now() >= park_at => Some(None),
-                Ok(None) => None,
+                Ok(Replied {
+                    reply: Some(reply),
+                    waiting,
+                }) => Some(Some((reply, waiting))),
+                Ok(_) if Instant::now() >= park_at => Some(None),
+                Ok(_) => None,
                 Err(e) => {
                     warn!(error = %e.0, "the desk refused the wait; parking");
                     Some(None)
@@ -395,14 +400,25 @@ impl Agent {
         }
     }
 
-    /// What the model hears of a reply; an approved call runs now.
+    /// What the model hears of a reply; an approved call runs now, if it
+    /// is the call the human saw: `asked` (the foreman's record) must match
+    /// what this servo's session says it waits for, which the workspace's
+    /// owner could have rewritten while it was parked (case 39).
     async fn apply_reply(
         &mut self,
         step: u32,
         call: ToolCall,
         waiting: Waiting,
-        reply: Reply,
+        (reply, asked): (Reply, Option<Waiting>),
     ) -> Option<End> {
+        if let Some(asked) = asked
+            && !same_ask(&asked, &waiting)
+        {
+            warn!(call = %call.id, "the reply is for another call than the session's; not run");
+            let why = "not run: the call the human replied to differs from this one (the \
+                       saved session was changed); ask again if it is still needed";
+            return self.refuse(step, call, why);
+        }
         self.audit.log(&AuditEvent::Replied {
             ts: now(),
             step,
@@ -464,7 +480,7 @@ impl Agent {
     /// Before an LLM call: injected messages reach the model, and a pause
     /// asked for is honoured.
     pub(super) async fn before_llm_call(&mut self) -> Option<End> {
-        let inbox = self.desk.inbox_now().await?;
+        let inbox = self.desk.inbox_now(self.newest_note()).await?;
         self.take_notes(inbox.notes).await;
         if inbox.pause {
             return self.pause(self.steps).await;
@@ -481,7 +497,7 @@ impl Agent {
         let park_at = t0 + self.park_after();
         loop {
             let left = park_at.saturating_duration_since(Instant::now());
-            let inbox = match self.desk.inbox_wait(left).await {
+            let inbox = match self.desk.inbox_wait(left, self.newest_note()).await {
                 Ok(i) => i,
                 Err(e) => {
                     warn!(error = %e.0, "the desk refused the pause; going on");
@@ -505,6 +521,11 @@ impl Agent {
                 return Some(self.park(step, Parked::Pause));
             }
         }
+    }
+
+    /// The newest injected message in the conversation (0: none).
+    fn newest_note(&self) -> i64 {
+        self.notes.iter().copied().max().unwrap_or(0)
     }
 
     /// Adds new injected messages to the conversation, saves the session,
@@ -552,6 +573,38 @@ impl Agent {
     }
 }
 
+/// Whether the foreman's record of a question is this one. The desk
+/// keeps at most 64 KiB of each text, the cut stated as
+/// `…[N more bytes not shown]`: a cut text matches the one it was cut from.
+fn same_ask(asked: &Waiting, waiting: &Waiting) -> bool {
+    match (asked, waiting) {
+        (
+            Waiting::Approval { tool, arguments },
+            Waiting::Approval {
+                tool: t,
+                arguments: a,
+            },
+        ) => same_text(tool, t) && same_text(arguments, a),
+        (Waiting::Answer { question }, Waiting::Answer { question: q }) => same_text(question, q),
+        // The desk keeps the first 100 steps.
+        (Waiting::Plan { plan }, Waiting::Plan { plan: p }) => {
+            plan.len() == p.len().min(100) && plan.iter().zip(p).all(|(a, b)| same_text(a, b))
+        }
+        _ => false,
+    }
+}
+
+fn same_text(kept: &str, full: &str) -> bool {
+    if kept == full {
+        return true;
+    }
+    let Some(cut) = kept.rfind("…[") else {
+        return false;
+    };
+    let (head, tail) = (&kept[..cut], &kept[cut..]);
+    full.starts_with(head) && tail == format!("…[{} more bytes not shown]", full.len() - head.len())
+}
+
 fn reason_sentence(text: &str) -> String {
     if text.trim().is_empty() {
         String::new()
@@ -565,5 +618,42 @@ fn feedback_sentence(text: &str) -> String {
         String::new()
     } else {
         format!(" Their feedback: {text}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval(arguments: &str) -> Waiting {
+        Waiting::Approval {
+            tool: "execute_shell".into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn only_the_call_the_human_saw_matches() {
+        let seen = approval(r#"{"command":"echo benign"}"#);
+        assert!(same_ask(&seen, &seen.clone()));
+        assert!(!same_ask(&seen, &approval(r#"{"command":"echo EVIL"}"#)));
+        // The desk keeps 64 KiB of a text, the cut stated.
+        let long = format!(r#"{{"command":"{}"}}"#, "a".repeat(70_000));
+        let kept = format!(
+            "{}…[{} more bytes not shown]",
+            &long[..65536],
+            long.len() - 65536
+        );
+        assert!(same_ask(&approval(&kept), &approval(&long)));
+        let other = format!("{}b", &long[..long.len() - 1]);
+        assert!(
+            same_ask(&approval(&kept), &approval(&other)),
+            "same head, same length"
+        );
+        assert!(!same_ask(&approval(&kept), &approval(&long[..60_000])));
+        let question = Waiting::Answer {
+            question: "which?".into(),
+        };
+        assert!(!same_ask(&question, &seen));
     }
 }
