@@ -200,7 +200,10 @@ fn a_hundred_concurrent_submits_all_land() {
 /// The container of this project's running task, once its servo is in
 /// the `sleep 60` step (its workspace file written).
 fn running_servo(s: &Saheeli) -> Option<String> {
-    let task = s.tasks().into_iter().find(|t| t["state"] == "running")?;
+    // Until `run` has made the database, there is nothing to list.
+    let out = s.run(&["task", "status", "--json"]);
+    let tasks: Vec<Value> = serde_json::from_slice(&out.stdout).ok()?;
+    let task = tasks.into_iter().find(|t| t["state"] == "running")?;
     let label = format!("label=saheeli.task={}", task["id"].as_str()?);
     let out = std::process::Command::new("docker")
         .args(["ps", "-q", "--filter", &label])

@@ -19,7 +19,7 @@ use crate::util::{Saheeli, replay_prompt, require_docker, script};
 
 /// A shell command that waits (60 s at most) until the test creates
 /// `/tmp/<name>` in the container ([`release`]).
-fn hold(name: &str) -> Value {
+pub(crate) fn hold(name: &str) -> Value {
     json!({
         "command": format!(
             "touch /tmp/{name}.held; for i in $(seq 600); do [ -e /tmp/{name} ] && exit 0; sleep 0.1; done; exit 1"
@@ -48,7 +48,7 @@ fn exec(id: &str, args: &[&str]) -> bool {
 }
 
 /// Lets a servo waiting in [`hold`]`(name)` go on.
-fn release(id: &str, name: &str) {
+pub(crate) fn release(id: &str, name: &str) {
     assert!(
         exec(id, &["touch", &format!("/tmp/{name}")]),
         "could not release task {id} ({name})"
@@ -67,7 +67,7 @@ fn socket(s: &Saheeli, id: &str) -> PathBuf {
 }
 
 /// One HTTP request to a gateway socket: its status and body.
-fn gw(sock: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+pub(crate) fn gw(sock: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
     let mut c = UnixStream::connect(sock)
         .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()));
     c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -92,7 +92,7 @@ fn gw(sock: &Path, method: &str, path: &str, body: Option<&Value>) -> (u16, Stri
 }
 
 /// Waits until the task's servo sits in [`hold`]`(name)`; its socket.
-fn holding(s: &Saheeli, id: &str, serve: &Serve, name: &str) -> PathBuf {
+pub(crate) fn holding(s: &Saheeli, id: &str, serve: &Serve, name: &str) -> PathBuf {
     until(s, id, serve, "running", |t| t["state"] == "running");
     let held = format!("/tmp/{name}.held");
     assert!(

@@ -245,7 +245,8 @@ fn a_completion_written_by_the_agents_shell_is_not_a_success() {
         &replay_prompt("s.json", "max_steps: 1\ntimeout: 1m\n"),
     );
     let id = s.submit("p.md");
-    s.expect(&["serve", "--drain"], 0);
+    // 1: a task ended incomplete.
+    s.expect(&["serve", "--drain"], 1);
     let t = s.task(&id);
     assert_eq!(t["state"], "incomplete", "{t:#}");
     assert_eq!(t["reason"], "max_steps", "{t:#}");

@@ -321,48 +321,52 @@ fn assess_not_met_feeds_back_and_met_completes_within_the_budget() {
     assert!(report.contains("The assessor on attempt 2:"), "{report}");
 }
 
-/// A shell command posting `body` to the verify route from inside the
-/// container, printing the HTTP status line and the answer.
-fn post_verify(call_id: &str) -> String {
-    format!(
-        "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); \
-         s.connect('/run/saheeli/gateway.sock'); \
-         b=b'{{\\\"call_id\\\": \\\"{call_id}\\\", \\\"message\\\": \\\"x\\\"}}'; \
-         s.sendall(b'POST /saheeli/v1/verify HTTP/1.1\\r\\nHost: g\\r\\nContent-Type: application/json\\r\\nConnection: close\\r\\nContent-Length: %d\\r\\n\\r\\n' % len(b) + b); \
-         print(s.makefile('rb').read().decode())\""
+/// Posts to the verify route of a running task from the host (the agent's
+/// shell cannot open the socket since issue 23): the status and answer.
+fn post_verify(sock: &Path, call_id: &str) -> (u16, String) {
+    crate::gateway_guard::gw(
+        sock,
+        "POST",
+        "/saheeli/v1/verify",
+        Some(&json!({"call_id": call_id, "message": "x"})),
     )
 }
 
 #[test]
 fn the_verify_route_is_closed_without_verify_and_counts_attempts_on_the_foreman() {
+    use crate::gateway_guard::{hold, holding, release};
+    use crate::human::{Serve, until};
     require_docker();
     // Without `verify`: refused.
     let s = Saheeli::new();
     s.write(
         "s.json",
         &script(&[
-            ("execute_shell", json!({"command": post_verify("c1")})),
+            ("execute_shell", hold("v1")),
             ("task_complete", json!({"message": "done"})),
         ]),
     );
     s.write("p.md", "---\nmodel: replay:s.json\n---\nGo.\n");
-    let t = run(&s, "p.md", 0);
-    let id = t["id"].as_str().unwrap();
-    let out = &tool_results(&session(&results(&t), id))[0];
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let sock = holding(&s, &id, &serve, "v1");
+    let (status, body) = post_verify(&sock, "c1");
     assert!(
-        out.contains("403 Forbidden") && out.contains("has no `verify`"),
-        "{out}"
+        status == 403 && body.contains("has no `verify`"),
+        "{status} {body}"
     );
+    release(&id, "v1");
+    until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
+    drop(serve);
 
-    // With one attempt allowed: the agent's shell spends it; the servo's
-    // own task_complete is then refused and the task fails verification.
+    // With one attempt allowed: a direct call spends it; the servo's own
+    // task_complete is then refused and the task fails verification.
     let s = Saheeli::new();
     project(&s);
     s.write(
         "s.json",
         &script(&[
-            ("execute_shell", json!({"command": post_verify("c1")})),
-            ("execute_shell", json!({"command": post_verify("c2")})),
+            ("execute_shell", hold("v2")),
             ("task_complete", json!({"message": "done"})),
         ]),
     );
@@ -370,24 +374,27 @@ fn the_verify_route_is_closed_without_verify_and_counts_attempts_on_the_foreman(
         "p.md",
         "---\nmodel: replay:s.json\nworkspace: proj\nverify: sh tests/test.sh\nverify_retries: 0\n---\nGo.\n",
     );
-    let t = run(&s, "p.md", 1);
-    assert_eq!(t["reason"], "verification_failed", "{t}");
-    let id = t["id"].as_str().unwrap();
-    let outs = tool_results(&session(&results(&t), id));
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let sock = holding(&s, &id, &serve, "v2");
+    let (status, body) = post_verify(&sock, "c1");
     assert!(
-        outs[0].contains("200 OK") && outs[0].contains("\"passed\":false"),
-        "{}",
-        outs[0]
+        status == 200 && body.contains("\"passed\":false"),
+        "{status} {body}"
     );
+    let (status, body) = post_verify(&sock, "c2");
     assert!(
-        outs[1].contains("409 Conflict") && outs[1].contains("no verification attempt is left"),
+        status == 409 && body.contains("no verification attempt is left"),
+        "{status} {body}"
+    );
+    release(&id, "v2");
+    let t = until(&s, &id, &serve, "ended", |t| t["state"] == "incomplete");
+    assert_eq!(t["reason"], "verification_failed", "{t}");
+    let outs = tool_results(&session(&results(&t), &id));
+    assert!(
+        outs[1].contains("verification could not run"),
         "{}",
         outs[1]
-    );
-    assert!(
-        outs[2].contains("verification could not run"),
-        "{}",
-        outs[2]
     );
 }
 
