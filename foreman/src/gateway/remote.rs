@@ -82,6 +82,10 @@ enum UploadState {
 }
 
 /// The remote tasks a listener serves, by id.
+/// Connections the shared TCP listener keeps at once: every remote servo
+/// needs a handful (its calls, the desk's long polls, its upload).
+const REMOTE_MAX_CONNECTIONS: usize = 2048;
+
 #[derive(Clone, Default)]
 pub(crate) struct Hub {
     tasks: Arc<Mutex<HashMap<TaskId, Arc<Entry>>>>,
@@ -99,12 +103,16 @@ impl Hub {
             .with_context(|| format!("listening on `swarm.gateway_listen` `{addr}`"))?;
         let bound = listener.local_addr()?;
         let app = Router::new().fallback(front).with_state(self.clone());
-        tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
-            if let Err(e) = serve.await {
-                warn!(error = %e, "remote gateway stopped with an error");
-            }
-        });
+        // The same doors as a task's socket: a cap on connections at once
+        // and a time limit on a request's head (a node's servo could hold
+        // connections open as well as a shell could).
+        let doors = crate::listen::Doors {
+            name: "remote gateway",
+            task_id: None,
+            max_connections: REMOTE_MAX_CONNECTIONS,
+            header_timeout: super::server::HEADER_TIMEOUT,
+        };
+        tokio::spawn(crate::listen::serve(listener, app, doors, stop));
         info!(addr = %bound, "remote gateway listening");
         Ok(bound)
     }

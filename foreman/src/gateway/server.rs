@@ -18,7 +18,7 @@ use super::*;
 /// A request's head must reach the gateway within this, and a connection
 /// left idle is closed after it: longer than the servo's HTTP client keeps
 /// an idle connection (90 s), so the client always closes first.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
+pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running gateway for one task.
 pub(crate) struct Gateway {

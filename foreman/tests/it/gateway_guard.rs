@@ -522,11 +522,17 @@ fn an_approval_runs_only_the_call_the_human_saw() {
         !results.join("evil.txt").exists(),
         "a call nobody approved ran: {t:#}"
     );
+    // Two walls stop it: the session's seal (a separated servo refuses a
+    // session changed outside it: `bad_task`), and behind it the servo's
+    // check of the call against the foreman's record of the ask.
     let session =
         std::fs::read_to_string(results.join(format!("servo-{id}-session.json"))).unwrap();
     assert!(
-        session.contains("the call the human replied to differs"),
-        "{session}"
+        t["reason"] == "bad_task" || session.contains("the call the human replied to differs"),
+        "{t:#}\n{session}"
     );
-    assert_eq!(t["state"], "complete", "{t:#}");
+    assert!(
+        t["state"] == "complete" || (t["state"] == "incomplete" && t["reason"] == "bad_task"),
+        "{t:#}"
+    );
 }
