@@ -82,6 +82,16 @@ pub fn servos() -> Servos {
         if comm.trim() != "servo" {
             continue;
         }
+        // The servo's own helpers (its tool runner, pack, unpack) run the
+        // same binary as the agent's user: not servos.
+        let helper = std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| {
+            c.split(|b| *b == 0)
+                .nth(1)
+                .is_some_and(|a| matches!(a, b"runner" | b"pack" | b"unpack"))
+        });
+        if helper {
+            continue;
+        }
         if let Some(rss) = status_mb(&pid, "VmRSS:") {
             out.rss_mb.push(rss);
         }

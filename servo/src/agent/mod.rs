@@ -239,6 +239,12 @@ impl Agent {
             _ = human::deadline_passed(deadline) => (ServoExit::TimeLimit, Some("time budget used up".to_string())),
             _ = &mut terminated => (ServoExit::Terminated, Some("stopped by SIGTERM".to_string())),
         };
+        // The agent's processes end before anything else happens: a swarm
+        // servo's upload is packed by a process of the agent's uid, which
+        // the runner's last act (killing every such process) must not hit.
+        if let Some(runner) = &self.tools.runner {
+            runner.shutdown().await;
+        }
         self.finish(outcome.0, outcome.1)
     }
 

@@ -217,6 +217,27 @@ impl Link {
         }
     }
 
+    /// Ends the runner (and with it every process of the agent: closing its
+    /// stdin makes it kill them all) and waits for it to be gone, a few
+    /// seconds at most.
+    pub async fn shutdown(&self) {
+        let Some(live) = self.live.lock().await.take() else {
+            return;
+        };
+        let Live {
+            out,
+            _child: mut child,
+            ..
+        } = live;
+        drop(out);
+        if tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .is_err()
+        {
+            warn!("the tool runner did not end within 5 s of its stdin closing");
+        }
+    }
+
     /// The next runner tells the model its shell is new.
     pub fn note_fresh(&self) {
         self.fresh.store(true, std::sync::atomic::Ordering::Relaxed);
