@@ -150,18 +150,20 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         tools: req.tools,
         ..Default::default()
     };
+    shape::conservative(&mut up);
     // The input this call sends, bounded from above: no tokenizer makes
     // more tokens than bytes, so the request's size in bytes is a safe
     // estimate (bytes / 4 under-counted dense text 2x, case 25). The meter
     // settles the real count after the call.
     let input = serde_json::to_vec(&up).map_or(0, |b| b.len()) as u64;
-    let want = match route.provider.kind {
-        ProviderKind::Anthropic => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
-        // Without a budget an OpenAI call keeps its own limit (or none).
-        ProviderKind::Openai if !gw.budget.is_limited() => asked,
-        ProviderKind::Openai => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
-    };
-    let grant = match gw.meter.reserve(&gw.budget, route.price, input, want) {
+    // Every call carries an output cap, budget or not (issue 27).
+    let want = shape::output_cap(
+        &gw.upstream.policy,
+        route.provider.kind,
+        route.provider.max_output_tokens,
+        asked,
+    );
+    let grant = match gw.meter.reserve(&gw.budget, route.price, input, Some(want)) {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");
@@ -175,24 +177,20 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
             );
         }
     };
+    let max = grant.max_output.unwrap_or(want).max(1);
     let upstream_body: Bytes = match route.provider.kind {
         ProviderKind::Openai => {
             // Keep the field the caller used: newer models refuse the other.
             if req.max_completion_tokens.is_some() {
-                up.max_completion_tokens = grant.max_output;
+                up.max_completion_tokens = Some(max);
             } else {
-                up.max_tokens = grant.max_output;
+                up.max_tokens = Some(max);
             }
             serde_json::to_vec(&up).expect("requests serialize").into()
         }
-        ProviderKind::Anthropic => {
-            let max = grant
-                .max_output
-                .unwrap_or(gw.upstream.policy.anthropic_max_tokens);
-            anthropic::request(&up, &route.model, max.max(1))
-                .to_string()
-                .into()
-        }
+        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max)
+            .to_string()
+            .into(),
     };
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
@@ -321,7 +319,14 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 live().refusal(Refusal::Auth);
                 gw.meter.set_fatal(Reason::Auth);
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the key");
-                let hint = format!("{last} (check {})", provider.key_env);
+                let hint = match &provider.key_env {
+                    Some(var) => format!("{last} (check {var})"),
+                    None => format!(
+                        "{last} (provider `{}` has no `api_key_env` in config.yaml: name the \
+                         variable holding its key there)",
+                        provider.name
+                    ),
+                };
                 return (
                     error_response(gw, StatusCode::UNAUTHORIZED, gateway_error::AUTH, &hint),
                     None,
