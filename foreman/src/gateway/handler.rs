@@ -195,9 +195,15 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
     ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    let mut pending = Pending {
+        gw,
+        grant: Some(grant),
+        call_id: call_id.clone(),
+    };
     let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
+    let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, route.price);
     ledger(gw, move |l| {
@@ -210,6 +216,41 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     })
     .await;
     response
+}
+
+/// A call reserved and not yet settled. Dropped unsettled (the servo
+/// killed mid-call drops the request's future), it is settled at its
+/// reservation, counted as input in the task's meter and ledger: its row
+/// stayed `in_flight` and its tokens were missing from usage (issue 27).
+struct Pending<'a> {
+    gw: &'a GatewayState,
+    grant: Option<meter::Grant>,
+    call_id: String,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let Some(grant) = self.grant.take() else {
+            return;
+        };
+        let usage = ChatUsage {
+            prompt_tokens: grant.tokens,
+            completion_tokens: 0,
+            total_tokens: grant.tokens,
+        };
+        self.gw.meter.settle(&grant, usage, self.gw.route.price);
+        let (l, id) = (self.gw.upstream.ledger.clone(), self.call_id.clone());
+        let task_id = self.gw.task_id;
+        // The gateway's stop settles whatever this cannot write in time.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || {
+                if let Err(e) = l.settle_cut(&id) {
+                    warn!(%task_id, error = %e, "a call cut off not settled");
+                }
+            });
+        }
+        info!(%task_id, call_id = %self.call_id, "call cut off: settled at its reservation");
+    }
 }
 
 /// How one upstream try went.
@@ -299,8 +340,9 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
     let provider = &gw.route.provider;
     let started = Instant::now();
     let mut last = String::new();
+    let mut previous: Option<String> = None;
     for attempt in 1..=policy.max_attempts.max(1) {
-        let (verdict, status, wish) = match try_once(gw, &body).await {
+        let (mut verdict, status, wish) = match try_once(gw, &body).await {
             Try::Answered(bytes) => return answer(gw, &bytes),
             Try::Failed {
                 verdict,
@@ -314,6 +356,10 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 (verdict, status, wish)
             }
         };
+        if retry::repeated_invalid(status, &last, previous.as_deref()) {
+            verdict = Verdict::BadRequest;
+        }
+        previous = Some(last.clone());
         match verdict {
             Verdict::Auth => {
                 live().refusal(Refusal::Auth);
