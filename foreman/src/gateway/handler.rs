@@ -194,12 +194,14 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     };
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
-    ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    // Armed before the reservation is written: a drop from here on
+    // releases the grant (the gateway's stop settles a row written late).
     let mut pending = Pending {
         gw,
         grant: Some(grant),
         call_id: call_id.clone(),
     };
+    ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
     let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
