@@ -24,6 +24,11 @@ pub struct ChatRequest {
     /// Server-sent events; the gateway refuses it (it meters whole answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// `"auto"` whenever tools are offered: the gateway sets it, since
+    /// llama-cpp-python reads a missing one as "none" and drops the tools
+    /// from the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<String>,
     /// Number of choices; the gateway never forwards it (one choice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<u32>,

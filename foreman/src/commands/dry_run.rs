@@ -38,6 +38,10 @@ pub(super) async fn dry_run(
     view.image = cfg.file.image.clone();
     view.image_present = image_present(&cfg.file.image).await;
     view.workspace = workspace;
+    view.provider_keys = crate::gateway::Providers::from_config(cfg)
+        .keys()
+        .into_iter()
+        .collect();
     if json {
         outln!("{}", serde_json::to_string_pretty(&view)?);
     } else {

@@ -212,6 +212,10 @@ pub(crate) struct ProviderConfig {
     /// The environment variable (or `.env` entry) holding the key.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Output cap per call for this provider's models, instead of
+    /// `llm.max_output_tokens`.
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
@@ -313,6 +317,9 @@ pub(crate) struct LlmConfig {
     pub max_retry_time: Duration,
     /// `max_tokens` sent to Anthropic, which requires one.
     pub anthropic_max_tokens: u64,
+    /// Output cap sent with every call (a provider's `max_output_tokens`
+    /// overrides it), lowered to what the budget leaves.
+    pub max_output_tokens: u64,
 }
 
 impl Default for ConfigFile {
@@ -387,6 +394,7 @@ impl Default for LlmConfig {
             max_attempts: 6,
             max_retry_time: Duration::from_secs(300),
             anthropic_max_tokens: 8192,
+            max_output_tokens: 4096,
         }
     }
 }

@@ -72,6 +72,8 @@ pub(crate) fn request(req: &ChatRequest, model: &str, max_tokens: u64) -> Value 
     }
     if !tools.is_empty() {
         body["tools"] = json!(tools);
+        // As `tool_choice: "auto"` on the OpenAI path (issue 27).
+        body["tool_choice"] = json!({"type": "auto"});
     }
     body
 }
@@ -141,10 +143,12 @@ pub(crate) fn response(v: &Value) -> Result<ChatResponse, String> {
                 tool_calls,
                 tool_call_id: None,
             },
+            // The OpenAI name for a reply cut at the cap, which the servo
+            // tells the model about (issue 27).
             finish_reason: v
                 .get("stop_reason")
                 .and_then(Value::as_str)
-                .map(String::from),
+                .map(|r| if r == "max_tokens" { "length" } else { r }.to_string()),
         }],
         usage: usage(v),
     })
@@ -229,5 +233,31 @@ mod tests {
         assert_eq!(m.tool_calls[0].function.arguments, r#"{"command":"ls"}"#);
         assert_eq!(r.usage.unwrap().total_tokens, 37);
         assert!(response(&json!({"usage": {"input_tokens": 1}})).is_err());
+    }
+
+    /// Issue 27 items 2, 3 and 5 on the Messages path: tools go with
+    /// `tool_choice: {type: auto}`, a tool-call turn without text is its
+    /// `tool_use` blocks only (an empty text block is refused), and a
+    /// reply cut at `max_tokens` reaches the servo as `length`.
+    #[test]
+    fn local_server_shapes_on_the_messages_path() {
+        let mut req: ChatRequest = serde_json::from_str(include_str!(
+            "../../tests/fixtures/local-servers/servo-tool-turn-request.json"
+        ))
+        .unwrap();
+        super::super::shape::conservative(&mut req);
+        let body = request(&req, "smollm2", 64);
+        assert_eq!(body["tool_choice"], json!({"type": "auto"}), "{body}");
+        let turn = &body["messages"][1];
+        assert_eq!(turn["role"], "assistant");
+        let blocks = turn["content"].as_array().unwrap();
+        assert_eq!(blocks.len(), 1, "{turn}");
+        assert_eq!(blocks[0]["type"], "tool_use");
+        let v: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/local-servers/anthropic-max-tokens-response.json"
+        ))
+        .unwrap();
+        let r = response(&v).unwrap();
+        assert_eq!(r.choices[0].finish_reason.as_deref(), Some("length"));
     }
 }

@@ -150,18 +150,20 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         tools: req.tools,
         ..Default::default()
     };
+    shape::conservative(&mut up);
     // The input this call sends, bounded from above: no tokenizer makes
     // more tokens than bytes, so the request's size in bytes is a safe
     // estimate (bytes / 4 under-counted dense text 2x, case 25). The meter
     // settles the real count after the call.
     let input = serde_json::to_vec(&up).map_or(0, |b| b.len()) as u64;
-    let want = match route.provider.kind {
-        ProviderKind::Anthropic => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
-        // Without a budget an OpenAI call keeps its own limit (or none).
-        ProviderKind::Openai if !gw.budget.is_limited() => asked,
-        ProviderKind::Openai => Some(asked.unwrap_or(gw.upstream.policy.anthropic_max_tokens)),
-    };
-    let grant = match gw.meter.reserve(&gw.budget, route.price, input, want) {
+    // Every call carries an output cap, budget or not (issue 27).
+    let want = shape::output_cap(
+        &gw.upstream.policy,
+        route.provider.kind,
+        route.provider.max_output_tokens,
+        asked,
+    );
+    let grant = match gw.meter.reserve(&gw.budget, route.price, input, Some(want)) {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");
@@ -175,31 +177,35 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
             );
         }
     };
+    let max = grant.max_output.unwrap_or(want).max(1);
     let upstream_body: Bytes = match route.provider.kind {
         ProviderKind::Openai => {
             // Keep the field the caller used: newer models refuse the other.
             if req.max_completion_tokens.is_some() {
-                up.max_completion_tokens = grant.max_output;
+                up.max_completion_tokens = Some(max);
             } else {
-                up.max_tokens = grant.max_output;
+                up.max_tokens = Some(max);
             }
             serde_json::to_vec(&up).expect("requests serialize").into()
         }
-        ProviderKind::Anthropic => {
-            let max = grant
-                .max_output
-                .unwrap_or(gw.upstream.policy.anthropic_max_tokens);
-            anthropic::request(&up, &route.model, max.max(1))
-                .to_string()
-                .into()
-        }
+        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max)
+            .to_string()
+            .into(),
     };
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
+    // Armed before the reservation is written: a drop from here on
+    // releases the grant (the gateway's stop settles a row written late).
+    let mut pending = Pending {
+        gw,
+        grant: Some(grant),
+        call_id: call_id.clone(),
+    };
     ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
     let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
+    let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, route.price);
     ledger(gw, move |l| {
@@ -212,6 +218,41 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     })
     .await;
     response
+}
+
+/// A call reserved and not yet settled. Dropped unsettled (the servo
+/// killed mid-call drops the request's future), it is settled at its
+/// reservation, counted as input in the task's meter and ledger: its row
+/// stayed `in_flight` and its tokens were missing from usage (issue 27).
+struct Pending<'a> {
+    gw: &'a GatewayState,
+    grant: Option<meter::Grant>,
+    call_id: String,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let Some(grant) = self.grant.take() else {
+            return;
+        };
+        let usage = ChatUsage {
+            prompt_tokens: grant.tokens,
+            completion_tokens: 0,
+            total_tokens: grant.tokens,
+        };
+        self.gw.meter.settle(&grant, usage, self.gw.route.price);
+        let (l, id) = (self.gw.upstream.ledger.clone(), self.call_id.clone());
+        let task_id = self.gw.task_id;
+        // The gateway's stop settles whatever this cannot write in time.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || {
+                if let Err(e) = l.settle_cut(&id) {
+                    warn!(%task_id, error = %e, "a call cut off not settled");
+                }
+            });
+        }
+        info!(%task_id, call_id = %self.call_id, "call cut off: settled at its reservation");
+    }
 }
 
 /// How one upstream try went.
@@ -301,8 +342,9 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
     let provider = &gw.route.provider;
     let started = Instant::now();
     let mut last = String::new();
+    let mut previous: Option<String> = None;
     for attempt in 1..=policy.max_attempts.max(1) {
-        let (verdict, status, wish) = match try_once(gw, &body).await {
+        let (mut verdict, status, wish) = match try_once(gw, &body).await {
             Try::Answered(bytes) => return answer(gw, &bytes),
             Try::Failed {
                 verdict,
@@ -316,12 +358,23 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 (verdict, status, wish)
             }
         };
+        if retry::repeated_invalid(status, &last, previous.as_deref()) {
+            verdict = Verdict::BadRequest;
+        }
+        previous = Some(last.clone());
         match verdict {
             Verdict::Auth => {
                 live().refusal(Refusal::Auth);
                 gw.meter.set_fatal(Reason::Auth);
                 warn!(task_id = %gw.task_id, error = %last, "provider refused the key");
-                let hint = format!("{last} (check {})", provider.key_env);
+                let hint = match &provider.key_env {
+                    Some(var) => format!("{last} (check {var})"),
+                    None => format!(
+                        "{last} (provider `{}` has no `api_key_env` in config.yaml: name the \
+                         variable holding its key there)",
+                        provider.name
+                    ),
+                };
                 return (
                     error_response(gw, StatusCode::UNAUTHORIZED, gateway_error::AUTH, &hint),
                     None,

@@ -126,6 +126,35 @@ impl Ledger {
         })
     }
 
+    /// Settles a call cut off before its answer (the servo killed, the
+    /// request dropped) at its reservation, counted as input: what the
+    /// provider billed is unknown, and it may have billed it all.
+    pub fn settle_cut(&self, call: &str) -> Result<(), LedgerError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE llm_calls SET state = 'settled', input_tokens = reserved_tokens,
+                        output_tokens = 0, cost_usd = reserved_cost, settled_at = ?2
+                 WHERE call_id = ?1 AND state = 'in_flight'",
+                params![call, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// When a task's gateway stops: every call of the task still in flight
+    /// is settled at its reservation, so none stays `in_flight` forever
+    /// (issue 27). Returns how many there were.
+    pub fn settle_all_cut(&self, task: TaskId) -> Result<usize, LedgerError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE llm_calls SET state = 'settled', input_tokens = reserved_tokens,
+                        output_tokens = 0, cost_usd = reserved_cost, settled_at = ?2
+                 WHERE task_id = ?1 AND state = 'in_flight'",
+                params![task.to_string(), now_ms()],
+            )
+        })
+    }
+
     /// Takes a task over: calls left in flight become `lost` (counted once,
     /// at their reservation), and the task's total spend is returned. None
     /// when the ledger knows no call of the task.
@@ -212,6 +241,48 @@ mod tests {
         let again = l.adopt(a).unwrap().unwrap();
         assert_eq!(again.input_tokens, 1000);
         assert_eq!(again.lost, 0);
+        // Another task's call is untouched.
+        assert_eq!(l.adopt(b).unwrap().unwrap().lost, 1);
+    }
+
+    /// Issue 27 item 6: a call cut off when its task ended stayed
+    /// `in_flight` forever and was missing from the task's usage.
+    #[test]
+    fn calls_cut_off_are_settled_at_their_reservation() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("q.db");
+        drop(crate::store::Store::open(&db).unwrap());
+        let l = Ledger::open(&db).unwrap();
+        let (a, b) = (TaskId::new(), TaskId::new());
+        l.reserve(a, "c1", 1000, 0.5).unwrap();
+        l.settle("c1", 100, 20, 0.1).unwrap();
+        l.reserve(a, "c2", 900, 0.4).unwrap(); // dropped mid-call
+        l.settle_cut("c2").unwrap();
+        l.reserve(a, "c3", 800, 0.3).unwrap(); // in flight as the gateway stops
+        l.reserve(b, "c4", 50, 0.0).unwrap();
+        assert_eq!(l.settle_all_cut(a).unwrap(), 1);
+        let in_flight: i64 = l
+            .conn
+            .lock()
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM llm_calls WHERE task_id = ?1 AND state = 'in_flight'",
+                [a.to_string()],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(in_flight, 0);
+        let spent = l.adopt(a).unwrap().unwrap();
+        assert_eq!(
+            (
+                spent.calls,
+                spent.input_tokens,
+                spent.output_tokens,
+                spent.lost
+            ),
+            (3, 100 + 900 + 800, 20, 0)
+        );
+        assert!((spent.cost_usd - 0.8).abs() < 1e-9);
         // Another task's call is untouched.
         assert_eq!(l.adopt(b).unwrap().unwrap().lost, 1);
     }

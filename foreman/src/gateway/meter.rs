@@ -20,12 +20,6 @@ pub(crate) struct Budget {
     pub max_cost: Option<f64>,
 }
 
-impl Budget {
-    pub fn is_limited(&self) -> bool {
-        self.max_tokens.is_some() || self.max_cost.is_some()
-    }
-}
-
 /// Fewest output tokens a call is allowed: below this no tool call fits,
 /// and the call is refused instead of being cut to nothing.
 pub(crate) const MIN_OUTPUT: u64 = 256;

@@ -44,6 +44,7 @@ mod redact;
 mod remote;
 mod retry;
 mod server;
+mod shape;
 mod socket;
 mod steps;
 mod upstream;

@@ -26,8 +26,13 @@ pub(crate) struct Provider {
     pub kind: ProviderKind,
     /// Without a trailing slash.
     pub base_url: String,
-    pub key_env: String,
+    /// The variable the key is read from: the vendors' own for `openai`
+    /// and `anthropic`, else exactly the provider's `api_key_env`. None: no
+    /// key is sent (a local server must not receive another provider's).
+    pub key_env: Option<String>,
     pub key: Option<ApiKey>,
+    /// The provider's own output cap per call (else `llm.max_output_tokens`).
+    pub max_output_tokens: Option<u64>,
 }
 
 impl Provider {
@@ -72,6 +77,7 @@ impl Providers {
                     kind: ProviderKind::Openai,
                     base_url: None,
                     api_key_env: None,
+                    max_output_tokens: None,
                 },
             ),
             (
@@ -80,6 +86,7 @@ impl Providers {
                     kind: ProviderKind::Anthropic,
                     base_url: None,
                     api_key_env: None,
+                    max_output_tokens: None,
                 },
             ),
         ]);
@@ -105,17 +112,20 @@ impl Providers {
                     .clone()
                     .or_else(|| builtin.then(|| env(url_env)).flatten())
                     .unwrap_or_else(|| default_url.to_string());
+                // A configured provider gets exactly the key it names, or
+                // none: OPENAI_API_KEY went to local servers (issue 27).
                 let key_env = pc
                     .api_key_env
                     .clone()
-                    .unwrap_or_else(|| key_env.to_string());
-                let key = env(&key_env).map(ApiKey);
+                    .or_else(|| builtin.then(|| key_env.to_string()));
+                let key = key_env.as_deref().and_then(env).map(ApiKey);
                 let p = Provider {
                     name: name.clone(),
                     kind: pc.kind,
                     base_url: base_url.trim_end_matches('/').to_string(),
                     key_env,
                     key,
+                    max_output_tokens: pc.max_output_tokens,
                 };
                 (name, p)
             })
@@ -170,13 +180,25 @@ impl Providers {
         let mut out: Vec<(String, String)> = self
             .map
             .values()
-            .filter_map(|p| Some((p.key_env.clone(), p.key.as_ref()?.0.clone())))
+            .filter_map(|p| Some((p.key_env.clone()?, p.key.as_ref()?.0.clone())))
             .chain(self.capability_secrets.iter().cloned())
             .filter(|(_, v)| v.len() >= 8)
             .collect();
         out.sort();
         out.dedup();
         out
+    }
+
+    /// Each provider and the variable its key is read from (`none`: no key
+    /// is sent), for `run --dry-run`.
+    pub fn keys(&self) -> Vec<(String, String)> {
+        self.map
+            .values()
+            .map(|p| {
+                let var = p.key_env.clone().unwrap_or_else(|| "none".into());
+                (p.name.clone(), var)
+            })
+            .collect()
     }
 
     /// The base URL models go to by default, for the startup log line.
@@ -243,6 +265,34 @@ mod tests {
             ("openai", "meta/llama-3")
         );
         assert!(r.price.is_none());
+    }
+
+    /// Issue 27 item 1: a provider without `api_key_env` (a local
+    /// llama-server) was sent OPENAI_API_KEY as a bearer token.
+    #[test]
+    fn a_provider_gets_exactly_the_key_it_names_or_none() {
+        // SAFETY: tests in this module read these variables only here.
+        unsafe {
+            std::env::set_var("SAHEELI_TEST_LOCAL_KEY", "local-secret-5678");
+        }
+        let p = providers(
+            "providers:\n  local: { kind: openai, base_url: 'http://127.0.0.1:9/v1' }\n  \
+             keyed: { kind: openai, base_url: 'http://127.0.0.1:9/v1', \
+             api_key_env: SAHEELI_TEST_LOCAL_KEY }\n",
+        );
+        let local = p.route("local/smollm2").provider;
+        assert!(local.key.is_none(), "local got a key: {:?}", local.key_env);
+        assert_eq!(local.key_env, None);
+        let keyed = p.route("keyed/smollm2").provider;
+        assert_eq!(keyed.key.unwrap().0, "local-secret-5678");
+        assert_eq!(keyed.key_env.as_deref(), Some("SAHEELI_TEST_LOCAL_KEY"));
+        assert_eq!(
+            p.route("gpt-4o").provider.key_env.as_deref(),
+            Some("OPENAI_API_KEY")
+        );
+        let keys = p.keys();
+        assert!(keys.contains(&("local".into(), "none".into())), "{keys:?}");
+        assert!(keys.contains(&("openai".into(), "OPENAI_API_KEY".into())));
     }
 
     #[test]

@@ -25,6 +25,16 @@ pub(crate) fn verdict(status: u16) -> Verdict {
     }
 }
 
+/// A 500 whose body says the request itself is invalid, answered the same
+/// way twice: a bad request, not an outage. llama-cpp-python answers a
+/// request it cannot parse with 500 ("Input should be a valid string"),
+/// and five retries of it only cost time (issue 27).
+pub(crate) fn repeated_invalid(status: Option<u16>, why: &str, previous: Option<&str>) -> bool {
+    const SIGNS: [&str; 4] = ["input should be", "validation", "invalid", "unprocessable"];
+    let lower = why.to_ascii_lowercase();
+    status == Some(500) && previous == Some(why) && SIGNS.iter().any(|s| lower.contains(s))
+}
+
 /// `Retry-After` as seconds or an HTTP date.
 pub(crate) fn retry_after(value: Option<&str>, now: SystemTime) -> Option<Duration> {
     retry::retry_after(value?, now)
@@ -49,6 +59,30 @@ mod tests {
         assert_eq!(verdict(403), Verdict::Auth);
         assert_eq!(verdict(400), Verdict::BadRequest);
         assert_eq!(verdict(404), Verdict::BadRequest);
+    }
+
+    /// Issue 27 item 3: llama-cpp-python's 500 for `content: null` was
+    /// retried five times; an identical one now ends it after one retry.
+    #[test]
+    fn an_identical_invalid_500_is_a_bad_request() {
+        let body = include_bytes!(
+            "../../tests/fixtures/local-servers/llama-cpp-python-500-content-null.json"
+        );
+        let why = format!(
+            "local answered HTTP 500: {}",
+            super::super::handler::error_text(body)
+        );
+        assert!(why.contains("Input should be a valid string"), "{why}");
+        assert!(
+            !repeated_invalid(Some(500), &why, None),
+            "the first may be a blip"
+        );
+        assert!(repeated_invalid(Some(500), &why, Some(&why)));
+        // An outage's 500, or a different body, is retried as before.
+        let outage = "local answered HTTP 500: internal error";
+        assert!(!repeated_invalid(Some(500), outage, Some(outage)));
+        assert!(!repeated_invalid(Some(500), &why, Some(outage)));
+        assert!(!repeated_invalid(Some(503), &why, Some(&why)));
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
 pub(crate) struct Gateway {
     meter: Arc<Meter>,
     transport: Transport,
+    /// To settle the calls still in flight when it stops (issue 27).
+    ledger: Arc<Ledger>,
+    task_id: TaskId,
 }
 
 /// How the servo reaches its gateway.
@@ -92,6 +95,7 @@ impl Gateway {
         adopt: bool,
     ) -> anyhow::Result<Gateway> {
         let upstream_cap = upstream.gateway_connections;
+        let ledger = upstream.ledger.clone();
         let (meter, app) = Self::app(task_id, upstream, model, budget, desk, adopt);
         let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
         let listener = match bind(&dir) {
@@ -117,6 +121,8 @@ impl Gateway {
         Ok(Gateway {
             meter,
             transport: Transport::Socket { dir, stop, server },
+            ledger,
+            task_id,
         })
     }
 
@@ -131,6 +137,7 @@ impl Gateway {
         desk: DeskLink,
         remote: RemoteTask,
     ) -> Gateway {
+        let ledger = upstream.ledger.clone();
         let (meter, app) = Self::app(task_id, upstream, model, budget, desk, false);
         hub.register(task_id, app, remote);
         Gateway {
@@ -139,6 +146,8 @@ impl Gateway {
                 hub: hub.clone(),
                 task_id,
             },
+            ledger,
+            task_id,
         }
     }
 
@@ -266,6 +275,15 @@ impl Gateway {
                 }
             }
             Transport::Remote { hub, task_id } => hub.unregister(task_id),
+        }
+        // A call cut off with its task is settled at its reservation: its
+        // row must not stay `in_flight` (issue 27).
+        let (ledger, task_id) = (self.ledger, self.task_id);
+        match tokio::task::spawn_blocking(move || ledger.settle_all_cut(task_id)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => info!(%task_id, calls = n, "calls cut off settled at their reservation"),
+            Ok(Err(e)) => warn!(%task_id, error = %e, "calls in flight not settled"),
+            Err(e) => warn!(%task_id, error = %e, "call ledger thread failed"),
         }
     }
 }

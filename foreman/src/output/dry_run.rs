@@ -35,6 +35,9 @@ pub(crate) struct DryRunView<'a> {
     pub image_present: Option<bool>,
     /// What `workspace:` would copy into /workspace.
     pub workspace: Option<DryWorkspace>,
+    /// Each provider and the variable its key is read from; `none`: no
+    /// key is sent to it.
+    pub provider_keys: BTreeMap<String, String>,
     /// A template's parameters: each value and where it came from.
     pub parameters: &'a [ParamValue],
     /// A template's steps, in order.
@@ -64,6 +67,7 @@ impl<'a> DryRunView<'a> {
             image: String::new(),
             image_present: None,
             workspace: None,
+            provider_keys: BTreeMap::new(),
             parameters: &task.parameters,
             steps: &task.steps,
             order: Vec::new(),
@@ -116,6 +120,12 @@ impl<'a> DryRunView<'a> {
             None => "not checked: Docker did not answer",
         };
         let _ = writeln!(s, "image:      {} ({presence})", clean(&self.image));
+        let keys: Vec<String> = self
+            .provider_keys
+            .iter()
+            .map(|(name, var)| format!("{}={}", clean(name), clean(var)))
+            .collect();
+        let _ = writeln!(s, "keys:       {}", keys.join(", "));
         if let Some(w) = &self.workspace {
             let _ = writeln!(
                 s,

@@ -137,7 +137,7 @@ pub(super) fn check_model(cfg: &Config, prompt: &Path, model: &str) -> anyhow::R
              environment or in `.env` beside config.yaml",
             prompt.display(),
             p.name,
-            p.key_env
+            p.key_env.as_deref().unwrap_or("its `api_key_env`")
         );
     }
     Ok(())

@@ -14,7 +14,10 @@ use crate::util::{Saheeli, image, leftovers, replay_prompt, require_docker, scri
 /// front-matter `title`, `model`, `timeout`, `resources.memory`, `env` and
 /// `workspace`; the `--param`s below set `timeout` again and `max_tokens`.
 fn layered() -> Saheeli {
-    let s = Saheeli::with_config("task:\n  max_steps: 7\n  cpus: 0.5\n");
+    let s = Saheeli::with_config(
+        "task:\n  max_steps: 7\n  cpus: 0.5\nproviders:\n  \
+         local: { kind: openai, base_url: 'http://127.0.0.1:9/v1' }\n",
+    );
     s.write("ws/a.txt", "hello");
     s.write("ws/sub/b.txt", "hi");
     s.write(
@@ -93,6 +96,8 @@ fn dry_run_shows_each_setting_and_where_it_came_from() {
     );
     assert_eq!(v["image"], image());
     assert_eq!(v["image_present"], true);
+    assert_eq!(v["provider_keys"]["local"], "none");
+    assert_eq!(v["provider_keys"]["openai"], "OPENAI_API_KEY");
     assert_eq!(v["workspace"]["files"], 2);
     assert_eq!(v["workspace"]["bytes"], 7);
     let config = s.path().join("config.yaml").canonicalize().unwrap();
@@ -131,6 +136,12 @@ fn dry_run_shows_each_setting_and_where_it_came_from() {
         "{text}"
     );
     assert!(text.contains("(would copy 2 files, 7 bytes)"), "{text}");
+    // Issue 27: which key each provider gets; none for one without
+    // `api_key_env` (it was sent OPENAI_API_KEY).
+    assert!(
+        text.contains("keys:       anthropic=ANTHROPIC_API_KEY, local=none, openai=OPENAI_API_KEY"),
+        "{text}"
+    );
 
     // Nothing was written: no database, no state or results directory.
     assert_eq!(entries(&s), before);

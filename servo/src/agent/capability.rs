@@ -65,6 +65,9 @@ impl Agent {
                 Err(e) => ToolOutput::error(e.0),
             };
         }
+        if !self.specs.iter().any(|t| t.function.name == name) {
+            return crate::tools::unknown_tool(name, &self.specs);
+        }
         let narrowed =
             self.task.tools.as_ref().is_some_and(|allowed| {
                 BUILT_IN.contains(&name) && !allowed.iter().any(|a| a == name)

@@ -299,12 +299,22 @@ impl Agent {
                 "LLM call"
             );
             let calls = turn.message.tool_calls.clone();
+            let had_calls = !calls.is_empty();
             self.messages.push(turn.message);
-            if calls.is_empty() {
-                self.messages.push(ChatMessage::user(NUDGE));
+            if !had_calls {
+                let note = if turn.cut {
+                    crate::llm::CUT_NOTE
+                } else {
+                    NUDGE
+                };
+                self.messages.push(ChatMessage::user(note));
             }
             if let Some(end) = self.run_tools(step, calls).await {
                 return end;
+            }
+            if turn.cut && had_calls {
+                // After the tool results: they must follow their calls.
+                self.messages.push(ChatMessage::user(crate::llm::CUT_NOTE));
             }
             self.note_budget();
             self.save_session_soon();

@@ -16,7 +16,15 @@ pub(crate) use retry::Waiting;
 pub(crate) struct Turn {
     pub message: ChatMessage,
     pub usage: Usage,
+    /// The reply was cut at the output cap (`finish_reason: length`): the
+    /// model is told, rather than left with a silent truncation.
+    pub cut: bool,
 }
+
+/// What the model is told after a reply cut at the output cap.
+pub(crate) const CUT_NOTE: &str = "[saheeli] Your last reply was cut off at the output limit \
+(finish_reason: length), so it is incomplete and any tool call in it may be missing or truncated. \
+Keep replies shorter: write large files in parts, and think in fewer words.";
 
 #[derive(Debug)]
 pub(crate) enum LlmError {

@@ -169,9 +169,14 @@ fn into_turn(r: ChatResponse) -> Result<Turn, LlmError> {
         .into_iter()
         .next()
         .ok_or_else(|| LlmError::Malformed("the response has no choices".into()))?;
+    let cut = choice.finish_reason.as_deref() == Some("length");
     let mut message = choice.message;
     message.role = Role::Assistant;
-    Ok(Turn { message, usage })
+    Ok(Turn {
+        message,
+        usage,
+        cut,
+    })
 }
 
 #[cfg(test)]
@@ -213,5 +218,21 @@ mod tests {
             error_body(b"<html>bad</html>\n"),
             (None, "<html>bad</html>".into())
         );
+    }
+
+    /// Issue 27 item 5: a reply cut at the output cap is flagged (the
+    /// gateway reports Anthropic's `max_tokens` stop as `length` too).
+    #[test]
+    fn a_reply_cut_at_the_cap_is_flagged() {
+        let r: ChatResponse = serde_json::from_str(include_str!(
+            "../../../foreman/tests/fixtures/local-servers/openai-length-response.json"
+        ))
+        .unwrap();
+        let turn = into_turn(r.clone()).unwrap();
+        assert!(turn.cut);
+        assert_eq!(turn.usage.output_tokens, 16);
+        let mut whole = r;
+        whole.choices[0].finish_reason = Some("stop".into());
+        assert!(!into_turn(whole).unwrap().cut);
     }
 }

@@ -52,6 +52,7 @@ impl Replay {
                 tool_call_id: None,
             },
             usage: turn.usage.unwrap_or_default(),
+            cut: false,
         })
     }
 }

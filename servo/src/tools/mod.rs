@@ -145,6 +145,17 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
     ]
 }
 
+/// The answer to a call of a tool the task was not offered: it names every
+/// tool that was (built-in, `ask_user`, `step_done`, capabilities'), so
+/// the model can pick one (it listed a fixed six, issue 27).
+pub(crate) fn unknown_tool(name: &str, offered: &[ToolSpec]) -> ToolOutput {
+    let names: Vec<&str> = offered.iter().map(|t| t.function.name.as_str()).collect();
+    ToolOutput::error(format!(
+        "unknown tool `{name}`: it is not one of this task's tools, which are {}",
+        names.join(", ")
+    ))
+}
+
 fn parse<T: DeserializeOwned>(tool: &str, arguments: &str) -> Result<T, ToolOutput> {
     let raw = if arguments.trim().is_empty() {
         "{}"
@@ -196,10 +207,9 @@ impl Toolbox {
                 Ok(a) => step_done::run(self, a).await,
                 Err(e) => e,
             },
-            other => ToolOutput::error(format!(
-                "unknown tool `{other}`; the tools are execute_shell, create_file, read_file, \
-                 edit_file, list_files and task_complete"
-            )),
+            // The agent answers a tool it did not offer before this (with
+            // the offered list); here only a step_done of a task without steps.
+            other => unknown_tool(other, &specs()),
         };
         self.capped(out)
     }
@@ -330,6 +340,32 @@ mod tests {
         assert!(out.ok && out.truncated);
         assert!(out.text.len() <= tb.max_output);
         assert!(out.text.contains("bytes cut"));
+    }
+
+    /// Issue 27 item 8: the unknown-tool answer listed a fixed six tools,
+    /// not `ask_user`, `step_done` or a capability's.
+    #[test]
+    fn unknown_tool_lists_every_tool_offered() {
+        let mut offered = specs();
+        offered.extend(human_specs(false));
+        offered.push(spec(
+            "git__status",
+            "A capability's tool.",
+            json!({"type": "object"}),
+        ));
+        let names: Vec<String> = offered.iter().map(|t| t.function.name.clone()).collect();
+        assert!(names.iter().any(|n| n == "ask_user"), "{names:?}");
+        let out = unknown_tool("launch_missiles", &offered);
+        assert!(!out.ok);
+        assert!(
+            out.text.contains("unknown tool `launch_missiles`"),
+            "{}",
+            out.text
+        );
+        assert!(out.text.contains("is not one of this task's tools"));
+        for n in &names {
+            assert!(out.text.contains(n.as_str()), "{n} missing: {}", out.text);
+        }
     }
 
     #[tokio::test]

@@ -1,0 +1,106 @@
+//! The request shape every OpenAI-compatible server accepts (issue 27):
+//! the conservative common subset of the vendors', llama.cpp's,
+//! llama-cpp-python's, vLLM's, Ollama's and LM Studio's, with no switch per
+//! server. Also the output cap every call carries.
+
+use saheeli_protocol::chat::{ChatRequest, Role};
+
+use crate::config::{LlmConfig, ProviderKind};
+
+/// Fixes what the servo sends into what every server takes:
+/// - `tool_choice: "auto"` whenever tools are offered: llama-cpp-python
+///   reads a missing one as "none" and drops the tools from the prompt;
+/// - an assistant turn that only calls tools has `content: ""`: null (and
+///   an absent field) makes llama-cpp-python answer HTTP 500.
+pub(super) fn conservative(req: &mut ChatRequest) {
+    req.tool_choice = (!req.tools.is_empty()).then(|| "auto".to_string());
+    for m in &mut req.messages {
+        if m.role == Role::Assistant && m.content.is_none() {
+            m.content = Some(String::new());
+        }
+    }
+}
+
+/// The most output tokens one call may ask for before the budget has its
+/// say: the provider's `max_output_tokens`, else `llm.max_output_tokens`
+/// (and for Anthropic no more than `llm.anthropic_max_tokens`), lowered to
+/// what the caller asked. Without it a small local model generated until
+/// its context was full (6,702 tokens in 191 s, then a 400).
+pub(super) fn output_cap(
+    policy: &LlmConfig,
+    kind: ProviderKind,
+    provider_cap: Option<u64>,
+    asked: Option<u64>,
+) -> u64 {
+    let mut cap = provider_cap.unwrap_or(policy.max_output_tokens);
+    if kind == ProviderKind::Anthropic {
+        cap = cap.min(policy.anthropic_max_tokens);
+    }
+    asked.map_or(cap, |a| a.min(cap)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    const TOOL_TURN: &str =
+        include_str!("../../tests/fixtures/local-servers/servo-tool-turn-request.json");
+
+    fn shaped() -> Value {
+        let mut req: ChatRequest = serde_json::from_str(TOOL_TURN).unwrap();
+        conservative(&mut req);
+        serde_json::to_value(&req).unwrap()
+    }
+
+    /// Issue 27 item 2: without `tool_choice`, llama-cpp-python dropped
+    /// the tools from the prompt.
+    #[test]
+    fn tools_offered_go_with_tool_choice_auto() {
+        let v = shaped();
+        assert_eq!(v["tool_choice"], "auto", "{v}");
+        let mut none: ChatRequest = serde_json::from_str(TOOL_TURN).unwrap();
+        none.tools.clear();
+        conservative(&mut none);
+        let v = serde_json::to_value(&none).unwrap();
+        assert!(v.get("tool_choice").is_none(), "{v}");
+    }
+
+    /// Issue 27 item 3: `content: null` on a tool-call turn got HTTP 500
+    /// from llama-cpp-python; `""` works on every server tried.
+    #[test]
+    fn a_tool_call_turn_without_text_sends_empty_content() {
+        let v = shaped();
+        let turn = &v["messages"][2];
+        assert_eq!(turn["role"], "assistant");
+        assert_eq!(turn["content"], "", "{turn}");
+        assert_eq!(turn["tool_calls"][0]["id"], "call_0");
+        // Other turns keep their text.
+        assert_eq!(v["messages"][3]["content"], "created hello.txt (5 bytes)");
+    }
+
+    /// Issue 27 item 5: every call carries a cap, the caller's lower one
+    /// kept, a provider's own overriding the default.
+    #[test]
+    fn every_call_has_an_output_cap() {
+        let policy = LlmConfig::default();
+        assert_eq!(policy.max_output_tokens, 4096);
+        assert_eq!(output_cap(&policy, ProviderKind::Openai, None, None), 4096);
+        assert_eq!(
+            output_cap(&policy, ProviderKind::Openai, None, Some(100)),
+            100
+        );
+        assert_eq!(
+            output_cap(&policy, ProviderKind::Openai, None, Some(1 << 20)),
+            4096
+        );
+        assert_eq!(
+            output_cap(&policy, ProviderKind::Openai, Some(512), None),
+            512
+        );
+        assert_eq!(
+            output_cap(&policy, ProviderKind::Anthropic, Some(1 << 20), None),
+            policy.anthropic_max_tokens
+        );
+    }
+}
