@@ -172,6 +172,11 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
             outln!("{line}");
         }
         if t.state.is_terminal() {
+            // The container's last lines may trail its ending a little.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            while let Ok(line) = rx.try_recv() {
+                outln!("{line}");
+            }
             return Ok(t.state);
         }
         if let Ok(found) = live.containers(&t).await {

@@ -98,7 +98,9 @@ fn the_gateway_cannot_be_bypassed_by_direct_calls() {
             }
         },
     );
-    let s = Saheeli::new()
+    // The output cap (issue 27) high enough that a parallel call's own
+    // `max_tokens: 20000` is what it reserves.
+    let s = Saheeli::with_config("llm:\n  max_output_tokens: 20000\n")
         .env("OPENAI_API_KEY", "sk-test-gateway-000")
         .env("OPENAI_BASE_URL", &llm.base_url());
     // Room for the agent's two turns (120 tokens each), the greedy call
