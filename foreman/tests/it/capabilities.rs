@@ -192,14 +192,7 @@ socket.socket(socket.AF_UNIX).connect('/run/saheeli/gateway.sock')
         crate::lifecycle::wait_for(std::time::Duration::from_secs(60), || llm.seen().len() >= 2),
         "the task never reached its second step"
     );
-    let run_dir = std::fs::read_to_string(s.path().join("config.yaml"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("run_dir: ").map(String::from))
-        .unwrap();
-    let sock = std::path::Path::new(&run_dir)
-        .join(&id)
-        .join("gateway.sock");
+    let sock = crate::gateway_guard::socket(&s, &id);
     let direct = std::process::Command::new("python3")
         .args([
             "-c",

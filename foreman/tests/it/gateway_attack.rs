@@ -111,12 +111,6 @@ fn the_gateway_cannot_be_bypassed_by_direct_calls() {
         "p.md",
         &format!("---\nmodel: gpt-test\nmax_tokens: {budget}\n---\nTry to bypass the budget.\n"),
     );
-    let config = std::fs::read_to_string(s.path().join("config.yaml")).unwrap();
-    let run_dir = config
-        .lines()
-        .find_map(|l| l.strip_prefix("run_dir: "))
-        .unwrap()
-        .to_string();
     s.write("bypass.py", BYPASS_PY);
     let run = s
         .cmd(&["run", "p.md", "--json"])
@@ -129,7 +123,7 @@ fn the_gateway_cannot_be_bypassed_by_direct_calls() {
         "the task never called its gateway"
     );
     let id = s.tasks()[0]["id"].as_str().unwrap().to_string();
-    let sock = Path::new(&run_dir).join(&id).join("gateway.sock");
+    let sock = crate::gateway_guard::socket(&s, &id);
     let direct = Command::new("python3")
         .arg("bypass.py")
         .arg(&sock)

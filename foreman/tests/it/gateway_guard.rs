@@ -56,7 +56,7 @@ pub(crate) fn release(id: &str, name: &str) {
 }
 
 /// The task's gateway socket on the host.
-fn socket(s: &Saheeli, id: &str) -> PathBuf {
+pub(crate) fn socket(s: &Saheeli, id: &str) -> PathBuf {
     let config = std::fs::read_to_string(s.path().join("config.yaml")).unwrap();
     let run_dir = config
         .lines()
