@@ -211,8 +211,28 @@ fn unpack_launch(root: &std::path::Path, json: Option<String>) -> Result<(), Str
     let dir = root.join(".saheeli");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating `{}`: {e}", dir.display()))?;
     let task = serde_json::to_vec_pretty(&launch.task).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("task.json"), task).map_err(|e| format!("writing task.json: {e}"))?;
-    std::fs::write(root.join("prompt.md"), launch.prompt)
+    replace_file(&dir.join("task.json"), &task).map_err(|e| format!("writing task.json: {e}"))?;
+    replace_file(&root.join("prompt.md"), launch.prompt.as_bytes())
         .map_err(|e| format!("writing prompt.md: {e}"))?;
     Ok(())
+}
+
+/// Writes `path` afresh: whatever is there is unlinked first (a workspace
+/// fetched for a resumed task brings the agent's copy of `prompt.md`,
+/// which a separated servo may not write but, owning the sticky
+/// workspace, may remove), and the new file is never opened through a link.
+fn replace_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(bytes)
 }

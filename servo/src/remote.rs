@@ -178,28 +178,102 @@ impl Remote {
 
     /// The upload of a separated servo: the workspace is the agent's (some
     /// of its files may be readable by the agent only), so `servo pack`
-    /// reads it as the agent's user and the servo streams what it writes.
-    /// What the foreman receives is as untrusted as any upload.
+    /// reads it as the agent's user, leaving out the servo's own files; the
+    /// servo passes the entries it writes on (refusing any that name the
+    /// servo's files or lie outside `workspace/`), then adds its own
+    /// session, audit log and `.saheeli/`, read as the servo. What the
+    /// foreman receives is as untrusted as any upload.
     async fn put_packed_by_agent(&self, url: &str, root: &Path, parked: bool) -> Result<(), Try> {
         let mut cmd = agent_helper("pack", root);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped());
         let mut child = crate::privsep::spawn(Mode::Separated, &mut cmd)
             .map_err(|e| Try::Final(format!("starting the workspace packer: {e}")))?;
         let out = child.stdout.take().expect("piped stdout");
-        let body = reqwest::Body::wrap_stream(tokio_util_stream(out));
+        let out = out
+            .into_owned_fd()
+            .map_err(|e| Try::Final(format!("the workspace packer's output: {e}")))?;
+        let (tx, rx) = pipe::pipe();
+        let dir = root.to_path_buf();
+        let merger = tokio::task::spawn_blocking(move || {
+            let failed = tx.clone();
+            let agents = std::io::BufReader::new(std::fs::File::from(out));
+            let merged = merge(agents, &dir, pipe::ChannelWriter::new(tx));
+            if let Err(e) = &merged {
+                let _ = failed.blocking_send(Err(std::io::Error::new(e.kind(), e.to_string())));
+            }
+            merged
+        });
+        let body = reqwest::Body::wrap_stream(pipe::stream(rx));
         let mut req = self.http.put(url).body(body);
         if parked {
             req = req.header(remote::PARKED_HEADER, "1");
         }
         let sent = req.send().await;
+        let merged = merger
+            .await
+            .map_err(|e| Try::Final(format!("packing the workspace: {e}")))?;
         let status = child.wait().await;
-        let packed = match status {
+        let packed = merged.and(match status {
             Ok(s) if s.success() => Ok(()),
             Ok(s) => Err(std::io::Error::other(format!("the packer exited with {s}"))),
             Err(e) => Err(e),
-        };
+        });
         judge(sent, packed)
     }
+}
+
+/// The agent's tar (`agents`, from `servo pack`) passed on entry by entry,
+/// then the servo's own files from `root`, as one tar into `w`.
+fn merge(agents: impl std::io::Read, root: &Path, w: impl std::io::Write) -> std::io::Result<()> {
+    let mut out = tar::Builder::new(w);
+    out.follow_symlinks(false);
+    let mut archive = tar::Archive::new(agents);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let Ok(rel) = path.strip_prefix("workspace") else {
+            continue;
+        };
+        if servo_owned(rel) {
+            continue;
+        }
+        let mut header = entry.header().clone();
+        match header.entry_type() {
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                let Some(target) = entry.link_name()?.map(|t| t.into_owned()) else {
+                    continue;
+                };
+                out.append_link(&mut header, &path, target)?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Directory => {
+                out.append_data(&mut header, &path, &mut entry)?;
+            }
+            // Devices, FIFOs and the rest: nothing a workspace needs back.
+            _ => {}
+        }
+    }
+    for name in own_files(root)? {
+        let path = root.join(&name);
+        if std::fs::symlink_metadata(&path)?.is_dir() {
+            out.append_dir_all(Path::new("workspace").join(&name), &path)?;
+        } else {
+            out.append_path_with_name(&path, Path::new("workspace").join(&name))?;
+        }
+    }
+    out.into_inner()?.flush()
+}
+
+/// The servo's own entries at the top of `root` (see [`servo_owned`]).
+fn own_files(root: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut own = Vec::new();
+    for entry in std::fs::read_dir(root)? {
+        let name = std::path::PathBuf::from(entry?.file_name());
+        if servo_owned(&name) {
+            own.push(name);
+        }
+    }
+    own.sort();
+    Ok(own)
 }
 
 /// `servo pack` or `servo unpack` on `root`, with nothing of the servo's
@@ -215,24 +289,6 @@ fn agent_helper(verb: &str, root: &Path) -> tokio::process::Command {
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
     cmd
-}
-
-/// A child's stdout as a stream of pieces for a request body.
-fn tokio_util_stream(
-    out: tokio::process::ChildStdout,
-) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> {
-    futures_util::stream::unfold(out, |mut out| async move {
-        use tokio::io::AsyncReadExt;
-        let mut buf = vec![0u8; 64 << 10];
-        match out.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(bytes::Bytes::from(buf)), out))
-            }
-            Err(e) => Some((Err(e), out)),
-        }
-    })
 }
 
 /// What became of one upload: sent and answered, or worth trying again.
@@ -295,6 +351,28 @@ fn pack(root: &Path, w: impl std::io::Write) -> std::io::Result<()> {
     b.into_inner()?.flush()
 }
 
+/// The workspace but the servo's own files as a tar into `w`: entries
+/// under `workspace/`, links stored as links.
+fn pack_agents(root: &Path, w: impl std::io::Write) -> std::io::Result<()> {
+    let mut b = tar::Builder::new(w);
+    b.follow_symlinks(false);
+    b.append_path_with_name(root, "workspace")?;
+    for entry in std::fs::read_dir(root)? {
+        let name = std::path::PathBuf::from(entry?.file_name());
+        if servo_owned(&name) {
+            continue;
+        }
+        let path = root.join(&name);
+        let inside = Path::new("workspace").join(&name);
+        if std::fs::symlink_metadata(&path)?.is_dir() {
+            b.append_dir_all(inside, &path)?;
+        } else {
+            b.append_path_with_name(&path, inside)?;
+        }
+    }
+    b.into_inner()?.flush()
+}
+
 /// Whether a workspace path (relative, as in the fetched tar) is the
 /// servo's own: its session and audit log at the top, and `.saheeli/`.
 /// A separated servo writes these itself; the agent's unpacker skips them.
@@ -315,14 +393,15 @@ fn servo_owned(path: &Path) -> bool {
 }
 
 /// `servo pack DIR`: the workspace as a tar on stdout (links as links),
-/// run as the agent's user by a separated servo.
+/// without the servo's own files (the servo adds those), run as the
+/// agent's user by a separated servo.
 pub(crate) fn pack_main(dir: Option<String>) -> std::process::ExitCode {
     let Some(dir) = dir else {
         eprintln!("servo pack: which directory?");
         return std::process::ExitCode::from(2);
     };
     let out = std::io::BufWriter::new(std::io::stdout().lock());
-    match pack(Path::new(&dir), out) {
+    match pack_agents(Path::new(&dir), out) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("servo pack: {e}");
@@ -459,6 +538,92 @@ mod tests {
         ] {
             assert!(!servo_owned(Path::new(agents)), "{agents}");
         }
+    }
+
+    /// A tar of `entries` (path, content; `None` a directory) as `servo
+    /// pack` would write it, with no checks on the paths.
+    fn raw_tar(entries: &[(&str, Option<&str>)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, content) in entries {
+            let mut h = tar::Header::new_gnu();
+            let data = content.unwrap_or("").as_bytes();
+            h.set_entry_type(if content.is_some() {
+                tar::EntryType::Regular
+            } else {
+                tar::EntryType::Directory
+            });
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            // Raw bytes: `set_path` would refuse `..`.
+            let name = &mut h.as_old_mut().name;
+            name[..path.len()].copy_from_slice(path.as_bytes());
+            h.set_cksum();
+            b.append(&h, data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn the_upload_takes_the_servo_files_from_the_servo_never_from_the_agents_tar() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("servo-t-session.json"), "sealed").unwrap();
+        std::fs::create_dir(ws.path().join(".saheeli")).unwrap();
+        std::fs::write(ws.path().join(".saheeli/task.json"), "{}").unwrap();
+        let agents = raw_tar(&[
+            ("workspace/", None),
+            ("workspace/hello.txt", Some("hi")),
+            ("workspace/servo-t-session.json", Some("forged")),
+            ("workspace/.saheeli/task.json", Some("forged")),
+            ("elsewhere/x", Some("outside")),
+        ]);
+        let mut out = Vec::new();
+        merge(agents.as_slice(), ws.path(), &mut out).unwrap();
+        let mut seen = Vec::new();
+        for e in tar::Archive::new(out.as_slice()).entries().unwrap() {
+            let mut e = e.unwrap();
+            let mut body = String::new();
+            std::io::Read::read_to_string(&mut e, &mut body).unwrap();
+            seen.push((e.path().unwrap().display().to_string(), body));
+        }
+        let files: Vec<_> = seen.iter().filter(|(_, b)| !b.is_empty()).collect();
+        assert_eq!(
+            files,
+            [
+                &("workspace/hello.txt".to_string(), "hi".to_string()),
+                &("workspace/.saheeli/task.json".to_string(), "{}".to_string()),
+                &(
+                    "workspace/servo-t-session.json".to_string(),
+                    "sealed".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_agents_pack_leaves_the_servo_files_out() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("servo-t-audit.log"), "log").unwrap();
+        std::fs::create_dir_all(ws.path().join(".saheeli/x")).unwrap();
+        std::fs::create_dir(ws.path().join("src")).unwrap();
+        std::fs::write(ws.path().join("src/a.rs"), "fn main() {}").unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", ws.path().join("link")).unwrap();
+        let mut out = Vec::new();
+        pack_agents(ws.path(), &mut out).unwrap();
+        let mut paths: Vec<String> = tar::Archive::new(out.as_slice())
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            [
+                "workspace",
+                "workspace/link",
+                "workspace/src/",
+                "workspace/src/a.rs"
+            ]
+        );
     }
 
     #[test]

@@ -105,4 +105,20 @@ mod tests {
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
     }
+
+    /// Hostile case 38, kept honest: only the literal key and its base64
+    /// forms are caught. A capability or provider that transforms a value
+    /// (reversed, spaced, hex) gets past redaction, as docs/security.md
+    /// says; what keeps keys safe is that they never enter a container.
+    #[test]
+    fn transformed_forms_are_not_caught_as_the_docs_say() {
+        let key = "sk-test-0123456789abcdef";
+        let r = Redactor::new(&[("OPENAI_API_KEY".into(), key.into())]);
+        let reversed: String = key.chars().rev().collect();
+        let spaced: String = key.chars().flat_map(|c| [c, ' ']).collect();
+        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        for form in [reversed, spaced, hex] {
+            assert_eq!(r.redact(&form), form, "redaction is best effort");
+        }
+    }
 }

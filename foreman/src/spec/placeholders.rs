@@ -136,6 +136,23 @@ mod tests {
         assert_eq!(render("", values).unwrap(), "");
     }
 
+    /// Hostile case 30: a parameter's value is inserted once, never read
+    /// again for placeholders; what it says in a `verify:` command is shell
+    /// that runs inside the task's container only (docs/security.md).
+    #[test]
+    fn a_value_is_inserted_verbatim_and_never_expanded_again() {
+        let hostile = "{{ repo }}; touch /workspace/x $(id)";
+        let value = |name: &str| match name {
+            "a" => Some(hostile),
+            "repo" => Some("calc"),
+            _ => None,
+        };
+        assert_eq!(
+            render("python3 -m unittest {{ a }} && echo {{ repo }}", value).unwrap(),
+            "python3 -m unittest {{ repo }}; touch /workspace/x $(id) && echo calc"
+        );
+    }
+
     #[test]
     fn other_braces_are_left_alone() {
         for text in [

@@ -416,7 +416,14 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     assert_eq!(hc["PidsLimit"], 512);
     assert_eq!(hc["Memory"], 2i64 << 30);
     assert_eq!(hc["NanoCpus"], 1_000_000_000i64);
-    assert_eq!(c["Config"]["User"], "1000:1000");
+    // Separated as on one host: root with three capabilities, the servo
+    // becoming uid 999 and its tools uid 1000.
+    assert_eq!(c["Config"]["User"], "0:0");
+    assert_eq!(
+        hc["CapAdd"],
+        json!(["CAP_SETUID", "CAP_SETGID", "CAP_KILL"]),
+        "{hc:#}"
+    );
     let mounts = hc["Mounts"].as_array().unwrap();
     assert!(
         mounts
@@ -426,12 +433,24 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     );
     // Not expressible on 20.10 (see README): no-new-privileges is absent.
     eprintln!("SecurityOpt on the worker: {}", hc["SecurityOpt"]);
-    // The token is a secret file, never in the environment or labels.
+    // The token is a secret file of the servo's uid, never in the
+    // environment or labels; the agent's uid cannot read it (hostile case
+    // 42: it could otherwise upload a workspace of its own first).
+    let token_file = "/run/secrets/saheeli-gateway-token";
+    let as_agent = swarm.docker(
+        worker,
+        &["exec", "--user", "1000:1000", &cid, "cat", token_file],
+    );
+    assert!(
+        !as_agent.status.success(),
+        "the agent read the token: {}",
+        String::from_utf8_lossy(&as_agent.stdout)
+    );
     let token = String::from_utf8(
         swarm
             .docker(
                 worker,
-                &["exec", &cid, "cat", "/run/secrets/saheeli-gateway-token"],
+                &["exec", "--user", "999:999", &cid, "cat", token_file],
             )
             .stdout,
     )

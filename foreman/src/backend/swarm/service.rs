@@ -1,15 +1,16 @@
 //! A task's job service: one completion, never restarted, labelled
 //! `saheeli.task=<id>`, hardened as far as Swarm (API 1.41) can say.
 //!
-//! Mapped from the local backend: cap-drop ALL, read-only rootfs, tmpfs
-//! /tmp, memory/CPU/pids limits, init, user 1000:1000, /workspace a named
-//! volume (node-local, labelled). NOT YET: the separation of the servo from
-//! the agent that local containers have (issue 23). The servo has the
-//! helpers for it (`servo pack`/`unpack` as the agent's uid, the sealed
-//! session), but a parked swarm task resumed with it ended `bad_task` in
-//! the swarm tests and was not found in time; until then a swarm servo runs
-//! unseparated (the agent can read the token and reach the gateway, whose
-//! own checks still hold). Not expressible on 20.10:
+//! Mapped from the local backend: cap-drop ALL but the three the
+//! separation needs (`docker::container::CONTAINER_CAPS`), read-only
+//! rootfs, tmpfs /tmp, memory/CPU/pids limits, init, /workspace a named
+//! volume (node-local, labelled), and the servo separated from its agent
+//! as on one host (`SAHEELI_PRIVSEP=1`: it starts as root, becomes the
+//! servo's uid and runs every tool as the agent's). The gateway token is a
+//! secret file readable by the servo's uid only, so the agent can neither
+//! read it nor reach the gateway with it; the workspace travels through
+//! `servo pack`/`servo unpack` run as the agent, the servo's own files
+//! (session, audit log, `.saheeli/`) through the servo. Not expressible on 20.10:
 //! `no-new-privileges` (ContainerSpec.Privileges.NoNewPrivileges arrived
 //! with API 1.46; 20.10 drops it) — what stands in: the image has no
 //! setuid or setgid file (the Dockerfile strips every such bit), so no
@@ -128,6 +129,7 @@ pub(crate) fn service_spec(
         format!("SAHEELI_GATEWAY={}", plan.gateway_url),
         format!("{}={}", remote::TOKEN_FILE_ENV, remote::TOKEN_FILE),
         format!("{}={id}", remote::TASK_ID_ENV),
+        format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV),
     ]);
     let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
     let token_file = remote::TOKEN_FILE
@@ -139,12 +141,18 @@ pub(crate) fn service_spec(
         labels: Some(labels(id)),
         env: Some(env),
         dir: Some(paths::WORKSPACE.into()),
-        // Not yet separated (see the module doc): the servo and the agent
-        // share the agent's uid on a swarm.
-        user: Some(format!("{0}:{0}", saheeli_protocol::uids::AGENT)),
+        // Root with three capabilities: the servo separates itself from its
+        // agent before anything else (`privsep` in the servo).
+        user: Some("0:0".into()),
         read_only: Some(true),
         init: Some(true),
         capability_drop: Some(vec!["ALL".into()]),
+        capability_add: Some(
+            crate::docker::CONTAINER_CAPS
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+        ),
         // Sent for engines that know it (API 1.46+); 20.10 ignores it.
         privileges: Some(TaskSpecContainerSpecPrivileges {
             no_new_privileges: Some(true),
@@ -177,8 +185,9 @@ pub(crate) fn service_spec(
         secrets: Some(vec![TaskSpecContainerSpecSecrets {
             file: Some(TaskSpecContainerSpecFile {
                 name: Some(token_file.into()),
-                uid: Some(saheeli_protocol::uids::AGENT.to_string()),
-                gid: Some(saheeli_protocol::uids::AGENT.to_string()),
+                // The servo's alone: the agent must not hold the token.
+                uid: Some(saheeli_protocol::uids::SERVO.to_string()),
+                gid: Some(saheeli_protocol::uids::SERVO.to_string()),
                 mode: Some(0o400),
             }),
             secret_id: Some(secret_id.into()),
@@ -277,11 +286,22 @@ mod tests {
         let c = t.container_spec.unwrap();
         assert_eq!(c.capability_drop, Some(vec!["ALL".to_string()]));
         assert_eq!((c.read_only, c.init), (Some(true), Some(true)));
-        assert_eq!(c.user.as_deref(), Some("1000:1000"));
-        assert_eq!(c.capability_add, None);
+        assert_eq!(c.user.as_deref(), Some("0:0"));
+        assert_eq!(
+            c.capability_add,
+            Some(vec![
+                "CAP_SETUID".to_string(),
+                "CAP_SETGID".to_string(),
+                "CAP_KILL".to_string()
+            ])
+        );
+        let secret = &c.secrets.as_ref().unwrap()[0];
+        let file = secret.file.as_ref().unwrap();
+        assert_eq!((file.uid.as_deref(), file.mode), (Some("999"), Some(0o400)));
         assert_eq!(c.labels.unwrap()[TASK_LABEL], id.to_string());
         let env = c.env.unwrap();
         assert!(env.iter().all(|e| !e.contains("t\n") && e != "t"));
+        assert!(env.contains(&"SAHEELI_PRIVSEP=1".to_string()));
         assert!(env.contains(&format!(
             "{}={}",
             remote::TOKEN_FILE_ENV,
