@@ -99,6 +99,7 @@ mod report;
 mod spec;
 mod state;
 mod store;
+mod supervisor;
 mod web;
 
 use backend::{disk, docker};
