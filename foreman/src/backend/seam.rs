@@ -82,6 +82,12 @@ impl Engine {
         matches!(self, Engine::Local(_))
     }
 
+    /// Whether the engine reports [`Phase::Running`] once a servo runs (a
+    /// swarm schedules it later); else a started servo runs from `start`.
+    pub fn reports_running(&self) -> bool {
+        matches!(self, Engine::Swarm(_))
+    }
+
     /// Whether a servo's workspace outlives it (a local volume), so a
     /// stopped foreman's task may still be collected from what it left.
     pub fn workspace_outlives_servo(&self) -> bool {

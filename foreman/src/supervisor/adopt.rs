@@ -155,7 +155,9 @@ async fn record_collected(ctx: &Ctx, task: &TaskRow, dest: std::path::PathBuf) -
 async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -> Joined {
     let id = task.id;
     info!(task_id = %id, servo = %servo.id, "adopting servo");
-    if task.state == TaskState::Starting {
+    // An engine that reports its servo running records it when it does.
+    let running = task.state != TaskState::Starting || !ctx.engine.reports_running();
+    if task.state == TaskState::Starting && running {
         let detail = format!("{} (adopted)", servo.running_detail());
         let lease = ctx.lease.clone();
         if let Err(e) = ctx.db(move |s| s.started(id, &lease, &detail)).await {
@@ -208,5 +210,5 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
     } else {
         task.started_at.unwrap_or_else(now_ms)
     };
-    supervise(ctx, task, servo, gateway, started, true, inbox).await
+    supervise(ctx, task, servo, gateway, started, running, inbox).await
 }
