@@ -11,6 +11,11 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 # Formatting and lints first: they fail in seconds.
 cargo fmt --all --check
 cargo clippy --quiet --all-targets -- -D warnings
+# The supervisor and the loop never name an engine (docs: supervisor/mod.rs).
+if grep -rn "handles_swarm\|Backend::Swarm\|bollard" foreman/src/supervisor foreman/src/reconciler; then
+  echo "error: supervisor/ and reconciler/ must not name an engine or bollard; ask backend::Engine" >&2
+  exit 1
+fi
 # The Kubernetes load model (docs/kubernetes.md): its unit tests and its
 # internal-consistency check, in about a second (Python 3.11 stdlib only).
 python3 -m unittest discover -s scripts -p 'test_*.py'

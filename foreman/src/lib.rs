@@ -20,20 +20,22 @@
 //!   `override_outcome` (a person's verdict on an ended task), the human
 //!   desk's rows, a template's steps marked done, and each serving
 //!   foreman's admission state (what `task status` and metrics show).
-//! - `reconciler/`: `saheeli serve`, the sole owner of task state: the
-//!   loop, lease renewal, launch, adopt, monitor, outcome (a pure function
-//!   into `protocol::Reason`), finish and the retry policy, sweep, a
-//!   control channel per task, and admission (`admission`: the limit of
-//!   `concurrency: auto` and the circuit breaker, pure; `gate`: the loop's
-//!   side of it, its log lines and the `admission` row); `swarm`/
-//!   `swarm_adopt`: the same shape for a task on a swarm (launch, watch,
-//!   the upload, adopt, sweep).
+//! - `reconciler/`: `saheeli serve`, the loop: claims, take-overs,
+//!   cancels passed on, lease renewal, sweep, a control channel per task,
+//!   and admission (`admission`: the limit of `concurrency: auto` and the
+//!   circuit breaker, pure; `gate`: the loop's side of it, its log lines
+//!   and the `admission` row).
+//! - `supervisor/`: one task's life, written once for every engine:
+//!   launch, the watch loop, collect, outcome (a pure function into
+//!   `protocol::Reason`), finish and the retry policy, adopt, park; its
+//!   module doc has the lifecycle diagram and who writes state.
 //! - `events/`: the bus every transition is published on, fed from the
 //!   event trail; subscribers (progress today; webhooks, metrics and the
 //!   dashboard next) never touch the loop.
-//! - `backend/`: what the reconciler asks of an engine (`Backend`): the
-//!   local Docker daemon (`docker/`) and size-limited workspaces (`disk`),
-//!   or Docker Swarm (`swarm/`: a hardened job service per task, its token
+//! - `backend/`: what the supervisor asks of an engine (`Engine`: facts
+//!   only, never task state): this host's Docker (`local/`, with bollard
+//!   helpers in `docker/` and size-limited workspaces in `disk`), or
+//!   Docker Swarm (`swarm/`: a hardened job service per task, its token
 //!   secret, Swarm's task states mapped, `build-servo --push`, removal on
 //!   every node).
 //! - `collect/`: bringing a workspace home safely (links never followed,
@@ -99,6 +101,7 @@ mod report;
 mod spec;
 mod state;
 mod store;
+mod supervisor;
 mod web;
 
 use backend::{disk, docker};

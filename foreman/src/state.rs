@@ -38,13 +38,33 @@ pub(crate) enum TaskState {
 }
 
 impl TaskState {
+    /// Held by a foreman while its servo may run: what a lease fences.
+    pub const HELD: [TaskState; 4] = [
+        TaskState::Starting,
+        TaskState::Running,
+        TaskState::WaitingHuman,
+        TaskState::Paused,
+    ];
+    /// A servo is launched or runs, no human asked.
+    pub const ACTIVE: [TaskState; 2] = [TaskState::Starting, TaskState::Running];
+    /// Waiting for a human (no concurrency slot is held).
+    pub const WAITING: [TaskState; 2] = [TaskState::WaitingHuman, TaskState::Paused];
+    /// Not ended.
+    pub const UNENDED: [TaskState; 5] = [
+        TaskState::Queued,
+        TaskState::Starting,
+        TaskState::Running,
+        TaskState::WaitingHuman,
+        TaskState::Paused,
+    ];
+
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
     /// Waiting for a human (no concurrency slot is held).
     pub fn is_waiting(self) -> bool {
-        matches!(self, TaskState::WaitingHuman | TaskState::Paused)
+        Self::WAITING.contains(&self)
     }
 
     pub fn is_terminal(self) -> bool {
@@ -79,6 +99,14 @@ impl TaskState {
     }
 }
 
+/// An SQL list of `states` for `IN`: `('starting', 'running')`. The
+/// store builds every state list of its queries from the lists above, so
+/// a new state is one edit here.
+pub(crate) fn sql_list(states: &[TaskState]) -> String {
+    let names: Vec<String> = states.iter().map(|s| format!("'{s}'")).collect();
+    format!("({})", names.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::TaskState::*;
@@ -103,6 +131,25 @@ mod tests {
                 "{from}"
             );
         }
+    }
+
+    #[test]
+    fn the_state_lists_agree_with_the_predicates() {
+        let all: Vec<TaskState> = TaskState::iter().collect();
+        let of = |f: &dyn Fn(TaskState) -> bool| -> Vec<TaskState> {
+            all.iter().copied().filter(|s| f(*s)).collect()
+        };
+        assert_eq!(TaskState::UNENDED.to_vec(), of(&|s| !s.is_terminal()));
+        assert_eq!(TaskState::WAITING.to_vec(), of(&|s| s.is_waiting()));
+        assert_eq!(
+            TaskState::HELD.to_vec(),
+            of(&|s| !s.is_terminal() && s != Queued)
+        );
+        assert_eq!(
+            TaskState::ACTIVE.to_vec(),
+            of(&|s| !s.is_terminal() && s != Queued && !s.is_waiting())
+        );
+        assert_eq!(sql_list(&TaskState::ACTIVE), "('starting', 'running')");
     }
 
     #[test]

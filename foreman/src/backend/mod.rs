@@ -1,38 +1,32 @@
-//! What the reconciler asks of an execution engine: check the image,
-//! create and start a hardened servo, wait for it, stop it, find its
-//! workspace, list what carries Saheeli's labels, remove it.
+//! Where servos run: the [`Engine`] the supervisor asks to launch, watch,
+//! stop and collect a servo, find one a stopped foreman left, and list
+//! what carries Saheeli's labels. Engines report facts and never write a
+//! task's state.
 //!
-//! Two engines: the local Docker daemon (`docker`, with `disk` for
-//! size-limited workspaces), a container per task, and Docker Swarm
-//! (`swarm`), a job service per task on any node. [`Backend`] is what the
-//! reconciler holds: it picks the supervisor (launch, watch, collect) for
-//! the engine; the shape of the loop is the same for both. [`TaskEngine`]
-//! is where one launch runs, for what acts on its running container.
+//! # Layout
+//!
+//! - `seam`: [`Engine`] (`Local`, `Swarm`, and in tests `Fake`) and its
+//!   methods, one `match` each; `facts`: what they report ([`Phase`],
+//!   [`Collected`], [`Found`], [`EngineError`]).
+//! - `local`: this host's Docker engine, a container per task (`disk` for
+//!   size-limited workspaces); `docker`: bollard helpers both engines use.
+//! - `swarm`: Docker Swarm, a job service per task on any node.
+//! - `engine`: [`TaskEngine`], where one launch runs, for what acts on its
+//!   running container (verify, the assessor, live logs).
+//! - `fake`: a scripted engine for the supervisor's unit tests.
 
 pub(crate) mod disk;
 pub(crate) mod docker;
 mod engine;
+mod facts;
+#[cfg(test)]
+mod fake;
+pub(crate) mod local;
+mod seam;
 pub(crate) mod swarm;
 
 pub(crate) use engine::TaskEngine;
-
-/// The engine a foreman runs its tasks on (`backend:` in config.yaml).
-#[derive(Clone)]
-pub(crate) enum Backend {
-    /// This host's Docker engine (the reconciler's `docker` handle).
-    Docker,
-    /// A swarm: its manager, its address (for reaching the nodes alike),
-    /// and the TCP gateway the remote servos call.
-    Swarm {
-        manager: bollard::Docker,
-        manager_addr: String,
-        network: String,
-        gateway_url: String,
-        hub: crate::gateway::Hub,
-        /// What launch tokens are derived from (`swarm::token_key`).
-        key: std::sync::Arc<Vec<u8>>,
-        /// Removals of ended launches, run after their slot is free;
-        /// `serve` waits for them before it exits.
-        cleanups: tokio_util::task::TaskTracker,
-    },
-}
+pub(crate) use facts::{EngineError, Found, Phase, Prepared, Reach, Servo, Stop, Workspace};
+#[cfg(test)]
+pub(crate) use fake::Fake;
+pub(crate) use seam::Engine;

@@ -67,7 +67,9 @@ pub(super) fn signals() -> (CancellationToken, CancellationToken) {
 
 pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     raise_open_files_limit();
-    let (docker, backend) = match &cfg.file.swarm {
+    let upstream = Arc::new(Upstream::from_config(cfg)?);
+    let secrets = upstream.providers.secrets();
+    let (docker, engine) = match &cfg.file.swarm {
         Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {
             let manager = crate::backend::swarm::connect(&swarm.manager).await?;
             if swarm.manager.starts_with("unix://") {
@@ -81,16 +83,16 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
             hub.listen(&swarm.gateway_listen, CancellationToken::new())
                 .await?;
             let key = crate::backend::swarm::token_key(&cfg.state_dir())?;
-            let backend = crate::backend::Backend::Swarm {
+            let parts = crate::backend::swarm::SwarmParts {
                 manager: manager.clone(),
                 manager_addr: swarm.manager.clone(),
                 network: swarm.network.clone(),
                 gateway_url: format!("http://{}", swarm.gateway_listen),
                 hub,
-                key: Arc::new(key),
-                cleanups: tokio_util::task::TaskTracker::new(),
+                key,
             };
-            (manager, backend)
+            let engine = crate::backend::swarm::Swarm::new(parts, cfg.clone(), secrets);
+            (manager, crate::backend::Engine::Swarm(engine))
         }
         _ => {
             match cfg.file.limits.disk_enforcement {
@@ -99,12 +101,13 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
                     "`limits.disk_enforcement: off`: workspaces have no size limit; an agent can fill this host's disk"
                 ),
             }
-            (docker::connect().await?, crate::backend::Backend::Docker)
+            let docker = docker::connect().await?;
+            let engine = crate::backend::local::Local::new(docker.clone(), cfg.clone(), secrets);
+            (docker, crate::backend::Engine::Local(engine))
         }
     };
     let store = open_store(cfg)?;
     prepare_results_dir(cfg)?;
-    let upstream = Arc::new(Upstream::from_config(cfg)?);
     let metrics = crate::metrics::Metrics::new(
         cfg.database(),
         upstream.providers.clone(),
@@ -114,7 +117,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         cfg: cfg.clone(),
         lease: crate::store::Lease::new(cfg.file.lease),
         docker,
-        backend,
+        engine,
         store: Arc::new(Mutex::new(store)),
         bus: crate::events::Bus::new(1024),
         upstream,
@@ -136,9 +139,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
     let ctx = context(&cfg).await?;
     // A swarm's nodes pull the image themselves.
-    if matches!(ctx.backend, crate::backend::Backend::Docker) {
-        docker::require_image(&ctx.docker, &cfg.file.image).await?;
-    }
+    ctx.engine.check_image().await?;
     // The dashboard runs beside the loop, never in it, and stops after it.
     let web_stop = CancellationToken::new();
     let web = match http {

@@ -194,7 +194,7 @@ async fn evidence(gw: &GatewayState, link: &VerifyLink) -> anyhow::Result<(Vec<S
         .join(format!("{}-{}", gw.task_id, uuid::Uuid::new_v4().simple()));
     let secrets = gw.upstream.providers.secrets();
     let copied =
-        crate::reconciler::collect_workspace(&d, &container, dest.clone(), secrets, 256 << 20)
+        crate::backend::local::collect_workspace(&d, &container, dest.clone(), secrets, 256 << 20)
             .await;
     let submitted = link.submitted.is_file().then(|| link.submitted.clone());
     let dir = dest.clone();

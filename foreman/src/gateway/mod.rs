@@ -61,6 +61,6 @@ pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
 pub(crate) use remote::{Hub, RemoteTask, Uploaded};
-pub(crate) use server::Gateway;
+pub(crate) use server::{Gateway, GatewayPlan, Way};
 pub(crate) use upstream::Upstream;
 pub(crate) use verify::VerifyLink;

@@ -41,9 +41,61 @@ enum Transport {
     Remote { hub: Hub, task_id: TaskId },
 }
 
+/// What a task's gateway is opened with: the task, its model and budget,
+/// its desk, how its servo reaches it, and for an adopted servo what it
+/// has spent so far.
+pub(crate) struct GatewayPlan {
+    pub task_id: TaskId,
+    pub upstream: Arc<Upstream>,
+    pub model: String,
+    pub budget: Budget,
+    pub desk: DeskLink,
+    pub way: Way,
+    /// A running servo whose foreman stopped: its budget goes on from the
+    /// call ledger, or from this (input, output, cost) when the ledger
+    /// knows no call.
+    pub adopted: Option<(u64, u64, f64)>,
+}
+
+/// How the servo reaches its gateway.
+pub(crate) enum Way {
+    /// `<run_dir>/<task_id>/gateway.sock`, mounted into its container.
+    Socket { run_dir: PathBuf },
+    /// The shared TCP listener, by token; what the servo fetches and where
+    /// its upload goes.
+    Remote { hub: Hub, task: RemoteTask },
+}
+
 impl Gateway {
+    /// Opens the gateway of one launch, new or adopted, on either way.
+    pub async fn open(plan: GatewayPlan) -> anyhow::Result<Gateway> {
+        let GatewayPlan {
+            task_id,
+            upstream,
+            model,
+            budget,
+            desk,
+            way,
+            adopted,
+        } = plan;
+        match (way, adopted) {
+            (Way::Socket { run_dir }, None) => {
+                Self::start(&run_dir, task_id, upstream, &model, budget, desk).await
+            }
+            (Way::Socket { run_dir }, Some(spent)) => {
+                Self::adopt(&run_dir, task_id, upstream, &model, budget, spent, desk).await
+            }
+            (Way::Remote { hub, task }, None) => {
+                Ok(Self::start_remote(&hub, task_id, upstream, &model, budget, desk, task).await)
+            }
+            (Way::Remote { hub, task }, Some(spent)) => {
+                Self::adopt_remote(&hub, task_id, upstream, &model, budget, spent, desk, task).await
+            }
+        }
+    }
+
     /// Serves `<run_dir>/<task_id>/gateway.sock` for a new task using `model`.
-    pub async fn start(
+    async fn start(
         run_dir: &Path,
         task_id: TaskId,
         upstream: Arc<Upstream>,
@@ -58,7 +110,7 @@ impl Gateway {
     /// container has mounted. Its meter starts from the ledger (calls the
     /// dead foreman left in flight counted once, at their reservation), or
     /// from `spent` (input, output, cost) when the ledger knows no call.
-    pub async fn adopt(
+    async fn adopt(
         run_dir: &Path,
         task_id: TaskId,
         upstream: Arc<Upstream>,
@@ -128,7 +180,7 @@ impl Gateway {
 
     /// Serves a remote servo (Swarm) through `hub`: its requests carry
     /// `token`; `remote` is what it fetches and where its upload goes.
-    pub async fn start_remote(
+    async fn start_remote(
         hub: &Hub,
         task_id: TaskId,
         upstream: Arc<Upstream>,
@@ -152,9 +204,9 @@ impl Gateway {
     }
 
     /// Serves again a remote servo whose foreman stopped: its meter
-    /// starts from the ledger (or `spent`), as [`Gateway::adopt`]'s.
+    /// starts from the ledger (or `spent`), as `adopt`'s.
     #[allow(clippy::too_many_arguments)]
-    pub async fn adopt_remote(
+    async fn adopt_remote(
         hub: &Hub,
         task_id: TaskId,
         upstream: Arc<Upstream>,

@@ -1,10 +1,9 @@
 //! What a serve loop shares with the supervisors it spawns.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use crate::docker::Docker;
 use anyhow::Context;
-use bollard::Docker;
 use saheeli_protocol::TaskId;
 
 use crate::backend::TaskEngine;
@@ -19,8 +18,8 @@ pub(crate) struct Ctx {
     /// This foreman's lease on the tasks it runs.
     pub lease: crate::store::Lease,
     pub docker: Docker,
-    /// Which engine runs the servos (the swarm's manager is also `docker`).
-    pub backend: crate::backend::Backend,
+    /// Where the servos run (a swarm's manager is also `docker`).
+    pub engine: crate::backend::Engine,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,
     /// Every transition, for subscribers (fed from the event trail).
@@ -35,26 +34,6 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// Where a launch of task `id` runs: this host's engine, or on a
-    /// swarm the job service of launch `suffix`.
-    pub fn task_engine(&self, id: TaskId, suffix: Option<&str>) -> TaskEngine {
-        match (&self.backend, suffix) {
-            (
-                crate::backend::Backend::Swarm {
-                    manager,
-                    manager_addr,
-                    ..
-                },
-                Some(suffix),
-            ) => TaskEngine::Swarm {
-                manager: manager.clone(),
-                manager_addr: manager_addr.clone(),
-                service: crate::backend::swarm::service_name(id, suffix),
-            },
-            _ => TaskEngine::Local(self.docker.clone()),
-        }
-    }
-
     /// How a task's gateway reaches the human desk (and, for `verify`,
     /// the task's container on `engine`).
     pub fn desk_link(
@@ -116,10 +95,7 @@ impl ServeSummary {
 
 /// What a supervisor reports: the terminal state, or None when it handed
 /// the task back (put it back in the queue) without finishing it.
-pub(super) type Joined = (TaskId, Option<TaskState>);
+pub(crate) type Joined = (TaskId, Option<TaskState>);
 
-/// How long a supervisor waits for a restarting Docker daemon.
-pub(super) const DAEMON_PATIENCE: Duration = Duration::from_secs(60);
-
-/// Infrastructure retries of a task whose container vanished.
-pub(super) const MAX_REQUEUES: i64 = 3;
+/// Infrastructure retries of a task whose servo vanished.
+pub(crate) const MAX_REQUEUES: i64 = 3;

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What the loop can ask of a running task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Command {
+pub(crate) enum Command {
     /// Stop the servo, collect, and end the task with this reason
     /// ([`Reason::Cancelled`] or [`Reason::Interrupted`]).
     Stop(Reason),
@@ -23,7 +23,7 @@ pub(super) enum Command {
 
 /// The loop's end of a task's control channel.
 #[derive(Clone)]
-pub(super) struct Control {
+pub(crate) struct Control {
     tx: mpsc::UnboundedSender<Command>,
     stopping: Arc<AtomicBool>,
     lost: CancellationToken,
@@ -35,7 +35,7 @@ pub(super) struct Control {
 }
 
 /// The supervisor's end.
-pub(super) struct Inbox {
+pub(crate) struct Inbox {
     rx: mpsc::UnboundedReceiver<Command>,
     lost: CancellationToken,
     /// A stop that arrived while the supervisor was busy (launching).
@@ -45,7 +45,7 @@ pub(super) struct Inbox {
 }
 
 /// A new control channel for one task.
-pub(super) fn channel() -> (Control, Inbox) {
+pub(crate) fn channel() -> (Control, Inbox) {
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let waiting = Arc::new(AtomicBool::new(false));

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use crate::store::{AdmissionRow, Store, now_ms};
 
 use super::admission::{Admission, Change, Report, Snapshot};
-use super::*;
+use super::context::Ctx;
 
 /// The admission row is rewritten at least this often while serving (a
 /// reader takes a row older than `metrics::ADMISSION_FRESH_MS` for a
@@ -44,7 +44,7 @@ impl Ctx {
     }
 
     /// What one launch told about the daemon.
-    pub(super) fn report_launch(&self, id: TaskId, report: Report) {
+    pub(crate) fn report_launch(&self, id: TaskId, report: Report) {
         if let Report::DaemonFailed(fault) = report {
             crate::metrics::live().launch_failed(fault.into());
         }
@@ -157,17 +157,5 @@ impl Publisher {
         if let Err(e) = ctx.db(move |s| s.drop_admission(&owner)).await {
             warn!(error = %format!("{e:#}"), "could not remove the admission row");
         }
-    }
-}
-
-/// A launch's report from its result: create+start latency when it worked,
-/// the daemon's fault when it was one.
-pub(super) fn launch_report(result: &anyhow::Result<Launched>) -> Report {
-    match result {
-        Ok(l) => Report::Launched(l.docker_time),
-        Err(e) => match crate::docker::daemon_fault(e) {
-            Some(f) => Report::DaemonFailed(f),
-            None => Report::Neutral,
-        },
     }
 }

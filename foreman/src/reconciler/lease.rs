@@ -10,11 +10,12 @@ use tracing::warn;
 use crate::gateway::Gateway;
 use crate::store::{Store, StoreError};
 
-use super::*;
+use super::context::{Ctx, Joined};
+use super::serve::Handles;
 
 /// Whether `e` says another foreman took the task over: the supervisor
 /// then stops quietly, touching neither the container nor the results.
-pub(super) fn lease_lost(e: &anyhow::Error) -> bool {
+pub(crate) fn lease_lost(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<StoreError>(),
         Some(StoreError::LeaseLost(_))
@@ -65,14 +66,14 @@ pub(super) async fn renew_leases(
 
 /// Whether this foreman still holds `id` (renewing the lease if so).
 /// A database error counts as held: the writes that follow are fenced.
-pub(super) async fn still_held(ctx: &Ctx, id: TaskId) -> bool {
+pub(crate) async fn still_held(ctx: &Ctx, id: TaskId) -> bool {
     let lease = ctx.lease.clone();
     !matches!(ctx.db(move |s| s.hold(id, &lease)).await, Err(e) if lease_lost(&e))
 }
 
 /// Lets a task go that another foreman holds now: its container, volume,
 /// results and gateway directory are the other's, so nothing is touched.
-pub(super) async fn abandon(id: TaskId, gateway: Option<Gateway>) -> Joined {
+pub(crate) async fn abandon(id: TaskId, gateway: Option<Gateway>) -> Joined {
     warn!(task_id = %id, "lease lost: another foreman took this task over; letting go");
     if let Some(g) = gateway {
         g.abandon().await;
@@ -82,7 +83,7 @@ pub(super) async fn abandon(id: TaskId, gateway: Option<Gateway>) -> Joined {
 
 /// Gives a task back for a later take-over round when its actual state
 /// cannot be learnt now (Docker not answering).
-pub(super) async fn let_go(ctx: &Ctx, id: TaskId, e: &anyhow::Error) -> Joined {
+pub(crate) async fn let_go(ctx: &Ctx, id: TaskId, e: &anyhow::Error) -> Joined {
     warn!(task_id = %id, error = %format!("{e:#}"), "cannot inspect the task's container yet; trying again later");
     let lease = ctx.lease.clone();
     let _ = ctx.db(move |s| s.release(id, &lease)).await;

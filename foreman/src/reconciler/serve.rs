@@ -15,7 +15,13 @@ use tracing::{error, info, warn};
 use crate::state::TaskState;
 use crate::store::Store;
 
-use super::*;
+use super::bell;
+use super::context::{Ctx, Joined, ServeOptions, ServeSummary};
+use super::control::{Control, channel};
+use super::gate::Publisher;
+use super::lease::renew_leases;
+use super::sweep::sweep;
+use crate::supervisor;
 
 /// How often the loop looks for new work (a cheap `PRAGMA data_version`)
 /// when no doorbell rings (no inotify): the bell wakes it at once on any
@@ -109,7 +115,7 @@ pub(crate) async fn run(
             }
         }
     }
-    cleanups_done(&ctx, Duration::from_secs(60)).await;
+    ctx.engine.removals_done(Duration::from_secs(60)).await;
     renewer_stop.cancel();
     let _ = renewer.await;
     // The feeder publishes what is left before it stops; the sender
@@ -221,11 +227,7 @@ pub(super) async fn serve_loop(
             let (control, inbox) = channel();
             handles.lock().unwrap().insert(task.id, control);
             let ctx = ctx.clone();
-            if handles_swarm(&ctx) {
-                running.spawn(async move { supervise_swarm(ctx, task, inbox).await });
-            } else {
-                running.spawn(async move { supervise(ctx, task, inbox).await });
-            }
+            running.spawn(async move { supervisor::run(ctx, task, inbox).await });
         }
 
         if running.is_empty() {
@@ -324,7 +326,7 @@ async fn end_parked_tasks(
         let (control, _inbox) = channel();
         handles.lock().unwrap().insert(task.id, control);
         let ctx = ctx.clone();
-        running.spawn(async move { end_parked(ctx, task, cancelled).await });
+        running.spawn(async move { supervisor::end_parked(ctx, task, cancelled).await });
     }
     Ok(())
 }
@@ -341,11 +343,7 @@ async fn take_over(
         let (control, inbox) = channel();
         handles.lock().unwrap().insert(task.id, control);
         let ctx = ctx.clone();
-        if handles_swarm(&ctx) {
-            running.spawn(async move { resume_swarm(ctx, task, inbox).await });
-        } else {
-            running.spawn(async move { resume(ctx, task, inbox).await });
-        }
+        running.spawn(async move { supervisor::adopt(ctx, task, inbox).await });
     }
     Ok(())
 }

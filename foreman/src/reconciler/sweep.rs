@@ -1,33 +1,25 @@
-//! Removing containers and volumes of ended tasks.
+//! Removing what ended tasks left: whatever carries their label on the
+//! engine (containers, volumes, workspace images; services, secrets and
+//! node leftovers on a swarm), and parked workspaces kept on this host.
+//! Tasks this loop is running are skipped.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use saheeli_protocol::TaskId;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::docker;
+use super::context::Ctx;
+use super::serve::Handles;
 
-use super::*;
-
-/// Removes containers and volumes of tasks that have ended (left behind
-/// when a foreman died mid-cleanup). Tasks this loop is running are skipped.
+/// Removes what ended tasks left behind (a foreman that died mid-cleanup,
+/// a node that was Down).
 pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
-    if handles_swarm(&ctx) {
-        return sweep_swarm(ctx, active).await;
-    }
-    let Ok((containers, volumes)) = docker::labelled(&ctx.docker).await else {
+    sweep_parked(&ctx, &active).await;
+    let Ok(left) = ctx.engine.leftovers().await else {
         return;
     };
-    let mut ended = HashMap::new();
-    for task in containers
-        .iter()
-        .chain(volumes.iter())
-        .map(|(_, t)| t.clone())
-    {
-        if ended.contains_key(&task) {
-            continue;
-        }
+    let mut ended = HashSet::new();
+    for task in left.tasks() {
         let lookup = task.clone();
         let is_ended = ctx
             .db(move |s| s.get(&lookup))
@@ -35,28 +27,21 @@ pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
             .ok()
             .flatten()
             .is_some_and(|t| t.state.is_terminal() && !active.lock().unwrap().contains_key(&t.id));
-        ended.insert(task, is_ended);
-    }
-    for (cid, task) in &containers {
-        if ended[task] {
-            info!(task_id = %task, container = %cid, "removing a leftover container");
-            let _ = docker::remove_container(&ctx.docker, cid).await;
+        if is_ended {
+            ended.insert(task);
         }
     }
-    for (name, task) in &volumes {
-        if ended[task] {
-            info!(task_id = %task, volume = %name, "removing a leftover volume");
-            let _ = docker::remove_volume(&ctx.docker, name).await;
-        }
+    if !ended.is_empty() {
+        ctx.engine.remove_leftovers(left, &ended).await;
     }
-    // Workspace images whose volume is gone (a foreman stopped between
-    // the two): unmounted and deleted once their task has ended.
-    let state_dir = ctx.cfg.state_dir();
-    let present = tokio::task::spawn_blocking(move || crate::disk::present(&state_dir))
-        .await
-        .unwrap_or_default();
-    for (id, mnt) in present {
-        if volumes.iter().any(|(_, t)| *t == id.to_string()) {
+}
+
+/// Removes parked workspaces of tasks that have ended (a task normally
+/// removes its own in `finish`; this covers one ended otherwise, or by a
+/// foreman that stopped first).
+async fn sweep_parked(ctx: &Ctx, active: &Handles) {
+    for id in crate::inputs::parked_tasks(&ctx.cfg.state_dir()) {
+        if active.lock().unwrap().contains_key(&id) {
             continue;
         }
         let ended = ctx
@@ -64,35 +49,10 @@ pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
             .await
             .ok()
             .flatten()
-            .is_some_and(|t| t.state.is_terminal() && !active.lock().unwrap().contains_key(&id));
+            .is_none_or(|t| t.state.is_terminal());
         if ended {
-            info!(task_id = %id, "removing a leftover workspace image");
-            let removed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
-            if let Ok(Err(e)) = removed {
-                warn!(task_id = %id, error = %format!("{e:#}"), "workspace image not removed");
-            }
+            info!(task_id = %id, "removing the parked workspace of an ended task");
+            crate::inputs::remove_parked(&ctx.cfg.state_dir(), id).await;
         }
-    }
-}
-
-/// Removes the task's containers and volume (found by label).
-pub(super) async fn cleanup(ctx: &Ctx, id: TaskId, known: Option<&str>) {
-    let d = &ctx.docker;
-    // Known ids and names are removed without listing (see
-    // `remove_containers`); the sweeper finds anything a crash left.
-    let containers = match known {
-        Some(c) => vec![c.to_string()],
-        None => docker::every_task_container(d, id)
-            .await
-            .unwrap_or_default(),
-    };
-    for c in containers {
-        if let Err(e) = docker::remove_container(d, &c).await {
-            warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
-        }
-    }
-    let volume = docker::volume_name(id);
-    if let Err(e) = docker::remove_volume(d, &volume).await {
-        warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
     }
 }

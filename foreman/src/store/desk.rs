@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::human::{Decision, Note, Reply, Waiting};
 
-use crate::state::TaskState;
+use crate::state::{TaskState, sql_list};
 
 use super::*;
 
@@ -545,11 +545,11 @@ impl Store {
     /// Parked tasks that must end now: cancelled, or waited past their
     /// `human_timeout`. Each with whether it was a cancel.
     pub fn parked_to_end(&self) -> Result<Vec<(TaskId, bool)>> {
-        let mut stmt = self.conn.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT id, cancel_requested FROM tasks WHERE parked = 1 AND owner IS NULL
-               AND state IN ('waiting_human', 'paused')
-               AND (cancel_requested = 1 OR human_deadline <= ?1)",
-        )?;
+               AND state IN {} AND (cancel_requested = 1 OR human_deadline <= ?1)",
+            sql_list(&TaskState::WAITING)
+        ))?;
         let rows = stmt
             .query_map(params![now_ms()], |r| {
                 Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? != 0))
@@ -563,8 +563,11 @@ impl Store {
     /// Takes a parked task to end it (nobody else holds it).
     pub fn hold_parked(&mut self, id: TaskId, lease: &Lease) -> Result<Option<TaskRow>> {
         let n = self.conn.execute(
-            "UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1 AND parked = 1
-               AND owner IS NULL AND state IN ('waiting_human', 'paused')",
+            &format!(
+                "UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1 AND parked = 1
+                   AND owner IS NULL AND state IN {}",
+                sql_list(&TaskState::WAITING)
+            ),
             params![id.to_string(), lease.owner, now_ms() + lease.ms],
         )?;
         if n == 0 {

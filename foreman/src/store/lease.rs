@@ -4,6 +4,8 @@
 use rusqlite::{TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
+use crate::state::{TaskState, sql_list};
+
 use super::*;
 
 impl Store {
@@ -14,8 +16,10 @@ impl Store {
     pub fn hold(&mut self, id: TaskId, lease: &Lease) -> Result<()> {
         self.fenced_update(
             id,
-            "UPDATE tasks SET lease_until = ?3
-             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused')",
+            &format!(
+                "UPDATE tasks SET lease_until = ?3 WHERE id = ?1 AND owner = ?2 AND state IN {}",
+                sql_list(&TaskState::HELD)
+            ),
             params![id.to_string(), lease.owner, now_ms() + lease.ms],
         )
     }
@@ -47,12 +51,12 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let ids: Vec<String> = {
-            let mut stmt = tx.prepare_cached(
+            let mut stmt = tx.prepare_cached(&format!(
                 "UPDATE tasks SET lease_until = ?2
-                 WHERE owner = ?1
-                   AND state IN ('starting', 'running', 'waiting_human', 'paused')
+                 WHERE owner = ?1 AND state IN {}
                  RETURNING id",
-            )?;
+                sql_list(&TaskState::HELD)
+            ))?;
             // An error here must not read as "nothing held": propagate it.
             stmt.query_map(params![lease.owner, now_ms() + lease.ms], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
@@ -71,15 +75,17 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
         let ids: Vec<String> = {
-            let mut stmt = tx.prepare(
+            let mut stmt = tx.prepare(&format!(
                 "UPDATE tasks SET owner = ?1, lease_until = ?2
-                 WHERE (state IN ('starting', 'running')
+                 WHERE (state IN {active}
                         AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3))
                     -- A waiting task nobody holds is parked: it is not lost.
-                    OR (state IN ('waiting_human', 'paused') AND owner IS NOT NULL
+                    OR (state IN {waiting} AND owner IS NOT NULL
                         AND (lease_until IS NULL OR lease_until < ?3))
                  RETURNING id",
-            )?;
+                active = sql_list(&TaskState::ACTIVE),
+                waiting = sql_list(&TaskState::WAITING),
+            ))?;
             stmt.query_map(params![lease.owner, now + lease.ms, now], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
         };
@@ -120,8 +126,11 @@ impl Store {
     ) -> Result<()> {
         self.fenced_update(
             id,
-            "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
-             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused')",
+            &format!(
+                "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
+                 WHERE id = ?1 AND owner = ?2 AND state IN {}",
+                sql_list(&TaskState::HELD)
+            ),
             params![id.to_string(), lease.owner, steps, input, output, cost],
         )
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
-use crate::state::TaskState;
+use crate::state::{TaskState, sql_list};
 
 use super::*;
 
@@ -198,10 +198,10 @@ impl Store {
 
     /// Ids of active tasks someone asked to cancel.
     pub fn cancel_requests(&self) -> Result<Vec<TaskId>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id FROM tasks WHERE cancel_requested = 1
-             AND state IN ('starting', 'running', 'waiting_human', 'paused')",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT id FROM tasks WHERE cancel_requested = 1 AND state IN {}",
+            sql_list(&TaskState::HELD)
+        ))?;
         let ids = stmt
             .query_map([], |r| r.get::<_, String>(0))?
             .filter_map(|r| r.ok().and_then(|s| s.parse().ok()))
@@ -228,11 +228,19 @@ pub(super) fn move_state(
         "UPDATE tasks SET state = ?2,
             finished_at = CASE WHEN ?3 THEN ?4 ELSE finished_at END,
             lease_until = CASE WHEN ?3 THEN NULL ELSE lease_until END,
-            started_at = CASE WHEN ?2 = 'starting' THEN COALESCE(started_at, ?4) ELSE started_at END,
-            parked = CASE WHEN ?2 = 'running' THEN 0 ELSE parked END,
-            waiting_since = CASE WHEN ?2 IN ('waiting_human', 'paused') THEN ?4 ELSE NULL END
+            started_at = CASE WHEN ?5 THEN COALESCE(started_at, ?4) ELSE started_at END,
+            parked = CASE WHEN ?6 THEN 0 ELSE parked END,
+            waiting_since = CASE WHEN ?7 THEN ?4 ELSE NULL END
          WHERE id = ?1",
-        params![id.to_string(), to.as_str(), to.is_terminal(), now],
+        params![
+            id.to_string(),
+            to.as_str(),
+            to.is_terminal(),
+            now,
+            to == TaskState::Starting,
+            to == TaskState::Running,
+            to.is_waiting()
+        ],
     )?;
     insert_event(tx, id, now, Some(from), to, detail)?;
     Ok(())

@@ -8,7 +8,7 @@
 
 use rusqlite::params;
 
-use crate::state::TaskState;
+use crate::state::{TaskState, sql_list};
 
 use super::*;
 
@@ -99,9 +99,11 @@ impl Store {
             states: states(&tx)?,
             waiting: waiting(&tx)?,
             servos: tx.query_row(
-                "SELECT count(*) FROM tasks
-                 WHERE state IN ('starting', 'running', 'waiting_human', 'paused')
-                   AND container_id IS NOT NULL AND parked = 0",
+                &format!(
+                    "SELECT count(*) FROM tasks WHERE state IN {}
+                       AND container_id IS NOT NULL AND parked = 0",
+                    sql_list(&TaskState::HELD)
+                ),
                 [],
                 |r| r.get(0),
             )?,
@@ -221,10 +223,11 @@ fn states(tx: &rusqlite::Transaction<'_>) -> Result<Vec<(TaskState, i64)>> {
 }
 
 fn waiting(tx: &rusqlite::Transaction<'_>) -> Result<Vec<WaitingCount>> {
-    let mut stmt = tx.prepare_cached(
+    let mut stmt = tx.prepare_cached(&format!(
         "SELECT state, parked, count(*), min(waiting_since) FROM tasks
-         WHERE state IN ('waiting_human', 'paused') GROUP BY state, parked",
-    )?;
+         WHERE state IN {} GROUP BY state, parked",
+        sql_list(&TaskState::WAITING)
+    ))?;
     let rows = stmt.query_map([], |r| {
         Ok((
             r.get::<_, String>(0)?,
@@ -251,13 +254,14 @@ fn waiting(tx: &rusqlite::Transaction<'_>) -> Result<Vec<WaitingCount>> {
 /// Usage of the tasks that have not ended (a running task's is written
 /// every second; a parked one keeps what it spent).
 fn unended(tx: &rusqlite::Transaction<'_>) -> Result<Vec<ModelUsage>> {
-    let mut stmt = tx.prepare_cached(
+    let mut stmt = tx.prepare_cached(&format!(
         "SELECT json_extract(spec, '$.model'), sum(input_tokens), sum(output_tokens), sum(cost_usd)
          FROM tasks
-         WHERE state IN ('queued', 'starting', 'running', 'waiting_human', 'paused')
+         WHERE state IN {}
            AND (input_tokens > 0 OR output_tokens > 0 OR cost_usd > 0)
          GROUP BY 1",
-    )?;
+        sql_list(&TaskState::UNENDED)
+    ))?;
     let rows = stmt.query_map([], |r| {
         Ok(ModelUsage {
             model: r.get::<_, Option<String>>(0)?.unwrap_or_default(),

@@ -24,7 +24,7 @@ mod rows;
 mod schema;
 mod steps;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod verify;
 
 // Helpers the parts share (private to the store).

@@ -7,7 +7,7 @@ use saheeli_protocol::TaskId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub(super) fn spec(title: &str) -> TaskSpec {
+pub(crate) fn spec(title: &str) -> TaskSpec {
     TaskSpec {
         title: title.into(),
         prompt_path: "p.md".into(),

@@ -14,6 +14,7 @@ mod timed;
 mod verify;
 mod volume;
 
+pub(crate) use bollard::Docker;
 pub(crate) use container::*;
 pub(crate) use daemon::*;
 pub(crate) use exec::*;

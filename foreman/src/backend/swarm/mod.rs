@@ -18,18 +18,27 @@
 //!   leaves behind when a job service is removed (moby/moby#44312).
 //! - `locate`: a launch's running servo (node, engine, container), for
 //!   `verify`, OOM detection and live logs.
+//! - `engine`, `watch`, `collect`, `find`: the swarm as an engine (what
+//!   the supervisor asks of it: launch, phases, stop, the upload, adopt).
 
+mod collect;
+mod engine;
+mod find;
 mod locate;
 mod nodes;
 mod observe;
 mod push;
 mod service;
+mod watch;
 
+pub(crate) use collect::SwarmLeftovers;
+pub(crate) use engine::{Swarm, SwarmParts};
 pub(crate) use locate::*;
 pub(crate) use nodes::*;
 pub(crate) use observe::*;
 pub(crate) use push::*;
 pub(crate) use service::*;
+pub(crate) use watch::SwarmPhases;
 
 use anyhow::Context;
 use bollard::Docker;

@@ -1,43 +1,31 @@
 //! Parking: a servo that waits for a human longer than `park_after` saves
-//! its session and exits; its container goes, its workspace volume stays,
-//! and the lease is let go. The reply (or resume) queues the task again and
-//! a new container on the same volume goes on from the session. A parked
-//! task that is cancelled, or waits past `human_timeout`, is ended here:
-//! its workspace collected like any other.
+//! its session and exits; the engine keeps its workspace (a local volume,
+//! or on a swarm the upload kept as `.saheeli/parked/<id>/`), the servo's
+//! container or service goes, and the lease is let go. The reply (or
+//! resume) queues the task again and the next launch goes on from the
+//! session. A parked task that is cancelled, or waits past
+//! `human_timeout`, is ended here: its kept workspace collected like any
+//! other.
 
 use std::sync::Arc;
 
-use saheeli_protocol::Reason;
-use tracing::{error, info, warn};
+use saheeli_protocol::{Reason, TaskId};
+use tracing::{error, info};
 
-use crate::docker;
-use crate::gateway::Gateway;
+use super::conclude::count_usage;
+use super::finish::finish;
 use crate::inputs;
+use crate::reconciler::{Ctx, Joined, lease_lost};
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow};
 
-use super::*;
-
-/// The servo exited parked: let the container and the lease go, keep the
-/// workspace. `active_ms`: working time this launch added.
-pub(super) async fn park(
-    ctx: &Ctx,
-    task: &TaskRow,
-    container: Option<&str>,
-    gateway: Option<Gateway>,
-    active_ms: i64,
-) -> Joined {
-    let id = task.id;
-    if !remove_containers(ctx, id, container).await {
-        warn!(task_id = %id, "the parked servo's container was not removed; it goes when the task does");
-    }
-    if let Some(g) = gateway {
-        g.stop().await;
-    }
+/// The servo exited parked and its workspace is kept: records the park
+/// and lets the lease go. `active_ms`: working time this launch added.
+pub(super) async fn record_park(ctx: &Ctx, id: TaskId, active_ms: i64) -> Joined {
     let lease = ctx.lease.clone();
     match ctx.db(move |s| s.park(id, &lease, active_ms.max(0))).await {
         Ok(true) => info!(task_id = %id, "parked; the reply is already there: queued to go on"),
-        Ok(false) => info!(task_id = %id, "parked: waiting for a human, without a container"),
+        Ok(false) => info!(task_id = %id, "parked: waiting for a human, without a servo"),
         Err(e) if lease_lost(&e) => {}
         Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "recording the park failed"),
     }
@@ -46,7 +34,7 @@ pub(super) async fn park(
 
 /// Ends a parked task (held by this foreman now): cancelled, or nobody
 /// answered within `human_timeout`. The kept workspace is collected.
-pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) -> Joined {
+pub(crate) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) -> Joined {
     let id = task.id;
     let (state, reason, detail) = if cancelled {
         (
@@ -68,20 +56,14 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
     info!(task_id = %id, %reason, "ending a parked task");
     let dest = ctx.cfg.results_dir().join(id.to_string());
     // Results already there were collected from this task's last servo by
-    // a foreman that could not record the ending (case 22): its volume is
-    // gone, and collecting again would replace the work with nothing.
+    // a foreman that could not record the ending (case 22): its workspace
+    // is gone, and collecting again would replace the work with nothing.
     let kept = std::fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir());
     let collected = if kept {
-        if handles_swarm(&ctx) {
-            swarm::remove_all(&ctx, id).await;
-        } else {
-            cleanup(&ctx, id, None).await;
-        }
+        ctx.engine.remove_task(id, false).await;
         Err(anyhow::anyhow!("kept"))
-    } else if handles_swarm(&ctx) {
-        collect_parked(&ctx, id, &dest).await
     } else {
-        collect_kept_volume(&ctx, &task, &dest).await
+        ctx.engine.collect_kept(id, &task.spec, &dest).await
     };
     inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
     let mut outcome = Outcome {
@@ -103,31 +85,4 @@ pub(super) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         }
     };
     finish(&ctx, id, state, reason, outcome, &detail).await
-}
-
-/// Collects a parked task's kept volume on this host, and removes it.
-async fn collect_kept_volume(
-    ctx: &Ctx,
-    task: &TaskRow,
-    dest: &std::path::Path,
-) -> anyhow::Result<crate::collect::Collected> {
-    let id = task.id;
-    // A container on the kept volume, never started: the archive API reads
-    // through it (or it is removed first for a local copy).
-    let created = docker::create_container(
-        &ctx.docker,
-        id,
-        &task.spec,
-        &ctx.cfg.file.image,
-        &docker::volume_name(id),
-        None,
-        None,
-    )
-    .await;
-    let (collected, known) = match created {
-        Ok(cid) => (gather(ctx, id, &cid, dest).await, Some(cid)),
-        Err(e) => (Err(e), None),
-    };
-    cleanup(ctx, id, known.as_deref()).await;
-    collected
 }

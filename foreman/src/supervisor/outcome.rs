@@ -63,6 +63,34 @@ pub(super) fn classify(e: &Ending) -> (TaskState, Reason) {
     }
 }
 
+/// Whether a servo exited parked (saved its session to wait for a human)
+/// and nothing stopped it: its workspace is kept, the task waits on.
+pub(super) fn parked_exit(exit: Option<i64>, timed_out: bool, stopped: Option<Reason>) -> bool {
+    !timed_out && stopped.is_none() && exit == Some(i64::from(ServoExit::Parked.code()))
+}
+
+/// The state and reason of a servo whose workspace never came back (a
+/// remote servo that did not upload): nothing to classify but the stop.
+pub(super) fn nothing_collected(
+    stopped: Option<Reason>,
+    timed_out: bool,
+    oom: bool,
+) -> (TaskState, Reason) {
+    let state = if stopped == Some(Reason::Cancelled) {
+        TaskState::Cancelled
+    } else {
+        TaskState::Incomplete
+    };
+    let reason = stopped.unwrap_or(if timed_out {
+        Reason::Timeout
+    } else if oom {
+        Reason::Oom
+    } else {
+        Reason::NoCompletion
+    });
+    (state, reason)
+}
+
 fn why_incomplete(e: &Ending) -> Reason {
     if e.timed_out {
         return Reason::Timeout;
@@ -93,6 +121,39 @@ fn why_incomplete(e: &Ending) -> Reason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_park_is_a_parked_exit_nothing_stopped() {
+        let parked = Some(i64::from(ServoExit::Parked.code()));
+        assert!(parked_exit(parked, false, None));
+        assert!(!parked_exit(parked, true, None), "timed out");
+        assert!(!parked_exit(parked, false, Some(Reason::Cancelled)));
+        assert!(!parked_exit(Some(0), false, None));
+        assert!(!parked_exit(None, false, None), "the wait failed");
+    }
+
+    #[test]
+    fn a_servo_that_brought_nothing_back_ends_by_its_stop() {
+        let cases = [
+            (
+                (None, false, false),
+                (TaskState::Incomplete, Reason::NoCompletion),
+            ),
+            ((None, true, true), (TaskState::Incomplete, Reason::Timeout)),
+            ((None, false, true), (TaskState::Incomplete, Reason::Oom)),
+            (
+                (Some(Reason::Cancelled), true, false),
+                (TaskState::Cancelled, Reason::Cancelled),
+            ),
+            (
+                (Some(Reason::Interrupted), false, false),
+                (TaskState::Incomplete, Reason::Interrupted),
+            ),
+        ];
+        for ((stopped, timed_out, oom), want) in cases {
+            assert_eq!(nothing_collected(stopped, timed_out, oom), want);
+        }
+    }
 
     fn ended(code: i64) -> Ending {
         Ending {

@@ -1,13 +1,16 @@
-//! Recording how a task ended, and the retry policy.
+//! Recording how a task ended, and the retry policy; requeueing after an
+//! infrastructure failure.
+
+use std::time::Duration;
 
 use saheeli_protocol::{Reason, TaskId};
 use tracing::{error, info, warn};
 
+use super::record::record_report;
 use crate::inputs;
+use crate::reconciler::{Ctx, Joined, MAX_REQUEUES, lease_lost};
 use crate::state::TaskState;
-use crate::store::{Outcome, Retry};
-
-use super::*;
+use crate::store::{Outcome, Retry, TaskRow};
 
 /// Records the terminal state, and by the retry policy queues the next
 /// attempt in the same transaction; returns what the loop reports.
@@ -95,6 +98,42 @@ pub(super) async fn finish(
     }
 }
 
+/// Infrastructure failures go back to the queue with backoff (not an
+/// attempt), up to the limit; after that the task fails with `reason`
+/// (is cancelled, when a stop was asked meanwhile).
+pub(super) async fn requeue_or_fail(
+    ctx: &Ctx,
+    task: &TaskRow,
+    detail: &str,
+    reason: Reason,
+    stopping: bool,
+) -> Joined {
+    let id = task.id;
+    if task.requeues < MAX_REQUEUES && !stopping {
+        let delay = requeue_delay(task.requeues);
+        let detail = format!("{detail}; queued again in {}s", delay.as_secs());
+        warn!(task_id = %id, %detail, "requeued");
+        let lease = ctx.lease.clone();
+        match ctx.db(move |s| s.requeue(id, &lease, &detail, delay)).await {
+            Ok(()) => return (id, None),
+            Err(e) if lease_lost(&e) => return (id, None),
+            Err(e) => error!(task_id = %id, error = %format!("{e:#}"), "requeue failed"),
+        }
+    }
+    let state = if stopping {
+        TaskState::Cancelled
+    } else {
+        TaskState::Failed
+    };
+    finish(ctx, id, state, reason, Outcome::default(), detail).await
+}
+
+/// How long an infrastructure failure waits in the queue: 1 s, doubling
+/// with each requeue, at most 32 s.
+pub(super) fn requeue_delay(requeues: i64) -> Duration {
+    Duration::from_secs(1 << requeues.clamp(0, 5))
+}
+
 /// The retry policy (Kubernetes Job semantics): another attempt when the
 /// reason is one `retry_on` lists, another attempt can help, and fewer
 /// than `retries` + 1 attempts were made.
@@ -112,6 +151,12 @@ pub(super) fn should_retry(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requeues_back_off_to_half_a_minute() {
+        let secs: Vec<u64> = (-1..8).map(|n| requeue_delay(n).as_secs()).collect();
+        assert_eq!(secs, [1, 1, 2, 4, 8, 16, 32, 32, 32]);
+    }
 
     #[test]
     fn retry_policy() {

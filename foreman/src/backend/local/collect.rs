@@ -1,0 +1,217 @@
+//! Bringing a finished workspace home: straight from the volume's host
+//! directory when possible, else through the Docker archive API; then the
+//! task's containers and volume go.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use bollard::Docker;
+use saheeli_protocol::TaskId;
+use tracing::warn;
+
+use super::{DAEMON_PATIENCE, Local};
+use crate::backend::facts::{Collected, Servo, Workspace};
+use crate::collect;
+use crate::docker;
+use crate::metrics::CollectPath;
+
+impl Local {
+    /// Brings a stopped servo's workspace home (`parked`: keeps it on its
+    /// volume for the next launch instead); its container and volume go.
+    pub async fn collect(
+        &self,
+        servo: &Servo,
+        dest: &std::path::Path,
+        parked: bool,
+        verifies: bool,
+    ) -> Collected {
+        let (id, container) = (servo.task, servo.id.as_str());
+        if parked {
+            if !self.remove_containers(id, Some(container)).await {
+                warn!(task_id = %id, "the parked servo's container was not removed; it goes when the task does");
+            }
+            return Collected {
+                workspace: Workspace::Kept,
+                oom: false,
+                took: std::time::Duration::ZERO,
+            };
+        }
+        let d = &self.docker;
+        if verifies {
+            // A check the servo's end cut short: its container goes before the
+            // workspace is read and its volume removed.
+            if let Err(e) = docker::remove_verify_containers(d, id).await {
+                warn!(task_id = %id, error = %format!("{e:#}"), "verify container not removed");
+            }
+        }
+        let oom = docker::oom_killed(d, container).await;
+        let started = Instant::now();
+        let collected = self.gather(id, container, dest).await;
+        let took = started.elapsed();
+        self.cleanup(id, Some(container)).await;
+        Collected {
+            workspace: Workspace::Results(collected),
+            oom,
+            took,
+        }
+    }
+
+    /// Brings the workspace of a stopped servo into `dest`: straight from the
+    /// volume's directory when it is on this host, else through the archive
+    /// API (asked again if the daemon restarts mid-stream).
+    pub(super) async fn gather(
+        &self,
+        id: TaskId,
+        container: &str,
+        dest: &std::path::Path,
+    ) -> anyhow::Result<collect::Collected> {
+        let d = &self.docker;
+        let secrets = self.secrets.to_vec();
+        let cap = self.cfg.file.max_results_size.0;
+        let dest = dest.to_path_buf();
+        // Local or archive is decided while the container still exists: the
+        // archive API needs it, and a local copy must not start before it is
+        // gone (a removed container runs nothing that could swap an entry for
+        // a link mid-walk; its named volume survives the removal).
+        let local = match self.cfg.file.collection {
+            crate::config::Collection::Auto => docker::local_volume_dir(d, id).await,
+            crate::config::Collection::Archive => None,
+        };
+        if let Some(src) = local
+            && self.remove_containers(id, Some(container)).await
+        {
+            return copy_local(id, src, dest, secrets, cap).await;
+        }
+        // A container that would not go away is read through the API.
+        let started = Instant::now();
+        let mut collected =
+            collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
+        for _ in 0..3 {
+            if collected.is_ok() || !docker::await_daemon(d, DAEMON_PATIENCE).await {
+                break;
+            }
+            collected = collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
+        }
+        measured(CollectPath::Archive, started, collected)
+    }
+}
+
+/// Records a collection's time and size (or failure) in the metrics.
+fn measured(
+    path: CollectPath,
+    started: Instant,
+    collected: anyhow::Result<collect::Collected>,
+) -> anyhow::Result<collect::Collected> {
+    let bytes = collected.as_ref().ok().map(|c| c.bytes);
+    crate::metrics::live().collection(path, started.elapsed(), bytes);
+    collected
+}
+
+/// Copies the task's volume from its directory on this host (its container
+/// already removed), off the async threads.
+pub(super) async fn copy_local(
+    id: TaskId,
+    src: PathBuf,
+    dest: PathBuf,
+    secrets: Vec<(String, String)>,
+    max_bytes: u64,
+) -> anyhow::Result<collect::Collected> {
+    let started = Instant::now();
+    let copied =
+        tokio::task::spawn_blocking(move || collect::copy_volume(&src, &dest, &secrets, max_bytes))
+            .await
+            .with_context(|| format!("collector thread of task `{id}` panicked"))
+            .and_then(|r| r);
+    measured(CollectPath::Local, started, copied)
+}
+
+impl Local {
+    /// Removes the task's containers (not its volume); whether none is left.
+    /// The one the caller knows is removed by id, with no listing (a list is
+    /// a walk over every container the daemon has, hundreds at scale); the
+    /// label is listed only when no id is known. What a crash left beside it
+    /// is the sweeper's.
+    pub(super) async fn remove_containers(&self, id: TaskId, known: Option<&str>) -> bool {
+        let d = &self.docker;
+        let containers = match known {
+            Some(c) => vec![c.to_string()],
+            None => match docker::every_task_container(d, id).await {
+                Ok(list) => list,
+                Err(_) => return false,
+            },
+        };
+        let mut all = true;
+        for c in containers {
+            if let Err(e) = docker::remove_container(d, &c).await {
+                warn!(task_id = %id, error = %format!("{e:#}"), "container not removed before collection");
+                all = false;
+            }
+        }
+        all
+    }
+
+    /// Removes the task's containers and volume (found by label).
+    pub(super) async fn cleanup(&self, id: TaskId, known: Option<&str>) {
+        let d = &self.docker;
+        // Known ids and names are removed without listing (see
+        // `remove_containers`); the sweeper finds anything a crash left.
+        let containers = match known {
+            Some(c) => vec![c.to_string()],
+            None => docker::every_task_container(d, id)
+                .await
+                .unwrap_or_default(),
+        };
+        for c in containers {
+            if let Err(e) = docker::remove_container(d, &c).await {
+                warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
+            }
+        }
+        let volume = docker::volume_name(id);
+        if let Err(e) = docker::remove_volume(d, &volume).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
+        }
+    }
+}
+
+/// Streams the container's /workspace into `dest` without holding it in
+/// memory: an async pump gathers the HTTP chunks into 256 KiB pieces (so the
+/// extracting thread is woken per piece, not per 8 KiB frame) and a blocking
+/// thread unpacks them as they come.
+pub(crate) async fn collect_workspace(
+    d: &Docker,
+    container: &str,
+    dest: PathBuf,
+    secrets: Vec<(String, String)>,
+    max_bytes: u64,
+) -> anyhow::Result<collect::Collected> {
+    use futures_util::StreamExt;
+    const PIECE: usize = 256 * 1024;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
+    let mut stream = Box::pin(docker::download_workspace(d, container));
+    let pump = async move {
+        let mut piece = bytes::BytesMut::with_capacity(PIECE * 2);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(chunk) => {
+                    piece.extend_from_slice(&chunk);
+                    if piece.len() >= PIECE && tx.send(Ok(piece.split().freeze())).await.is_err() {
+                        return; // the extractor stopped (size cap or error)
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+        if !piece.is_empty() {
+            let _ = tx.send(Ok(piece.freeze())).await;
+        }
+    };
+    let extract = tokio::task::spawn_blocking(move || {
+        collect::extract(collect::ChannelReader::new(rx), &dest, &secrets, max_bytes)
+    });
+    let ((), extracted) = tokio::join!(pump, extract);
+    extracted.context("collector thread panicked")?
+}

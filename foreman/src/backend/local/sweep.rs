@@ -1,0 +1,75 @@
+//! Labelled leftovers of tasks on this host: containers, volumes, and
+//! workspace images whose volume is gone (a foreman stopped between the
+//! two). Which of them belong to ended tasks is the sweeper's to say.
+
+use std::collections::{BTreeSet, HashSet};
+
+use tracing::{info, warn};
+
+use super::Local;
+use crate::docker;
+
+/// What carries a task's label on this host.
+pub(crate) struct LocalLeftovers {
+    containers: Vec<(String, String)>,
+    volumes: Vec<(String, String)>,
+    images: Vec<(saheeli_protocol::TaskId, std::path::PathBuf)>,
+}
+
+impl LocalLeftovers {
+    /// The tasks (ids as labelled) something was left of.
+    pub fn tasks(&self) -> BTreeSet<String> {
+        self.containers
+            .iter()
+            .chain(self.volumes.iter())
+            .map(|(_, t)| t.clone())
+            .chain(self.images.iter().map(|(id, _)| id.to_string()))
+            .collect()
+    }
+}
+
+impl Local {
+    pub async fn leftovers(&self) -> anyhow::Result<LocalLeftovers> {
+        let (containers, volumes) = docker::labelled(&self.docker).await?;
+        // Workspace images whose volume is gone.
+        let state_dir = self.cfg.state_dir();
+        let present = tokio::task::spawn_blocking(move || crate::disk::present(&state_dir))
+            .await
+            .unwrap_or_default();
+        let images = present
+            .into_iter()
+            .filter(|(id, _)| !volumes.iter().any(|(_, t)| *t == id.to_string()))
+            .collect();
+        Ok(LocalLeftovers {
+            containers,
+            volumes,
+            images,
+        })
+    }
+
+    /// Removes what was left of the `ended` tasks.
+    pub async fn remove_leftovers(&self, left: LocalLeftovers, ended: &HashSet<String>) {
+        for (cid, task) in &left.containers {
+            if ended.contains(task) {
+                info!(task_id = %task, container = %cid, "removing a leftover container");
+                let _ = docker::remove_container(&self.docker, cid).await;
+            }
+        }
+        for (name, task) in &left.volumes {
+            if ended.contains(task) {
+                info!(task_id = %task, volume = %name, "removing a leftover volume");
+                let _ = docker::remove_volume(&self.docker, name).await;
+            }
+        }
+        for (id, mnt) in left.images {
+            if !ended.contains(&id.to_string()) {
+                continue;
+            }
+            info!(task_id = %id, "removing a leftover workspace image");
+            let removed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
+            if let Ok(Err(e)) = removed {
+                warn!(task_id = %id, error = %format!("{e:#}"), "workspace image not removed");
+            }
+        }
+    }
+}

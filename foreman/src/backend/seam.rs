@@ -1,0 +1,297 @@
+//! [`Engine`]: what the supervisor asks of wherever servos run. Every
+//! method reports facts (a [`Phase`], what was [`Collected`], an
+//! [`EngineError`]) and none writes a task's state: deciding what the
+//! facts mean is the supervisor's. Each method is one `match` over the
+//! engines: this host's Docker (`local`), a Docker Swarm (`swarm`), and in
+//! tests a scripted fake.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use saheeli_protocol::TaskId;
+
+use super::TaskEngine;
+use super::facts::*;
+#[cfg(test)]
+use super::fake::{Fake, FakePhases};
+use super::local::{Local, LocalLeftovers, LocalPhases};
+use super::swarm::{Swarm, SwarmLeftovers, SwarmPhases};
+use crate::gateway::Gateway;
+use crate::spec::TaskSpec;
+
+/// The engine a foreman runs its tasks on (`backend:` in config.yaml).
+#[derive(Clone)]
+pub(crate) enum Engine {
+    Local(Local),
+    Swarm(Swarm),
+    #[cfg(test)]
+    Fake(Fake),
+}
+
+/// A launch's phases, as they change (see [`Engine::phase_change`]).
+pub(crate) enum Phases {
+    Local(LocalPhases),
+    Swarm(SwarmPhases),
+    #[cfg(test)]
+    Fake(FakePhases),
+}
+
+impl Phases {
+    /// The next change. Cancel-safe: a `select!` may drop it.
+    pub async fn change(&mut self) -> Result<Phase, EngineError> {
+        match self {
+            Phases::Local(p) => p.change().await,
+            Phases::Swarm(p) => p.change().await,
+            #[cfg(test)]
+            Phases::Fake(p) => p.change().await,
+        }
+    }
+}
+
+/// What carries Saheeli's labels on an engine.
+pub(crate) enum Leftovers {
+    Local(LocalLeftovers),
+    Swarm(SwarmLeftovers),
+}
+
+impl Leftovers {
+    /// The tasks (ids as labelled) something was left of.
+    pub fn tasks(&self) -> std::collections::BTreeSet<String> {
+        match self {
+            Leftovers::Local(l) => l.tasks(),
+            Leftovers::Swarm(l) => l.tasks(),
+        }
+    }
+}
+
+impl Engine {
+    /// The servo image is there (a swarm's nodes pull it themselves).
+    pub async fn check_image(&self) -> Result<(), EngineError> {
+        match self {
+            Engine::Local(l) => l.check_image().await,
+            Engine::Swarm(_) => Ok(()),
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(()),
+        }
+    }
+
+    /// Whether launches report the engine's latency and faults to
+    /// admission (the local daemon's health paces launching).
+    pub fn paces_launches(&self) -> bool {
+        matches!(self, Engine::Local(_))
+    }
+
+    /// Whether the engine reports [`Phase::Running`] once a servo runs (a
+    /// swarm schedules it later); else a started servo runs from `start`.
+    pub fn reports_running(&self) -> bool {
+        matches!(self, Engine::Swarm(_))
+    }
+
+    /// Whether a servo's workspace outlives it (a local volume), so a
+    /// stopped foreman's task may still be collected from what it left.
+    pub fn workspace_outlives_servo(&self) -> bool {
+        matches!(self, Engine::Local(_))
+    }
+
+    /// How the servo of a new launch will reach its gateway.
+    pub fn prepare(&self, id: TaskId, parked: bool) -> Result<Prepared, EngineError> {
+        match self {
+            Engine::Local(_) => Ok(Prepared::socket()),
+            Engine::Swarm(s) => s.prepare(id, parked),
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(Prepared::socket()),
+        }
+    }
+
+    /// Where a launch of task `id` runs, for what acts on its container
+    /// (verify, the assessor).
+    pub fn task_engine(&self, id: TaskId, prepared: &Prepared) -> TaskEngine {
+        match (self, prepared.suffix.as_deref()) {
+            (Engine::Local(l), _) => TaskEngine::Local(l.docker.clone()),
+            (Engine::Swarm(s), Some(suffix)) => TaskEngine::Swarm {
+                manager: s.manager.clone(),
+                manager_addr: s.manager_addr.clone(),
+                service: super::swarm::service_name(id, suffix),
+            },
+            (Engine::Swarm(s), None) => TaskEngine::Local(s.manager.clone()),
+            #[cfg(test)]
+            (Engine::Fake(f), _) => TaskEngine::Local(f.docker()),
+        }
+    }
+
+    /// Creates the servo (`parked`: on the workspace it parked with).
+    /// Only the holder of the task's lease calls [`Engine::start`] next.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn launch(
+        &self,
+        id: TaskId,
+        spec: &TaskSpec,
+        parked: bool,
+        prepared: Prepared,
+        gateway_dir: Option<&Path>,
+        launch: &saheeli_protocol::Launch,
+    ) -> Result<Launched, EngineError> {
+        match self {
+            Engine::Local(l) => {
+                l.launch(id, spec, parked, prepared, gateway_dir, launch)
+                    .await
+            }
+            Engine::Swarm(s) => s.launch(id, spec, prepared, gateway_dir).await,
+            #[cfg(test)]
+            Engine::Fake(f) => f.launch(id),
+        }
+    }
+
+    /// Starts a launched servo; whether it runs now (a swarm reports
+    /// running through [`Engine::phase_change`] once a node runs it).
+    pub async fn start(&self, servo: &Servo) -> Result<bool, EngineError> {
+        match self {
+            Engine::Local(l) => l.start(servo).await.map(|()| true),
+            Engine::Swarm(_) => Ok(false),
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(true),
+        }
+    }
+
+    /// The servo's phases as they change.
+    pub fn phase_change(&self, servo: &Servo) -> Phases {
+        match self {
+            Engine::Local(l) => Phases::Local(l.phase_change(servo)),
+            Engine::Swarm(s) => Phases::Swarm(s.phase_change(servo)),
+            #[cfg(test)]
+            Engine::Fake(f) => Phases::Fake(f.phase_change()),
+        }
+    }
+
+    /// Asks the servo to stop; an error means "ask again".
+    pub async fn stop(&self, servo: &Servo, how: Stop, grace: Duration) -> Result<(), EngineError> {
+        match self {
+            Engine::Local(l) => l.stop(servo, how, grace).await,
+            Engine::Swarm(s) => s.stop(servo, how, grace).await,
+            #[cfg(test)]
+            Engine::Fake(f) => f.stop(how),
+        }
+    }
+
+    /// Brings a stopped servo's workspace home into `dest` (`parked`: keeps
+    /// it for the next launch instead), and whether it was OOM-killed.
+    pub async fn collect(
+        &self,
+        servo: &Servo,
+        gateway: Option<&Gateway>,
+        dest: &Path,
+        parked: bool,
+        verifies: bool,
+    ) -> Collected {
+        match self {
+            Engine::Local(l) => l.collect(servo, dest, parked, verifies).await,
+            Engine::Swarm(s) => s.collect(servo, gateway, parked).await,
+            #[cfg(test)]
+            Engine::Fake(f) => f.collect(),
+        }
+    }
+
+    /// Removes what is left of an ended launch once it is safe to (on a
+    /// swarm in the background: see [`Engine::removals_done`]).
+    pub fn remove_later(&self, servo: Servo) {
+        match self {
+            // Collection removed the container and volume already.
+            Engine::Local(_) => {}
+            Engine::Swarm(s) => s.remove_later(servo),
+            #[cfg(test)]
+            Engine::Fake(_) => {}
+        }
+    }
+
+    /// Waits (up to `patience`) for the removals [`Engine::remove_later`]
+    /// started.
+    pub async fn removals_done(&self, patience: Duration) {
+        if let Engine::Swarm(s) = self {
+            s.removals_done(patience).await;
+        }
+    }
+
+    /// Removes what the task's launches made (`keep_workspace`: not the
+    /// workspace a parked task has on this engine).
+    pub async fn remove_task(&self, id: TaskId, keep_workspace: bool) {
+        match self {
+            Engine::Local(l) => l.remove_task(id, keep_workspace).await,
+            Engine::Swarm(s) => s.remove_task(id).await,
+            #[cfg(test)]
+            Engine::Fake(_) => {}
+        }
+    }
+
+    /// Removes what a stopped foreman's launch left; with `collect_into`,
+    /// first collects the workspace that outlived its servo there.
+    pub async fn clear_left(&self, id: TaskId, collect_into: Option<&Path>) {
+        match self {
+            Engine::Local(l) => l.clear_left(id, collect_into).await,
+            Engine::Swarm(s) => s.remove_task(id).await,
+            #[cfg(test)]
+            Engine::Fake(_) => {}
+        }
+    }
+
+    /// A parked task's kept workspace, collected into `dest`.
+    pub async fn collect_kept(
+        &self,
+        id: TaskId,
+        spec: &TaskSpec,
+        dest: &Path,
+    ) -> anyhow::Result<crate::collect::Collected> {
+        match self {
+            Engine::Local(l) => l.collect_kept(id, spec, dest).await,
+            Engine::Swarm(s) => s.collect_kept(id, dest).await,
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(crate::collect::Collected::default()),
+        }
+    }
+
+    /// The servo of a task whose foreman stopped.
+    pub async fn find(&self, id: TaskId) -> Found {
+        match self {
+            Engine::Local(l) => l.find(id).await,
+            Engine::Swarm(s) => s.find(id).await,
+            #[cfg(test)]
+            Engine::Fake(_) => Found::Gone,
+        }
+    }
+
+    /// Undoes a verify attempt a stopped foreman left midway (the servo
+    /// paused, a verify container beside it).
+    pub async fn recover_verify(&self, servo: &Servo) -> anyhow::Result<()> {
+        match self {
+            Engine::Local(l) => {
+                crate::docker::recover_verify(&l.docker, servo.task, &servo.id).await
+            }
+            Engine::Swarm(_) => {
+                self.task_engine(servo.task, &servo.prepared)
+                    .recover_verify(servo.task)
+                    .await
+            }
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(()),
+        }
+    }
+
+    /// What carries Saheeli's labels (for the sweeper).
+    pub async fn leftovers(&self) -> Result<Leftovers, EngineError> {
+        match self {
+            Engine::Local(l) => Ok(Leftovers::Local(l.leftovers().await?)),
+            Engine::Swarm(s) => Ok(Leftovers::Swarm(s.leftovers().await?)),
+            #[cfg(test)]
+            Engine::Fake(_) => Err(EngineError::Gone("a fake engine leaves nothing".into())),
+        }
+    }
+
+    /// Removes what was left of the `ended` tasks.
+    pub async fn remove_leftovers(&self, left: Leftovers, ended: &HashSet<String>) {
+        match (self, left) {
+            (Engine::Local(l), Leftovers::Local(left)) => l.remove_leftovers(left, ended).await,
+            (Engine::Swarm(s), Leftovers::Swarm(left)) => s.remove_leftovers(left, ended).await,
+            _ => {}
+        }
+    }
+}

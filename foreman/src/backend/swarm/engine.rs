@@ -1,0 +1,123 @@
+//! The swarm as an engine: its handles, a launch's token and suffix, the
+//! job service created (Swarm starts it).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bollard::Docker;
+use saheeli_protocol::TaskId;
+use tracing::info;
+
+use crate::backend::facts::{EngineError, Launched, Prepared, Reach, Servo, ServoKind};
+use crate::config::Config;
+use crate::spec::TaskSpec;
+
+/// A swarm: its manager, its address (for reaching the nodes alike), and
+/// the TCP gateway the remote servos call.
+#[derive(Clone)]
+pub(crate) struct Swarm {
+    pub manager: Docker,
+    pub manager_addr: String,
+    pub(super) network: String,
+    pub(super) gateway_url: String,
+    pub(super) hub: crate::gateway::Hub,
+    /// What launch tokens are derived from (`token_key`).
+    pub(super) key: Arc<Vec<u8>>,
+    /// Removals of ended launches, run after their slot is free; `serve`
+    /// waits for them before it exits.
+    pub(super) cleanups: tokio_util::task::TaskTracker,
+    pub(super) cfg: Arc<Config>,
+    pub(super) secrets: Arc<Vec<(String, String)>>,
+}
+
+/// What a swarm engine is made of (`swarm:` in config.yaml, resolved).
+pub(crate) struct SwarmParts {
+    pub manager: Docker,
+    pub manager_addr: String,
+    pub network: String,
+    pub gateway_url: String,
+    pub hub: crate::gateway::Hub,
+    pub key: Vec<u8>,
+}
+
+impl Swarm {
+    pub fn new(parts: SwarmParts, cfg: Config, secrets: Vec<(String, String)>) -> Swarm {
+        Swarm {
+            manager: parts.manager,
+            manager_addr: parts.manager_addr,
+            network: parts.network,
+            gateway_url: parts.gateway_url,
+            hub: parts.hub,
+            key: Arc::new(parts.key),
+            cleanups: tokio_util::task::TaskTracker::new(),
+            cfg: Arc::new(cfg),
+            secrets: Arc::new(secrets),
+        }
+    }
+
+    /// A launch's suffix and token; a parked task's kept workspace must be
+    /// there (starting over from the submitted workspace would silently
+    /// lose the work and the session the task parked with).
+    pub fn prepare(&self, id: TaskId, parked: bool) -> Result<Prepared, EngineError> {
+        let kept = crate::inputs::parked_dir(&self.cfg.state_dir(), id);
+        if parked && !kept.is_dir() {
+            return Err(EngineError::Gone(format!(
+                "the workspace this task parked with (`{}`) is gone, so it cannot go on from its session; submit the task again",
+                kept.display()
+            )));
+        }
+        let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+        Ok(self.prepared(id, suffix))
+    }
+
+    /// How launch `suffix` of task `id` reaches its gateway.
+    pub(super) fn prepared(&self, id: TaskId, suffix: String) -> Prepared {
+        Prepared {
+            reach: Reach::Remote {
+                hub: self.hub.clone(),
+                token: super::token(&self.key, id, &suffix),
+            },
+            suffix: Some(suffix),
+        }
+    }
+
+    /// Creates the task's job service (Swarm starts it on some node).
+    pub async fn launch(
+        &self,
+        id: TaskId,
+        spec: &TaskSpec,
+        prepared: Prepared,
+        _gateway_dir: Option<&Path>,
+    ) -> Result<Launched, EngineError> {
+        let (Reach::Remote { token, .. }, Some(suffix)) = (&prepared.reach, &prepared.suffix)
+        else {
+            return Err(EngineError::Other(anyhow::anyhow!(
+                "a swarm launch needs a token and a suffix (prepared by the swarm engine)"
+            )));
+        };
+        let plan = super::ServicePlan {
+            id,
+            spec,
+            image: &self.cfg.file.image,
+            network: &self.network,
+            gateway_url: self.gateway_url.clone(),
+            token,
+            suffix,
+            stop_grace: self.cfg.file.stop_grace,
+        };
+        let l = super::create_service(&self.manager, &plan).await?;
+        info!(task_id = %id, service = %l.service_id, "job service created");
+        Ok(Launched {
+            servo: Servo {
+                task: id,
+                id: l.service_id,
+                prepared,
+                kind: ServoKind::Swarm {
+                    objects: l.objects,
+                    seen: Arc::default(),
+                },
+            },
+            engine_time: None,
+        })
+    }
+}

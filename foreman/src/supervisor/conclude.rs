@@ -1,0 +1,169 @@
+//! A collected servo's ending: what it used (the gateway's count beats
+//! the servo's), its completion, whether its checks passed, and so its
+//! state and reason (`outcome::classify`), recorded by `finish`.
+
+use saheeli_protocol::{Reason, TaskId};
+use tracing::{error, warn};
+
+use super::finish::finish;
+use super::outcome::{Completion, Ending, classify};
+use super::watch::{Ended, Metered, Watched};
+use crate::collect;
+use crate::reconciler::{Ctx, Joined};
+use crate::state::TaskState;
+use crate::store::Outcome;
+
+/// What the supervisor learnt about a servo besides its workspace.
+pub(super) struct Seen {
+    pub watched: Watched,
+    pub oom: bool,
+    pub metered: Option<Metered>,
+    pub collect_ms: u128,
+}
+
+/// Reads what was collected (usage, completion), decides the outcome and
+/// records it.
+pub(super) async fn conclude(
+    ctx: &Ctx,
+    id: TaskId,
+    dest: &std::path::Path,
+    collected: anyhow::Result<collect::Collected>,
+    seen: Seen,
+) -> Joined {
+    let Seen {
+        watched,
+        oom,
+        metered,
+        collect_ms,
+    } = seen;
+    let dest = dest.to_path_buf();
+    let mut outcome = Outcome {
+        results_path: Some(dest.display().to_string()),
+        ..Default::default()
+    };
+    count_usage(id, &dest, &mut outcome).await;
+
+    let collected = match collected {
+        Ok(c) => c,
+        Err(e) => {
+            let detail = format!("collect: {e:#}");
+            error!(task_id = %id, error = %detail, "collection failed");
+            outcome.results_path = None;
+            return finish(
+                ctx,
+                id,
+                TaskState::Failed,
+                Reason::Collect,
+                outcome,
+                &detail,
+            )
+            .await;
+        }
+    };
+    let cap = ctx.cfg.file.max_results_size.0;
+    let mut detail = describe(id, &watched.ended, &collected, collect_ms, &dest, cap);
+
+    let completion = match collect::read_completion(&dest, id) {
+        Ok(Some(c)) => {
+            outcome.steps = c.steps.into();
+            outcome.input_tokens = c.usage.input_tokens as i64;
+            outcome.output_tokens = c.usage.output_tokens as i64;
+            Completion::Valid
+        }
+        Ok(None) => Completion::Absent,
+        Err(why) => {
+            detail.push_str(&format!("; invalid complete.json: {why}"));
+            Completion::Invalid(why)
+        }
+    };
+    // What the gateway counted beats what the servo says it used.
+    if let Some(m) = &metered {
+        outcome.input_tokens = m.input;
+        outcome.output_tokens = m.output;
+        outcome.cost_usd = m.cost;
+    }
+    let verified = verified(ctx, id, watched.exit()).await;
+    let ending = Ending {
+        verified,
+        stopped: watched.stopped,
+        truncated: collected.truncated,
+        completion,
+        timed_out: watched.timed_out,
+        oom,
+        exit: watched.exit(),
+        gateway_fatal: metered.and_then(|m| m.fatal),
+    };
+    let (state, reason) = classify(&ending);
+    finish(ctx, id, state, reason, outcome, &detail).await
+}
+
+/// For a task that verifies: whether its last attempt passed (the
+/// foreman's own rows, never the agent's files) and the servo then exited
+/// 0, as it does only right after a passing verdict.
+async fn verified(ctx: &Ctx, id: TaskId, exit: Option<i64>) -> Option<bool> {
+    let r = ctx
+        .db(move |s| {
+            let row = s.require(&id.to_string())?;
+            if !row.spec.verifies() {
+                return Ok(None);
+            }
+            Ok(Some(s.verify_passed(id)?))
+        })
+        .await;
+    match r {
+        Ok(v) => v.map(|passed| passed && exit == Some(0)),
+        Err(e) => {
+            warn!(task_id = %id, error = %format!("{e:#}"), "verification records not read");
+            None
+        }
+    }
+}
+
+/// Steps and tokens from the collected audit log (the servo's account;
+/// the gateway's, when there is one, replaces the tokens later).
+pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mut Outcome) {
+    let dest = dest.to_path_buf();
+    match tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await {
+        Ok(Ok(t)) => {
+            outcome.steps = t.steps.into();
+            outcome.input_tokens = t.usage.input_tokens as i64;
+            outcome.output_tokens = t.usage.output_tokens as i64;
+        }
+        Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
+        Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
+    }
+}
+
+/// The ending's detail for people (how the servo exited, what was
+/// collected, what was redacted), logging what an operator should know.
+fn describe(
+    id: TaskId,
+    exit: &Ended,
+    collected: &collect::Collected,
+    collect_ms: u128,
+    dest: &std::path::Path,
+    cap: u64,
+) -> String {
+    if !collected.skipped.is_empty() {
+        warn!(task_id = %id, skipped = collected.skipped.len(), first = %collected.skipped[0], "unsafe entries not collected");
+    }
+    let exit_desc = match exit {
+        Ended::Exited(code) => format!("exit {code}"),
+        Ended::WaitFailed(e) => format!("wait failed: {e:#}"),
+        Ended::Lost(why) => format!("lost: {why}"),
+    };
+    let mut detail = format!(
+        "{exit_desc}; collected {} files, {} bytes in {collect_ms} ms into {}",
+        collected.files,
+        collected.bytes,
+        dest.display()
+    );
+    if !collected.redacted.is_empty() {
+        warn!(task_id = %id, redacted = %collected.redacted.join(", "), "API key found in the workspace; redacted");
+        detail.push_str(&format!("; redacted {}", collected.redacted.join(", ")));
+    }
+    if collected.truncated {
+        warn!(task_id = %id, cap, "results over the size cap; collection stopped");
+    }
+    detail
+}

@@ -1,0 +1,60 @@
+//! One task's life, written once for every engine. The serve loop
+//! (`reconciler`) claims a task and hands it here; the supervisor asks the
+//! [`Engine`](crate::backend::Engine) for facts and decides what they mean
+//! for the task.
+//!
+//! ```text
+//!  reconciler::serve ── claim ──▶ run ─────────────────────────────┐
+//!        │                         prepare → Gateway::open → launch │
+//!        ├── take over ──▶ adopt (engine.find)                      ▼
+//!        │                   Running ───────────────────────▶ watch (one select! loop:
+//!        │                   NeverStarted/Gone → clear, requeue     phases, timeout, cancel,
+//!        │                                        or record         TERM→KILL escalation,
+//!        └── parked to end ──▶ park::end_parked                     usage, lease)
+//!                                (engine.collect_kept)                │
+//!                                                                     ▼
+//!                               collect: Lost → requeue_or_fail; parked exit → record_park;
+//!                               else engine.collect → record.rs (changes.patch)
+//!                                     → conclude (outcome::classify) → finish (report.md, retry)
+//! ```
+//!
+//! The invariant: one writer per task at a time, the holder of its lease.
+//! Every write is fenced by the lease (`store::lifecycle::move_state`);
+//! a supervisor that learns another foreman holds its task (a refused
+//! write, or the lease renewer's word) lets go without touching the
+//! servo, the results or the gateway's directory.
+//!
+//! Who writes what:
+//! - the supervisor: `starting`→`running` (`started`, after the engine
+//!   started the servo or reported it running), the container or service
+//!   id, live usage, a park, requeues, and the ending (`finish`);
+//! - the serve loop: claims (`queued`→`starting`), take-overs, cancels
+//!   passed on, parked tasks held to be ended;
+//! - the task's gateway: `waiting` while it waits for a human (the desk);
+//! - engines (`backend`): nothing; they report phases, what was
+//!   collected and typed errors.
+//!
+//! # Layout
+//!
+//! - `run`: prepare → launch → watch → collect → conclude; launch failures.
+//! - `watch`: the one loop while a servo runs.
+//! - `collect`: after the watch (lost, parked, collected).
+//! - `conclude`, `outcome`: what was observed → state and reason (pure).
+//! - `adopt`: a stopped foreman's task; `park`: parked tasks recorded and
+//!   ended.
+//! - `finish`: the terminal write, the retry policy, requeues with
+//!   backoff; `record`: `changes.patch` and `report.md`.
+
+mod adopt;
+mod collect;
+mod conclude;
+mod finish;
+mod outcome;
+mod park;
+mod record;
+mod run;
+mod watch;
+
+pub(crate) use adopt::adopt;
+pub(crate) use park::end_parked;
+pub(crate) use run::run;
