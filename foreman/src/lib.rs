@@ -86,6 +86,8 @@ pub mod cli;
 mod collect;
 mod commands;
 mod config;
+#[cfg(test)]
+mod docs;
 mod eval;
 mod events;
 mod gateway;
@@ -96,6 +98,7 @@ mod notify;
 mod output;
 mod reconciler;
 mod report;
+mod settings;
 mod spec;
 mod state;
 mod store;
@@ -125,17 +128,27 @@ pub fn main() -> ExitCode {
     };
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("saheeli={level},warn")));
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .compact()
-        .fmt_fields(tracing_subscriber::field::MakeExt::delimited(
-            tracing_subscriber::fmt::format::debug_fn(log_field),
-            " ",
-        ))
-        .init();
+        .with_target(false);
+    match cli.log_format {
+        // One JSON object per line; serde escapes what a title or a path
+        // holds, so nothing reaches a terminal raw.
+        cli::LogFormat::Json => log
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+        cli::LogFormat::Text => log
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .compact()
+            .fmt_fields(tracing_subscriber::field::MakeExt::delimited(
+                tracing_subscriber::fmt::format::debug_fn(log_field),
+                " ",
+            ))
+            .init(),
+    }
 
     // Before the runtime: `.env` is loaded with `set_var`, which is only
     // sound while this is the process's only thread.
