@@ -34,9 +34,10 @@ pub(crate) struct Cli {
 /// `--log-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum LogFormat {
-    /// Lines for people: `INFO message key=value`.
+    // Lines for people: `INFO message key=value`. (Plain comments: doc
+    // comments here would turn every `--help` into the long form.)
     Text,
-    /// JSON lines: `timestamp`, `level`, `message` and each field.
+    // JSON lines: `timestamp`, `level`, `message` and each field.
     Json,
 }
 
