@@ -84,3 +84,50 @@ fn error_messages() {
     let err = s.expect_err(&["--config", "img.yaml", "serve", "--drain"], 2);
     assert_snapshot!("error_missing_image", redact(err));
 }
+
+/// Issue 24: `--log-format json` writes the foreman's log as JSON lines,
+/// and a task that ends incomplete is a WARN with what to do next.
+#[test]
+fn the_log_is_json_lines_and_an_incomplete_task_warns_with_a_hint() {
+    crate::util::require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "s.json",
+        &crate::util::script(&[("execute_shell", serde_json::json!({"command": "echo hi"}))]),
+    );
+    s.write("p.md", &crate::util::replay_prompt("s.json", ""));
+    let out = s.run(&["--log-format", "json", "run", "p.md"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.len() >= 2, "{stderr}");
+    for l in &lines {
+        assert!(l["timestamp"].is_string() && l["level"].is_string(), "{l}");
+    }
+    let ended = lines
+        .iter()
+        .find(|l| l["message"] == "task finished")
+        .unwrap_or_else(|| panic!("no `task finished` line: {stderr}"));
+    assert_eq!(ended["level"], "WARN", "{ended}");
+    assert_eq!(ended["state"], "incomplete", "{ended}");
+    let hint = ended["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("report.md") && hint.contains("saheeli task retry"),
+        "{ended}"
+    );
+
+    // The default is text, for people.
+    let out = s.run(&["run", "p.md"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("task finished") && l.contains("task retry")),
+        "{stderr}"
+    );
+    assert!(!stderr.lines().any(|l| l.starts_with('{')), "{stderr}");
+}
