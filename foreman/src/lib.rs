@@ -14,6 +14,11 @@
 //!   where each setting came from and the tools the model gets (what
 //!   `--dry-run` shows); `inputs/`: what goes into /workspace (packing,
 //!   the submitted copies).
+//! - `settings/`: the one settings table (every front-matter and
+//!   config.yaml key: type, default, doc, `--param`, `SAHEELI_<KEY>`),
+//!   from which `--param`, the environment overrides, `--dry-run` and the
+//!   book's settings page derive; `docs` (tests only) writes and checks
+//!   the book's generated pages (CLI and settings) and its links.
 //! - `state`: the task lifecycle (one enum, one table of allowed moves).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
