@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """A discrete-event load model of Saheeli dispatching tasks on Kubernetes.
 
-Kubernetes is a design on paper (docs/kubernetes.md): no API server can be
+Kubernetes is a design on paper (docs/design/kubernetes.md): no API server can be
 reached here, so this model predicts, from public defaults and figures, how
 fast a foreman could start 1,000 or 10,000 concurrent tasks, one Job per
 task, and which limit binds first. Every number it uses is a field of
-`Params`, with where it comes from; docs/kubernetes.md cites each source.
+`Params`, with where it comes from; docs/design/kubernetes.md cites each source.
 
-What one task costs (the design in docs/kubernetes.md):
+What one task costs (the design in docs/design/kubernetes.md):
 
   foreman    claim (SQLite) -> POST Job -> POST Secret (ownerReference: the Job)
              ... DELETE Job (propagationPolicy Background) once the pod ended
@@ -28,7 +28,7 @@ a request over it gets 429 and is retried after 1 s through the client's
 bucket again. Watches deliver every change after `watch_s`.
 
 Usage:
-  scripts/k8s-sim.py                 # the table in docs/kubernetes.md
+  scripts/k8s-sim.py                 # the table in docs/design/kubernetes.md
   scripts/k8s-sim.py --tasks 1000 --mode steady --profile defaults
   scripts/k8s-sim.py --check         # internal consistency, in seconds
 
@@ -53,7 +53,7 @@ Z99 = 2.3263
 @dataclass(frozen=True)
 class Params:
     """Every assumption of the model: Kubernetes' own default where it has
-    one, ours otherwise (docs/kubernetes.md gives the source of each)."""
+    one, ours otherwise (docs/design/kubernetes.md gives the source of each)."""
 
     tasks: int = 1000
     mode: str = "burst"  # burst: all submitted at t=0; steady: Poisson arrivals

@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 # Where cargo puts its output (CARGO_TARGET_DIR when set).
 TARGET="${CARGO_TARGET_DIR:-target}"
 
+echo "==> setting up (each step says how long set-up has run; the Rust build shows cargo's progress)" >&2
 scripts/setup.sh core
+echo "==> [${SECONDS}s] building the servo image (saheeli build-servo)" >&2
 "$TARGET"/debug/saheeli build-servo
-echo "==> saheeli run prompts/hello.md" >&2
+echo "==> [${SECONDS}s] saheeli run prompts/hello.md" >&2
 # Each task's /workspace is a size-limited, loop-mounted image, which needs
 # root (or `limits.disk_enforcement: off` in config.yaml).
 as_root=()

@@ -15,15 +15,18 @@
 #   6. for the Docker Swarm tests (scripts/swarm.sh), Debian's
 #      `docker-registry` (a local registry the swarm's nodes pull from),
 #      iproute2 and util-linux (installed only when missing),
-#   7. the Rust build of both binaries (debug for the foreman, release for
-#      the servo that goes into the image).
+#   7. mdbook (the book in docs/: `mdbook build docs`), from crates.io,
+#      pinned, when missing (bookworm has no package; ~3 minutes to build),
+#   8. the Rust build of both binaries (debug for the foreman, release for
+#      the servo that goes into the image), with cargo's own progress.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 BASE_IMAGE="${SAHEELI_BASE_IMAGE:-saheeli-base:bookworm}"
 
-log() { printf '==> %s\n' "$*" >&2; }
+# Each line says how long set-up has run, so a long step shows as one.
+log() { printf '==> [%3ds] %s\n' "$SECONDS" "$*" >&2; }
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -158,14 +161,34 @@ ensure_swarm() {
 }
 
 ensure_rust() {
+  ensure_rust_toolchain
+  # Not --quiet: a first build takes minutes, and cargo shows its progress.
+  log "building saheeli (foreman)"
+  cargo build --bin saheeli
+  log "building servo (release)"
+  cargo build --release --bin servo
+  log "built"
+}
+
+# Pinned: the book's layout and the link check were tried with this one.
+MDBOOK_VERSION=0.5.4
+
+ensure_mdbook() {
+  if command -v mdbook >/dev/null 2>&1 && mdbook --version | grep -q "v$MDBOOK_VERSION"; then
+    return
+  fi
+  ensure_rust_toolchain
+  log "installing mdbook $MDBOOK_VERSION from crates.io (a few minutes, once)"
+  cargo install --quiet --locked mdbook --version "$MDBOOK_VERSION" \
+    --no-default-features --features search
+}
+
+ensure_rust_toolchain() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
     exit 2
   fi
   command -v cc >/dev/null 2>&1 || { log "installing a C compiler"; apt_install build-essential; }
-  log "building saheeli (foreman) and servo"
-  cargo build --quiet --bin saheeli
-  cargo build --quiet --release --bin servo
 }
 
 case "${1:-all}" in
@@ -177,6 +200,7 @@ case "${1:-all}" in
   # What running tasks needs (quickstart.sh): no browser, no MCP servers.
   core) ensure_docker; ensure_base_image; ensure_rust ;;
   evals) ensure_evals ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_swarm; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|swarm|core|all]" >&2; exit 2 ;;
+  book) ensure_mdbook ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_swarm; ensure_mdbook; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|swarm|book|core|all]" >&2; exit 2 ;;
 esac

@@ -16,12 +16,15 @@ if grep -rn "handles_swarm\|Backend::Swarm\|bollard" foreman/src/supervisor fore
   echo "error: supervisor/ and reconciler/ must not name an engine or bollard; ask backend::Engine" >&2
   exit 1
 fi
-# The Kubernetes load model (docs/kubernetes.md): its unit tests and its
+# The Kubernetes load model (docs/design/kubernetes.md): its unit tests and its
 # internal-consistency check, in about a second (Python 3.11 stdlib only).
 python3 -m unittest discover -s scripts -p 'test_*.py'
 python3 scripts/k8s-sim.py --check
 
 scripts/setup.sh
+# The book (docs/): it builds, and its links resolve (the unit test
+# `book_links_resolve` in the suite below checks every local link and anchor).
+mdbook build docs
 "$TARGET"/debug/saheeli build-servo
 export SAHEELI_TEST_IMAGE=saheeli-servo:latest
 if cargo nextest --version >/dev/null 2>&1; then

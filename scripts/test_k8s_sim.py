@@ -1,4 +1,4 @@
-"""Tests of scripts/k8s-sim.py, the Kubernetes load model (docs/kubernetes.md).
+"""Tests of scripts/k8s-sim.py, the Kubernetes load model (docs/design/kubernetes.md).
 
 Run: python3 -m unittest discover -s scripts -p 'test_*.py' (scripts/test.sh does).
 The model is deterministic for a seed, so nothing here depends on timing.

@@ -16,8 +16,29 @@ pub(crate) struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// The foreman's own log on stderr: `text`, or `json` (one object per line, for log shippers).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "SAHEELI_LOG_FORMAT",
+        default_value_t = LogFormat::Text,
+        value_name = "FORMAT"
+    )]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    // Lines for people: `INFO message key=value`. (Plain comments: doc
+    // comments here would turn every `--help` into the long form.)
+    Text,
+    // JSON lines: `timestamp`, `level`, `message` and each field.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,6 +14,11 @@
 //!   where each setting came from and the tools the model gets (what
 //!   `--dry-run` shows); `inputs/`: what goes into /workspace (packing,
 //!   the submitted copies).
+//! - `settings/`: the one settings table (every front-matter and
+//!   config.yaml key: type, default, doc, `--param`, `SAHEELI_<KEY>`),
+//!   from which `--param`, the environment overrides, `--dry-run` and the
+//!   book's settings page derive; `docs` (tests only) writes and checks
+//!   the book's generated pages (CLI and settings) and its links.
 //! - `state`: the task lifecycle (one enum, one table of allowed moves).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
@@ -88,6 +93,8 @@ pub mod cli;
 mod collect;
 mod commands;
 mod config;
+#[cfg(test)]
+mod docs;
 mod eval;
 mod events;
 mod gateway;
@@ -98,6 +105,7 @@ mod notify;
 mod output;
 mod reconciler;
 mod report;
+mod settings;
 mod spec;
 mod state;
 mod store;
@@ -128,17 +136,27 @@ pub fn main() -> ExitCode {
     };
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("saheeli={level},warn")));
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .compact()
-        .fmt_fields(tracing_subscriber::field::MakeExt::delimited(
-            tracing_subscriber::fmt::format::debug_fn(log_field),
-            " ",
-        ))
-        .init();
+        .with_target(false);
+    match cli.log_format {
+        // One JSON object per line; serde escapes what a title or a path
+        // holds, so nothing reaches a terminal raw.
+        cli::LogFormat::Json => log
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+        cli::LogFormat::Text => log
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .compact()
+            .fmt_fields(tracing_subscriber::field::MakeExt::delimited(
+                tracing_subscriber::fmt::format::debug_fn(log_field),
+                " ",
+            ))
+            .init(),
+    }
 
     // Before the runtime: `.env` is loaded with `set_var`, which is only
     // sound while this is the process's only thread.

@@ -24,6 +24,8 @@
 //! - [`retry`]: when to try an LLM call again and how long to wait.
 //! - [`template`]: a prompt's declared parameters and steps, and the
 //!   `step_done` route.
+//! - [`tools`]: the built-in tools, one table (name, schema, description,
+//!   whether `tools:` may narrow it).
 //! - [`verify`]: `verify` and `assess` after `task_complete`: the request,
 //!   the checks and the verdict.
 
@@ -40,6 +42,7 @@ pub mod replay;
 pub mod retry;
 pub mod task;
 pub mod template;
+pub mod tools;
 pub mod verify;
 
 pub use audit::{AuditEvent, Session, Timings, Usage};

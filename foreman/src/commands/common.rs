@@ -106,6 +106,9 @@ pub(super) fn exit_for(state: TaskState) -> ExitCode {
 /// A template's required parameters without a value are asked for when
 /// stdin is a terminal; otherwise they are the error.
 pub(super) fn spec_for(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow::Result<TaskSpec> {
+    if let Some(problem) = cfg.file.swarm_image_problem() {
+        anyhow::bail!("{}: {problem}", cfg.describe_source());
+    }
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     let mut asked: Vec<(String, String)> = Vec::new();
     let mut spec = loop {
@@ -160,6 +163,9 @@ pub(crate) fn spec_for_text(
     text: &str,
     args: &PromptArgs,
 ) -> anyhow::Result<TaskSpec> {
+    if let Some(problem) = cfg.file.swarm_image_problem() {
+        anyhow::bail!("{}: {problem}", cfg.describe_source());
+    }
     let mut spec = TaskSpec::from_text(cfg, prompt, text, &args.params)?;
     spec.no_human |= args.no_human;
     spec.plan_only = args.plan_only;

@@ -47,6 +47,11 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
     if let Some(c) = args.concurrency {
         cfg.file.concurrency = c;
     }
+    if let Some(query) = &args.resume
+        && let Some(code) = ended(&cfg, query, args.json)?
+    {
+        return Ok(code);
+    }
     let (run, opts, suite_path, suite, text) = match &args.resume {
         Some(query) => resumed(&cfg, query)?,
         None => {
@@ -158,6 +163,45 @@ fn case_error(suite: &Path, text: &str, id: &str, e: anyhow::Error) -> anyhow::E
         Some(line) => anyhow::anyhow!("{}:{line}: case `{id}`: {inner}", suite.display()),
         None => anyhow::anyhow!("{}: case `{id}`: {inner}", suite.display()),
     }
+}
+
+/// `--resume` of a run that has ended: its report again (the summary, or
+/// report.json with `--json`), and the exit code of its pass rate. None:
+/// the run is still going (or was interrupted), so it is resumed.
+fn ended(cfg: &Config, query: &str, json: bool) -> anyhow::Result<Option<ExitCode>> {
+    /// report.json is ours, but a results directory is shared: cap the read.
+    const MAX_REPORT: u64 = 64 << 20;
+    use std::io::Read as _;
+    let store = open_existing_store(cfg)?;
+    let Some(run) = store.eval_run(query)? else {
+        bail!("no eval run with id `{query}`; `saheeli eval list` shows them");
+    };
+    if run.state == "running" {
+        return Ok(None);
+    }
+    let dir = PathBuf::from(&run.report_dir);
+    let path = dir.join("report.json");
+    let mut text = String::new();
+    std::fs::File::open(&path)
+        .and_then(|f| std::io::Read::take(f, MAX_REPORT).read_to_string(&mut text))
+        .with_context(|| {
+            format!(
+                "eval run `{}` has ended ({}) but its report `{}` cannot be read",
+                run.id,
+                run.state,
+                path.display()
+            )
+        })?;
+    let report: eval::EvalReport =
+        serde_json::from_str(&text).with_context(|| format!("reading `{}`", path.display()))?;
+    eprintln!("eval run {} has ended ({}); its report:", run.id, run.state);
+    let passed = run.state == "passed";
+    print_summary(&report, &text, &run.state, &dir, json);
+    Ok(Some(if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }))
 }
 
 /// A run to resume: its row, options and suite (which must be unchanged).
@@ -375,8 +419,19 @@ fn finish(
     std::fs::write(dir.join("report.html"), eval::render(&report))
         .with_context(|| format!("writing `{}`", dir.join("report.html").display()))?;
     let _ = cfg;
+    print_summary(&report, &json_text, state, &dir, json);
+    Ok(if state == "passed" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// An ended run on stdout: report.json with `--json`, else one line and
+/// where the HTML report is.
+fn print_summary(report: &eval::EvalReport, json_text: &str, state: &str, dir: &Path, json: bool) {
     if json {
-        outln!("{json_text}");
+        outln!("{}", json_text.trim_end());
     } else {
         outln!(
             "{}: {:.0}% passed ({} of {}), threshold {:.0}%: {}",
@@ -389,9 +444,4 @@ fn finish(
         );
         outln!("{}", dir.join("report.html").display());
     }
-    Ok(if state == "passed" {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }

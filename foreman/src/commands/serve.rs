@@ -71,6 +71,9 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     let secrets = upstream.providers.secrets();
     let (docker, engine) = match &cfg.file.swarm {
         Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {
+            if let Some(problem) = cfg.file.swarm_image_problem() {
+                anyhow::bail!("{}: {problem}", cfg.describe_source());
+            }
             let manager = crate::backend::swarm::connect(&swarm.manager).await?;
             if swarm.manager.starts_with("unix://") {
                 tracing::warn!(

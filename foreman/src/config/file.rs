@@ -400,6 +400,29 @@ impl Default for LlmConfig {
 }
 
 impl ConfigFile {
+    /// With `backend: swarm`, why the nodes could not pull `image`: it must
+    /// name an image in `swarm.registry` (the reference `build-servo
+    /// --push` prints). None when it does, or on the local engine.
+    pub fn swarm_image_problem(&self) -> Option<String> {
+        let swarm = self
+            .swarm
+            .as_ref()
+            .filter(|_| self.backend == BackendKind::Swarm)?;
+        let registry = swarm.registry.trim_end_matches('/');
+        let in_registry = self
+            .image
+            .strip_prefix(registry)
+            .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1);
+        (!in_registry).then(|| {
+            format!(
+                "`image: {}` is not in the swarm's registry `{registry}`, so the nodes cannot \
+                 pull it; run `saheeli build-servo --push` and set `image:` in config.yaml to \
+                 the reference it prints",
+                self.image
+            )
+        })
+    }
+
     /// The `task:` defaults must lie within `limits:`.
     pub(super) fn check_limits(&self) -> Result<(), String> {
         let (t, l) = (&self.task, &self.limits);

@@ -17,9 +17,19 @@ pub(crate) struct Config {
     /// The directory relative paths are resolved against.
     pub base_dir: PathBuf,
     pub file: ConfigFile,
-    /// The keys the file sets, dotted (`image`, `task.model`): where a
-    /// setting came from, for `--dry-run`.
-    pub set_keys: BTreeSet<String>,
+    /// The keys the file and the environment set: where a setting came
+    /// from, for `--dry-run`.
+    pub set_keys: SetKeys,
+}
+
+/// The config keys, dotted (`image`, `task.model`), that config.yaml and
+/// the environment (`SAHEELI_<KEY>`) set.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SetKeys {
+    /// Named by the file.
+    pub file: BTreeSet<String>,
+    /// Set by the environment: config key to variable.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Config {
@@ -29,18 +39,37 @@ impl Config {
             Some(p) => Some(p.to_path_buf()),
             None => Some(PathBuf::from("config.yaml")).filter(|p| p.is_file()),
         };
+        let overrides = crate::settings::env::overrides(|v| std::env::var(v).ok());
         let Some(path) = path else {
             let base_dir = std::env::current_dir().context("reading the current directory")?;
+            let file = if overrides.is_empty() {
+                ConfigFile::default()
+            } else {
+                let file: ConfigFile =
+                    crate::settings::env::read(serde_yaml::Value::Null, &overrides)
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                file.check_limits().map_err(|e| anyhow::anyhow!("{e}"))?;
+                file
+            };
             return Ok(Config {
                 source: None,
                 base_dir,
-                file: ConfigFile::default(),
-                set_keys: BTreeSet::new(),
+                file,
+                set_keys: SetKeys {
+                    file: BTreeSet::new(),
+                    env: crate::settings::env::keys(&overrides),
+                },
             });
         };
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading config `{}`", path.display()))?;
-        let file: ConfigFile = if text.trim().is_empty() {
+        if let Some((key, line)) = duplicate_top_level_key(&text) {
+            anyhow::bail!(
+                "{}:{line}: duplicate key `{key}`: it is set earlier in the file; keep one",
+                path.display()
+            );
+        }
+        let mut file: ConfigFile = if text.trim().is_empty() {
             ConfigFile::default()
         } else {
             serde_yaml::from_str(&text).map_err(|e| {
@@ -51,6 +80,13 @@ impl Config {
                 anyhow::anyhow!("{}{at}: {e}", path.display())
             })?
         };
+        if !overrides.is_empty() {
+            // The file parsed alone (its errors name its lines); now with
+            // the environment over it.
+            let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
+            file = crate::settings::env::read(doc, &overrides)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        }
         if let Some(name) = file
             .providers
             .keys()
@@ -81,7 +117,10 @@ impl Config {
             source: Some(abs),
             base_dir,
             file,
-            set_keys: set_keys(&text),
+            set_keys: SetKeys {
+                file: set_keys(&text),
+                env: crate::settings::env::keys(&overrides),
+            },
         })
     }
 
@@ -191,6 +230,28 @@ pub(super) fn set_keys(text: &str) -> BTreeSet<String> {
         }
     }
     keys
+}
+
+/// The first top-level key `text` sets twice, with the 1-based line of
+/// the second: serde names the line where the mapping ends, not the key.
+pub(super) fn duplicate_top_level_key(text: &str) -> Option<(String, usize)> {
+    let mut seen = BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with([' ', '\t', '#', '-']) || line.starts_with("...") {
+            continue;
+        }
+        let Some((key, _)) = line.split_once(':') else {
+            continue;
+        };
+        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+        if key.is_empty() || key.contains(' ') {
+            continue;
+        }
+        if !seen.insert(key.to_string()) {
+            return Some((key.to_string(), i + 1));
+        }
+    }
+    None
 }
 
 /// The 1-based line of `text` where `fragment` (a line dotenvy refused) starts.

@@ -1,9 +1,10 @@
 //! How tasks are shown: tables for people, JSON for scripts; a
 //! template's steps with their marks (`steps`); the serving foreman's
-//! admission footer (`admission`).
+//! admission footer (`admission`); the log line of an ended task (`ended`).
 
 mod admission;
 mod dry_run;
+mod ended;
 mod json;
 mod steps;
 mod table;
@@ -13,6 +14,7 @@ use json::{duration_ms, time};
 
 pub(crate) use admission::admission_line;
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
+pub(crate) use ended::log_finished;
 pub(crate) use json::{AttemptView, TaskView};
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};

@@ -1,6 +1,11 @@
 //! `.saheeli/changes.patch`: the collected workspace against the submitted
 //! one, every changed path in git's format, in git's order. Empty when
-//! nothing changed.
+//! nothing changed. It always applies to the submitted workspace with
+//! `git apply`: binary files are git binary patches, and what cannot or
+//! should not be in it is left out and named in comment lines at its top
+//! (`# left out of this patch: PATH (WHY)`, which `git apply` skips):
+//! paths the workspace's own `.gitignore` or [`DEFAULT_IGNORED`] names
+//! (bytecode, tool caches), and files over [`MAX_DIFF_FILE`].
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -8,9 +13,14 @@ use std::path::Path;
 
 use anyhow::Context;
 
-#[cfg(test)]
-use super::patch::MAX_DIFF_FILE;
-use super::patch::{Change, Kind, write_change};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use super::diffstat::{LEFT_OUT, Why};
+use super::patch::{Change, Kind, MAX_DIFF_FILE, quote, write_change};
 use super::tree::{Entry, Files, Tree, dir_tree, tar_tree};
 use super::write::{PATCH, replace_file};
 
@@ -28,21 +38,101 @@ pub(crate) fn write_changes(results: &Path, submitted: Option<&Path>) -> anyhow:
     let new = dir_tree(results)
         .with_context(|| format!("reading the collected workspace `{}`", results.display()))?;
     let files = Files { tar: tar.as_ref() };
-    replace_file(results, PATCH, |w| write_patch(w, &files, &old, &new))
+    let ignored = ignore_rules(results);
+    replace_file(results, PATCH, |w| {
+        write_patch(w, &files, &old, &new, &ignored)
+    })
 }
 
-/// Every path of either tree, in order, with what changed.
+/// What a patch leaves out whatever the workspace's `.gitignore` says:
+/// bytecode and tools' caches, which a task's test run leaves behind.
+pub(crate) const DEFAULT_IGNORED: &[&str] = &[
+    "__pycache__/",
+    "*.py[cod]",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".tox/",
+    "node_modules/.cache/",
+    ".DS_Store",
+];
+
+/// Largest `.gitignore` read (the agent's file: read without following a
+/// link, and capped).
+const MAX_GITIGNORE: u64 = 1 << 20;
+
+/// [`DEFAULT_IGNORED`] and the collected workspace's top `.gitignore`.
+fn ignore_rules(results: &Path) -> Gitignore {
+    let mut b = GitignoreBuilder::new(results);
+    for rule in DEFAULT_IGNORED {
+        let _ = b.add_line(None, rule);
+    }
+    if let Ok(Some(f)) = crate::collect::open_regular(&results.join(".gitignore")) {
+        let mut text = String::new();
+        if f.take(MAX_GITIGNORE).read_to_string(&mut text).is_ok() {
+            for line in text.lines() {
+                // A line git would refuse is skipped, as git skips it.
+                let _ = b.add_line(None, line);
+            }
+        }
+    }
+    b.build().unwrap_or_else(|_| Gitignore::empty())
+}
+
+fn is_ignored(rules: &Gitignore, path: &[u8], dir: bool) -> bool {
+    rules
+        .matched_path_or_any_parents(Path::new(OsStr::from_bytes(path)), dir)
+        .is_ignore()
+}
+
+/// What becomes of one path that differs.
+enum Plan {
+    Write { same_bytes: bool },
+    LeftOut(Why),
+}
+
+/// Every path of either tree, in order, with what changed; first the
+/// paths left out.
 fn write_patch(
     w: &mut BufWriter<File>,
     files: &Files<'_>,
     old: &Tree,
     new: &Tree,
+    ignored: &Gitignore,
 ) -> io::Result<()> {
     let mut paths: Vec<&Vec<u8>> = old.keys().chain(new.keys()).collect();
     paths.sort();
     paths.dedup();
+    let mut plans = Vec::with_capacity(paths.len());
     for path in paths {
-        write_path(w, files, path, old.get(path), new.get(path))?;
+        let (o, n) = (old.get(path), new.get(path));
+        let same_bytes = match (o, n) {
+            (Some(o), Some(n)) => files.same_bytes(o, n)?,
+            _ => false,
+        };
+        if same_bytes && o.zip(n).is_some_and(|(o, n)| o.kind == n.kind) {
+            continue;
+        }
+        let large =
+            |e: Option<&Entry>| e.is_some_and(|e| e.kind != Kind::Link && e.size > MAX_DIFF_FILE);
+        let plan = if is_ignored(ignored, path, false) {
+            Plan::LeftOut(Why::Ignored)
+        } else if large(o) || large(n) {
+            Plan::LeftOut(Why::TooLarge)
+        } else {
+            Plan::Write { same_bytes }
+        };
+        plans.push((path, plan));
+    }
+    for (path, plan) in &plans {
+        if let Plan::LeftOut(why) = plan {
+            writeln!(w, "{LEFT_OUT}{} ({})", quote(b"", path), why.as_str())?;
+        }
+    }
+    for (path, plan) in plans {
+        if let Plan::Write { same_bytes } = plan {
+            write_path(w, files, path, old.get(path), new.get(path), same_bytes)?;
+        }
     }
     w.flush()
 }
@@ -54,6 +144,7 @@ fn write_path(
     path: &[u8],
     old: Option<&Entry>,
     new: Option<&Entry>,
+    same_bytes: bool,
 ) -> io::Result<()> {
     let is_link = |e: &Entry| e.kind == Kind::Link;
     match (old, new) {
@@ -66,7 +157,6 @@ fn write_path(
             write_change(w, path, &Change::Added(&files.side(n)?))
         }
         (Some(o), Some(n)) => {
-            let same_bytes = files.same_bytes(o, n)?;
             if same_bytes && o.kind == n.kind {
                 return Ok(());
             }
@@ -142,6 +232,7 @@ mod tests {
             put(root, "to-link", b"was a file\n");
             put(root, "big.log", &vec![b'x'; 2 << 20]);
             put(root, "bin.dat", &[0, 1, 2]);
+            put(root, "gone.bin", &[0, 9]);
         }
         let tar = d.join("inputs/t.tar");
         let opts = PackOptions {
@@ -155,6 +246,13 @@ mod tests {
         put(&col, "new dir/sub/é new.txt", b"fresh\nno end");
         put(&col, "empty", b"");
         put(&col, "bin.dat", &[0, 1, 3]);
+        put(&col, "new.bin", &[0xff, 0, 7]);
+        std::fs::remove_file(col.join("gone.bin")).unwrap();
+        // What a test run leaves, and what the workspace's .gitignore names.
+        put(&col, "__pycache__/m.cpython-311.pyc", &[0x0d, 0x0d, 0, 1]);
+        put(&col, ".gitignore", b"scratch/\n");
+        put(&col, "scratch/out.txt", b"x\n");
+        put(&col, "huge.bin", &vec![0u8; (MAX_DIFF_FILE + 1) as usize]);
         let mode = std::fs::Permissions::from_mode(0o755);
         std::fs::set_permissions(col.join("mode.sh"), mode).unwrap();
         std::fs::remove_file(col.join("to-link")).unwrap();
@@ -183,21 +281,24 @@ mod tests {
             "unchanged large files are not noted"
         );
         assert!(patch.contains("new file mode 120000"), "{patch}");
-        assert!(patch.contains("Binary files a/bin.dat and b/bin.dat differ\n"));
+        // Issue 24: binary files were a note git refuses ("Binary files …
+        // differ"), so the whole patch did not apply; ignored bytecode was
+        // in it. Now binary files are git binary patches, and what is left
+        // out is named at the top.
+        assert!(patch.contains("GIT binary patch\nliteral 3\n"), "{patch}");
+        assert!(!patch.contains("Binary files"), "{patch}");
+        assert!(
+            patch.starts_with(
+                "# left out of this patch: __pycache__/m.cpython-311.pyc (ignored)\n\
+                 # left out of this patch: huge.bin (over 1 MiB)\n\
+                 # left out of this patch: scratch/out.txt (ignored)\n\
+                 diff --git "
+            ),
+            "{patch}"
+        );
         assert!(git(&sub, &["init", "-q"]).status.success());
         let patch_file = col.join(PATCH);
-        // A binary change is noted, not carried: git refuses it by name…
-        let out = git(&sub, &["apply", "--check", patch_file.to_str().unwrap()]);
-        assert!(!out.status.success());
-        assert!(
-            String::from_utf8_lossy(&out.stderr)
-                .contains("binary patch does not apply to 'bin.dat'"),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // …and applies everything else.
-        let args = ["apply", "--exclude=bin.dat", patch_file.to_str().unwrap()];
-        let out = git(&sub, &args);
+        let out = git(&sub, &["apply", patch_file.to_str().unwrap()]);
         assert!(
             out.status.success(),
             "git apply: {}\n{patch}",
@@ -208,14 +309,15 @@ mod tests {
             "prompt.md",
             "complete.json",
             "servo-1-audit.log",
-            "bin.dat",
         ];
+        let left_out = ["__pycache__", "scratch/out.txt", "huge.bin"];
         let mut want = listing(&col);
-        want.retain(|(p, _, _)| !own.iter().any(|o| p.starts_with(o)));
-        let mut got = listing(&sub);
-        got.retain(|(p, _, _)| p != "bin.dat");
+        want.retain(|(p, _, _)| !own.iter().chain(&left_out).any(|o| p.starts_with(o)));
+        let got = listing(&sub);
         assert_eq!(got, want);
-        assert_eq!(std::fs::read(sub.join("bin.dat")).unwrap(), [0, 1, 2]);
+        assert_eq!(std::fs::read(sub.join("bin.dat")).unwrap(), [0, 1, 3]);
+        assert_eq!(std::fs::read(sub.join("new.bin")).unwrap(), [0xff, 0, 7]);
+        assert!(!sub.join("gone.bin").exists());
     }
 
     #[test]
@@ -241,20 +343,43 @@ mod tests {
     }
 
     #[test]
-    fn binary_and_oversized_changes_are_noted() {
+    fn binary_changes_are_carried_and_oversized_ones_named() {
         let d = tempfile::tempdir().unwrap();
         let ws = d.path().join("ws");
         put(&ws, "img.png", &[0x89, b'P', b'N', b'G', 0, 1, 2]);
         put(&ws, "latin1.txt", b"caf\xe9\n");
         put(&ws, "huge.txt", &vec![b'y'; (MAX_DIFF_FILE + 1) as usize]);
+        // A link named .gitignore is not followed.
+        symlink("/etc/passwd", ws.join(".gitignore")).unwrap();
         write_changes(&ws, None).unwrap();
         let patch = std::fs::read_to_string(ws.join(PATCH)).unwrap();
-        for name in ["huge.txt", "img.png", "latin1.txt"] {
+        assert!(
+            patch.starts_with("# left out of this patch: huge.txt (over 1 MiB)\n"),
+            "{patch}"
+        );
+        for name in ["img.png", "latin1.txt"] {
             assert!(
-                patch.contains(&format!("Binary files /dev/null and b/{name} differ\n")),
+                patch.contains(&format!("diff --git a/{name} b/{name}\n")),
                 "{name}: {patch}"
             );
         }
+        assert_eq!(patch.matches("GIT binary patch\n").count(), 2, "{patch}");
         assert!(!patch.contains("yyyy"));
+        // It applies to an empty tree and gives back the same bytes.
+        let empty = d.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert!(git(&empty, &["init", "-q"]).status.success());
+        let out = git(&empty, &["apply", ws.join(PATCH).to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for name in ["img.png", "latin1.txt"] {
+            assert_eq!(
+                std::fs::read(empty.join(name)).unwrap(),
+                std::fs::read(ws.join(name)).unwrap()
+            );
+        }
     }
 }

@@ -7,7 +7,31 @@ pub(crate) enum Status {
     Added,
     Deleted,
     Modified,
+    /// Changed, but not in the patch.
+    LeftOut(Why),
 }
+
+/// Why a changed path is not in the patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// The workspace's `.gitignore` or the default list names it.
+    Ignored,
+    /// Over `MAX_DIFF_FILE`.
+    TooLarge,
+}
+
+impl Why {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::Ignored => "ignored",
+            Why::TooLarge => "over 1 MiB",
+        }
+    }
+}
+
+/// How a patch names a path it left out, at its top (`git apply` skips
+/// lines before the first `diff --git`): this, the path, ` (WHY)`.
+pub(crate) const LEFT_OUT: &str = "# left out of this patch: ";
 
 /// One file of a diffstat.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +63,26 @@ pub(crate) struct Diffstat {
 impl Diffstat {
     /// Takes the next line of the patch (without its newline).
     pub fn push(&mut self, line: &str) {
+        if self
+            .files
+            .iter()
+            .all(|f| matches!(f.status, Status::LeftOut(_)))
+            && let Some(rest) = line.strip_prefix(LEFT_OUT)
+            && let Some((path, why)) = rest.rsplit_once(" (")
+        {
+            let why = match why.trim_end_matches(')') {
+                "ignored" => Why::Ignored,
+                _ => Why::TooLarge,
+            };
+            self.files.push(FileStat {
+                path: path.to_string(),
+                status: Status::LeftOut(why),
+                added: 0,
+                removed: 0,
+                binary: false,
+            });
+            return;
+        }
         if let Some(names) = line.strip_prefix("diff --git ") {
             self.files.push(FileStat {
                 path: name_of(names),
@@ -58,7 +102,7 @@ impl Diffstat {
                 f.status = Status::Added;
             } else if line.starts_with("deleted file mode ") {
                 f.status = Status::Deleted;
-            } else if line.starts_with("Binary files ") {
+            } else if line.starts_with("Binary files ") || line == "GIT binary patch" {
                 f.binary = true;
             } else if line.starts_with("@@ ") {
                 self.at = At::Hunk;
@@ -95,7 +139,9 @@ fn name_of(names: &str) -> String {
 
 /// `+3 -1` or `binary`, for a diffstat line.
 pub(crate) fn counts(f: &FileStat) -> String {
-    if f.binary {
+    if matches!(f.status, Status::LeftOut(_)) {
+        "-".into()
+    } else if f.binary {
         "binary".into()
     } else {
         format!("+{} -{}", f.added, f.removed)
@@ -151,6 +197,33 @@ Binary files /dev/null and \"b/\\303\\251.bin\" differ
         );
         assert_eq!(counts(&stat[0]), "+2 -2");
         assert_eq!(counts(&stat[3]), "binary");
+    }
+
+    #[test]
+    fn left_out_paths_are_read_from_the_top() {
+        let patch = "\
+# left out of this patch: __pycache__/a.pyc (ignored)
+# left out of this patch: \"big (1).bin\" (over 1 MiB)
+diff --git a/x.bin b/x.bin
+new file mode 100644
+index 0000000000000000000000000000000000000000..1111111111111111111111111111111111111111
+GIT binary patch
+literal 3
+HcmZQzWMTjS00RI3
+
+literal 0
+HcmV?d00001
+
+";
+        let stat = diffstat(patch.lines());
+        assert_eq!(stat.len(), 3, "{stat:?}");
+        assert_eq!(stat[0].path, "__pycache__/a.pyc");
+        assert_eq!(stat[0].status, Status::LeftOut(Why::Ignored));
+        assert_eq!(stat[1].path, "\"big (1).bin\"");
+        assert_eq!(stat[1].status, Status::LeftOut(Why::TooLarge));
+        assert_eq!(counts(&stat[1]), "-");
+        assert_eq!(stat[2].status, Status::Added);
+        assert_eq!(counts(&stat[2]), "binary");
     }
 
     #[test]

@@ -203,12 +203,26 @@ impl Report {
             if files.len() == 1 { "" } else { "s" },
             self.id.short()
         );
+        let left_out = files
+            .iter()
+            .filter(|f| matches!(f.status, Status::LeftOut(_)))
+            .count();
+        if left_out > 0 {
+            let _ = writeln!(
+                s,
+                "{left_out} of them {} not in the patch (named by `.gitignore` or Saheeli's \
+                 default ignore list, or over 1 MiB): copy them from the results if you need \
+                 them.\n",
+                if left_out == 1 { "is" } else { "are" }
+            );
+        }
         s.push_str("| file | change | lines |\n|---|---|---|\n");
         for f in files.iter().take(MAX_ROWS) {
             let status = match f.status {
-                Status::Added => "added",
-                Status::Deleted => "deleted",
-                Status::Modified => "modified",
+                Status::Added => "added".to_string(),
+                Status::Deleted => "deleted".to_string(),
+                Status::Modified => "modified".to_string(),
+                Status::LeftOut(why) => format!("not in the patch ({})", why.as_str()),
             };
             let _ = writeln!(s, "| {} | {status} | {} |", cell(&f.path), counts(f));
         }

@@ -3,7 +3,8 @@
 //! one, in git's format) and `report.md` (what happened, from facts: the
 //! task row, the audit log, `complete.json` and the patch; no LLM).
 //!
-//! - `patch`: one path's change rendered as git does (pure).
+//! - `patch`: one path's change rendered as git does (pure); `binary`:
+//!   git binary patches (zlib stored blocks, git's base85).
 //! - `diffstat`: files changed, read back from a patch (pure).
 //! - `tree`: the two workspaces as trees of files and links, read without
 //!   following links and under a size cap.
@@ -17,6 +18,7 @@
 //! - `write`: writing files into a results directory the agent filled
 //!   (nothing is written through its links).
 
+mod binary;
 mod changes;
 mod diffstat;
 mod evidence;

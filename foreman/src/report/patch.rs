@@ -1,9 +1,9 @@
 //! One path's change as `git diff --full-index` writes it, so `git apply`
 //! takes the patch: a `diff --git` header, mode lines, an `index` line with
-//! the git blob ids (what lets `git apply -3` merge, and git parse a binary
-//! note), then a unified diff of text (`similar` computes it), or git's
-//! `Binary files … differ` note for content that is not UTF-8 text or is
-//! over [`MAX_DIFF_FILE`].
+//! the git blob ids (what lets `git apply -3` merge), then a unified diff
+//! of text (`similar` computes it), or a git binary patch (`binary`) for
+//! content that is not UTF-8 text. Content over [`MAX_DIFF_FILE`] is not
+//! read; `changes` leaves such paths out of the patch and names them.
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -147,7 +147,21 @@ pub(crate) fn write_change(w: &mut impl Write, path: &[u8], change: &Change<'_>)
     let to = if new.is_some() { b } else { "/dev/null".into() };
     match (text_of(old), text_of(new)) {
         (Some(o), Some(n)) => write_text(w, &from, &to, o, n),
-        _ => writeln!(w, "Binary files {from} and {to} differ"),
+        _ => match (bytes_of(old), bytes_of(new)) {
+            (Some(o), Some(n)) => super::binary::write_binary(w, o, n),
+            // Not read (too large): `changes` leaves such paths out.
+            _ => writeln!(w, "Binary files {from} and {to} differ"),
+        },
+    }
+}
+
+/// A side's bytes (None inside: no file); None when they were not read.
+fn bytes_of(side: Option<&Side>) -> Option<Option<&[u8]>> {
+    match side.map(|s| &s.content) {
+        None => Some(None),
+        Some(Content::Text(t)) => Some(Some(t.as_bytes())),
+        Some(Content::Binary(b)) => Some(Some(b)),
+        Some(Content::TooLarge(_)) => None,
     }
 }
 
@@ -321,18 +335,23 @@ mod tests {
     }
 
     #[test]
-    fn binary_and_oversized_files_are_noted_links_are_their_target() {
+    fn binary_files_are_git_binary_patches_oversized_ones_noted_links_their_target() {
         let bin = side(
             Kind::File { exec: false },
             Content::from_bytes(vec![0x89, b'P', 0, 1]),
         );
-        assert_eq!(
-            render("img.png", Change::Added(&bin)),
-            format!(
+        let added = render("img.png", Change::Added(&bin));
+        assert!(
+            added.starts_with(&format!(
                 "diff --git a/img.png b/img.png\nnew file mode 100644\nindex {NO_BLOB}..{}\n\
-                 Binary files /dev/null and b/img.png differ\n",
+                 GIT binary patch\nliteral 4\n",
                 bin.oid
-            )
+            )),
+            "{added}"
+        );
+        assert!(
+            added.ends_with("\nliteral 0\n") || added.contains("\n\nliteral 0\n"),
+            "{added}"
         );
         let (old, big) = (
             file("small\n"),

@@ -191,15 +191,13 @@ pub(super) fn check_ceilings(
     Ok(())
 }
 
-/// The tools an approval gate may name (`plan`: the plan gate).
-pub(super) const GATEABLE: &[&str] = &[
-    "execute_shell",
-    "create_file",
-    "edit_file",
-    "read_file",
-    "list_files",
-    saheeli_protocol::human::PLAN,
-];
+/// The tools an approval gate may name (from the tool table), and `plan`
+/// (the plan gate).
+pub(super) fn gateable() -> Vec<&'static str> {
+    let mut names = saheeli_protocol::tools::names(|t| t.gateable());
+    names.push(saheeli_protocol::human::PLAN);
+    names
+}
 
 /// Gates name known tools once each (a granted capability's tools are
 /// `name__tool`), and their patterns compile.
@@ -214,12 +212,13 @@ pub(super) fn check_gates(
             .tool
             .split_once("__")
             .is_some_and(|(cap, tool)| !tool.is_empty() && capabilities.iter().any(|c| c == cap));
-        if !GATEABLE.contains(&g.tool.as_str()) && !capability_tool {
+        let gateable = gateable();
+        if !gateable.contains(&g.tool.as_str()) && !capability_tool {
             anyhow::bail!(
                 "{}: `approve` names `{}`, which is not a gateable tool; use any of {}",
                 path.display(),
                 g.tool,
-                GATEABLE.join(", ")
+                gateable.join(", ")
             );
         }
         if !seen.insert(g.tool.as_str()) {
@@ -298,16 +297,6 @@ pub(super) fn check_notify(
     Ok(())
 }
 
-/// The built-in tools `tools:` may list.
-pub(super) const BUILT_IN: &[&str] = &[
-    "execute_shell",
-    "create_file",
-    "read_file",
-    "edit_file",
-    "list_files",
-    "task_complete",
-];
-
 /// Capabilities a task asks for exist in config.yaml and are allowed.
 pub(super) fn check_capabilities(
     cfg: &crate::config::Config,
@@ -340,11 +329,12 @@ pub(super) fn check_capabilities(
 /// `tools:` names built-in tools and keeps `task_complete`.
 pub(super) fn check_tools(path: &std::path::Path, tools: Option<&[String]>) -> anyhow::Result<()> {
     let Some(tools) = tools else { return Ok(()) };
-    if let Some(bad) = tools.iter().find(|t| !BUILT_IN.contains(&t.as_str())) {
+    let narrowable = saheeli_protocol::tools::names(|t| t.narrowable());
+    if let Some(bad) = tools.iter().find(|t| !narrowable.contains(&t.as_str())) {
         anyhow::bail!(
             "{}: `tools` names `{bad}`, which is not a built-in tool; use any of {}",
             path.display(),
-            BUILT_IN.join(", ")
+            narrowable.join(", ")
         );
     }
     if !tools.iter().any(|t| t == "task_complete") {

@@ -1,28 +1,11 @@
-//! `--param KEY=VALUE`: front-matter keys set from the command line (a
-//! template's own parameters are split off first: `template`).
+//! `--param KEY=VALUE`: front-matter keys set from the command line (the
+//! settings table says which: `crate::settings::param_keys`; a template's
+//! own parameters are split off first: `template`).
 
 use std::path::Path;
 
 use anyhow::{Context, bail};
 use saheeli_protocol::front_matter::FrontMatter;
-
-/// Keys a `--param` may override (the front-matter's keys).
-pub(super) const PARAM_KEYS: &[&str] = &[
-    "title",
-    "model",
-    "max_steps",
-    "max_tokens",
-    "max_cost",
-    "retries",
-    "timeout",
-    "workspace",
-    "network",
-    "verify",
-    "verify_retries",
-    "verify_timeout",
-    "assess",
-    "objective",
-];
 
 /// The first Markdown heading of the body, else the file's stem.
 pub(super) fn default_title(path: &Path, body: &str) -> String {
@@ -56,7 +39,8 @@ pub(super) fn apply_params(
         let (key, raw) = p
             .split_once('=')
             .with_context(|| format!("`--param {p}`: expected KEY=VALUE"))?;
-        if !PARAM_KEYS.contains(&key) {
+        let param_keys = crate::settings::param_keys();
+        if !param_keys.contains(&key) {
             let of_prompt = if declared.is_empty() {
                 format!("`{}` declares no parameters", path.display())
             } else {
@@ -68,7 +52,7 @@ pub(super) fn apply_params(
             };
             bail!(
                 "`--param {p}`: unknown key `{key}`; expected one of {} ({of_prompt})",
-                PARAM_KEYS.join(", ")
+                param_keys.join(", ")
             );
         }
         if raw.trim().is_empty() {

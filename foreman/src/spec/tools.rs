@@ -1,19 +1,12 @@
 //! The tools the model is offered for a task.
 
+use saheeli_protocol::tools::{Offered, allowed_by, names};
+
 use super::TaskSpec;
 
-/// The servo's toolbox (`servo/src/tools/`), in the order it offers them.
-const TOOLBOX: &[&str] = &[
-    "execute_shell",
-    "create_file",
-    "read_file",
-    "edit_file",
-    "list_files",
-    "task_complete",
-];
-
-/// The tool names the model gets for `spec` (what `--dry-run` lists):
-/// the toolbox, `ask_user`, `step_done` for a template with `steps:`, and
+/// The tool names the model gets for `spec` (what `--dry-run` lists),
+/// from the one tool table: the toolbox as `tools:` narrows it,
+/// `ask_user`, `step_done` for a template with `steps:`, and
 /// `propose_plan` behind a plan gate (or in a plan-only run). Gated tools
 /// are marked `(approval: …)`.
 pub(crate) fn tools_for(spec: &TaskSpec) -> Vec<String> {
@@ -21,8 +14,10 @@ pub(crate) fn tools_for(spec: &TaskSpec) -> Vec<String> {
         .gates
         .iter()
         .any(|g| g.tool == saheeli_protocol::human::PLAN);
-    let mut tools: Vec<String> = TOOLBOX
+    let toolbox = names(|t| t.offered == Offered::Toolbox);
+    let mut tools: Vec<String> = toolbox
         .iter()
+        .filter(|t| allowed_by(spec.tools.as_deref(), t))
         .map(|t| match spec.gates.iter().find(|g| g.tool == *t) {
             Some(g) => match &g.pattern {
                 Some(p) => format!("{t} (approval when it matches `{p}`)"),

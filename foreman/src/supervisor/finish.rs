@@ -76,7 +76,7 @@ pub(super) async fn finish(
             (id, None)
         }
         (Ok(()), None) => {
-            info!(task_id = %id, state = %to, %reason, "task finished");
+            crate::output::log_finished(id, to, &reason, &ctx.cfg.results_dir());
             // Ended: no launch needs its submitted workspace any more.
             inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
             (id, Some(to))

@@ -10,9 +10,24 @@ const LOGIN: &str = include_str!("assets/login.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
-/// `GET /` and `GET /tasks/{id}`: the script routes by path.
-pub(super) async fn index() -> Html<&'static str> {
-    Html(INDEX)
+/// The "Log out" button of the page's header.
+const LOGOUT: &str = r#"  <button id="logout" class="ghost" type="button">Log out</button>
+"#;
+
+/// `GET /` and `GET /tasks/{id}`: the script routes by path. Without a
+/// token there is no session, so no "Log out" button.
+pub(super) async fn index(
+    axum::extract::State(web): axum::extract::State<super::server::Shared>,
+) -> Html<String> {
+    Html(page(web.auth.has_token()))
+}
+
+fn page(with_token: bool) -> String {
+    if with_token {
+        INDEX.to_string()
+    } else {
+        INDEX.replace(LOGOUT, "")
+    }
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
@@ -33,4 +48,17 @@ pub(super) async fn css() -> Response {
 /// The login page, with a message (ours, never the request's).
 pub(super) fn login_html(message: Option<&'static str>) -> String {
     LOGIN.replace("{{message}}", message.unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_out_is_offered_only_with_a_token() {
+        assert!(INDEX.contains(LOGOUT), "index.html lost its button");
+        assert!(page(true).contains("Log out"));
+        assert!(!page(false).contains("Log out"));
+        assert!(page(false).contains("<main"));
+    }
 }

@@ -51,6 +51,11 @@ impl Auth {
         }
     }
 
+    /// Whether requests need a token (and so people a session).
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     fn token_matches(&self, given: &str) -> bool {
         self.token
             .as_deref()

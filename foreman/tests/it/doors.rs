@@ -329,6 +329,15 @@ fn hostile_titles_closed_pipes_and_private_files() {
         vec!["task", "status", "--json"],
         vec!["task", "status", &id],
         vec!["task", "logs", &id],
+        // Issue 24: every command that writes results to stdout.
+        vec!["task", "diff", &id],
+        vec!["task", "report", &id],
+        vec!["task", "results", &id],
+        vec!["task", "results", &id, "--json"],
+        vec!["metrics"],
+        vec!["run", "t.md", "--dry-run"],
+        vec!["run", "t.md", "--dry-run", "--json"],
+        vec!["eval", "list"],
     ] {
         let (code, stderr) = into_closed_pipe(&s, &args);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");

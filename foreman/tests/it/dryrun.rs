@@ -500,3 +500,69 @@ fn dry_run_shows_the_gates_and_human_settings() {
     );
     assert!(!s.path().join("saheeli.db").exists(), "nothing queued");
 }
+
+/// Issue 24: every setting can be overridden from the environment
+/// (`SAHEELI_<KEY>`, named by the settings table): over config.yaml,
+/// under the front-matter and `--param`, shown with its source; a bad
+/// value names its variable.
+#[test]
+fn the_environment_overrides_config_and_dry_run_says_so() {
+    require_docker();
+    let s = layered()
+        .env("SAHEELI_MAX_STEPS", "9")
+        .env("SAHEELI_RETRIES", "2")
+        // The front-matter sets the title: it wins over nothing here, and
+        // `timeout` from `--param` wins over the environment's.
+        .env("SAHEELI_TIMEOUT", "7m");
+    let mut args = vec!["run", "--dry-run", "p.md", "--json"];
+    args.extend_from_slice(PARAMS);
+    let v = s.expect_json(&args, 0);
+    for (key, value, source) in [
+        ("max_steps", json!(9), "environment"),
+        ("retries", json!(2), "environment"),
+        ("timeout", json!("2m"), "--param"),
+        ("resources.cpus", json!(0.5), "config.yaml"),
+    ] {
+        assert_eq!(v["settings"][key], value, "{key}: {v:#}");
+        assert_eq!(v["sources"][key], source, "{key}: {v:#}");
+    }
+    let text = s.expect(&["run", "--dry-run", "p.md"], 0);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("max_steps") && l.contains("environment")),
+        "{text}"
+    );
+
+    let bad = layered().env("SAHEELI_MAX_STEPS", "lots");
+    let err = bad.expect_err(&["run", "--dry-run", "p.md"], 2);
+    assert!(err.contains("`SAHEELI_MAX_STEPS` (takes integer)"), "{err}");
+}
+
+/// Issue 24: with `backend: swarm`, an `image:` the nodes cannot pull is
+/// refused at submit (and at `serve`), with the way to fix it.
+#[test]
+fn a_swarm_image_outside_its_registry_is_refused_at_submit() {
+    require_docker();
+    let s = Saheeli::with_config(
+        "backend: swarm\nswarm:\n  manager: tcp://127.0.0.1:9\n  registry: 127.0.0.1:5000\n  \
+         network: n\n  gateway_listen: 127.0.0.1:7000\n",
+    );
+    s.write(
+        "s.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write("p.md", &replay_prompt("s.json", ""));
+    for args in [
+        &["task", "submit", "--prompt", "p.md"][..],
+        &["run", "--dry-run", "p.md"],
+        &["serve", "--drain"],
+    ] {
+        let err = s.expect_err(args, 2);
+        assert!(
+            err.contains("is not in the swarm's registry `127.0.0.1:5000`")
+                && err.contains("build-servo --push"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!s.path().join("saheeli.db").exists() || s.tasks().is_empty());
+}

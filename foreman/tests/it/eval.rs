@@ -456,6 +456,13 @@ fn resume_after_kill_9_completes_only_the_missing_cases() {
     assert_eq!(s.tasks().len(), n, "no case was submitted twice");
     let listed = s.expect_json(&["eval", "list", "--json"], 0);
     assert_eq!(listed[0]["state"], "passed");
-    let err = s.expect_err(&["eval", "--resume", &run_id], 2);
-    assert!(err.contains("has ended"), "{err}");
+    // Issue 24: resuming a run that has ended printed an error and
+    // exited 2; it prints that run's report and exits by its pass rate.
+    let again = s.expect(&["eval", "--resume", &run_id], 0);
+    assert!(again.contains("100% passed"), "{again}");
+    assert!(again.contains("report.html"), "{again}");
+    let again = s.expect_json(&["eval", "--resume", &run_id, "--json"], 0);
+    assert_eq!(again["run_id"], run_id.as_str());
+    assert_eq!(again["pass_rate"], report["pass_rate"]);
+    assert_eq!(s.tasks().len(), n, "nothing was submitted again");
 }

@@ -10,6 +10,22 @@ use serde_json::json;
 use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, leftovers, replay_prompt, require_docker, script};
 
+/// Whether task `id`'s lease has run out (read from the database as a
+/// second foreman would: `lease_until` in the past).
+fn lease_expired(s: &Saheeli, id: &str) -> bool {
+    let db = rusqlite::Connection::open(s.path().join("saheeli.db")).unwrap();
+    let until: Option<i64> = db
+        .query_row("SELECT lease_until FROM tasks WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    until.is_none_or(|u| u < now)
+}
+
 fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -54,7 +70,10 @@ fn a_paused_foreman_whose_lease_was_taken_over_touches_nothing() {
     );
     signal(a.id(), "-STOP");
     // Past A's lease, B takes the task over and adopts the running servo.
-    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        wait_for(Duration::from_secs(20), || lease_expired(&s, &id)),
+        "A's lease never ran out while A was stopped"
+    );
     let b_log = s.path().join("b.log");
     let mut b = s
         .cmd(&["serve", "--drain"])
@@ -76,8 +95,13 @@ fn a_paused_foreman_whose_lease_was_taken_over_touches_nothing() {
     let b_ok = b.wait().unwrap().success();
     let b_err = b_said();
     assert!(b_ok, "B: {b_err}");
-    // Give A time to notice, then let it drain and exit.
-    std::thread::sleep(Duration::from_secs(2));
+    // Once A has noticed, let it drain and exit.
+    let a_said = || std::fs::read_to_string(&a_log).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(20), || a_said().contains("lease lost")),
+        "A never noticed it lost the task:\n{}",
+        a_said()
+    );
     signal(a.id(), "-TERM");
     assert!(a.wait().unwrap().success());
     let a_err = std::fs::read_to_string(&a_log).unwrap();

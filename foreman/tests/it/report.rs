@@ -98,6 +98,12 @@ fn the_patch_applies_to_the_submitted_workspace_and_the_report_tells_what_happen
                     && ln -sfn calc.py link"}),
             ),
             ("execute_shell", json!({"command": "false"})),
+            // A test run leaves bytecode behind (issue 24: the patch carried
+            // it as a "Binary files differ" note git refused).
+            (
+                "execute_shell",
+                json!({"command": "python3 -c 'import calc' && ls __pycache__"}),
+            ),
             (
                 "task_complete",
                 json!({"message": "Fixed mean(); could not check the logo by eye."}),
@@ -124,15 +130,21 @@ fn the_patch_applies_to_the_submitted_workspace_and_the_report_tells_what_happen
     );
     assert!(!patch.contains("root:"), "{patch}");
     assert!(
-        patch.contains("Binary files a/logo.bin and b/logo.bin differ\n"),
+        patch.contains("diff --git a/logo.bin b/logo.bin\n")
+            && patch.contains("GIT binary patch\nliteral 5\n"),
+        "{patch}"
+    );
+    assert!(!patch.contains("Binary files"), "{patch}");
+    assert!(
+        patch.starts_with("# left out of this patch: __pycache__/calc."),
         "{patch}"
     );
     for own in own_files(id) {
         assert!(!patch.contains(&format!("a/{own}")), "{own} in\n{patch}");
     }
 
-    // The real git applies it to a copy of the submitted workspace (the
-    // binary change is noted, not carried) and reproduces the results.
+    // The real git applies all of it to a copy of the submitted workspace
+    // and reproduces the results (but the bytecode it left out).
     let copy = s.path().join("applied");
     let cp = Command::new("cp")
         .args(["-a", "ws", copy.to_str().unwrap()])
@@ -142,17 +154,14 @@ fn the_patch_applies_to_the_submitted_workspace_and_the_report_tells_what_happen
     assert!(cp.success());
     assert!(git(&copy, &["init", "-q"]).status.success());
     let patch_file = results.join(".saheeli/changes.patch");
-    let out = git(
-        &copy,
-        &["apply", "--exclude=logo.bin", patch_file.to_str().unwrap()],
-    );
+    let out = git(&copy, &["apply", patch_file.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "git apply: {}\n{patch}",
         String::from_utf8_lossy(&out.stderr)
     );
     let mut skip: Vec<String> = own_files(id);
-    skip.push("logo.bin".into());
+    skip.push("__pycache__".into());
     let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
     assert_eq!(listing(&copy, &skip), listing(results, &skip));
     assert_eq!(
@@ -169,8 +178,8 @@ fn the_patch_applies_to_the_submitted_workspace_and_the_report_tells_what_happen
         "# Report: Change the workspace",
         "> Do the scripted thing.",
         "**complete**",
-        "5 steps of",
-        "| `execute_shell` | 2 | 1 |",
+        "6 steps of",
+        "| `execute_shell` | 3 | 1 |",
         "| `edit_file` | 1 | 0 |",
         "| `create_file` | 1 | 0 |",
         "| `calc.py` | modified | +1 -1 |",
@@ -178,6 +187,7 @@ fn the_patch_applies_to_the_submitted_workspace_and_the_report_tells_what_happen
         "| `src/new/added.txt` | added | +2 -0 |",
         "| `tail.txt` | modified | +1 -1 |",
         "| `logo.bin` | modified | binary |",
+        "not in the patch (ignored)",
         "| `outside` | added | +1 -0 |",
         "Fixed mean(); could not check the logo by eye.",
     ] {

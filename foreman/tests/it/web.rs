@@ -631,6 +631,7 @@ fn with_a_token_every_request_needs_it_and_cross_site_posts_are_refused() {
     assert_eq!(with.json().as_array().unwrap().len(), 1);
     let html = request(a, "GET", "/", &[("Cookie", &cookie)], "");
     assert_eq!(html.status, 200);
+    assert!(html.body.contains("Log out"), "{}", html.body);
     assert!(
         html.headers
             .contains("content-security-policy: default-src 'none'; script-src 'self'"),
@@ -671,4 +672,9 @@ fn without_a_token_only_loopback_hosts_are_answered() {
     );
     p.error(403, "cross_site");
     assert_eq!(get(&w.addr, "/api/tasks").json(), json!([]));
+    // Issue 24: with no token there is nothing to log out of.
+    let page = get(&w.addr, "/");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<main"), "{}", page.body);
+    assert!(!page.body.contains("Log out"), "{}", page.body);
 }

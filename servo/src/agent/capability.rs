@@ -4,30 +4,18 @@
 //! built-in tools the model is offered.
 
 use saheeli_protocol::capability::{Call, SEP};
+use saheeli_protocol::tools::allowed_by;
 use tracing::warn;
 
 use super::Agent;
 use crate::tools::ToolOutput;
 
-/// The built-in tools `tools:` may narrow.
-const BUILT_IN: &[&str] = &[
-    "execute_shell",
-    "create_file",
-    "read_file",
-    "edit_file",
-    "list_files",
-    "task_complete",
-];
-
 impl Agent {
     /// Offers only the built-in tools `tools:` lists (when it does).
     pub(super) fn narrow_tools(&mut self) {
-        if let Some(allowed) = self.task.tools.clone() {
-            self.specs.retain(|s| {
-                let n = s.function.name.as_str();
-                !BUILT_IN.contains(&n) || allowed.iter().any(|a| a == n)
-            });
-        }
+        let allowed = self.task.tools.clone();
+        self.specs
+            .retain(|s| allowed_by(allowed.as_deref(), &s.function.name));
     }
 
     /// Adds the granted capabilities' tools, as the gateway lists them.
@@ -68,10 +56,7 @@ impl Agent {
         if !self.specs.iter().any(|t| t.function.name == name) {
             return crate::tools::unknown_tool(name, &self.specs);
         }
-        let narrowed =
-            self.task.tools.as_ref().is_some_and(|allowed| {
-                BUILT_IN.contains(&name) && !allowed.iter().any(|a| a == name)
-            });
+        let narrowed = !allowed_by(self.task.tools.as_deref(), name);
         if narrowed || (name.contains(SEP) && !self.capability_tools.iter().any(|t| t == name)) {
             return ToolOutput::error(format!("`{name}` is not one of this task's tools"));
         }

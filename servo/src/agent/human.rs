@@ -22,9 +22,11 @@ const PARK_AFTER: Duration = Duration::from_secs(10);
 /// Largest session file read back when a parked servo starts again.
 const MAX_SESSION: u64 = 256 << 20;
 
-/// Tools that act (change the workspace or end the task): behind the plan
-/// gate until a plan is approved.
-const ACTING: &[&str] = &["execute_shell", "create_file", "edit_file", "task_complete"];
+/// Whether `name` acts (changes the workspace or ends the task): behind
+/// the plan gate until a plan is approved.
+fn acts(name: &str) -> bool {
+    saheeli_protocol::tools::built_in(name).is_some_and(|t| t.acts)
+}
 
 /// The task's approval gates, compiled.
 pub(crate) struct Gates {
@@ -277,10 +279,7 @@ impl Agent {
                     );
                 }
             },
-            _ if (self.gates.plan || self.task.plan_only)
-                && !self.plan_approved
-                && ACTING.contains(&name) =>
-            {
+            _ if (self.gates.plan || self.task.plan_only) && !self.plan_approved && acts(name) => {
                 let why = "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.";
                 return self.refuse(step, call, why);
             }

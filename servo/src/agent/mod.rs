@@ -9,6 +9,7 @@
 
 mod capability;
 mod human;
+mod prompt;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -27,29 +28,6 @@ use crate::desk::Desk;
 use crate::llm::{Gateway, LlmError, Provider, Replay, Waiting};
 use crate::tools::{self, Toolbox};
 use crate::workspace::Workspace;
-
-const SYSTEM_PROMPT: &str = "\
-You are Saheeli's servo, a coding agent working alone inside a sandboxed Linux container. \
-Your working directory is /workspace; every file you create, read or edit must be inside it. \
-You have no network access. Act only through your tools: \
-execute_shell (run a bash command in /workspace), create_file (write a whole file), \
-read_file (read a file with line numbers), edit_file (replace one exact, unique span of text), \
-list_files (list a directory recursively), ask_user (ask the user a question and wait for the answer) \
-and task_complete. \
-When you are missing information only the user can give, ask with ask_user instead of guessing or giving up. \
-Work step by step, check your work (run the tests or the program), and keep going until the task is done. \
-When it is done, call task_complete with a short summary of what you did and how you checked it; \
-the task counts as done only when you call task_complete.";
-
-/// The system prompt: the rules, and a template's steps when it has them.
-fn system_prompt(task: &ServoTask) -> String {
-    match tools::step_instructions(&task.steps) {
-        Some(steps) => format!(
-            "{SYSTEM_PROMPT} Mark each of the task's steps done with step_done as you finish it.\n\n{steps}"
-        ),
-        None => SYSTEM_PROMPT.to_string(),
-    }
-}
 
 /// Default limit on one `execute_shell` command without `timeout_s`.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -166,7 +144,7 @@ impl Agent {
             llm,
             audit,
             messages: vec![
-                ChatMessage::system(system_prompt(&task)),
+                ChatMessage::system(prompt::system_prompt(&task)),
                 ChatMessage::user(prompt),
             ],
             usage: Usage::default(),

@@ -2,8 +2,9 @@
 //! the agent's user, never in the servo.
 //!
 //! The servo ([`Link`]) starts `servo runner` (this same binary) through
-//! [`crate::privsep::spawn`], sends it each call to `execute_shell`,
-//! `create_file`, `read_file`, `edit_file` or `list_files`, and reads the
+//! [`crate::privsep::spawn`], sends it each call to a workspace tool
+//! (`in_runner` in `saheeli_protocol::tools::BUILT_IN`: `execute_shell`,
+//! `create_file`, `read_file`, `edit_file`, `list_files`), and reads the
 //! reply. So every file the model's tools make belongs to the agent, and
 //! nothing the agent runs shares the servo's uid: it cannot open the
 //! gateway socket, trace the servo or touch its session. The servo's own
@@ -33,15 +34,6 @@ use tracing::warn;
 use crate::privsep::Mode;
 use crate::tools::ToolOutput;
 use wire::{MAX_REPLY, Reply, Request};
-
-/// The tools the runner serves.
-pub(crate) const TOOLS: [&str; 5] = [
-    "execute_shell",
-    "create_file",
-    "read_file",
-    "edit_file",
-    "list_files",
-];
 
 /// The servo's link to its runner, started at the first call and again
 /// after one died.

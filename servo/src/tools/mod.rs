@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use saheeli_protocol::chat::{FunctionSpec, ToolSpec};
 use saheeli_protocol::template::Step;
+use saheeli_protocol::tools::{BUILT_IN, Offered};
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::desk::Desk;
 use crate::workspace::Workspace;
@@ -62,87 +62,29 @@ fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpe
     }
 }
 
+/// The schema of a built-in tool with a fixed one.
+fn table_spec(t: &saheeli_protocol::tools::BuiltIn) -> Option<ToolSpec> {
+    t.parameters.map(|p| spec(t.name, t.description, p()))
+}
+
 /// The tools that reach a human: `ask_user` always, `propose_plan` when
 /// the task has a plan gate (or is a plan-only run).
 pub(crate) fn human_specs(plan: bool) -> Vec<ToolSpec> {
-    let mut specs = vec![spec(
-        "ask_user",
-        "Ask the user a question and wait for the answer (it may take a while). Use it when you are \
-         missing information only the user has, instead of guessing or giving up.",
-        json!({"type": "object", "properties": {
-            "question": {"type": "string", "description": "One clear question."}
-        }, "required": ["question"], "additionalProperties": false}),
-    )];
-    if plan {
-        specs.push(spec(
-            "propose_plan",
-            "Propose your plan before acting and wait for the user's approval. If they reject it, \
-             revise it using their feedback and propose again. Until a plan is approved, only \
-             read_file, list_files and ask_user can be used.",
-            json!({"type": "object", "properties": {
-                "steps": {"type": "array", "items": {"type": "string"}, "minItems": 1,
-                          "description": "The steps you will take, in order."}
-            }, "required": ["steps"], "additionalProperties": false}),
-        ));
-    }
-    specs
+    BUILT_IN
+        .iter()
+        .filter(|t| t.offered == Offered::Always || (plan && t.offered == Offered::PlanGate))
+        .filter_map(table_spec)
+        .collect()
 }
 
-/// The tool schemas, as OpenAI `tools`.
+/// The toolbox's schemas, as OpenAI `tools` (the built-in tools `tools:`
+/// may narrow).
 pub(crate) fn specs() -> Vec<ToolSpec> {
-    vec![
-        spec(
-            "execute_shell",
-            "Run a bash command and return its combined stdout and stderr and exit code. Commands \
-             share one persistent shell that starts in /workspace: cd, variables and functions carry \
-             over. Output longer than the limit keeps its head and tail.",
-            json!({"type": "object", "properties": {
-                "command": {"type": "string", "description": "The bash command line."},
-                "timeout_s": {"type": "integer", "description": "Kill the command after this many seconds (default 120)."}
-            }, "required": ["command"], "additionalProperties": false}),
-        ),
-        spec(
-            "create_file",
-            "Create or overwrite a file with the given content. Parent directories are created.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "Path relative to /workspace."},
-                "content": {"type": "string"}
-            }, "required": ["path", "content"], "additionalProperties": false}),
-        ),
-        spec(
-            "read_file",
-            "Read a text file, with line numbers. Use offset (1-based line) and limit (lines) for large files.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string"},
-                "offset": {"type": "integer", "minimum": 1},
-                "limit": {"type": "integer", "minimum": 1}
-            }, "required": ["path"], "additionalProperties": false}),
-        ),
-        spec(
-            "edit_file",
-            "Replace one exact occurrence of old_str with new_str in a file. old_str must occur exactly once: \
-             include enough surrounding lines to make it unique.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string"},
-                "old_str": {"type": "string"},
-                "new_str": {"type": "string"}
-            }, "required": ["path", "old_str", "new_str"], "additionalProperties": false}),
-        ),
-        spec(
-            "list_files",
-            "List files and directories below a path (default: the workspace), recursively, skipping .git.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string"}
-            }, "additionalProperties": false}),
-        ),
-        spec(
-            "task_complete",
-            "Call when the task is done, with a summary of what you did. This ends the session.",
-            json!({"type": "object", "properties": {
-                "message": {"type": "string", "description": "What was done, and how it was checked."}
-            }, "required": ["message"], "additionalProperties": false}),
-        ),
-    ]
+    BUILT_IN
+        .iter()
+        .filter(|t| t.offered == Offered::Toolbox)
+        .filter_map(table_spec)
+        .collect()
 }
 
 /// The answer to a call of a tool the task was not offered: it names every
@@ -174,7 +116,7 @@ impl Toolbox {
     /// it; the output is capped at `max_output` bytes.
     pub async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
         if let Some(runner) = &self.runner
-            && crate::runner::TOOLS.contains(&name)
+            && saheeli_protocol::tools::built_in(name).is_some_and(|t| t.in_runner)
         {
             return self.capped(runner.call(name, arguments).await);
         }
@@ -267,6 +209,7 @@ impl Toolbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     pub(crate) fn toolbox() -> (tempfile::TempDir, Toolbox) {
         let d = tempfile::tempdir().unwrap();

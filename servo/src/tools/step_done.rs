@@ -27,10 +27,10 @@ pub(crate) fn spec_for(steps: &[Step]) -> Option<ToolSpec> {
         return None;
     }
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    let row = saheeli_protocol::tools::built_in("step_done").expect("step_done is built in");
     Some(spec(
-        "step_done",
-        "Mark one of the task's steps done once its done-when condition holds, with the evidence \
-         (what you ran or saw that shows it). Mark each step as you finish it, in order.",
+        row.name,
+        row.description,
         json!({"type": "object", "properties": {
             "name": {"type": "string", "enum": names, "description": "The step's name, exactly."},
             "evidence": {"type": "string", "description": "What shows the step is done: a command and its result, a file, a test run."}

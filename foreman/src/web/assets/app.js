@@ -353,7 +353,9 @@ function start() {
   const main = document.getElementById("main");
   const m = location.pathname.match(/^\/tasks\/([0-9a-fA-F-]+)$/);
   if (m) taskView(main, m[1]); else listView(main);
-  document.getElementById("logout").addEventListener("click", async () => {
+  // Absent when the server has no token (nothing to log out of).
+  const logout = document.getElementById("logout");
+  if (logout) logout.addEventListener("click", async () => {
     await fetch("/logout", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
     location.href = "/login";
   });

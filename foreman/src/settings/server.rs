@@ -1,0 +1,154 @@
+//! The foreman's own settings: config.yaml keys a prompt cannot set.
+
+use serde_json::json;
+
+use super::Setting;
+
+pub(super) const SERVER: &[Setting] = &[
+    Setting::new("image", "string")
+        .default("saheeli-servo:latest")
+        .doc("The servo image tasks run in (`saheeli build-servo` builds it; on a swarm, a registry reference).")
+        .config("image")
+        .shown(|_, c| json!(c.file.image)),
+    Setting::new("base_image", "string")
+        .default("saheeli-base:bookworm")
+        .doc("The image the Dockerfile starts FROM (build arg `BASE`).")
+        .config("base_image"),
+    Setting::new("concurrency", "integer | auto")
+        .default("4")
+        .doc("Tasks run at once: a number, or `auto` (follow Docker's create/start latency and errors).")
+        .config("concurrency"),
+    Setting::new("database", "path")
+        .default("saheeli.db")
+        .doc("The SQLite queue.")
+        .config("database"),
+    Setting::new("results_dir", "path")
+        .default("results")
+        .doc("Where `results/<task_id>/` directories are collected.")
+        .config("results_dir"),
+    Setting::new("file_access", "owner | group | all")
+        .default("owner")
+        .doc("Who else may read the database and results as they are created (0600/0700, 0640/0750, 0644/0755).")
+        .config("file_access"),
+    Setting::new("state_dir", "path")
+        .default(".saheeli")
+        .doc("Saheeli's own state: copies of submitted workspaces.")
+        .config("state_dir"),
+    Setting::new("run_dir", "path")
+        .doc("Gateway sockets, one directory per task (unset: `$XDG_RUNTIME_DIR/saheeli`, `/run/saheeli` for root, …).")
+        .config("run_dir"),
+    Setting::new("stop_grace", "duration")
+        .default("10s")
+        .doc("How long a stopped servo gets to flush before it is killed.")
+        .config("stop_grace"),
+    Setting::new("lease", "duration")
+        .default("10s")
+        .doc("A foreman renews its hold on running tasks every fifth of this; another takes them over once it passes.")
+        .config("lease"),
+    Setting::new("collection", "auto | archive")
+        .default("auto")
+        .doc("How a workspace is brought home: straight from the volume's directory when possible, else the archive API.")
+        .config("collection"),
+    Setting::new("max_results_size", "size")
+        .default("10g")
+        .doc("Collection stops here; the task ends `incomplete` (`results_too_large`), partial results kept.")
+        .config("max_results_size"),
+    Setting::new("max_workspace_size", "size")
+        .default("1g")
+        .doc("A submitted `workspace:` larger than this (in files) is refused.")
+        .config("max_workspace_size"),
+    Setting::new("notify_max_age", "duration")
+        .default("24h")
+        .doc("A webhook delivery still failing after this long is given up (marked dead).")
+        .config("notify_max_age"),
+    Setting::new("providers", "map")
+        .default("{}")
+        .doc("LLM servers by name (`kind`, `base_url`, `api_key_env`, `max_output_tokens`); a model `NAME/model` goes to NAME.")
+        .config("providers"),
+    Setting::new("prices", "map")
+        .default("{}")
+        .doc("USD per million tokens by model (`input_per_mtok`, `output_per_mtok`), for `max_cost` and reports.")
+        .config("prices"),
+    Setting::new("capabilities", "map")
+        .default("{}")
+        .doc("MCP servers run by the foreman, by name (`command`/`args`/`env`, or `url`/`headers`).")
+        .config("capabilities"),
+    Setting::new("allow", "list")
+        .doc("The capabilities tasks may ask for (unset: every one configured).")
+        .config("allow"),
+    Setting::new("backend", "docker | swarm")
+        .default("docker")
+        .doc("Where tasks run: this host's Docker engine, or a Docker Swarm (`swarm:`).")
+        .config("backend"),
+    Setting::new("swarm.manager", "string")
+        .doc("The swarm manager's API, DOCKER_HOST-style (`tcp://10.0.0.11:2375`). Required with `backend: swarm`.")
+        .config("swarm.manager"),
+    Setting::new("swarm.registry", "string")
+        .doc("`host:port` of the registry the nodes pull the servo image from.")
+        .config("swarm.registry"),
+    Setting::new("swarm.network", "string")
+        .doc("The attachable overlay network the servos join.")
+        .config("swarm.network"),
+    Setting::new("swarm.gateway_listen", "string")
+        .doc("`addr:port` the gateway listens on, reachable from every node.")
+        .config("swarm.gateway_listen"),
+    Setting::new("limits.memory", "size")
+        .default("8g")
+        .doc("The most memory any task may ask for.")
+        .config("limits.memory"),
+    Setting::new("limits.cpus", "number")
+        .default("4.0")
+        .doc("The most CPUs any task may ask for.")
+        .config("limits.cpus"),
+    Setting::new("limits.pids", "integer")
+        .default("4096")
+        .doc("The most processes any task may ask for.")
+        .config("limits.pids"),
+    Setting::new("limits.disk", "size")
+        .default("20g")
+        .doc("The largest /workspace any task may ask for.")
+        .config("limits.disk"),
+    Setting::new("limits.networks", "list")
+        .default("[none]")
+        .doc("The network modes a task may ask for.")
+        .config("limits.networks"),
+    Setting::new("limits.disk_enforcement", "loop | off")
+        .default("loop")
+        .doc("How `resources.disk` is enforced: an ext4 image per task (root, local daemon), or not at all.")
+        .config("limits.disk_enforcement"),
+    Setting::new("llm.request_timeout", "duration")
+        .default("5m")
+        .doc("Limit on one upstream LLM request.")
+        .config("llm.request_timeout"),
+    Setting::new("llm.max_attempts", "integer")
+        .default("6")
+        .doc("Attempts per call for 429, 5xx, resets and timeouts (the first included).")
+        .config("llm.max_attempts"),
+    Setting::new("llm.max_retry_time", "duration")
+        .default("5m")
+        .doc("Give up retrying a call after this long.")
+        .config("llm.max_retry_time"),
+    Setting::new("llm.anthropic_max_tokens", "integer")
+        .default("8192")
+        .doc("`max_tokens` sent to Anthropic, which requires one.")
+        .config("llm.anthropic_max_tokens"),
+    Setting::new("llm.max_output_tokens", "integer")
+        .default("4096")
+        .doc("Output cap sent with every call (a provider's `max_output_tokens` overrides it), lowered to what the budget leaves.")
+        .config("llm.max_output_tokens"),
+    Setting::new("http.addr", "IP:PORT")
+        .doc("Where `serve` serves the dashboard and API (`serve --http` overrides); unset: no server.")
+        .config("http.addr"),
+    Setting::new("http.token_env", "string")
+        .default("SAHEELI_HTTP_TOKEN")
+        .doc("The variable (or `.env` entry) holding the access token; required for any address but loopback.")
+        .config("http.token_env"),
+    Setting::new("http.header_timeout", "duration")
+        .default("10s")
+        .doc("A request's head must arrive within this; an idle keep-alive connection is closed after it.")
+        .config("http.header_timeout"),
+    Setting::new("http.max_connections", "integer")
+        .default("256")
+        .doc("Connections open at once (live event streams included).")
+        .config("http.max_connections"),
+];

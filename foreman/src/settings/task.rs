@@ -1,0 +1,221 @@
+//! The per-task settings: what a prompt's front-matter sets, and the
+//! `task:` defaults of config.yaml behind them. In the order `--dry-run`
+//! shows them.
+
+use std::time::Duration;
+
+use saheeli_protocol::front_matter::Memory;
+use serde_json::{Value, json};
+
+use super::Setting;
+
+fn duration(d: Duration) -> Value {
+    json!(humantime::format_duration(d).to_string())
+}
+
+pub(super) const TASK: &[Setting] = &[
+    Setting::new("title", "string")
+        .doc("The task's name in tables and reports (default: the body's first heading, else the file's name).")
+        .front(|f| f.title.is_some())
+        .param()
+        .shown(|s, _| json!(s.title)),
+    Setting::new("model", "string")
+        .default("gpt-4o-mini")
+        .doc("An OpenAI-compatible model, an Anthropic model, `PROVIDER/model`, or `replay:FILE`.")
+        .config("task.model")
+        .front(|f| f.model.is_some())
+        .param()
+        .shown(|s, _| json!(s.model)),
+    Setting::new("max_steps", "integer")
+        .default("50")
+        .doc("LLM calls the agent may make before it ends `incomplete` (`max_steps`).")
+        .config("task.max_steps")
+        .front(|f| f.max_steps.is_some())
+        .param()
+        .shown(|s, _| json!(s.max_steps)),
+    Setting::new("max_tokens", "integer")
+        .doc("Token budget (input + output), enforced by the gateway; unset: none.")
+        .config("task.max_tokens")
+        .front(|f| f.max_tokens.is_some())
+        .param()
+        .shown(|s, _| json!(s.max_tokens)),
+    Setting::new("max_cost", "number")
+        .doc("Cost budget in USD, enforced by the gateway (needs `prices:` for the model); unset: none.")
+        .config("task.max_cost")
+        .front(|f| f.max_cost.is_some())
+        .param()
+        .shown(|s, _| json!(s.max_cost)),
+    Setting::new("timeout", "duration")
+        .default("30m")
+        .doc("Wall-clock limit (`90s`, `30m`, `1h 30m`, or seconds); waits for a human do not count.")
+        .config("task.timeout")
+        .front(|f| f.timeout.is_some())
+        .param()
+        .shown(|s, _| duration(Duration::from_secs(s.timeout_s))),
+    Setting::new("retries", "integer")
+        .default("0")
+        .doc("Further attempts when the agent ends incomplete; each is a new task linked to the last.")
+        .config("task.retries")
+        .front(|f| f.retries.is_some())
+        .param()
+        .shown(|s, _| json!(s.retries)),
+    Setting::new("retry_on", "list of reasons")
+        .default("[timeout, max_steps, llm_error, oom, exit, terminated, lost, replay_exhausted, no_completion, invalid_completion]")
+        .doc("Which incomplete reasons are retried (`budget`, `auth`, `bad_request`, `results_too_large` never are).")
+        .config("task.retry_on")
+        .front(|f| f.retry_on.is_some())
+        .shown(|s, _| json!(s.retry_on)),
+    Setting::new("network", "none | bridge | host")
+        .default("none")
+        .doc("The container's network; the servo needs none to reach the LLM. Must be in `limits.networks`.")
+        .config("task.network")
+        .front(|f| f.network.is_some())
+        .param()
+        .shown(|s, _| json!(s.network.as_str())),
+    Setting::new("resources.memory", "size")
+        .default("2g")
+        .doc("The container's memory limit (`512m`, `2g`); at most `limits.memory`.")
+        .config("task.memory")
+        .front(|f| f.resources.as_ref().is_some_and(|r| r.memory.is_some()))
+        .shown(|s, _| json!(Memory(s.memory).to_string())),
+    Setting::new("resources.cpus", "number")
+        .default("1.0")
+        .doc("CPUs the container may use; at most `limits.cpus`.")
+        .config("task.cpus")
+        .front(|f| f.resources.as_ref().is_some_and(|r| r.cpus.is_some()))
+        .shown(|s, _| json!(s.cpus)),
+    Setting::new("resources.pids", "integer")
+        .default("512")
+        .doc("Processes the container may run (at least 16); at most `limits.pids`.")
+        .config("task.pids")
+        .front(|f| f.resources.as_ref().is_some_and(|r| r.pids.is_some()))
+        .shown(|s, _| json!(s.pids)),
+    Setting::new("resources.disk", "size")
+        .default("2g")
+        .doc("Size of /workspace: writes past it fail with ENOSPC; at most `limits.disk`.")
+        .config("task.disk")
+        .front(|f| f.resources.as_ref().is_some_and(|r| r.disk.is_some()))
+        .shown(|s, _| json!(s.disk.map(|d| Memory(d).to_string()))),
+    Setting::new("env", "map")
+        .doc("Environment for the agent's shell commands. Never secrets: keys stay in the foreman.")
+        .front(|f| !f.env.is_empty())
+        .shown(|s, _| json!(s.env)),
+    Setting::new("workspace", "path")
+        .doc("A host directory (relative to the prompt file) copied into /workspace at submit.")
+        .front(|f| f.workspace.is_some())
+        .param()
+        .shown(|s, _| json!(s.workspace)),
+    Setting::new("workspace_include_ignored", "bool")
+        .default("false")
+        .doc("Copy what `.gitignore` names too (`.env*` and what `.saheeliignore` names never are).")
+        .config("task.workspace_include_ignored")
+        .front(|f| f.workspace_include_ignored.is_some())
+        .shown(|s, _| json!(s.workspace_include_ignored)),
+    Setting::new("max_output_bytes", "integer")
+        .default("16384")
+        .doc("Largest tool output handed back to the model (head and tail kept).")
+        .config("task.max_output_bytes")
+        .shown(|s, _| json!(s.max_output_bytes)),
+    Setting::new("approve", "list or map")
+        .doc("Approval gates: `[execute_shell]`, `{execute_shell: \"regex\"}`, or `[plan]`.")
+        .config("task.approve")
+        .front(|f| f.approve.is_some())
+        .shown(|s, _| json!(s.gates)),
+    Setting::new("pause_on", "list")
+        .default("[]")
+        .doc("Breakpoints: `[tool_error]` pauses the task when a tool call fails.")
+        .config("task.pause_on")
+        .front(|f| f.pause_on.is_some())
+        .shown(|s, _| {
+            if s.pause_on_tool_error {
+                json!(["tool_error"])
+            } else {
+                json!([])
+            }
+        }),
+    Setting::new("human_timeout", "duration")
+        .default("24h")
+        .doc("How long a question or pause waits for a human, then the task ends `incomplete` (`no_answer`).")
+        .config("task.human_timeout")
+        .front(|f| f.human_timeout.is_some())
+        .shown(|s, _| duration(Duration::from_secs(s.human_timeout_s))),
+    Setting::new("park_after", "duration")
+        .default("10s")
+        .doc("How long a waiting servo keeps its container before it parks (at most 1h).")
+        .config("task.park_after")
+        .front(|f| f.park_after.is_some())
+        .shown(|s, _| duration(Duration::from_millis(s.park_after_ms))),
+    Setting::new("no_human", "bool")
+        .default("false")
+        .doc("Nobody will answer: `ask_user` is answered at once, gates follow `no_human_gates` (also `--no-human`).")
+        .config("task.no_human")
+        .shown(|s, _| json!(s.no_human)),
+    Setting::new("no_human_gates", "deny | approve")
+        .default("deny")
+        .doc("What an approval gate does when no human is there.")
+        .config("task.no_human_gates")
+        .shown(|s, _| json!(if s.no_human_approves { "approve" } else { "deny" })),
+    Setting::new("capabilities", "list")
+        .doc("MCP capabilities (config.yaml `capabilities:`) this task may use, as `name__tool`.")
+        .front(|f| f.capabilities.is_some())
+        .shown(|s, _| json!(s.capabilities)),
+    Setting::new("tools", "list")
+        .doc("The built-in tools offered (all when unset); must include `task_complete`.")
+        .front(|f| f.tools.is_some())
+        .shown(|s, _| match &s.tools {
+            Some(t) => json!(t),
+            None => json!("all built-in tools"),
+        }),
+    Setting::new("notify", "list of webhooks")
+        .default("[]")
+        .doc("Webhooks (`url`, `events`, `format`); a prompt's are added to config.yaml's.")
+        .config("notify")
+        .front(|f| f.notify.is_some())
+        .shown(|s, _| json!(s.notify.iter().map(|n| &n.url).collect::<Vec<_>>())),
+    Setting::new("verify", "command or list")
+        .default("[]")
+        .doc("Commands run in a fresh container after `task_complete`; all must exit 0, else the model hears why.")
+        .config("task.verify")
+        .front(|f| f.verify.is_some())
+        .param()
+        .shown(|s, _| json!(s.verify)),
+    Setting::new("verify_files", "list of paths")
+        .default("[]")
+        .doc("Paths restored from the submitted workspace before verify runs, so the agent cannot edit the checks.")
+        .config("task.verify_files")
+        .front(|f| f.verify_files.is_some())
+        .shown(|s, _| json!(s.verify_files)),
+    Setting::new("verify_retries", "integer")
+        .default("2")
+        .doc("Further attempts after a failed verify or assessment.")
+        .config("task.verify_retries")
+        .front(|f| f.verify_retries.is_some())
+        .param()
+        .shown(|s, _| json!(s.verify_retries)),
+    Setting::new("verify_timeout", "duration")
+        .default("10m")
+        .doc("Limit on each verify command.")
+        .config("task.verify_timeout")
+        .front(|f| f.verify_timeout.is_some())
+        .param()
+        .shown(|s, _| duration(Duration::from_secs(s.verify_timeout_s))),
+    Setting::new("assess", "bool")
+        .default("false")
+        .doc("After verify passes, an LLM judges whether the objective is met; not met is a failed attempt.")
+        .config("task.assess")
+        .front(|f| f.assess.is_some())
+        .param()
+        .shown(|s, _| json!(s.assess)),
+    Setting::new("objective", "string")
+        .doc("What the assessor judges against (default: the title and the body).")
+        .config("task.objective")
+        .front(|f| f.objective.is_some())
+        .param()
+        .shown(|s, _| json!(s.objective)),
+    Setting::new("parameters", "list")
+        .doc("A template's declared parameters; `{{ name }}` in the prompt is replaced by the value (`--param name=…`).")
+        .front(|f| !f.parameters.is_empty()),
+    Setting::new("steps", "list")
+        .doc("A template's checklist (`name`, `description`, `done_when`), ticked off with `step_done`.")
+        .front(|f| !f.steps.is_empty()),
+];
