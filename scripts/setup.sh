@@ -15,7 +15,9 @@
 #   6. for the Docker Swarm tests (scripts/swarm.sh), Debian's
 #      `docker-registry` (a local registry the swarm's nodes pull from),
 #      iproute2 and util-linux (installed only when missing),
-#   7. the Rust build of both binaries (debug for the foreman, release for
+#   7. the official anthropic and openai Python SDKs, pinned, in a venv at
+#      .venv-sdk (the gateway's native-API tests parse its streams with them),
+#   8. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -157,6 +159,21 @@ ensure_swarm() {
   apt_install "${missing[@]}"
 }
 
+# Pinned: the gateway tests check that these clients parse its streams.
+SDKS="anthropic==2.14.0 openai==3.57.0"
+
+ensure_sdk() {
+  local venv=.venv-sdk
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import anthropic, openai' 2>/dev/null; then
+    return
+  fi
+  ensure_venv_support
+  log "installing the Python SDKs ($SDKS) into $venv"
+  python3 -m venv "$venv"
+  # shellcheck disable=SC2086
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $SDKS
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "error: cargo not found; install Rust with rustup (https://rustup.rs) and run again"
@@ -177,6 +194,7 @@ case "${1:-all}" in
   # What running tasks needs (quickstart.sh): no browser, no MCP servers.
   core) ensure_docker; ensure_base_image; ensure_rust ;;
   evals) ensure_evals ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_swarm; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|swarm|core|all]" >&2; exit 2 ;;
+  sdk) ensure_sdk ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|core|all]" >&2; exit 2 ;;
 esac
