@@ -209,6 +209,9 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
+    let sent = serde_json::to_vec(&up).unwrap_or_default();
+    let billed = usage.map(|u| (u.prompt_tokens, u.completion_tokens));
+    let response = record::chat_call(gw, call_id.clone(), sent, response, billed).await;
     let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, route.price);

@@ -36,7 +36,8 @@
 //! - `native`, `passthrough`, `stream`: the vendors' own APIs for
 //!   third-party agents (issue 25): Anthropic Messages, Chat Completions
 //!   streamed, OpenAI Responses, vetted, passed through with the task's
-//!   key and metered from the usage they report, streams included.
+//!   key and metered from the usage they report, streams included;
+//!   `record`: what they saw, for `saheeli task trajectory`.
 
 mod anthropic;
 mod assess;
@@ -48,6 +49,7 @@ mod meter;
 mod native;
 mod passthrough;
 mod providers;
+pub(crate) mod record;
 mod redact;
 mod remote;
 mod retry;
@@ -71,5 +73,5 @@ pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
 pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 pub(crate) use server::Gateway;
-pub(crate) use upstream::Upstream;
+pub(crate) use upstream::{Upstream, trajectories_dir};
 pub(crate) use verify::VerifyLink;

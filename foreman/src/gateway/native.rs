@@ -37,6 +37,15 @@ impl Api {
         }
     }
 
+    /// Its name in a trajectory line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Messages => "messages",
+            Api::Chat => "chat",
+            Api::Responses => "responses",
+        }
+    }
+
     /// Whether a provider of this kind speaks the API.
     pub fn served_by(self, kind: ProviderKind) -> bool {
         match self {

@@ -168,16 +168,27 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
         .into();
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
-    let held = Held {
+    let mut held = Held {
         gw: gw.clone(),
         grant: Some(grant),
-        call_id,
+        call: record::Call {
+            call_id,
+            api: api.name(),
+            at_ms: crate::store::now_ms(),
+            request: upstream_body.to_vec(),
+            streamed,
+            ..record::Call::default()
+        },
     };
     ledger(&gw, move |l| l.reserve(task, &id, tokens, cost)).await;
     let started = Instant::now();
     let resp = match send(&gw, api, headers, upstream_body, streamed).await {
         Ok(r) => r,
         Err(refused) => {
+            held.call.ended = Some(format!(
+                "refused upstream: HTTP {}",
+                refused.status().as_u16()
+            ));
             held.settle(Some(Partial::default())).await;
             return refused;
         }
@@ -210,7 +221,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
 }
 
 /// A whole answer: passed on redacted, settled from its usage.
-async fn whole(gw: &GatewayState, api: Api, resp: reqwest::Response, held: Held) -> Response {
+async fn whole(gw: &GatewayState, api: Api, resp: reqwest::Response, mut held: Held) -> Response {
     let status = resp.status().as_u16();
     let bytes = match capped_bytes(resp, MAX_ANSWER).await {
         Ok(b) => b,
@@ -233,12 +244,14 @@ async fn whole(gw: &GatewayState, api: Api, resp: reqwest::Response, held: Held)
     if usage.is_none() {
         gw.meter.malformed.fetch_add(1, Ordering::Relaxed);
     }
-    held.settle(usage).await;
     let text = gw
         .upstream
         .redactor
         .redact(&String::from_utf8_lossy(&bytes))
         .into_owned();
+    held.call.streamed = false;
+    held.saw(&text);
+    held.settle(usage).await;
     (
         StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
         [(header::CONTENT_TYPE, "application/json")],

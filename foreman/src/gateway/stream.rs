@@ -187,7 +187,7 @@ pub(super) async fn relay(
     api: Api,
     resp: reqwest::Response,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
-    held: Held,
+    mut held: Held,
     started: Instant,
 ) {
     let gw = held.gw.clone();
@@ -215,15 +215,17 @@ pub(super) async fn relay(
                      ends with reason `budget`",
                     usage.total()
                 );
-                let _ = tx
-                    .send(Ok(error_event(api, gateway_error::BUDGET, &msg).into()))
-                    .await;
+                let end = error_event(api, gateway_error::BUDGET, &msg);
+                held.saw(&end);
+                held.call.ended = Some(msg);
+                let _ = tx.send(Ok(end.into())).await;
                 // What the provider reported is what it billed; without a
                 // final report the reservation is counted.
                 held.settle(settled_by).await;
                 return;
             }
             let out = gw.upstream.redactor.redact(&text).into_owned() + "\n\n";
+            held.saw(&out);
             if tx.send(Ok(out.into())).await.is_err() {
                 info!(task_id = %gw.task_id, "the agent closed a stream: settled at its reservation");
                 break 'read;
@@ -259,9 +261,10 @@ pub(super) async fn relay(
     if let Some(why) = cut {
         let why = gw.upstream.redactor.redact(&why).into_owned();
         warn!(task_id = %gw.task_id, error = %why, "stream cut: settled at its reservation");
-        let _ = tx
-            .send(Ok(error_event(api, gateway_error::UNAVAILABLE, &why).into()))
-            .await;
+        let end = error_event(api, gateway_error::UNAVAILABLE, &why);
+        held.saw(&end);
+        held.call.ended = Some(why);
+        let _ = tx.send(Ok(end.into())).await;
     }
     held.settle(None).await;
 }
@@ -271,10 +274,23 @@ pub(super) async fn relay(
 pub(super) struct Held {
     pub(super) gw: Arc<GatewayState>,
     pub(super) grant: Option<meter::Grant>,
-    pub(super) call_id: String,
+    /// What `task trajectory` gets of the call (`record`).
+    pub(super) call: record::Call,
 }
 
 impl Held {
+    /// Keeps what was passed on of the answer, up to the record's cap.
+    pub(super) fn saw(&mut self, text: &str) {
+        let room = record::MAX_PART.saturating_sub(self.call.response.len());
+        if room > 0 {
+            let mut end = text.len().min(room);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.call.response.push_str(&text[..end]);
+        }
+    }
+
     /// Settles with the usage reported; None (nothing reported, or a
     /// stream cut) counts the reservation, as a call cut off.
     pub(super) async fn settle(mut self, usage: Option<Partial>) {
@@ -282,7 +298,7 @@ impl Held {
             return;
         };
         let Some(u) = usage else {
-            cut_off(&self.gw, &grant, &self.call_id);
+            self.cut(&grant);
             return;
         };
         let usage = ChatUsage {
@@ -292,7 +308,7 @@ impl Held {
         };
         let gw = &self.gw;
         let cost_micro = gw.meter.settle(&grant, usage, gw.route.price);
-        let id = self.call_id.clone();
+        let id = self.call.call_id.clone();
         ledger(gw, move |l| {
             l.settle(
                 &id,
@@ -302,14 +318,37 @@ impl Held {
             )
         })
         .await;
-        info!(task_id = %gw.task_id, call_id = %self.call_id, input = usage.prompt_tokens, output = usage.completion_tokens, "agent call settled");
+        info!(task_id = %gw.task_id, call_id = %self.call.call_id, input = usage.prompt_tokens, output = usage.completion_tokens, "agent call settled");
+        self.call.usage = Some((usage.prompt_tokens, usage.completion_tokens));
+        self.write();
+    }
+
+    fn cut(&mut self, grant: &meter::Grant) {
+        cut_off(&self.gw, grant, &self.call.call_id);
+        self.call
+            .ended
+            .get_or_insert_with(|| "cut off: settled at its reservation".into());
+        self.write();
+    }
+
+    /// The call's trajectory line, written from a blocking thread.
+    fn write(&mut self) {
+        let call = std::mem::take(&mut self.call);
+        let text = record::line(&call, &self.gw.upstream.redactor);
+        let (dir, task) = (
+            self.gw.upstream.trajectories.clone(),
+            self.gw.task_id.to_string(),
+        );
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || record::append(dir, task, text));
+        }
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(grant) = self.grant.take() {
-            cut_off(&self.gw, &grant, &self.call_id);
+            self.cut(&grant);
         }
     }
 }

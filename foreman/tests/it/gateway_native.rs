@@ -320,6 +320,45 @@ fn an_anthropic_task_speaks_messages_natively() {
     release(&id, "go");
     let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
     assert_eq!(t["tokens"].as_u64(), Some(llm.billed()), "{t:#}");
+
+    // What the gateway saw, as Harbor's trajectory format: the streamed
+    // tool call reassembled, usage per step, no key.
+    let out = s.expect(&["task", "trajectory", &id], 0);
+    assert!(
+        !out.contains(REAL_ANTHROPIC) && !out.contains(PLACEHOLDER),
+        "{out}"
+    );
+    let atif: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(atif["schema_version"], "ATIF-v1.4");
+    let steps = atif["steps"].as_array().unwrap();
+    let agent: Vec<&Value> = steps.iter().filter(|s| s["source"] == "agent").collect();
+    // The servo's own two calls, and the four native ones between them.
+    assert_eq!(agent.len(), 6, "{atif:#}");
+    assert_eq!(agent[0]["tool_calls"][0]["function_name"], "execute_shell");
+    assert_eq!(agent[1]["tool_calls"][0]["function_name"], "Bash");
+    assert_eq!(agent[1]["tool_calls"][0]["arguments"], args);
+    assert_eq!(agent[1]["metrics"]["prompt_tokens"], 1200);
+    assert!(
+        agent[2]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[REDACTED:ANTHROPIC_API_KEY]")
+    );
+    assert_eq!(agent[5]["tool_calls"][0]["function_name"], "task_complete");
+    assert_eq!(
+        (steps[0]["source"].as_str(), steps[1]["source"].as_str()),
+        (Some("system"), Some("user"))
+    );
+    let openai: Value =
+        serde_json::from_str(&s.expect(&["task", "trajectory", &id, "--format", "openai"], 0))
+            .unwrap();
+    let bash = openai["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["tool_calls"][0]["function"]["name"] == "Bash")
+        .count();
+    assert_eq!(bash, 2, "{openai:#}");
 }
 
 /// An OpenAI task's socket serves Chat Completions streamed (usage forced
@@ -462,6 +501,23 @@ fn an_openai_task_speaks_chat_streams_and_responses() {
         Some(llm.billed() + reservation),
         "{t:#}"
     );
+    // The trajectory reads chat and Responses streams alike.
+    let atif: Value = serde_json::from_str(&s.expect(&["task", "trajectory", &id], 0)).unwrap();
+    let agent: Vec<&Value> = atif["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["source"] == "agent")
+        .collect();
+    // The servo's own two calls, and the seven native ones between them.
+    assert_eq!(agent.len(), 9, "{atif:#}");
+    for i in [1, 2, 5, 6] {
+        assert_eq!(
+            agent[i]["tool_calls"][0]["arguments"], args,
+            "{i}: {atif:#}"
+        );
+    }
+    assert_eq!(agent[3]["message"], "all done");
 }
 
 /// A stream whose reported usage spends the budget is ended with the
