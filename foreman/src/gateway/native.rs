@@ -221,6 +221,13 @@ pub(crate) fn vet(api: Api, body: &[u8], model: &str) -> Result<Vetted, String> 
     })
 }
 
+/// A third-party agent's `max_steps` when its `calls` have reached it:
+/// the next LLM call is refused (Saheeli's own loop has no such limit
+/// here: it counts its steps itself).
+pub(crate) fn steps_spent(budget: &crate::gateway::Budget, calls: u64) -> Option<u64> {
+    budget.max_calls.filter(|max| calls >= *max)
+}
+
 /// Anthropic `count_tokens`, answered here without a call: the request's
 /// bytes / 4, the usual estimate. Nothing is billed or forwarded.
 pub(crate) fn count_tokens(body: &[u8]) -> Result<Value, String> {
@@ -373,6 +380,25 @@ mod tests {
                 vetted(api, json!({"tools": [tool]})).is_ok(),
                 "{api:?} {tool}"
             );
+        }
+    }
+
+    #[test]
+    fn max_steps_counts_llm_calls_for_third_party_agents_only() {
+        use crate::gateway::Budget;
+        let agent = Budget {
+            max_calls: Some(3),
+            ..Budget::default()
+        };
+        let table = [
+            (agent, 0, None),
+            (agent, 2, None),
+            (agent, 3, Some(3)),
+            (agent, 9, Some(3)),
+            (Budget::default(), 1000, None),
+        ];
+        for (budget, calls, want) in table {
+            assert_eq!(steps_spent(&budget, calls), want, "{budget:?} {calls}");
         }
     }
 

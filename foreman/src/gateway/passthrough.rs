@@ -126,9 +126,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
             );
         }
     };
-    if let Some(max) = gw.budget.max_calls
-        && gw.meter.calls.load(Ordering::Relaxed) >= max
-    {
+    if let Some(max) = native::steps_spent(&gw.budget, gw.meter.calls.load(Ordering::Relaxed)) {
         gw.meter.set_fatal(Reason::MaxSteps);
         return refuse(
             &gw,

@@ -59,10 +59,7 @@ impl Answer {
 fn dechunk(raw: &str) -> String {
     let mut out = String::new();
     let mut rest = raw;
-    loop {
-        let Some((size, after)) = rest.split_once("\r\n") else {
-            break;
-        };
+    while let Some((size, after)) = rest.split_once("\r\n") {
         let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
             break;
         };
