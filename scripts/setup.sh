@@ -17,7 +17,9 @@
 #      iproute2 and util-linux (installed only when missing),
 #   7. mdbook (the book in docs/: `mdbook build docs`), from crates.io,
 #      pinned, when missing (bookworm has no package; ~3 minutes to build),
-#   8. the Rust build of both binaries (debug for the foreman, release for
+#   8. the official anthropic and openai Python SDKs, pinned, in a venv at
+#      .venv-sdk (the gateway's native-API tests parse its streams with them),
+#   9. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image), with cargo's own progress.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
@@ -160,6 +162,21 @@ ensure_swarm() {
   apt_install "${missing[@]}"
 }
 
+# Pinned: the gateway tests check that these clients parse its streams.
+SDKS="anthropic==2.14.0 openai==3.57.0"
+
+ensure_sdk() {
+  local venv=.venv-sdk
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import anthropic, openai' 2>/dev/null; then
+    return
+  fi
+  ensure_venv_support
+  log "installing the Python SDKs ($SDKS) into $venv"
+  python3 -m venv "$venv"
+  # shellcheck disable=SC2086
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $SDKS
+}
+
 ensure_rust() {
   ensure_rust_toolchain
   # Not --quiet: a first build takes minutes, and cargo shows its progress.
@@ -201,6 +218,7 @@ case "${1:-all}" in
   core) ensure_docker; ensure_base_image; ensure_rust ;;
   evals) ensure_evals ;;
   book) ensure_mdbook ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_evals; ensure_swarm; ensure_mdbook; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|evals|swarm|book|core|all]" >&2; exit 2 ;;
+  sdk) ensure_sdk ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_mdbook; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|book|core|all]" >&2; exit 2 ;;
 esac

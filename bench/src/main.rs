@@ -31,6 +31,11 @@ mod env;
 mod events;
 mod extract;
 mod fake_llm;
+// The test double's answers in each API's format, which its
+// `foreman/tests/it/fake_llm.rs` (included by `llm`) renders with.
+#[allow(dead_code)]
+#[path = "../../foreman/tests/it/fake_stream.rs"]
+mod fake_stream;
 mod first;
 mod floor;
 mod footprint;

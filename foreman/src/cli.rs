@@ -163,6 +163,8 @@ pub(crate) enum TaskCommand {
     Diff(IdArgs),
     /// The report of an ended task (report.md): outcome, tool calls, usage, files changed.
     Report(IdArgs),
+    /// What the gateway saw of a third-party agent's LLM calls, as one JSON document.
+    Trajectory(TrajectoryArgs),
     /// Cancel a queued or running task.
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
@@ -318,6 +320,22 @@ pub(crate) struct OverrideArgs {
     /// Print the task as `task status ID --json` does.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TrajectoryArgs {
+    /// A task id, a unique prefix of one, or its last digits (as tables show them).
+    pub id: String,
+    /// `atif`: Harbor's Agent Trajectory Interchange Format; `openai`: OpenAI chat messages.
+    #[arg(long, value_enum, default_value_t = TrajectoryFormat::Atif)]
+    pub format: TrajectoryFormat,
+}
+
+/// The formats `task trajectory` writes.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum TrajectoryFormat {
+    Atif,
+    Openai,
 }
 
 /// The outcomes `task override` may set.

@@ -213,6 +213,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Results(a) => commands::results(&cfg, a).await,
             TaskCommand::Diff(a) => commands::diff(&cfg, a).await,
             TaskCommand::Report(a) => commands::report(&cfg, a).await,
+            TaskCommand::Trajectory(a) => commands::trajectory(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
             TaskCommand::Answer(a) => commands::answer(&cfg, a).await,

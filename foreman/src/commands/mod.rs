@@ -19,6 +19,7 @@ mod report;
 mod run;
 mod serve;
 mod task;
+mod trajectory;
 
 use common::*;
 use dry_run::dry_run;
@@ -41,3 +42,4 @@ pub(crate) use serve::serve;
 pub(crate) use task::{
     EventPage, cancel, logs, results, retry, retry_task, status, submit, task_view,
 };
+pub(crate) use trajectory::trajectory;

@@ -49,7 +49,7 @@ pub(super) fn error_response(
     json_response(gw, status, &body)
 }
 
-/// Any other path or method: the gateway serves chat completions only.
+/// Any other path or method: refused.
 /// The body is read first: answering before it is, hyper would close the
 /// connection under a client still sending (a broken pipe, not a 404).
 pub(super) async fn not_found(
@@ -63,7 +63,9 @@ pub(super) async fn not_found(
         StatusCode::NOT_FOUND,
         gateway_error::BAD_REQUEST,
         &format!(
-            "`{}` is not served; the gateway serves only POST /v1/chat/completions",
+            "`{}` is not served; the gateway serves POST /v1/chat/completions, \
+             /v1/responses, /v1/messages and /v1/messages/count_tokens (each for the providers \
+             that speak it) and Saheeli's own /saheeli/v1 routes",
             uri.path()
         ),
     )
@@ -98,7 +100,18 @@ pub(super) async fn ledger(
     }
 }
 
-pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Response {
+pub(super) async fn chat_completions(
+    State(gw): State<Arc<GatewayState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    // A streamed chat is a third-party agent's (issue 25): passed through
+    // as the agent wrote it, metered from the stream.
+    let streamed = serde_json::from_slice::<Value>(&body)
+        .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true)));
+    if streamed {
+        return passthrough::chat_stream(gw, &headers, body).await;
+    }
     let req: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -122,15 +135,6 @@ pub(super) async fn chat_completions(State(gw): State<Arc<GatewayState>>, body: 
             gateway_error::BAD_REQUEST,
             "this task's model is a `replay:` script: its gateway makes no LLM call, and nothing \
              was sent to any provider",
-        );
-    }
-    if req.stream == Some(true) {
-        live().refusal(Refusal::InvalidRequest);
-        return error_response(
-            &gw,
-            StatusCode::BAD_REQUEST,
-            gateway_error::BAD_REQUEST,
-            "`stream: true` is not supported: the gateway meters whole answers; send `stream: false`",
         );
     }
     forward(&gw, req).await
@@ -205,6 +209,9 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
+    let sent = serde_json::to_vec(&up).unwrap_or_default();
+    let billed = usage.map(|u| (u.prompt_tokens, u.completion_tokens));
+    let response = record::chat_call(gw, call_id.clone(), sent, response, billed).await;
     let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, route.price);
@@ -232,27 +239,33 @@ struct Pending<'a> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        let Some(grant) = self.grant.take() else {
-            return;
-        };
-        let usage = ChatUsage {
-            prompt_tokens: grant.tokens,
-            completion_tokens: 0,
-            total_tokens: grant.tokens,
-        };
-        self.gw.meter.settle(&grant, usage, self.gw.route.price);
-        let (l, id) = (self.gw.upstream.ledger.clone(), self.call_id.clone());
-        let task_id = self.gw.task_id;
-        // The gateway's stop settles whatever this cannot write in time.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn_blocking(move || {
-                if let Err(e) = l.settle_cut(&id) {
-                    warn!(%task_id, error = %e, "a call cut off not settled");
-                }
-            });
+        if let Some(grant) = self.grant.take() {
+            cut_off(self.gw, &grant, &self.call_id);
         }
-        info!(%task_id, call_id = %self.call_id, "call cut off: settled at its reservation");
     }
+}
+
+/// Settles a call cut off (its request dropped, its stream cut, its
+/// usage never reported) at its reservation, counted as input in the
+/// task's meter and ledger (issue 27).
+pub(super) fn cut_off(gw: &GatewayState, grant: &meter::Grant, call_id: &str) {
+    let usage = ChatUsage {
+        prompt_tokens: grant.tokens,
+        completion_tokens: 0,
+        total_tokens: grant.tokens,
+    };
+    gw.meter.settle(grant, usage, gw.route.price);
+    let (l, id) = (gw.upstream.ledger.clone(), call_id.to_string());
+    let task_id = gw.task_id;
+    // The gateway's stop settles whatever this cannot write in time.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn_blocking(move || {
+            if let Err(e) = l.settle_cut(&id) {
+                warn!(%task_id, error = %e, "a call cut off not settled");
+            }
+        });
+    }
+    info!(%task_id, %call_id, "call cut off: settled at its reservation");
 }
 
 /// How one upstream try went.

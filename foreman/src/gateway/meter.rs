@@ -18,6 +18,10 @@ use crate::config::Price;
 pub(crate) struct Budget {
     pub max_tokens: Option<u64>,
     pub max_cost: Option<f64>,
+    /// For a third-party agent (issue 25), its `max_steps`: the gateway
+    /// refuses an LLM call after this many. None for Saheeli's own loop,
+    /// which counts its steps itself.
+    pub max_calls: Option<u64>,
 }
 
 /// Fewest output tokens a call is allowed: below this no tool call fits,
@@ -179,7 +183,7 @@ mod tests {
         let m = Meter::default();
         let budget = Budget {
             max_tokens: Some(2 * 1020 + 100),
-            max_cost: None,
+            ..Budget::default()
         };
         let grants: Vec<_> = (0..8)
             .map(|_| m.reserve(&budget, None, 20, Some(1000)))
@@ -207,8 +211,8 @@ mod tests {
     fn cost_budgets_cap_output_too() {
         let m = Meter::default();
         let budget = Budget {
-            max_tokens: None,
             max_cost: Some(1.0),
+            ..Budget::default()
         };
         let price = Some(Price {
             input_per_mtok: 100.0,

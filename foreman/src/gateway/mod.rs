@@ -10,7 +10,9 @@
 //! its own budget.
 //!
 //! The agent's shell can reach the socket too, so nothing of a request is
-//! trusted: only `POST /v1/chat/completions`, the human desk's routes
+//! trusted: only `POST /v1/chat/completions` (and, for third-party agents,
+//! `/v1/messages`, `/v1/messages/count_tokens`, `/v1/responses`: see
+//! `native`), the human desk's routes
 //! (`desk`: questions, replies, messages, pauses), `step_done` and the verify route are served, the body is parsed
 //! into protocol's typed request and a new one is built from it (the task's
 //! model, one choice, no streaming, the output capped to what the budget
@@ -31,6 +33,11 @@
 //! - `remote`: one TCP listener for servos on other hosts (Swarm), a
 //!   per-task token selecting the task's routes; the workspace in and out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
+//! - `native`, `passthrough`, `stream`: the vendors' own APIs for
+//!   third-party agents (issue 25): Anthropic Messages, Chat Completions
+//!   streamed, OpenAI Responses, vetted, passed through with the task's
+//!   key and metered from the usage they report, streams included;
+//!   `record`: what they saw, for `saheeli task trajectory`.
 
 mod anthropic;
 mod assess;
@@ -39,7 +46,10 @@ mod desk;
 mod handler;
 mod ledger;
 mod meter;
+mod native;
+mod passthrough;
 mod providers;
+pub(crate) mod record;
 mod redact;
 mod remote;
 mod retry;
@@ -47,6 +57,7 @@ mod server;
 mod shape;
 mod socket;
 mod steps;
+mod stream;
 mod upstream;
 mod verify;
 
@@ -62,5 +73,5 @@ pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
 pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 pub(crate) use server::{Gateway, GatewayPlan, Way};
-pub(crate) use upstream::Upstream;
+pub(crate) use upstream::{Upstream, trajectories_dir};
 pub(crate) use verify::VerifyLink;

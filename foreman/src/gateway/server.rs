@@ -254,6 +254,9 @@ impl Gateway {
         use saheeli_protocol::human::routes;
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/messages", post(passthrough::messages))
+            .route("/v1/messages/count_tokens", post(passthrough::count_tokens))
+            .route("/v1/responses", post(passthrough::responses))
             .route(routes::ASK, post(desk::ask))
             .route("/saheeli/v1/ask/{call_id}", axum::routing::get(desk::reply))
             .route(routes::INBOX, axum::routing::get(desk::inbox))

@@ -21,6 +21,8 @@ pub(crate) struct Upstream {
     /// What each task's session key is derived from (the foreman's key
     /// file, `backend::swarm::token_key`); never sent anywhere.
     pub(super) session_secret: SessionSecret,
+    /// Where each task's trajectory (`record`) is written, on the host.
+    pub(crate) trajectories: std::path::PathBuf,
     /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
     /// logs it).
     pub gateway_connections: usize,
@@ -82,6 +84,7 @@ impl Upstream {
             broker: Arc::new(crate::capability::Broker::new(cfg)),
             session_secret: SessionSecret(crate::backend::swarm::token_key(&cfg.state_dir())?),
             gateway_connections,
+            trajectories: trajectories_dir(cfg),
         })
     }
 
@@ -91,6 +94,11 @@ impl Upstream {
     pub fn servo_request_timeout(&self) -> Duration {
         self.policy.max_retry_time + self.policy.request_timeout + Duration::from_secs(60)
     }
+}
+
+/// Where `record` writes each task's calls: `<state_dir>/trajectories`.
+pub(crate) fn trajectories_dir(cfg: &Config) -> std::path::PathBuf {
+    cfg.state_dir().join("trajectories")
 }
 
 /// Each task gateway's connection cap under this process's open-files

@@ -346,6 +346,10 @@ impl TaskSpec {
         crate::gateway::Budget {
             max_tokens: self.max_tokens,
             max_cost: self.max_cost,
+            // The built-in loop counts its own steps. A third-party agent
+            // (issue 25, `agent:`) is given `Some(max_steps)` here: its
+            // gateway counts LLM calls instead.
+            max_calls: None,
         }
     }
 }

@@ -42,6 +42,12 @@ pub(super) fn classify(e: &Ending) -> (TaskState, Reason) {
     if e.truncated {
         return (TaskState::Incomplete, Reason::ResultsTooLarge);
     }
+    // The gateway stopped the agent: its budget or (a third-party agent's)
+    // `max_steps` in LLM calls ran out. Whatever the agent did after the
+    // refusal (a third-party CLI may exit 0, or fail), that is the ending.
+    if let Some(r @ (Reason::Budget | Reason::MaxSteps)) = e.gateway_fatal {
+        return (TaskState::Incomplete, r);
+    }
     match &e.completion {
         // A complete.json the checks never passed (the agent wrote it, or
         // went on after they passed) is not a success.
@@ -160,6 +166,35 @@ mod tests {
             exit: Some(code),
             ..Ending::default()
         }
+    }
+
+    /// Issue 25: a third-party agent stopped at the gateway (budget spent
+    /// mid-stream, or its LLM calls at `max_steps`) ends so whatever it
+    /// did next: exit 0 with an answer, or a failure.
+    #[test]
+    fn a_gateway_stop_is_the_ending_whatever_the_agent_did_next() {
+        for fatal in [Reason::Budget, Reason::MaxSteps] {
+            for (code, completion) in [
+                (0, Completion::Valid),
+                (1, Completion::Absent),
+                (5, Completion::Absent),
+            ] {
+                let e = Ending {
+                    exit: Some(code),
+                    completion,
+                    gateway_fatal: Some(fatal),
+                    ..Ending::default()
+                };
+                assert_eq!(classify(&e), (TaskState::Incomplete, fatal), "{code}");
+            }
+        }
+        // A cancel still wins.
+        let e = Ending {
+            stopped: Some(Reason::Cancelled),
+            gateway_fatal: Some(Reason::Budget),
+            ..Ending::default()
+        };
+        assert_eq!(classify(&e).1, Reason::Cancelled);
     }
 
     #[test]

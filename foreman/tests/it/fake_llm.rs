@@ -1,8 +1,10 @@
 //! A stand-in for a paid LLM API on 127.0.0.1: real HTTP, the real wire
 //! formats (OpenAI chat completions with tool calls and usage at
 //! `/v1/chat/completions`, Anthropic Messages with tool_use at
-//! `/v1/messages`), and real failures (429 with Retry-After, 500, 401,
-//! malformed JSON, a truncated body, slow answers).
+//! `/v1/messages`, OpenAI Responses at `/v1/responses`; each streamed when
+//! the request asks, see `fake_stream`), and real failures (429 with
+//! Retry-After, 500, 401, malformed JSON, a truncated body, slow answers,
+//! streams cut).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -41,6 +43,9 @@ pub enum Reply {
     /// A 200 completion whose text echoes the key (raw and base64) and calls
     /// `task_complete`; usage (100, 20).
     EchoKeyContent,
+    /// The inner reply streamed, but only its first `n` events: then the
+    /// connection is dropped (nothing is billed).
+    CutStream(usize, Box<Reply>),
 }
 
 impl Reply {
@@ -67,6 +72,8 @@ struct Inner {
     script: VecDeque<Reply>,
     seen: Vec<Seen>,
     matcher: Option<Matcher>,
+    /// The usage of every turn served (input, output).
+    billed: Vec<(u64, u64)>,
 }
 
 pub struct FakeLlm {
@@ -92,6 +99,7 @@ impl FakeLlm {
             script: script.into(),
             seen: vec![],
             matcher: Some(Box::new(matcher)),
+            billed: vec![],
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -105,6 +113,7 @@ impl FakeLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/responses", post(responses))
             .with_state(inner.clone());
         runtime.spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -128,6 +137,17 @@ impl FakeLlm {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.inner.lock().unwrap().seen.clone()
+    }
+
+    /// What the fake billed in all: the tokens of every turn it served.
+    pub fn billed(&self) -> u64 {
+        self.inner
+            .lock()
+            .unwrap()
+            .billed
+            .iter()
+            .map(|(i, o)| i + o)
+            .sum()
     }
 }
 
@@ -153,6 +173,17 @@ pub fn echo(key: &str) -> String {
 enum Format {
     OpenAi,
     Anthropic,
+    Responses,
+}
+
+impl Format {
+    fn path(self) -> &'static str {
+        match self {
+            Format::OpenAi => "/v1/chat/completions",
+            Format::Anthropic => "/v1/messages",
+            Format::Responses => "/v1/responses",
+        }
+    }
 }
 
 async fn openai(state: State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -164,6 +195,42 @@ async fn anthropic(state: State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: By
         return error(400, None);
     }
     handle(state, headers, body, Format::Anthropic).await
+}
+
+async fn responses(state: State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, headers, body, Format::Responses).await
+}
+
+/// A stream of these events (server-sent); with `cut`, the connection is
+/// dropped after them (once they had time to reach the client).
+fn event_stream(events: Vec<String>, cut: bool) -> Response {
+    use futures_util::StreamExt;
+    let chunks: Vec<Result<Bytes, std::io::Error>> =
+        events.into_iter().map(|e| Ok(Bytes::from(e))).collect();
+    let end = futures_util::stream::iter(cut.then_some(())).then(|()| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Err(std::io::Error::other("connection cut"))
+    });
+    let body = axum::body::Body::from_stream(futures_util::stream::iter(chunks).chain(end));
+    (
+        StatusCode::OK,
+        [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The events of a turn in the request's format.
+fn turn_events(format: Format, body: &Value, t: &crate::fake_stream::Turn) -> Vec<String> {
+    use crate::fake_stream as fs;
+    match format {
+        Format::Anthropic => fs::anthropic(t),
+        Format::OpenAi => fs::chat(t, body["stream_options"]["include_usage"] == true),
+        Format::Responses => fs::responses(t),
+    }
 }
 
 async fn handle(
@@ -186,12 +253,7 @@ async fn handle(
         let mut g = inner.lock().unwrap();
         g.seen.push(Seen {
             at: Instant::now(),
-            path: if format == Format::OpenAi {
-                "/v1/chat/completions"
-            } else {
-                "/v1/messages"
-            }
-            .into(),
+            path: format.path().into(),
             authorization: header("authorization"),
             api_key: header("x-api-key"),
             body: body.clone(),
@@ -206,8 +268,51 @@ async fn handle(
         .unwrap_or_default();
     let model = body["model"].as_str().unwrap_or("fake").to_string();
     let mut reply = reply.unwrap_or(Reply::Error(500, None));
+    let streamed = body["stream"] == true;
+    // The stream's events are cut after this many, if at all.
+    let mut cut: Option<usize> = None;
     loop {
+        let turn = match &reply {
+            Reply::Tools(calls, usage) => Some((None, calls.clone(), *usage)),
+            Reply::Text(text, usage) => Some((Some(text.clone()), vec![], *usage)),
+            _ => None,
+        };
+        if let Some((text, calls, usage)) = turn
+            && (streamed || format != Format::OpenAi)
+        {
+            let text = text.or_else(|| (format != Format::OpenAi).then(|| "On it.".to_string()));
+            let t = crate::fake_stream::Turn {
+                n,
+                model: &model,
+                text: text.as_deref(),
+                calls: &calls,
+                usage,
+            };
+            if !streamed {
+                inner.lock().unwrap().billed.push(usage);
+                let body = match format {
+                    Format::Anthropic => crate::fake_stream::anthropic_body(&t),
+                    _ => crate::fake_stream::responses_body(&t),
+                };
+                return axum::Json(body).into_response();
+            }
+            let mut events = turn_events(format, &body, &t);
+            match cut {
+                None => {
+                    inner.lock().unwrap().billed.push(usage);
+                    return event_stream(events, false);
+                }
+                Some(k) => {
+                    events.truncate(k);
+                    return event_stream(events, true);
+                }
+            }
+        }
         match reply {
+            Reply::CutStream(k, inner_reply) => {
+                cut = Some(k);
+                reply = *inner_reply;
+            }
             Reply::Slow(d, inner) => {
                 tokio::time::sleep(d).await;
                 reply = *inner;
@@ -231,6 +336,7 @@ async fn handle(
                 return axum::Json(resp).into_response();
             }
             Reply::Text(text, (prompt, completion)) => {
+                inner.lock().unwrap().billed.push((prompt, completion));
                 let resp = json!({
                     "id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": model,
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -250,7 +356,7 @@ async fn handle(
             }
             Reply::Unusable((i, o)) => {
                 let usage = match format {
-                    Format::OpenAi => {
+                    Format::OpenAi | Format::Responses => {
                         json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o})
                     }
                     Format::Anthropic => json!({"input_tokens": i, "output_tokens": o}),
@@ -272,7 +378,9 @@ async fn handle(
                 return r;
             }
             Reply::Tools(calls, (prompt, completion)) => {
+                inner.lock().unwrap().billed.push((prompt, completion));
                 let resp = match format {
+                    Format::Responses => unreachable!("answered above"),
                     Format::OpenAi => {
                         let tool_calls: Vec<Value> = calls
                             .iter()
@@ -293,21 +401,7 @@ async fn handle(
                                       "total_tokens": prompt + completion}
                         })
                     }
-                    Format::Anthropic => {
-                        let mut content = vec![json!({"type": "text", "text": "On it."})];
-                        content.extend(calls.iter().enumerate().map(|(i, (name, args))| {
-                            json!({"type": "tool_use", "id": format!("toolu_{n}_{i}"), "name": name, "input": args})
-                        }));
-                        json!({
-                            "id": format!("msg_{n}"),
-                            "type": "message",
-                            "role": "assistant",
-                            "model": model,
-                            "content": content,
-                            "stop_reason": "tool_use",
-                            "usage": {"input_tokens": prompt, "output_tokens": completion}
-                        })
-                    }
+                    Format::Anthropic => unreachable!("answered above"),
                 };
                 return axum::Json(resp).into_response();
             }

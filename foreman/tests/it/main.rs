@@ -3,6 +3,7 @@
 //! server speaking the OpenAI wire format.
 
 mod fake_llm;
+mod fake_stream;
 mod util;
 
 mod admission;
@@ -22,6 +23,7 @@ mod fencing;
 mod gateway;
 mod gateway_attack;
 mod gateway_guard;
+mod gateway_native;
 mod hardening;
 mod hostile_collect;
 mod hostile_files;

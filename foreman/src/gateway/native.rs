@@ -1,0 +1,443 @@
+//! The vendors' own APIs on the task socket, for third-party agents
+//! (issue 25): Anthropic Messages (`/v1/messages`, and its
+//! `count_tokens`), OpenAI Chat Completions streamed, OpenAI Responses.
+//!
+//! A request is passed through as the agent wrote it, after [`vet`]: the
+//! model forced to the task's, the fields that would spend outside the
+//! meter refused (server-side tools that bill on their own, stored
+//! conversations whose input the request does not carry, background runs,
+//! several choices), the output capped to what the budget leaves and, for
+//! a streamed chat, usage asked for. The agent's headers are dropped but
+//! for the caching ones (`anthropic-beta`, `anthropic-version`); its
+//! placeholder key never leaves the gateway. Errors are answered in the
+//! API's own format so that the agent's SDK understands them.
+
+use serde_json::{Map, Value, json};
+
+use crate::config::ProviderKind;
+
+/// The wire format of one route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// Anthropic Messages.
+    Messages,
+    /// OpenAI Chat Completions.
+    Chat,
+    /// OpenAI Responses.
+    Responses,
+}
+
+impl Api {
+    /// The route on the task socket.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Messages => "/v1/messages",
+            Api::Chat => "/v1/chat/completions",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// Its name in a trajectory line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Messages => "messages",
+            Api::Chat => "chat",
+            Api::Responses => "responses",
+        }
+    }
+
+    /// Whether a provider of this kind speaks the API.
+    pub fn served_by(self, kind: ProviderKind) -> bool {
+        match self {
+            Api::Messages => kind == ProviderKind::Anthropic,
+            Api::Chat | Api::Responses => kind == ProviderKind::Openai,
+        }
+    }
+
+    /// The provider's URL for this API (`base_url` has no trailing slash;
+    /// an OpenAI one ends in `/v1`, an Anthropic one does not).
+    pub fn endpoint(self, base_url: &str) -> String {
+        match self {
+            Api::Messages => format!("{base_url}/v1/messages"),
+            Api::Chat => format!("{base_url}/chat/completions"),
+            Api::Responses => format!("{base_url}/responses"),
+        }
+    }
+
+    /// The request field capping the output.
+    fn output_field(self, body: &Map<String, Value>) -> &'static str {
+        match self {
+            Api::Messages => "max_tokens",
+            // Keep the field the caller used: newer models refuse the other.
+            Api::Chat if body.contains_key("max_completion_tokens") => "max_completion_tokens",
+            Api::Chat => "max_tokens",
+            Api::Responses => "max_output_tokens",
+        }
+    }
+
+    /// An error body in this API's format.
+    pub fn error_body(self, kind: &str, message: &str) -> Value {
+        match self {
+            Api::Messages => json!({"type": "error", "error": {
+                "type": anthropic_kind(kind), "message": message}}),
+            Api::Chat | Api::Responses => json!({"error": {
+                "message": message, "type": kind, "code": kind, "param": null}}),
+        }
+    }
+}
+
+/// Saheeli's refusal kinds as Anthropic's error types, which its SDK and
+/// Claude Code know (neither retries these).
+fn anthropic_kind(kind: &str) -> &'static str {
+    use saheeli_protocol::chat::gateway_error as e;
+    match kind {
+        e::BUDGET => "billing_error",
+        MAX_STEPS => "permission_error",
+        e::AUTH => "authentication_error",
+        NOT_FOUND => "not_found_error",
+        e::UNAVAILABLE => "overloaded_error",
+        e::MALFORMED => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// A third-party agent made `max_steps` LLM calls.
+pub(crate) const MAX_STEPS: &str = "max_steps";
+/// A path or an API the task's provider does not speak.
+pub(crate) const NOT_FOUND: &str = "not_found";
+
+/// A request ready to forward once its output cap is known.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Vetted {
+    pub body: Map<String, Value>,
+    pub stream: bool,
+    /// The output cap the agent asked for, if any.
+    pub asked: Option<u64>,
+}
+
+impl Vetted {
+    /// The body with the output capped to `max`, as bytes to send.
+    pub fn capped(mut self, api: Api, max: u64) -> Vec<u8> {
+        let field = api.output_field(&self.body);
+        self.body.insert(field.into(), json!(max));
+        serde_json::to_vec(&self.body).expect("JSON values serialize")
+    }
+}
+
+/// Top-level fields refused, per API, with why.
+fn refused_field(api: Api, name: &str) -> Option<&'static str> {
+    let why = match (api, name) {
+        (Api::Messages, "mcp_servers") => "runs MCP servers at the provider, outside the task",
+        (Api::Messages, "container") => "runs code at the provider, billed outside the meter",
+        (_, "service_tier") => "changes the price outside the task's price table",
+        (Api::Chat, "n" | "best_of") => "asks for several answers, outside the output cap",
+        (Api::Chat, "audio" | "modalities" | "prediction") => {
+            "bills other than text tokens, outside the meter"
+        }
+        (Api::Chat, "web_search_options") => "searches the web at the provider, billed apart",
+        (Api::Responses, "previous_response_id" | "conversation" | "prompt") => {
+            "sends input stored at the provider, which the request does not carry and the meter \
+             cannot bound"
+        }
+        (Api::Responses, "background") => "runs the call after the request ends, unmetered",
+        _ => return None,
+    };
+    Some(why)
+}
+
+/// Whether a tool of this `type` runs in the agent (allowed) rather than
+/// at the provider, billed or reaching out on its own (refused).
+fn client_tool(api: Api, kind: Option<&str>) -> bool {
+    match (api, kind) {
+        (_, None) => true,
+        (Api::Messages, Some(k)) => {
+            k == "custom"
+                || ["bash_", "text_editor_", "computer_", "memory_"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+        }
+        (Api::Chat, Some(k)) => matches!(k, "function" | "custom"),
+        (Api::Responses, Some(k)) => {
+            matches!(
+                k,
+                "function" | "custom" | "local_shell" | "shell" | "apply_patch"
+            )
+        }
+    }
+}
+
+/// Checks a request for `api` from the container and forces the task's
+/// `model`. The error names the field and what to do.
+pub(crate) fn vet(api: Api, body: &[u8], model: &str) -> Result<Vetted, String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not JSON for {}: {e}", api.path()))?;
+    let Value::Object(mut body) = v else {
+        return Err(format!("the body of {} must be a JSON object", api.path()));
+    };
+    for name in body.keys() {
+        if let Some(why) = refused_field(api, name) {
+            return Err(format!(
+                "field `{name}` is refused by the gateway: it {why}; remove it"
+            ));
+        }
+    }
+    if let Some(tools) = body.get("tools") {
+        let Some(tools) = tools.as_array() else {
+            return Err("field `tools` must be an array".into());
+        };
+        for (i, t) in tools.iter().enumerate() {
+            let kind = t.get("type").and_then(Value::as_str);
+            if !client_tool(api, kind) {
+                return Err(format!(
+                    "tools[{i}] has type `{}`, a tool the provider runs itself (billed apart \
+                     or reaching outside the task); only tools the agent runs are allowed",
+                    kind.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("field `stream` must be true or false".into()),
+    };
+    let field = api.output_field(&body);
+    let asked = match body.get(field) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .ok_or_else(|| format!("field `{field}` must be a positive integer"))?,
+        ),
+    };
+    body.insert("model".into(), json!(model));
+    if api == Api::Chat && stream {
+        // Usage is what a stream is settled from: always asked for.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Ok(Vetted {
+        body,
+        stream,
+        asked,
+    })
+}
+
+/// A third-party agent's `max_steps` when its `calls` have reached it:
+/// the next LLM call is refused (Saheeli's own loop has no such limit
+/// here: it counts its steps itself).
+pub(crate) fn steps_spent(budget: &crate::gateway::Budget, calls: u64) -> Option<u64> {
+    budget.max_calls.filter(|max| calls >= *max)
+}
+
+/// Anthropic `count_tokens`, answered here without a call: the request's
+/// bytes / 4, the usual estimate. Nothing is billed or forwarded.
+pub(crate) fn count_tokens(body: &[u8]) -> Result<Value, String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not JSON for /v1/messages/count_tokens: {e}"))?;
+    if !v.is_object() {
+        return Err("the body of /v1/messages/count_tokens must be a JSON object".into());
+    }
+    Ok(json!({"input_tokens": (body.len() as u64).div_ceil(4)}))
+}
+
+/// `anthropic-version` as the agent sent it when it looks like one (a
+/// date), else the version the gateway speaks.
+pub(crate) fn anthropic_version(sent: Option<&str>) -> String {
+    match sent {
+        Some(v) if v.len() == 10 && v.bytes().all(|b| b.is_ascii_digit() || b == b'-') => {
+            v.to_string()
+        }
+        _ => "2023-06-01".into(),
+    }
+}
+
+/// `anthropic-beta` as the agent sent it (prompt caching and other
+/// features are named there), when it is a plain comma-separated list.
+pub(crate) fn anthropic_beta(sent: Option<&str>) -> Option<String> {
+    let v = sent?;
+    let plain = v.len() <= 1024
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.,: ".contains(&b));
+    plain.then(|| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vetted(api: Api, body: Value) -> Result<Vetted, String> {
+        vet(api, body.to_string().as_bytes(), "task-model")
+    }
+
+    #[test]
+    fn the_model_is_forced_and_caching_fields_pass() {
+        let v = vetted(
+            Api::Messages,
+            json!({"model": "claude-opus-other", "max_tokens": 32000, "stream": true,
+                   "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+                   "messages": [{"role": "user", "content": "hi"}],
+                   "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}),
+        )
+        .unwrap();
+        assert_eq!(v.body["model"], "task-model");
+        assert_eq!(v.body["system"][0]["cache_control"]["type"], "ephemeral");
+        assert!(v.stream);
+        assert_eq!(v.asked, Some(32000));
+        let bytes = v.capped(Api::Messages, 100);
+        let sent: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(sent["max_tokens"], 100);
+    }
+
+    #[test]
+    fn a_streamed_chat_always_asks_for_usage() {
+        let v = vetted(
+            Api::Chat,
+            json!({"model": "x", "stream": true, "stream_options": {"include_usage": false},
+                   "max_completion_tokens": 5, "messages": []}),
+        )
+        .unwrap();
+        assert_eq!(v.body["stream_options"], json!({"include_usage": true}));
+        let sent: Value = serde_json::from_slice(&v.capped(Api::Chat, 3)).unwrap();
+        assert_eq!(sent["max_completion_tokens"], 3);
+        assert!(sent.get("max_tokens").is_none());
+        let v = vetted(Api::Responses, json!({"input": "hi"})).unwrap();
+        assert!(!v.stream);
+        let sent: Value = serde_json::from_slice(&v.capped(Api::Responses, 9)).unwrap();
+        assert_eq!(
+            (sent["max_output_tokens"].clone(), sent["model"].clone()),
+            (json!(9), json!("task-model"))
+        );
+    }
+
+    #[test]
+    fn fields_and_tools_that_bypass_the_meter_are_refused() {
+        let cases = [
+            (Api::Messages, json!({"mcp_servers": []}), "mcp_servers"),
+            (Api::Messages, json!({"container": "c"}), "container"),
+            (Api::Chat, json!({"n": 2}), "`n`"),
+            (
+                Api::Chat,
+                json!({"service_tier": "priority"}),
+                "service_tier",
+            ),
+            (
+                Api::Chat,
+                json!({"web_search_options": {}}),
+                "web_search_options",
+            ),
+            (
+                Api::Responses,
+                json!({"previous_response_id": "r"}),
+                "previous_response_id",
+            ),
+            (Api::Responses, json!({"background": true}), "background"),
+            (
+                Api::Messages,
+                json!({"tools": [{"type": "web_search_20250305", "name": "w"}]}),
+                "web_search_20250305",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "web_search"}]}),
+                "`web_search`",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "mcp", "server_url": "x"}]}),
+                "`mcp`",
+            ),
+            (Api::Chat, json!({"stream": "yes"}), "stream"),
+            (Api::Messages, json!({"max_tokens": -1}), "max_tokens"),
+            (Api::Messages, json!([1]), "object"),
+        ];
+        for (api, body, named) in cases {
+            let err = vetted(api, body.clone()).unwrap_err();
+            assert!(err.contains(named), "{api:?} {body}: {err}");
+        }
+        // Tools the agent runs itself pass.
+        for (api, tool) in [
+            (
+                Api::Messages,
+                json!({"type": "bash_20250124", "name": "bash"}),
+            ),
+            (
+                Api::Messages,
+                json!({"type": "custom", "name": "x", "input_schema": {}}),
+            ),
+            (
+                Api::Chat,
+                json!({"type": "function", "function": {"name": "f"}}),
+            ),
+            (
+                Api::Responses,
+                json!({"type": "custom", "name": "apply_patch"}),
+            ),
+            (
+                Api::Responses,
+                json!({"type": "function", "name": "exec_command"}),
+            ),
+        ] {
+            assert!(
+                vetted(api, json!({"tools": [tool]})).is_ok(),
+                "{api:?} {tool}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_steps_counts_llm_calls_for_third_party_agents_only() {
+        use crate::gateway::Budget;
+        let agent = Budget {
+            max_calls: Some(3),
+            ..Budget::default()
+        };
+        let table = [
+            (agent, 0, None),
+            (agent, 2, None),
+            (agent, 3, Some(3)),
+            (agent, 9, Some(3)),
+            (Budget::default(), 1000, None),
+        ];
+        for (budget, calls, want) in table {
+            assert_eq!(steps_spent(&budget, calls), want, "{budget:?} {calls}");
+        }
+    }
+
+    #[test]
+    fn routes_are_served_by_their_provider_kind_only() {
+        use ProviderKind::*;
+        let table = [
+            (Api::Messages, Anthropic, true),
+            (Api::Messages, Openai, false),
+            (Api::Chat, Openai, true),
+            (Api::Chat, Anthropic, false),
+            (Api::Responses, Openai, true),
+            (Api::Responses, Anthropic, false),
+        ];
+        for (api, kind, served) in table {
+            assert_eq!(api.served_by(kind), served, "{api:?} {kind:?}");
+        }
+        assert_eq!(
+            Api::Responses.endpoint("http://h/v1"),
+            "http://h/v1/responses"
+        );
+        assert_eq!(Api::Messages.endpoint("http://h"), "http://h/v1/messages");
+    }
+
+    #[test]
+    fn errors_speak_the_api_format_and_headers_are_checked() {
+        let e = Api::Messages.error_body("budget_exceeded", "spent");
+        assert_eq!(e["type"], "error");
+        assert_eq!(e["error"]["type"], "billing_error");
+        let e = Api::Responses.error_body(MAX_STEPS, "done");
+        assert_eq!(e["error"]["code"], "max_steps");
+        assert_eq!(anthropic_version(Some("2023-06-01")), "2023-06-01");
+        assert_eq!(anthropic_version(Some("evil\r\nx")), "2023-06-01");
+        assert_eq!(
+            anthropic_beta(Some("prompt-caching-2024-07-31,claude-code-20250219")).as_deref(),
+            Some("prompt-caching-2024-07-31,claude-code-20250219")
+        );
+        assert_eq!(anthropic_beta(Some("a\nb")), None);
+        assert_eq!(count_tokens(b"{\"a\": 1}").unwrap()["input_tokens"], 2);
+        assert!(count_tokens(b"nope").is_err());
+    }
+}

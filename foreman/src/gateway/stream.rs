@@ -1,0 +1,500 @@
+//! Metering a streamed answer (server-sent events) while it passes: each
+//! event is relayed whole (redacted for the keys), the usage the stream
+//! reports is read as it goes, and the call is settled from it at the end.
+//!
+//! When the usage reported takes the task past its budget the rest of the
+//! stream is replaced by an error event in the API's own format and the
+//! task ends `budget`. A stream cut by either side, or ended without its
+//! usage, is settled at its reservation (as a call cut off, issue 27).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use futures_util::StreamExt;
+use saheeli_protocol::Reason;
+use saheeli_protocol::chat::{ChatUsage, gateway_error};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::native::Api;
+use super::*;
+use crate::config::Price;
+use crate::gateway::meter::Meter;
+use crate::metrics::{Refusal, live};
+
+/// Longest event relayed; a longer one ends the stream with an error.
+pub(super) const MAX_EVENT: usize = 4 * 1024 * 1024;
+
+/// Usage as far as a body or a stream has reported it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Partial {
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+}
+
+impl Partial {
+    /// A later report: what it says wins (stream counts are cumulative).
+    pub fn merge(&mut self, later: Partial) {
+        self.input = later.input.or(self.input);
+        self.output = later.output.or(self.output);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.input.unwrap_or(0) + self.output.unwrap_or(0)
+    }
+}
+
+/// The usage a body or a stream event reports, in any of the three APIs:
+/// `usage` at the top (a Messages or Responses body, `message_delta`, a
+/// chat chunk), in `message` (`message_start`) or in `response`
+/// (`response.completed`). The one place usage is read, whole or streamed.
+pub(crate) fn read_usage(v: &Value) -> Partial {
+    let u = [
+        v.get("usage"),
+        v.pointer("/message/usage"),
+        v.pointer("/response/usage"),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|u| u.is_object());
+    let Some(u) = u else {
+        return Partial::default();
+    };
+    let field = |names: [&str; 2]| names.iter().find_map(|n| u.get(*n)?.as_u64());
+    Partial {
+        input: field(["input_tokens", "prompt_tokens"]),
+        output: field(["output_tokens", "completion_tokens"]),
+    }
+}
+
+/// One event as it came, and what it means for the meter.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Event {
+    pub usage: Partial,
+    /// It carries the call's final usage.
+    pub settles: bool,
+    /// The stream's last event (`message_stop`, `[DONE]`,
+    /// `response.completed`, or an error the provider sent).
+    pub last: bool,
+    /// The provider ended the stream with an error.
+    pub failed: bool,
+}
+
+/// Reads one event block (its `data:` lines joined) for `api`.
+pub(super) fn classify(api: Api, block: &str) -> Event {
+    let data: Vec<&str> = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        .collect();
+    let data = data.join("\n");
+    if api == Api::Chat && data.trim() == "[DONE]" {
+        return Event {
+            last: true,
+            ..Event::default()
+        };
+    }
+    let Ok(v) = serde_json::from_str::<Value>(&data) else {
+        return Event::default();
+    };
+    let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
+    let usage = read_usage(&v);
+    let (settles, last, failed) = match api {
+        Api::Messages => (
+            kind == "message_delta",
+            matches!(kind, "message_stop" | "error"),
+            kind == "error",
+        ),
+        Api::Chat => {
+            let err = v.get("error").is_some();
+            (usage.output.is_some(), err, err)
+        }
+        Api::Responses => {
+            let done = matches!(
+                kind,
+                "response.completed" | "response.incomplete" | "response.failed"
+            );
+            let failed = matches!(kind, "error" | "response.failed");
+            (
+                done && usage.output.is_some(),
+                done || kind == "error",
+                failed,
+            )
+        }
+    };
+    Event {
+        usage,
+        settles,
+        last,
+        failed,
+    }
+}
+
+/// Whether `usage` for this call takes the task past its budget, counted
+/// on what it already spent.
+pub(super) fn over_budget(
+    meter: &Meter,
+    budget: &Budget,
+    price: Option<Price>,
+    usage: Partial,
+) -> bool {
+    let tokens = budget
+        .max_tokens
+        .is_some_and(|max| meter.tokens() + usage.total() > max);
+    let cost = match (budget.max_cost, price) {
+        (Some(max), Some(p)) => {
+            let call = usage.input.unwrap_or(0) as f64 * p.input_per_mtok
+                + usage.output.unwrap_or(0) as f64 * p.output_per_mtok;
+            meter.cost() + call / 1e6 > max
+        }
+        _ => false,
+    };
+    tokens || cost
+}
+
+/// The event ending a stream with an error, in the API's own format.
+pub(super) fn error_event(api: Api, kind: &str, message: &str) -> String {
+    let data = match api {
+        Api::Messages | Api::Chat => api.error_body(kind, message),
+        Api::Responses => json!({"type": "response.failed", "response": {
+            "object": "response", "status": "failed",
+            "error": {"code": kind, "message": message}, "output": [], "usage": null}}),
+    };
+    match api {
+        Api::Messages => format!("event: error\ndata: {data}\n\n"),
+        Api::Chat => format!("data: {data}\n\n"),
+        Api::Responses => format!("event: response.failed\ndata: {data}\n\n"),
+    }
+}
+
+/// Where the first event in `buf` ends: its length and the separator's.
+pub(super) fn boundary(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Passes a stream on event by event, reading its usage; see `stream`.
+pub(super) async fn relay(
+    api: Api,
+    resp: reqwest::Response,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    mut held: Held,
+    started: Instant,
+) {
+    let gw = held.gw.clone();
+    let mut upstream = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut usage = Partial::default();
+    let mut settled_by: Option<Partial> = None;
+    // Why the stream ended before its last event, if it did.
+    let mut cut: Option<String> = None;
+    'read: loop {
+        while let Some((len, sep)) = boundary(&buf) {
+            let block: Vec<u8> = buf.drain(..len + sep).take(len).collect();
+            let text = String::from_utf8_lossy(&block);
+            let event = classify(api, &text);
+            usage.merge(event.usage);
+            if event.settles {
+                settled_by = Some(usage);
+            }
+            if over_budget(&gw.meter, &gw.budget, gw.route.price, usage) {
+                gw.meter.set_fatal(Reason::Budget);
+                live().refusal(Refusal::Budget);
+                info!(task_id = %gw.task_id, tokens = usage.total(), "budget spent mid-stream: stream ended");
+                let msg = format!(
+                    "token or cost budget spent mid-stream: this call reported {} tokens; the task \
+                     ends with reason `budget`",
+                    usage.total()
+                );
+                let end = error_event(api, gateway_error::BUDGET, &msg);
+                held.saw(&end);
+                held.call.ended = Some(msg);
+                let _ = tx.send(Ok(end.into())).await;
+                // What the provider reported is what it billed; without a
+                // final report the reservation is counted.
+                held.settle(settled_by).await;
+                return;
+            }
+            let out = gw.upstream.redactor.redact(&text).into_owned() + "\n\n";
+            held.saw(&out);
+            if tx.send(Ok(out.into())).await.is_err() {
+                info!(task_id = %gw.task_id, "the agent closed a stream: settled at its reservation");
+                break 'read;
+            }
+            if event.last {
+                if event.failed {
+                    settled_by = None;
+                }
+                held.settle(settled_by).await;
+                live().llm_call(&gw.route.provider.name, started.elapsed());
+                return;
+            }
+        }
+        if buf.len() > MAX_EVENT {
+            cut = Some(format!("an event longer than {} bytes", MAX_EVENT));
+            break;
+        }
+        match upstream.next().await {
+            Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+            Some(Err(e)) => {
+                cut = Some(format!(
+                    "the provider's stream was cut: {}",
+                    error_chain(&e.without_url())
+                ));
+                break;
+            }
+            None => {
+                cut = Some("the provider's stream ended before its last event".into());
+                break;
+            }
+        }
+    }
+    if let Some(why) = cut {
+        let why = gw.upstream.redactor.redact(&why).into_owned();
+        warn!(task_id = %gw.task_id, error = %why, "stream cut: settled at its reservation");
+        let end = error_event(api, gateway_error::UNAVAILABLE, &why);
+        held.saw(&end);
+        held.call.ended = Some(why);
+        let _ = tx.send(Ok(end.into())).await;
+    }
+    held.settle(None).await;
+}
+
+/// A call reserved and not yet settled, owned by its stream. Dropped
+/// unsettled, it is settled at its reservation (`handler::cut_off`).
+pub(super) struct Held {
+    pub(super) gw: Arc<GatewayState>,
+    pub(super) grant: Option<meter::Grant>,
+    /// What `task trajectory` gets of the call (`record`).
+    pub(super) call: record::Call,
+}
+
+impl Held {
+    /// Keeps what was passed on of the answer, up to the record's cap.
+    pub(super) fn saw(&mut self, text: &str) {
+        let room = record::MAX_PART.saturating_sub(self.call.response.len());
+        if room > 0 {
+            let mut end = text.len().min(room);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.call.response.push_str(&text[..end]);
+        }
+    }
+
+    /// Settles with the usage reported; None (nothing reported, or a
+    /// stream cut) counts the reservation, as a call cut off.
+    pub(super) async fn settle(mut self, usage: Option<Partial>) {
+        let Some(grant) = self.grant.take() else {
+            return;
+        };
+        let Some(u) = usage else {
+            self.cut(&grant);
+            return;
+        };
+        let usage = ChatUsage {
+            prompt_tokens: u.input.unwrap_or(0),
+            completion_tokens: u.output.unwrap_or(0),
+            total_tokens: u.total(),
+        };
+        let gw = &self.gw;
+        let cost_micro = gw.meter.settle(&grant, usage, gw.route.price);
+        let id = self.call.call_id.clone();
+        ledger(gw, move |l| {
+            l.settle(
+                &id,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                cost_micro as f64 / 1e6,
+            )
+        })
+        .await;
+        info!(task_id = %gw.task_id, call_id = %self.call.call_id, input = usage.prompt_tokens, output = usage.completion_tokens, "agent call settled");
+        self.call.usage = Some((usage.prompt_tokens, usage.completion_tokens));
+        self.write();
+    }
+
+    fn cut(&mut self, grant: &meter::Grant) {
+        cut_off(&self.gw, grant, &self.call.call_id);
+        self.call
+            .ended
+            .get_or_insert_with(|| "cut off: settled at its reservation".into());
+        self.write();
+    }
+
+    /// The call's trajectory line, written from a blocking thread.
+    fn write(&mut self) {
+        let call = std::mem::take(&mut self.call);
+        let text = record::line(&call, &self.gw.upstream.redactor);
+        let (dir, task) = (
+            self.gw.upstream.trajectories.clone(),
+            self.gw.task_id.to_string(),
+        );
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || record::append(dir, task, text));
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            self.cut(&grant);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_is_read_from_bodies_and_events_of_every_api() {
+        let table = [
+            (
+                json!({"usage": {"input_tokens": 5, "output_tokens": 7}}),
+                (Some(5), Some(7)),
+            ),
+            (
+                json!({"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}),
+                (Some(9), Some(1)),
+            ),
+            (
+                json!({"type": "message_delta", "usage": {"output_tokens": 30}}),
+                (None, Some(30)),
+            ),
+            (
+                json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+                (Some(3), Some(4)),
+            ),
+            (json!({"choices": [], "usage": null}), (None, None)),
+            (
+                json!({"type": "response.completed", "response": {"usage": {"input_tokens": 11, "output_tokens": 2}}}),
+                (Some(11), Some(2)),
+            ),
+            (
+                json!({"type": "response.created", "response": {"usage": null}}),
+                (None, None),
+            ),
+        ];
+        for (v, (input, output)) in table {
+            assert_eq!(read_usage(&v), Partial { input, output }, "{v}");
+        }
+        let mut p = Partial {
+            input: Some(9),
+            output: Some(1),
+        };
+        p.merge(Partial {
+            input: None,
+            output: Some(30),
+        });
+        assert_eq!(p.total(), 39);
+    }
+
+    #[test]
+    fn events_say_when_a_stream_settles_and_ends() {
+        let e = classify(
+            Api::Messages,
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}",
+        );
+        assert!(e.settles && !e.last);
+        let e = classify(
+            Api::Messages,
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}",
+        );
+        assert!(e.last && !e.failed);
+        let e = classify(
+            Api::Messages,
+            "event: error\ndata: {\"type\":\"error\",\"error\":{}}",
+        );
+        assert!(e.last && e.failed);
+        assert!(classify(Api::Chat, "data: [DONE]").last);
+        let e = classify(
+            Api::Chat,
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}",
+        );
+        assert!(e.settles && !e.last);
+        let e = classify(
+            Api::Responses,
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}",
+        );
+        assert!(e.settles && e.last && !e.failed);
+        assert_eq!(classify(Api::Messages, ": keep-alive"), Event::default());
+    }
+
+    #[test]
+    fn the_budget_counts_what_the_task_spent_and_this_call() {
+        let m = Meter::default();
+        m.seed(900, 0, 0.0);
+        let b = Budget {
+            max_tokens: Some(1000),
+            ..Budget::default()
+        };
+        assert!(!over_budget(
+            &m,
+            &b,
+            None,
+            Partial {
+                input: Some(50),
+                output: Some(50)
+            }
+        ));
+        assert!(over_budget(
+            &m,
+            &b,
+            None,
+            Partial {
+                input: Some(50),
+                output: Some(51)
+            }
+        ));
+        let price = Some(Price {
+            input_per_mtok: 1e6,
+            output_per_mtok: 0.0,
+        });
+        let b = Budget {
+            max_cost: Some(1.0),
+            ..Budget::default()
+        };
+        assert!(over_budget(
+            &m,
+            &b,
+            price,
+            Partial {
+                input: Some(2),
+                output: None
+            }
+        ));
+        assert!(!over_budget(
+            &m,
+            &Budget::default(),
+            price,
+            Partial {
+                input: Some(2),
+                output: None
+            }
+        ));
+    }
+
+    #[test]
+    fn error_events_are_well_formed_for_each_api() {
+        for api in [Api::Messages, Api::Chat, Api::Responses] {
+            let e = error_event(api, "budget_exceeded", "spent");
+            assert!(e.ends_with("\n\n"));
+            let c = classify(api, e.trim_end());
+            assert!(c.last && c.failed, "{api:?}: {e}");
+        }
+        assert_eq!(boundary(b"a\n\nb"), Some((1, 2)));
+        assert_eq!(boundary(b"a\r\n\r\nb\n\n"), Some((1, 4)));
+        assert_eq!(boundary(b"a\n"), None);
+    }
+}
