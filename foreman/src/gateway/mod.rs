@@ -31,6 +31,8 @@
 //! - `remote`: one TCP listener for servos on other hosts (Swarm), a
 //!   per-task token selecting the task's routes; the workspace in and out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
+//! - `usage`, `pricing`: what a provider billed, cached tokens included,
+//!   and what that costs (issue 26).
 
 mod anthropic;
 mod assess;
@@ -39,6 +41,7 @@ mod desk;
 mod handler;
 mod ledger;
 mod meter;
+mod pricing;
 mod providers;
 mod redact;
 mod remote;
@@ -48,6 +51,7 @@ mod shape;
 mod socket;
 mod steps;
 mod upstream;
+mod usage;
 mod verify;
 
 use handler::*;

@@ -167,6 +167,7 @@ pub(super) async fn conclude(
         outcome.input_tokens = m.input;
         outcome.output_tokens = m.output;
         outcome.cost_usd = m.cost;
+        (outcome.cache_read_tokens, outcome.cache_write_tokens) = m.cached;
     }
     let verified = verified(ctx, id, watched.exit.as_ref().ok().copied()).await;
     let ending = Ending {
@@ -214,6 +215,9 @@ pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mu
             outcome.steps = t.steps.into();
             outcome.input_tokens = t.usage.input_tokens as i64;
             outcome.output_tokens = t.usage.output_tokens as i64;
+            outcome.cache_read_tokens = t.usage.cache_read_tokens as i64;
+            outcome.cache_write_tokens = t.usage.cache_write_tokens as i64;
+            outcome.compactions = t.compactions.into();
         }
         Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
         Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
@@ -335,7 +339,7 @@ async fn watch(
                 {
                     let lease = ctx.lease.clone();
                     let r = ctx
-                        .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost))
+                        .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost, m.cached))
                         .await;
                     if let Err(e) = r && lease_lost(&e) {
                         return None;
@@ -423,6 +427,8 @@ pub(super) struct Metered {
     pub output: i64,
     pub cost: f64,
     pub fatal: Option<Reason>,
+    /// Input read from and written to the provider's cache.
+    pub cached: (i64, i64),
 }
 
 impl Metered {
@@ -434,6 +440,10 @@ impl Metered {
             output: m.output_tokens.load(Relaxed) as i64,
             cost: m.cost(),
             fatal: m.fatal(),
+            cached: {
+                let (r, w) = m.cached();
+                (r as i64, w as i64)
+            },
         }
     }
 }

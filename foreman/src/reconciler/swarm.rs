@@ -473,7 +473,7 @@ async fn record_usage(ctx: &Ctx, id: TaskId, gateway: &Gateway) {
     if m.calls > 0 {
         let lease = ctx.lease.clone();
         let _ = ctx
-            .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost))
+            .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost, m.cached))
             .await;
     }
 }

@@ -22,6 +22,8 @@ pub(super) const PARAM_KEYS: &[&str] = &[
     "verify_timeout",
     "assess",
     "objective",
+    // long tasks (issue 26)
+    "cache",
 ];
 
 /// The first Markdown heading of the body, else the file's stem.

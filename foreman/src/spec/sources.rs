@@ -236,6 +236,27 @@ pub(crate) const SETTINGS: &[Setting] = &[
             None => json!("all built-in tools"),
         },
     },
+    // --- long tasks (issue 26) ---
+    Setting {
+        key: "cache",
+        config: Some("task.cache"),
+        in_front_matter: |f| f.cache.is_some(),
+        value: |s, _| json!(s.cache.as_str()),
+    },
+    Setting {
+        key: "context",
+        config: Some("task.context"),
+        in_front_matter: |f| f.context.is_some(),
+        value: |s, _| {
+            json!({
+                "window": s.context.window,
+                "strategy": s.context.strategy.as_str(),
+                "keep_recent": s.context.keep_recent,
+                "threshold": s.context.threshold,
+            })
+        },
+    },
+    // --- end long tasks ---
     Setting {
         key: "notify",
         config: Some("notify"),

@@ -27,6 +27,8 @@ pub enum Reply {
     Text(String, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
     Error(u16, Option<String>),
+    /// An HTTP status with this JSON body (a provider's own error shape).
+    Body(u16, Value),
     /// A 200 whose body is not JSON (usage cannot be read).
     Malformed,
     /// A 200 whose JSON parses but is not a completion; it reports usage.
@@ -57,6 +59,10 @@ pub struct Seen {
     pub authorization: Option<String>,
     pub api_key: Option<String>,
     pub body: Value,
+    /// What a caching fake billed this request (`start_caching`).
+    pub billed: Option<crate::fake_cache::Billed>,
+    /// The `anthropic-beta` header.
+    pub beta: Option<String>,
 }
 
 /// Picks the reply for a request body before the script is consulted.
@@ -67,6 +73,8 @@ struct Inner {
     script: VecDeque<Reply>,
     seen: Vec<Seen>,
     matcher: Option<Matcher>,
+    /// Set: usage is billed like a provider with prompt caching.
+    cache: Option<crate::fake_cache::PromptCache>,
 }
 
 pub struct FakeLlm {
@@ -81,6 +89,15 @@ impl FakeLlm {
         Self::start_matching(script, |_| None)
     }
 
+    /// Like `start`, but a tool-calling reply's input usage is what a
+    /// provider with prompt caching bills for the request (`fake_cache`),
+    /// in its own usage shape; the scripted output tokens are kept.
+    pub fn start_caching(script: Vec<Reply>) -> FakeLlm {
+        let llm = Self::start(script);
+        llm.inner.lock().unwrap().cache = Some(Default::default());
+        llm
+    }
+
     /// Like `start`, but a request for which `matcher` returns a reply gets
     /// that reply and leaves the script alone (requests arriving in parallel
     /// from several sources then cannot steal each other's turns).
@@ -92,6 +109,7 @@ impl FakeLlm {
             script: script.into(),
             seen: vec![],
             matcher: Some(Box::new(matcher)),
+            cache: None,
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -182,8 +200,24 @@ async fn handle(
             .and_then(|v| v.to_str().ok())
             .map(String::from)
     };
-    let (reply, n) = {
+    let (reply, n, cached_usage) = {
         let mut g = inner.lock().unwrap();
+        let reply = g
+            .matcher
+            .as_ref()
+            .and_then(|m| m(&body))
+            .or_else(|| g.script.pop_front());
+        let output = match &reply {
+            Some(Reply::Tools(_, (_, completion))) => Some(*completion),
+            _ => None,
+        };
+        let billed = match (g.cache.as_mut(), output) {
+            (Some(c), Some(out)) => Some(match format {
+                Format::OpenAi => c.openai(&body, out),
+                Format::Anthropic => c.anthropic(&body, out),
+            }),
+            _ => None,
+        };
         g.seen.push(Seen {
             at: Instant::now(),
             path: if format == Format::OpenAi {
@@ -195,10 +229,10 @@ async fn handle(
             authorization: header("authorization"),
             api_key: header("x-api-key"),
             body: body.clone(),
+            billed: billed.as_ref().map(|b| b.0),
+            beta: header("anthropic-beta"),
         });
-        let matched = g.matcher.as_ref().and_then(|m| m(&body));
-        let reply = matched.or_else(|| g.script.pop_front());
-        (reply, g.seen.len())
+        (reply, g.seen.len(), billed.map(|b| b.1))
     };
     let key = header("authorization")
         .and_then(|a| a.strip_prefix("Bearer ").map(String::from))
@@ -213,6 +247,9 @@ async fn handle(
                 reply = *inner;
             }
             Reply::Error(status, retry_after) => return error(status, retry_after.as_deref()),
+            Reply::Body(status, body) => {
+                return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+            }
             Reply::EchoKey(status) => {
                 let body =
                     json!({"error": {"message": echo(&key), "type": "invalid_request_error"}});
@@ -289,8 +326,9 @@ async fn handle(
                             "model": model,
                             "choices": [{"index": 0, "finish_reason": "tool_calls",
                                 "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}}],
-                            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                      "total_tokens": prompt + completion}
+                            "usage": cached_usage.clone().unwrap_or_else(|| json!(
+                                {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}))
                         })
                     }
                     Format::Anthropic => {
@@ -305,7 +343,8 @@ async fn handle(
                             "model": model,
                             "content": content,
                             "stop_reason": "tool_use",
-                            "usage": {"input_tokens": prompt, "output_tokens": completion}
+                            "usage": cached_usage.clone().unwrap_or_else(|| json!(
+                                {"input_tokens": prompt, "output_tokens": completion}))
                         })
                     }
                 };
