@@ -32,9 +32,9 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::env::{Env, progress};
+use crate::fake_cache::{Billed, PromptCache};
 use crate::project::Project;
 use crate::stats::Figure;
-use crate::fake_cache::{Billed, PromptCache};
 
 /// One request the server billed.
 #[derive(Clone, Copy, Debug)]
@@ -70,9 +70,15 @@ fn tool_turn(model: &str, turn: usize, steps: usize) -> (&'static str, Value) {
         ("task_complete", json!({"message": "done"}))
     } else if turn == 1 {
         let line = format!("{}\n", "0123456789abcdef".repeat(4));
-        ("create_file", json!({"path": "data.txt", "content": line.repeat(62)}))
+        (
+            "create_file",
+            json!({"path": "data.txt", "content": line.repeat(62)}),
+        )
     } else if length {
-        ("execute_shell", json!({"command": format!("head -c 2000 data.txt; echo {turn}")}))
+        (
+            "execute_shell",
+            json!({"command": format!("head -c 2000 data.txt; echo {turn}")}),
+        )
     } else {
         ("read_file", json!({"path": "data.txt"}))
     }
@@ -84,7 +90,10 @@ async fn messages(State(s): State<Shared>, body: Bytes) -> Response {
     };
     let model = req["model"].as_str().unwrap_or("").to_string();
     let Some((steps, window)) = model_shape(&model) else {
-        return (StatusCode::BAD_REQUEST, "model must be claude-bench-KIND-STEPS-WINDOW")
+        return (
+            StatusCode::BAD_REQUEST,
+            "model must be claude-bench-KIND-STEPS-WINDOW",
+        )
             .into_response();
     };
     let summary = req["tools"].as_array().is_none_or(|t| t.is_empty());
@@ -94,11 +103,14 @@ async fn messages(State(s): State<Shared>, body: Bytes) -> Response {
     if size > window {
         g.too_long += 1;
         let msg = format!("prompt is too long: {size} tokens > {window} maximum");
-        let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": msg}});
+        let body =
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": msg}});
         return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
     }
     let content = if summary {
-        vec![json!({"type": "text", "text": "Goal: read data.txt.\nWhat was done: read it.\nWhat is known: it holds hex lines.\nWhat remains: finish."})]
+        vec![
+            json!({"type": "text", "text": "Goal: read data.txt.\nWhat was done: read it.\nWhat is known: it holds hex lines.\nWhat remains: finish."}),
+        ]
     } else {
         let turn = {
             let t = g.turns.entry(model.clone()).or_default();
@@ -106,7 +118,9 @@ async fn messages(State(s): State<Shared>, body: Bytes) -> Response {
             *t
         };
         let (name, input) = tool_turn(&model, turn, steps);
-        vec![json!({"type": "tool_use", "id": format!("toolu_{turn}"), "name": name, "input": input})]
+        vec![
+            json!({"type": "tool_use", "id": format!("toolu_{turn}"), "name": name, "input": input}),
+        ]
     };
     let (billed, usage) = g.cache.anthropic(&req, 20);
     g.calls.push(Call { billed, summary });
@@ -147,7 +161,10 @@ impl Fake {
     /// What was billed since the last take, and how many were too long.
     fn take(&self) -> (Vec<Call>, usize) {
         let mut g = self.state.lock().unwrap();
-        (std::mem::take(&mut g.calls), std::mem::take(&mut g.too_long))
+        (
+            std::mem::take(&mut g.calls),
+            std::mem::take(&mut g.too_long),
+        )
     }
 }
 
@@ -179,7 +196,8 @@ fn project(env: &Env, fake: &Fake) -> anyhow::Result<Project> {
         2,
         &format!("{prices}windows:\n  claude-bench-length*: 16000\n"),
     )?;
-    p.env.push(("ANTHROPIC_BASE_URL".into(), format!("http://{}", fake.addr)));
+    p.env
+        .push(("ANTHROPIC_BASE_URL".into(), format!("http://{}", fake.addr)));
     p.env
         .push(("ANTHROPIC_API_KEY".into(), "sk-ant-bench-0123456789".into()));
     Ok(p)
@@ -208,12 +226,19 @@ pub async fn long_tasks(env: &Env, quick: bool) -> anyhow::Result<Vec<Figure>> {
 
 async fn measure(p: &Project, fake: &Fake, quick: bool) -> anyhow::Result<Vec<Figure>> {
     let steps = if quick { 30 } else { 200 };
-    progress(&format!("cost: {steps}-step task reading 4 KB a step, cached and not"));
+    progress(&format!(
+        "cost: {steps}-step task reading 4 KB a step, cached and not"
+    ));
     let mut bills = vec![];
     let mut hit = 0.0;
     for cache in ["5m", "off"] {
         let model = cost_model(cache, steps);
-        let file = prompt(p, &format!("cost-{cache}"), &model, &format!("cache: {cache}\n"))?;
+        let file = prompt(
+            p,
+            &format!("cost-{cache}"),
+            &model,
+            &format!("cache: {cache}\n"),
+        )?;
         let (_, task) = p.timed_run(&file)?;
         let (calls, _) = fake.take();
         if calls.len() != steps {
@@ -222,7 +247,9 @@ async fn measure(p: &Project, fake: &Fake, quick: bool) -> anyhow::Result<Vec<Fi
         let billed: f64 = calls.iter().map(|c| bill(&c.billed)).sum();
         let counted = task["cost_usd"].as_f64().unwrap_or(f64::NAN);
         if (counted - billed).abs() > 1e-4 {
-            bail!("saheeli counted ${counted:.4} for the {cache} task; the provider billed ${billed:.4}");
+            bail!(
+                "saheeli counted ${counted:.4} for the {cache} task; the provider billed ${billed:.4}"
+            );
         }
         if cache == "5m" {
             let later = &calls[2..];
@@ -231,8 +258,11 @@ async fn measure(p: &Project, fake: &Fake, quick: bool) -> anyhow::Result<Vec<Fi
         }
         bills.push(billed);
     }
-    let mut cost = Figure::new("cost: billed with caching", "usd", &[bills[0]])
-        .against("without caching", bills[1], 0.25);
+    let mut cost = Figure::new("cost: billed with caching", "usd", &[bills[0]]).against(
+        "without caching",
+        bills[1],
+        0.25,
+    );
     cost.note = format!(
         "{steps} steps; {:.1}% of input from the cache from step 3 (target ≥ 90%)",
         hit * 100.0
@@ -242,7 +272,9 @@ async fn measure(p: &Project, fake: &Fake, quick: bool) -> anyhow::Result<Vec<Fi
     cost.met = cost.met.map(|m| m && hit >= 0.9);
 
     let steps = if quick { 60 } else { 300 };
-    progress(&format!("length: {steps} steps of 2 KB outputs in a 16k window"));
+    progress(&format!(
+        "length: {steps} steps of 2 KB outputs in a 16k window"
+    ));
     let model = format!("claude-bench-length-{steps}-16000");
     let file = prompt(p, "length", &model, "")?;
     let (_, task) = p.timed_run(&file)?;
@@ -263,14 +295,21 @@ async fn measure(p: &Project, fake: &Fake, quick: bool) -> anyhow::Result<Vec<Fi
         calls.iter().filter(|c| c.summary).count(),
         crate::stats::median(tail),
     );
-    length.details.insert("compactions".into(), compactions as f64);
-    length.details.insert("provider_too_long".into(), too_long as f64);
-    length.details.insert("tokens_per_step_peak".into(), peak);
     length
         .details
-        .insert("tokens_per_step_median_after".into(), crate::stats::median(tail));
+        .insert("compactions".into(), compactions as f64);
+    length
+        .details
+        .insert("provider_too_long".into(), too_long as f64);
+    length.details.insert("tokens_per_step_peak".into(), peak);
+    length.details.insert(
+        "tokens_per_step_median_after".into(),
+        crate::stats::median(tail),
+    );
     if let Some(i) = first_summary {
-        length.details.insert("first_summary_call".into(), i as f64 + 1.0);
+        length
+            .details
+            .insert("first_summary_call".into(), i as f64 + 1.0);
     }
     Ok(vec![cost, length])
 }
@@ -281,9 +320,18 @@ mod tests {
 
     #[test]
     fn models_name_their_shape() {
-        assert_eq!(model_shape("claude-bench-cost-5m-200-1000000"), Some((200, 1_000_000)));
-        assert_eq!(model_shape("claude-bench-length-300-16000"), Some((300, 16_000)));
-        assert_eq!(tool_turn("claude-bench-cost-5m-3-1", 3, 3).0, "task_complete");
+        assert_eq!(
+            model_shape("claude-bench-cost-5m-200-1000000"),
+            Some((200, 1_000_000))
+        );
+        assert_eq!(
+            model_shape("claude-bench-length-300-16000"),
+            Some((300, 16_000))
+        );
+        assert_eq!(
+            tool_turn("claude-bench-cost-5m-3-1", 3, 3).0,
+            "task_complete"
+        );
         let (name, args) = tool_turn("claude-bench-cost-5m-3-1", 1, 3);
         assert_eq!(name, "create_file");
         assert!(args["content"].as_str().unwrap().len() >= 4000);

@@ -82,12 +82,30 @@ mod tests {
         .into();
         let cases: &[(&str, &str, Option<u64>, Option<u64>, Option<u64>)] = &[
             // model, upstream, provider's, server's, expected
-            ("local/smollm2", "smollm2", Some(8192), Some(4096), Some(2048)),
-            ("local/qwen2.5-coder-7b", "qwen2.5-coder-7b", None, None, Some(131_072)),
+            (
+                "local/smollm2",
+                "smollm2",
+                Some(8192),
+                Some(4096),
+                Some(2048),
+            ),
+            (
+                "local/qwen2.5-coder-7b",
+                "qwen2.5-coder-7b",
+                None,
+                None,
+                Some(131_072),
+            ),
             ("local/qwen3", "qwen3", None, None, Some(32_768)),
             ("local/other", "other", Some(8192), Some(4096), Some(8192)),
             ("local/other", "other", None, Some(4096), Some(4096)),
-            ("claude-sonnet-4-5", "claude-sonnet-4-5", None, None, Some(200_000)),
+            (
+                "claude-sonnet-4-5",
+                "claude-sonnet-4-5",
+                None,
+                None,
+                Some(200_000),
+            ),
             ("gpt-4o-mini", "gpt-4o-mini", None, None, Some(128_000)),
             ("gpt-4.1-mini", "gpt-4.1-mini", None, None, Some(1_047_576)),
             ("mystery", "mystery", None, None, None),

@@ -331,7 +331,10 @@ mod tests {
         let text = body.to_string();
         assert_eq!(text.matches("cache_control").count(), 4, "{body:#}");
         assert!(body["tools"][0].get("cache_control").is_none());
-        assert_eq!(body["tools"][1]["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(
+            body["tools"][1]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
         assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
         let msgs = body["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 5);

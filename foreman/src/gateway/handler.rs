@@ -216,7 +216,10 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
-    ledger(gw, move |l| l.settle(&call_id, &usage, cost_micro as f64 / 1e6)).await;
+    ledger(gw, move |l| {
+        l.settle(&call_id, &usage, cost_micro as f64 / 1e6)
+    })
+    .await;
     response
 }
 
@@ -403,7 +406,10 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 live().refusal(Refusal::ContextLength);
                 info!(task_id = %gw.task_id, error = %last, "the request did not fit the model's window");
                 let kind = gateway_error::CONTEXT_LENGTH;
-                return (error_response(gw, StatusCode::BAD_REQUEST, kind, &last), None);
+                return (
+                    error_response(gw, StatusCode::BAD_REQUEST, kind, &last),
+                    None,
+                );
             }
             Verdict::Retry | Verdict::Success => {}
         }

@@ -256,7 +256,11 @@ mod tests {
         }
         let spent = l.adopt(a).unwrap().unwrap();
         assert_eq!(
-            (spent.input_tokens, spent.cache_read_tokens, spent.cache_write_tokens),
+            (
+                spent.input_tokens,
+                spent.cache_read_tokens,
+                spent.cache_write_tokens
+            ),
             (2000, 900, 1000)
         );
     }

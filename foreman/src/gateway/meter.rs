@@ -248,7 +248,12 @@ mod tests {
             output_per_mtok: output,
             ..Default::default()
         };
-        super::super::pricing::rates(price, crate::config::ProviderKind::Anthropic, "claude-x", cache)
+        super::super::pricing::rates(
+            price,
+            crate::config::ProviderKind::Anthropic,
+            "claude-x",
+            cache,
+        )
     }
 
     /// Issue 26: a budget refusal counts cache pricing. A call's input is

@@ -81,8 +81,17 @@ mod tests {
         assert_eq!(verdict_of(400, openai), Verdict::ContextLength);
         let llama = br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
         assert_eq!(verdict_of(400, llama), Verdict::ContextLength);
-        assert_eq!(verdict_of(500, br#"{"error":{"message":"Requested tokens (2100) exceed context window of 2048"}}"#), Verdict::ContextLength);
-        assert_eq!(verdict_of(400, br#"{"error":{"message":"bad tool"}}"#), Verdict::BadRequest);
+        assert_eq!(
+            verdict_of(
+                500,
+                br#"{"error":{"message":"Requested tokens (2100) exceed context window of 2048"}}"#
+            ),
+            Verdict::ContextLength
+        );
+        assert_eq!(
+            verdict_of(400, br#"{"error":{"message":"bad tool"}}"#),
+            Verdict::BadRequest
+        );
         assert_eq!(verdict_of(503, b"overloaded"), Verdict::Retry);
     }
 

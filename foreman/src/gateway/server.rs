@@ -78,7 +78,8 @@ impl Gateway {
                     warn!(task_id = %task_id, lost = s.lost, "calls cut off by a foreman's death counted at their reservation");
                 }
                 g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
-                g.meter.seed_cached(s.cache_read_tokens, s.cache_write_tokens);
+                g.meter
+                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
                 g.meter.calls.store(s.calls, Ordering::Relaxed);
             }
             None => g.meter.seed(spent.0, spent.1, spent.2),
@@ -173,7 +174,8 @@ impl Gateway {
         match from_ledger {
             Some(s) => {
                 g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
-                g.meter.seed_cached(s.cache_read_tokens, s.cache_write_tokens);
+                g.meter
+                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
                 g.meter.calls.store(s.calls, Ordering::Relaxed);
             }
             None => g.meter.seed(spent.0, spent.1, spent.2),

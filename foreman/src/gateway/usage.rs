@@ -44,7 +44,12 @@ pub(crate) fn parse(kind: ProviderKind, u: &Value) -> Option<ChatUsage> {
         // Chat completions, whatever the provider's kind.
         let read = nested(u, "prompt_tokens_details", "cached_tokens")
             .max(n(u, "prompt_cache_hit_tokens"));
-        return Some(out(n(u, "prompt_tokens"), n(u, "completion_tokens"), read, 0));
+        return Some(out(
+            n(u, "prompt_tokens"),
+            n(u, "completion_tokens"),
+            read,
+            0,
+        ));
     }
     u.get("input_tokens")
         .or(u.get("cache_read_input_tokens"))

@@ -109,7 +109,13 @@ impl PromptCache {
         let Some(&last) = breaks.last() else {
             let usage = json!({"input_tokens": total, "output_tokens": output,
                                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0});
-            return (Billed { total, ..Default::default() }, usage);
+            return (
+                Billed {
+                    total,
+                    ..Default::default()
+                },
+                usage,
+            );
         };
         // The longest prefix written before that a breakpoint can see.
         let mut hit: Option<usize> = None;

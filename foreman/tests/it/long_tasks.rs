@@ -87,7 +87,9 @@ fn settled(body: &Value) -> Vec<Value> {
 fn price_of(b: &Billed, output: u64) -> f64 {
     // $3 input, $0.30 cache read (0.1×), $3.75 cache write (1.25×), $15 output.
     let plain = b.total - b.read - b.write;
+    // Micro-USD, rounded per call as the gateway bills.
     (plain as f64 * 3.0 + b.read as f64 * 0.3 + b.write as f64 * 3.75 + output as f64 * 15.0)
+        .round()
         / 1e6
 }
 
@@ -128,7 +130,10 @@ fn anthropic_prefix_is_cached_and_priced_exactly() {
         assert_eq!(hash(&json!(prefix)), hash(&json!(now)));
         let newest = plain(before["messages"].as_array().unwrap().last().unwrap());
         let same = plain(&after["messages"][prefix.len()]);
-        let (a, b) = (newest["content"].as_array().unwrap(), same["content"].as_array().unwrap());
+        let (a, b) = (
+            newest["content"].as_array().unwrap(),
+            same["content"].as_array().unwrap(),
+        );
         assert_eq!(a[..], b[..a.len()], "the newest message was rewritten");
     }
     // What the provider billed: every call from the second reads all the
@@ -198,7 +203,8 @@ fn openai_cache_key_and_cached_tokens() {
     assert_eq!(t["cache_write_tokens"], 0);
     let cost: f64 = billed
         .iter()
-        .map(|b| ((b.total - b.read) as f64 * 2.5 + b.read as f64 * 1.25 + 200.0) / 1e6)
+        // Micro-USD, rounded per call as the gateway bills.
+        .map(|b| ((b.total - b.read) as f64 * 2.5 + b.read as f64 * 1.25 + 200.0).round() / 1e6)
         .sum();
     let got = t["cost_usd"].as_f64().unwrap();
     assert!((got - cost).abs() < 1e-5, "cost {got} != {cost}");
@@ -238,7 +244,10 @@ fn an_hour_cache_is_asked_for() {
     let seen = llm.seen();
     let body = seen[0].body.to_string();
     assert_eq!(body.matches(r#""ttl":"1h""#).count(), 3, "{body}");
-    assert_eq!(seen[0].beta.as_deref(), Some("extended-cache-ttl-2025-04-11"));
+    assert_eq!(
+        seen[0].beta.as_deref(),
+        Some("extended-cache-ttl-2025-04-11")
+    );
 }
 
 /// The `compacted` events of a finished task: (step, strategy, cause).
@@ -258,7 +267,10 @@ fn compactions(t: &Value) -> Vec<(u32, String, String)> {
                 tokens_after,
                 ..
             } => {
-                assert!(tokens_after < tokens_before, "{step}: {tokens_before} → {tokens_after}");
+                assert!(
+                    tokens_after < tokens_before,
+                    "{step}: {tokens_before} → {tokens_after}"
+                );
                 Some((step, strategy, cause))
             }
             _ => None,
@@ -271,7 +283,12 @@ fn summary_reply(body: &Value) -> Option<Reply> {
     body["tools"]
         .as_array()
         .is_none_or(|t| t.is_empty())
-        .then(|| Reply::Text("Goal: read data.txt.\nWhat was done: read it.".into(), (500, 30)))
+        .then(|| {
+            Reply::Text(
+                "Goal: read data.txt.\nWhat was done: read it.".into(),
+                (500, 30),
+            )
+        })
 }
 
 /// Issue 26: in a small window the servo masks old tool outputs, then has
@@ -291,10 +308,17 @@ fn compaction_keeps_a_task_in_its_window_and_replays_exactly() {
     let ctx = "context: { window: 8000, keep_recent: 2 }\n";
     s.write(
         "p.md",
-        &format!("---\nmodel: gpt-4o-mini\nmax_steps: 60\n{ctx}---\nRead data.txt until you know it.\n"),
+        &format!(
+            "---\nmodel: gpt-4o-mini\nmax_steps: 60\n{ctx}---\nRead data.txt until you know it.\n"
+        ),
     );
     let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(t["state"], "complete");
     let done = compactions(&t);
@@ -303,8 +327,15 @@ fn compaction_keeps_a_task_in_its_window_and_replays_exactly() {
     assert!(done.iter().all(|c| c.2 == "threshold"), "{done:?}");
     assert_eq!(t["compactions"], done.len());
     // No request the provider saw was over the window's threshold (bytes / 3).
-    let summaries = llm.seen().iter().filter(|s| summary_reply(&s.body).is_some()).count();
-    assert_eq!(summaries, done.iter().filter(|c| c.1 == "summarize").count());
+    let summaries = llm
+        .seen()
+        .iter()
+        .filter(|s| summary_reply(&s.body).is_some())
+        .count();
+    assert_eq!(
+        summaries,
+        done.iter().filter(|c| c.1 == "summarize").count()
+    );
     for seen in llm.seen() {
         let bytes = seen.body["messages"].to_string().len() + seen.body["tools"].to_string().len();
         assert!(bytes / 3 < 8000, "a request of {bytes} bytes");
@@ -313,14 +344,22 @@ fn compaction_keeps_a_task_in_its_window_and_replays_exactly() {
     // The recorded session, replayed: the same compactions.
     let results = Path::new(t["results"].as_str().unwrap());
     let id = t["id"].as_str().unwrap();
-    std::fs::copy(results.join(format!("servo-{id}-session.json")), s.path().join("rec.json"))
-        .unwrap();
+    std::fs::copy(
+        results.join(format!("servo-{id}-session.json")),
+        s.path().join("rec.json"),
+    )
+    .unwrap();
     s.write(
         "r.md",
         &format!("---\nmodel: replay:rec.json\nmax_steps: 60\n{ctx}---\nRead data.txt until you know it.\n"),
     );
     let out = s.run(&["run", "r.md", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(compactions(&r), done);
 }
@@ -334,8 +373,18 @@ fn a_context_length_error_compacts_and_the_task_goes_on() {
     let openai_error = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens. Please reduce the length of the messages.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
     let anthropic_error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 208310 tokens > 200000 maximum"}});
     for (model, base, key, error) in [
-        ("gpt-4o-mini", "OPENAI_BASE_URL", "OPENAI_API_KEY", openai_error),
-        ("claude-ctx-test", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", anthropic_error),
+        (
+            "gpt-4o-mini",
+            "OPENAI_BASE_URL",
+            "OPENAI_API_KEY",
+            openai_error,
+        ),
+        (
+            "claude-ctx-test",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            anthropic_error,
+        ),
     ] {
         // Four reads, then the provider refuses the fifth call once.
         let mut script = reading_script();
@@ -344,11 +393,17 @@ fn a_context_length_error_compacts_and_the_task_goes_on() {
         script.push(Reply::tool("read_file", json!({"path": "data.txt"})));
         script.push(Reply::tool("task_complete", json!({"message": "done"})));
         let llm = FakeLlm::start_matching(script, summary_reply);
-        let url = if base.starts_with("OPENAI") { llm.base_url() } else { llm.anthropic_url() };
+        let url = if base.starts_with("OPENAI") {
+            llm.base_url()
+        } else {
+            llm.anthropic_url()
+        };
         let s = Saheeli::new().env(key, "sk-test-ctx-0000").env(base, &url);
         s.write(
             "p.md",
-            &format!("---\nmodel: {model}\nmax_steps: 60\ncontext: {{ keep_recent: 2 }}\n---\nRead.\n"),
+            &format!(
+                "---\nmodel: {model}\nmax_steps: 60\ncontext: {{ keep_recent: 2 }}\n---\nRead.\n"
+            ),
         );
         let out = s.run(&["run", "p.md", "--json"]);
         let t: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -358,9 +413,21 @@ fn a_context_length_error_compacts_and_the_task_goes_on() {
         assert_eq!(done[0].2, "context_error");
         // The call after the error sent the compacted conversation.
         let seen = llm.seen();
-        let tools: Vec<&Value> = seen.iter().map(|s| &s.body).filter(|b| summary_reply(b).is_none()).collect();
+        let tools: Vec<&Value> = seen
+            .iter()
+            .map(|s| &s.body)
+            .filter(|b| summary_reply(b).is_none())
+            .collect();
         let (refused, again) = (tools[5].to_string(), tools[6].to_string());
-        assert!(again.len() < refused.len(), "{model}: {} !< {}", again.len(), refused.len());
-        assert!(again.contains("was removed to keep the conversation"), "{model}");
+        assert!(
+            again.len() < refused.len(),
+            "{model}: {} !< {}",
+            again.len(),
+            refused.len()
+        );
+        assert!(
+            again.contains("was removed to keep the conversation"),
+            "{model}"
+        );
     }
 }

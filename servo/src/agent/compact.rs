@@ -28,8 +28,7 @@ impl Agent {
     pub(super) async fn keep_in_window(&mut self, step: u32, cause: Cause) -> bool {
         let specs = self.specs_bytes();
         let plan = self.task.context;
-        let Some(decision) =
-            context::decide(&self.messages, specs, &self.context, &plan, cause)
+        let Some(decision) = context::decide(&self.messages, specs, &self.context, &plan, cause)
         else {
             return false;
         };
@@ -47,7 +46,14 @@ impl Agent {
         self.context = state;
         self.compactions.push(self.context.clone());
         let after = context::estimate(&self.view(), specs);
-        info!(step, strategy, cause = cause.as_str(), before, after, "conversation compacted");
+        info!(
+            step,
+            strategy,
+            cause = cause.as_str(),
+            before,
+            after,
+            "conversation compacted"
+        );
         self.audit.log(&AuditEvent::Compacted {
             ts: now(),
             step,
@@ -103,9 +109,11 @@ impl Agent {
         let request = context::summary_request(&view, upto, max_bytes);
         let model = self.task.model.clone();
         let answer = match &mut self.llm {
-            Provider::Replay(r) => return r.summary().unwrap_or_else(|| {
-                context::mechanical_note(&self.messages, upto)
-            }),
+            Provider::Replay(r) => {
+                return r
+                    .summary()
+                    .unwrap_or_else(|| context::mechanical_note(&self.messages, upto));
+            }
             Provider::Gateway(g) => {
                 let t0 = std::time::Instant::now();
                 let r = g.complete(&model, &request, &[], |_| {}).await;

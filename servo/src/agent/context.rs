@@ -115,9 +115,8 @@ fn recent_start(messages: &[ChatMessage], keep: u32) -> Option<usize> {
 
 /// Whether `state`'s view is above the threshold of the window.
 fn over(messages: &[ChatMessage], specs: usize, state: &ContextState, plan: &ContextPlan) -> bool {
-    plan.window.is_some_and(|w| {
-        estimate(&view(messages, state), specs) as f64 > plan.threshold * w as f64
-    })
+    plan.window
+        .is_some_and(|w| estimate(&view(messages, state), specs) as f64 > plan.threshold * w as f64)
 }
 
 /// What to do before the next call (None: nothing, or nothing can help).
@@ -226,7 +225,12 @@ pub(crate) fn mechanical_note(messages: &[ChatMessage], upto: usize) -> String {
         .join(", ");
     let earlier = part
         .iter()
-        .find(|m| m.role == Role::User && m.content.as_deref().is_some_and(|t| t.starts_with(SUMMARY_HEAD)))
+        .find(|m| {
+            m.role == Role::User
+                && m.content
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with(SUMMARY_HEAD))
+        })
         .and_then(|m| m.content.clone());
     let said: String = part
         .iter()
@@ -256,7 +260,11 @@ pub(crate) fn mechanical_note(messages: &[ChatMessage], upto: usize) -> String {
 
 /// The request that asks the model for the note: the part to summarise as
 /// a transcript, at most `max_bytes` of it (its head and tail).
-pub(crate) fn summary_request(view: &[ChatMessage], upto: usize, max_bytes: usize) -> Vec<ChatMessage> {
+pub(crate) fn summary_request(
+    view: &[ChatMessage],
+    upto: usize,
+    max_bytes: usize,
+) -> Vec<ChatMessage> {
     let mut transcript = String::new();
     for m in &view[2.min(upto)..upto.min(view.len())] {
         let role = match m.role {
@@ -265,7 +273,13 @@ pub(crate) fn summary_request(view: &[ChatMessage], upto: usize, max_bytes: usiz
             Role::User => "user",
             Role::System => "system",
         };
-        let text: String = m.content.as_deref().unwrap_or("").chars().take(2000).collect();
+        let text: String = m
+            .content
+            .as_deref()
+            .unwrap_or("")
+            .chars()
+            .take(2000)
+            .collect();
         transcript.push_str(&format!("{role}: {text}\n"));
         for c in &m.tool_calls {
             let args: String = c.function.arguments.chars().take(300).collect();
@@ -326,7 +340,10 @@ mod tests {
 
     /// A conversation of `turns` read_file turns with `bytes` outputs.
     fn conversation(turns: usize, bytes: usize) -> Vec<ChatMessage> {
-        let mut m = vec![ChatMessage::system("rules"), ChatMessage::user("read a.txt")];
+        let mut m = vec![
+            ChatMessage::system("rules"),
+            ChatMessage::user("read a.txt"),
+        ];
         for i in 0..turns {
             m.push(ChatMessage {
                 role: Role::Assistant,
@@ -359,14 +376,26 @@ mod tests {
     fn below_the_threshold_nothing_happens() {
         let m = conversation(3, 100);
         let p = plan(16_000, Strategy::MaskSummarize);
-        assert_eq!(decide(&m, 0, &ContextState::default(), &p, Cause::Threshold), None);
+        assert_eq!(
+            decide(&m, 0, &ContextState::default(), &p, Cause::Threshold),
+            None
+        );
         // Unknown window: only a provider's error compacts.
         let unknown = ContextPlan { window: None, ..p };
         assert_eq!(
             decide(&m, 0, &ContextState::default(), &unknown, Cause::Threshold),
             None
         );
-        assert!(decide(&m, 0, &ContextState::default(), &unknown, Cause::ContextError(1)).is_some());
+        assert!(
+            decide(
+                &m,
+                0,
+                &ContextState::default(),
+                &unknown,
+                Cause::ContextError(1)
+            )
+            .is_some()
+        );
     }
 
     #[test]
@@ -400,7 +429,12 @@ mod tests {
         assert_eq!(v.len(), 2 + 1 + 4);
         assert!(v[2].content.as_deref().unwrap().starts_with(SUMMARY_HEAD));
         assert!(v[2].content.as_deref().unwrap().contains("read_file ×8"));
-        assert!(v[2].content.as_deref().unwrap().contains("Files touched: a.txt"));
+        assert!(
+            v[2].content
+                .as_deref()
+                .unwrap()
+                .contains("Files touched: a.txt")
+        );
         assert_eq!(v[3].role, Role::Assistant, "no tool result is orphaned");
     }
 
@@ -414,7 +448,13 @@ mod tests {
         ));
         let summarize = plan(4096, Strategy::Summarize);
         assert_eq!(
-            decide(&m, 0, &ContextState::default(), &summarize, Cause::Threshold),
+            decide(
+                &m,
+                0,
+                &ContextState::default(),
+                &summarize,
+                Cause::Threshold
+            ),
             Some(Step::Summarize {
                 upto: 18,
                 masked_before: 0

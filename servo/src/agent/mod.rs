@@ -288,10 +288,12 @@ impl Agent {
             let latency_ms = latency.as_millis() as u64;
             let turn = match turn {
                 Ok(t) => t,
-                Err(LlmError::ContextLength(why)) => match self.too_long(step, latency_ms, why).await {
-                    Some(end) => return end,
-                    None => continue,
-                },
+                Err(LlmError::ContextLength(why)) => {
+                    match self.too_long(step, latency_ms, why).await {
+                        Some(end) => return end,
+                        None => continue,
+                    }
+                }
                 Err(e) => match self.llm_failed(step, latency_ms, e) {
                     Some(end) => return end,
                     None => continue,
