@@ -80,7 +80,8 @@ mod tests {
             ("qwen2.5-coder*".to_string(), 131_072),
         ]
         .into();
-        let cases: &[(&str, &str, Option<u64>, Option<u64>, Option<u64>)] = &[
+        type Case<'a> = (&'a str, &'a str, Option<u64>, Option<u64>, Option<u64>);
+        let cases: &[Case] = &[
             // model, upstream, provider's, server's, expected
             (
                 "local/smollm2",

@@ -106,16 +106,17 @@ mod tests {
     fn defaults_follow_the_providers_ratios() {
         use Cache::*;
         use ProviderKind::*;
-        let cases: &[(
+        type Case<'a> = (
             ProviderKind,
-            &str,
+            &'a str,
             Cache,
             Option<f64>,
             Option<f64>,
             f64,
             f64,
             f64,
-        )] = &[
+        );
+        let cases: &[Case] = &[
             // kind, model, cache, read set, write set, read, write, worst
             (
                 Anthropic,

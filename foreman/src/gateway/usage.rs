@@ -85,7 +85,8 @@ mod tests {
     #[test]
     fn every_providers_shape() {
         use ProviderKind::*;
-        let cases: &[(ProviderKind, Value, (u64, u64, u64, u64))] = &[
+        type Case = (ProviderKind, Value, (u64, u64, u64, u64));
+        let cases: &[Case] = &[
             // kind, usage, (prompt, completion, read, write)
             (
                 Openai,
