@@ -20,7 +20,8 @@
 //!   from `/proc`.
 //! - `dispatch`, `first`, `steps`, `throughput`, `wide`, `thousand`,
 //!   `collection`, `footprint`, `admission` (a fixed-concurrency sweep
-//!   against `auto`): the measurements.
+//!   against `auto`), `long` (issue 26: `cost` with and without prompt
+//!   caching, `length` in a 16k window): the measurements.
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -30,6 +31,9 @@ mod dispatch;
 mod env;
 mod events;
 mod extract;
+// The tests' prompt cache, shared by their fake LLM (`llm`) and `long`.
+#[path = "../../foreman/tests/it/fake_cache.rs"]
+mod fake_cache;
 mod fake_llm;
 // The test double's answers in each API's format, which its
 // `foreman/tests/it/fake_llm.rs` (included by `llm`) renders with.
@@ -42,6 +46,7 @@ mod footprint;
 mod history;
 mod hops;
 mod llm;
+mod long;
 mod probe;
 mod project;
 mod stats;
@@ -72,6 +77,8 @@ const MEASUREMENTS: &[&str] = &[
     "status",
     "size",
     "admission",
+    "cost",
+    "length",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -98,7 +105,7 @@ struct Args {
     out: PathBuf,
     /// Run only these measurements (repeatable): floor, dispatch, first,
     /// step, throughput, wide, thousand, collection, rss, status, size,
-    /// admission.
+    /// admission, cost, length (`cost` and `length` run together).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -303,6 +310,10 @@ async fn run(
     if want("admission") {
         quiet_check("admission", busy).await;
         figures.extend(admission::admission(env).await?);
+    }
+    if want("cost") || want("length") {
+        quiet_check("long", busy).await;
+        figures.extend(long::long_tasks(env, args.quick).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;

@@ -6,11 +6,21 @@ use serde::{Deserialize, Serialize};
 use crate::TaskId;
 use crate::chat::ChatMessage;
 
-/// Token usage, summed over a task or for one call.
+/// Token usage, summed over a task or for one call. `input_tokens`
+/// includes cached ones; `cache_read_tokens` and `cache_write_tokens` are
+/// the parts of it the provider read from or wrote to its prompt cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -21,6 +31,8 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
     }
 }
 
@@ -119,6 +131,20 @@ pub enum AuditEvent {
         passed: bool,
         checks: Vec<crate::verify::Check>,
     },
+    /// The servo compacted its conversation to keep it inside the model's
+    /// window (issue 26). The session file keeps the full history.
+    Compacted {
+        ts: String,
+        step: u32,
+        /// `mask` or `summarize`: what was done this time.
+        strategy: String,
+        /// `threshold` (the estimate passed it) or `context_error` (the
+        /// provider answered that the context is too long).
+        cause: String,
+        /// The conversation's estimated size before and after, in tokens.
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// The servo is about to exit.
     Finish {
         ts: String,
@@ -172,4 +198,9 @@ pub struct Session {
     /// The plan gate was passed (a plan was approved).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_approved: bool,
+    /// Every compaction, in order (issue 26): what the model was sent
+    /// instead of `messages` after each. The last one is in force; a
+    /// replay of this session answers its summary calls from them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<crate::context::ContextState>,
 }

@@ -32,6 +32,10 @@ pub struct ChatRequest {
     /// Number of choices; the gateway never forwards it (one choice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<u32>,
+    /// OpenAI's prompt-cache routing key: the gateway sets it to the task's
+    /// id (issue 26), so one task's calls land where its prefix is cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,6 +147,12 @@ pub struct Choice {
     pub finish_reason: Option<String>,
 }
 
+/// What one call used. `prompt_tokens` counts every input token the
+/// provider processed, cached ones included (Anthropic reports those apart
+/// from `input_tokens`; the gateway adds them in); `cache_read_tokens` and
+/// `cache_write_tokens` are the parts of it read from and written to the
+/// provider's prompt cache (issue 26). The gateway fills them from each
+/// provider's own usage shape; an upstream OpenAI body never has them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatUsage {
     #[serde(default)]
@@ -151,6 +161,14 @@ pub struct ChatUsage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The `error.type` values the foreman's gateway answers with, so the
@@ -167,6 +185,9 @@ pub mod gateway_error {
     pub const MALFORMED: &str = "malformed_response";
     /// Retries are used up: rate limits, 5xx, resets, timeouts (HTTP 503).
     pub const UNAVAILABLE: &str = "upstream_unavailable";
+    /// The request did not fit the model's context window (HTTP 400): the
+    /// servo compacts its conversation and asks again (issue 26).
+    pub const CONTEXT_LENGTH: &str = "context_length_exceeded";
 }
 
 /// The OpenAI error envelope: `{"error": {"message": …, "type": …}}`.

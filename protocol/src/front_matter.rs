@@ -89,6 +89,12 @@ pub struct FrontMatter {
     /// A checklist the model ticks off with `step_done`.
     #[serde(default)]
     pub steps: Vec<crate::template::Step>,
+    // --- long tasks (issue 26) ---
+    /// The provider's prompt cache: `5m` (default), `1h` or `off`.
+    pub cache: Option<crate::context::Cache>,
+    /// The model's window and how the conversation is kept inside it.
+    pub context: Option<crate::context::ContextSettings>,
+    // --- end long tasks ---
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

@@ -10,6 +10,7 @@
 //!   in `/workspace/.saheeli/task.json`.
 //! - [`front_matter`]: the YAML front-matter of a prompt file.
 //! - [`completion`]: `complete.json`, the definitive success signal.
+//! - [`context`]: long tasks: `cache:` and `context:` (compaction).
 //! - [`audit`]: the JSON-lines audit log and the session file.
 //! - [`chat`]: the OpenAI-compatible chat-completions wire format spoken
 //!   between the servo and the foreman's gateway.
@@ -33,6 +34,7 @@ pub mod audit;
 pub mod capability;
 pub mod chat;
 pub mod completion;
+pub mod context;
 pub mod exit;
 pub mod front_matter;
 pub mod human;

@@ -25,6 +25,11 @@ use crate::chat::{ChatMessage, Role};
 #[serde(deny_unknown_fields)]
 pub struct ReplayScript {
     pub turns: Vec<ReplayTurn>,
+    /// Summaries the recorded run's compactions made, in order: a replay
+    /// answers its own summary calls with them, so it compacts exactly as
+    /// the run did (issue 26).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summaries: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -104,7 +109,19 @@ impl ReplayScript {
                 usage: None,
             })
             .collect();
-        ReplayScript { turns }
+        // A summary is new where its `upto` moved (a mask-only
+        // compaction keeps the summary before it).
+        let mut summaries: Vec<String> = Vec::new();
+        let mut upto = 0;
+        for c in &session.compactions {
+            if let Some(s) = &c.summary
+                && s.upto != upto
+            {
+                upto = s.upto;
+                summaries.push(s.text.clone());
+            }
+        }
+        ReplayScript { turns, summaries }
     }
 }
 
@@ -168,6 +185,7 @@ mod tests {
             active_ms: 0,
             notes: vec![],
             plan_approved: false,
+            compactions: vec![],
         };
         let text = serde_json::to_string(&session).unwrap();
         let s = ReplayScript::parse(&text).unwrap();

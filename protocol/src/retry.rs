@@ -10,6 +10,26 @@ pub fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
 }
 
+/// Whether an error body says the request did not fit the model's
+/// context window (issue 26), in any provider's words: OpenAI's and
+/// llama-cpp-python's `context_length_exceeded`, vLLM's "maximum context
+/// length", Anthropic's "prompt is too long", llama-server's
+/// `exceed_context_size_error` / "exceeds the available context size".
+/// Such a request is compacted and sent again, never the end of a task.
+pub fn context_overflow(body: &str) -> bool {
+    const SIGNS: [&str; 7] = [
+        "context_length_exceeded",
+        "maximum context length",
+        "prompt is too long",
+        "exceed_context_size_error",
+        "exceeds the available context size",
+        "exceed context window",
+        "context window of",
+    ];
+    let lower = body.to_ascii_lowercase();
+    SIGNS.iter().any(|s| lower.contains(s))
+}
+
 /// A `Retry-After` value: seconds (`2`, `0.5`) or an HTTP date (any of the
 /// three formats HTTP allows), as a wait from `now` (zero when past).
 pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
@@ -42,6 +62,27 @@ pub fn backoff(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_overflow_in_every_providers_words() {
+        let yes = [
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":2100,"n_ctx":2048}}"#,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"invalid_request_error"}}"#,
+            r#"{"error":{"message":"Requested tokens (2100) exceed context window of 2048","type":"internal_server_error"}}"#,
+            r#"{"object":"error","message":"This model's maximum context length is 16384 tokens. However, you requested 17000 tokens in the messages, Please reduce the length of the messages.","type":"BadRequestError","code":400}"#,
+        ];
+        for body in yes {
+            assert!(context_overflow(body), "{body}");
+        }
+        for body in [
+            r#"{"error":{"message":"Invalid value for 'tool_choice'","type":"invalid_request_error"}}"#,
+            r#"{"error":{"message":"Input should be a valid string"}}"#,
+        ] {
+            assert!(!context_overflow(body), "{body}");
+        }
+    }
 
     #[test]
     fn statuses() {

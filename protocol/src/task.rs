@@ -105,6 +105,9 @@ pub struct ServoTask {
     /// The scripted turns when `model` is `replay:…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayScript>,
+    /// How the conversation is kept inside the model's window (issue 26).
+    #[serde(default)]
+    pub context: crate::context::ContextPlan,
 }
 
 /// The environment variable that may carry a [`Launch`] as JSON, sparing

@@ -194,6 +194,8 @@ pub(crate) struct AuditTotals {
     /// The servo's own word for how it ended (its `finish` event), when
     /// it got to write one.
     pub outcome: Option<String>,
+    /// The servo's `compacted` events (issue 26).
+    pub compactions: u32,
 }
 
 /// Steps, token usage and the servo's outcome from the audit log of a
@@ -202,6 +204,7 @@ pub(crate) struct AuditTotals {
 pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadError> {
     let mut steps = 0;
     let mut usage = Usage::default();
+    let mut compactions = 0;
     let Some(lines) = audit_lines(dir, id)? else {
         return Ok(AuditTotals::default());
     };
@@ -216,6 +219,7 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
                 steps = steps.max(step);
                 usage.add(u);
             }
+            Ok(AuditEvent::Compacted { .. }) => compactions += 1,
             Ok(AuditEvent::Finish {
                 steps: s,
                 usage: u,
@@ -226,6 +230,7 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
                     steps: s,
                     usage: u,
                     outcome: Some(outcome),
+                    compactions,
                 });
             }
             _ => {}
@@ -235,6 +240,7 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
         steps,
         usage,
         outcome: None,
+        compactions,
     })
 }
 

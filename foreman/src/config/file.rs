@@ -60,6 +60,12 @@ pub(crate) struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
+    // --- long tasks (issue 26) ---
+    /// Context windows in tokens by model (as written or as sent
+    /// upstream; `prefix*` matches the start), over the built-in table of
+    /// known models (`config::windows`).
+    pub windows: BTreeMap<String, u64>,
+    // --- end long tasks ---
     /// Webhooks for every task's events (a prompt's `notify` adds more).
     pub notify: Vec<saheeli_protocol::front_matter::Notify>,
     /// A delivery still failing after this long is given up (marked dead).
@@ -216,13 +222,28 @@ pub(crate) struct ProviderConfig {
     /// `llm.max_output_tokens`.
     #[serde(default)]
     pub max_output_tokens: Option<u64>,
+    // --- long tasks (issue 26) ---
+    /// The window of this provider's models in tokens, unless `windows:`
+    /// names the model (a local server's own, e.g. llama-server `-c`).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    // --- end long tasks ---
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Price {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    // --- long tasks (issue 26) ---
+    /// Input read from the provider's prompt cache; unset: the provider's
+    /// published ratio (`gateway::pricing`).
+    #[serde(default)]
+    pub cache_read_per_mtok: Option<f64>,
+    /// Input written to the prompt cache; unset: the provider's ratio.
+    #[serde(default)]
+    pub cache_write_per_mtok: Option<f64>,
+    // --- end long tasks ---
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -280,6 +301,13 @@ pub(crate) struct TaskDefaults {
     pub assess: bool,
     /// What the assessor judges against (default: the title and body).
     pub objective: Option<String>,
+    // --- long tasks (issue 26) ---
+    /// The provider's prompt cache: `5m`, `1h` or `off`.
+    pub cache: saheeli_protocol::context::Cache,
+    /// The model's window and the compaction strategy (the window's
+    /// default comes from `windows:` and the provider).
+    pub context: saheeli_protocol::context::ContextSettings,
+    // --- end long tasks ---
 }
 
 /// What an approval gate does in a run without a human.
@@ -343,6 +371,7 @@ impl Default for ConfigFile {
             llm: LlmConfig::default(),
             providers: BTreeMap::new(),
             prices: BTreeMap::new(),
+            windows: BTreeMap::new(),
             notify: Vec::new(),
             notify_max_age: Duration::from_secs(24 * 3600),
             capabilities: BTreeMap::new(),
@@ -383,6 +412,8 @@ impl Default for TaskDefaults {
             verify_timeout: Duration::from_secs(600),
             assess: false,
             objective: None,
+            cache: saheeli_protocol::context::Cache::default(),
+            context: saheeli_protocol::context::ContextSettings::default(),
         }
     }
 }

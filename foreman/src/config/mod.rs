@@ -10,6 +10,7 @@ mod limits;
 mod load;
 #[cfg(test)]
 mod tests;
+pub(crate) mod windows;
 
 pub(crate) use concurrency::Concurrency;
 pub(crate) use file::*;

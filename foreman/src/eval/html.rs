@@ -184,7 +184,15 @@ fn summary(s: &mut String, r: &EvalReport) {
         "",
         "Cost",
         &money(r.cost_usd),
-        &format!("{} tokens", r.tokens),
+        &if r.cache_read_tokens + r.cache_write_tokens > 0 {
+            format!(
+                "{} tokens, {} of input from the prompt cache",
+                r.tokens,
+                pct(r.cache_hit_rate)
+            )
+        } else {
+            format!("{} tokens", r.tokens)
+        },
     );
     let lat = |v: Option<i64>| v.map(human_ms).unwrap_or_else(|| "–".into());
     card(

@@ -47,6 +47,16 @@ pub(crate) struct EvalReport {
     pub output_tokens: i64,
     pub tokens: i64,
     pub cost_usd: f64,
+    /// Input read from and written to the provider's prompt cache, the
+    /// share of input read, and the servo's compactions (issue 26).
+    #[serde(default)]
+    pub cache_read_tokens: i64,
+    #[serde(default)]
+    pub cache_write_tokens: i64,
+    #[serde(default)]
+    pub cache_hit_rate: f64,
+    #[serde(default)]
+    pub compactions: i64,
     pub failures_by_reason: BTreeMap<String, usize>,
     pub tool_calls: BTreeMap<String, u64>,
     /// From the run's start to its end.
@@ -101,6 +111,12 @@ pub(crate) struct CaseResult {
     pub output_tokens: i64,
     pub tokens: i64,
     pub cost_usd: f64,
+    #[serde(default)]
+    pub cache_read_tokens: i64,
+    #[serde(default)]
+    pub cache_write_tokens: i64,
+    #[serde(default)]
+    pub compactions: i64,
     pub tool_calls: BTreeMap<String, u64>,
     pub verify_attempts: u32,
     pub verify: Vec<VerifyCheck>,
@@ -184,6 +200,7 @@ pub(crate) fn case_result(
     let mut verify_attempts = 0;
     let (mut input_tokens, mut output_tokens, mut steps) = (0i64, 0i64, 0i64);
     let (mut cost_usd, mut duration) = (0.0f64, None::<i64>);
+    let (mut cache_read_tokens, mut cache_write_tokens, mut compactions) = (0i64, 0i64, 0i64);
     for t in &chain {
         if let Some(dir) = t.results_path.as_deref()
             && let Ok(counts) = crate::report::tool_counts(Path::new(dir), t)
@@ -196,6 +213,9 @@ pub(crate) fn case_result(
         input_tokens += t.input_tokens;
         output_tokens += t.output_tokens;
         cost_usd += t.cost_usd;
+        cache_read_tokens += t.cache_read_tokens;
+        cache_write_tokens += t.cache_write_tokens;
+        compactions += t.compactions;
         steps += t.steps;
         if let (Some(s), Some(f)) = (t.started_at, t.finished_at) {
             duration = Some(duration.unwrap_or(0) + (f - s).max(0));
@@ -244,6 +264,9 @@ pub(crate) fn case_result(
         output_tokens,
         tokens: input_tokens + output_tokens,
         cost_usd,
+        cache_read_tokens,
+        cache_write_tokens,
+        compactions,
         tool_calls,
         verify_attempts,
         verify,
@@ -352,6 +375,13 @@ pub(crate) fn totals(
         output_tokens: cases.iter().map(|c| c.output_tokens).sum(),
         tokens: cases.iter().map(|c| c.tokens).sum(),
         cost_usd: cases.iter().map(|c| c.cost_usd).sum(),
+        cache_read_tokens: cases.iter().map(|c| c.cache_read_tokens).sum(),
+        cache_write_tokens: cases.iter().map(|c| c.cache_write_tokens).sum(),
+        cache_hit_rate: crate::output::hit_rate(
+            cases.iter().map(|c| c.cache_read_tokens).sum(),
+            cases.iter().map(|c| c.input_tokens).sum(),
+        ),
+        compactions: cases.iter().map(|c| c.compactions).sum(),
         failures_by_reason,
         tool_calls,
         wall_ms: run.ended_at.map(|e| e - run.started_at),

@@ -1,13 +1,58 @@
 //! Translation between the OpenAI chat format (what servos speak) and
 //! Anthropic Messages (`tool_use` / `tool_result` content blocks).
+//!
+//! # Prompt caching (issue 26)
+//!
+//! The breakpoints are placed here, in the gateway, not in the servo: the
+//! servo speaks OpenAI's format, which has no `cache_control`; only the
+//! gateway knows the provider; and placing them where the request is built
+//! makes them right by construction for every servo version. Anthropic
+//! renders tools, then system, then messages, and allows four breakpoints:
+//!
+//! 1. the last tool (the tools never change within a task),
+//! 2. the system prompt,
+//! 3. the last block of the newest message (what the next call reads), and
+//! 4. the last block of the message that ended the previous call (what
+//!    this call reads, found even when one step added more than the 20
+//!    blocks Anthropic looks back over).
+//!
+//! The servo's conversation is append-only (its per-call note is written
+//! once onto the newest message and never rewritten), so each request's
+//! messages begin with the previous request's, byte for byte; a compaction
+//! rewrites older turns on purpose, and the cache is written again once.
 
 use saheeli_protocol::chat::{
     ChatMessage, ChatRequest, ChatResponse, ChatUsage, Choice, FunctionCall, Role, ToolCall,
 };
+use saheeli_protocol::context::Cache;
 use serde_json::{Value, json};
 
-/// The Messages request for an OpenAI-style chat request.
-pub(crate) fn request(req: &ChatRequest, model: &str, max_tokens: u64) -> Value {
+/// The `anthropic-beta` value a `1h` cache needs.
+pub(crate) const EXTENDED_TTL_BETA: &str = "extended-cache-ttl-2025-04-11";
+
+/// The `cache_control` of a breakpoint, None when caching is off.
+fn cache_control(cache: Cache) -> Option<Value> {
+    match cache {
+        Cache::FiveMinutes => Some(json!({"type": "ephemeral"})),
+        Cache::OneHour => Some(json!({"type": "ephemeral", "ttl": "1h"})),
+        Cache::Off => None,
+    }
+}
+
+/// Marks the last block of `message` (a `{"role", "content": [..]}`).
+fn mark_last_block(message: &mut Value, cc: &Value) {
+    if let Some(block) = message
+        .get_mut("content")
+        .and_then(Value::as_array_mut)
+        .and_then(|b| b.last_mut())
+    {
+        block["cache_control"] = cc.clone();
+    }
+}
+
+/// The Messages request for an OpenAI-style chat request, with cache
+/// breakpoints for `cache`.
+pub(crate) fn request(req: &ChatRequest, model: &str, max_tokens: u64, cache: Cache) -> Value {
     let mut system = Vec::new();
     // Anthropic wants user and assistant turns to alternate: consecutive
     // turns of one role (tool results, then a nudge) merge into one.
@@ -59,16 +104,41 @@ pub(crate) fn request(req: &ChatRequest, model: &str, max_tokens: u64) -> Value 
             })
         })
         .collect();
+    let mut tools = tools;
+    let mut messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let cc = cache_control(cache);
+    if let Some(cc) = &cc {
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = cc.clone();
+        }
+        // The newest message, and the user message before the newest
+        // assistant turn: where the previous call ended.
+        let n = messages.len();
+        if let Some(last) = messages.last_mut() {
+            mark_last_block(last, cc);
+        }
+        let previous = (0..n.saturating_sub(1))
+            .rev()
+            .skip_while(|&i| messages[i]["role"] != "assistant")
+            .find(|&i| messages[i]["role"] == "user");
+        if let Some(i) = previous {
+            mark_last_block(&mut messages[i], cc);
+        }
+    }
     let mut body = json!({
         "model": model,
         "max_tokens": max_tokens,
-        "messages": messages
-            .into_iter()
-            .map(|(role, content)| json!({"role": role, "content": content}))
-            .collect::<Vec<_>>(),
+        "messages": messages,
     });
     if !system.is_empty() {
-        body["system"] = json!(system.join("\n\n"));
+        let text = system.join("\n\n");
+        body["system"] = match &cc {
+            Some(cc) => json!([{"type": "text", "text": text, "cache_control": cc}]),
+            None => json!(text),
+        };
     }
     if !tools.is_empty() {
         body["tools"] = json!(tools);
@@ -87,14 +157,7 @@ fn text_block(text: Option<&str>) -> Vec<Value> {
 
 /// Usage from an Anthropic body, even one that is otherwise unusable.
 pub(crate) fn usage(v: &Value) -> Option<ChatUsage> {
-    let u = v.get("usage")?;
-    let input = u.get("input_tokens")?.as_u64()?;
-    let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
-    Some(ChatUsage {
-        prompt_tokens: input,
-        completion_tokens: output,
-        total_tokens: input + output,
-    })
+    super::usage::of_body(crate::config::ProviderKind::Anthropic, v)
 }
 
 /// The OpenAI-style response for a Messages response.
@@ -203,8 +266,9 @@ mod tests {
             }],
             ..Default::default()
         };
-        let body = request(&req, "claude-x", 100);
+        let body = request(&req, "claude-x", 100, Cache::Off);
         assert_eq!(body["system"], "be good");
+        assert!(body.to_string().find("cache_control").is_none());
         assert_eq!(body["max_tokens"], 100);
         let msgs = body["messages"].as_array().unwrap();
         let roles: Vec<_> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
@@ -216,6 +280,81 @@ mod tests {
         assert_eq!(last[1]["tool_use_id"], "t2");
         assert_eq!(last[2]["text"], "go on");
         assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "read_file".into(),
+                arguments: "{}".into(),
+            },
+        }
+    }
+
+    /// Issue 26: breakpoints on the tools, the system prompt, the newest
+    /// message and the message that ended the previous call; four at most;
+    /// the 1h lifetime when asked; none when off.
+    #[test]
+    fn cache_breakpoints_sit_where_the_prefix_ends() {
+        let turn = |id: &str| ChatMessage {
+            role: Role::Assistant,
+            content: None,
+            tool_calls: vec![call(id)],
+            tool_call_id: None,
+        };
+        let req = ChatRequest {
+            messages: vec![
+                ChatMessage::system("rules"),
+                ChatMessage::user("task"),
+                turn("a"),
+                ChatMessage::tool_result("a", "out a"),
+                turn("b"),
+                ChatMessage::tool_result("b", "out b"),
+                ChatMessage::user("[saheeli] Remaining: 3 steps"),
+            ],
+            tools: vec![
+                ToolSpec {
+                    kind: "function".into(),
+                    function: FunctionSpec {
+                        name: "read_file".into(),
+                        description: "d".into(),
+                        parameters: json!({"type": "object"}),
+                    },
+                };
+                2
+            ],
+            ..Default::default()
+        };
+        let body = request(&req, "claude-x", 100, Cache::FiveMinutes);
+        let text = body.to_string();
+        assert_eq!(text.matches("cache_control").count(), 4, "{body:#}");
+        assert!(body["tools"][0].get("cache_control").is_none());
+        assert_eq!(
+            body["tools"][1]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
+        let msgs = body["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 5);
+        // The newest user turn: its tool result and the note, marked last.
+        let newest = msgs[4]["content"].as_array().unwrap();
+        assert!(newest[0].get("cache_control").is_none());
+        assert_eq!(newest[1]["cache_control"]["type"], "ephemeral");
+        // Where the previous call ended: the tool result of step one.
+        assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
+        assert_eq!(msgs[2]["content"][0]["cache_control"]["type"], "ephemeral");
+        let hour = request(&req, "claude-x", 100, Cache::OneHour);
+        assert_eq!(hour["tools"][1]["cache_control"]["ttl"], "1h");
+        assert_eq!(hour.to_string().matches(r#""ttl":"1h""#).count(), 4);
+        // The first call: tools, system and the prompt only.
+        let first = ChatRequest {
+            messages: req.messages[..2].to_vec(),
+            ..req.clone()
+        };
+        let body = request(&first, "claude-x", 100, Cache::FiveMinutes);
+        assert_eq!(body.to_string().matches("cache_control").count(), 3);
     }
 
     #[test]
@@ -246,7 +385,7 @@ mod tests {
         ))
         .unwrap();
         super::super::shape::conservative(&mut req);
-        let body = request(&req, "smollm2", 64);
+        let body = request(&req, "smollm2", 64, Cache::Off);
         assert_eq!(body["tool_choice"], json!({"type": "auto"}), "{body}");
         let turn = &body["messages"][1];
         assert_eq!(turn["role"], "assistant");

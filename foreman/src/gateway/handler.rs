@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use saheeli_protocol::chat::{ChatRequest, ChatResponse, ChatUsage, gateway_error};
+use saheeli_protocol::context::Cache;
 use saheeli_protocol::{Reason, TaskId};
 use serde_json::Value;
 use tracing::{info, warn};
@@ -23,6 +24,8 @@ pub(super) struct GatewayState {
     pub(super) task_id: TaskId,
     pub(super) upstream: Arc<Upstream>,
     pub(super) route: Route,
+    /// The route's price with its cache rates resolved (None: unpriced).
+    pub(super) rates: Option<pricing::Rates>,
     pub(super) budget: Budget,
     pub(super) meter: Arc<Meter>,
     pub(super) desk: DeskLink,
@@ -155,6 +158,11 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         ..Default::default()
     };
     shape::conservative(&mut up);
+    // One task's calls share a cache key, so OpenAI routes them to where
+    // their prefix is cached (issue 26).
+    if route.provider.kind == ProviderKind::Openai && gw.budget.cache != Cache::Off {
+        up.prompt_cache_key = Some(gw.task_id.to_string());
+    }
     // The input this call sends, bounded from above: no tokenizer makes
     // more tokens than bytes, so the request's size in bytes is a safe
     // estimate (bytes / 4 under-counted dense text 2x, case 25). The meter
@@ -167,7 +175,7 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         route.provider.max_output_tokens,
         asked,
     );
-    let grant = match gw.meter.reserve(&gw.budget, route.price, input, Some(want)) {
+    let grant = match gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)) {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");
@@ -192,7 +200,7 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
             }
             serde_json::to_vec(&up).expect("requests serialize").into()
         }
-        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max)
+        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache)
             .to_string()
             .into(),
     };
@@ -214,14 +222,9 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let response = record::chat_call(gw, call_id.clone(), sent, response, billed).await;
     let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
-    let cost_micro = gw.meter.settle(&grant, usage, route.price);
+    let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
     ledger(gw, move |l| {
-        l.settle(
-            &call_id,
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            cost_micro as f64 / 1e6,
-        )
+        l.settle(&call_id, &usage, cost_micro as f64 / 1e6)
     })
     .await;
     response
@@ -253,8 +256,9 @@ pub(super) fn cut_off(gw: &GatewayState, grant: &meter::Grant, call_id: &str) {
         prompt_tokens: grant.tokens,
         completion_tokens: 0,
         total_tokens: grant.tokens,
+        ..Default::default()
     };
-    gw.meter.settle(grant, usage, gw.route.price);
+    gw.meter.settle(grant, usage, gw.rates);
     let (l, id) = (gw.upstream.ledger.clone(), call_id.to_string());
     let task_id = gw.task_id;
     // The gateway's stop settles whatever this cannot write in time.
@@ -300,6 +304,9 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
     }
     if provider.kind == ProviderKind::Anthropic {
         req = req.header("anthropic-version", "2023-06-01");
+        if gw.budget.cache == Cache::OneHour {
+            req = req.header("anthropic-beta", anthropic::EXTENDED_TTL_BETA);
+        }
     }
     let resp = match req.send().await {
         Ok(r) => r,
@@ -336,7 +343,7 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
         },
         Ok(bytes) if retry::verdict(status) == Verdict::Success => Try::Answered(bytes),
         Ok(bytes) => Try::Failed {
-            verdict: retry::verdict(status),
+            verdict: retry::verdict_of(status, &bytes),
             status: Some(status),
             wish,
             why: format!(
@@ -407,6 +414,16 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                     None,
                 );
             }
+            Verdict::ContextLength => {
+                // Not fatal: the servo compacts its conversation and asks again.
+                live().refusal(Refusal::ContextLength);
+                info!(task_id = %gw.task_id, error = %last, "the request did not fit the model's window");
+                let kind = gateway_error::CONTEXT_LENGTH;
+                return (
+                    error_response(gw, StatusCode::BAD_REQUEST, kind, &last),
+                    None,
+                );
+            }
             Verdict::Retry | Verdict::Success => {}
         }
         let wait = retry::backoff(attempt, wish);
@@ -446,17 +463,20 @@ pub(super) fn answer(gw: &GatewayState, bytes: &[u8]) -> (Response, Option<ChatU
         Ok(mut r) if !r.choices.is_empty() => {
             // One choice, whatever the provider sent.
             r.choices.truncate(1);
+            // The provider's own usage shape, cached tokens included.
+            let billed = parsed
+                .as_ref()
+                .ok()
+                .and_then(|v| usage::of_body(gw.route.provider.kind, v));
+            r.usage = billed.or(r.usage);
             let usage = r.usage.unwrap_or_default();
             (json_response(gw, StatusCode::OK, &r), Some(usage))
         }
         other => {
             // Billed all the same: count what usage the body reports.
-            let usage = parsed.ok().and_then(|v| match gw.route.provider.kind {
-                ProviderKind::Openai => {
-                    serde_json::from_value::<ChatUsage>(v.get("usage")?.clone()).ok()
-                }
-                ProviderKind::Anthropic => anthropic::usage(&v),
-            });
+            let usage = parsed
+                .ok()
+                .and_then(|v| usage::of_body(gw.route.provider.kind, &v));
             m.malformed.fetch_add(1, Ordering::Relaxed);
             live().refusal(Refusal::Malformed);
             let why = other.err().unwrap_or_else(|| "no choices".into());

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
+use saheeli_protocol::chat::ChatUsage;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LedgerError {
@@ -35,6 +36,9 @@ pub(crate) struct Spent {
     pub cost_usd: f64,
     /// Calls a dead foreman left in flight, now counted at their reservation.
     pub lost: u64,
+    /// Parts of `input_tokens` read from and written to the provider's cache.
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
 }
 
 pub(crate) struct Ledger {
@@ -108,19 +112,22 @@ impl Ledger {
     }
 
     /// Records what the call really cost (zero when nothing was billed).
-    pub fn settle(
-        &self,
-        call: &str,
-        input: u64,
-        output: u64,
-        cost_usd: f64,
-    ) -> Result<(), LedgerError> {
+    pub fn settle(&self, call: &str, usage: &ChatUsage, cost_usd: f64) -> Result<(), LedgerError> {
         self.write(|tx| {
             tx.execute(
                 "UPDATE llm_calls SET state = 'settled', input_tokens = ?2, output_tokens = ?3,
-                        cost_usd = ?4, settled_at = ?5
+                        cost_usd = ?4, settled_at = ?5, cache_read_tokens = ?6,
+                        cache_write_tokens = ?7
                  WHERE call_id = ?1 AND state = 'in_flight'",
-                params![call, input as i64, output as i64, cost_usd, now_ms()],
+                params![
+                    call,
+                    usage.prompt_tokens as i64,
+                    usage.completion_tokens as i64,
+                    cost_usd,
+                    now_ms(),
+                    usage.cache_read_tokens as i64,
+                    usage.cache_write_tokens as i64
+                ],
             )?;
             Ok(())
         })
@@ -166,20 +173,24 @@ impl Ledger {
                  WHERE task_id = ?1 AND state = 'in_flight'",
                 params![id, now_ms()],
             )?;
-            let (calls, input, output, cost, reserved, reserved_cost): (
+            let (calls, input, output, cost, reserved, reserved_cost, read, write): (
                 i64,
                 i64,
                 i64,
                 f64,
                 i64,
                 f64,
+                i64,
+                i64,
             ) = tx.query_row(
                 "SELECT count(*),
                         coalesce(sum(CASE state WHEN 'settled' THEN input_tokens END), 0),
                         coalesce(sum(CASE state WHEN 'settled' THEN output_tokens END), 0),
                         coalesce(sum(CASE state WHEN 'settled' THEN cost_usd END), 0.0),
                         coalesce(sum(CASE state WHEN 'lost' THEN reserved_tokens END), 0),
-                        coalesce(sum(CASE state WHEN 'lost' THEN reserved_cost END), 0.0)
+                        coalesce(sum(CASE state WHEN 'lost' THEN reserved_cost END), 0.0),
+                        coalesce(sum(CASE state WHEN 'settled' THEN cache_read_tokens END), 0),
+                        coalesce(sum(CASE state WHEN 'settled' THEN cache_write_tokens END), 0)
                      FROM llm_calls WHERE task_id = ?1",
                 [&id],
                 |r| {
@@ -190,6 +201,8 @@ impl Ledger {
                         r.get(3)?,
                         r.get(4)?,
                         r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
                     ))
                 },
             )?;
@@ -204,6 +217,8 @@ impl Ledger {
                 output_tokens: output as u64,
                 cost_usd: cost + reserved_cost,
                 lost: lost as u64,
+                cache_read_tokens: read as u64,
+                cache_write_tokens: write as u64,
             }))
         })
     }
@@ -212,6 +227,43 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn usage(input: u64, output: u64) -> ChatUsage {
+        ChatUsage {
+            prompt_tokens: input,
+            completion_tokens: output,
+            total_tokens: input + output,
+            ..Default::default()
+        }
+    }
+
+    /// Issue 26: a task adopted after a restart keeps its cached counts.
+    #[test]
+    fn cached_tokens_survive_adoption() {
+        let d = tempfile::tempdir().unwrap();
+        let db = d.path().join("q.db");
+        drop(crate::store::Store::open(&db).unwrap());
+        let l = Ledger::open(&db).unwrap();
+        let a = TaskId::new();
+        for (call, read, write) in [("c1", 0, 900), ("c2", 900, 100)] {
+            l.reserve(a, call, 2000, 0.0).unwrap();
+            let u = ChatUsage {
+                cache_read_tokens: read,
+                cache_write_tokens: write,
+                ..usage(1000, 10)
+            };
+            l.settle(call, &u, 0.0).unwrap();
+        }
+        let spent = l.adopt(a).unwrap().unwrap();
+        assert_eq!(
+            (
+                spent.input_tokens,
+                spent.cache_read_tokens,
+                spent.cache_write_tokens
+            ),
+            (2000, 900, 1000)
+        );
+    }
 
     #[test]
     fn lost_calls_are_counted_once_at_their_reservation() {
@@ -222,7 +274,7 @@ mod tests {
         let (a, b) = (TaskId::new(), TaskId::new());
         assert_eq!(l.adopt(a).unwrap(), None);
         l.reserve(a, "c1", 1000, 0.5).unwrap();
-        l.settle("c1", 100, 20, 0.1).unwrap();
+        l.settle("c1", &usage(100, 20), 0.1).unwrap();
         l.reserve(a, "c2", 900, 0.4).unwrap(); // the foreman dies here
         l.reserve(b, "c3", 50, 0.0).unwrap();
         let spent = l.adopt(a).unwrap().unwrap();
@@ -237,7 +289,7 @@ mod tests {
         );
         assert!((spent.cost_usd - 0.5).abs() < 1e-9);
         // A second adoption counts the lost call again only once.
-        l.settle("c2", 1, 1, 0.0).unwrap(); // too late: already lost
+        l.settle("c2", &usage(1, 1), 0.0).unwrap(); // too late: already lost
         let again = l.adopt(a).unwrap().unwrap();
         assert_eq!(again.input_tokens, 1000);
         assert_eq!(again.lost, 0);
@@ -255,7 +307,7 @@ mod tests {
         let l = Ledger::open(&db).unwrap();
         let (a, b) = (TaskId::new(), TaskId::new());
         l.reserve(a, "c1", 1000, 0.5).unwrap();
-        l.settle("c1", 100, 20, 0.1).unwrap();
+        l.settle("c1", &usage(100, 20), 0.1).unwrap();
         l.reserve(a, "c2", 900, 0.4).unwrap(); // dropped mid-call
         l.settle_cut("c2").unwrap();
         l.reserve(a, "c3", 800, 0.3).unwrap(); // in flight as the gateway stops

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use saheeli_protocol::Reason;
 use saheeli_protocol::chat::ChatUsage;
+use saheeli_protocol::context::Cache;
 
-use crate::config::Price;
+use super::pricing::Rates;
 
 /// A task's limits, checked before every call.
 #[derive(Clone, Copy, Debug, Default)]
@@ -22,6 +23,10 @@ pub(crate) struct Budget {
     /// refuses an LLM call after this many. None for Saheeli's own loop,
     /// which counts its steps itself.
     pub max_calls: Option<u64>,
+    /// The prompt caching the task asked for (`cache:`): it sets the
+    /// breakpoints sent and what a cache write costs, so the budget's
+    /// checks depend on it.
+    pub cache: Cache,
 }
 
 /// Fewest output tokens a call is allowed: below this no tool call fits,
@@ -34,6 +39,9 @@ pub(crate) struct Meter {
     pub calls: AtomicU64,
     pub input_tokens: AtomicU64,
     pub output_tokens: AtomicU64,
+    /// Parts of `input_tokens` read from and written to the provider's cache.
+    pub cache_read_tokens: AtomicU64,
+    pub cache_write_tokens: AtomicU64,
     /// Millionths of a USD.
     pub cost_micro_usd: AtomicU64,
     pub malformed: AtomicU64,
@@ -88,6 +96,20 @@ impl Meter {
         *self.fatal.lock().unwrap() = Some(reason);
     }
 
+    /// Cached input so far: (read, written).
+    pub fn cached(&self) -> (u64, u64) {
+        (
+            self.cache_read_tokens.load(Ordering::Relaxed),
+            self.cache_write_tokens.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Starts from cached usage already spent (an adopted task).
+    pub fn seed_cached(&self, read: u64, write: u64) {
+        self.cache_read_tokens.store(read, Ordering::Relaxed);
+        self.cache_write_tokens.store(write, Ordering::Relaxed);
+    }
+
     /// Starts from usage already spent (a task adopted after a restart).
     pub fn seed(&self, input: u64, output: u64, cost_usd: f64) {
         self.input_tokens.store(input, Ordering::Relaxed);
@@ -103,7 +125,7 @@ impl Meter {
     pub fn reserve(
         &self,
         budget: &Budget,
-        price: Option<Price>,
+        price: Option<Rates>,
         input: u64,
         want_output: Option<u64>,
     ) -> Result<Grant, String> {
@@ -125,7 +147,8 @@ impl Meter {
         if let (Some(max), Some(p)) = (budget.max_cost, price) {
             let used = self.cost_micro_usd.load(Ordering::Relaxed);
             let left = ((max * 1e6) as u64).saturating_sub(used + held.micro_usd);
-            let need = micro(input, p.input_per_mtok) + micro(MIN_OUTPUT, p.output_per_mtok);
+            // Every input token may be a cache write: reserved at the dearer price.
+            let need = micro(input, p.input_worst) + micro(MIN_OUTPUT, p.output);
             if left < need {
                 return Err(format!(
                     "cost budget: ${:.4} of ${max:.4} used and ${:.4} held by calls in flight; \
@@ -135,18 +158,16 @@ impl Meter {
                     need as f64 / 1e6
                 ));
             }
-            if p.output_per_mtok > 0.0 {
-                let room = left - micro(input, p.input_per_mtok);
-                let affordable = (room as f64 / p.output_per_mtok).floor() as u64;
+            if p.output > 0.0 {
+                let room = left - micro(input, p.input_worst);
+                let affordable = (room as f64 / p.output).floor() as u64;
                 cap = Some(cap.unwrap_or(u64::MAX).min(affordable));
             }
         }
         let out = cap.unwrap_or(0);
         let grant = Grant {
             tokens: input + out,
-            micro_usd: price.map_or(0, |p| {
-                micro(input, p.input_per_mtok) + micro(out, p.output_per_mtok)
-            }),
+            micro_usd: price.map_or(0, |p| micro(input, p.input_worst) + micro(out, p.output)),
             max_output: cap,
         };
         held.tokens += grant.tokens;
@@ -155,7 +176,7 @@ impl Meter {
     }
 
     /// Releases a grant and bills what the call really used.
-    pub fn settle(&self, grant: &Grant, usage: ChatUsage, price: Option<Price>) -> u64 {
+    pub fn settle(&self, grant: &Grant, usage: ChatUsage, price: Option<Rates>) -> u64 {
         let mut held = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         held.tokens = held.tokens.saturating_sub(grant.tokens);
         held.micro_usd = held.micro_usd.saturating_sub(grant.micro_usd);
@@ -163,12 +184,11 @@ impl Meter {
             .fetch_add(usage.prompt_tokens, Ordering::Relaxed);
         self.output_tokens
             .fetch_add(usage.completion_tokens, Ordering::Relaxed);
-        let cost = price.map_or(0, |p| {
-            // per-million-token price × tokens = micro-USD
-            (usage.prompt_tokens as f64 * p.input_per_mtok
-                + usage.completion_tokens as f64 * p.output_per_mtok)
-                .round() as u64
-        });
+        self.cache_read_tokens
+            .fetch_add(usage.cache_read_tokens, Ordering::Relaxed);
+        self.cache_write_tokens
+            .fetch_add(usage.cache_write_tokens, Ordering::Relaxed);
+        let cost = price.map_or(0, |p| p.micro_usd(&usage));
         self.cost_micro_usd.fetch_add(cost, Ordering::Relaxed);
         cost
     }
@@ -198,6 +218,7 @@ mod tests {
                 prompt_tokens: 10,
                 completion_tokens: 5,
                 total_tokens: 15,
+                ..Default::default()
             },
             None,
         );
@@ -214,10 +235,7 @@ mod tests {
             max_cost: Some(1.0),
             ..Budget::default()
         };
-        let price = Some(Price {
-            input_per_mtok: 100.0,
-            output_per_mtok: 1000.0,
-        });
+        let price = Some(rates(100.0, 1000.0, Cache::Off));
         // 1000 input tokens cost $0.10; $0.90 buys 900 output tokens.
         let g = m.reserve(&budget, price, 1000, None).unwrap();
         assert_eq!(g.max_output, Some(900));
@@ -226,5 +244,65 @@ mod tests {
         let free = Meter::default();
         let g = free.reserve(&Budget::default(), None, 1000, None).unwrap();
         assert_eq!(g.max_output, None);
+    }
+
+    fn rates(input: f64, output: f64, cache: Cache) -> Rates {
+        let price = crate::config::Price {
+            input_per_mtok: input,
+            output_per_mtok: output,
+            ..Default::default()
+        };
+        super::super::pricing::rates(
+            price,
+            crate::config::ProviderKind::Anthropic,
+            "claude-x",
+            cache,
+        )
+    }
+
+    /// Issue 26: a budget refusal counts cache pricing. A call's input is
+    /// reserved at the cache-write price (every token may be written), so
+    /// a call the input price would let through is refused with `1h`
+    /// (writes at 2×); and what is billed prices reads at 0.1×.
+    #[test]
+    fn budget_refusal_counts_cache_pricing() {
+        let budget = |cache| Budget {
+            max_cost: Some(0.015),
+            cache,
+            ..Default::default()
+        };
+        // 3,000 input bytes: $0.009 at $3/Mtok, $0.018 as 1h writes; the
+        // smallest output ($15/Mtok × 256) adds $0.00384.
+        let off = Meter::default();
+        let off_rates = rates(3.0, 15.0, Cache::Off);
+        assert!(
+            off.reserve(&budget(Cache::Off), Some(off_rates), 3000, Some(10))
+                .is_ok()
+        );
+        let hour = Meter::default();
+        let hour_rates = rates(3.0, 15.0, Cache::OneHour);
+        let refused = hour
+            .reserve(&budget(Cache::OneHour), Some(hour_rates), 3000, Some(10))
+            .unwrap_err();
+        assert!(refused.contains("cost budget"), "{refused}");
+        // Settled: 100,000 read at $0.30/Mtok, 1,000 written at $6, 50 plain at $3.
+        let m = Meter::default();
+        let g = m
+            .reserve(&Budget::default(), Some(hour_rates), 10, Some(10))
+            .unwrap();
+        let cost = m.settle(
+            &g,
+            ChatUsage {
+                prompt_tokens: 101_050,
+                completion_tokens: 100,
+                total_tokens: 101_150,
+                cache_read_tokens: 100_000,
+                cache_write_tokens: 1000,
+            },
+            Some(hour_rates),
+        );
+        assert_eq!(cost, 30_000 + 6000 + 150 + 1500);
+        assert_eq!(m.cached(), (100_000, 1000));
+        assert_eq!(m.tokens(), 101_150);
     }
 }

@@ -38,6 +38,8 @@
 //!   streamed, OpenAI Responses, vetted, passed through with the task's
 //!   key and metered from the usage they report, streams included;
 //!   `record`: what they saw, for `saheeli task trajectory`.
+//! - `usage`, `pricing`: what a provider billed, cached tokens included,
+//!   and what that costs (issue 26).
 
 mod anthropic;
 mod assess;
@@ -48,6 +50,7 @@ mod ledger;
 mod meter;
 mod native;
 mod passthrough;
+mod pricing;
 mod providers;
 pub(crate) mod record;
 mod redact;
@@ -59,6 +62,7 @@ mod socket;
 mod steps;
 mod stream;
 mod upstream;
+mod usage;
 mod verify;
 
 use handler::*;

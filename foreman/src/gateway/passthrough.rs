@@ -145,7 +145,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
         route.provider.max_output_tokens,
         vetted.asked,
     );
-    let grant = match gw.meter.reserve(&gw.budget, route.price, input, Some(want)) {
+    let grant = match gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)) {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");

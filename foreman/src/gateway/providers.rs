@@ -33,6 +33,8 @@ pub(crate) struct Provider {
     pub key: Option<ApiKey>,
     /// The provider's own output cap per call (else `llm.max_output_tokens`).
     pub max_output_tokens: Option<u64>,
+    /// Its models' context window (`context_window`), when configured.
+    pub context_window: Option<u64>,
 }
 
 impl Provider {
@@ -78,6 +80,7 @@ impl Providers {
                     base_url: None,
                     api_key_env: None,
                     max_output_tokens: None,
+                    context_window: None,
                 },
             ),
             (
@@ -87,6 +90,7 @@ impl Providers {
                     base_url: None,
                     api_key_env: None,
                     max_output_tokens: None,
+                    context_window: None,
                 },
             ),
         ]);
@@ -126,6 +130,7 @@ impl Providers {
                     key_env,
                     key,
                     max_output_tokens: pc.max_output_tokens,
+                    context_window: pc.context_window,
                 };
                 (name, p)
             })

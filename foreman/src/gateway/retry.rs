@@ -14,6 +14,9 @@ pub(crate) enum Verdict {
     Auth,
     /// Any other 4xx: the request itself is wrong.
     BadRequest,
+    /// The request did not fit the model's window (in any provider's
+    /// words): the servo compacts and asks again (issue 26).
+    ContextLength,
 }
 
 pub(crate) fn verdict(status: u16) -> Verdict {
@@ -22,6 +25,19 @@ pub(crate) fn verdict(status: u16) -> Verdict {
         401 | 403 => Verdict::Auth,
         s if retry::retryable_status(s) => Verdict::Retry,
         _ => Verdict::BadRequest,
+    }
+}
+
+/// An error answer's verdict, its body read: a context-length error
+/// (some local servers answer it with a 500) is not retried, nor fatal.
+pub(crate) fn verdict_of(status: u16, body: &[u8]) -> Verdict {
+    let v = verdict(status);
+    let overflow = (400..=500).contains(&status)
+        && retry::context_overflow(&String::from_utf8_lossy(&body[..body.len().min(4096)]));
+    if v != Verdict::Success && overflow {
+        Verdict::ContextLength
+    } else {
+        v
     }
 }
 
@@ -59,6 +75,24 @@ mod tests {
         assert_eq!(verdict(403), Verdict::Auth);
         assert_eq!(verdict(400), Verdict::BadRequest);
         assert_eq!(verdict(404), Verdict::BadRequest);
+        let anthropic = br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#;
+        assert_eq!(verdict_of(400, anthropic), Verdict::ContextLength);
+        let openai = br#"{"error":{"message":"This model's maximum context length is 8192 tokens.","code":"context_length_exceeded"}}"#;
+        assert_eq!(verdict_of(400, openai), Verdict::ContextLength);
+        let llama = br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
+        assert_eq!(verdict_of(400, llama), Verdict::ContextLength);
+        assert_eq!(
+            verdict_of(
+                500,
+                br#"{"error":{"message":"Requested tokens (2100) exceed context window of 2048"}}"#
+            ),
+            Verdict::ContextLength
+        );
+        assert_eq!(
+            verdict_of(400, br#"{"error":{"message":"bad tool"}}"#),
+            Verdict::BadRequest
+        );
+        assert_eq!(verdict_of(503, b"overloaded"), Verdict::Retry);
     }
 
     /// Issue 27 item 3: llama-cpp-python's 500 for `content: null` was

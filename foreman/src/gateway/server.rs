@@ -130,6 +130,8 @@ impl Gateway {
                     warn!(task_id = %task_id, lost = s.lost, "calls cut off by a foreman's death counted at their reservation");
                 }
                 g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                g.meter
+                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
                 g.meter.calls.store(s.calls, Ordering::Relaxed);
             }
             None => g.meter.seed(spent.0, spent.1, spent.2),
@@ -224,6 +226,8 @@ impl Gateway {
         match from_ledger {
             Some(s) => {
                 g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                g.meter
+                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
                 g.meter.calls.store(s.calls, Ordering::Relaxed);
             }
             None => g.meter.seed(spent.0, spent.1, spent.2),
@@ -243,10 +247,14 @@ impl Gateway {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
+        let rates = route
+            .price
+            .map(|p| pricing::rates(p, route.provider.kind, &route.model, budget.cache));
         let state = Arc::new(GatewayState {
             task_id,
             upstream,
             route,
+            rates,
             budget,
             meter: meter.clone(),
             desk,

@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::native::Api;
+use super::pricing::Rates;
 use super::*;
-use crate::config::Price;
 use crate::gateway::meter::Meter;
 use crate::metrics::{Refusal, live};
 
@@ -30,8 +30,12 @@ pub(super) const MAX_EVENT: usize = 4 * 1024 * 1024;
 /// Usage as far as a body or a stream has reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Partial {
+    /// All the input the provider processed, cached included.
     pub input: Option<u64>,
     pub output: Option<u64>,
+    /// Of the input: read from, and written to, the provider's cache.
+    pub cache_read: Option<u64>,
+    pub cache_write: Option<u64>,
 }
 
 impl Partial {
@@ -39,6 +43,22 @@ impl Partial {
     pub fn merge(&mut self, later: Partial) {
         self.input = later.input.or(self.input);
         self.output = later.output.or(self.output);
+        self.cache_read = later.cache_read.or(self.cache_read);
+        self.cache_write = later.cache_write.or(self.cache_write);
+    }
+
+    /// As the meter and the ledger count it.
+    pub fn usage(&self) -> ChatUsage {
+        let input = self.input.unwrap_or(0);
+        let output = self.output.unwrap_or(0);
+        let read = self.cache_read.unwrap_or(0).min(input);
+        ChatUsage {
+            prompt_tokens: input,
+            completion_tokens: output,
+            total_tokens: input + output,
+            cache_read_tokens: read,
+            cache_write_tokens: self.cache_write.unwrap_or(0).min(input - read),
+        }
     }
 
     pub fn total(&self) -> u64 {
@@ -63,9 +83,30 @@ pub(crate) fn read_usage(v: &Value) -> Partial {
         return Partial::default();
     };
     let field = |names: [&str; 2]| names.iter().find_map(|n| u.get(*n)?.as_u64());
+    let read = u.get("cache_read_input_tokens").and_then(Value::as_u64);
+    let write = u.get("cache_creation_input_tokens").and_then(Value::as_u64);
+    let input = field(["input_tokens", "prompt_tokens"]);
+    if read.is_some() || write.is_some() {
+        // Anthropic's shape (llama-server's too): `input_tokens` is only
+        // what came after the last cache breakpoint (gateway::usage).
+        return Partial {
+            input: Some(input.unwrap_or(0) + read.unwrap_or(0) + write.unwrap_or(0)),
+            output: field(["output_tokens", "completion_tokens"]),
+            cache_read: read,
+            cache_write: write,
+        };
+    }
+    let cached = [
+        "/prompt_tokens_details/cached_tokens",
+        "/input_tokens_details/cached_tokens",
+    ]
+    .iter()
+    .find_map(|p| u.pointer(p)?.as_u64());
     Partial {
-        input: field(["input_tokens", "prompt_tokens"]),
+        input,
         output: field(["output_tokens", "completion_tokens"]),
+        cache_read: cached,
+        cache_write: None,
     }
 }
 
@@ -137,18 +178,14 @@ pub(super) fn classify(api: Api, block: &str) -> Event {
 pub(super) fn over_budget(
     meter: &Meter,
     budget: &Budget,
-    price: Option<Price>,
+    price: Option<Rates>,
     usage: Partial,
 ) -> bool {
     let tokens = budget
         .max_tokens
         .is_some_and(|max| meter.tokens() + usage.total() > max);
     let cost = match (budget.max_cost, price) {
-        (Some(max), Some(p)) => {
-            let call = usage.input.unwrap_or(0) as f64 * p.input_per_mtok
-                + usage.output.unwrap_or(0) as f64 * p.output_per_mtok;
-            meter.cost() + call / 1e6 > max
-        }
+        (Some(max), Some(p)) => meter.cost() + p.micro_usd(&usage.usage()) as f64 / 1e6 > max,
         _ => false,
     };
     tokens || cost
@@ -206,7 +243,7 @@ pub(super) async fn relay(
             if event.settles {
                 settled_by = Some(usage);
             }
-            if over_budget(&gw.meter, &gw.budget, gw.route.price, usage) {
+            if over_budget(&gw.meter, &gw.budget, gw.rates, usage) {
                 gw.meter.set_fatal(Reason::Budget);
                 live().refusal(Refusal::Budget);
                 info!(task_id = %gw.task_id, tokens = usage.total(), "budget spent mid-stream: stream ended");
@@ -301,23 +338,11 @@ impl Held {
             self.cut(&grant);
             return;
         };
-        let usage = ChatUsage {
-            prompt_tokens: u.input.unwrap_or(0),
-            completion_tokens: u.output.unwrap_or(0),
-            total_tokens: u.total(),
-        };
+        let usage = u.usage();
         let gw = &self.gw;
-        let cost_micro = gw.meter.settle(&grant, usage, gw.route.price);
+        let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
         let id = self.call.call_id.clone();
-        ledger(gw, move |l| {
-            l.settle(
-                &id,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                cost_micro as f64 / 1e6,
-            )
-        })
-        .await;
+        ledger(gw, move |l| l.settle(&id, &usage, cost_micro as f64 / 1e6)).await;
         info!(task_id = %gw.task_id, call_id = %self.call.call_id, input = usage.prompt_tokens, output = usage.completion_tokens, "agent call settled");
         self.call.usage = Some((usage.prompt_tokens, usage.completion_tokens));
         self.write();
@@ -387,17 +412,47 @@ mod tests {
             ),
         ];
         for (v, (input, output)) in table {
-            assert_eq!(read_usage(&v), Partial { input, output }, "{v}");
+            assert_eq!(
+                read_usage(&v),
+                Partial {
+                    input,
+                    output,
+                    ..Partial::default()
+                },
+                "{v}"
+            );
         }
         let mut p = Partial {
             input: Some(9),
             output: Some(1),
+            ..Partial::default()
         };
         p.merge(Partial {
             input: None,
             output: Some(30),
+            ..Partial::default()
         });
         assert_eq!(p.total(), 39);
+    }
+
+    #[test]
+    fn cached_input_is_read_from_every_shape() {
+        // Anthropic (and llama-server): input after the breakpoint plus
+        // what was read and written.
+        let v = json!({"type": "message_start", "message": {"usage": {
+            "input_tokens": 1, "cache_read_input_tokens": 1110,
+            "cache_creation_input_tokens": 10, "output_tokens": 1}}});
+        let u = read_usage(&v).usage();
+        assert_eq!(
+            (u.prompt_tokens, u.cache_read_tokens, u.cache_write_tokens),
+            (1121, 1110, 10)
+        );
+        let v = json!({"choices": [], "usage": {"prompt_tokens": 100,
+            "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 64}}});
+        assert_eq!(read_usage(&v).usage().cache_read_tokens, 64);
+        let v = json!({"type": "response.completed", "response": {"usage": {"input_tokens": 50,
+            "output_tokens": 2, "input_tokens_details": {"cached_tokens": 40}}}});
+        assert_eq!(read_usage(&v).usage().cache_read_tokens, 40);
     }
 
     #[test]
@@ -445,7 +500,8 @@ mod tests {
             None,
             Partial {
                 input: Some(50),
-                output: Some(50)
+                output: Some(50),
+                ..Partial::default()
             }
         ));
         assert!(over_budget(
@@ -454,13 +510,20 @@ mod tests {
             None,
             Partial {
                 input: Some(50),
-                output: Some(51)
+                output: Some(51),
+                ..Partial::default()
             }
         ));
-        let price = Some(Price {
-            input_per_mtok: 1e6,
-            output_per_mtok: 0.0,
-        });
+        let price = Some(super::super::pricing::rates(
+            crate::config::Price {
+                input_per_mtok: 1e6,
+                output_per_mtok: 0.0,
+                ..Default::default()
+            },
+            crate::config::ProviderKind::Openai,
+            "m",
+            saheeli_protocol::context::Cache::Off,
+        ));
         let b = Budget {
             max_cost: Some(1.0),
             ..Budget::default()
@@ -471,7 +534,8 @@ mod tests {
             price,
             Partial {
                 input: Some(2),
-                output: None
+                output: None,
+                ..Partial::default()
             }
         ));
         assert!(!over_budget(
@@ -480,7 +544,8 @@ mod tests {
             price,
             Partial {
                 input: Some(2),
-                output: None
+                output: None,
+                ..Partial::default()
             }
         ));
     }

@@ -81,6 +81,8 @@ pub(crate) enum Refusal {
     Unavailable,
     /// The provider's answer could not be used.
     Malformed,
+    /// The request did not fit the model's window (the servo compacts).
+    ContextLength,
 }
 
 /// How a workspace came home.

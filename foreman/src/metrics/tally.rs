@@ -70,11 +70,21 @@ struct TokenLabels {
     direction: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    provider: String,
+    model: String,
+    kind: &'static str,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Usage {
     input: u64,
     output: u64,
     cost: f64,
+    cache_read: u64,
+    cache_write: u64,
+    compactions: u64,
 }
 
 impl Usage {
@@ -82,6 +92,13 @@ impl Usage {
         self.input += input.max(0) as u64;
         self.output += output.max(0) as u64;
         self.cost += cost.max(0.0);
+    }
+
+    /// Cached input (read, written) and compactions (issue 26).
+    fn add_long(&mut self, cached: (i64, i64), compactions: i64) {
+        self.cache_read += cached.0.max(0) as u64;
+        self.cache_write += cached.1.max(0) as u64;
+        self.compactions += compactions.max(0) as u64;
     }
 }
 
@@ -165,10 +182,9 @@ impl ScrapeSink for Tally {
                     .observe(ms.max(0) as f64 / 1000.0);
             }
             let l = self.models.label(&e.model);
-            self.ended
-                .entry(l)
-                .or_default()
-                .add(e.input_tokens, e.output_tokens, e.cost_usd);
+            let u = self.ended.entry(l).or_default();
+            u.add(e.input_tokens, e.output_tokens, e.cost_usd);
+            u.add_long(e.cached, e.compactions);
         }
     }
 
@@ -224,16 +240,17 @@ impl Tally {
         let mut usage = self.ended.clone();
         for u in &read.unended {
             let l = self.models.label(&u.model);
-            usage
-                .entry(l)
-                .or_default()
-                .add(u.input_tokens, u.output_tokens, u.cost_usd);
+            let sum = usage.entry(l).or_default();
+            sum.add(u.input_tokens, u.output_tokens, u.cost_usd);
+            sum.add_long(u.cached, u.compactions);
         }
         let calls = Family::<ModelLabels, Counter>::default();
         for (l, n) in &self.calls {
             calls.get_or_create(l).inc_by(*n);
         }
         let tokens = Family::<TokenLabels, Counter>::default();
+        let cached = Family::<CacheLabels, Counter>::default();
+        let compactions = Family::<ModelLabels, Counter>::default();
         let cost = Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
         for (l, u) in &usage {
             for (direction, n) in [("input", u.input), ("output", u.output)] {
@@ -246,7 +263,29 @@ impl Tally {
                     .inc_by(n);
             }
             cost.get_or_create(l).inc_by(u.cost);
+            for (kind, n) in [("read", u.cache_read), ("write", u.cache_write)] {
+                cached
+                    .get_or_create(&CacheLabels {
+                        provider: l.provider.clone(),
+                        model: l.model.clone(),
+                        kind,
+                    })
+                    .inc_by(n);
+            }
+            compactions.get_or_create(l).inc_by(u.compactions);
         }
+        reg.register(
+            "llm_cached_tokens",
+            "Input tokens of tasks read from (`read`) or written to (`write`) the provider's \
+             prompt cache, by provider and model; part of `llm_tokens`' input",
+            cached,
+        );
+        reg.register(
+            "context_compactions",
+            "Times the servo compacted a task's conversation to keep it inside the model's \
+             window, by provider and model (`compactions` of `task status`)",
+            compactions,
+        );
         reg.register(
             "llm_calls",
             "LLM calls forwarded by the gateway, by provider and model (the call ledger)",

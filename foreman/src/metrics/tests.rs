@@ -202,7 +202,7 @@ fn a_scrape_parses_and_agrees_with_the_store() {
     s.request_cancel(cancelled).unwrap();
     let l = lease();
     let live_task = running(&mut s, "local/llama3", &l);
-    s.set_usage(live_task, &l, 2, 50, 5, 0.5).unwrap();
+    s.set_usage(live_task, &l, 2, 50, 5, 0.5, (0, 0)).unwrap();
     calls(&db, live_task, 2);
 
     let (_, p) = parse(&m.render().unwrap());

@@ -25,6 +25,15 @@ pub(crate) struct TaskView {
     pub output_tokens: i64,
     /// USD, from the price table in config.yaml (0 when no price is known).
     pub cost_usd: f64,
+    /// Input tokens the provider read from its prompt cache (part of
+    /// `input_tokens`; issue 26).
+    pub cache_read_tokens: i64,
+    /// Input tokens the provider wrote to its prompt cache.
+    pub cache_write_tokens: i64,
+    /// `cache_read_tokens / input_tokens` (0 without input).
+    pub cache_hit_rate: f64,
+    /// Times the servo compacted the conversation to fit the model's window.
+    pub compactions: i64,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -144,6 +153,14 @@ pub(crate) struct EventView {
     pub by: Option<String>,
 }
 
+/// The share of input read from the provider's cache, to 4 places.
+pub(crate) fn hit_rate(read: i64, input: i64) -> f64 {
+    if input <= 0 {
+        return 0.0;
+    }
+    ((read.max(0) as f64 / input as f64).min(1.0) * 10_000.0).round() / 10_000.0
+}
+
 pub(super) fn time(ms: i64) -> String {
     saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
 }
@@ -168,6 +185,10 @@ impl TaskView {
             input_tokens: t.input_tokens,
             output_tokens: t.output_tokens,
             cost_usd: t.cost_usd,
+            cache_read_tokens: t.cache_read_tokens,
+            cache_write_tokens: t.cache_write_tokens,
+            cache_hit_rate: hit_rate(t.cache_read_tokens, t.input_tokens),
+            compactions: t.compactions,
             created_at: time(t.created_at),
             started_at: t.started_at.map(time),
             finished_at: t.finished_at.map(time),

@@ -139,6 +139,18 @@ pub(crate) fn detail(
         t.input_tokens,
         t.output_tokens
     );
+    if t.cache_read_tokens + t.cache_write_tokens > 0 {
+        let _ = writeln!(
+            s,
+            "cache:     {} read, {} written ({:.0}% of input read from the provider's cache)",
+            t.cache_read_tokens,
+            t.cache_write_tokens,
+            super::json::hit_rate(t.cache_read_tokens, t.input_tokens) * 100.0
+        );
+    }
+    if t.compactions > 0 {
+        let _ = writeln!(s, "context:   compacted {} times", t.compactions);
+    }
     let _ = writeln!(s, "cost:      {}", cost(t.cost_usd));
     if t.gateway_refused > 0 {
         let _ = writeln!(

@@ -52,6 +52,13 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             ..
         } => match error {
             Some(e) => format!("{ts}  step {step:<4} llm error after {latency_ms} ms: {e}"),
+            None if usage.cache_read_tokens + usage.cache_write_tokens > 0 => format!(
+                "{ts}  step {step:<4} llm {latency_ms} ms, {} in ({} cached, {} written to cache) / {} out tokens",
+                usage.input_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.output_tokens
+            ),
             None => format!(
                 "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens",
                 usage.input_tokens, usage.output_tokens
@@ -151,6 +158,16 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
         AuditEvent::Unparked { ts, step } => {
             format!("{ts}  step {step:<4} unparked: going on from the saved session")
         }
+        AuditEvent::Compacted {
+            ts,
+            step,
+            strategy,
+            cause,
+            tokens_before,
+            tokens_after,
+        } => format!(
+            "{ts}  step {step:<4} compacted ({strategy}, {cause}): about {tokens_before} → {tokens_after} tokens"
+        ),
         AuditEvent::Finish {
             ts,
             outcome,

@@ -60,6 +60,8 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         input_tokens: row.input_tokens,
         output_tokens: row.output_tokens,
         cost_usd: row.cost_usd,
+        cached: (row.cache_read_tokens, row.cache_write_tokens),
+        compactions: row.compactions,
         started_at: row.started_at,
         finished_at: row.finished_at,
         changes: changed_files(results),

@@ -49,6 +49,9 @@ pub(crate) struct Report {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_usd: f64,
+    /// Cached input (read, written) and compactions (issue 26).
+    pub cached: (i64, i64),
+    pub compactions: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     /// The diffstat of `changes.patch`; Err says why there is none.
@@ -162,8 +165,22 @@ impl Report {
         } else {
             "-".into()
         };
+        let (read, write) = self.cached;
+        let mut long = String::new();
+        if read + write > 0 {
+            let rate = crate::output::hit_rate(read, self.input_tokens) * 100.0;
+            long.push_str(&format!(
+                "| prompt cache | {read} read ({rate:.0}% of input), {write} written |\n"
+            ));
+        }
+        if self.compactions > 0 {
+            long.push_str(&format!(
+                "| compactions | {} (the conversation was compacted to fit the model's window) |\n",
+                self.compactions
+            ));
+        }
         format!(
-            "| | |\n|---|---|\n| tokens | {} ({} in, {} out) |\n| cost | {cost} |\n\
+            "| | |\n|---|---|\n| tokens | {} ({} in, {} out) |\n{long}| cost | {cost} |\n\
              | started | {} |\n| finished | {} |\n| duration | {duration} |\n",
             self.input_tokens + self.output_tokens,
             self.input_tokens,
@@ -315,6 +332,8 @@ mod tests {
             input_tokens: 100,
             output_tokens: 20,
             cost_usd: 0.0,
+            cached: (80, 10),
+            compactions: 2,
             started_at: Some(1_000),
             finished_at: Some(66_000),
             changes: Ok(vec![FileStat {
@@ -365,6 +384,8 @@ mod tests {
             "| `execute_shell` | 2 | 1 |",
             "| ``a\\|b`c`` | 1 | 0 |",
             "| tokens | 120 (100 in, 20 out) |",
+            "| prompt cache | 80 read (80% of input), 10 written |",
+            "| compactions | 2 (",
             "| duration | 1m05s |",
             "1 file changed, +3 -1",
             "| `src/x.rs` | modified | +3 -1 |",

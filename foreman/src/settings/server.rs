@@ -63,12 +63,16 @@ pub(super) const SERVER: &[Setting] = &[
         .config("notify_max_age"),
     Setting::new("providers", "map")
         .default("{}")
-        .doc("LLM servers by name (`kind`, `base_url`, `api_key_env`, `max_output_tokens`); a model `NAME/model` goes to NAME.")
+        .doc("LLM servers by name (`kind`, `base_url`, `api_key_env`, `max_output_tokens`, `context_window`); a model `NAME/model` goes to NAME.")
         .config("providers"),
     Setting::new("prices", "map")
         .default("{}")
-        .doc("USD per million tokens by model (`input_per_mtok`, `output_per_mtok`), for `max_cost` and reports.")
+        .doc("USD per million tokens by model (`input_per_mtok`, `output_per_mtok`, `cache_read_per_mtok`, `cache_write_per_mtok`), for `max_cost` and reports.")
         .config("prices"),
+    Setting::new("windows", "map")
+        .default("{}")
+        .doc("Context windows in tokens by model (`name` or `prefix*`), over the built-in table.")
+        .config("windows"),
     Setting::new("capabilities", "map")
         .default("{}")
         .doc("MCP servers run by the foreman, by name (`command`/`args`/`env`, or `url`/`headers`).")

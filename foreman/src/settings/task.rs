@@ -166,6 +166,25 @@ pub(super) const TASK: &[Setting] = &[
             Some(t) => json!(t),
             None => json!("all built-in tools"),
         }),
+    Setting::new("cache", "5m | 1h | off")
+        .default("5m")
+        .doc("Provider prompt caching: Anthropic breakpoints with this lifetime, OpenAI `prompt_cache_key`; `1h` pays off for tasks that wait for people (docs: long tasks).")
+        .config("task.cache")
+        .front(|f| f.cache.is_some())
+        .param()
+        .shown(|s, _| json!(s.cache.as_str())),
+    Setting::new("context", "map")
+        .doc("`window`, `strategy` (mask | summarize | mask+summarize), `keep_recent`, `threshold`: how the conversation is compacted before it outgrows the model's window.")
+        .config("task.context")
+        .front(|f| f.context.is_some())
+        .shown(|s, _| {
+            json!({
+                "window": s.context.window,
+                "strategy": s.context.strategy.as_str(),
+                "keep_recent": s.context.keep_recent,
+                "threshold": s.context.threshold,
+            })
+        }),
     Setting::new("notify", "list of webhooks")
         .default("[]")
         .doc("Webhooks (`url`, `events`, `format`); a prompt's are added to config.yaml's.")

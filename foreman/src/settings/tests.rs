@@ -222,12 +222,14 @@ fn the_environment_overrides_config_values() {
 
 #[test]
 fn param_keys_are_the_ones_it_always_took() {
+    // `cache` (issue 26) joined them.
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
         keys,
         [
             "assess",
+            "cache",
             "max_cost",
             "max_steps",
             "max_tokens",

@@ -106,6 +106,14 @@ pub(crate) struct TaskSpec {
     /// What the assessor judges against (None: the title and the body).
     #[serde(default)]
     pub objective: Option<String>,
+    // --- long tasks (issue 26) ---
+    /// The provider's prompt cache (`cache:`).
+    #[serde(default)]
+    pub cache: saheeli_protocol::context::Cache,
+    /// The conversation's window and compaction (`context:`), resolved.
+    #[serde(default)]
+    pub context: saheeli_protocol::context::ContextPlan,
+    // --- end long tasks ---
 }
 
 fn default_verify_retries() -> u32 {
@@ -205,6 +213,7 @@ impl TaskSpec {
         if replay.is_none() {
             check_model(cfg, path, &model)?;
         }
+        let context = context_plan(cfg, path, &model, fm.context)?;
         let capabilities = fm.capabilities.clone().unwrap_or_default();
         check_capabilities(cfg, path, &capabilities)?;
         let tools = fm.tools.clone();
@@ -280,6 +289,8 @@ impl TaskSpec {
             verify_timeout_s: checks.timeout.as_secs().max(1),
             assess: checks.assess,
             objective: checks.objective,
+            cache: fm.cache.unwrap_or(d.cache),
+            context,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -329,6 +340,7 @@ impl TaskSpec {
             steps: self.steps.clone(),
             verify: self.verifies(),
             replay: self.replay.clone(),
+            context: self.context,
         }
     }
 
@@ -350,6 +362,7 @@ impl TaskSpec {
             // (issue 25, `agent:`) is given `Some(max_steps)` here: its
             // gateway counts LLM calls instead.
             max_calls: None,
+            cache: self.cache,
         }
     }
 }
@@ -471,6 +484,41 @@ fn check_run(
         );
     }
     Ok(())
+}
+
+/// `context:` resolved: the front-matter's keys over config.yaml's, the
+/// window from `windows:`, the provider or the known-model table, checked.
+fn context_plan(
+    cfg: &Config,
+    path: &Path,
+    model: &str,
+    fm: Option<saheeli_protocol::context::ContextSettings>,
+) -> anyhow::Result<saheeli_protocol::context::ContextPlan> {
+    let mut s = fm.unwrap_or_default().or(cfg.file.task.context);
+    if s.window.is_none() {
+        let route = crate::gateway::Providers::from_config(cfg).route(model);
+        s.window = crate::config::windows::window(
+            &cfg.file.windows,
+            route.provider.context_window,
+            None,
+            model,
+            &route.model,
+        );
+    }
+    let plan = saheeli_protocol::context::ContextPlan::from_settings(s);
+    if !(plan.threshold > 0.0 && plan.threshold <= 1.0) {
+        bail!(
+            "{}: `context.threshold` must be a fraction of the window above 0 and at most 1 (e.g. 0.85)",
+            path.display()
+        );
+    }
+    if plan.window.is_some_and(|w| w < 1024) {
+        bail!(
+            "{}: `context.window` must be at least 1024 tokens",
+            path.display()
+        );
+    }
+    Ok(plan)
 }
 
 /// `max_cost` is a positive amount, and the model has a price to count it.

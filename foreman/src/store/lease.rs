@@ -114,7 +114,9 @@ impl Store {
         )
     }
 
-    /// Live usage while a task runs (from the gateway).
+    /// Live usage while a task runs (from the gateway); `cached`: input
+    /// read from and written to the provider's cache.
+    #[allow(clippy::too_many_arguments)]
     pub fn set_usage(
         &mut self,
         id: TaskId,
@@ -123,15 +125,26 @@ impl Store {
         input: i64,
         output: i64,
         cost: f64,
+        cached: (i64, i64),
     ) -> Result<()> {
         self.fenced_update(
             id,
             &format!(
-                "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
+                "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6,
+                        cache_read_tokens = ?7, cache_write_tokens = ?8
                  WHERE id = ?1 AND owner = ?2 AND state IN {}",
                 sql_list(&TaskState::HELD)
             ),
-            params![id.to_string(), lease.owner, steps, input, output, cost],
+            params![
+                id.to_string(),
+                lease.owner,
+                steps,
+                input,
+                output,
+                cost,
+                cached.0,
+                cached.1
+            ],
         )
     }
 }

@@ -68,7 +68,8 @@ impl Store {
         if let Some(o) = outcome {
             tx.execute(
                 "UPDATE tasks SET reason = ?2, steps = ?3, input_tokens = ?4,
-                    output_tokens = ?5, results_path = ?6, cost_usd = ?7, detail = ?8
+                    output_tokens = ?5, results_path = ?6, cost_usd = ?7, detail = ?8,
+                    cache_read_tokens = ?9, cache_write_tokens = ?10, compactions = ?11
                  WHERE id = ?1",
                 params![
                     id.to_string(),
@@ -78,7 +79,10 @@ impl Store {
                     o.output_tokens,
                     o.results_path,
                     o.cost_usd,
-                    o.detail
+                    o.detail,
+                    o.cache_read_tokens,
+                    o.cache_write_tokens,
+                    o.compactions
                 ],
             )?;
         }

@@ -40,6 +40,9 @@ pub(crate) struct Ended {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_usd: f64,
+    /// Cached input (issue 26): (read, written), and compactions.
+    pub cached: (i64, i64),
+    pub compactions: i64,
 }
 
 /// Tokens and cost of the tasks that have not ended, by model.
@@ -49,6 +52,8 @@ pub(crate) struct ModelUsage {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_usd: f64,
+    pub cached: (i64, i64),
+    pub compactions: i64,
 }
 
 /// Waiting tasks of one state, parked (no container) or not.
@@ -144,7 +149,8 @@ fn read_trail(
                 SELECT max(q.at) FROM events q WHERE q.task_id = e.task_id AND q.id < e.id
                   AND q.to_state = 'queued' AND q.kind IS NULL) END,
             CASE WHEN {first_end} THEN json_extract(t.spec, '$.model') END,
-            t.finished_at - t.started_at, t.input_tokens, t.output_tokens, t.cost_usd
+            t.finished_at - t.started_at, t.input_tokens, t.output_tokens, t.cost_usd,
+            t.cache_read_tokens, t.cache_write_tokens, t.compactions
          FROM events e JOIN tasks t ON t.id = e.task_id
          WHERE e.id > ?1 ORDER BY e.id"
     );
@@ -167,6 +173,8 @@ fn read_trail(
                     input_tokens: r.get(9)?,
                     output_tokens: r.get(10)?,
                     cost_usd: r.get(11)?,
+                    cached: (r.get(12)?, r.get(13)?),
+                    compactions: r.get(14)?,
                 }),
                 false => None,
             },
@@ -255,7 +263,8 @@ fn waiting(tx: &rusqlite::Transaction<'_>) -> Result<Vec<WaitingCount>> {
 /// every second; a parked one keeps what it spent).
 fn unended(tx: &rusqlite::Transaction<'_>) -> Result<Vec<ModelUsage>> {
     let mut stmt = tx.prepare_cached(&format!(
-        "SELECT json_extract(spec, '$.model'), sum(input_tokens), sum(output_tokens), sum(cost_usd)
+        "SELECT json_extract(spec, '$.model'), sum(input_tokens), sum(output_tokens), sum(cost_usd),
+                sum(cache_read_tokens), sum(cache_write_tokens), sum(compactions)
          FROM tasks
          WHERE state IN {}
            AND (input_tokens > 0 OR output_tokens > 0 OR cost_usd > 0)
@@ -268,6 +277,8 @@ fn unended(tx: &rusqlite::Transaction<'_>) -> Result<Vec<ModelUsage>> {
             input_tokens: r.get(1)?,
             output_tokens: r.get(2)?,
             cost_usd: r.get(3)?,
+            cached: (r.get(4)?, r.get(5)?),
+            compactions: r.get(6)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -54,6 +54,12 @@ pub(crate) struct TaskRow {
     /// Requests of the task's container the gateway refused at its caps
     /// or gates (store/guard.rs).
     pub gateway_refused: i64,
+    /// Parts of `input_tokens` the provider read from or wrote to its
+    /// prompt cache (issue 26).
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    /// Times the servo compacted its conversation (issue 26).
+    pub compactions: i64,
 }
 
 /// A person's override of how a task ended; the task's `state` is the
@@ -125,6 +131,9 @@ pub(crate) struct Outcome {
     pub output_tokens: i64,
     pub cost_usd: f64,
     pub results_path: Option<String>,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub compactions: i64,
 }
 
 /// A new attempt to queue with a terminal transition.
@@ -141,7 +150,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
       ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
-     gateway_refused";
+     gateway_refused, cache_read_tokens, cache_write_tokens, compactions";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -185,6 +194,9 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         overridden: read_override(r)?,
         capability_calls: r.get(29)?,
         gateway_refused: r.get(30)?,
+        cache_read_tokens: r.get(31)?,
+        cache_write_tokens: r.get(32)?,
+        compactions: r.get(33)?,
     })
 }
 

@@ -222,6 +222,15 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN gateway_refused INTEGER NOT NULL DEFAULT 0;
          ALTER TABLE asks ADD COLUMN used_at INTEGER;",
     ),
+    // Long tasks (issue 26): input read from and written to the provider's
+    // prompt cache, per call and per task, and the servo's compactions.
+    M::up(
+        "ALTER TABLE llm_calls ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE llm_calls ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -47,6 +47,8 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         verify_timeout_s: 600,
         assess: false,
         objective: None,
+        cache: Default::default(),
+        context: Default::default(),
     }
 }
 
@@ -206,7 +208,9 @@ fn writes_are_fenced_by_the_lease() {
     assert_eq!(s.take_over_expired(&new).unwrap().len(), 1);
     let lost = |e: StoreError| matches!(e, StoreError::LeaseLost(t) if t == id);
     assert!(lost(s.hold(id, &old).unwrap_err()));
-    assert!(lost(s.set_usage(id, &old, 1, 2, 3, 0.0).unwrap_err()));
+    assert!(lost(
+        s.set_usage(id, &old, 1, 2, 3, 0.0, (0, 0)).unwrap_err()
+    ));
     assert!(lost(s.set_container(id, &old, "c").unwrap_err()));
     assert!(lost(s.release(id, &old).unwrap_err()));
     assert!(lost(s.requeue(id, &old, "x", Duration::ZERO).unwrap_err()));

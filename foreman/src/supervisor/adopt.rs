@@ -128,6 +128,9 @@ async fn record_collected(ctx: &Ctx, task: &TaskRow, dest: std::path::PathBuf) -
     outcome.steps = totals.steps.into();
     outcome.input_tokens = totals.usage.input_tokens as i64;
     outcome.output_tokens = totals.usage.output_tokens as i64;
+    outcome.cache_read_tokens = totals.usage.cache_read_tokens as i64;
+    outcome.cache_write_tokens = totals.usage.cache_write_tokens as i64;
+    outcome.compactions = totals.compactions.into();
     let detail = "collected after a foreman restart";
     if let Ok(Some(c)) = completion {
         outcome.steps = c.steps.into();

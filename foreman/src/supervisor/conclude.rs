@@ -81,6 +81,7 @@ pub(super) async fn conclude(
         outcome.input_tokens = m.input;
         outcome.output_tokens = m.output;
         outcome.cost_usd = m.cost;
+        (outcome.cache_read_tokens, outcome.cache_write_tokens) = m.cached;
     }
     let verified = verified(ctx, id, watched.exit()).await;
     let ending = Ending {
@@ -128,6 +129,9 @@ pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mu
             outcome.steps = t.steps.into();
             outcome.input_tokens = t.usage.input_tokens as i64;
             outcome.output_tokens = t.usage.output_tokens as i64;
+            outcome.cache_read_tokens = t.usage.cache_read_tokens as i64;
+            outcome.cache_write_tokens = t.usage.cache_write_tokens as i64;
+            outcome.compactions = t.compactions.into();
         }
         Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
         Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),

@@ -75,6 +75,8 @@ pub(crate) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         outcome.input_tokens = task.input_tokens;
         outcome.output_tokens = task.output_tokens;
         outcome.cost_usd = task.cost_usd;
+        outcome.cache_read_tokens = task.cache_read_tokens;
+        outcome.cache_write_tokens = task.cache_write_tokens;
     }
     let detail = match collected {
         _ if kept => format!("{detail}; the workspace collected earlier is kept"),

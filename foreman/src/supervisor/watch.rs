@@ -135,7 +135,7 @@ pub(super) async fn watch(
                 {
                     let lease = ctx.lease.clone();
                     let r = ctx
-                        .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost))
+                        .db(move |s| s.set_usage(id, &lease, m.calls, m.input, m.output, m.cost, m.cached))
                         .await;
                     match r {
                         Err(e) if lease_lost(&e) => return None,
@@ -209,6 +209,8 @@ pub(super) struct Metered {
     pub output: i64,
     pub cost: f64,
     pub fatal: Option<Reason>,
+    /// Input read from and written to the provider's cache.
+    pub cached: (i64, i64),
 }
 
 impl Metered {
@@ -220,6 +222,10 @@ impl Metered {
             output: m.output_tokens.load(Relaxed) as i64,
             cost: m.cost(),
             fatal: m.fatal(),
+            cached: {
+                let (r, w) = m.cached();
+                (r as i64, w as i64)
+            },
         }
     }
 }

@@ -29,6 +29,8 @@ pub enum Reply {
     Text(String, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
     Error(u16, Option<String>),
+    /// An HTTP status with this JSON body (a provider's own error shape).
+    Body(u16, Value),
     /// A 200 whose body is not JSON (usage cannot be read).
     Malformed,
     /// A 200 whose JSON parses but is not a completion; it reports usage.
@@ -62,6 +64,10 @@ pub struct Seen {
     pub authorization: Option<String>,
     pub api_key: Option<String>,
     pub body: Value,
+    /// What a caching fake billed this request (`start_caching`).
+    pub billed: Option<crate::fake_cache::Billed>,
+    /// The `anthropic-beta` header.
+    pub beta: Option<String>,
 }
 
 /// Picks the reply for a request body before the script is consulted.
@@ -74,6 +80,8 @@ struct Inner {
     matcher: Option<Matcher>,
     /// The usage of every turn served (input, output).
     billed: Vec<(u64, u64)>,
+    /// Set: usage is billed like a provider with prompt caching.
+    cache: Option<crate::fake_cache::PromptCache>,
 }
 
 pub struct FakeLlm {
@@ -88,6 +96,15 @@ impl FakeLlm {
         Self::start_matching(script, |_| None)
     }
 
+    /// Like `start`, but a tool-calling reply's input usage is what a
+    /// provider with prompt caching bills for the request (`fake_cache`),
+    /// in its own usage shape; the scripted output tokens are kept.
+    pub fn start_caching(script: Vec<Reply>) -> FakeLlm {
+        let llm = Self::start(script);
+        llm.inner.lock().unwrap().cache = Some(Default::default());
+        llm
+    }
+
     /// Like `start`, but a request for which `matcher` returns a reply gets
     /// that reply and leaves the script alone (requests arriving in parallel
     /// from several sources then cannot steal each other's turns).
@@ -100,6 +117,7 @@ impl FakeLlm {
             seen: vec![],
             matcher: Some(Box::new(matcher)),
             billed: vec![],
+            cache: None,
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -249,18 +267,36 @@ async fn handle(
             .and_then(|v| v.to_str().ok())
             .map(String::from)
     };
-    let (reply, n) = {
+    let (reply, n, cached_usage) = {
         let mut g = inner.lock().unwrap();
+        let reply = g
+            .matcher
+            .as_ref()
+            .and_then(|m| m(&body))
+            .or_else(|| g.script.pop_front());
+        let output = match &reply {
+            Some(Reply::Tools(_, (_, completion))) => Some(*completion),
+            _ => None,
+        };
+        let billed = match (g.cache.as_mut(), output) {
+            (Some(c), Some(out)) => match format {
+                Format::OpenAi => Some(c.openai(&body, out)),
+                Format::Anthropic => Some(c.anthropic(&body, out)),
+                // Caching is billed on the two APIs the servo's loop uses.
+                Format::Responses => None,
+            },
+            _ => None,
+        };
         g.seen.push(Seen {
             at: Instant::now(),
             path: format.path().into(),
             authorization: header("authorization"),
             api_key: header("x-api-key"),
             body: body.clone(),
+            billed: billed.as_ref().map(|b| b.0),
+            beta: header("anthropic-beta"),
         });
-        let matched = g.matcher.as_ref().and_then(|m| m(&body));
-        let reply = matched.or_else(|| g.script.pop_front());
-        (reply, g.seen.len())
+        (reply, g.seen.len(), billed.map(|b| b.1))
     };
     let key = header("authorization")
         .and_then(|a| a.strip_prefix("Bearer ").map(String::from))
@@ -290,10 +326,13 @@ async fn handle(
             };
             if !streamed {
                 inner.lock().unwrap().billed.push(usage);
-                let body = match format {
+                let mut body = match format {
                     Format::Anthropic => crate::fake_stream::anthropic_body(&t),
                     _ => crate::fake_stream::responses_body(&t),
                 };
+                if let Some(u) = &cached_usage {
+                    body["usage"] = u.clone();
+                }
                 return axum::Json(body).into_response();
             }
             let mut events = turn_events(format, &body, &t);
@@ -318,6 +357,9 @@ async fn handle(
                 reply = *inner;
             }
             Reply::Error(status, retry_after) => return error(status, retry_after.as_deref()),
+            Reply::Body(status, body) => {
+                return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+            }
             Reply::EchoKey(status) => {
                 let body =
                     json!({"error": {"message": echo(&key), "type": "invalid_request_error"}});
@@ -397,8 +439,9 @@ async fn handle(
                             "model": model,
                             "choices": [{"index": 0, "finish_reason": "tool_calls",
                                 "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}}],
-                            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                      "total_tokens": prompt + completion}
+                            "usage": cached_usage.clone().unwrap_or_else(|| json!(
+                                {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}))
                         })
                     }
                     Format::Anthropic => unreachable!("answered above"),

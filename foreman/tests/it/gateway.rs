@@ -65,7 +65,14 @@ fn anthropic_task_completes_through_translation() {
     assert_eq!(seen[0].authorization, None);
     let second = &seen[1].body;
     assert_eq!(second["model"], "claude-test-1");
-    assert!(second["system"].as_str().unwrap().contains("/workspace"));
+    // The system prompt is one text block with a cache breakpoint (issue 26).
+    assert!(
+        second["system"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("/workspace")
+    );
+    assert_eq!(second["system"][0]["cache_control"]["type"], "ephemeral");
     let roles: Vec<_> = second["messages"]
         .as_array()
         .unwrap()

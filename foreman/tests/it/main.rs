@@ -2,6 +2,7 @@
 //! containers and real SQLite files. The only double is `fake_llm`, a local
 //! server speaking the OpenAI wire format.
 
+mod fake_cache;
 mod fake_llm;
 mod fake_stream;
 mod util;
@@ -30,6 +31,7 @@ mod hostile_files;
 mod human;
 mod input;
 mod lifecycle;
+mod long_tasks;
 mod metrics;
 mod openai;
 mod output;

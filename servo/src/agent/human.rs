@@ -179,6 +179,8 @@ impl Agent {
         self.usage = session.usage;
         self.notes = session.notes;
         self.plan_approved = session.plan_approved;
+        self.context = session.compactions.last().cloned().unwrap_or_default();
+        self.compactions = session.compactions;
         self.active_before = Duration::from_millis(session.active_ms);
         self.parked = session.parked;
         Ok(())

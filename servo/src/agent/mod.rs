@@ -8,6 +8,8 @@
 //! session and exits, and a new servo on the same workspace goes on.
 
 mod capability;
+mod compact;
+mod context;
 mod human;
 mod prompt;
 mod verify;
@@ -69,6 +71,11 @@ pub(crate) struct Agent {
     clock: Clock,
     /// Seals the session file (a key only the servo and foreman hold).
     seal: crate::seal::Seal,
+    /// What the model is sent of `messages` (issue 26), every compaction
+    /// so far, and context-length errors in a row.
+    context: saheeli_protocol::context::ContextState,
+    compactions: Vec<saheeli_protocol::context::ContextState>,
+    context_errors: u32,
 }
 
 /// Where this start's time went (the audit log keeps its own share).
@@ -161,6 +168,9 @@ impl Agent {
             gates,
             clock: Clock::default(),
             seal,
+            context: Default::default(),
+            compactions: Vec::new(),
+            context_errors: 0,
             root,
             task,
         };
@@ -245,6 +255,8 @@ impl Agent {
                     Some(format!("reached max_steps ({})", self.task.max_steps)),
                 );
             }
+            self.keep_in_window(self.steps + 1, context::Cause::Threshold)
+                .await;
             self.steps += 1;
             let step = self.steps;
             let t0 = Instant::now();
@@ -254,11 +266,18 @@ impl Agent {
             let latency_ms = latency.as_millis() as u64;
             let turn = match turn {
                 Ok(t) => t,
+                Err(LlmError::ContextLength(why)) => {
+                    match self.too_long(step, latency_ms, why).await {
+                        Some(end) => return end,
+                        None => continue,
+                    }
+                }
                 Err(e) => match self.llm_failed(step, latency_ms, e) {
                     Some(end) => return end,
                     None => continue,
                 },
             };
+            self.context_errors = 0;
             self.usage.add(turn.usage);
             self.audit.log(&AuditEvent::LlmCall {
                 ts: now(),
@@ -301,9 +320,10 @@ impl Agent {
 
     /// One LLM call; waits for an unreachable gateway are audited.
     async fn ask(&mut self, step: u32) -> Result<crate::llm::Turn, LlmError> {
+        let view = self.view();
         let audit = &mut self.audit;
         self.llm
-            .next_turn(&self.task.model, &self.messages, &self.specs, |w| {
+            .next_turn(&self.task.model, &view, &self.specs, |w| {
                 audit.log(&match w {
                     Waiting::Started { error } => AuditEvent::GatewayWait {
                         ts: now(),
@@ -339,7 +359,7 @@ impl Agent {
         });
         let exit = match e {
             LlmError::Exhausted => ServoExit::ReplayExhausted,
-            LlmError::Failed(_) => ServoExit::LlmError,
+            LlmError::Failed(_) | LlmError::ContextLength(_) => ServoExit::LlmError,
             LlmError::Budget(_) => ServoExit::Budget,
             // An error turn: the model hears about it and answers again.
             LlmError::Malformed(why) => {
@@ -491,6 +511,7 @@ impl Agent {
             active_ms: self.active().as_millis() as u64,
             notes: self.notes.clone(),
             plan_approved: self.plan_approved,
+            compactions: self.compactions.clone(),
         };
         let t0 = Instant::now();
         let path = self.root.join(paths::session(&self.task.task_id));

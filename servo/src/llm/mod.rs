@@ -36,6 +36,8 @@ pub(crate) enum LlmError {
     Budget(String),
     /// The provider's answer was unusable; worth telling the model and going on.
     Malformed(String),
+    /// The request did not fit the model's window: compact and ask again.
+    ContextLength(String),
 }
 
 /// Providers are an enum until a trait earns its place.
@@ -74,6 +76,7 @@ impl std::fmt::Display for LlmError {
             LlmError::Exhausted => f.write_str("the replay script has no more turns"),
             LlmError::Budget(m) => write!(f, "budget spent: {m}"),
             LlmError::Malformed(m) => write!(f, "unusable response: {m}"),
+            LlmError::ContextLength(m) => write!(f, "context too long: {m}"),
         }
     }
 }

@@ -111,9 +111,16 @@ impl Gateway {
                     retry_after: wish,
                 };
             }
+            // A server reached directly says it in its own words.
+            Verdict::Fail
+                if saheeli_protocol::retry::context_overflow(&String::from_utf8_lossy(&bytes)) =>
+            {
+                LlmError::ContextLength(message)
+            }
             Verdict::Fail => LlmError::Failed(text),
             Verdict::Budget => LlmError::Budget(message),
             Verdict::Malformed => LlmError::Malformed(message),
+            Verdict::ContextLength => LlmError::ContextLength(message),
         }))
     }
 }
@@ -162,6 +169,8 @@ fn into_turn(r: ChatResponse) -> Result<Turn, LlmError> {
         .map(|u| Usage {
             input_tokens: u.prompt_tokens,
             output_tokens: u.completion_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
         })
         .unwrap_or_default();
     let choice = r

@@ -10,6 +10,8 @@ use super::{LlmError, Turn};
 pub(crate) struct Replay {
     turns: VecDeque<ReplayTurn>,
     played: usize,
+    /// The recorded run's compaction summaries, answered in order.
+    summaries: VecDeque<String>,
 }
 
 impl Replay {
@@ -17,7 +19,13 @@ impl Replay {
         Replay {
             turns: script.turns.into(),
             played: 0,
+            summaries: script.summaries.into(),
         }
+    }
+
+    /// The next summary the recorded run made (issue 26); None: make one.
+    pub fn summary(&mut self) -> Option<String> {
+        self.summaries.pop_front()
     }
 
     pub fn skip(&mut self, turns: usize) {

@@ -66,6 +66,7 @@ pub(crate) enum Verdict {
     Fail,
     Budget,
     Malformed,
+    ContextLength,
 }
 
 /// Classifies an error answer by its status and, when the gateway typed
@@ -74,6 +75,7 @@ pub(crate) fn verdict(status: u16, kind: Option<&str>) -> Verdict {
     match kind {
         Some(gateway_error::BUDGET) => return Verdict::Budget,
         Some(gateway_error::MALFORMED) => return Verdict::Malformed,
+        Some(gateway_error::CONTEXT_LENGTH) => return Verdict::ContextLength,
         // The gateway already retried, or the request itself is wrong.
         Some(gateway_error::UNAVAILABLE | gateway_error::AUTH | gateway_error::BAD_REQUEST) => {
             return Verdict::Fail;

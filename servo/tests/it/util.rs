@@ -48,6 +48,7 @@ impl Servo {
                 steps: vec![],
                 verify: false,
                 replay: None,
+                context: Default::default(),
             },
             prompt: "Do it.\n".into(),
             env: Vec::new(),

@@ -238,6 +238,10 @@ function taskView(main, id) {
       fact("model", t.model),
       fact("steps", t.steps),
       fact("tokens", tokens(t.tokens) + " (" + tokens(t.input_tokens) + " in, " + tokens(t.output_tokens) + " out)"),
+      t.cache_read_tokens + t.cache_write_tokens > 0
+        ? fact("prompt cache", tokens(t.cache_read_tokens) + " read (" + Math.round(t.cache_hit_rate * 100) + "% of input), " + tokens(t.cache_write_tokens) + " written")
+        : null,
+      t.compactions > 0 ? fact("compactions", t.compactions) : null,
       fact("cost", cost(t.cost_usd)),
       fact("age", ago(t.created_at)),
       fact("duration", t.duration_s === null ? "—" : span(t.duration_s)),
