@@ -5,6 +5,7 @@
 mod admission;
 mod dry_run;
 mod json;
+mod recoverable;
 mod steps;
 mod table;
 mod text;
@@ -14,6 +15,7 @@ use json::{duration_ms, time};
 pub(crate) use admission::admission_line;
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use json::{AttemptView, TaskView};
+pub(crate) use recoverable::recoverable;
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
 pub(crate) use text::{audit_line, clean, printable, waiting_line};

@@ -15,7 +15,7 @@ impl Store {
         self.fenced_update(
             id,
             "UPDATE tasks SET lease_until = ?3
-             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused')",
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused', 'blocked')",
             params![id.to_string(), lease.owner, now_ms() + lease.ms],
         )
     }
@@ -50,7 +50,7 @@ impl Store {
             let mut stmt = tx.prepare_cached(
                 "UPDATE tasks SET lease_until = ?2
                  WHERE owner = ?1
-                   AND state IN ('starting', 'running', 'waiting_human', 'paused')
+                   AND state IN ('starting', 'running', 'waiting_human', 'paused', 'blocked')
                  RETURNING id",
             )?;
             // An error here must not read as "nothing held": propagate it.
@@ -76,7 +76,7 @@ impl Store {
                  WHERE (state IN ('starting', 'running')
                         AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3))
                     -- A waiting task nobody holds is parked: it is not lost.
-                    OR (state IN ('waiting_human', 'paused') AND owner IS NOT NULL
+                    OR (state IN ('waiting_human', 'paused', 'blocked') AND owner IS NOT NULL
                         AND (lease_until IS NULL OR lease_until < ?3))
                  RETURNING id",
             )?;
@@ -121,7 +121,7 @@ impl Store {
         self.fenced_update(
             id,
             "UPDATE tasks SET steps = ?3, input_tokens = ?4, output_tokens = ?5, cost_usd = ?6
-             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused')",
+             WHERE id = ?1 AND owner = ?2 AND state IN ('starting', 'running', 'waiting_human', 'paused', 'blocked')",
             params![id.to_string(), lease.owner, steps, input, output, cost],
         )
     }

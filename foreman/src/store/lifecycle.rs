@@ -184,7 +184,8 @@ impl Store {
             TaskState::Starting
             | TaskState::Running
             | TaskState::WaitingHuman
-            | TaskState::Paused => {
+            | TaskState::Paused
+            | TaskState::Blocked => {
                 tx.execute(
                     "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
                     params![id.to_string()],
@@ -200,7 +201,7 @@ impl Store {
     pub fn cancel_requests(&self) -> Result<Vec<TaskId>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id FROM tasks WHERE cancel_requested = 1
-             AND state IN ('starting', 'running', 'waiting_human', 'paused')",
+             AND state IN ('starting', 'running', 'waiting_human', 'paused', 'blocked')",
         )?;
         let ids = stmt
             .query_map([], |r| r.get::<_, String>(0))?
@@ -230,7 +231,7 @@ pub(super) fn move_state(
             lease_until = CASE WHEN ?3 THEN NULL ELSE lease_until END,
             started_at = CASE WHEN ?2 = 'starting' THEN COALESCE(started_at, ?4) ELSE started_at END,
             parked = CASE WHEN ?2 = 'running' THEN 0 ELSE parked END,
-            waiting_since = CASE WHEN ?2 IN ('waiting_human', 'paused') THEN ?4 ELSE NULL END
+            waiting_since = CASE WHEN ?2 IN ('waiting_human', 'paused', 'blocked') THEN ?4 ELSE NULL END
          WHERE id = ?1",
         params![id.to_string(), to.as_str(), to.is_terminal(), now],
     )?;

@@ -100,7 +100,7 @@ impl Store {
             waiting: waiting(&tx)?,
             servos: tx.query_row(
                 "SELECT count(*) FROM tasks
-                 WHERE state IN ('starting', 'running', 'waiting_human', 'paused')
+                 WHERE state IN ('starting', 'running', 'waiting_human', 'paused', 'blocked')
                    AND container_id IS NOT NULL AND parked = 0",
                 [],
                 |r| r.get(0),
@@ -223,7 +223,7 @@ fn states(tx: &rusqlite::Transaction<'_>) -> Result<Vec<(TaskState, i64)>> {
 fn waiting(tx: &rusqlite::Transaction<'_>) -> Result<Vec<WaitingCount>> {
     let mut stmt = tx.prepare_cached(
         "SELECT state, parked, count(*), min(waiting_since) FROM tasks
-         WHERE state IN ('waiting_human', 'paused') GROUP BY state, parked",
+         WHERE state IN ('waiting_human', 'paused', 'blocked') GROUP BY state, parked",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok((
@@ -254,7 +254,7 @@ fn unended(tx: &rusqlite::Transaction<'_>) -> Result<Vec<ModelUsage>> {
     let mut stmt = tx.prepare_cached(
         "SELECT json_extract(spec, '$.model'), sum(input_tokens), sum(output_tokens), sum(cost_usd)
          FROM tasks
-         WHERE state IN ('queued', 'starting', 'running', 'waiting_human', 'paused')
+         WHERE state IN ('queued', 'starting', 'running', 'waiting_human', 'paused', 'blocked')
            AND (input_tokens > 0 OR output_tokens > 0 OR cost_usd > 0)
          GROUP BY 1",
     )?;

@@ -6,6 +6,7 @@ mod fake_llm;
 mod util;
 
 mod admission;
+mod blocked;
 mod capabilities;
 mod chaos;
 mod chaos_gateway;
@@ -36,6 +37,7 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod steps;
 mod swarm;
 mod swarm_park;
 mod swarm_verify;

@@ -34,9 +34,10 @@ Your working directory is /workspace; every file you create, read or edit must b
 You have no network access. Act only through your tools: \
 execute_shell (run a bash command in /workspace), create_file (write a whole file), \
 read_file (read a file with line numbers), edit_file (replace one exact, unique span of text), \
-list_files (list a directory recursively), ask_user (ask the user a question and wait for the answer) \
-and task_complete. \
-When you are missing information only the user can give, ask with ask_user instead of guessing or giving up. \
+list_files (list a directory recursively), ask_user (ask the user a question and wait for the answer), \
+task_blocked (say you cannot go on, why, and what you need) and task_complete. \
+When you are missing information only the user can give, ask with ask_user instead of guessing or giving up; \
+when something outside your reach stops you, say so with task_blocked. \
 Work step by step, check your work (run the tests or the program), and keep going until the task is done. \
 When it is done, call task_complete with a short summary of what you did and how you checked it; \
 the task counts as done only when you call task_complete.";
@@ -45,7 +46,7 @@ the task counts as done only when you call task_complete.";
 fn system_prompt(task: &ServoTask) -> String {
     match tools::step_instructions(&task.steps) {
         Some(steps) => format!(
-            "{SYSTEM_PROMPT} Mark each of the task's steps done with step_done as you finish it.\n\n{steps}"
+            "{SYSTEM_PROMPT} Begin each of the task's steps with step_start and mark it done with step_done as you finish it.\n\n{steps}"
         ),
         None => SYSTEM_PROMPT.to_string(),
     }
@@ -141,6 +142,7 @@ impl Agent {
         let gates = human::Gates::new(&task.gates)?;
         let mut specs = tools::specs();
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
+        specs.extend(tools::step_start_spec(&task.steps));
         specs.extend(tools::step_spec(&task.steps));
         let desk = Arc::new(Desk::new(gateway)?);
         let max_output = task.max_output_bytes.max(1024);

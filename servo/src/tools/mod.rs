@@ -10,6 +10,7 @@ mod output;
 mod read_file;
 mod shell;
 mod step_done;
+mod step_start;
 mod task_complete;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::workspace::Workspace;
 
 pub(crate) use output::ToolOutput;
 pub(crate) use step_done::{instructions as step_instructions, spec_for as step_spec};
+pub(crate) use step_start::{named as step_named, spec_for as step_start_spec};
 
 /// What tools need to know.
 #[derive(Clone)]
@@ -62,17 +64,30 @@ fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpe
     }
 }
 
-/// The tools that reach a human: `ask_user` always, `propose_plan` when
-/// the task has a plan gate (or is a plan-only run).
+/// The tools that reach a human: `ask_user` and `task_blocked` always,
+/// `propose_plan` when the task has a plan gate (or is a plan-only run).
 pub(crate) fn human_specs(plan: bool) -> Vec<ToolSpec> {
-    let mut specs = vec![spec(
-        "ask_user",
-        "Ask the user a question and wait for the answer (it may take a while). Use it when you are \
-         missing information only the user has, instead of guessing or giving up.",
-        json!({"type": "object", "properties": {
-            "question": {"type": "string", "description": "One clear question."}
-        }, "required": ["question"], "additionalProperties": false}),
-    )];
+    let mut specs = vec![
+        spec(
+            "ask_user",
+            "Ask the user a question and wait for the answer (it may take a while). Use it when you are \
+             missing information only the user has, instead of guessing or giving up.",
+            json!({"type": "object", "properties": {
+                "question": {"type": "string", "description": "One clear question."}
+            }, "required": ["question"], "additionalProperties": false}),
+        ),
+        spec(
+            saheeli_protocol::human::BLOCKED,
+            "Say that you cannot go on: something outside your reach stops you (a missing credential, \
+             service, file or decision). It ends your turn (other calls in it are not run) and the \
+             task waits, blocked, until a person unblocks it; their answer comes back as this \
+             call's result.",
+            json!({"type": "object", "properties": {
+                "reason": {"type": "string", "description": "What stops you, with the evidence."},
+                "needed": {"type": "string", "description": "What a person must give or do for you to go on."}
+            }, "required": ["reason", "needed"], "additionalProperties": false}),
+        ),
+    ];
     if plan {
         specs.push(spec(
             "propose_plan",
@@ -205,6 +220,10 @@ impl Toolbox {
             },
             "step_done" if !self.steps.is_empty() => match parse(name, arguments) {
                 Ok(a) => step_done::run(self, a).await,
+                Err(e) => e,
+            },
+            "step_start" if !self.steps.is_empty() => match parse(name, arguments) {
+                Ok(a) => step_start::run(self, a).await,
                 Err(e) => e,
             },
             // The agent answers a tool it did not offer before this (with
