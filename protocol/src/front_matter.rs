@@ -99,7 +99,7 @@ pub struct Notify {
     pub url: String,
     /// `task.queued`, `task.started`, `task.waiting_human`, `task.paused`,
     /// `task.blocked`, `task.completed`, `task.incomplete`, `task.failed`,
-    /// `task.cancelled`, `step.done`, or `all`.
+    /// `task.cancelled`, `step.started`, `step.done`, or `all`.
     #[serde(default = "all_events")]
     pub events: Vec<String>,
     #[serde(default)]
@@ -132,6 +132,7 @@ pub const NOTIFY_EVENTS: &[&str] = &[
     "task.incomplete",
     "task.failed",
     "task.cancelled",
+    "step.started",
     "step.done",
 ];
 
