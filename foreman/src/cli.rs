@@ -179,8 +179,14 @@ pub(crate) enum TaskCommand {
     Inject(TextArgs),
     /// Pause a task before its next LLM call (it holds no slot while paused).
     Pause(IdArgs),
-    /// Resume a paused task.
+    /// Resume a paused task, or unblock a blocked one without an answer.
     Resume(IdArgs),
+    /// Set or clear a breakpoint before or after one of a task's template steps.
+    Breakpoint(BreakpointArgs),
+    /// Step through: go on until the next template step ends, then pause.
+    Step(IdArgs),
+    /// Mark a template step done or skipped by hand; the model is told, who and why are recorded.
+    StepOverride(StepOverrideArgs),
     /// Follow a task live and steer it from the terminal (answer, approve, deny, inject, pause, resume, cancel).
     Attach(IdArgs),
     /// Set the outcome of an ended task by hand; who, when and why are recorded.
@@ -336,6 +342,56 @@ pub(crate) struct TrajectoryArgs {
 pub(crate) enum TrajectoryFormat {
     Atif,
     Openai,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("position").required(true).args(["before", "after"])))]
+pub(crate) struct BreakpointArgs {
+    /// A task that has not ended.
+    pub id: String,
+    /// The template step's name (as `task status ID` lists them).
+    #[arg(long)]
+    pub step: String,
+    /// Pause once the step has started, before its work.
+    #[arg(long)]
+    pub before: bool,
+    /// Pause once the step is done.
+    #[arg(long)]
+    pub after: bool,
+    /// Clear the breakpoint (the template's too) instead of setting it.
+    #[arg(long)]
+    pub clear: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StepOverrideArgs {
+    /// A task that has not ended.
+    pub id: String,
+    /// The template step's name.
+    #[arg(long)]
+    pub step: String,
+    /// What the step becomes.
+    #[arg(long, value_enum)]
+    pub state: StepOverrideState,
+    /// Why; recorded with your user name and the time, and told to the model.
+    #[arg(long)]
+    pub reason: String,
+}
+
+/// What `task step-override` may mark a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum StepOverrideState {
+    Done,
+    Skipped,
+}
+
+impl StepOverrideState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepOverrideState::Done => "done",
+            StepOverrideState::Skipped => "skipped",
+        }
+    }
 }
 
 /// The outcomes `task override` may set.

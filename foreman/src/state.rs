@@ -1,8 +1,9 @@
 //! The task lifecycle: one enum, one `transition` check.
 //!
 //! `queued → starting → running → complete | incomplete | failed | cancelled`,
-//! and `running ⇄ waiting_human | paused` while a human is asked or pauses it
-//! (a parked task goes back through `queued` when the human replied).
+//! and `running ⇄ waiting_human | paused | blocked` while a human is asked,
+//! pauses it, or must unblock it (a parked task goes back through `queued`
+//! when the human replied).
 
 use serde::Serialize;
 
@@ -31,6 +32,9 @@ pub(crate) enum TaskState {
     WaitingHuman,
     /// Paused by a human (or a `pause_on` breakpoint).
     Paused,
+    /// The model said it cannot go on (`task_blocked`): waits for a person
+    /// to unblock it (`task answer`, `inject`, `resume`) or cancel it.
+    Blocked,
     Complete,
     Incomplete,
     Failed,
@@ -39,23 +43,29 @@ pub(crate) enum TaskState {
 
 impl TaskState {
     /// Held by a foreman while its servo may run: what a lease fences.
-    pub const HELD: [TaskState; 4] = [
+    pub const HELD: [TaskState; 5] = [
         TaskState::Starting,
         TaskState::Running,
         TaskState::WaitingHuman,
         TaskState::Paused,
+        TaskState::Blocked,
     ];
     /// A servo is launched or runs, no human asked.
     pub const ACTIVE: [TaskState; 2] = [TaskState::Starting, TaskState::Running];
     /// Waiting for a human (no concurrency slot is held).
-    pub const WAITING: [TaskState; 2] = [TaskState::WaitingHuman, TaskState::Paused];
+    pub const WAITING: [TaskState; 3] = [
+        TaskState::WaitingHuman,
+        TaskState::Paused,
+        TaskState::Blocked,
+    ];
     /// Not ended.
-    pub const UNENDED: [TaskState; 5] = [
+    pub const UNENDED: [TaskState; 6] = [
         TaskState::Queued,
         TaskState::Starting,
         TaskState::Running,
         TaskState::WaitingHuman,
         TaskState::Paused,
+        TaskState::Blocked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,17 +94,18 @@ impl TaskState {
                 | (Starting | Running, Queued)
                 | (Starting, Running | Incomplete | Failed | Cancelled)
                 | (Running, Complete | Incomplete | Failed | Cancelled)
-                | (Running, WaitingHuman | Paused)
+                | (Running, WaitingHuman | Paused | Blocked)
                 // The servo's first call can reach the desk before the
                 // launch has written `running`.
-                | (Starting, WaitingHuman | Paused)
-                // Replied to or resumed: the servo goes on, or (parked) the
-                // task is queued for a new container on its workspace.
-                | (WaitingHuman | Paused, Running | Queued)
+                | (Starting, WaitingHuman | Paused | Blocked)
+                // Replied to, resumed or unblocked: the servo goes on, or
+                // (parked) the task is queued for a new container on its
+                // workspace.
+                | (WaitingHuman | Paused | Blocked, Running | Queued)
                 // An ending always wins over a wait: a servo that asked
                 // (or whose shell asked, case 22) and then finished is
                 // recorded as it ended; its open question is moot.
-                | (WaitingHuman | Paused, Complete | Incomplete | Failed | Cancelled)
+                | (WaitingHuman | Paused | Blocked, Complete | Incomplete | Failed | Cancelled)
         )
     }
 }
@@ -127,7 +138,7 @@ mod tests {
         for from in TaskState::iter() {
             assert_eq!(
                 from.can_become(Complete),
-                matches!(from, Running | WaitingHuman | Paused),
+                matches!(from, Running | WaitingHuman | Paused | Blocked),
                 "{from}"
             );
         }
@@ -150,6 +161,14 @@ mod tests {
             of(&|s| !s.is_terminal() && s != Queued && !s.is_waiting())
         );
         assert_eq!(sql_list(&TaskState::ACTIVE), "('starting', 'running')");
+    }
+
+    #[test]
+    fn blocked_is_a_wait_like_the_others() {
+        assert!(Blocked.is_waiting());
+        assert!(Running.can_become(Blocked) && Blocked.can_become(Running));
+        assert!(Blocked.can_become(Queued) && Blocked.can_become(Cancelled));
+        assert!(!Queued.can_become(Blocked));
     }
 
     #[test]

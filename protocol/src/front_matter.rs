@@ -103,8 +103,9 @@ pub struct FrontMatter {
 pub struct Notify {
     /// `http://` or `https://`.
     pub url: String,
-    /// `task.queued`, `task.started`, `task.waiting_human`, `task.completed`,
-    /// `task.incomplete`, `task.failed`, `task.cancelled`, `step.done`, or `all`.
+    /// `task.queued`, `task.started`, `task.waiting_human`, `task.paused`,
+    /// `task.blocked`, `task.completed`, `task.incomplete`, `task.failed`,
+    /// `task.cancelled`, `step.started`, `step.done`, or `all`.
     #[serde(default = "all_events")]
     pub events: Vec<String>,
     #[serde(default)]
@@ -131,10 +132,13 @@ pub const NOTIFY_EVENTS: &[&str] = &[
     "task.queued",
     "task.started",
     "task.waiting_human",
+    "task.paused",
+    "task.blocked",
     "task.completed",
     "task.incomplete",
     "task.failed",
     "task.cancelled",
+    "step.started",
     "step.done",
 ];
 

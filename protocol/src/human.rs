@@ -71,7 +71,14 @@ pub enum Waiting {
     Approval { tool: String, arguments: String },
     /// `propose_plan`: accept, or reject with feedback.
     Plan { plan: Vec<String> },
+    /// `task_blocked`: the model cannot go on without something only a
+    /// person can give; the task is `blocked` until one answers (with
+    /// `task answer`, `task inject` or `task resume`) or cancels it.
+    Blocked { reason: String, needed: String },
 }
+
+/// The tool the model calls when it is blocked.
+pub const BLOCKED: &str = "task_blocked";
 
 /// `POST /saheeli/v1/ask`: one question, keyed by the model's tool call
 /// id so that asking again (after a restart) never asks twice.
@@ -210,6 +217,15 @@ mod tests {
             Waiting::Plan {
                 plan: vec!["a".into()]
             }
+        );
+        let blocked = Waiting::Blocked {
+            reason: "no access to the registry".into(),
+            needed: "a mirror URL".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&blocked).unwrap(),
+            serde_json::json!({"kind": "blocked", "reason": "no access to the registry",
+                               "needed": "a mirror URL"})
         );
     }
 }

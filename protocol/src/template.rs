@@ -120,9 +120,10 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-/// One step of a template's checklist. The model calls `step_done` with
-/// the step's name and its evidence once `done_when` holds.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+/// One step of a template's checklist. The model calls `step_start` with
+/// the step's name before its work, and `step_done` with the name and its
+/// evidence once `done_when` holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
     pub name: String,
@@ -131,13 +132,48 @@ pub struct Step {
     /// What must hold for the step to count as done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_when: Option<String>,
+    /// `approve: true`: the step starts only on a person's approval (its
+    /// `step_start` waits as a gated tool call does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approve: bool,
+    /// `breakpoint: before | after`: the task pauses once the step has
+    /// started (before its work), or once it is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakpoint: Option<Position>,
 }
 
-/// The servo's route on the gateway socket for `step_done`.
+/// Where a breakpoint stands around a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Position {
+    Before,
+    After,
+}
+
+impl Position {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Position::Before => "before",
+            Position::After => "after",
+        }
+    }
+}
+
+/// The servo's routes on the gateway socket for steps.
 pub mod routes {
     /// `POST` a [`StepDone`](super::StepDone); answered with a
     /// [`StepsDone`](super::StepsDone).
     pub const STEP_DONE: &str = "/saheeli/v1/step_done";
+    /// `POST` a [`StepStart`](super::StepStart); answered with a
+    /// [`StepsDone`](super::StepsDone).
+    pub const STEP_START: &str = "/saheeli/v1/step_start";
+}
+
+/// `POST /saheeli/v1/step_start`: the model begins step `name`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepStart {
+    pub name: String,
 }
 
 /// `POST /saheeli/v1/step_done`: the model says step `name` is done.
@@ -198,5 +234,14 @@ mod tests {
                 .unwrap();
         assert_eq!(s[0].description, "");
         assert_eq!(s[1].done_when.as_deref(), Some("w"));
+        assert!(!s[0].approve && s[0].breakpoint.is_none());
+        let s: Vec<Step> =
+            serde_yaml::from_str("- { name: a, approve: true, breakpoint: after }\n").unwrap();
+        assert!(s[0].approve);
+        assert_eq!(s[0].breakpoint, Some(Position::After));
+        let e = serde_yaml::from_str::<Vec<Step>>("- { name: a, breakpoint: middle }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown variant `middle`"), "{e}");
     }
 }

@@ -164,6 +164,23 @@ pub const BUILT_IN: &[BuiltIn] = &[
         acts: false,
     },
     BuiltIn {
+        name: crate::human::BLOCKED,
+        description: "Say that you cannot go on: something outside your reach stops you (a \
+            missing credential, service, file or decision). It ends your turn (other calls in it \
+            are not run) and the task waits, blocked, until a person unblocks it; their answer \
+            comes back as this call's result.",
+        summary: "say you cannot go on, why, and what you need",
+        parameters: Some(|| {
+            json!({"type": "object", "properties": {
+                "reason": {"type": "string", "description": "What stops you, with the evidence."},
+                "needed": {"type": "string", "description": "What a person must give or do for you to go on."}
+            }, "required": ["reason", "needed"], "additionalProperties": false})
+        }),
+        offered: Offered::Always,
+        in_runner: false,
+        acts: false,
+    },
+    BuiltIn {
         name: PROPOSE_PLAN,
         description: "Propose your plan before acting and wait for the user's approval. If they \
             reject it, revise it using their feedback and propose again. Until a plan is \
@@ -176,6 +193,16 @@ pub const BUILT_IN: &[BuiltIn] = &[
             }, "required": ["steps"], "additionalProperties": false})
         }),
         offered: Offered::PlanGate,
+        in_runner: false,
+        acts: false,
+    },
+    BuiltIn {
+        name: "step_start",
+        description: "Start one of the task's steps (before its work); some steps wait for a \
+            person's approval first.",
+        summary: "start one of the task's steps",
+        parameters: None,
+        offered: Offered::Steps,
         in_runner: false,
         acts: false,
     },

@@ -8,7 +8,7 @@ use std::time::Duration;
 use saheeli_protocol::human::{
     Ask, Asked, Breakpoint, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, routes,
 };
-use saheeli_protocol::template::{self, StepDone, StepsDone};
+use saheeli_protocol::template::{self, StepDone, StepStart, StepsDone};
 use saheeli_protocol::verify::{Verdict, VerifyRequest, routes as verify_routes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -102,6 +102,11 @@ impl Desk {
             .post_retrying(routes::DELIVERED, &Delivered { ids })
             .await?;
         Ok(())
+    }
+
+    /// Records that a template step starts; the names of all steps done so far.
+    pub async fn step_start(&self, step: &StepStart) -> Result<StepsDone, Refused> {
+        self.post_retrying(template::routes::STEP_START, step).await
     }
 
     /// Records a template step as done; the names of all steps done so far.

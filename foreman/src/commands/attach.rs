@@ -163,7 +163,8 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
             outln!(
                 "  (type {})",
                 match w {
-                    saheeli_protocol::human::Waiting::Answer { .. } => "answer TEXT",
+                    saheeli_protocol::human::Waiting::Answer { .. }
+                    | saheeli_protocol::human::Waiting::Blocked { .. } => "answer TEXT",
                     _ => "approve [NOTE] or deny REASON",
                 }
             );

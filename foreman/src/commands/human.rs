@@ -44,6 +44,20 @@ pub(crate) enum Steer {
     Pause,
     Resume,
     Cancel,
+    /// Set (true) or clear a breakpoint of a template step.
+    Breakpoint {
+        step: String,
+        position: saheeli_protocol::template::Position,
+        active: bool,
+    },
+    /// Go on until the next template step ends, then pause.
+    Step,
+    /// Mark a template step done or skipped, with a reason.
+    StepOverride {
+        step: String,
+        state: crate::cli::StepOverrideState,
+        reason: String,
+    },
 }
 
 /// Carries out `steer` on the task `id_or_prefix` as `by`; returns what
@@ -73,13 +87,18 @@ pub(crate) fn steer(
                     "plan approved: the agent carries it out"
                 }
                 (Waiting::Plan { .. }, _) => "plan rejected: the agent replans with your feedback",
+                (Waiting::Blocked { .. }, _) => {
+                    "unblocked: the model reads your answer and goes on"
+                }
             };
             format!("{what} for {id}")
         }
-        Steer::Inject(text) => {
-            store.inject(id, &joined(&[text])?, by)?;
-            format!("message queued for {id}: the model reads it before its next LLM call")
-        }
+        Steer::Inject(text) => match store.inject(id, &joined(&[text])?, by)? {
+            Some(_) => {
+                format!("message queued for {id}: the model reads it before its next LLM call")
+            }
+            None => format!("unblocked {id}: the model reads your message and goes on"),
+        },
         Steer::Pause => match store.request_pause(id, by)? {
             TaskState::Paused => format!("{id} is already paused"),
             _ => format!(
@@ -87,11 +106,24 @@ pub(crate) fn steer(
                 id.short()
             ),
         },
-        Steer::Resume => {
-            store.resume(id, by)?;
-            format!("resumed {id}")
-        }
+        Steer::Resume => match store.resume(id, by)? {
+            TaskState::Blocked => {
+                format!("unblocked {id}: the model is told to go on without an answer")
+            }
+            _ => format!("resumed {id}"),
+        },
         Steer::Cancel => cancel(cfg, store, id)?,
+        Steer::Breakpoint {
+            step,
+            position,
+            active,
+        } => super::steps::breakpoint(store, &t, &step, position, active, by)?,
+        Steer::Step => super::steps::step(store, &t, by)?,
+        Steer::StepOverride {
+            step,
+            state,
+            reason,
+        } => super::steps::step_override(store, &t, &step, state, &reason, by)?,
     })
 }
 
@@ -102,7 +134,7 @@ fn cancel(cfg: &Config, store: &mut Store, id: saheeli_protocol::TaskId) -> anyh
             inputs::discard_workspace(&cfg.state_dir(), id);
             format!("cancelled {id} (it had not started)")
         }
-        TaskState::WaitingHuman | TaskState::Paused => format!(
+        TaskState::WaitingHuman | TaskState::Paused | TaskState::Blocked => format!(
             "cancel requested for {id}; it ends `cancelled` with its workspace collected once a foreman serves it"
         ),
         TaskState::Starting | TaskState::Running => format!(
@@ -148,6 +180,40 @@ pub(crate) async fn pause(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode
 
 pub(crate) async fn resume(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
     steer_cli(cfg, &args.id, Steer::Resume)
+}
+
+pub(crate) async fn breakpoint(
+    cfg: &Config,
+    args: crate::cli::BreakpointArgs,
+) -> anyhow::Result<ExitCode> {
+    use saheeli_protocol::template::Position;
+    let position = if args.before {
+        Position::Before
+    } else {
+        Position::After
+    };
+    let s = Steer::Breakpoint {
+        step: args.step,
+        position,
+        active: !args.clear,
+    };
+    steer_cli(cfg, &args.id, s)
+}
+
+pub(crate) async fn step(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
+    steer_cli(cfg, &args.id, Steer::Step)
+}
+
+pub(crate) async fn step_override(
+    cfg: &Config,
+    args: crate::cli::StepOverrideArgs,
+) -> anyhow::Result<ExitCode> {
+    let s = Steer::StepOverride {
+        step: args.step,
+        state: args.state,
+        reason: args.reason,
+    };
+    steer_cli(cfg, &args.id, s)
 }
 
 pub(crate) async fn cancel_cli(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {

@@ -18,6 +18,7 @@ mod overrides;
 mod report;
 mod run;
 mod serve;
+mod steps;
 mod task;
 mod trajectory;
 
@@ -33,7 +34,10 @@ pub(crate) use common::{
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;
-pub(crate) use human::{Steer, answer, approve, deny, inject, pause, resume, steer, who};
+pub(crate) use human::{
+    Steer, answer, approve, breakpoint, deny, inject, pause, resume, steer, step, step_override,
+    who,
+};
 pub(crate) use metrics::metrics;
 pub(crate) use overrides::override_outcome;
 pub(crate) use report::{diff, report};

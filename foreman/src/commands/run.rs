@@ -200,7 +200,7 @@ fn prompt(cfg: &Config, id: TaskId, waiting: &saheeli_protocol::human::Waiting) 
         }
     };
     let act = match waiting {
-        Waiting::Answer { .. } => loop {
+        Waiting::Answer { .. } | Waiting::Blocked { .. } => loop {
             match read("> ") {
                 None => return,
                 Some(l) if l.is_empty() => continue,

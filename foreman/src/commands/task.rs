@@ -13,7 +13,7 @@ use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArg
 use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
-use crate::store::{TaskRow, step_status};
+use crate::store::TaskRow;
 use crate::{collect, inputs};
 
 use super::*;
@@ -59,7 +59,11 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                     events.reverse();
                     let shown = events.len() as i64;
                     let attempts = store.attempts(t.id)?;
-                    let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
+                    let steps = crate::store::step_status_with(
+                        &t.spec.steps,
+                        &store.steps_done(t.id)?,
+                        &store.step_overrides(t.id)?,
+                    );
                     let mut text = output::detail(&t, &events, &attempts, &steps);
                     if shown < total {
                         text.push_str(&format!(
@@ -158,12 +162,23 @@ pub(crate) fn task_view(
         });
     events.reverse();
     let attempts = store.attempts(t.id)?;
-    let steps = step_status(&t.spec.steps, &store.steps_done(t.id)?);
+    let steps = crate::store::step_status_with(
+        &t.spec.steps,
+        &store.steps_done(t.id)?,
+        &store.step_overrides(t.id)?,
+    );
     let mut view = TaskView::new(&t, Some(&events));
     view.events_total = Some(total);
     view.events_before = before;
     view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
-    view.template_steps = Some(steps.iter().map(output::StepView::new).collect());
+    let starts = store.step_starts(t.id)?;
+    let breakpoints = store.breakpoints(t.id, &t.spec.steps)?;
+    view.template_steps = Some(
+        steps
+            .iter()
+            .map(|s| output::StepView::new(s).with_controls(&starts, &breakpoints))
+            .collect(),
+    );
     view.webhooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
     Ok(view)
 }
@@ -179,6 +194,7 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
             | TaskState::Running
             | TaskState::WaitingHuman
             | TaskState::Paused
+            | TaskState::Blocked
     ) {
         if t.state == TaskState::Queued && !args.follow {
             eprintln!("task {} is queued; nothing logged yet", t.id);

@@ -32,6 +32,9 @@ const MAX_TEXT: usize = 64 * 1024;
 /// What the no-human policy answers to `ask_user`.
 pub(crate) const NO_HUMAN_ANSWER: &str = "No human is available to answer (this task runs without one). Decide yourself, state your assumption, and go on.";
 
+/// What the no-human policy answers to `task_blocked`.
+pub(crate) const NO_HUMAN_UNBLOCK: &str = "No human is available to unblock this task (it runs without one). Go on as far as you can without what you need, or end with task_complete saying what is missing.";
+
 /// How a task's gateway reaches the desk.
 #[derive(Clone)]
 pub(crate) struct DeskLink {
@@ -81,6 +84,7 @@ impl DeskPolicy {
         }
         let (decision, text) = match w {
             Waiting::Answer { .. } => (Decision::Answer, NO_HUMAN_ANSWER.to_string()),
+            Waiting::Blocked { .. } => (Decision::Answer, NO_HUMAN_UNBLOCK.to_string()),
             _ if self.no_human_approves => (
                 Decision::Approve,
                 "approved by the no-human policy (no_human_gates: approve)".into(),
@@ -206,6 +210,10 @@ fn capped_waiting(w: Waiting) -> Waiting {
         },
         Waiting::Plan { plan } => Waiting::Plan {
             plan: plan.iter().take(100).map(|s| capped(s)).collect(),
+        },
+        Waiting::Blocked { reason, needed } => Waiting::Blocked {
+            reason: capped(&reason),
+            needed: capped(&needed),
         },
     }
 }

@@ -276,6 +276,10 @@ impl Gateway {
                 post(steps::step_done),
             )
             .route(
+                saheeli_protocol::template::routes::STEP_START,
+                post(steps::step_start),
+            )
+            .route(
                 saheeli_protocol::verify::routes::VERIFY,
                 post(verify::verify),
             )

@@ -1,6 +1,7 @@
-//! `step_done` on a task's gateway socket: the servo marks one of the
-//! template's steps done with its evidence, and the row is written fenced
-//! by this foreman's lease (`store::steps`). The agent's shell can reach
+//! `step_start` and `step_done` on a task's gateway socket: the servo
+//! begins one of the template's steps, or marks it done with its evidence,
+//! and the row is written fenced by this foreman's lease (`store::steps`,
+//! `store::step_control`). The agent's shell can reach
 //! this route too: it can only mark a step its own task declares, as the
 //! model could, and nothing it sends decides the task's outcome.
 
@@ -9,7 +10,9 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use saheeli_protocol::template::{StepDone, StepsDone};
+use saheeli_protocol::template::{StepDone, StepStart, StepsDone};
+
+use crate::store::StepStarted;
 use tracing::debug;
 
 use super::*;
@@ -55,6 +58,56 @@ pub(super) async fn step_done(
             debug!(task_id = %id, step = %step.name, "step done");
             json_response(&gw, StatusCode::OK, &StepsDone { done })
         }
+        Err(resp) => resp,
+    }
+}
+
+/// `step_start`: the servo begins a step. A step with `approve: true` is
+/// recorded only on an unused approval of that `step_start` (the agent's
+/// shell posting here directly is refused, 403, and counted).
+pub(super) async fn step_start(
+    State(gw): State<Arc<GatewayState>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let step: StepStart = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => {
+            return error_response(
+                &gw,
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("not a step_start: {e}"),
+            );
+        }
+    };
+    if !gw.desk.steps.contains(&step.name) {
+        let names = gw.desk.steps.join(", ");
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            "unknown_step",
+            &format!(
+                "this task has no step `{}`; its steps are: {names}",
+                crate::output::clean(&step.name.chars().take(100).collect::<String>())
+            ),
+        );
+    }
+    let id = gw.task_id;
+    let name = step.name.clone();
+    match gw.desk_db(move |s, l| s.step_start(id, l, &name)).await {
+        Ok(StepStarted::Started(done)) => {
+            debug!(task_id = %id, step = %step.name, "step started");
+            json_response(&gw, StatusCode::OK, &StepsDone { done })
+        }
+        Ok(StepStarted::NeedsApproval) => error_response(
+            &gw,
+            StatusCode::FORBIDDEN,
+            "not_approved",
+            &format!(
+                "step `{}` starts only on a person's approval of its step_start",
+                step.name
+            ),
+        ),
         Err(resp) => resp,
     }
 }

@@ -325,7 +325,11 @@ fn register_gauges(reg: &mut Registry, read: &ScrapeRead, now_ms: i64) {
     );
     let waiting = Family::<WaitingLabels, Gauge>::default();
     let mut since: Option<i64> = None;
-    for state in [TaskState::WaitingHuman, TaskState::Paused] {
+    for state in [
+        TaskState::WaitingHuman,
+        TaskState::Paused,
+        TaskState::Blocked,
+    ] {
         for parked in [false, true] {
             let w = read
                 .waiting

@@ -15,6 +15,9 @@ pub(crate) struct TaskView {
     pub state: String,
     /// Why it ended: a code from a fixed set (`max_steps`, `exit 137`, …).
     pub reason: Option<String>,
+    /// For an ended or waiting task: whether an answer, approval, resume,
+    /// unblock or `task retry` can move it on (null while it runs).
+    pub recoverable: Option<bool>,
     /// What happened, for people.
     pub detail: Option<String>,
     pub model: String,
@@ -47,9 +50,10 @@ pub(crate) struct TaskView {
     /// The servo container while it exists.
     pub container: Option<String>,
     pub cancel_requested: bool,
-    /// What a `waiting_human` task waits for: `{"kind": "answer",
-    /// "question"}`, `{"kind": "approval", "tool", "arguments"}` or
-    /// `{"kind": "plan", "plan"}`; null otherwise.
+    /// What a `waiting_human` or `blocked` task waits for: `{"kind":
+    /// "answer", "question"}`, `{"kind": "approval", "tool", "arguments"}`,
+    /// `{"kind": "plan", "plan"}` or `{"kind": "blocked", "reason",
+    /// "needed"}`; null otherwise.
     pub waiting_for: Option<saheeli_protocol::human::Waiting>,
     /// A pause was asked for (the task is `paused`, or will be before its
     /// next LLM call).
@@ -177,6 +181,7 @@ impl TaskView {
             title: t.title.clone(),
             state: t.state.to_string(),
             reason: t.reason.clone(),
+            recoverable: super::recoverable(t.state, t.reason.as_deref()),
             detail: t.detail.clone(),
             model: t.spec.model.clone(),
             priority: t.priority,

@@ -23,6 +23,25 @@ pub(crate) struct StepView {
     pub evidence: Option<String>,
     /// When it was (last) marked done.
     pub at: Option<String>,
+    /// When the model (first) began it (`step_start`).
+    pub started_at: Option<String>,
+    /// It starts only on a person's approval (`approve: true`).
+    pub approve: bool,
+    /// The breakpoints that hold on it: `before`, `after`.
+    pub breakpoints: Vec<&'static str>,
+    /// A person marked it done or skipped (`task step-override`).
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    pub overridden: Option<StepOverrideView>,
+}
+
+/// `task step-override`, as `--json` shows it on the step.
+#[derive(Debug, Serialize)]
+pub(crate) struct StepOverrideView {
+    /// `done` or `skipped`.
+    pub state: String,
+    pub reason: String,
+    pub by: String,
+    pub at: String,
 }
 
 impl StepView {
@@ -34,7 +53,34 @@ impl StepView {
             state: s.state.as_str(),
             evidence: s.done.as_ref().map(|d| d.evidence.clone()),
             at: s.done.as_ref().map(|d| time(d.at)),
+            started_at: None,
+            approve: s.step.approve,
+            breakpoints: Vec::new(),
+            overridden: s.overridden.as_ref().map(|o| StepOverrideView {
+                state: o.state.clone(),
+                reason: o.reason.clone(),
+                by: o.by.clone(),
+                at: time(o.at),
+            }),
         }
+    }
+
+    /// Adds when it started and its breakpoints.
+    pub fn with_controls(
+        mut self,
+        starts: &[(String, i64)],
+        breakpoints: &[(String, saheeli_protocol::template::Position)],
+    ) -> StepView {
+        self.started_at = starts
+            .iter()
+            .find(|(n, _)| *n == self.name)
+            .map(|(_, at)| time(*at));
+        self.breakpoints = breakpoints
+            .iter()
+            .filter(|(n, _)| *n == self.name)
+            .map(|(_, p)| p.as_str())
+            .collect();
+        self
     }
 }
 
@@ -50,9 +96,12 @@ pub(crate) fn steps_text(steps: &[StepStatus]) -> String {
         .max()
         .unwrap_or(0);
     for s in steps {
-        let what = match &s.done {
-            Some(d) => format!("evidence: {}", one_line(&d.evidence)),
-            None => match &s.step.done_when {
+        let what = match (&s.overridden, &s.done) {
+            (Some(o), _) if o.state == "skipped" => {
+                format!("skipped by {}: {}", clean(&o.by), one_line(&o.reason))
+            }
+            (_, Some(d)) => format!("evidence: {}", one_line(&d.evidence)),
+            (_, None) => match &s.step.done_when {
                 Some(w) => format!("done when: {}", one_line(w)),
                 None => one_line(&s.step.description),
             },
@@ -91,6 +140,7 @@ mod tests {
                 name: n.to_string(),
                 description: format!("{n} it"),
                 done_when: (*n != "confirm").then(|| format!("{n} holds")),
+                ..Step::default()
             })
             .collect();
         let rows = [StepRow {

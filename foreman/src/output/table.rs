@@ -229,6 +229,9 @@ pub(crate) fn how_to_reply(
     use saheeli_protocol::human::Waiting;
     match w {
         Waiting::Answer { .. } => format!("answer with: saheeli task answer {id} \"TEXT\""),
+        Waiting::Blocked { .. } => format!(
+            "unblock with: saheeli task answer {id} \"TEXT\"   or: saheeli task resume {id}   or cancel it"
+        ),
         Waiting::Approval { .. } | Waiting::Plan { .. } => format!(
             "approve with: saheeli task approve {id}   or deny: saheeli task deny {id} --reason \"TEXT\""
         ),

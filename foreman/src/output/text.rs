@@ -209,6 +209,7 @@ pub(crate) fn waiting_line(w: &saheeli_protocol::human::Waiting) -> String {
             format!("approve {tool} {args}")
         }
         Waiting::Plan { plan } => format!("approve plan: {}", plan.join(" / ")),
+        Waiting::Blocked { reason, needed } => format!("blocked: {reason}; needs: {needed}"),
     }
 }
 

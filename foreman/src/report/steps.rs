@@ -16,9 +16,13 @@ pub(super) fn steps_section(steps: &[StepStatus]) -> String {
     let mut s = format!("{done} of {} steps done.\n\n", steps.len());
     s.push_str("| | step | evidence | done at |\n|---|---|---|---|\n");
     for st in steps {
-        let (evidence, at) = match &st.done {
-            Some(d) => (cell(&cut(&d.evidence)), super::markdown::when(Some(d.at))),
-            None => {
+        let (evidence, at) = match (&st.overridden, &st.done) {
+            (Some(o), _) if o.state == "skipped" => (
+                format!("skipped by {}: {}", cell(&o.by), cell(&cut(&o.reason))),
+                super::markdown::when(Some(o.at)),
+            ),
+            (_, Some(d)) => (cell(&cut(&d.evidence)), super::markdown::when(Some(d.at))),
+            (_, None) => {
                 let until = st.step.done_when.as_deref().unwrap_or("");
                 let shown = if until.is_empty() {
                     String::new()
@@ -61,6 +65,7 @@ mod tests {
                 name: n.to_string(),
                 description: String::new(),
                 done_when: Some(format!("{n} holds")),
+                ..Step::default()
             })
             .collect();
         let rows = [StepRow {

@@ -49,6 +49,7 @@ impl HumanAct {
         matches!(
             (self, w),
             (HumanAct::Answer(_), Waiting::Answer { .. })
+                | (HumanAct::Answer(_), Waiting::Blocked { .. })
                 | (
                     HumanAct::Approve(_) | HumanAct::Deny(_),
                     Waiting::Approval { .. } | Waiting::Plan { .. }
@@ -75,7 +76,11 @@ pub(crate) enum DeskError {
     Ended { id: TaskId, state: TaskState },
     #[error("task `{id}` is {state}: only a queued, starting or running task can be paused")]
     CannotPause { id: TaskId, state: TaskState },
-    #[error("task `{id}` is not paused ({state}); nothing to resume")]
+    #[error(
+        "task `{id}` is {state}: it waits for a person's reply first; answer, approve or deny it, then step"
+    )]
+    NothingToStep { id: TaskId, state: TaskState },
+    #[error("task `{id}` is neither paused nor blocked ({state}); nothing to resume")]
     NotPaused { id: TaskId, state: TaskState },
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -92,6 +97,7 @@ fn kind_words(w: &Waiting) -> (&'static str, &'static str) {
         Waiting::Answer { .. } => ("an answer", "answer"),
         Waiting::Approval { .. } => ("an approval", "approve"),
         Waiting::Plan { .. } => ("a plan review", "approve"),
+        Waiting::Blocked { .. } => ("an unblock (an answer)", "answer"),
     }
 }
 
@@ -240,11 +246,15 @@ impl Store {
         // `starting` too: the servo's first call can come before the launch
         // has written `running` (see `Store::started`).
         if row.reply.is_none() && matches!(state, TaskState::Running | TaskState::Starting) {
+            let to = match waiting {
+                Waiting::Blocked { .. } => TaskState::Blocked,
+                _ => TaskState::WaitingHuman,
+            };
             move_state(
                 &tx,
                 id,
                 state,
-                TaskState::WaitingHuman,
+                to,
                 Some(&crate::output::waiting_line(waiting)),
             )?;
             tx.execute(
@@ -283,7 +293,7 @@ impl Store {
             "UPDATE asks SET delivered_at = COALESCE(delivered_at, ?3) WHERE task_id = ?1 AND call_id = ?2",
             params![id.to_string(), call_id, now_ms()],
         )?;
-        if state == TaskState::WaitingHuman {
+        if matches!(state, TaskState::WaitingHuman | TaskState::Blocked) {
             let detail = format!("{} by {}", reply.decision.as_str(), reply.by);
             move_state(&tx, id, state, TaskState::Running, Some(&detail))?;
         }
@@ -340,19 +350,27 @@ impl Store {
         Ok(ask.waiting)
     }
 
-    /// A message for the model, delivered before its next LLM call.
+    /// A message for the model, delivered before its next LLM call: the
+    /// note's id. A `blocked` task is unblocked with it instead (None).
     pub fn inject(
         &mut self,
         id: TaskId,
         text: &str,
         by: &str,
-    ) -> std::result::Result<i64, DeskError> {
+    ) -> std::result::Result<Option<i64>, DeskError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let state = current_state(&tx, id)?;
         if state.is_terminal() {
             return Err(DeskError::Ended { id, state });
+        }
+        // A blocked servo waits for its reply, not for an LLM call: the
+        // message is the reply (no note, so it is not told twice).
+        if super::blocked::unblock(&tx, id, state, text, by)? {
+            note_event(&tx, id, "injected", Some(by), text)?;
+            tx.commit()?;
+            return Ok(None);
         }
         tx.execute(
             "INSERT INTO notes (task_id, text, author, at) VALUES (?1, ?2, ?3, ?4)",
@@ -361,7 +379,7 @@ impl Store {
         let note = tx.last_insert_rowid();
         note_event(&tx, id, "injected", Some(by), text)?;
         tx.commit()?;
-        Ok(note)
+        Ok(Some(note))
     }
 
     /// Asks the servo to pause before its next LLM call.
@@ -406,6 +424,11 @@ impl Store {
             params![id.to_string()],
             |r| r.get::<_, i64>(0).map(|v| v != 0),
         )?;
+        if super::blocked::unblock(&tx, id, state, super::blocked::RESUMED_TEXT, by)? {
+            note_event(&tx, id, "resumed", Some(by), "resume (unblocked)")?;
+            tx.commit()?;
+            return Ok(state);
+        }
         if state != TaskState::Paused && !requested {
             return Err(DeskError::NotPaused { id, state });
         }
@@ -599,7 +622,12 @@ pub(super) fn close_moot_asks(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Res
     Ok(())
 }
 
-fn write_reply(tx: &rusqlite::Transaction<'_>, id: TaskId, call_id: &str, r: &Reply) -> Result<()> {
+pub(super) fn write_reply(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    call_id: &str,
+    r: &Reply,
+) -> Result<()> {
     tx.execute(
         "UPDATE asks SET decision = ?3, reply = ?4, replied_by = ?5, replied_at = ?6
          WHERE task_id = ?1 AND call_id = ?2 AND decision IS NULL",
@@ -623,7 +651,7 @@ fn write_reply(tx: &rusqlite::Transaction<'_>, id: TaskId, call_id: &str, r: &Re
 
 /// A parked task whose wait is over (replied, or resumed) goes back to the
 /// queue, to start again on its workspace. Returns whether it did.
-fn requeue_if_parked(
+pub(super) fn requeue_if_parked(
     tx: &rusqlite::Transaction<'_>,
     id: TaskId,
     state: TaskState,
@@ -644,7 +672,7 @@ fn requeue_if_parked(
         },
     )?;
     let over = match state {
-        TaskState::WaitingHuman => !open,
+        TaskState::WaitingHuman | TaskState::Blocked => !open,
         TaskState::Paused => !pause,
         _ => false,
     };

@@ -188,7 +188,8 @@ impl Store {
             TaskState::Starting
             | TaskState::Running
             | TaskState::WaitingHuman
-            | TaskState::Paused => {
+            | TaskState::Paused
+            | TaskState::Blocked => {
                 tx.execute(
                     "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
                     params![id.to_string()],

@@ -9,6 +9,7 @@
 //! transaction. Synchronous on purpose: async callers use `spawn_blocking`.
 
 mod admission;
+mod blocked;
 mod desk;
 mod error;
 mod eval;
@@ -22,6 +23,8 @@ mod overrides;
 mod queue;
 mod rows;
 mod schema;
+mod step_control;
+mod step_override;
 mod steps;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -43,6 +46,10 @@ pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;
+pub(crate) use step_control::StepStarted;
+pub(crate) use step_override::StepOverride;
 #[cfg(test)]
 pub(crate) use steps::StepRow;
-pub(crate) use steps::{StepStatus, step_status};
+#[cfg(test)]
+pub(crate) use steps::step_status;
+pub(crate) use steps::{StepStatus, step_status_with};

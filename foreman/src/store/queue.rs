@@ -148,6 +148,9 @@ pub(super) fn webhook_kind(from: Option<TaskState>, to: TaskState) -> Option<&'s
         (None, TaskState::Queued) => "task.queued",
         (Some(TaskState::Starting), TaskState::Running) => "task.started",
         (_, TaskState::WaitingHuman) => "task.waiting_human",
+        (_, TaskState::Blocked) => "task.blocked",
+        // `task pause`, a `pause_on` breakpoint (and a step's, later).
+        (Some(f), TaskState::Paused) if f != TaskState::Paused => "task.paused",
         (_, TaskState::Complete) => "task.completed",
         (_, TaskState::Incomplete) => "task.incomplete",
         (_, TaskState::Failed) => "task.failed",

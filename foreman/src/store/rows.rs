@@ -189,7 +189,7 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         waiting_since: r.get(23)?,
         waiting_for: r
             .get::<_, Option<String>>(24)?
-            .filter(|_| state == "waiting_human")
+            .filter(|_| state == "waiting_human" || state == "blocked")
             .and_then(|w| serde_json::from_str(&w).ok()),
         overridden: read_override(r)?,
         capability_calls: r.get(29)?,

@@ -231,6 +231,37 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
          ALTER TABLE tasks ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0;",
     ),
+    // Issue 29, step controls (store/step_control.rs): when each step
+    // started; breakpoints set or cleared by a person (over the
+    // template's); steps a person marked done or skipped
+    // (store/step_override.rs); `task step` (pause once the next step ends).
+    M::up(
+        "CREATE TABLE step_starts (
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            name    TEXT NOT NULL,
+            at      INTEGER NOT NULL,
+            PRIMARY KEY (task_id, name)
+         );
+         CREATE TABLE step_breakpoints (
+            task_id  TEXT NOT NULL REFERENCES tasks(id),
+            name     TEXT NOT NULL,
+            position TEXT NOT NULL,
+            active   INTEGER NOT NULL,
+            author   TEXT NOT NULL,
+            at       INTEGER NOT NULL,
+            PRIMARY KEY (task_id, name, position)
+         );
+         CREATE TABLE step_overrides (
+            task_id TEXT NOT NULL REFERENCES tasks(id),
+            name    TEXT NOT NULL,
+            state   TEXT NOT NULL,
+            reason  TEXT NOT NULL,
+            author  TEXT NOT NULL,
+            at      INTEGER NOT NULL,
+            PRIMARY KEY (task_id, name)
+         );
+         ALTER TABLE tasks ADD COLUMN step_through INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -24,6 +24,8 @@ pub(crate) enum StepState {
     /// The first step not done.
     InProgress,
     Pending,
+    /// A person skipped it (`task step-override --state skipped`).
+    Skipped,
 }
 
 impl StepState {
@@ -32,6 +34,7 @@ impl StepState {
             StepState::Completed => "completed",
             StepState::InProgress => "in_progress",
             StepState::Pending => "pending",
+            StepState::Skipped => "skipped",
         }
     }
 
@@ -41,6 +44,7 @@ impl StepState {
             StepState::Completed => '✓',
             StepState::InProgress => '◐',
             StepState::Pending => '○',
+            StepState::Skipped => '⊘',
         }
     }
 }
@@ -51,17 +55,33 @@ pub(crate) struct StepStatus {
     pub step: Step,
     pub state: StepState,
     pub done: Option<StepRow>,
+    /// A person marked it done or skipped.
+    pub overridden: Option<super::StepOverride>,
 }
 
-/// Each of `declared` with its state: done when a row names it; the first
-/// one not done is in progress, the rest pending.
+/// [`step_status_with`] without overrides.
+#[cfg(test)]
 pub(crate) fn step_status(declared: &[Step], rows: &[StepRow]) -> Vec<StepStatus> {
+    step_status_with(declared, rows, &[])
+}
+
+/// Each of `declared` with its state: skipped when a person skipped it
+/// (`task step-override`), done when a row names it; the first one neither
+/// is in progress, the rest pending.
+pub(crate) fn step_status_with(
+    declared: &[Step],
+    rows: &[StepRow],
+    overrides: &[super::StepOverride],
+) -> Vec<StepStatus> {
     let mut seen_open = false;
     declared
         .iter()
         .map(|step| {
             let done = rows.iter().find(|r| r.name == step.name).cloned();
+            let overridden = overrides.iter().find(|o| o.name == step.name).cloned();
+            let skipped = overridden.as_ref().is_some_and(|o| o.state == "skipped");
             let state = match (&done, seen_open) {
+                _ if skipped => StepState::Skipped,
                 (Some(_), _) => StepState::Completed,
                 (None, false) => {
                     seen_open = true;
@@ -73,6 +93,7 @@ pub(crate) fn step_status(declared: &[Step], rows: &[StepRow]) -> Vec<StepStatus
                 step: step.clone(),
                 state,
                 done,
+                overridden,
             }
         })
         .collect()
@@ -112,6 +133,7 @@ impl Store {
             )?;
             let summary: String = evidence.chars().take(200).collect();
             note_event(&tx, id, "step_done", None, &format!("{name}: {summary}"))?;
+            super::step_control::after_step_done(&tx, id, name)?;
         } else {
             tx.execute(
                 "UPDATE steps SET evidence = ?3, at = ?4 WHERE task_id = ?1 AND name = ?2",
@@ -155,6 +177,7 @@ mod tests {
             name: name.into(),
             description: String::new(),
             done_when: None,
+            ..Step::default()
         }
     }
 

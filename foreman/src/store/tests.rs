@@ -474,8 +474,8 @@ mod desk {
     fn a_note_marked_delivered_by_another_still_reaches_the_servo() {
         let (_d, mut s) = store();
         let id = running(&mut s);
-        let first = s.inject(id, "one", "ann").unwrap();
-        let second = s.inject(id, "two", "ann").unwrap();
+        let first = s.inject(id, "one", "ann").unwrap().unwrap();
+        let second = s.inject(id, "two", "ann").unwrap().unwrap();
         s.delivered(id, &lease(), &[first, second]).unwrap();
         let (notes, _) = s.inbox(id, &lease(), 60_000, Some(0)).unwrap();
         assert_eq!(

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::inputs;
 use crate::report;
 use crate::state::TaskState;
-use crate::store::{Outcome, TaskRow, now_ms, step_status};
+use crate::store::{Outcome, TaskRow, now_ms};
 
 use crate::reconciler::Ctx;
 
@@ -66,12 +66,13 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
             let row = s.require(&id.to_string())?;
             let done = s.steps_done(id)?;
             let checks = s.verify_checks(id)?;
-            Ok((row, done, checks))
+            let overrides = s.step_overrides(id)?;
+            Ok((row, (done, overrides), checks))
         })
         .await;
     let (row, steps, checks) = match read {
-        Ok((row, done, checks)) => {
-            let steps = step_status(&row.spec.steps, &done);
+        Ok((row, (done, overrides), checks)) => {
+            let steps = crate::store::step_status_with(&row.spec.steps, &done, &overrides);
             (ended(row, to, outcome), steps, checks)
         }
         Err(e) => {

@@ -214,9 +214,59 @@ pub(super) struct ActBody {
     text: Option<String>,
     reason: Option<String>,
     note: Option<String>,
+    /// `breakpoint`: the template step, `before` or `after`, and whether
+    /// to clear it.
+    step: Option<String>,
+    position: Option<String>,
+    /// `step-override`: `done` or `skipped` (with `step` and `reason`).
+    state: Option<String>,
+    #[serde(default)]
+    clear: bool,
 }
 
-const ACTIONS: &str = "cancel, retry, answer, approve, deny, pause, resume, inject";
+const ACTIONS: &str =
+    "cancel, retry, answer, approve, deny, pause, resume, inject, breakpoint, step, step-override";
+
+/// `step-override`'s body: `{"step": NAME, "state": "done" | "skipped", "reason": TEXT}`.
+fn step_override_of(b: ActBody) -> ApiResult<Steer> {
+    use crate::cli::StepOverrideState;
+    let step = required(b.step, "step", "step-override")?;
+    let state = match b.state.as_deref() {
+        Some("done") => StepOverrideState::Done,
+        Some("skipped") => StepOverrideState::Skipped,
+        _ => {
+            return Err(ApiError::bad_input(
+                "`step-override` needs `\"state\": \"done\"` or `\"skipped\"` in the body",
+            ));
+        }
+    };
+    let reason = required(b.reason, "reason", "step-override")?;
+    Ok(Steer::StepOverride {
+        step,
+        state,
+        reason,
+    })
+}
+
+/// `breakpoint`'s body: `{"step": NAME, "position": "before" | "after", "clear": false}`.
+fn breakpoint_of(b: ActBody) -> ApiResult<Steer> {
+    use saheeli_protocol::template::Position;
+    let step = required(b.step, "step", "breakpoint")?;
+    let position = match b.position.as_deref() {
+        Some("before") => Position::Before,
+        Some("after") => Position::After,
+        _ => {
+            return Err(ApiError::bad_input(
+                "`breakpoint` needs `\"position\": \"before\"` or `\"after\"` in the body",
+            ));
+        }
+    };
+    Ok(Steer::Breakpoint {
+        step,
+        position,
+        active: !b.clear,
+    })
+}
 
 fn required(v: Option<String>, field: &str, action: &str) -> ApiResult<String> {
     v.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
@@ -237,6 +287,9 @@ fn steer_of(action: &str, b: ActBody) -> ApiResult<Option<Steer>> {
         "pause" => Steer::Pause,
         "resume" => Steer::Resume,
         "inject" => Steer::Inject(required(b.text, "text", action)?),
+        "breakpoint" => breakpoint_of(b)?,
+        "step" => Steer::Step,
+        "step-override" => step_override_of(b)?,
         other => {
             return Err(ApiError::not_found(format!(
                 "no action `{other}`; use one of {ACTIONS}"
@@ -312,5 +365,20 @@ mod tests {
             Some(Steer::Reply(HumanAct::Deny("no".into())))
         );
         assert_eq!(steer_of("retry", ActBody::default()).unwrap(), None);
+        let bp = |step: &str, position: &str| ActBody {
+            step: Some(step.into()),
+            position: Some(position.into()),
+            ..Default::default()
+        };
+        assert!(steer_of("breakpoint", bp("fix", "middle")).is_err());
+        assert!(steer_of("breakpoint", bp(" ", "after")).is_err());
+        assert_eq!(
+            steer_of("breakpoint", bp("fix", "after")).unwrap(),
+            Some(Steer::Breakpoint {
+                step: "fix".into(),
+                position: saheeli_protocol::template::Position::After,
+                active: true
+            })
+        );
     }
 }

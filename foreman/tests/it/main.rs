@@ -8,6 +8,7 @@ mod fake_stream;
 mod util;
 
 mod admission;
+mod blocked;
 mod capabilities;
 mod chaos;
 mod chaos_gateway;
@@ -40,6 +41,7 @@ mod replay;
 mod report;
 mod safety;
 mod sandbox;
+mod steps;
 mod swarm;
 mod swarm_park;
 mod swarm_verify;

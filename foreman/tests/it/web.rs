@@ -217,7 +217,7 @@ fn ask_script(s: &Saheeli) {
     );
 }
 
-fn until_api(w: &WebServe, id: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+pub fn until_api(w: &WebServe, id: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     let mut last = Value::Null;
     let ok = wait_for(Duration::from_secs(90), || {
         last = get(&w.addr, &format!("/api/tasks/{id}")).json();

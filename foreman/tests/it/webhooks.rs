@@ -19,22 +19,22 @@ use crate::human::Serve;
 use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, replay_prompt, require_docker, script};
 
-const SECRET: &str = "whsec_test_secret";
+pub const SECRET: &str = "whsec_test_secret";
 
 /// What the receiver got: (event id, type, task id, URL query), in
 /// arrival order.
-type Got = Arc<Mutex<Vec<(String, String, String, String)>>>;
+pub type Got = Arc<Mutex<Vec<(String, String, String, String)>>>;
 
 /// A webhook receiver on 127.0.0.1 that checks every signature.
-struct Receiver {
+pub struct Receiver {
     port: u16,
-    got: Got,
-    bad: Arc<Mutex<Vec<String>>>,
+    pub got: Got,
+    pub bad: Arc<Mutex<Vec<String>>>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Receiver {
-    fn new() -> Receiver {
+    pub fn new() -> Receiver {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -48,11 +48,11 @@ impl Receiver {
         }
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/hook", self.port)
     }
 
-    fn start(&mut self) {
+    pub fn start(&mut self) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -69,7 +69,7 @@ impl Receiver {
     }
 
     /// Down: the port refuses connections.
-    fn stop(&mut self) {
+    pub fn stop(&mut self) {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(1));
         }

@@ -1,5 +1,5 @@
-//! The agent's side of humans in the loop: `ask_user`, approval gates, the
-//! plan gate, injected messages, pauses, `pause_on: [tool_error]`, and
+//! The agent's side of humans in the loop: `ask_user`, `task_blocked`,
+//! approval gates, the plan gate, injected messages, pauses, `pause_on: [tool_error]`, and
 //! parking (saving the session and exiting while a human takes their time).
 
 use std::sync::{Arc, Mutex};
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use saheeli_protocol::chat::{ChatMessage, ToolCall};
 use saheeli_protocol::human::{
-    Ask, Breakpoint, Decision, Gate, Note, PLAN, Parked, Replied, Reply, Waiting,
+    Ask, BLOCKED, Breakpoint, Decision, Gate, Note, PLAN, Parked, Replied, Reply, Waiting,
 };
 use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
 use serde::Deserialize;
@@ -105,6 +105,17 @@ struct Question {
 struct Plan {
     steps: Vec<String>,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Blocked {
+    reason: String,
+    needed: String,
+}
+
+/// What the model hears of the calls of its turn after `task_blocked`.
+const NOT_RUN_BLOCKED: &str =
+    "not run: task_blocked ended the turn; call it again once you are unblocked, if still needed";
 
 impl Agent {
     fn park_after(&self) -> Duration {
@@ -236,6 +247,13 @@ impl Agent {
             "propose_plan" => Waiting::Plan {
                 plan: serde_json::from_str::<Plan>(args).ok()?.steps,
             },
+            BLOCKED => {
+                let b = serde_json::from_str::<Blocked>(args).ok()?;
+                Waiting::Blocked {
+                    reason: b.reason,
+                    needed: b.needed,
+                }
+            }
             tool => Waiting::Approval {
                 tool: tool.to_string(),
                 arguments: args.clone(),
@@ -266,6 +284,26 @@ impl Agent {
                     );
                 }
             },
+            BLOCKED => match serde_json::from_str::<Blocked>(args) {
+                Ok(b) if !b.reason.trim().is_empty() && !b.needed.trim().is_empty() => {
+                    // It ends the turn: the turn's later calls are not run
+                    // (and are not saved to run after a park).
+                    for c in rest.by_ref() {
+                        self.refuse(step, c, NOT_RUN_BLOCKED);
+                    }
+                    Waiting::Blocked {
+                        reason: b.reason,
+                        needed: b.needed,
+                    }
+                }
+                _ => {
+                    return self.refuse(
+                        step,
+                        call,
+                        "task_blocked needs {\"reason\": \"...\", \"needed\": \"...\"}, both non-empty",
+                    );
+                }
+            },
             "propose_plan" => match serde_json::from_str::<Plan>(args) {
                 Ok(p) if !p.steps.is_empty() => {
                     if self.task.plan_only {
@@ -284,6 +322,15 @@ impl Agent {
             _ if (self.gates.plan || self.task.plan_only) && !self.plan_approved && acts(name) => {
                 let why = "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.";
                 return self.refuse(step, call, why);
+            }
+            // A step with `approve: true` starts on a person's approval.
+            "step_start"
+                if crate::tools::step_named(&self.task.steps, args).is_some_and(|s| s.approve) =>
+            {
+                Waiting::Approval {
+                    tool: name.to_string(),
+                    arguments: args.to_string(),
+                }
             }
             _ if self.gates.holds(name, args) => Waiting::Approval {
                 tool: name.to_string(),
@@ -451,6 +498,9 @@ impl Agent {
                 feedback_sentence(&text)
             ),
             (Waiting::Answer { .. }, _) => format!("{} answered: {text}", reply.by),
+            (Waiting::Blocked { .. }, _) => {
+                format!("[saheeli] {} unblocked the task: {text}", reply.by)
+            }
         };
         self.messages
             .push(ChatMessage::tool_result(call.id, result));
@@ -587,6 +637,13 @@ fn same_ask(asked: &Waiting, waiting: &Waiting) -> bool {
             },
         ) => same_text(tool, t) && same_text(arguments, a),
         (Waiting::Answer { question }, Waiting::Answer { question: q }) => same_text(question, q),
+        (
+            Waiting::Blocked { reason, needed },
+            Waiting::Blocked {
+                reason: r,
+                needed: n,
+            },
+        ) => same_text(reason, r) && same_text(needed, n),
         // The desk keeps the first 100 steps.
         (Waiting::Plan { plan }, Waiting::Plan { plan: p }) => {
             plan.len() == p.len().min(100) && plan.iter().zip(p).all(|(a, b)| same_text(a, b))

@@ -126,6 +126,7 @@ impl Agent {
         let gates = human::Gates::new(&task.gates)?;
         let mut specs = tools::specs();
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
+        specs.extend(tools::step_start_spec(&task.steps));
         specs.extend(tools::step_spec(&task.steps));
         let desk = Arc::new(Desk::new(gateway)?);
         let max_output = task.max_output_bytes.max(1024);

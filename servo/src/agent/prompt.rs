@@ -12,6 +12,8 @@ You have no network access. Act only through your tools: ";
 const ASK: &str = "When you are missing information only the user can give, ask with ask_user \
 instead of guessing or giving up. ";
 
+const BLOCKED: &str = "When something outside your reach stops you, say so with task_blocked. ";
+
 const WORK: &str = "Work step by step, check your work (run the tests or the program), and keep \
 going until the task is done. ";
 
@@ -42,6 +44,9 @@ pub(super) fn system_prompt(task: &ServoTask) -> String {
     if has("ask_user") {
         prompt.push_str(ASK);
     }
+    if has(saheeli_protocol::human::BLOCKED) {
+        prompt.push_str(BLOCKED);
+    }
     prompt.push_str(WORK);
     if has("task_complete") {
         prompt.push_str(COMPLETE);
@@ -49,7 +54,7 @@ pub(super) fn system_prompt(task: &ServoTask) -> String {
     let prompt = prompt.trim_end().to_string();
     match crate::tools::step_instructions(&task.steps) {
         Some(steps) => format!(
-            "{prompt} Mark each of the task's steps done with step_done as you finish it.\n\n{steps}"
+            "{prompt} Begin each of the task's steps with step_start and mark it done with step_done as you finish it.\n\n{steps}"
         ),
         None => prompt,
     }

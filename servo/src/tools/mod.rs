@@ -10,6 +10,7 @@ mod output;
 mod read_file;
 mod shell;
 mod step_done;
+mod step_start;
 mod task_complete;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::workspace::Workspace;
 
 pub(crate) use output::ToolOutput;
 pub(crate) use step_done::{instructions as step_instructions, spec_for as step_spec};
+pub(crate) use step_start::{named as step_named, spec_for as step_start_spec};
 
 /// What tools need to know.
 #[derive(Clone)]
@@ -147,6 +149,10 @@ impl Toolbox {
             },
             "step_done" if !self.steps.is_empty() => match parse(name, arguments) {
                 Ok(a) => step_done::run(self, a).await,
+                Err(e) => e,
+            },
+            "step_start" if !self.steps.is_empty() => match parse(name, arguments) {
+                Ok(a) => step_start::run(self, a).await,
                 Err(e) => e,
             },
             // The agent answers a tool it did not offer before this (with

@@ -44,9 +44,10 @@ pub(crate) fn instructions(steps: &[Step]) -> Option<String> {
         return None;
     }
     let mut s = String::from(
-        "This task has steps. Work through them in order; when a step is done (its done-when \
-         condition holds), call step_done with its name and your evidence before you go on. \
-         The steps:\n",
+        "This task has steps. Work through them in order. Before you begin a step, call \
+         step_start with its name (a step marked `approval needed` waits there for a person); \
+         when it is done (its done-when condition holds), call step_done with its name and your \
+         evidence before you go on. The steps:\n",
     );
     for (i, step) in steps.iter().enumerate() {
         s.push_str(&format!("{}. `{}`", i + 1, step.name));
@@ -55,6 +56,9 @@ pub(crate) fn instructions(steps: &[Step]) -> Option<String> {
         }
         if let Some(w) = &step.done_when {
             s.push_str(&format!(" (done when: {})", w.trim()));
+        }
+        if step.approve {
+            s.push_str(" (approval needed)");
         }
         s.push('\n');
     }
@@ -137,6 +141,7 @@ mod tests {
                 name: n.to_string(),
                 description: format!("{n} it"),
                 done_when: Some("it is so".into()),
+                ..Step::default()
             })
             .collect()
     }

@@ -47,9 +47,10 @@ fn retries_a_rate_limit_then_completes() {
         );
         assert!(!r.head.to_ascii_lowercase().contains("authorization"));
         assert_eq!(r.body["model"], "gpt-test");
-        // The six tools and `ask_user`.
-        assert_eq!(r.body["tools"].as_array().unwrap().len(), 7);
+        // The six tools, `ask_user` and `task_blocked`.
+        assert_eq!(r.body["tools"].as_array().unwrap().len(), 8);
         assert!(r.body["tools"].to_string().contains("ask_user"));
+        assert!(r.body["tools"].to_string().contains("task_blocked"));
         assert_eq!(r.body["messages"][0]["role"], "system");
         assert_eq!(r.body["messages"][1]["content"], "Do it.\n");
     }

@@ -3,7 +3,7 @@
 // as HTML: a prompt containing <script> shows as text.
 "use strict";
 
-const STATES = ["queued", "starting", "running", "waiting_human", "paused",
+const STATES = ["queued", "starting", "running", "waiting_human", "paused", "blocked",
   "complete", "incomplete", "failed", "cancelled"];
 
 // el("div", {class: "x"}, "text", child): children that are strings
@@ -71,6 +71,7 @@ function waits(w) {
   if (w.kind === "answer") return "asks: " + w.question;
   if (w.kind === "approval") return "approve " + w.tool + " " + String(w.arguments || "").slice(0, 120);
   if (w.kind === "plan") return "approve plan (" + (w.plan || []).length + " steps)";
+  if (w.kind === "blocked") return "blocked: " + w.reason + " (needs: " + w.needed + ")";
   return w.kind;
 }
 
@@ -176,6 +177,7 @@ function taskView(main, id) {
   const state = el("span", { id: "state" });
   const facts = el("div", { class: "facts", id: "facts" });
   const waiting = el("section", { class: "card waiting", id: "waiting", hidden: true });
+  const stepsCard = el("section", { class: "card", id: "steps", hidden: true });
   const flash = el("div", { class: "flash", id: "flash" });
   const timeline = el("ol", { class: "timeline", id: "timeline" });
   const audit = el("div", { class: "audit", id: "audit", role: "log", "aria-live": "polite" });
@@ -200,6 +202,7 @@ function taskView(main, id) {
     el("div", { class: "head" }, state, title, el("span", { class: "mono muted" }, id)),
     facts,
     waiting,
+    stepsCard,
     el("section", { class: "card" }, el("h2", {}, "Control"),
       el("div", { class: "controls" }, buttons.pause, buttons.resume, buttons.cancel, buttons.retry,
         el("span", { class: "grow" }), injectText, buttons.inject),
@@ -247,38 +250,94 @@ function taskView(main, id) {
       fact("duration", t.duration_s === null ? "—" : span(t.duration_s)),
       fact("attempt", t.attempt),
       fact("reason", t.reason || "—"),
+      t.recoverable === null || t.recoverable === undefined ? null
+        : fact("recoverable", t.recoverable ? "yes" : "no"),
       t.waiting_since ? fact("waiting since", clock(t.waiting_since)) : null,
       t.detail ? fact("detail", t.detail, true) : null,
       t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason, true) : null,
     ].filter(Boolean));
     const ended = ["complete", "incomplete", "failed", "cancelled"].includes(t.state);
-    buttons.pause.disabled = ended || t.state === "paused" || t.state === "waiting_human";
-    buttons.resume.disabled = !(t.state === "paused" || t.pause_requested);
+    buttons.pause.disabled = ended || ["paused", "waiting_human", "blocked"].includes(t.state);
+    buttons.resume.disabled = !(t.state === "paused" || t.state === "blocked" || t.pause_requested);
     buttons.cancel.disabled = ended;
     buttons.retry.disabled = !ended;
     buttons.inject.disabled = ended;
     injectText.disabled = ended;
     showWaiting(t);
+    showSteps(t, ended);
     if (ended && results.hidden) showResults(t);
   }
 
+  // A template's steps: n/m done, each with its mark, evidence, duration,
+  // override and breakpoints; the controls of issue 29 beside them.
+  let shownSteps = "";
+  function showSteps(t, ended) {
+    const steps = t.template_steps || [];
+    const key = JSON.stringify([steps, t.state]);
+    if (key === shownSteps) return;
+    shownSteps = key;
+    stepsCard.hidden = steps.length === 0;
+    if (!steps.length) { stepsCard.replaceChildren(); return; }
+    const MARK = { completed: "✓", in_progress: "◐", pending: "○", skipped: "⊘" };
+    const closed = steps.filter(s => s.state === "completed" || s.state === "skipped").length;
+    const took = (s) => s.started_at && s.at
+      ? span((Date.parse(s.at) - Date.parse(s.started_at)) / 1000) : "";
+    const toggle = (s, pos) => {
+      const on = (s.breakpoints || []).includes(pos);
+      return el("button", { class: on ? "bp on" : "bp", "data-step": s.name, "data-pos": pos,
+        disabled: ended, title: (on ? "clear the breakpoint " : "pause ") + pos + " this step",
+        onclick: () => act("breakpoint", { step: s.name, position: pos, clear: on }) },
+        (on ? "● " : "○ ") + pos);
+    };
+    const override = (s, to) => el("button", { class: "ov", "data-step": s.name, "data-to": to,
+      disabled: ended || s.state === "skipped" || (to === "done" && s.state === "completed"),
+      onclick: () => {
+        const reason = prompt("Why is step " + s.name + " " + to + "?");
+        if (reason && reason.trim()) act("step-override", { step: s.name, state: to, reason });
+      } }, to === "done" ? "Mark done" : "Skip");
+    const rows = steps.map(s => el("li", { class: "step s-" + s.state + (s.state === "in_progress" ? " current" : ""),
+      "data-step": s.name },
+      el("span", { class: "mark" }, MARK[s.state] || "?"),
+      el("div", { class: "body" },
+        el("div", { class: "name" }, s.name, s.approve ? el("span", { class: "tag" }, "approval") : null,
+          el("span", { class: "muted" }, " " + s.state.replace("_", " "))),
+        s.description ? el("div", { class: "muted" }, s.description) : null,
+        s.evidence ? el("div", { class: "evidence" }, "evidence: " + s.evidence)
+          : s.done_when ? el("div", { class: "muted" }, "done when: " + s.done_when) : null,
+        s.override ? el("div", { class: "override" },
+          s.override.state + " by " + s.override.by + ": " + s.override.reason) : null),
+      el("span", { class: "num muted" }, took(s)),
+      el("span", { class: "controls" }, toggle(s, "before"), toggle(s, "after"),
+        override(s, "skipped"), override(s, "done"))));
+    const stepBtn = el("button", { id: "step-once", disabled: ended || !["paused", "running", "queued", "starting"].includes(t.state),
+      onclick: () => act("step") }, "Step ▸");
+    stepsCard.replaceChildren(
+      el("div", { class: "row" }, el("h2", { id: "steps-count" }, "Steps " + closed + "/" + steps.length),
+        el("span", { class: "grow" }), stepBtn),
+      el("ol", { class: "steps" }, rows));
+  }
+
   function showWaiting(t) {
-    const w = t.state === "waiting_human" ? t.waiting_for : null;
+    const w = t.state === "waiting_human" || t.state === "blocked" ? t.waiting_for : null;
     const key = JSON.stringify(w);
     if (key === shownWaiting) return;
     shownWaiting = key;
     waiting.hidden = !w;
     if (!w) { waiting.replaceChildren(); return; }
-    if (w.kind === "answer") {
-      const text = el("textarea", { id: "answer-text", rows: 3, placeholder: "your answer" });
+    if (w.kind === "answer" || w.kind === "blocked") {
+      const text = el("textarea", { id: "answer-text", rows: 3,
+        placeholder: w.kind === "blocked" ? "what unblocks it" : "your answer" });
       const send = el("button", { class: "primary", id: "answer-send", onclick: async () => {
         if (!text.value.trim()) { text.focus(); return; }
         send.disabled = true;
         await act("answer", { text: text.value });
         send.disabled = false;
       } }, "Send answer");
-      waiting.replaceChildren(el("h2", {}, "The agent asks"),
-        el("p", { class: "question", id: "question" }, w.question), text,
+      const asked = w.kind === "blocked"
+        ? el("p", { class: "question", id: "question" }, w.reason, el("br"), "Needs: " + w.needed)
+        : el("p", { class: "question", id: "question" }, w.question);
+      waiting.replaceChildren(el("h2", {}, w.kind === "blocked" ? "The agent is blocked" : "The agent asks"),
+        asked, text,
         el("div", { class: "row", style: null }, send));
       return;
     }
