@@ -89,6 +89,10 @@ pub struct FrontMatter {
     /// A checklist the model ticks off with `step_done`.
     #[serde(default)]
     pub steps: Vec<crate::template::Step>,
+    // --- issue 25: third-party agents -------------------------------------
+    /// Who runs the task: `saheeli` (the built-in loop), `claude-code`,
+    /// `codex`, `mini-swe-agent`, `aider`, or `{ command, api }`.
+    pub agent: Option<crate::Agent>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

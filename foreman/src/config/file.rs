@@ -76,6 +76,10 @@ pub(crate) struct ConfigFile {
     pub backend: BackendKind,
     /// The Docker Swarm to run tasks on (`backend: swarm`).
     pub swarm: Option<SwarmConfig>,
+    // --- issue 25: third-party agents -------------------------------------
+    /// The image each named agent runs in (`saheeli build-servo --agent
+    /// NAME` builds it); unset: `saheeli-servo-NAME:<version>`.
+    pub agents: BTreeMap<saheeli_protocol::AgentName, String>,
 }
 
 /// `file_access:`: the modes the database (`saheeli.db`, and SQLite's
@@ -280,6 +284,9 @@ pub(crate) struct TaskDefaults {
     pub assess: bool,
     /// What the assessor judges against (default: the title and body).
     pub objective: Option<String>,
+    // --- issue 25: third-party agents -------------------------------------
+    /// Who runs tasks (see the front-matter key `agent`).
+    pub agent: saheeli_protocol::Agent,
 }
 
 /// What an approval gate does in a run without a human.
@@ -350,6 +357,7 @@ impl Default for ConfigFile {
             http: HttpConfig::default(),
             backend: BackendKind::Docker,
             swarm: None,
+            agents: BTreeMap::new(),
         }
     }
 }
@@ -383,6 +391,7 @@ impl Default for TaskDefaults {
             verify_timeout: Duration::from_secs(600),
             assess: false,
             objective: None,
+            agent: saheeli_protocol::Agent::default(),
         }
     }
 }

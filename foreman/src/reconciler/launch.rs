@@ -126,7 +126,7 @@ pub(super) async fn launch(
 ) -> anyhow::Result<Launched> {
     let id = task.id;
     let d = &ctx.docker;
-    let image = ctx.cfg.file.image.clone();
+    let image = crate::spec::image_for(&ctx.cfg, &task.spec.agent);
     let t0 = std::time::Instant::now();
     let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
     // The image was checked when serve started; one removed since fails
@@ -152,6 +152,7 @@ pub(super) async fn launch(
     // Small launches travel in the environment: no upload before start.
     let mut servo_task = task.spec.servo_task(id);
     servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
+    servo_task.stop_grace_ms = Some(ctx.cfg.file.stop_grace.as_millis() as u64);
     let launch = saheeli_protocol::Launch {
         task: servo_task,
         prompt: task.spec.body.clone(),

@@ -281,11 +281,18 @@ pub(crate) const SETTINGS: &[Setting] = &[
         in_front_matter: |f| f.objective.is_some(),
         value: |s, _| json!(s.objective),
     },
+    // --- issue 25: third-party agents ---
+    Setting {
+        key: "agent",
+        config: Some("task.agent"),
+        in_front_matter: |f| f.agent.is_some(),
+        value: |s, _| json!(s.agent),
+    },
     Setting {
         key: "image",
         config: Some("image"),
         in_front_matter: never,
-        value: |_, c| json!(c.file.image),
+        value: |s, c| json!(super::image_for(c, &s.agent)),
     },
 ];
 

@@ -106,6 +106,9 @@ pub(crate) struct TaskSpec {
     /// What the assessor judges against (None: the title and the body).
     #[serde(default)]
     pub objective: Option<String>,
+    /// Who runs the task (issue 25; `agent`).
+    #[serde(default)]
+    pub agent: saheeli_protocol::Agent,
 }
 
 fn default_verify_retries() -> u32 {
@@ -239,6 +242,8 @@ impl TaskSpec {
             objective: fm.objective.or_else(|| d.objective.clone()),
         }
         .checked(path, workspace.as_deref(), replay.is_some())?;
+        let checked = !checks.verify.is_empty() || checks.assess;
+        let agent = agent::resolve(cfg, path, fm.agent, &model, replay.is_some(), checked)?;
         let mut spec = TaskSpec {
             title,
             prompt_path: path.display().to_string(),
@@ -280,6 +285,7 @@ impl TaskSpec {
             verify_timeout_s: checks.timeout.as_secs().max(1),
             assess: checks.assess,
             objective: checks.objective,
+            agent,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -329,6 +335,8 @@ impl TaskSpec {
             steps: self.steps.clone(),
             verify: self.verifies(),
             replay: self.replay.clone(),
+            agent: (!self.agent.is_builtin()).then(|| self.agent.clone()),
+            stop_grace_ms: None,
         }
     }
 

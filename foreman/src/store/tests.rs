@@ -47,6 +47,7 @@ pub(super) fn spec(title: &str) -> TaskSpec {
         verify_timeout_s: 600,
         assess: false,
         objective: None,
+        agent: Default::default(),
     }
 }
 

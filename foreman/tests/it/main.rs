@@ -6,6 +6,7 @@ mod fake_llm;
 mod util;
 
 mod admission;
+mod agents;
 mod capabilities;
 mod chaos;
 mod chaos_gateway;
