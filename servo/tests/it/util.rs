@@ -48,6 +48,8 @@ impl Servo {
                 steps: vec![],
                 verify: false,
                 replay: None,
+                agent: None,
+                stop_grace_ms: None,
             },
             prompt: "Do it.\n".into(),
             env: Vec::new(),
