@@ -21,6 +21,12 @@
 #      .venv-sdk (the gateway's native-API tests parse its streams with them),
 #   9. the Rust build of both binaries (debug for the foreman, release for
 #      the servo that goes into the image), with cargo's own progress.
+#  10. the third-party agents' wheels (agents/NAME/requirements.txt, every
+#      one pinned with its sha256) in .agents/NAME/, fetched with
+#      `pip download --require-hashes` once per change of the pins: what
+#      `saheeli build-servo --agent NAME` installs offline (issue 25). Only
+#      mini-swe-agent by default (the one the tests run, ~170 MB);
+#      SAHEELI_AGENTS="mini-swe-agent codex claude-code" fetches more.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 
@@ -151,6 +157,26 @@ ensure_evals() {
   python3 evals/prepare.py --pip "$pip" >&2
 }
 
+# Mirrors `saheeli build-servo --agent`'s cache: .agents/NAME/.fetched holds
+# the sha256 of the requirements the wheels were fetched for.
+ensure_agent_wheels() {
+  local name req cache want
+  for name in ${SAHEELI_AGENTS:-mini-swe-agent}; do
+    req="agents/$name/requirements.txt"
+    cache=".agents/$name"
+    [ -f "$req" ] || { log "error: no $req"; exit 2; }
+    want=$(sha256sum "$req" | cut -d' ' -f1)
+    if [ "$(cat "$cache/.fetched" 2>/dev/null || true)" = "$want" ]; then
+      continue
+    fi
+    log "fetching the pinned wheels of $name into $cache"
+    mkdir -p "$cache"
+    python3 -m pip download --quiet --disable-pip-version-check --require-hashes \
+      --no-deps --only-binary=:all: -r "$req" -d "$cache"
+    echo "$want" > "$cache/.fetched"
+  done
+}
+
 ensure_swarm() {
   local missing=()
   command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
@@ -219,6 +245,7 @@ case "${1:-all}" in
   evals) ensure_evals ;;
   book) ensure_mdbook ;;
   sdk) ensure_sdk ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_mdbook; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|book|core|all]" >&2; exit 2 ;;
+  agents) ensure_agent_wheels ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_mdbook; ensure_agent_wheels; ensure_rust ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|book|agents|core|all]" >&2; exit 2 ;;
 esac

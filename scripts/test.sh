@@ -27,6 +27,11 @@ scripts/setup.sh
 mdbook build docs
 "$TARGET"/debug/saheeli build-servo
 export SAHEELI_TEST_IMAGE=saheeli-servo:latest
+# The agent image the third-party agent tests run (foreman/tests/it/agents.rs):
+# the servo image plus mini-swe-agent from its pinned wheels. About a minute
+# the first time; later builds reuse the install layer.
+export SAHEELI_TEST_MINI_IMAGE=saheeli-servo-mini-swe-agent-test:latest
+"$TARGET"/debug/saheeli build-servo --agent mini-swe-agent --tag "$SAHEELI_TEST_MINI_IMAGE"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

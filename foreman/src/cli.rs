@@ -147,6 +147,11 @@ pub(crate) struct BuildServoArgs {
     /// and push; prints the reference by digest to put in `image:`.
     #[arg(long)]
     pub push: bool,
+    /// Build an agent image instead (`claude-code`, `codex`, `mini-swe-agent`, `aider`, or
+    /// `all`): the servo image (`image:`) with the agent installed from its pinned wheels,
+    /// tagged as config.yaml's `agents:` says (default `saheeli-servo-NAME:<version>`).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["push", "servo_bin"])]
+    pub agent: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -47,6 +47,10 @@ pub enum AuditEvent {
         model: String,
         max_steps: u32,
         timeout_s: u64,
+        /// The third-party agent the servo supervises (issue 25); None:
+        /// the built-in loop.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
     },
     /// One request to the model.
     LlmCall {

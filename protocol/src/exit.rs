@@ -25,10 +25,12 @@ pub enum ServoExit {
     Parked,
     /// `verify` (or `assess`) did not pass on the last allowed attempt.
     VerificationFailed,
+    /// A third-party agent CLI exited non-zero, or ended without an answer.
+    AgentFailed,
 }
 
 impl ServoExit {
-    pub const ALL: [ServoExit; 10] = [
+    pub const ALL: [ServoExit; 11] = [
         ServoExit::Complete,
         ServoExit::BadTask,
         ServoExit::MaxSteps,
@@ -39,6 +41,7 @@ impl ServoExit {
         ServoExit::Terminated,
         ServoExit::Parked,
         ServoExit::VerificationFailed,
+        ServoExit::AgentFailed,
     ];
 
     pub const fn code(self) -> i32 {
@@ -53,6 +56,7 @@ impl ServoExit {
             ServoExit::Terminated => 143,
             ServoExit::Parked => 8,
             ServoExit::VerificationFailed => 9,
+            ServoExit::AgentFailed => 10,
         }
     }
 
@@ -73,6 +77,7 @@ impl ServoExit {
             ServoExit::Budget => Reason::Budget,
             ServoExit::Terminated => Reason::Terminated,
             ServoExit::VerificationFailed => Reason::VerificationFailed,
+            ServoExit::AgentFailed => Reason::AgentFailed,
             // The foreman never ends a task on a park; were it to see one
             // where no park can be (an old foreman), it is an odd exit.
             ServoExit::Parked => Reason::Exit(8),

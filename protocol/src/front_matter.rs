@@ -95,6 +95,10 @@ pub struct FrontMatter {
     /// The model's window and how the conversation is kept inside it.
     pub context: Option<crate::context::ContextSettings>,
     // --- end long tasks ---
+    // --- issue 25: third-party agents -------------------------------------
+    /// Who runs the task: `saheeli` (the built-in loop), `claude-code`,
+    /// `codex`, `mini-swe-agent`, `aider`, or `{ command, api }`.
+    pub agent: Option<crate::Agent>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

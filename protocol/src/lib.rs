@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //!
+//! - [`agent`]: which agent runs a task (the built-in loop or a CLI).
 //! - [`task`]: [`TaskId`] and [`ServoTask`], the spec the foreman hands a servo
 //!   in `/workspace/.saheeli/task.json`.
 //! - [`front_matter`]: the YAML front-matter of a prompt file.
@@ -30,6 +31,7 @@
 //! - [`verify`]: `verify` and `assess` after `task_complete`: the request,
 //!   the checks and the verdict.
 
+pub mod agent;
 pub mod audit;
 pub mod capability;
 pub mod chat;
@@ -47,6 +49,7 @@ pub mod template;
 pub mod tools;
 pub mod verify;
 
+pub use agent::{Agent, AgentApi, AgentName, CustomAgent};
 pub use audit::{AuditEvent, Session, Timings, Usage};
 pub use completion::Completion;
 pub use exit::ServoExit;

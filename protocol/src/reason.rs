@@ -60,6 +60,8 @@ pub enum Reason {
     VerificationFailed,
     /// Nobody answered a question in time.
     NoAnswer,
+    /// A third-party agent CLI exited non-zero (issue 25).
+    AgentFailed,
 }
 
 impl Reason {
@@ -88,6 +90,7 @@ impl Reason {
         "docker",
         "verification_failed",
         "no_answer",
+        "agent_failed",
     ];
 
     /// The machine-readable word (`exit` for every [`Reason::Exit`]).
@@ -116,6 +119,7 @@ impl Reason {
             Reason::Docker => "docker",
             Reason::VerificationFailed => "verification_failed",
             Reason::NoAnswer => "no_answer",
+            Reason::AgentFailed => "agent_failed",
         }
     }
 
@@ -187,6 +191,7 @@ impl FromStr for Reason {
             "docker" => Reason::Docker,
             "verification_failed" => Reason::VerificationFailed,
             "no_answer" => Reason::NoAnswer,
+            "agent_failed" => Reason::AgentFailed,
             _ => return Err(UnknownReason(s.to_string())),
         };
         Ok(r)

@@ -108,6 +108,14 @@ pub struct ServoTask {
     /// How the conversation is kept inside the model's window (issue 26).
     #[serde(default)]
     pub context: crate::context::ContextPlan,
+    /// A third-party agent CLI the servo supervises instead of running its
+    /// own loop (None: the built-in loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::Agent>,
+    /// How long the foreman waits after SIGTERM before it kills the
+    /// container (`stop_grace`), so a supervised agent is stopped in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_grace_ms: Option<u64>,
 }
 
 /// The environment variable that may carry a [`Launch`] as JSON, sparing

@@ -11,14 +11,18 @@
 //! - `tools`: one file per tool; `mod.rs` holds the schemas and dispatch;
 //!   `shell`: the persistent bash that `execute_shell` runs commands in.
 //! - `workspace`: path confinement; `audit`: the JSON-lines audit log.
+//! - `external`: a third-party agent CLI (Claude Code, Codex,
+//!   mini-swe-agent, aider) supervised instead of the loop, its LLM calls
+//!   forwarded from a loopback listener to the gateway.
 //! - `privsep`: the servo's own uid, apart from the agent's; `runner`: the
 //!   workspace tools in a process of the agent's user; `seal`: the
 //!   session's HMAC.
 //!
 //! # Contract
 //!
-//! No arguments (`servo runner …`, `servo pack DIR` and `servo unpack
-//! DIR` are the servo's own helpers, started as the agent's user). The
+//! No arguments (`servo runner …`, `servo pack DIR`, `servo unpack
+//! DIR`, `servo signal SIG PGID` and `servo collect-home SRC DST MAX` are
+//! the servo's own helpers, started as the agent's user). The
 //! environment (the defaults are the container's):
 //!
 //! - `SAHEELI_PRIVSEP=1`: the servo starts as root with only
@@ -46,6 +50,7 @@
 mod agent;
 mod audit;
 mod desk;
+mod external;
 mod llm;
 mod pipe;
 mod privsep;
@@ -75,6 +80,8 @@ fn main() -> ExitCode {
             };
         }
         Some("pack") => return remote::pack_main(argv.next()),
+        Some("signal") => return external::helpers::signal_main(argv),
+        Some("collect-home") => return external::helpers::collect_main(argv),
         Some("unpack") => return remote::unpack_main(argv.next()),
         Some(other) => {
             eprintln!("servo: unknown argument `{other}` (the servo takes none)");
@@ -172,6 +179,10 @@ async fn run_task(root: &std::path::Path, gateway: &str, mode: privsep::Mode) ->
             return ServoExit::BadTask;
         }
     };
+    // A third-party agent CLI: the servo supervises it instead of looping.
+    if let Some(agent) = task.agent.clone().filter(|a| !a.is_builtin()) {
+        return external::run(task, agent, &root, gateway, prompt, mode).await;
+    }
     // The session's key, from the gateway only the servo can reach. A
     // servo not separated from its agent (run by hand, the servo's own
     // tests) neither seals nor checks: its agent could ask for the key.

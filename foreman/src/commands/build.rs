@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::docker::{self, BuildProgress};
 
 /// Where the Dockerfile is: `--context`, else beside config.yaml, else `.`.
-fn context_dir(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
+pub(super) fn context_dir(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
     let dir = match &args.context {
         Some(d) => d.clone(),
         None if cfg.base_dir.join("Dockerfile").is_file() => cfg.base_dir.clone(),
@@ -91,6 +91,9 @@ fn context_tar(dockerfile: &Path, servo: &Path) -> anyhow::Result<Vec<u8>> {
 
 pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result<()> {
     let dir = context_dir(cfg, args)?;
+    if let Some(which) = &args.agent {
+        return super::build_agent::build_agents(cfg, args, &dir, which).await;
+    }
     let tag = args.tag.clone().unwrap_or_else(|| cfg.file.image.clone());
     let servo = servo_binary(&dir, args)?;
     let context = context_tar(&dir.join("Dockerfile"), &servo)?;
@@ -120,6 +123,7 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         context.into(),
         &tag,
         &cfg.file.base_image,
+        &[],
         args.no_cache,
         |p| match p {
             BuildProgress::Line(line) => match &bar {

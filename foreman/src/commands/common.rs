@@ -192,6 +192,7 @@ pub(crate) async fn submit_spec(
     args: &PromptArgs,
 ) -> anyhow::Result<TaskId> {
     let id = TaskId::new();
+    crate::spec::require_image(cfg, prompt, &spec.agent).await?;
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.
     let packed = match &spec.workspace {

@@ -35,8 +35,8 @@ pub(super) async fn dry_run(
     );
     view.config = cfg.source.clone();
     view.tools = spec::tools_for(&spec);
-    view.image = cfg.file.image.clone();
-    view.image_present = image_present(&cfg.file.image).await;
+    view.image = spec::image_for(cfg, &spec.agent);
+    view.image_present = image_present(&view.image).await;
     view.workspace = workspace;
     view.provider_keys = crate::gateway::Providers::from_config(cfg)
         .keys()

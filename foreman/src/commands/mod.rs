@@ -4,6 +4,7 @@
 
 mod attach;
 mod build;
+mod build_agent;
 mod common;
 mod copy;
 mod dry_run;

@@ -82,6 +82,10 @@ pub(crate) struct ConfigFile {
     pub backend: BackendKind,
     /// The Docker Swarm to run tasks on (`backend: swarm`).
     pub swarm: Option<SwarmConfig>,
+    // --- issue 25: third-party agents -------------------------------------
+    /// The image each named agent runs in (`saheeli build-servo --agent
+    /// NAME` builds it); unset: `saheeli-servo-NAME:<version>`.
+    pub agents: BTreeMap<saheeli_protocol::AgentName, String>,
 }
 
 /// `file_access:`: the modes the database (`saheeli.db`, and SQLite's
@@ -308,6 +312,9 @@ pub(crate) struct TaskDefaults {
     /// default comes from `windows:` and the provider).
     pub context: saheeli_protocol::context::ContextSettings,
     // --- end long tasks ---
+    // --- issue 25: third-party agents -------------------------------------
+    /// Who runs tasks (see the front-matter key `agent`).
+    pub agent: saheeli_protocol::Agent,
 }
 
 /// What an approval gate does in a run without a human.
@@ -379,6 +386,7 @@ impl Default for ConfigFile {
             http: HttpConfig::default(),
             backend: BackendKind::Docker,
             swarm: None,
+            agents: BTreeMap::new(),
         }
     }
 }
@@ -414,6 +422,7 @@ impl Default for TaskDefaults {
             objective: None,
             cache: saheeli_protocol::context::Cache::default(),
             context: saheeli_protocol::context::ContextSettings::default(),
+            agent: saheeli_protocol::Agent::default(),
         }
     }
 }

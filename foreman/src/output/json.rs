@@ -21,6 +21,8 @@ pub(crate) struct TaskView {
     /// What happened, for people.
     pub detail: Option<String>,
     pub model: String,
+    /// Who ran it: `saheeli` (the built-in loop), `mini-swe-agent`, … (issue 25).
+    pub agent: String,
     pub priority: i64,
     pub steps: i64,
     pub tokens: i64,
@@ -184,6 +186,7 @@ impl TaskView {
             recoverable: super::recoverable(t.state, t.reason.as_deref()),
             detail: t.detail.clone(),
             model: t.spec.model.clone(),
+            agent: t.spec.agent.label(),
             priority: t.priority,
             steps: t.steps,
             tokens: t.input_tokens + t.output_tokens,

@@ -128,6 +128,9 @@ pub(crate) fn detail(
     }
     let _ = writeln!(s, "prompt:    {}", clean(&t.spec.prompt_path));
     let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
+    if !t.spec.agent.is_builtin() {
+        let _ = writeln!(s, "agent:     {}", clean(&t.spec.agent.label()));
+    }
     let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
     if !steps.is_empty() {
         let _ = write!(s, "progress:  {}", super::steps_text(steps));

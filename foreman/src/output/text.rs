@@ -39,9 +39,18 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             ts,
             model,
             max_steps,
+            agent: None,
             ..
         } => {
             format!("{ts}  start     model {model}, up to {max_steps} steps")
+        }
+        AuditEvent::Start {
+            ts,
+            model,
+            agent: Some(agent),
+            ..
+        } => {
+            format!("{ts}  start     agent {agent}, model {model}")
         }
         AuditEvent::LlmCall {
             ts,

@@ -54,6 +54,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         detail: row.detail.clone(),
         attempt: row.attempt,
         model: row.spec.model.clone(),
+        agent: (!row.spec.agent.is_builtin()).then(|| row.spec.agent.label()),
         steps: row.steps,
         max_steps: row.spec.max_steps,
         tools: tool_counts(results, row),

@@ -42,6 +42,8 @@ pub(crate) struct Report {
     pub detail: Option<String>,
     pub attempt: i64,
     pub model: String,
+    /// A third-party agent that ran the task (issue 25); None: the built-in loop.
+    pub agent: Option<String>,
     pub steps: i64,
     pub max_steps: u32,
     /// By tool, most called first; Err says why they were not counted.
@@ -90,8 +92,12 @@ impl Report {
 
     /// The whole report.
     pub fn to_markdown(&self) -> String {
+        let agent = match &self.agent {
+            Some(a) => format!(", agent {}", code(a)),
+            None => String::new(),
+        };
         let mut s = format!(
-            "# Report: {}\n\nTask `{}`, attempt {}, model {}.\n",
+            "# Report: {}\n\nTask `{}`, attempt {}, model {}{agent}.\n",
             printable(&self.title),
             self.id,
             self.attempt,
@@ -315,6 +321,7 @@ mod tests {
             detail: Some("exit 0; collected 3 files".into()),
             attempt: 1,
             model: "replay:s.json".into(),
+            agent: None,
             steps: 3,
             max_steps: 60,
             tools: Ok(vec![

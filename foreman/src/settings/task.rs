@@ -185,6 +185,12 @@ pub(super) const TASK: &[Setting] = &[
                 "threshold": s.context.threshold,
             })
         }),
+    Setting::new("agent", "name or map")
+        .default("saheeli")
+        .doc("Who runs the task: `saheeli` (the built-in loop), `claude-code`, `codex`, `mini-swe-agent`, `aider`, or `{ command, api }` (docs: agents).")
+        .config("task.agent")
+        .front(|f| f.agent.is_some())
+        .shown(|s, _| json!(s.agent)),
     Setting::new("notify", "list of webhooks")
         .default("[]")
         .doc("Webhooks (`url`, `events`, `format`); a prompt's are added to config.yaml's.")

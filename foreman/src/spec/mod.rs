@@ -2,6 +2,7 @@
 //! everything needed to run the task, fixed at submit time. A prompt that
 //! declares `parameters:` is a template (`template`, `placeholders`).
 
+mod agent;
 mod checks;
 mod params;
 mod placeholders;
@@ -18,6 +19,7 @@ use params::*;
 use template::*;
 use verification::*;
 
+pub(crate) use agent::{image_for, require_image};
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use task::{TaskSpec, front_matter};
 pub(crate) use template::{MissingParameters, ParamValue, ask_line, check_value};

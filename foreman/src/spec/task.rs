@@ -114,6 +114,9 @@ pub(crate) struct TaskSpec {
     #[serde(default)]
     pub context: saheeli_protocol::context::ContextPlan,
     // --- end long tasks ---
+    /// Who runs the task (issue 25; `agent`).
+    #[serde(default)]
+    pub agent: saheeli_protocol::Agent,
 }
 
 fn default_verify_retries() -> u32 {
@@ -248,6 +251,8 @@ impl TaskSpec {
             objective: fm.objective.or_else(|| d.objective.clone()),
         }
         .checked(path, workspace.as_deref(), replay.is_some())?;
+        let checked = !checks.verify.is_empty() || checks.assess;
+        let agent = agent::resolve(cfg, path, fm.agent, &model, replay.is_some(), checked)?;
         let mut spec = TaskSpec {
             title,
             prompt_path: path.display().to_string(),
@@ -291,6 +296,7 @@ impl TaskSpec {
             objective: checks.objective,
             cache: fm.cache.unwrap_or(d.cache),
             context,
+            agent,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -341,6 +347,8 @@ impl TaskSpec {
             verify: self.verifies(),
             replay: self.replay.clone(),
             context: self.context,
+            agent: (!self.agent.is_builtin()).then(|| self.agent.clone()),
+            stop_grace_ms: None,
         }
     }
 
@@ -358,10 +366,9 @@ impl TaskSpec {
         crate::gateway::Budget {
             max_tokens: self.max_tokens,
             max_cost: self.max_cost,
-            // The built-in loop counts its own steps. A third-party agent
-            // (issue 25, `agent:`) is given `Some(max_steps)` here: its
-            // gateway counts LLM calls instead.
-            max_calls: None,
+            // The built-in loop counts its own steps; a third-party
+            // agent's gateway counts its LLM calls instead (issue 25).
+            max_calls: (!self.agent.is_builtin()).then_some(u64::from(self.max_steps)),
             cache: self.cache,
         }
     }

@@ -49,6 +49,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         objective: None,
         cache: Default::default(),
         context: Default::default(),
+        agent: Default::default(),
     }
 }
 

@@ -118,6 +118,9 @@ fn why_incomplete(e: &Ending) -> Reason {
         Some(ServoExit::Budget) => Reason::Budget,
         Some(ServoExit::Terminated) => Reason::Terminated,
         Some(ServoExit::VerificationFailed) => Reason::VerificationFailed,
+        // An agent that stopped because the gateway refused it for good
+        // (its budget) ends for that reason.
+        Some(ServoExit::AgentFailed) => e.gateway_fatal.unwrap_or(Reason::AgentFailed),
         // A park is handled before an ending is classified; one seen here
         // (the servo parked while being stopped) is an exit like another.
         Some(ServoExit::Parked) | None => Reason::Exit(code as i32),

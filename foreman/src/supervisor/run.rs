@@ -189,6 +189,7 @@ async fn launch(
 fn servo_launch(ctx: &Ctx, task: &TaskRow) -> saheeli_protocol::Launch {
     let mut servo_task = task.spec.servo_task(task.id);
     servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
+    servo_task.stop_grace_ms = Some(ctx.cfg.file.stop_grace.as_millis() as u64);
     saheeli_protocol::Launch {
         task: servo_task,
         prompt: task.spec.body.clone(),

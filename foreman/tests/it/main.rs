@@ -8,6 +8,7 @@ mod fake_stream;
 mod util;
 
 mod admission;
+mod agents;
 mod blocked;
 mod capabilities;
 mod chaos;

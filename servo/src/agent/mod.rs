@@ -216,6 +216,7 @@ impl Agent {
                 model: self.task.model.clone(),
                 max_steps: self.task.max_steps,
                 timeout_s: self.task.timeout_s,
+                agent: None,
             });
             info!(task_id = %self.task.task_id, model = %self.task.model, "servo started");
             // The session file is the servo's from the start: made before
@@ -569,7 +570,7 @@ impl Agent {
 /// guess, made with `O_EXCL|O_NOFOLLOW` (never through a link or into
 /// something planted), and renamed over `path` (which, in a separated
 /// container, the sticky workspace lets only the servo replace).
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));

@@ -49,6 +49,8 @@ impl Servo {
                 verify: false,
                 replay: None,
                 context: Default::default(),
+                agent: None,
+                stop_grace_ms: None,
             },
             prompt: "Do it.\n".into(),
             env: Vec::new(),

@@ -43,6 +43,7 @@ pub(crate) async fn build_image(
     context: Bytes,
     tag: &str,
     base_image: &str,
+    extra_args: &[(&str, &str)],
     no_cache: bool,
     mut progress: impl FnMut(BuildProgress),
 ) -> anyhow::Result<String> {
@@ -53,7 +54,12 @@ pub(crate) async fn build_image(
         )
     })?;
     let previous = docker.inspect_image(tag).await.ok().and_then(|i| i.id);
-    let buildargs = HashMap::from([("BASE".to_string(), base_image.to_string())]);
+    let mut buildargs = HashMap::from([("BASE".to_string(), base_image.to_string())]);
+    buildargs.extend(
+        extra_args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let opts = BuildImageOptionsBuilder::default()
         .dockerfile("Dockerfile")
         .t(tag)

@@ -67,11 +67,13 @@ impl Local {
         let launch_json = serde_json::to_string(launch).map_err(anyhow::Error::from)?;
         let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
         let creating = Instant::now();
+        // A third-party agent runs in its own image (issue 25).
+        let image = crate::spec::image_for(&self.cfg, &spec.agent);
         let container = docker::create_container(
             d,
             id,
             spec,
-            &self.cfg.file.image,
+            &image,
             &volume,
             gateway_dir,
             in_env.then_some(launch_json),

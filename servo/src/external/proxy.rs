@@ -1,0 +1,142 @@
+//! The loopback door a third-party agent reaches its LLM through.
+//!
+//! A listener on the container's own `127.0.0.1` (a container without a
+//! network still has `lo`) forwards each HTTP/1.1 request, its headers and
+//! body unchanged and streamed both ways, to the task's gateway socket,
+//! which only the servo's uid can open. Only the LLM routes pass
+//! ([`allowed`]): the gateway's other routes (the session key, the human
+//! desk, verify) stay the servo's, so the agent gains nothing by calling
+//! here that it was not given. The key is added by the gateway on the
+//! host; the agent holds a placeholder.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, UnixStream};
+use tracing::{debug, warn};
+
+/// The key the agent is given: not a secret, only something its SDK
+/// accepts. The gateway ignores it and sends the real one upstream.
+pub(crate) const PLACEHOLDER_KEY: &str = "sk-saheeli-placeholder-not-a-key";
+
+/// The routes an agent may call: the LLM APIs the gateway speaks.
+pub(crate) fn allowed(method: &Method, path: &str) -> bool {
+    method == Method::POST
+        && matches!(
+            path,
+            "/v1/chat/completions" | "/v1/messages" | "/v1/messages/count_tokens" | "/v1/responses"
+        )
+}
+
+/// Opens the listener on `127.0.0.1:0`; returns its port. Connections are
+/// served until the servo exits.
+pub(crate) async fn start(socket: PathBuf) -> std::io::Result<u16> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "agent listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| forward(socket.clone(), req));
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    debug!(error = %e, "agent listener: connection ended");
+                }
+            });
+        }
+    });
+    Ok(port)
+}
+
+type Body = http_body_util::Either<Incoming, String>;
+
+fn refuse(status: StatusCode, message: String) -> Response<Body> {
+    let body = serde_json::json!({"error": {"message": message, "type": "saheeli_gateway"}});
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::Right(body.to_string()))
+        .expect("a valid response")
+}
+
+async fn forward(socket: PathBuf, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    if !allowed(req.method(), req.uri().path()) {
+        return Ok(refuse(
+            StatusCode::NOT_FOUND,
+            format!(
+                "`{} {}` is not served here: only the LLM routes (POST /v1/chat/completions, \
+                 /v1/messages, /v1/messages/count_tokens, /v1/responses) are",
+                req.method(),
+                req.uri().path()
+            ),
+        ));
+    }
+    let stream = match UnixStream::connect(&socket).await {
+        Ok(s) => s,
+        Err(e) => {
+            return Ok(refuse(
+                StatusCode::BAD_GATEWAY,
+                format!("the gateway cannot be reached: {e}"),
+            ));
+        }
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            return Ok(refuse(
+                StatusCode::BAD_GATEWAY,
+                format!("the gateway cannot be reached: {e}"),
+            ));
+        }
+    };
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            debug!(error = %e, "agent listener: gateway connection ended");
+        }
+    });
+    match sender.send_request(req).await {
+        Ok(resp) => Ok(resp.map(Body::Left)),
+        Err(e) => Ok(refuse(
+            StatusCode::BAD_GATEWAY,
+            format!("the gateway failed: {e}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_llm_routes_pass() {
+        let cases = [
+            (Method::POST, "/v1/chat/completions", true),
+            (Method::POST, "/v1/messages", true),
+            (Method::POST, "/v1/messages/count_tokens", true),
+            (Method::POST, "/v1/responses", true),
+            (Method::GET, "/v1/chat/completions", false),
+            (Method::GET, "/saheeli/v1/session-key", false),
+            (Method::POST, "/saheeli/v1/questions", false),
+            (Method::POST, "/v1/chat/completions/../x", false),
+            (Method::POST, "/v1/models", false),
+        ];
+        for (m, p, ok) in cases {
+            assert_eq!(allowed(&m, p), ok, "{m} {p}");
+        }
+    }
+}
