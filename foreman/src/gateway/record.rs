@@ -106,7 +106,7 @@ pub(crate) fn append(dir: PathBuf, task_id: String, text: String) {
 pub(super) async fn chat_call(
     gw: &GatewayState,
     call_id: String,
-    request: Vec<u8>,
+    request: bytes::Bytes,
     response: axum::response::Response,
     usage: Option<(u64, u64)>,
 ) -> axum::response::Response {
@@ -114,20 +114,27 @@ pub(super) async fn chat_call(
     let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024 * 1024).await else {
         return axum::response::Response::from_parts(parts, axum::body::Body::empty());
     };
-    let call = Call {
-        call_id,
-        api: "chat",
-        at_ms: crate::store::now_ms(),
-        request,
-        response: String::from_utf8_lossy(&bytes).into_owned(),
-        streamed: false,
-        usage,
-        ended: (!parts.status.is_success()).then(|| format!("HTTP {}", parts.status.as_u16())),
-    };
-    let text = line(&call, &gw.upstream.redactor);
+    let at_ms = crate::store::now_ms();
+    let ended = (!parts.status.is_success()).then(|| format!("HTTP {}", parts.status.as_u16()));
     let (dir, task) = (gw.upstream.trajectories.clone(), gw.task_id.to_string());
+    let redactor = gw.upstream.redactor.clone();
+    let answer = bytes.clone();
+    // Parsed, redacted and written off the call's path: a long
+    // conversation's request is large, and the servo waits for the answer.
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn_blocking(move || append(dir, task, text));
+        rt.spawn_blocking(move || {
+            let call = Call {
+                call_id,
+                api: "chat",
+                at_ms,
+                request: request.to_vec(),
+                response: String::from_utf8_lossy(&answer).into_owned(),
+                streamed: false,
+                usage,
+                ended,
+            };
+            append(dir, task, line(&call, &redactor));
+        });
     }
     axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }

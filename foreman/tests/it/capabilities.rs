@@ -295,10 +295,17 @@ fn tools_narrows_the_built_in_tools() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap().to_string())
         .collect();
-    // Exactly the listed built-in tools (and ask_user, the human's).
+    // Exactly the listed built-in tools (and the two that reach a human,
+    // which `tools:` cannot remove: ask_user and task_blocked).
     assert_eq!(
         names,
-        ["read_file", "list_files", "task_complete", "ask_user"]
+        [
+            "read_file",
+            "list_files",
+            "task_complete",
+            "ask_user",
+            "task_blocked"
+        ]
     );
     assert!(request_text(&llm, 1).contains("is not one of this task's tools"));
     assert!(

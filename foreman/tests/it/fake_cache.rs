@@ -201,6 +201,8 @@ mod tests {
         let (b2, u) = c.anthropic(&two, 1);
         assert_eq!(b2.read, b1.total);
         assert_eq!(u["cache_read_input_tokens"], b1.total);
-        assert!(b2.write > 0 && b2.write < 20);
+        // Only the new turns are written: a few tokens against the
+        // thousands read.
+        assert!(b2.write > 0 && b2.write < b1.total / 10, "{b1:?} {b2:?}");
     }
 }
