@@ -253,11 +253,10 @@ fn merge(agents: impl std::io::Read, root: &Path, w: impl std::io::Write) -> std
         }
     }
     for name in own_files(root)? {
-        let path = root.join(&name);
+        let (path, inside) = (root.join(&name), Path::new("workspace").join(&name));
+        out.append_path_with_name(&path, &inside)?;
         if std::fs::symlink_metadata(&path)?.is_dir() {
-            out.append_dir_all(Path::new("workspace").join(&name), &path)?;
-        } else {
-            out.append_path_with_name(&path, Path::new("workspace").join(&name))?;
+            append_tree(&mut out, &path, &inside, &|_| true)?;
         }
     }
     out.into_inner()?.flush()
@@ -345,32 +344,55 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// The workspace as a tar into `w`: entries under `workspace/`, links
 /// stored as links.
 fn pack(root: &Path, w: impl std::io::Write) -> std::io::Result<()> {
-    let mut b = tar::Builder::new(w);
-    b.follow_symlinks(false);
-    b.append_dir_all("workspace", root)?;
-    b.into_inner()?.flush()
+    pack_kept(root, w, |_| true)
 }
 
 /// The workspace but the servo's own files as a tar into `w`: entries
 /// under `workspace/`, links stored as links.
 fn pack_agents(root: &Path, w: impl std::io::Write) -> std::io::Result<()> {
+    pack_kept(root, w, |name| !servo_owned(name))
+}
+
+/// The workspace's top-level entries that `keep` keeps, and everything
+/// below them, as a tar into `w` (see [`append_tree`]).
+fn pack_kept(
+    root: &Path,
+    w: impl std::io::Write,
+    keep: impl Fn(&Path) -> bool,
+) -> std::io::Result<()> {
     let mut b = tar::Builder::new(w);
     b.follow_symlinks(false);
     b.append_path_with_name(root, "workspace")?;
-    for entry in std::fs::read_dir(root)? {
-        let name = std::path::PathBuf::from(entry?.file_name());
-        if servo_owned(&name) {
+    append_tree(&mut b, root, Path::new("workspace"), &keep)?;
+    b.into_inner()?.flush()
+}
+
+/// Appends the entries of `dir` that `keep` keeps (by name) under `name`,
+/// walking the tree itself: directories, regular files, and links stored
+/// as links. FIFOs, sockets and devices are left out, never opened (the
+/// tar crate's own walk fails the whole archive on a socket and names a
+/// FIFO by its host path).
+fn append_tree<W: std::io::Write>(
+    b: &mut tar::Builder<W>,
+    dir: &Path,
+    name: &Path,
+    keep: &dyn Fn(&Path) -> bool,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if !keep(Path::new(&entry.file_name())) {
             continue;
         }
-        let path = root.join(&name);
-        let inside = Path::new("workspace").join(&name);
-        if std::fs::symlink_metadata(&path)?.is_dir() {
-            b.append_dir_all(inside, &path)?;
-        } else {
-            b.append_path_with_name(&path, inside)?;
+        let (path, inside) = (entry.path(), name.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            b.append_path_with_name(&path, &inside)?;
+            append_tree(b, &path, &inside, &|_| true)?;
+        } else if kind.is_file() || kind.is_symlink() {
+            b.append_path_with_name(&path, &inside)?;
         }
     }
-    b.into_inner()?.flush()
+    Ok(())
 }
 
 /// Whether a workspace path (relative, as in the fetched tar) is the
@@ -607,6 +629,12 @@ mod tests {
         std::fs::create_dir(ws.path().join("src")).unwrap();
         std::fs::write(ws.path().join("src/a.rs"), "fn main() {}").unwrap();
         std::os::unix::fs::symlink("/etc/shadow", ws.path().join("link")).unwrap();
+        // Neither opened nor able to fail the archive.
+        let fifo =
+            std::ffi::CString::new(ws.path().join("src/fifo").as_os_str().as_encoded_bytes())
+                .unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let _socket = std::os::unix::net::UnixListener::bind(ws.path().join("sock")).unwrap();
         let mut out = Vec::new();
         pack_agents(ws.path(), &mut out).unwrap();
         let mut paths: Vec<String> = tar::Archive::new(out.as_slice())
@@ -620,7 +648,7 @@ mod tests {
             [
                 "workspace",
                 "workspace/link",
-                "workspace/src/",
+                "workspace/src",
                 "workspace/src/a.rs"
             ]
         );
