@@ -111,6 +111,28 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         None => docker::connect().await?,
     };
 
+    let id = build_shown(&d, context, &tag, &cfg.file.base_image, &[], args.no_cache).await?;
+    match swarm {
+        Some(s) => {
+            let pushed = crate::backend::swarm::push(&d, &id, &s.registry).await?;
+            eprintln!("pushed; set `image: {pushed}` in config.yaml");
+            outln!("{pushed}");
+        }
+        None => outln!("{tag}"),
+    }
+    Ok(())
+}
+
+/// Builds `tag` from `context`, showing Docker's progress (a spinner on a
+/// terminal, else its lines) and what was built; returns the image id.
+pub(super) async fn build_shown(
+    d: &bollard::Docker,
+    context: Vec<u8>,
+    tag: &str,
+    base: &str,
+    build_args: &[(&str, &str)],
+    no_cache: bool,
+) -> anyhow::Result<String> {
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new_spinner();
         pb.enable_steady_tick(std::time::Duration::from_millis(120));
@@ -119,12 +141,12 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
     });
     let started = std::time::Instant::now();
     let result = docker::build_image(
-        &d,
+        d,
         context.into(),
-        &tag,
-        &cfg.file.base_image,
-        &[],
-        args.no_cache,
+        tag,
+        base,
+        build_args,
+        no_cache,
         |p| match p {
             BuildProgress::Line(line) => match &bar {
                 Some(pb) => pb.set_message(line),
@@ -142,13 +164,5 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         &id.trim_start_matches("sha256:")[..12.min(id.len())],
         started.elapsed().as_secs_f64()
     );
-    match swarm {
-        Some(s) => {
-            let pushed = crate::backend::swarm::push(&d, &id, &s.registry).await?;
-            eprintln!("pushed; set `image: {pushed}` in config.yaml");
-            outln!("{pushed}");
-        }
-        None => outln!("{tag}"),
-    }
-    Ok(())
+    Ok(id)
 }

@@ -7,7 +7,6 @@
 //! the requirements change) and sent in the build context with
 //! `agents/Dockerfile`; the build itself runs with no network.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,7 +16,7 @@ use sha2::Digest;
 
 use crate::cli::BuildServoArgs;
 use crate::config::Config;
-use crate::docker::{self, BuildProgress};
+use crate::docker;
 
 /// The agents `which` names (`all`: every one but the built-in loop).
 fn chosen(which: &str) -> anyhow::Result<Vec<AgentName>> {
@@ -75,37 +74,16 @@ pub(crate) async fn build_agents(
             wheels.len(),
             context.len() as f64 / 1e6
         );
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let pb = indicatif::ProgressBar::new_spinner();
-            pb.enable_steady_tick(std::time::Duration::from_millis(120));
-            pb.set_message(format!("building {tag}"));
-            pb
-        });
-        let started = std::time::Instant::now();
-        let result = docker::build_image(
+        super::build::build_shown(
             &d,
-            context.into(),
+            context,
             &tag,
             &cfg.file.base_image,
             &[("SERVO", cfg.file.image.as_str())],
             args.no_cache,
-            |p| match p {
-                BuildProgress::Line(line) => match &bar {
-                    Some(pb) => pb.set_message(line),
-                    None => eprintln!("{line}"),
-                },
-            },
         )
-        .await;
-        if let Some(pb) = bar {
-            pb.finish_and_clear();
-        }
-        let id = result.with_context(|| format!("building the `{name}` agent image"))?;
-        eprintln!(
-            "built {tag} ({}) in {:.1}s",
-            &id.trim_start_matches("sha256:")[..12.min(id.len())],
-            started.elapsed().as_secs_f64()
-        );
+        .await
+        .with_context(|| format!("building the `{name}` agent image"))?;
         outln!("{tag}");
     }
     Ok(())

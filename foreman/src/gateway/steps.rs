@@ -20,33 +20,46 @@ use super::*;
 /// Longest evidence kept; the rest is cut with a note.
 const MAX_EVIDENCE: usize = 16 * 1024;
 
-pub(super) async fn step_done(
-    State(gw): State<Arc<GatewayState>>,
-    body: axum::body::Bytes,
-) -> Response {
-    let step: StepDone = match serde_json::from_slice(&body) {
-        Ok(s) => s,
-        Err(e) => {
-            return error_response(
-                &gw,
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &format!("not a step_done: {e}"),
-            );
-        }
-    };
-    if !gw.desk.steps.contains(&step.name) {
+/// A step request's body (`what`, for the error) naming one of the
+/// task's steps, or the refusal to answer.
+fn of_this_task<T: serde::de::DeserializeOwned>(
+    gw: &GatewayState,
+    body: &[u8],
+    what: &str,
+    name: impl Fn(&T) -> &String,
+) -> Result<T, Response> {
+    let step: T = serde_json::from_slice(body).map_err(|e| {
+        error_response(
+            gw,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            &format!("not a {what}: {e}"),
+        )
+    })?;
+    let asked = name(&step);
+    if !gw.desk.steps.contains(asked) {
         let names = gw.desk.steps.join(", ");
-        return error_response(
-            &gw,
+        return Err(error_response(
+            gw,
             StatusCode::BAD_REQUEST,
             "unknown_step",
             &format!(
                 "this task has no step `{}`; its steps are: {names}",
-                crate::output::clean(&step.name.chars().take(100).collect::<String>())
+                crate::output::clean(&asked.chars().take(100).collect::<String>())
             ),
-        );
+        ));
     }
+    Ok(step)
+}
+
+pub(super) async fn step_done(
+    State(gw): State<Arc<GatewayState>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let step: StepDone = match of_this_task(&gw, &body, "step_done", |s: &StepDone| &s.name) {
+        Ok(s) => s,
+        Err(refused) => return refused,
+    };
     let evidence = desk::capped_to(&step.evidence, MAX_EVIDENCE);
     let id = gw.task_id;
     let name = step.name.clone();
@@ -69,29 +82,10 @@ pub(super) async fn step_start(
     State(gw): State<Arc<GatewayState>>,
     body: axum::body::Bytes,
 ) -> Response {
-    let step: StepStart = match serde_json::from_slice(&body) {
+    let step: StepStart = match of_this_task(&gw, &body, "step_start", |s: &StepStart| &s.name) {
         Ok(s) => s,
-        Err(e) => {
-            return error_response(
-                &gw,
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &format!("not a step_start: {e}"),
-            );
-        }
+        Err(refused) => return refused,
     };
-    if !gw.desk.steps.contains(&step.name) {
-        let names = gw.desk.steps.join(", ");
-        return error_response(
-            &gw,
-            StatusCode::BAD_REQUEST,
-            "unknown_step",
-            &format!(
-                "this task has no step `{}`; its steps are: {names}",
-                crate::output::clean(&step.name.chars().take(100).collect::<String>())
-            ),
-        );
-    }
     let id = gw.task_id;
     let name = step.name.clone();
     match gw.desk_db(move |s, l| s.step_start(id, l, &name)).await {

@@ -73,13 +73,11 @@ pub(crate) async fn create_container(
     if let Some(json) = launch_env {
         env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
     }
-    let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
     let host_config = HostConfig {
         // The servo starts as root with these only, becomes its own user
         // at once and keeps two (not effective) just to start the agent's
         // processes as another user, which get none (`privsep` in the
         // servo). no-new-privileges: nothing regains one by `exec`.
-        cap_drop: Some(vec!["ALL".into()]),
         cap_add: Some(CONTAINER_CAPS.iter().map(|c| c.to_string()).collect()),
         // The container's log is a side door to the host's disk (anything
         // the servo prints): capped. `task logs` reads the audit log.
@@ -97,21 +95,9 @@ pub(crate) async fn create_container(
             soft: Some(CONTAINER_NOFILE),
             hard: Some(CONTAINER_NOFILE),
         }]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        privileged: Some(false),
-        readonly_rootfs: Some(true),
-        tmpfs: Some(HashMap::from([(
-            "/tmp".to_string(),
-            "rw,nosuid,nodev,size=256m".to_string(),
-        )])),
-        memory: Some(memory),
-        memory_swap: Some(memory),
-        nano_cpus: Some((spec.cpus * 1e9) as i64),
-        pids_limit: Some(spec.pids),
-        init: Some(true),
         network_mode: Some(spec.network.as_str().into()),
         mounts: Some(mounts),
-        ..Default::default()
+        ..hardened(spec.memory, spec.cpus, spec.pids)
     };
     let body = ContainerCreateBody {
         image: Some(image.into()),
@@ -315,4 +301,27 @@ pub(crate) async fn remove_container(docker: &Docker, container: &str) -> anyhow
         }
     })
     .await
+}
+
+/// What every container of a task shares, its servo's and a verify's:
+/// no capability, no-new-privileges, a read-only root with a small
+/// `/tmp`, an init, and the task's memory (no swap), CPU and pids limits.
+pub(crate) fn hardened(memory: u64, cpus: f64, pids: i64) -> HostConfig {
+    let memory = i64::try_from(memory).unwrap_or(i64::MAX);
+    HostConfig {
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        privileged: Some(false),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            "rw,nosuid,nodev,size=256m".to_string(),
+        )])),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((cpus * 1e9) as i64),
+        pids_limit: Some(pids),
+        init: Some(true),
+        ..Default::default()
+    }
 }

@@ -205,21 +205,7 @@ async fn create(
         VerifyNetwork::Declared(m) => (m.as_str().to_string(), m == NetworkMode::None),
         VerifyNetwork::OfTask => (format!("container:{task_container}"), false),
     };
-    let memory = i64::try_from(sandbox.memory).unwrap_or(i64::MAX);
     let host_config = HostConfig {
-        cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        privileged: Some(false),
-        readonly_rootfs: Some(true),
-        tmpfs: Some(HashMap::from([(
-            "/tmp".to_string(),
-            "rw,nosuid,nodev,size=256m".to_string(),
-        )])),
-        memory: Some(memory),
-        memory_swap: Some(memory),
-        nano_cpus: Some((sandbox.cpus * 1e9) as i64),
-        pids_limit: Some(sandbox.pids),
-        init: Some(true),
         network_mode: Some(network_mode),
         mounts: Some(vec![mount]),
         // Output is read through the exec, never the container's log: a
@@ -228,7 +214,7 @@ async fn create(
             typ: Some("none".into()),
             config: None,
         }),
-        ..Default::default()
+        ..super::hardened(sandbox.memory, sandbox.cpus, sandbox.pids)
     };
     let body = ContainerCreateBody {
         image: Some(image.into()),
