@@ -27,19 +27,19 @@ fn of_this_task<T: serde::de::DeserializeOwned>(
     body: &[u8],
     what: &str,
     name: impl Fn(&T) -> &String,
-) -> Result<T, Response> {
+) -> Result<T, Box<Response>> {
     let step: T = serde_json::from_slice(body).map_err(|e| {
-        error_response(
+        Box::new(error_response(
             gw,
             StatusCode::BAD_REQUEST,
             "bad_request",
             &format!("not a {what}: {e}"),
-        )
+        ))
     })?;
     let asked = name(&step);
     if !gw.desk.steps.contains(asked) {
         let names = gw.desk.steps.join(", ");
-        return Err(error_response(
+        return Err(Box::new(error_response(
             gw,
             StatusCode::BAD_REQUEST,
             "unknown_step",
@@ -47,7 +47,7 @@ fn of_this_task<T: serde::de::DeserializeOwned>(
                 "this task has no step `{}`; its steps are: {names}",
                 crate::output::clean(&asked.chars().take(100).collect::<String>())
             ),
-        ));
+        )));
     }
     Ok(step)
 }
@@ -58,7 +58,7 @@ pub(super) async fn step_done(
 ) -> Response {
     let step: StepDone = match of_this_task(&gw, &body, "step_done", |s: &StepDone| &s.name) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let evidence = desk::capped_to(&step.evidence, MAX_EVIDENCE);
     let id = gw.task_id;
@@ -84,7 +84,7 @@ pub(super) async fn step_start(
 ) -> Response {
     let step: StepStart = match of_this_task(&gw, &body, "step_start", |s: &StepStart| &s.name) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let id = gw.task_id;
     let name = step.name.clone();
