@@ -215,12 +215,10 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     };
     ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
     let started = Instant::now();
-    // The bytes forwarded are what the trajectory keeps (a cheap clone).
-    let sent = upstream_body.clone();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
     let billed = usage.map(|u| (u.prompt_tokens, u.completion_tokens));
-    let response = record::chat_call(gw, call_id.clone(), sent, response, billed).await;
+    let response = record::chat_call(gw, call_id.clone(), up, response, billed).await;
     let grant = pending.grant.take().expect("settled once");
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, gw.rates);

@@ -101,12 +101,13 @@ pub(crate) fn append(dir: PathBuf, task_id: String, text: String) {
 }
 
 /// Records one of the servo's (or any) non-streamed chat calls, given
-/// the request as forwarded and the answer as it leaves for the container
+/// the request as the gateway built it (chat-shaped, whatever the
+/// provider) and the answer as it leaves for the container
 /// (read back, and returned unchanged).
 pub(super) async fn chat_call(
     gw: &GatewayState,
     call_id: String,
-    request: bytes::Bytes,
+    request: saheeli_protocol::chat::ChatRequest,
     response: axum::response::Response,
     usage: Option<(u64, u64)>,
 ) -> axum::response::Response {
@@ -127,7 +128,7 @@ pub(super) async fn chat_call(
                 call_id,
                 api: "chat",
                 at_ms,
-                request: request.to_vec(),
+                request: serde_json::to_vec(&request).unwrap_or_default(),
                 response: String::from_utf8_lossy(&answer).into_owned(),
                 streamed: false,
                 usage,
