@@ -178,11 +178,49 @@ impl<'de> Deserialize<'de> for Commands {
 }
 
 /// `approve:` as a list of tools or a map of tool to a regular expression.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Approve {
     Tools(Vec<String>),
     Matching(BTreeMap<String, String>),
+}
+
+/// Either shape, with an error that shows both (serde's untagged enums
+/// only say that no variant matched).
+impl<'de> Deserialize<'de> for Approve {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Approve;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a list of tool names (`approve: [shell]`) or a map of tool name to \
+                     a regular expression its input must match (`approve: {shell: \"^git push\"}`)",
+                )
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Approve, A::Error> {
+                let mut out = Vec::new();
+                while let Some(tool) = seq.next_element::<String>()? {
+                    out.push(tool);
+                }
+                Ok(Approve::Tools(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Approve, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((tool, pattern)) = map.next_entry::<String, String>()? {
+                    out.insert(tool, pattern);
+                }
+                Ok(Approve::Matching(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl Approve {
@@ -505,6 +543,24 @@ mod tests {
         let e = parse("---\nmax_steps: lots\n---\nBody\n").unwrap_err();
         assert_eq!(e.line, Some(2));
         assert!(e.message.contains("max_steps"), "{}", e.message);
+    }
+
+    #[test]
+    fn approve_takes_a_list_or_a_map_and_says_so_otherwise() {
+        let p = parse("---\napprove: [shell, write_file]\n---\nBody\n").unwrap();
+        assert_eq!(
+            p.front_matter.approve,
+            Some(Approve::Tools(vec!["shell".into(), "write_file".into()]))
+        );
+        let p = parse("---\napprove: { shell: \"^git push\" }\n---\nBody\n").unwrap();
+        let Some(Approve::Matching(m)) = p.front_matter.approve else {
+            panic!("a map of patterns");
+        };
+        assert_eq!(m["shell"], "^git push");
+        let e = parse("---\ntitle: x\napprove: shell\n---\nBody\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("a list of tool names"), "{}", e.message);
+        assert!(!e.message.contains("untagged"), "{}", e.message);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! API errors as JSON: `{"error": {"message", "kind"}}` with the status
 //! that says what went wrong (400 bad input, 401 no token, 403 cross-site,
-//! 404 unknown task, 409 wrong state, 500 Saheeli's own failure).
+//! 404 unknown task, 409 wrong state, 500 Saheeli's own failure). A 500
+//! carries a `request_id`, logged with the failure, so a user's report can
+//! be matched to the foreman's log; a failure of Docker, SQLite, a thread
+//! or the disk is Saheeli's, never blamed on the request.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -96,20 +99,38 @@ impl From<anyhow::Error> for ApiError {
                     .is::<WrongState>()
                     .then_some((StatusCode::CONFLICT, "wrong_state"))
             })
+            .or_else(|| {
+                e.chain()
+                    .any(ours)
+                    .then_some((StatusCode::INTERNAL_SERVER_ERROR, "internal"))
+            })
             .unwrap_or((StatusCode::BAD_REQUEST, "bad_input"));
         ApiError::new(status, kind, message)
     }
 }
 
+/// A cause that is Saheeli's (or its host's) failure, not the request's:
+/// the engine, the database, a thread, or the disk. A missing or invalid
+/// file the request named stays the request's.
+fn ours(cause: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+        use std::io::ErrorKind::*;
+        return !matches!(io.kind(), NotFound | InvalidInput | InvalidData);
+    }
+    cause.is::<bollard::errors::Error>()
+        || cause.is::<rusqlite::Error>()
+        || cause.is::<tokio::task::JoinError>()
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let mut error = serde_json::json!({"message": self.message, "kind": self.kind});
         if self.status.is_server_error() {
-            tracing::warn!(error = %self.message, "an API request failed");
+            let request_id = uuid::Uuid::new_v4().simple().to_string();
+            tracing::warn!(error = %self.message, %request_id, "an API request failed");
+            error["request_id"] = request_id.into();
         }
-        let body = serde_json::json!({
-            "error": {"message": self.message, "kind": self.kind}
-        });
-        (self.status, Json(body)).into_response()
+        (self.status, Json(serde_json::json!({ "error": error }))).into_response()
     }
 }
 
@@ -128,5 +149,42 @@ mod tests {
         assert!(e.message.contains("cancelling: ended"), "{}", e.message);
         let e: ApiError = anyhow::anyhow!("prompt.md:2: unknown field `modle`").into();
         assert_eq!((e.status, e.kind), (StatusCode::BAD_REQUEST, "bad_input"));
+    }
+
+    #[test]
+    fn failures_of_the_host_are_ours_not_the_callers() {
+        let disk = std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left");
+        let e: ApiError = anyhow::Error::from(disk)
+            .context("saving the workspace")
+            .into();
+        assert_eq!(
+            (e.status, e.kind),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+        let db = rusqlite::Error::InvalidQuery;
+        let e: ApiError = anyhow::Error::from(db).context("listing").into();
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no prompt.md");
+        let e: ApiError = anyhow::Error::from(missing).into();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn a_500_carries_a_request_id_and_a_400_does_not() {
+        async fn body(e: ApiError) -> serde_json::Value {
+            let bytes = axum::body::to_bytes(e.into_response().into_body(), 1 << 16)
+                .await
+                .unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        }
+        let b = body(ApiError::internal("the engine did not answer")).await;
+        let id = b["error"]["request_id"].as_str().unwrap();
+        assert_eq!(id.len(), 32, "{b}");
+        assert_ne!(
+            id,
+            body(ApiError::internal("again")).await["error"]["request_id"]
+        );
+        let b = body(ApiError::bad_input("no")).await;
+        assert!(b["error"].get("request_id").is_none(), "{b}");
     }
 }
