@@ -895,6 +895,8 @@ mod verify {
             duration_ms: 7,
             passed,
             output: "out".into(),
+            limited: false,
+            findings: Vec::new(),
         }
     }
 
