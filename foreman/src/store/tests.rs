@@ -50,6 +50,8 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         cache: Default::default(),
         context: Default::default(),
         agent: Default::default(),
+        deadline_ms: None,
+        priority: None,
     }
 }
 

@@ -59,10 +59,10 @@ fn assert_limited(t: &Value, llm: &FakeLlm) {
     let dir = PathBuf::from(t["results"].as_str().unwrap());
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     for part in [
-        "| 1 | assess | limited |",
+        "| 1 | `assess` | limited |",
         "The assessor answered `limited`",
-        "- the client code is written and its unit tests pass",
-        "- the live endpoint could not be called: no network",
+        "- `the client code is written and its unit tests pass`",
+        "- `the live endpoint could not be called: no network`",
         "not reachable from the sandbox",
     ] {
         assert!(report.contains(part), "{part}:\n{report}");
