@@ -227,9 +227,9 @@ pub(crate) struct PromptArgs {
     /// Give a template parameter its value, or override a front-matter key (repeatable), e.g. `--param max_steps=10`.
     #[arg(long = "param", value_name = "KEY=VALUE")]
     pub params: Vec<String>,
-    /// Higher runs first.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub priority: i64,
+    /// Higher runs first (default: the front-matter's `priority:`, else 0).
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i64>,
     /// Accept a `workspace:` outside the prompt file's directory tree.
     #[arg(long)]
     pub allow_workspace_outside: bool,

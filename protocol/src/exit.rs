@@ -27,10 +27,12 @@ pub enum ServoExit {
     VerificationFailed,
     /// A third-party agent CLI exited non-zero, or ended without an answer.
     AgentFailed,
+    /// The assessor answered `limited`: no attempt is made after it.
+    Limited,
 }
 
 impl ServoExit {
-    pub const ALL: [ServoExit; 11] = [
+    pub const ALL: [ServoExit; 12] = [
         ServoExit::Complete,
         ServoExit::BadTask,
         ServoExit::MaxSteps,
@@ -42,6 +44,7 @@ impl ServoExit {
         ServoExit::Parked,
         ServoExit::VerificationFailed,
         ServoExit::AgentFailed,
+        ServoExit::Limited,
     ];
 
     pub const fn code(self) -> i32 {
@@ -57,6 +60,7 @@ impl ServoExit {
             ServoExit::Parked => 8,
             ServoExit::VerificationFailed => 9,
             ServoExit::AgentFailed => 10,
+            ServoExit::Limited => 11,
         }
     }
 
@@ -78,6 +82,7 @@ impl ServoExit {
             ServoExit::Terminated => Reason::Terminated,
             ServoExit::VerificationFailed => Reason::VerificationFailed,
             ServoExit::AgentFailed => Reason::AgentFailed,
+            ServoExit::Limited => Reason::Limited,
             // The foreman never ends a task on a park; were it to see one
             // where no park can be (an old foreman), it is an odd exit.
             ServoExit::Parked => Reason::Exit(8),

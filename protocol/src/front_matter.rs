@@ -32,6 +32,11 @@ pub struct FrontMatter {
     pub max_cost: Option<f64>,
     /// Wall-clock limit: `90s`, `30m`, `1h 30m`, or a number of seconds.
     pub timeout: Option<Timeout>,
+    /// An absolute time the task must end by (`2026-12-01T17:00:00Z`),
+    /// beside `timeout:`; enforced and told to the model like it.
+    pub deadline: Option<Deadline>,
+    /// Higher runs first (as `--priority`, which wins over it).
+    pub priority: Option<i64>,
     /// A host directory (relative to the prompt file) copied into /workspace.
     pub workspace: Option<PathBuf>,
     /// Copy what `.gitignore` names into /workspace too (`.env*` and what
@@ -280,6 +285,40 @@ impl NetworkMode {
             NetworkMode::Bridge => "bridge",
             NetworkMode::Host => "host",
         }
+    }
+}
+
+/// An absolute time, RFC 3339 (`2026-12-01T17:00:00Z`; a space for the
+/// `T` and no zone, read as UTC, are accepted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct Deadline(pub std::time::SystemTime);
+
+impl Deadline {
+    /// Milliseconds since the Unix epoch.
+    pub fn unix_ms(self) -> i64 {
+        self.0
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+}
+
+impl From<Deadline> for String {
+    fn from(d: Deadline) -> String {
+        humantime::format_rfc3339_seconds(d.0).to_string()
+    }
+}
+
+impl<'de> Deserialize<'de> for Deadline {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_rfc3339_weak(text.trim())
+            .map(Deadline)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{text}` is not a time such as `2026-12-01T17:00:00Z`: {e}"
+                ))
+            })
     }
 }
 

@@ -62,6 +62,10 @@ pub enum Reason {
     NoAnswer,
     /// A third-party agent CLI exited non-zero (issue 25).
     AgentFailed,
+    /// The assessor said more attempts cannot help (a missing capability,
+    /// an environment limit): the task stopped early, its findings in the
+    /// report.
+    Limited,
 }
 
 impl Reason {
@@ -91,6 +95,7 @@ impl Reason {
         "verification_failed",
         "no_answer",
         "agent_failed",
+        "limited",
     ];
 
     /// The machine-readable word (`exit` for every [`Reason::Exit`]).
@@ -120,6 +125,7 @@ impl Reason {
             Reason::VerificationFailed => "verification_failed",
             Reason::NoAnswer => "no_answer",
             Reason::AgentFailed => "agent_failed",
+            Reason::Limited => "limited",
         }
     }
 
@@ -135,6 +141,7 @@ impl Reason {
                 | Reason::Auth
                 | Reason::BadRequest
                 | Reason::ResultsTooLarge
+                | Reason::Limited
         )
     }
 }
@@ -192,6 +199,7 @@ impl FromStr for Reason {
             "verification_failed" => Reason::VerificationFailed,
             "no_answer" => Reason::NoAnswer,
             "agent_failed" => Reason::AgentFailed,
+            "limited" => Reason::Limited,
             _ => return Err(UnknownReason(s.to_string())),
         };
         Ok(r)

@@ -68,6 +68,10 @@ pub struct ServoTask {
     /// Wall-clock budget in seconds; the servo stops on its own a little
     /// before the foreman's hard timeout.
     pub timeout_s: u64,
+    /// The task's `deadline:` (Unix milliseconds): the servo stops by it,
+    /// as by its time budget, and the model is told it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
     /// Largest tool output returned to the model, in bytes.
     pub max_output_bytes: usize,
     /// Limit on one call to the gateway, in seconds: the foreman's worst

@@ -129,9 +129,10 @@ pub struct Step {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// What must hold for the step to count as done.
+    /// What must hold for the step to count as done: text the model
+    /// attests, or `{ verify: COMMAND }` that Saheeli runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub done_when: Option<String>,
+    pub done_when: Option<DoneWhen>,
     /// `approve: true`: the step starts only on a person's approval (its
     /// `step_start` waits as a gated tool call does).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -140,6 +141,44 @@ pub struct Step {
     /// started (before its work), or once it is done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakpoint: Option<Position>,
+}
+
+/// When a step counts as done: `done_when: TEXT` (the model attests it,
+/// with its evidence) or `done_when: { verify: COMMAND }` (a checked step:
+/// when the model marks it done, the command runs in the task's container
+/// as `verify` does, and a failure keeps the step open).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum DoneWhen {
+    Text(String),
+    Check(StepCheck),
+}
+
+/// The command of a checked step.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepCheck {
+    pub verify: String,
+}
+
+impl DoneWhen {
+    /// The command Saheeli runs, for a checked step.
+    pub fn command(&self) -> Option<&str> {
+        match self {
+            DoneWhen::Text(_) => None,
+            DoneWhen::Check(c) => Some(&c.verify),
+        }
+    }
+}
+
+/// As the model and status show it: the text, or what is checked.
+impl fmt::Display for DoneWhen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DoneWhen::Text(t) => f.write_str(t.trim()),
+            DoneWhen::Check(c) => write!(f, "`{}` passes (Saheeli runs it)", c.verify.trim()),
+        }
+    }
 }
 
 /// Where a breakpoint stands around a step.
@@ -189,6 +228,10 @@ pub struct StepDone {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct StepsDone {
     pub done: Vec<String>,
+    /// A checked step whose command failed: not recorded as done, and
+    /// this is what the model is told (the command and its output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_failed: Option<String>,
 }
 
 #[cfg(test)]
@@ -233,12 +276,20 @@ mod tests {
             serde_yaml::from_str("- name: a\n- { name: b, description: d, done_when: w }\n")
                 .unwrap();
         assert_eq!(s[0].description, "");
-        assert_eq!(s[1].done_when.as_deref(), Some("w"));
+        assert_eq!(s[1].done_when, Some(DoneWhen::Text("w".into())));
         assert!(!s[0].approve && s[0].breakpoint.is_none());
         let s: Vec<Step> =
             serde_yaml::from_str("- { name: a, approve: true, breakpoint: after }\n").unwrap();
         assert!(s[0].approve);
         assert_eq!(s[0].breakpoint, Some(Position::After));
+        let s: Vec<Step> =
+            serde_yaml::from_str("- { name: a, done_when: { verify: test -f x } }\n").unwrap();
+        let w = s[0].done_when.as_ref().unwrap();
+        assert_eq!(w.command(), Some("test -f x"));
+        assert_eq!(w.to_string(), "`test -f x` passes (Saheeli runs it)");
+        assert!(
+            serde_yaml::from_str::<Vec<Step>>("- { name: a, done_when: { run: x } }\n").is_err()
+        );
         let e = serde_yaml::from_str::<Vec<Step>>("- { name: a, breakpoint: middle }\n")
             .unwrap_err()
             .to_string();

@@ -69,6 +69,12 @@ pub struct Check {
     /// Output (stdout and stderr together, head and tail kept when long),
     /// or the assessor's feedback.
     pub output: String,
+    /// The assessor answered `limited`: more attempts cannot help.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub limited: bool,
+    /// The assessor's findings (what it found, done or not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
 }
 
 /// The answer to a [`VerifyRequest`].
@@ -84,22 +90,58 @@ pub struct Verdict {
     /// Every check of every attempt so far, this one's last (for
     /// complete.json).
     pub checks: Vec<Check>,
+    /// The assessor said `limited`: no further attempt is made, the task
+    /// ends `incomplete` with reason `limited`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub limited: bool,
 }
 
 impl Verdict {
     /// No attempt is left after this failed one: the task ends
-    /// `verification_failed`.
+    /// `verification_failed` (or `limited`, when the assessor said so).
     pub fn is_final_failure(&self) -> bool {
-        !self.passed && self.attempt >= self.max_attempts
+        !self.passed && (self.limited || self.attempt >= self.max_attempts)
     }
 }
 
-/// The shape the assessor must answer in.
+/// What the assessor concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssessVerdict {
+    /// The objective is met.
+    Met,
+    /// Not met; another attempt may fix it.
+    NotMet,
+    /// Not met, and more attempts cannot help (a missing capability, an
+    /// environment limit): the retries stop here.
+    Limited,
+}
+
+/// The shape the assessor must answer in:
+/// `{"verdict": "met" | "not_met" | "limited", "feedback": "...", "findings": [...]}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Assessment {
-    pub met: bool,
+    pub verdict: AssessVerdict,
     pub feedback: String,
+    /// What the assessor found (a list, or one text).
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub findings: Vec<String>,
+}
+
+/// A list of texts, or one text (a list of one).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) if s.trim().is_empty() => Vec::new(),
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 #[cfg(test)]
@@ -114,8 +156,12 @@ mod tests {
             max_attempts: 3,
             feedback: "no".into(),
             checks: vec![],
+            limited: false,
         };
         assert!(!v.is_final_failure());
+        v.limited = true;
+        assert!(v.is_final_failure(), "limited ends it early");
+        v.limited = false;
         v.attempt = 3;
         assert!(v.is_final_failure());
         v.passed = true;
@@ -123,12 +169,29 @@ mod tests {
     }
 
     #[test]
-    fn an_assessment_has_exactly_two_fields() {
-        let a: Assessment = serde_json::from_str(r#"{"met": true, "feedback": "ok"}"#).unwrap();
-        assert!(a.met);
-        assert!(serde_json::from_str::<Assessment>(r#"{"met": true}"#).is_err());
+    fn an_assessment_has_a_verdict_feedback_and_findings() {
+        let a: Assessment =
+            serde_json::from_str(r#"{"verdict": "met", "feedback": "ok"}"#).unwrap();
+        assert_eq!(a.verdict, AssessVerdict::Met);
+        assert!(a.findings.is_empty());
+        let a: Assessment = serde_json::from_str(
+            r#"{"verdict": "limited", "feedback": "no network", "findings": "the API is unreachable"}"#,
+        )
+        .unwrap();
+        assert_eq!(a.verdict, AssessVerdict::Limited);
+        assert_eq!(a.findings, ["the API is unreachable"]);
+        let a: Assessment = serde_json::from_str(
+            r#"{"verdict": "not_met", "feedback": "", "findings": ["a", "b"]}"#,
+        )
+        .unwrap();
+        assert_eq!(a.findings, ["a", "b"]);
+        assert!(serde_json::from_str::<Assessment>(r#"{"verdict": "met"}"#).is_err());
         assert!(
-            serde_json::from_str::<Assessment>(r#"{"met": 1, "feedback": "", "x": 2}"#).is_err()
+            serde_json::from_str::<Assessment>(r#"{"verdict": "maybe", "feedback": ""}"#).is_err()
+        );
+        assert!(
+            serde_json::from_str::<Assessment>(r#"{"verdict": "met", "feedback": "", "x": 2}"#)
+                .is_err()
         );
     }
 }

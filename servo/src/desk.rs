@@ -111,7 +111,9 @@ impl Desk {
 
     /// Records a template step as done; the names of all steps done so far.
     pub async fn step_done(&self, step: &StepDone) -> Result<StepsDone, Refused> {
-        self.post_retrying(template::routes::STEP_DONE, step).await
+        // A checked step's command runs first: as long as a verify may.
+        self.post_waiting(template::routes::STEP_DONE, step, VERIFY_WAIT)
+            .await
     }
 
     /// Asks the foreman to verify (and assess) the work; waits as long as

@@ -1,7 +1,10 @@
 //! `saheeli task attach ID`: follows a task live (its servo's audit lines
 //! and its events) and takes commands from the terminal: `answer TEXT`,
 //! `approve [NOTE]`, `deny REASON`, `inject TEXT`, `pause`, `resume`,
-//! `cancel`, `detach`. Returns when the task ends (or on `detach`).
+//! `cancel`, `detach`, and a template's step controls: `step` (go on for
+//! one step), `breakpoint STEP before|after [clear]`, `skip STEP REASON`
+//! and `done STEP REASON` (as `task step-override`). Returns when the task
+//! ends (or on `detach`).
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -10,7 +13,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use saheeli_protocol::TaskId;
 
-use crate::cli::IdArgs;
+use saheeli_protocol::template::Position;
+
+use crate::cli::{IdArgs, StepOverrideState};
 use crate::config::Config;
 use crate::output;
 use crate::store::{HumanAct, Store};
@@ -18,7 +23,7 @@ use crate::store::{HumanAct, Store};
 use super::human::{Steer, steer, who};
 use super::*;
 
-const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | detach";
+const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | skip STEP REASON | done STEP REASON | detach";
 
 /// One command typed at the attach prompt.
 #[derive(Debug, PartialEq)]
@@ -28,8 +33,44 @@ enum Typed {
     Pause,
     Resume,
     Cancel,
+    /// The template's step controls.
+    Step,
+    Breakpoint(String, Position, bool),
+    Override(String, StepOverrideState, String),
     Detach,
     Help,
+}
+
+/// `STEP before|after [clear]`.
+fn breakpoint(rest: &str) -> Result<Typed, String> {
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let (step, pos, clear) = match words.as_slice() {
+        [step, pos] => (step, pos, false),
+        [step, pos, "clear"] => (step, pos, true),
+        _ => return Err("`breakpoint` needs STEP before|after, and `clear` to clear it".into()),
+    };
+    let position = match *pos {
+        "before" => Position::Before,
+        "after" => Position::After,
+        other => {
+            return Err(format!(
+                "`{other}`: a breakpoint is `before` or `after` a step"
+            ));
+        }
+    };
+    Ok(Typed::Breakpoint(step.to_string(), position, !clear))
+}
+
+/// `STEP REASON` of `skip` and `done`.
+fn step_override(word: &str, rest: &str, state: StepOverrideState) -> Result<Typed, String> {
+    match rest.split_once(char::is_whitespace) {
+        Some((step, reason)) if !reason.trim().is_empty() => Ok(Typed::Override(
+            step.to_string(),
+            state,
+            reason.trim().to_string(),
+        )),
+        _ => Err(format!("`{word}` needs STEP and a reason")),
+    }
 }
 
 fn parse(line: &str) -> Result<Typed, String> {
@@ -51,6 +92,10 @@ fn parse(line: &str) -> Result<Typed, String> {
         "pause" => Typed::Pause,
         "resume" => Typed::Resume,
         "cancel" => Typed::Cancel,
+        "step" => Typed::Step,
+        "breakpoint" | "b" => breakpoint(&rest)?,
+        "skip" => step_override(word, &rest, StepOverrideState::Skipped)?,
+        "done" => step_override(word, &rest, StepOverrideState::Done)?,
         "detach" | "quit" | "exit" => Typed::Detach,
         "help" | "?" | "" => Typed::Help,
         other => return Err(format!("unknown command `{other}`; {HELP}")),
@@ -65,6 +110,17 @@ fn apply(cfg: &Config, store: &mut Store, id: TaskId, typed: Typed) -> anyhow::R
         Typed::Pause => Steer::Pause,
         Typed::Resume => Steer::Resume,
         Typed::Cancel => Steer::Cancel,
+        Typed::Step => Steer::Step,
+        Typed::Breakpoint(step, position, active) => Steer::Breakpoint {
+            step,
+            position,
+            active,
+        },
+        Typed::Override(step, state, reason) => Steer::StepOverride {
+            step,
+            state,
+            reason,
+        },
         Typed::Help | Typed::Detach => return Ok(HELP.into()),
     };
     steer(cfg, store, &id.to_string(), s, &who())
@@ -237,6 +293,34 @@ mod tests {
         );
         assert_eq!(parse(" pause ").unwrap(), Typed::Pause);
         assert_eq!(parse("detach").unwrap(), Typed::Detach);
+        assert_eq!(parse("step").unwrap(), Typed::Step);
+        assert_eq!(
+            parse("breakpoint deploy before").unwrap(),
+            Typed::Breakpoint("deploy".into(), Position::Before, true)
+        );
+        assert_eq!(
+            parse("breakpoint deploy after clear").unwrap(),
+            Typed::Breakpoint("deploy".into(), Position::After, false)
+        );
+        assert!(parse("breakpoint deploy middle").is_err());
+        assert!(parse("breakpoint").is_err());
+        assert_eq!(
+            parse("skip announce done by hand").unwrap(),
+            Typed::Override(
+                "announce".into(),
+                StepOverrideState::Skipped,
+                "done by hand".into()
+            )
+        );
+        assert_eq!(
+            parse("done check seen green in CI").unwrap(),
+            Typed::Override(
+                "check".into(),
+                StepOverrideState::Done,
+                "seen green in CI".into()
+            )
+        );
+        assert!(parse("skip announce").is_err());
         assert!(parse("rm -rf /").is_err());
     }
 }

@@ -209,7 +209,13 @@ pub(crate) async fn submit_spec(
     };
     let queued = open_store(cfg).and_then(|mut store| {
         store
-            .submit(id, &spec, args.priority, None, 1)
+            .submit(
+                id,
+                &spec,
+                args.priority.or(spec.priority).unwrap_or(0),
+                None,
+                1,
+            )
             .map_err(anyhow::Error::from)
     });
     if let (Err(_), Some(tar)) = (&queued, packed) {

@@ -2,14 +2,17 @@
 //! gateway path (reserved, metered and settled in its budget like the
 //! servo's calls) with the objective, the agent's completion message and
 //! the evidence (verify output, the files changed, the patch cut to a
-//! limit). The answer must be `{"met": bool, "feedback": string}`; one that
-//! is not is asked for again once, then counted as not met.
+//! limit). The answer must be `{"verdict": "met" | "not_met" | "limited",
+//! "feedback": string, "findings": [string]}` (the older `{"met": bool,
+//! "feedback": string}` is read too); one that is not is asked for again
+//! once, then counted as not met. `limited` (more attempts cannot help)
+//! stops the retries: the task ends `incomplete`, reason `limited`.
 
 use std::time::Instant;
 
 use axum::http::StatusCode;
 use saheeli_protocol::chat::{ChatMessage, ChatRequest, ChatResponse};
-use saheeli_protocol::verify::{Assessment, Check, CheckKind};
+use saheeli_protocol::verify::{AssessVerdict, Assessment, Check, CheckKind};
 use tracing::warn;
 
 use super::*;
@@ -27,8 +30,11 @@ pub(super) const SYSTEM: &str = "You are Saheeli's assessor. You judge whether a
 work meets its objective, from the evidence given: the objective, the agent's own account, the \
 results of the verification commands, and the changes it made. You cannot run anything. Be strict \
 about the objective and fair about everything else. Answer with exactly one JSON object and \
-nothing else: {\"met\": true or false, \"feedback\": \"...\"}. When the objective is not met, the \
-feedback tells the agent precisely what is missing or wrong, so that it can fix it.";
+nothing else: {\"verdict\": \"met\" or \"not_met\" or \"limited\", \"feedback\": \"...\", \
+\"findings\": [\"...\"]}. When the objective is not met, the feedback tells the agent precisely what \
+is missing or wrong, so that it can fix it. Answer \"limited\" only when more attempts cannot help: \
+the agent lacks a capability or the environment prevents the objective (no network, a missing \
+service, no permission). The findings list what was found and done, and what could not be.";
 
 /// What the provider's answer was.
 enum Answer {
@@ -60,21 +66,29 @@ pub(super) async fn assess(
     for _ in 0..2 {
         match ask(gw, &prompt).await {
             Ok(Answer::Judged(a)) => {
-                done = Some((a.met, a.feedback));
+                done = Some(a);
                 break;
             }
             Ok(Answer::Malformed(w)) => why = w,
             Err(e) => {
-                done = Some((false, format!("the assessment could not be made: {e}")));
+                done = Some(Assessment {
+                    verdict: AssessVerdict::NotMet,
+                    feedback: format!("the assessment could not be made: {e}"),
+                    findings: Vec::new(),
+                });
                 break;
             }
         }
     }
-    let (passed, output) = done.unwrap_or_else(|| {
+    let a = done.unwrap_or_else(|| {
         warn!(task_id = %gw.task_id, why = %why, "the assessor did not answer in the fixed shape");
         let why =
             format!("the assessor's answer was not a verdict ({why}), twice; counted as not met");
-        (false, why)
+        Assessment {
+            verdict: AssessVerdict::NotMet,
+            feedback: why,
+            findings: Vec::new(),
+        }
     });
     Check {
         attempt,
@@ -82,8 +96,10 @@ pub(super) async fn assess(
         command: "assess".into(),
         exit_code: None,
         duration_ms: t0.elapsed().as_millis() as u64,
-        passed,
-        output,
+        passed: a.verdict == AssessVerdict::Met,
+        output: a.feedback,
+        limited: a.verdict == AssessVerdict::Limited,
+        findings: a.findings,
     }
 }
 
@@ -116,8 +132,16 @@ async fn ask(gw: &GatewayState, prompt: &str) -> Result<Answer, String> {
     Ok(parse(&text))
 }
 
+/// The older answer: `{met, feedback}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetOrNot {
+    met: bool,
+    feedback: String,
+}
+
 /// The verdict in `text`: the JSON object in it (a fence around it is
-/// allowed), exactly `{met, feedback}`.
+/// allowed), exactly `{verdict, feedback, findings}` (or `{met, feedback}`).
 fn parse(text: &str) -> Answer {
     let (Some(a), Some(b)) = (text.find('{'), text.rfind('}')) else {
         return Answer::Malformed("no JSON object".into());
@@ -125,11 +149,24 @@ fn parse(text: &str) -> Answer {
     if b < a {
         return Answer::Malformed("no JSON object".into());
     }
-    match serde_json::from_str::<Assessment>(&text[a..=b]) {
+    let object = &text[a..=b];
+    match serde_json::from_str::<Assessment>(object) {
         Ok(v) => Answer::Judged(v),
-        Err(e) => Answer::Malformed(format!(
-            "expected {{\"met\": bool, \"feedback\": string}}: {e}"
-        )),
+        Err(e) => match serde_json::from_str::<MetOrNot>(object) {
+            Ok(old) => Answer::Judged(Assessment {
+                verdict: if old.met {
+                    AssessVerdict::Met
+                } else {
+                    AssessVerdict::NotMet
+                },
+                feedback: old.feedback,
+                findings: Vec::new(),
+            }),
+            Err(_) => Answer::Malformed(format!(
+                "expected {{\"verdict\": \"met\" | \"not_met\" | \"limited\", \"feedback\": string, \
+                 \"findings\": [string]}}: {e}"
+            )),
+        },
     }
 }
 
@@ -221,8 +258,15 @@ mod tests {
         else {
             panic!("not judged");
         };
-        assert!(!a.met);
+        assert_eq!(a.verdict, AssessVerdict::NotMet);
         assert_eq!(a.feedback, "no tests");
+        let Answer::Judged(a) =
+            parse(r#"{"verdict": "limited", "feedback": "no network", "findings": ["x"]}"#)
+        else {
+            panic!("not judged");
+        };
+        assert_eq!(a.verdict, AssessVerdict::Limited);
+        assert_eq!(a.findings, ["x"]);
         for bad in [
             "yes",
             "{\"met\": \"yes\", \"feedback\": \"\"}",
@@ -243,6 +287,8 @@ mod tests {
             duration_ms: 1,
             passed: true,
             output: "ok 3 tests".into(),
+            limited: false,
+            findings: Vec::new(),
         };
         let p = prompt(
             "Fix add",

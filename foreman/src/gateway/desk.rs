@@ -47,8 +47,11 @@ pub(crate) struct DeskLink {
     /// The names of the task's template steps (`step_done` marks them).
     pub steps: Arc<[String]>,
     /// How `task_complete` is checked: set when the task has `verify:` or
-    /// `assess: true` (only then is the verify route open).
+    /// `assess: true` (only then is the verify route open), or checked
+    /// steps (their commands run as `verify` runs its own).
     pub verify: Option<Arc<super::verify::VerifyLink>>,
+    /// The checked steps (`done_when: { verify: COMMAND }`): name, command.
+    pub step_checks: Arc<[(String, String)]>,
     /// The capabilities the task was granted (`capabilities:`).
     pub capabilities: Arc<[String]>,
     /// The task's approval gates (`approve:`): a gated capability call

@@ -13,12 +13,16 @@ use axum::response::Response;
 use saheeli_protocol::template::{StepDone, StepStart, StepsDone};
 
 use crate::store::StepStarted;
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::*;
 
 /// Longest evidence kept; the rest is cut with a note.
 const MAX_EVIDENCE: usize = 16 * 1024;
+
+/// Step checks' verify containers are numbered from here (a task's own
+/// verify attempts are few: `1 + verify_retries`).
+const STEP_CHECK_ATTEMPTS: u32 = 10_000;
 
 /// A step request's body (`what`, for the error) naming one of the
 /// task's steps, or the refusal to answer.
@@ -60,8 +64,25 @@ pub(super) async fn step_done(
         Ok(s) => s,
         Err(refused) => return *refused,
     };
-    let evidence = desk::capped_to(&step.evidence, MAX_EVIDENCE);
+    let mut evidence = desk::capped_to(&step.evidence, MAX_EVIDENCE);
     let id = gw.task_id;
+    if let Some((_, command)) = gw.desk.step_checks.iter().find(|(n, _)| *n == step.name) {
+        match check(&gw, &step.name, command).await {
+            Ok(Checked::Passed(how)) => evidence.push_str(&format!("\n\n{how}")),
+            Ok(Checked::Failed(why)) => {
+                let done = match gw.desk_db(move |s, _| s.steps_done(id)).await {
+                    Ok(rows) => rows.into_iter().map(|r| r.name).collect(),
+                    Err(resp) => return resp,
+                };
+                let answer = StepsDone {
+                    done,
+                    check_failed: Some(why),
+                };
+                return json_response(&gw, StatusCode::OK, &answer);
+            }
+            Err(resp) => return *resp,
+        }
+    }
     let name = step.name.clone();
     let r = gw
         .desk_db(move |s, l| s.step_done(id, l, &name, &evidence))
@@ -69,10 +90,77 @@ pub(super) async fn step_done(
     match r {
         Ok(done) => {
             debug!(task_id = %id, step = %step.name, "step done");
-            json_response(&gw, StatusCode::OK, &StepsDone { done })
+            let answer = StepsDone {
+                done,
+                check_failed: None,
+            };
+            json_response(&gw, StatusCode::OK, &answer)
         }
         Err(resp) => resp,
     }
+}
+
+/// How a checked step's command ended.
+enum Checked {
+    /// It passed: the line added to the evidence.
+    Passed(String),
+    /// It failed: what the model is told.
+    Failed(String),
+}
+
+/// Runs a checked step's command as `verify` runs its commands (a verify
+/// container beside the task's, `verify_files` restored, the servo's user,
+/// `verify_timeout`, output capped), and records a `step_check` event.
+async fn check(
+    gw: &Arc<GatewayState>,
+    name: &str,
+    command: &str,
+) -> Result<Checked, Box<Response>> {
+    let Some(link) = gw.desk.verify.clone() else {
+        let why = "this task's checked steps have no verify link (a foreman fault)";
+        return Err(Box::new(error_response(
+            gw,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            why,
+        )));
+    };
+    let _one = link.one_at_a_time.lock().await;
+    let id = gw.task_id;
+    let run = gw.desk_db(move |s, _| s.step_checks_run(id)).await;
+    // Verify containers are named by attempt: step checks count apart.
+    let attempt = STEP_CHECK_ATTEMPTS + run.map_err(Box::new)? + 1;
+    let checks = verify::run_commands(id, link.clone(), vec![command.to_string()], attempt).await;
+    let Some(c) = checks.into_iter().next() else {
+        return Err(Box::new(error_response(
+            gw,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the step's check ran no command",
+        )));
+    };
+    let how = match c.exit_code {
+        Some(code) => format!("exit {code}"),
+        None => "no exit code (stopped, or not run)".to_string(),
+    };
+    let detail = format!(
+        "step `{name}`: `{command}` {}: {how}",
+        if c.passed { "passed" } else { "failed" }
+    );
+    gw.desk_db(move |s, l| s.record_step_check(id, l, &detail))
+        .await
+        .map_err(Box::new)?;
+    info!(task_id = %id, step = %name, passed = c.passed, "step check ran");
+    if c.passed {
+        return Ok(Checked::Passed(format!(
+            "[saheeli] its check `{command}` passed (exit 0)."
+        )));
+    }
+    let what = verify::step_feedback(&c, link.timeout);
+    Ok(Checked::Failed(format!(
+        "[saheeli] Step `{name}` is not done: {what}\n\nThe step stays open. Fix the problem, \
+         then call step_done for it again."
+    )))
 }
 
 /// `step_start`: the servo begins a step. A step with `approve: true` is
@@ -91,7 +179,11 @@ pub(super) async fn step_start(
     match gw.desk_db(move |s, l| s.step_start(id, l, &name)).await {
         Ok(StepStarted::Started(done)) => {
             debug!(task_id = %id, step = %step.name, "step started");
-            json_response(&gw, StatusCode::OK, &StepsDone { done })
+            let answer = StepsDone {
+                done,
+                check_failed: None,
+            };
+            json_response(&gw, StatusCode::OK, &answer)
         }
         Ok(StepStarted::NeedsApproval) => error_response(
             &gw,

@@ -55,14 +55,19 @@ pub(crate) struct VerifyLink {
 }
 
 impl VerifyLink {
-    /// The link of a task whose spec verifies (None otherwise).
+    /// The link of a task whose spec verifies or has checked steps (None
+    /// otherwise).
     pub fn of(
         spec: &crate::spec::TaskSpec,
         id: TaskId,
         engine: TaskEngine,
         state_dir: &std::path::Path,
     ) -> Option<Arc<VerifyLink>> {
-        if !spec.verifies() {
+        let checked = spec
+            .steps
+            .iter()
+            .any(|s| s.done_when.as_ref().is_some_and(|w| w.command().is_some()));
+        if !spec.verifies() && !checked {
             return None;
         }
         let objective = spec
@@ -111,7 +116,12 @@ pub(super) async fn verify(
         let why = "call_id must be 1 to 256 bytes";
         return error_response(&gw, StatusCode::BAD_REQUEST, "bad_request", why);
     }
-    let Some(link) = gw.desk.verify.clone() else {
+    let Some(link) = gw
+        .desk
+        .verify
+        .clone()
+        .filter(|l| !l.commands.is_empty() || l.assess)
+    else {
         let why = "this task has no `verify` or `assess`: task_complete needs no check";
         return error_response(&gw, StatusCode::FORBIDDEN, "not_allowed", why);
     };
@@ -170,7 +180,8 @@ async fn run_attempt(
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     if !link.commands.is_empty() {
-        checks = run_commands(gw.task_id, link.clone(), attempt).await;
+        let commands = link.commands.clone();
+        checks = run_commands(gw.task_id, link.clone(), commands, attempt).await;
     }
     if link.assess && checks.iter().all(|c| c.passed) {
         checks.push(assess::assess(gw, &link, attempt, message, &checks).await);
@@ -188,6 +199,8 @@ fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
         duration_ms: 0,
         passed: false,
         output: why,
+        limited: false,
+        findings: Vec::new(),
     }
 }
 
@@ -195,8 +208,13 @@ fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
 /// container, and removes it. Spawned: a request dropped midway (the
 /// foreman stopping, a caller gone) still removes the verify container
 /// and lets the task's container run again.
-async fn run_commands(id: TaskId, link: Arc<VerifyLink>, attempt: u32) -> Vec<Check> {
-    let first = link.commands[0].clone();
+pub(super) async fn run_commands(
+    id: TaskId,
+    link: Arc<VerifyLink>,
+    commands: Vec<String>,
+    attempt: u32,
+) -> Vec<Check> {
+    let first = commands[0].clone();
     let shown = first.clone();
     let ran = tokio::spawn(async move {
         let (d, task_container) = match link.engine.container(id).await {
@@ -229,7 +247,7 @@ async fn run_commands(id: TaskId, link: Arc<VerifyLink>, attempt: u32) -> Vec<Ch
         };
         let open_ms = t0.elapsed().as_millis() as u64;
         let checks = tokio::select! {
-            checks = checks_in(&d, vbox.container(), &link, attempt) => checks,
+            checks = checks_in(&d, vbox.container(), &link, &commands, attempt) => checks,
             () = stopped => {
                 let why = "the task's container stopped during verification (its timeout, or a cancel)";
                 vec![not_run(attempt, CheckKind::Verify, &first, why.to_string())]
@@ -256,8 +274,14 @@ async fn run_commands(id: TaskId, link: Arc<VerifyLink>, attempt: u32) -> Vec<Ch
 
 /// Restores `verify_files` in the verify container, then runs each
 /// command until one fails.
-async fn checks_in(d: &Docker, container: &str, link: &VerifyLink, attempt: u32) -> Vec<Check> {
-    let first = link.commands[0].as_str();
+async fn checks_in(
+    d: &Docker,
+    container: &str,
+    link: &VerifyLink,
+    commands: &[String],
+    attempt: u32,
+) -> Vec<Check> {
+    let first = commands[0].as_str();
     if !link.files.is_empty()
         && let Err(e) = restore(d, link, container).await
     {
@@ -265,7 +289,7 @@ async fn checks_in(d: &Docker, container: &str, link: &VerifyLink, attempt: u32)
         return vec![not_run(attempt, CheckKind::Verify, first, why)];
     }
     let mut checks = Vec::new();
-    for command in &link.commands {
+    for command in commands {
         let ran = docker::exec_shell(d, container, command, link.timeout, OUTPUT_CAP).await;
         let check = match ran {
             Ok(r) => Check {
@@ -276,6 +300,8 @@ async fn checks_in(d: &Docker, container: &str, link: &VerifyLink, attempt: u32)
                 duration_ms: r.duration.as_millis() as u64,
                 passed: r.exit_code == Some(0),
                 output: r.output,
+                limited: false,
+                findings: Vec::new(),
             },
             Err(e) => not_run(
                 attempt,
@@ -331,8 +357,15 @@ pub(super) fn verdict(
     timeout: Duration,
 ) -> Verdict {
     let passed = !checks.is_empty() && checks.iter().all(|c| c.passed);
+    let limited = !passed && checks.iter().any(|c| c.limited);
     let feedback = match checks.iter().find(|c| !c.passed) {
         None => String::new(),
+        Some(c) if limited => format!(
+            "[saheeli] Attempt {attempt} of {max_attempts}: the assessor found that more \
+             attempts cannot help (limited). Its feedback:\n{}\n\nThe task ends as incomplete \
+             (limited), with the findings in its report.",
+            c.output.trim_end()
+        ),
         Some(c) => feedback(c, attempt, max_attempts, timeout),
     };
     Verdict {
@@ -341,12 +374,34 @@ pub(super) fn verdict(
         max_attempts,
         feedback,
         checks: all,
+        limited,
     }
+}
+
+/// What the model is told of a checked step's failed command.
+pub(super) fn step_feedback(c: &Check, timeout: Duration) -> String {
+    what_failed(c, timeout).replacen("verification failed: ", "its check ", 1)
 }
 
 /// What the model is told of a failed check.
 fn feedback(c: &Check, attempt: u32, max_attempts: u32, timeout: Duration) -> String {
-    let what = match (c.kind, c.exit_code) {
+    let what = what_failed(c, timeout);
+    let left = max_attempts.saturating_sub(attempt);
+    let next = if left == 0 {
+        "No attempt is left: the task ends as verification_failed.".to_string()
+    } else {
+        format!(
+            "Fix the problem, check your work, then call task_complete again \
+             ({left} more attempt{} allowed).",
+            if left == 1 { "" } else { "s" }
+        )
+    };
+    format!("[saheeli] Attempt {attempt} of {max_attempts}: {what}\n\n{next}")
+}
+
+/// What failed in a check, with its output.
+fn what_failed(c: &Check, timeout: Duration) -> String {
+    match (c.kind, c.exit_code) {
         (CheckKind::Assess, _) => format!(
             "assessment failed: the objective is not met. The assessor's feedback:\n{}",
             c.output.trim_end()
@@ -369,18 +424,7 @@ fn feedback(c: &Check, attempt: u32, max_attempts: u32, timeout: Duration) -> St
                 c.output.trim_end()
             )
         }
-    };
-    let left = max_attempts.saturating_sub(attempt);
-    let next = if left == 0 {
-        "No attempt is left: the task ends as verification_failed.".to_string()
-    } else {
-        format!(
-            "Fix the problem, check your work, then call task_complete again \
-             ({left} more attempt{} allowed).",
-            if left == 1 { "" } else { "s" }
-        )
-    };
-    format!("[saheeli] Attempt {attempt} of {max_attempts}: {what}\n\n{next}")
+    }
 }
 
 /// `text` cut to about `cap` bytes: its head and tail.
@@ -422,6 +466,8 @@ mod tests {
             duration_ms: 5,
             passed,
             output: output.into(),
+            limited: false,
+            findings: Vec::new(),
         }
     }
 

@@ -167,7 +167,7 @@ fn step_line(step: &saheeli_protocol::template::Step) -> String {
         s.push_str(&clean(step.description.trim()));
     }
     if let Some(w) = &step.done_when {
-        s.push_str(&format!(" (done when: {})", clean(w.trim())));
+        s.push_str(&format!(" (done when: {})", clean(&w.to_string())));
     }
     s
 }

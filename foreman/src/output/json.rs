@@ -24,6 +24,8 @@ pub(crate) struct TaskView {
     /// Who ran it: `saheeli` (the built-in loop), `mini-swe-agent`, … (issue 25).
     pub agent: String,
     pub priority: i64,
+    /// The task's `deadline:` (RFC 3339), when it has one.
+    pub deadline: Option<String>,
     pub steps: i64,
     pub tokens: i64,
     pub input_tokens: i64,
@@ -167,7 +169,7 @@ pub(crate) fn hit_rate(read: i64, input: i64) -> f64 {
     ((read.max(0) as f64 / input as f64).min(1.0) * 10_000.0).round() / 10_000.0
 }
 
-pub(super) fn time(ms: i64) -> String {
+pub(crate) fn time(ms: i64) -> String {
     saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
 }
 
@@ -188,6 +190,7 @@ impl TaskView {
             model: t.spec.model.clone(),
             agent: t.spec.agent.label(),
             priority: t.priority,
+            deadline: t.spec.deadline_ms.map(time),
             steps: t.steps,
             tokens: t.input_tokens + t.output_tokens,
             input_tokens: t.input_tokens,

@@ -16,7 +16,7 @@ use json::{duration_ms, time};
 pub(crate) use admission::admission_line;
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use ended::log_finished;
-pub(crate) use json::{AttemptView, TaskView, hit_rate};
+pub(crate) use json::{AttemptView, TaskView, hit_rate, time as time_of};
 pub(crate) use recoverable::recoverable;
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};

@@ -44,6 +44,7 @@ mod tests {
             (Incomplete, Some("no_answer"), Some(true)),
             (Incomplete, Some("exit 137"), Some(true)),
             (Incomplete, Some("budget"), Some(false)),
+            (Incomplete, Some("limited"), Some(false)),
             (Failed, Some("auth"), Some(false)),
             (Failed, Some("launch"), Some(true)),
             (Failed, None, Some(true)),

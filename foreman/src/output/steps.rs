@@ -16,7 +16,7 @@ const SHOWN_EVIDENCE: usize = 200;
 pub(crate) struct StepView {
     pub name: String,
     pub description: String,
-    pub done_when: Option<String>,
+    pub done_when: Option<saheeli_protocol::template::DoneWhen>,
     /// `completed`, `in_progress` (the first step not done) or `pending`.
     pub state: &'static str,
     /// What the model gave as evidence when it marked the step done.
@@ -102,7 +102,7 @@ pub(crate) fn steps_text(steps: &[StepStatus]) -> String {
             }
             (_, Some(d)) => format!("evidence: {}", one_line(&d.evidence)),
             (_, None) => match &s.step.done_when {
-                Some(w) => format!("done when: {}", one_line(w)),
+                Some(w) => format!("done when: {}", one_line(&w.to_string())),
                 None => one_line(&s.step.description),
             },
         };
@@ -139,7 +139,8 @@ mod tests {
             .map(|n| Step {
                 name: n.to_string(),
                 description: format!("{n} it"),
-                done_when: (*n != "confirm").then(|| format!("{n} holds")),
+                done_when: (*n != "confirm")
+                    .then(|| saheeli_protocol::template::DoneWhen::Text(format!("{n} holds"))),
                 ..Step::default()
             })
             .collect();

@@ -182,6 +182,17 @@ pub(crate) fn detail(
     if let Some(ms) = duration_ms(t) {
         let _ = writeln!(s, "duration:  {}", short_duration(ms));
     }
+    if let Some(at) = t.spec.deadline_ms {
+        let left = at - crate::store::now_ms();
+        let when = if t.state.is_terminal() {
+            String::new()
+        } else if left > 0 {
+            format!(" (in {})", short_duration(left))
+        } else {
+            " (passed)".to_string()
+        };
+        let _ = writeln!(s, "deadline:  {}{when}", super::json::time(at));
+    }
     if let Some(r) = &t.retry_of {
         let _ = writeln!(s, "retry of:  {r}");
     }

@@ -51,6 +51,14 @@ impl Ctx {
             waiting,
             policy: crate::gateway::DeskPolicy::of(spec),
             steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
+            step_checks: spec
+                .steps
+                .iter()
+                .filter_map(|s| {
+                    let command = s.done_when.as_ref()?.command()?;
+                    Some((s.name.clone(), command.to_string()))
+                })
+                .collect(),
             capabilities: spec.capabilities.iter().cloned().collect(),
             gates: spec.gates.iter().cloned().collect(),
             max_output: spec.max_output_bytes,

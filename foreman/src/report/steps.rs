@@ -23,11 +23,16 @@ pub(super) fn steps_section(steps: &[StepStatus]) -> String {
             ),
             (_, Some(d)) => (cell(&cut(&d.evidence)), super::markdown::when(Some(d.at))),
             (_, None) => {
-                let until = st.step.done_when.as_deref().unwrap_or("");
+                let until = st
+                    .step
+                    .done_when
+                    .as_ref()
+                    .map(|w| w.to_string())
+                    .unwrap_or_default();
                 let shown = if until.is_empty() {
                     String::new()
                 } else {
-                    format!("(done when: {})", cell(&cut(until)))
+                    format!("(done when: {})", cell(&cut(&until)))
                 };
                 (shown, "-".to_string())
             }
@@ -64,7 +69,9 @@ mod tests {
             .map(|n| Step {
                 name: n.to_string(),
                 description: String::new(),
-                done_when: Some(format!("{n} holds")),
+                done_when: Some(saheeli_protocol::template::DoneWhen::Text(format!(
+                    "{n} holds"
+                ))),
                 ..Step::default()
             })
             .collect();

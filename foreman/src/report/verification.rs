@@ -57,13 +57,20 @@ fn log_text(attempt: u32, checks: &[&Check]) -> String {
                 let _ = write!(s, "\n$ {}\n{end} after {} ms\n", c.command, c.duration_ms);
             }
             CheckKind::Assess => {
-                let met = if c.passed { "met" } else { "not met" };
+                let met = match (c.passed, c.limited) {
+                    (true, _) => "met",
+                    (false, true) => "limited",
+                    (false, false) => "not met",
+                };
                 let _ = write!(s, "\n== assess: {met} after {} ms\n", c.duration_ms);
             }
         }
         s.push_str(&c.output);
         if !c.output.ends_with('\n') {
             s.push('\n');
+        }
+        for f in &c.findings {
+            let _ = writeln!(s, "finding: {f}");
         }
     }
     s
@@ -92,6 +99,7 @@ impl Report {
         );
         for c in checks {
             let result = match (c.kind, c.passed) {
+                (CheckKind::Assess, false) if c.limited => "limited",
                 (CheckKind::Assess, true) => "met",
                 (CheckKind::Assess, false) => "not met",
                 (_, true) => "passed",
@@ -113,6 +121,18 @@ impl Report {
                 a.attempt,
                 fenced(&printable(&a.output))
             );
+            if a.limited {
+                s.push_str(
+                    "\nThe assessor answered `limited`: more attempts could not help, so no \
+                     further attempt was made.\n",
+                );
+            }
+            if !a.findings.is_empty() {
+                s.push_str("\nIts findings:\n\n");
+                for f in &a.findings {
+                    let _ = writeln!(s, "- {}", cell(&printable(f)));
+                }
+            }
         }
         s
     }
@@ -136,6 +156,8 @@ mod tests {
             duration_ms: 12,
             passed,
             output: output.into(),
+            limited: false,
+            findings: Vec::new(),
         }
     }
 

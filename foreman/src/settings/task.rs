@@ -52,6 +52,16 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.timeout.is_some())
         .param()
         .shown(|s, _| duration(Duration::from_secs(s.timeout_s))),
+    Setting::new("deadline", "time")
+        .doc("An absolute time the task must end by (`2026-12-01T17:00:00Z`), beside `timeout`: it ends `timeout` then, waits for a human included; the model is told it. Unset: none.")
+        .front(|f| f.deadline.is_some())
+        .param()
+        .shown(|s, _| json!(s.deadline_ms.map(crate::output::time_of))),
+    Setting::new("priority", "integer")
+        .default("0")
+        .doc("Higher runs first; `--priority` (or the API's `priority`) wins over it.")
+        .front(|f| f.priority.is_some())
+        .shown(|s, _| json!(s.priority.unwrap_or(0))),
     Setting::new("retries", "integer")
         .default("0")
         .doc("Further attempts when the agent ends incomplete; each is a new task linked to the last.")
@@ -241,6 +251,6 @@ pub(super) const TASK: &[Setting] = &[
         .doc("A template's declared parameters; `{{ name }}` in the prompt is replaced by the value (`--param name=…`).")
         .front(|f| !f.parameters.is_empty()),
     Setting::new("steps", "list")
-        .doc("A template's checklist (`name`, `description`, `done_when`), ticked off with `step_done`.")
+        .doc("A template's checklist (`name`, `description`, `done_when` as text or `{ verify: COMMAND }`, `approve`, `breakpoint`), ticked off with `step_start` and `step_done`.")
         .front(|f| !f.steps.is_empty()),
 ];

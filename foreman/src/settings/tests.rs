@@ -222,7 +222,7 @@ fn the_environment_overrides_config_values() {
 
 #[test]
 fn param_keys_are_the_ones_it_always_took() {
-    // `cache` (issue 26) joined them.
+    // `cache` (issue 26) and `deadline` (issue 29) joined them.
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
@@ -230,6 +230,7 @@ fn param_keys_are_the_ones_it_always_took() {
         [
             "assess",
             "cache",
+            "deadline",
             "max_cost",
             "max_steps",
             "max_tokens",

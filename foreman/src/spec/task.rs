@@ -117,6 +117,12 @@ pub(crate) struct TaskSpec {
     /// Who runs the task (issue 25; `agent`).
     #[serde(default)]
     pub agent: saheeli_protocol::Agent,
+    /// `deadline:`, Unix milliseconds: the task ends `timeout` by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+    /// `priority:` in the front-matter (`--priority` wins over it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 fn default_verify_retries() -> u32 {
@@ -208,6 +214,16 @@ impl TaskSpec {
         let retries = fm.retries.unwrap_or(d.retries);
         let retry_on = fm.retry_on.unwrap_or_else(|| d.retry_on.clone());
         check_run(path, max_steps, timeout, retries, &retry_on, &fm.env)?;
+        if let Some(at) = fm.deadline
+            && std::time::SystemTime::now() >= at.0
+        {
+            bail!(
+                "{}: `deadline` {} has passed already; give a time to come",
+                path.display(),
+                String::from(at)
+            );
+        }
+        let deadline_ms = fm.deadline.map(|d| d.unix_ms());
         let max_tokens = fm.max_tokens.or(d.max_tokens);
         let max_cost = fm.max_cost.or(d.max_cost);
         if let Some(c) = max_cost {
@@ -297,6 +313,8 @@ impl TaskSpec {
             cache: fm.cache.unwrap_or(d.cache),
             context,
             agent,
+            deadline_ms,
+            priority: fm.priority,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -334,6 +352,7 @@ impl TaskSpec {
             max_steps: self.max_steps,
             max_tokens: self.max_tokens,
             timeout_s: self.timeout_s,
+            deadline_ms: self.deadline_ms,
             max_output_bytes: self.max_output_bytes,
             // Set at launch from the gateway's policy (config, not the spec).
             request_timeout_s: None,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use saheeli_protocol::front_matter::FrontMatter;
-use saheeli_protocol::template::{ParamType, Parameter, Step};
+use saheeli_protocol::template::{DoneWhen, ParamType, Parameter, Step};
 use serde::{Deserialize, Serialize};
 
 use super::placeholders::{first_unknown, is_name, render};
@@ -287,6 +287,15 @@ fn check_steps(path: &Path, text: &str, steps: &[Step]) -> anyhow::Result<()> {
                 at(path, text, name)
             );
         }
+        if let Some(command) = s.done_when.as_ref().and_then(|w| w.command())
+            && command.trim().is_empty()
+        {
+            bail!(
+                "{}: step `{name}` has `done_when: {{ verify: }}` with no command; give the \
+                 command that checks the step, or write `done_when` as text",
+                at(path, text, name)
+            );
+        }
     }
     Ok(())
 }
@@ -440,8 +449,10 @@ fn each_text(
     }
     for s in &mut fm.steps {
         f("steps.description", &mut s.description)?;
-        if let Some(d) = s.done_when.as_mut() {
-            f("steps.done_when", d)?;
+        match s.done_when.as_mut() {
+            Some(DoneWhen::Text(d)) => f("steps.done_when", d)?,
+            Some(DoneWhen::Check(c)) => f("steps.done_when.verify", &mut c.verify)?,
+            None => (),
         }
     }
     Ok(())

@@ -126,7 +126,14 @@ mod templates {
         );
         assert!(s.workspace.as_ref().unwrap().ends_with("calc"));
         assert_eq!(s.steps[0].description, "Fix t1");
-        assert_eq!(s.steps[0].done_when.as_deref(), Some("t1 passes"));
+        assert_eq!(
+            s.steps[0]
+                .done_when
+                .as_ref()
+                .map(|w| w.to_string())
+                .as_deref(),
+            Some("t1 passes")
+        );
         assert_eq!(s.max_steps, 7, "other --param still override keys");
         let sources: Vec<ParamSource> = s.parameters.iter().map(|p| p.source).collect();
         assert_eq!(

@@ -262,6 +262,12 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          );
          ALTER TABLE tasks ADD COLUMN step_through INTEGER NOT NULL DEFAULT 0;",
     ),
+    // Issue 29, an assessor that can say "limited": the verdict of an
+    // assessment (1: more attempts cannot help) and its findings (JSON).
+    M::up(
+        "ALTER TABLE verify_checks ADD COLUMN limited INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE verify_checks ADD COLUMN findings TEXT NOT NULL DEFAULT '[]';",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -150,6 +150,28 @@ impl Store {
         Ok(done)
     }
 
+    /// How many step checks (`done_when: { verify }`) task `id` has run:
+    /// each left one `step_check` event.
+    pub fn step_checks_run(&self, id: TaskId) -> Result<u32> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND kind = 'step_check'",
+            params![id.to_string()],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Records that a checked step's command ran (`detail`: the step, the
+    /// command and how it ended), fenced by the lease.
+    pub fn record_step_check(&mut self, id: TaskId, lease: &Lease, detail: &str) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        held_state(&tx, id, lease)?;
+        note_event(&tx, id, "step_check", Some("saheeli"), detail)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The steps task `id` marked done, in the order they were (last) marked.
     pub fn steps_done(&self, id: TaskId) -> Result<Vec<StepRow>> {
         let mut stmt = self.conn.prepare_cached(

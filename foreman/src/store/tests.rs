@@ -50,6 +50,8 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         cache: Default::default(),
         context: Default::default(),
         agent: Default::default(),
+        deadline_ms: None,
+        priority: None,
     }
 }
 
@@ -895,6 +897,8 @@ mod verify {
             duration_ms: 7,
             passed,
             output: "out".into(),
+            limited: false,
+            findings: Vec::new(),
         }
     }
 

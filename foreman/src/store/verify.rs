@@ -10,7 +10,8 @@ use saheeli_protocol::verify::{Check, CheckKind};
 
 use super::*;
 
-const CHECK_COLUMNS: &str = "attempt, kind, command, exit_code, duration_ms, passed, output";
+const CHECK_COLUMNS: &str =
+    "attempt, kind, command, exit_code, duration_ms, passed, output, limited, findings";
 
 fn read_check(r: &rusqlite::Row<'_>) -> rusqlite::Result<Check> {
     let kind: String = r.get(1)?;
@@ -26,6 +27,8 @@ fn read_check(r: &rusqlite::Row<'_>) -> rusqlite::Result<Check> {
         duration_ms: r.get::<_, i64>(4)?.max(0) as u64,
         passed: r.get(5)?,
         output: r.get(6)?,
+        limited: r.get(7)?,
+        findings: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
     })
 }
 
@@ -94,8 +97,9 @@ impl Store {
         for c in checks {
             tx.execute(
                 "INSERT INTO verify_checks
-                   (task_id, attempt, call_id, kind, command, exit_code, duration_ms, passed, output, at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                   (task_id, attempt, call_id, kind, command, exit_code, duration_ms, passed, output, at,
+                    limited, findings)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     id.to_string(),
                     attempt,
@@ -106,7 +110,9 @@ impl Store {
                     c.duration_ms as i64,
                     c.passed,
                     c.output,
-                    now
+                    now,
+                    c.limited,
+                    serde_json::to_string(&c.findings).unwrap_or_else(|_| "[]".into())
                 ],
             )?;
         }
@@ -118,6 +124,8 @@ impl Store {
             .collect();
         let detail = if passed {
             format!("attempt {attempt}: passed")
+        } else if checks.iter().any(|c| c.limited) {
+            format!("attempt {attempt}: assess said limited (more attempts cannot help)")
         } else {
             format!("attempt {attempt}: {} failed", failed.join(" and "))
         };

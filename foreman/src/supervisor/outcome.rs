@@ -118,6 +118,7 @@ fn why_incomplete(e: &Ending) -> Reason {
         Some(ServoExit::Budget) => Reason::Budget,
         Some(ServoExit::Terminated) => Reason::Terminated,
         Some(ServoExit::VerificationFailed) => Reason::VerificationFailed,
+        Some(ServoExit::Limited) => Reason::Limited,
         // An agent that stopped because the gateway refused it for good
         // (its budget) ends for that reason.
         Some(ServoExit::AgentFailed) => e.gateway_fatal.unwrap_or(Reason::AgentFailed),

@@ -71,6 +71,13 @@ pub(super) async fn watch(
     tokio::pin!(sleep);
     let mut usage_tick = tokio::time::interval(Duration::from_secs(1));
     let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    // `deadline:` is a time of day: waits for a human do not move it.
+    let by_deadline = match task.spec.deadline_ms {
+        Some(at) => {
+            tokio::time::Instant::now() + Duration::from_millis((at - now_ms()).max(0) as u64)
+        }
+        None => far,
+    };
     let lost = inbox.lost();
     // Time spent waiting for a human does not count against the timeout.
     let waiting = inbox.waiting();
@@ -104,6 +111,14 @@ pub(super) async fn watch(
                     return None;
                 }
                 warn!(task_id = %id, timeout_s = task.spec.timeout_s, "timeout: stopping servo");
+                timed_out = true;
+                escalate_at = Some(stop_servo(engine, servo, grace, 0).await);
+            }
+            _ = tokio::time::sleep_until(by_deadline), if task.spec.deadline_ms.is_some() && !timed_out && stopped.is_none() => {
+                if !still_held(ctx, id).await {
+                    return None;
+                }
+                warn!(task_id = %id, "deadline passed: stopping servo");
                 timed_out = true;
                 escalate_at = Some(stop_servo(engine, servo, grace, 0).await);
             }

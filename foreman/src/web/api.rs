@@ -138,7 +138,7 @@ pub(super) struct SubmitBody {
     #[serde(default)]
     params: Vec<String>,
     #[serde(default)]
-    priority: i64,
+    priority: Option<i64>,
     /// The file name messages call the prompt (default `prompt.md`).
     #[serde(default)]
     name: Option<String>,

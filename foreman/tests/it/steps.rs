@@ -368,6 +368,12 @@ fn the_step_through_example_stops_where_the_docs_say() {
         t["state"] == "paused" && done(t, "confirm")
     });
     assert!(done(&t, "fix"));
+    // `confirm` is checked: Saheeli ran the tests when the model marked it.
+    let evidence = step(&t, "confirm")["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("its check `python3 -m unittest` passed (exit 0)"),
+        "{evidence}"
+    );
     s.expect(&["task", "resume", &id], 0);
     let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
     let fixed =

@@ -188,11 +188,24 @@ impl Agent {
         total - margin
     }
 
+    /// How long until the task's `deadline:`, less a margin to flush its
+    /// files (None: it has none). A time of day: waits do not move it.
+    fn until_deadline(&self) -> Option<Duration> {
+        let at = self.task.deadline_ms?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let left = Duration::from_millis((at - now).max(0) as u64);
+        let margin = (left / 20).min(Duration::from_secs(10));
+        Some(left - margin)
+    }
+
     pub async fn run(mut self) -> ServoExit {
         self.started = Instant::now();
         let left = self.budget().saturating_sub(self.active_before);
         *self.deadline.lock().unwrap() = tokio::time::Instant::from_std(self.started + left);
         let deadline = self.deadline.clone();
+        let by_deadline = self.until_deadline();
         let mut term = signal(SignalKind::terminate()).ok();
         let terminated = async move {
             match term.as_mut() {
@@ -227,6 +240,7 @@ impl Agent {
         let outcome = tokio::select! {
             r = self.steps_loop() => r,
             _ = human::deadline_passed(deadline) => (ServoExit::TimeLimit, Some("time budget used up".to_string())),
+            _ = tokio::time::sleep(by_deadline.unwrap_or_default()), if by_deadline.is_some() => (ServoExit::TimeLimit, Some("the task's deadline passed".to_string())),
             _ = &mut terminated => (ServoExit::Terminated, Some("stopped by SIGTERM".to_string())),
         };
         // The agent's processes end before anything else happens: a swarm

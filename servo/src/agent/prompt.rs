@@ -51,13 +51,27 @@ pub(super) fn system_prompt(task: &ServoTask) -> String {
     if has("task_complete") {
         prompt.push_str(COMPLETE);
     }
-    let prompt = prompt.trim_end().to_string();
+    let mut prompt = prompt.trim_end().to_string();
+    if let Some(at) = task.deadline_ms {
+        prompt.push_str(&format!(" {}", deadline_line(at, task.timeout_s)));
+    }
     match crate::tools::step_instructions(&task.steps) {
         Some(steps) => format!(
             "{prompt} Begin each of the task's steps with step_start and mark it done with step_done as you finish it.\n\n{steps}"
         ),
         None => prompt,
     }
+}
+
+/// What the model is told of a `deadline:`, beside its time limit.
+fn deadline_line(at_ms: i64, timeout_s: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_ms.max(0) as u64);
+    format!(
+        "This task has a deadline: it is stopped at {} (UTC) at the latest, and after {} of \
+         work in any case; finish and call task_complete before then.",
+        humantime::format_rfc3339_seconds(at),
+        humantime::format_duration(std::time::Duration::from_secs(timeout_s))
+    )
 }
 
 #[cfg(test)]

@@ -74,6 +74,14 @@ impl Agent {
         self.messages
             .push(ChatMessage::tool_result(call_id, verdict.feedback.clone()));
         self.save_session();
+        if verdict.limited {
+            let why = format!(
+                "the assessor found the objective cannot be met here (attempt {} of {}): \
+                 more attempts cannot help",
+                verdict.attempt, verdict.max_attempts
+            );
+            return Some((ServoExit::Limited, Some(why)));
+        }
         if verdict.is_final_failure() {
             let why = format!(
                 "verification failed on the last allowed attempt ({} of {})",

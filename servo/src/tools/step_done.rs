@@ -1,5 +1,7 @@
 //! `step_done`: the model marks one of the template's steps done, with its
-//! evidence. The foreman records it (the gateway's step route, a row in its
+//! evidence. A checked step (`done_when: { verify: COMMAND }`) is recorded
+//! only once the foreman ran its command and it passed; a failure's output
+//! is the tool's result, and the step stays open. The foreman records it (the gateway's step route, a row in its
 //! database), so `saheeli task status` shows it while the task runs. Only
 //! a task with `steps:` offers the tool. Marking a step again replaces its
 //! evidence.
@@ -55,7 +57,7 @@ pub(crate) fn instructions(steps: &[Step]) -> Option<String> {
             s.push_str(&format!(": {}", step.description.trim()));
         }
         if let Some(w) = &step.done_when {
-            s.push_str(&format!(" (done when: {})", w.trim()));
+            s.push_str(&format!(" (done when: {w})"));
         }
         if step.approve {
             s.push_str(" (approval needed)");
@@ -88,7 +90,10 @@ pub(crate) async fn run(tb: &Toolbox, a: StepDoneArgs) -> ToolOutput {
         })
         .await
     {
-        Ok(d) => d.done,
+        Ok(d) => match d.check_failed {
+            Some(why) => return ToolOutput::error(why),
+            None => d.done,
+        },
         Err(e) => return ToolOutput::error(format!("the step was not recorded: {}", e.0)),
     };
     ToolOutput::ok(progress(&tb.steps, &step.name, &done))
@@ -109,7 +114,7 @@ fn progress(steps: &[Step], name: &str, done: &[String]) -> String {
                 s.push_str(&format!(": {}", next.description.trim()));
             }
             if let Some(w) = &next.done_when {
-                s.push_str(&format!(" (done when: {})", w.trim()));
+                s.push_str(&format!(" (done when: {w})"));
             }
             s.push('.');
         }
@@ -140,7 +145,9 @@ mod tests {
             .map(|n| Step {
                 name: n.to_string(),
                 description: format!("{n} it"),
-                done_when: Some("it is so".into()),
+                done_when: Some(saheeli_protocol::template::DoneWhen::Text(
+                    "it is so".into(),
+                )),
                 ..Step::default()
             })
             .collect()

@@ -72,7 +72,7 @@ fn told(step: &Step, i: usize, n: usize) -> String {
         s.push_str(&format!(": {}", step.description.trim()));
     }
     if let Some(w) = &step.done_when {
-        s.push_str(&format!(" (done when: {})", w.trim()));
+        s.push_str(&format!(" (done when: {w})"));
     }
     s.push_str(". Do its work, then call step_done with its name and your evidence.");
     s
@@ -81,13 +81,14 @@ fn told(step: &Step, i: usize, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use saheeli_protocol::template::DoneWhen;
 
     #[test]
     fn the_model_is_told_which_step_it_is_in() {
         let step = Step {
             name: "fix".into(),
             description: "Fix the bug".into(),
-            done_when: Some("the test passes".into()),
+            done_when: Some(DoneWhen::Text("the test passes".into())),
             ..Step::default()
         };
         assert_eq!(

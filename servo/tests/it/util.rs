@@ -37,6 +37,7 @@ impl Servo {
                 max_steps: 10,
                 max_tokens: None,
                 timeout_s: 60,
+                deadline_ms: None,
                 max_output_bytes: 4096,
                 request_timeout_s: None,
                 gates: vec![],

@@ -237,6 +237,7 @@ function taskView(main, id) {
     document.title = t.title + " · Saheeli";
     title.textContent = t.title;
     state.replaceChildren(badge(t.state));
+    const ended = ["complete", "incomplete", "failed", "cancelled"].includes(t.state);
     facts.replaceChildren(...[
       fact("model", t.model),
       fact("steps", t.steps),
@@ -248,6 +249,9 @@ function taskView(main, id) {
       fact("cost", cost(t.cost_usd)),
       fact("age", ago(t.created_at)),
       fact("duration", t.duration_s === null ? "—" : span(t.duration_s)),
+      t.deadline ? fact("deadline", clock(t.deadline) + (ended ? "" : Date.parse(t.deadline) > Date.now()
+        ? " (in " + span((Date.parse(t.deadline) - Date.now()) / 1000) + ")" : " (passed)")) : null,
+      t.priority ? fact("priority", t.priority) : null,
       fact("attempt", t.attempt),
       fact("reason", t.reason || "—"),
       t.recoverable === null || t.recoverable === undefined ? null
@@ -256,7 +260,6 @@ function taskView(main, id) {
       t.detail ? fact("detail", t.detail, true) : null,
       t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason, true) : null,
     ].filter(Boolean));
-    const ended = ["complete", "incomplete", "failed", "cancelled"].includes(t.state);
     buttons.pause.disabled = ended || ["paused", "waiting_human", "blocked"].includes(t.state);
     buttons.resume.disabled = !(t.state === "paused" || t.state === "blocked" || t.pause_requested);
     buttons.cancel.disabled = ended;
@@ -303,7 +306,8 @@ function taskView(main, id) {
           el("span", { class: "muted" }, " " + s.state.replace("_", " "))),
         s.description ? el("div", { class: "muted" }, s.description) : null,
         s.evidence ? el("div", { class: "evidence" }, "evidence: " + s.evidence)
-          : s.done_when ? el("div", { class: "muted" }, "done when: " + s.done_when) : null,
+          : s.done_when ? el("div", { class: "muted" }, "done when: " + (typeof s.done_when === "string"
+            ? s.done_when : s.done_when.verify + " passes (checked)")) : null,
         s.override ? el("div", { class: "override" },
           s.override.state + " by " + s.override.by + ": " + s.override.reason) : null),
       el("span", { class: "num muted" }, took(s)),
