@@ -262,6 +262,9 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          );
          ALTER TABLE tasks ADD COLUMN step_through INTEGER NOT NULL DEFAULT 0;",
     ),
+    // Warm servos idle in a serving foreman's pool (issue 28), for `task
+    // status` and `saheeli metrics` in other processes; NULL: no pool.
+    M::up("ALTER TABLE admission ADD COLUMN pool_idle INTEGER;"),
 ];
 
 pub(crate) struct Store {
