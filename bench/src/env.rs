@@ -39,6 +39,8 @@ pub struct Sizes {
     pub thousand_concurrency: usize,
     /// One-step tasks per setting of the admission sweep (and `auto`).
     pub admission_n: usize,
+    /// Warm servos in `pool`'s burst and cost (issue 28).
+    pub pool_burst: usize,
 }
 
 impl Sizes {
@@ -60,6 +62,7 @@ impl Sizes {
             thousand: 1000,
             thousand_concurrency: 32,
             admission_n: 200,
+            pool_burst: 64,
         }
     }
 
@@ -81,6 +84,7 @@ impl Sizes {
             thousand: 30,
             thousand_concurrency: 8,
             admission_n: 12,
+            pool_burst: 8,
         }
     }
 }

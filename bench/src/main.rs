@@ -22,6 +22,8 @@
 //!   `collection`, `footprint`, `admission` (a fixed-concurrency sweep
 //!   against `auto`), `long` (issue 26: `cost` with and without prompt
 //!   caching, `length` in a 16k window): the measurements.
+//! - `pool`: the warm pool (issue 28): first request warm and cold,
+//!   a burst, its idle cost (and `thousand` with the pool on).
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -47,6 +49,7 @@ mod history;
 mod hops;
 mod llm;
 mod long;
+mod pool;
 mod probe;
 mod project;
 mod stats;
@@ -79,6 +82,7 @@ const MEASUREMENTS: &[&str] = &[
     "admission",
     "cost",
     "length",
+    "pool",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -105,7 +109,9 @@ struct Args {
     out: PathBuf,
     /// Run only these measurements (repeatable): floor, dispatch, first,
     /// step, throughput, wide, thousand, collection, rss, status, size,
-    /// admission, cost, length (`cost` and `length` run together).
+    /// admission, cost, length (`cost` and `length` run together), pool
+    /// (issue 28: warm first request, burst, cost, and the thousand with
+    /// the pool on).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -264,7 +270,7 @@ async fn run(
     busy: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
     let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
-    if want("floor") || want("dispatch") || want("first") {
+    if want("floor") || want("dispatch") || want("first") || want("pool") {
         quiet_check("floor", busy).await;
         let floors = dispatch::floors(env).await?;
         let mut more = vec![];
@@ -274,6 +280,11 @@ async fn run(
         if want("first") {
             quiet_check("first", busy).await;
             more.push(first::first_request(env, &floors).await?);
+        }
+        if want("pool") {
+            quiet_check("pool", busy).await;
+            more.extend(pool::pool(env, &floors).await?);
+            figures.extend(thousand::thousand_pool(env).await?);
         }
         figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle]);
         figures.extend(more);

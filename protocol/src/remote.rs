@@ -42,3 +42,21 @@ pub const TASK_HEADER: &str = "x-saheeli-task";
 
 /// The environment variable with the servo's task id (not a secret).
 pub const TASK_ID_ENV: &str = "SAHEELI_TASK_ID";
+
+/// A warm servo (issue 28): started on this host before any task was
+/// claimed for it, it waits on its gateway socket for one.
+pub mod warm {
+    /// Set (`1`) in a warm servo's container: the servo asks its gateway
+    /// for its launch (`GET` [`CLAIM`]) and the submitted workspace
+    /// (`GET` [`super::routes::WORKSPACE`]) before anything else.
+    pub const WARM_ENV: &str = "SAHEELI_WARM";
+
+    /// `GET`: the launch of the task this servo was claimed for, as JSON
+    /// (a [`Launch`](crate::Launch), the task's `env:` in it); answered
+    /// once a task is claimed, 204 when none was for a while (ask again).
+    pub const CLAIM: &str = "/saheeli/v1/claim";
+
+    /// How long a warm servo keeps asking while its gateway cannot be
+    /// reached (a foreman restarting adopts or removes it meanwhile).
+    pub const PATIENCE_S: u64 = 600;
+}

@@ -136,6 +136,12 @@ pub const LAUNCH_ENV: &str = "SAHEELI_LAUNCH";
 pub struct Launch {
     pub task: ServoTask,
     pub prompt: String,
+    /// The task's `env:`, for a warm servo (issue 28): its container was
+    /// started before the task was known, so the servo gives these to the
+    /// agent's processes itself. A cold servo has them in its container's
+    /// environment and gets none here.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Launch {

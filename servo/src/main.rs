@@ -36,6 +36,9 @@
 //! - `SAHEELI_LAUNCH`: optionally a `protocol::Launch` as JSON, written to
 //!   the two files above before anything else.
 //! - `SAHEELI_LOG`: a tracing filter for stderr (default `servo=info`).
+//! - `SAHEELI_WARM=1`: a warm servo (issue 28, `warm`): its launch, the
+//!   task's env and the submitted workspace are asked of the gateway
+//!   socket once a task is claimed for it.
 //! - `SAHEELI_GATEWAY_TOKEN_FILE`: set for a servo on another host (Swarm):
 //!   the file holding its task's gateway token, sent on every request; the
 //!   launch and submitted workspace are then fetched from the gateway, and
@@ -57,7 +60,9 @@ mod privsep;
 mod remote;
 mod runner;
 mod seal;
+mod task_env;
 mod tools;
+mod warm;
 mod workspace;
 
 use std::path::PathBuf;
@@ -128,7 +133,19 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         }
     };
     let Some(remote) = remote else {
-        if let Err(e) = unpack_launch(&root, std::env::var(saheeli_protocol::LAUNCH_ENV).ok()) {
+        let launch = if std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some() {
+            // A warm servo: its task is claimed for it after it started.
+            match warm::claimed(&root, &gateway, mode).await {
+                Ok(launch) => Some(launch),
+                Err(e) => {
+                    eprintln!("servo: {e}");
+                    return ServoExit::BadTask;
+                }
+            }
+        } else {
+            std::env::var(saheeli_protocol::LAUNCH_ENV).ok()
+        };
+        if let Err(e) = unpack_launch(&root, launch) {
             eprintln!("servo: {e}");
             return ServoExit::BadTask;
         }

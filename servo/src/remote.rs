@@ -472,7 +472,7 @@ fn unpack_filtered(
     Ok(())
 }
 
-async fn unpack_streaming(
+pub(crate) async fn unpack_streaming(
     response: reqwest::Response,
     root: &Path,
     mode: Mode,

@@ -11,6 +11,9 @@ use saheeli_protocol::TaskId;
 pub(crate) enum TaskEngine {
     /// This host's engine: the container labelled `saheeli.task=<id>`.
     Local(Docker),
+    /// This host's engine: a warm servo claimed for the task (issue 28),
+    /// by its name (it carries no task label).
+    Container(Docker, String),
     /// A swarm: the job service of this launch (its name), through the
     /// manager (and its address, for reaching the node's engine alike).
     Swarm {
@@ -28,6 +31,7 @@ impl TaskEngine {
                 Some(c) => Ok((d.clone(), c.clone())),
                 None => anyhow::bail!("the task's container is gone"),
             },
+            TaskEngine::Container(d, name) => Ok((d.clone(), name.clone())),
             TaskEngine::Swarm {
                 manager,
                 manager_addr,

@@ -88,6 +88,24 @@ pub(crate) enum Reach {
         hub: crate::gateway::Hub,
         token: String,
     },
+    /// A warm servo's socket: the servo runs already (issue 28).
+    Warm(Warm),
+}
+
+/// A warm servo claimed for a launch (issue 28): its container runs
+/// already, its servo waiting on its socket for the task.
+#[derive(Clone)]
+pub(crate) struct Warm {
+    /// Its container's and volume's name (`saheeli-pool-<hex>`): what the
+    /// task's row records as its container.
+    pub name: String,
+    /// Its socket as the pool bound it; None when found again after a
+    /// foreman stopped (adoption binds it again in the same directory).
+    pub socket: Option<crate::gateway::WarmSocket>,
+    /// When it was claimed (the claim latency runs to the release).
+    pub claimed: std::time::Instant,
+    /// Its workspace's size (the task's: kept if the task parks).
+    pub disk: u64,
 }
 
 /// What `prepare` settled for one launch: how its servo reaches its
@@ -146,7 +164,26 @@ impl Servo {
                 short(&objects.service),
                 self.node(seen)
             ),
-            _ => format!("container {}", short(&self.id)),
+            _ => match &self.prepared.reach {
+                Reach::Warm(w) => format!("warm container {}", pool_short(&w.name)),
+                _ => format!("container {}", short(&self.id)),
+            },
+        }
+    }
+
+    /// Its workspace volume on this host.
+    pub fn volume(&self) -> String {
+        match &self.prepared.reach {
+            Reach::Warm(w) => w.name.clone(),
+            _ => super::docker::volume_name(self.task),
+        }
+    }
+
+    /// The warm servo it is, if it is one.
+    pub fn warm(&self) -> Option<&Warm> {
+        match &self.prepared.reach {
+            Reach::Warm(w) => Some(w),
+            _ => None,
         }
     }
 
@@ -154,7 +191,10 @@ impl Servo {
     pub fn place(&self) -> String {
         match &self.kind {
             ServoKind::Swarm { seen, .. } => format!("on node {}", self.node(seen)),
-            _ => format!("in container {}", &self.id[..12.min(self.id.len())]),
+            _ => match &self.prepared.reach {
+                Reach::Warm(w) => format!("in warm container {}", pool_short(&w.name)),
+                _ => format!("in container {}", &self.id[..12.min(self.id.len())]),
+            },
         }
     }
 
@@ -165,6 +205,19 @@ impl Servo {
             .clone()
             .unwrap_or_else(|| "?".into())
     }
+}
+
+impl Warm {
+    /// Its socket directory's name in `run_dir`.
+    pub fn socket_name(&self) -> anyhow::Result<String> {
+        super::local::socket_of(&self.name)
+    }
+}
+
+/// A warm servo's name as shown: its slot's first 12 hex digits.
+fn pool_short(name: &str) -> &str {
+    let hex = name.strip_prefix(super::local::POOL_PREFIX).unwrap_or(name);
+    &hex[..12.min(hex.len())]
 }
 
 /// A created servo.

@@ -94,10 +94,16 @@ impl Engine {
         matches!(self, Engine::Local(_))
     }
 
-    /// How the servo of a new launch will reach its gateway.
-    pub fn prepare(&self, id: TaskId, parked: bool) -> Result<Prepared, EngineError> {
+    /// How the servo of a new launch will reach its gateway (on this
+    /// host, a warm servo's socket when the pool has one for `spec`).
+    pub fn prepare(
+        &self,
+        id: TaskId,
+        parked: bool,
+        spec: &TaskSpec,
+    ) -> Result<Prepared, EngineError> {
         match self {
-            Engine::Local(_) => Ok(Prepared::socket()),
+            Engine::Local(l) => Ok(l.prepare(id, parked, spec)),
             Engine::Swarm(s) => s.prepare(id, parked),
             #[cfg(test)]
             Engine::Fake(_) => Ok(Prepared::socket()),
@@ -107,6 +113,9 @@ impl Engine {
     /// Where a launch of task `id` runs, for what acts on its container
     /// (verify, the assessor).
     pub fn task_engine(&self, id: TaskId, prepared: &Prepared) -> TaskEngine {
+        if let (Engine::Local(l), Reach::Warm(w)) = (self, &prepared.reach) {
+            return TaskEngine::Container(l.docker.clone(), w.name.clone());
+        }
         match (self, prepared.suffix.as_deref()) {
             (Engine::Local(l), _) => TaskEngine::Local(l.docker.clone()),
             (Engine::Swarm(s), Some(suffix)) => TaskEngine::Swarm {
@@ -223,11 +232,17 @@ impl Engine {
         }
     }
 
-    /// Removes what a stopped foreman's launch left; with `collect_into`,
-    /// first collects the workspace that outlived its servo there.
-    pub async fn clear_left(&self, id: TaskId, collect_into: Option<&Path>) {
+    /// Removes what a stopped foreman's launch left (`recorded`: the
+    /// container its row names); with `collect_into`, first collects the
+    /// workspace that outlived its servo there.
+    pub async fn clear_left(
+        &self,
+        id: TaskId,
+        collect_into: Option<&Path>,
+        recorded: Option<&str>,
+    ) {
         match self {
-            Engine::Local(l) => l.clear_left(id, collect_into).await,
+            Engine::Local(l) => l.clear_left(id, collect_into, recorded).await,
             Engine::Swarm(s) => s.remove_task(id).await,
             #[cfg(test)]
             Engine::Fake(_) => {}
@@ -249,10 +264,11 @@ impl Engine {
         }
     }
 
-    /// The servo of a task whose foreman stopped.
-    pub async fn find(&self, id: TaskId) -> Found {
+    /// The servo of a task whose foreman stopped (`recorded`: the
+    /// container its row names, a warm servo's found by it).
+    pub async fn find(&self, id: TaskId, recorded: Option<&str>) -> Found {
         match self {
-            Engine::Local(l) => l.find(id).await,
+            Engine::Local(l) => l.find(id, recorded).await,
             Engine::Swarm(s) => s.find(id).await,
             #[cfg(test)]
             Engine::Fake(_) => Found::Gone,
@@ -273,6 +289,44 @@ impl Engine {
             }
             #[cfg(test)]
             Engine::Fake(_) => Ok(()),
+        }
+    }
+
+    /// Keeps the warm pool (issue 28) until `stop`, then removes its idle
+    /// servos; returns at once when there is none (a swarm has none).
+    pub async fn keep_warm(
+        &self,
+        pace: super::local::Pace,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        if let Engine::Local(l) = self {
+            l.keep_warm(pace, stop).await;
+        }
+    }
+
+    /// Idle warm servos now (None: no pool).
+    pub fn pool_idle(&self) -> Option<usize> {
+        match self {
+            Engine::Local(l) => l.pool_idle(),
+            _ => None,
+        }
+    }
+
+    /// Every warm servo's container or volume on the engine, by name:
+    /// the owner its label names, and whether this foreman's pool knows it.
+    pub async fn pool_leftovers(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, (String, bool)>, EngineError> {
+        match self {
+            Engine::Local(l) => Ok(l.pool_leftovers().await?),
+            _ => Ok(Default::default()),
+        }
+    }
+
+    /// Removes the warm servos named (for the sweeper, `gc`).
+    pub async fn remove_pool_leftovers(&self, names: &[String]) {
+        if let Engine::Local(l) = self {
+            l.remove_pool_leftovers(names).await;
         }
     }
 

@@ -51,8 +51,30 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         removed += 1;
     }
+    // Warm servos (issue 28) this database's foremen made that no task
+    // that has not ended claimed: idle ones (a serving foreman's pool
+    // makes new ones) and what a stopped foreman left.
+    let db = docker::pool_db(&cfg.database());
+    let (warm, warm_volumes) = docker::pool_labelled(&d, &db).await?;
+    let mut names: Vec<String> = warm
+        .into_iter()
+        .chain(warm_volumes)
+        .map(|o| o.name)
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        if store.container_in_use(&name)? {
+            continue;
+        }
+        outln!("warm servo {name}");
+        if !args.dry_run {
+            crate::backend::remove_warm(&d, &cfg.run_dir(), &name).await;
+        }
+        removed += 1;
+    }
     eprintln!(
-        "{} {removed} leftover containers, volumes and workspace images",
+        "{} {removed} leftover containers, volumes, workspace images and idle warm servos",
         if args.dry_run {
             "would remove"
         } else {

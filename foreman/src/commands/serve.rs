@@ -109,6 +109,14 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
             (docker, crate::backend::Engine::Local(engine))
         }
     };
+    let lease = crate::store::Lease::new(cfg.file.lease);
+    // The warm pool's servos are labelled as this foreman's.
+    let engine = match engine {
+        crate::backend::Engine::Local(l) => {
+            crate::backend::Engine::Local(l.with_pool(&lease.owner))
+        }
+        other => other,
+    };
     let store = open_store(cfg)?;
     prepare_results_dir(cfg)?;
     let metrics = crate::metrics::Metrics::new(
@@ -118,7 +126,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     );
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
-        lease: crate::store::Lease::new(cfg.file.lease),
+        lease,
         docker,
         engine,
         store: Arc::new(Mutex::new(store)),

@@ -86,6 +86,8 @@ pub(crate) struct ConfigFile {
     /// The image each named agent runs in (`saheeli build-servo --agent
     /// NAME` builds it); unset: `saheeli-servo-NAME:<version>`.
     pub agents: BTreeMap<saheeli_protocol::AgentName, String>,
+    /// Classes of warm servos (issue 28; `config::pool`): none, no pool.
+    pub pool: Vec<PoolClass>,
 }
 
 /// `file_access:`: the modes the database (`saheeli.db`, and SQLite's
@@ -387,6 +389,7 @@ impl Default for ConfigFile {
             backend: BackendKind::Docker,
             swarm: None,
             agents: BTreeMap::new(),
+            pool: Vec::new(),
         }
     }
 }

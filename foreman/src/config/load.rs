@@ -109,6 +109,7 @@ impl Config {
             );
         }
         file.check_limits()
+            .and_then(|()| file.check_pool())
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let abs = std::path::absolute(&path)
             .with_context(|| format!("resolving `{}`", path.display()))?;

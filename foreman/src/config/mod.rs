@@ -8,6 +8,7 @@ mod concurrency;
 mod file;
 mod limits;
 mod load;
+mod pool;
 #[cfg(test)]
 mod tests;
 pub(crate) mod windows;
@@ -16,3 +17,4 @@ pub(crate) use concurrency::Concurrency;
 pub(crate) use file::*;
 pub(crate) use limits::*;
 pub(crate) use load::*;
+pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};

@@ -30,6 +30,8 @@
 //! - `verify`, `assess`: checking `task_complete` (verify commands run in
 //!   the task's container, the assessor's LLM call through this gateway).
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
+//! - `warm`: a warm servo's socket (issue 28): idle, it serves only the
+//!   claim long poll; claimed, the task's own routes; released, its launch.
 //! - `remote`: one TCP listener for servos on other hosts (Swarm), a
 //!   per-task token selecting the task's routes; the workspace in and out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
@@ -64,6 +66,7 @@ mod stream;
 mod upstream;
 mod usage;
 mod verify;
+mod warm;
 
 use handler::*;
 use ledger::Ledger;
@@ -79,3 +82,4 @@ pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 pub(crate) use server::{Gateway, GatewayPlan, Way};
 pub(crate) use upstream::{Upstream, trajectories_dir};
 pub(crate) use verify::VerifyLink;
+pub(crate) use warm::{WarmSocket, WarmTask};

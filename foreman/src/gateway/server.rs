@@ -39,6 +39,8 @@ enum Transport {
     },
     /// A route of the shared TCP listener, selected by the task's token.
     Remote { hub: Hub, task_id: TaskId },
+    /// A warm servo's socket, claimed for this task (issue 28).
+    Warm { socket: WarmSocket },
 }
 
 /// What a task's gateway is opened with: the task, its model and budget,
@@ -64,6 +66,10 @@ pub(crate) enum Way {
     /// The shared TCP listener, by token; what the servo fetches and where
     /// its upload goes.
     Remote { hub: Hub, task: RemoteTask },
+    /// A warm servo's socket the pool bound before the task was claimed
+    /// (or, adopting, bound again in the directory its container has
+    /// mounted); what the servo fetches once released.
+    Warm { socket: WarmSocket, task: WarmTask },
 }
 
 impl Gateway {
@@ -91,7 +97,46 @@ impl Gateway {
             (Way::Remote { hub, task }, Some(spent)) => {
                 Self::adopt_remote(&hub, task_id, upstream, &model, budget, spent, desk, task).await
             }
+            (Way::Warm { socket, task }, adopted) => {
+                let ledger = upstream.ledger.clone();
+                let (meter, app) =
+                    Self::app(task_id, upstream, &model, budget, desk, adopted.is_some());
+                socket.install(app, task);
+                let g = Gateway {
+                    meter,
+                    transport: Transport::Warm {
+                        socket: socket.clone(),
+                    },
+                    ledger,
+                    task_id,
+                };
+                if let Some(spent) = adopted {
+                    g.seed_adopted(spent).await?;
+                    // Its foreman recorded the claim and stopped: the
+                    // servo may still be waiting for its launch.
+                    socket.release();
+                }
+                Ok(g)
+            }
         }
+    }
+
+    /// An adopted warm servo's meter goes on from the ledger, or `spent`.
+    async fn seed_adopted(&self, spent: (u64, u64, f64)) -> anyhow::Result<()> {
+        let (ledger, task_id) = (self.ledger.clone(), self.task_id);
+        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
+            .await
+            .context("ledger thread panicked")??;
+        match from_ledger {
+            Some(s) => {
+                self.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+                self.meter
+                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
+                self.meter.calls.store(s.calls, Ordering::Relaxed);
+            }
+            None => self.meter.seed(spent.0, spent.1, spent.2),
+        }
+        Ok(())
     }
 
     /// Serves `<run_dir>/<task_id>/gateway.sock` for a new task using `model`.
@@ -300,6 +345,7 @@ impl Gateway {
     pub fn dir(&self) -> Option<&Path> {
         match &self.transport {
             Transport::Socket { dir, .. } => Some(dir),
+            Transport::Warm { socket } => Some(socket.dir()),
             Transport::Remote { .. } => None,
         }
     }
@@ -308,7 +354,7 @@ impl Gateway {
     pub async fn upload(&self, patience: Duration) -> Option<Uploaded> {
         match &self.transport {
             Transport::Remote { hub, task_id } => hub.uploaded(*task_id, patience).await,
-            Transport::Socket { .. } => None,
+            Transport::Socket { .. } | Transport::Warm { .. } => None,
         }
     }
 
@@ -326,6 +372,7 @@ impl Gateway {
                 let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
             }
             Transport::Remote { hub, task_id } => hub.unregister(task_id),
+            Transport::Warm { socket } => socket.close(false).await,
         }
     }
 
@@ -342,6 +389,7 @@ impl Gateway {
                 }
             }
             Transport::Remote { hub, task_id } => hub.unregister(task_id),
+            Transport::Warm { socket } => socket.close(true).await,
         }
         // A call cut off with its task is settled at its reservation: its
         // row must not stay `in_flight` (issue 27).
@@ -356,7 +404,7 @@ impl Gateway {
 }
 
 /// Binds `<dir>/gateway.sock` (0600 for the servo's user, or its container's).
-fn bind(dir: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+pub(super) fn bind(dir: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     let sock = dir.join("gateway.sock");
     if sock.as_os_str().len() > 107 {
         anyhow::bail!(

@@ -75,7 +75,9 @@ impl VerifyLink {
             .clone()
             .unwrap_or_else(|| format!("{}\n\n{}", spec.title, spec.body.trim_end()));
         let network = match &engine {
-            TaskEngine::Local(_) => docker::VerifyNetwork::Declared(spec.network),
+            TaskEngine::Local(_) | TaskEngine::Container(..) => {
+                docker::VerifyNetwork::Declared(spec.network)
+            }
             TaskEngine::Swarm { .. } => docker::VerifyNetwork::OfTask,
         };
         let sandbox = docker::Sandbox {

@@ -42,6 +42,15 @@ pub(super) fn register(reg: &mut Registry, row: Option<&AdmissionRow>) {
         "How many tasks the serving foreman may run now (`concurrency`, or what `auto` chose)",
         limit,
     );
+    if let Some(n) = row.pool_idle {
+        let idle: Gauge = Gauge::default();
+        idle.set(n);
+        reg.register(
+            "pool_idle",
+            "Warm servos started and idle in the serving foreman's pool, waiting for a task (issue 28)",
+            idle,
+        );
+    }
     let running: Gauge = Gauge::default();
     running.set(row.running);
     reg.register(

@@ -117,6 +117,21 @@ struct CauseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+/// How a launch was served when a pool is configured (issue 28).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub(crate) enum Claim {
+    /// By an idle warm servo.
+    Warm,
+    /// By a new container: no class is the task's, or its class had none idle.
+    Cold,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
     path: &'static str,
 }
@@ -130,6 +145,10 @@ const DOCKER_BUCKETS: &[f64] = &[
 /// One LLM call through the gateway, retries included.
 const LLM_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// A warm servo's claim to the release of its launch.
+const CLAIM_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 /// Bringing a workspace home.
 const COLLECT_BUCKETS: &[f64] = &[
@@ -158,6 +177,8 @@ pub(crate) struct Live {
     collect_bytes: Family<PathLabels, Counter>,
     collect_errors: Family<PathLabels, Counter>,
     launch_failures: Family<CauseLabels, Counter>,
+    pool_claims: Family<ResultLabels, Counter>,
+    pool_claim_seconds: Histogram,
 }
 
 static LIVE: LazyLock<Live> = LazyLock::new(Live::new);
@@ -179,7 +200,14 @@ impl Live {
             collect_bytes: Family::default(),
             collect_errors: Family::default(),
             launch_failures: Family::default(),
+            pool_claims: Family::default(),
+            pool_claim_seconds: Histogram::new(CLAIM_BUCKETS.iter().copied()),
         };
+        for result in Claim::iter() {
+            let _ = live.pool_claims.get_or_create(&ResultLabels {
+                result: result.into(),
+            });
+        }
         // Every known series exists from the start, at zero: a rate over
         // it is 0 rather than absent.
         for op in DockerOp::iter() {
@@ -289,6 +317,20 @@ impl Live {
             .inc();
     }
 
+    /// A launch with a pool configured: served warm or cold.
+    pub fn pool_claim(&self, result: Claim) {
+        self.pool_claims
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// A warm claim: from the claim to the launch released to its servo.
+    pub fn pool_claim_took(&self, took: Duration) {
+        self.pool_claim_seconds.observe(took.as_secs_f64());
+    }
+
     /// Adds every instrument to `reg` (they stay shared: a registry is
     /// built per scrape).
     pub(super) fn register(&self, reg: &mut Registry) {
@@ -333,6 +375,17 @@ impl Live {
             "Launches that failed for the Docker daemon's sake, by cause (unreachable, \
              server_error, timeout), in this process; each task went back to the queue",
             self.launch_failures.clone(),
+        );
+        reg.register(
+            "pool_claims",
+            "Launches with a pool configured, by result: warm (an idle servo) or cold \
+             (a new container), in this process",
+            self.pool_claims.clone(),
+        );
+        reg.register(
+            "pool_claim_duration_seconds",
+            "Warm claims, from the claim to the task's launch released to its servo, in this process",
+            self.pool_claim_seconds.clone(),
         );
         reg.register(
             "collection_errors",

@@ -35,7 +35,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use live::{CollectPath, DockerOp, Refusal, RetryCause, live};
+pub(crate) use live::{Claim, CollectPath, DockerOp, Refusal, RetryCause, live};
 #[allow(
     unused_imports,
     reason = "for `GET /metrics`, which the HTTP server mounts"

@@ -540,6 +540,7 @@ fn admission_gauges_follow_the_fresh_admission_row() {
         baseline_ms: Some(80.0),
         open_for_ms: None,
         updated_at: crate::store::now_ms(),
+        pool_idle: Some(3),
     };
     s.put_admission(&row).unwrap();
     let (families, p) = parse(&m.render().unwrap());

@@ -22,7 +22,14 @@ pub(crate) fn admission_line(r: &AdmissionRow) -> String {
         (Some(l), Some(b)) => format!("; create+start {l:.0} ms (baseline {b:.0} ms)"),
         _ => String::new(),
     };
-    format!("foreman: {mode}, {} running, {breaker}{latency}", r.running)
+    let pool = match r.pool_idle {
+        Some(n) => format!("; pool: {n} warm servos idle"),
+        None => String::new(),
+    };
+    format!(
+        "foreman: {mode}, {} running, {breaker}{latency}{pool}",
+        r.running
+    )
 }
 
 #[cfg(test)]
@@ -41,6 +48,7 @@ mod tests {
             baseline_ms: Some(61.0),
             open_for_ms: Some(4_200),
             updated_at: 0,
+            pool_idle: None,
         }
     }
 
@@ -60,5 +68,12 @@ mod tests {
              no launches for 5s"
         );
         assert!(admission_line(&row("auto", "half_open")).contains("breaker half-open"));
+        assert!(
+            admission_line(&AdmissionRow {
+                pool_idle: Some(8),
+                ..row("8", "closed")
+            })
+            .ends_with("; pool: 8 warm servos idle")
+        );
     }
 }

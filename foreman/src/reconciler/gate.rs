@@ -35,6 +35,13 @@ impl Ctx {
         ok
     }
 
+    /// Whether the pool may make warm servos now: only while the breaker
+    /// is closed (a failing daemon gets no refills either).
+    pub(super) fn may_refill(&self) -> bool {
+        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        a.breaker(Instant::now()).0 == super::Breaker::Closed
+    }
+
     /// The loop claimed a task to launch.
     pub(super) fn admitted(&self) {
         self.admission
@@ -94,7 +101,7 @@ fn log_change(a: &Admission, change: Change) {
 /// connection of its own: never queued with the supervisors' writes.
 #[derive(Default)]
 pub(super) struct Publisher {
-    last: Option<(usize, &'static str, usize)>,
+    last: Option<(usize, &'static str, usize, Option<usize>)>,
     written: Option<Instant>,
     store: Option<Arc<Mutex<Store>>>,
 }
@@ -103,7 +110,8 @@ impl Publisher {
     /// A failed write is logged, never fatal: the row is only for show.
     pub(super) async fn publish(&mut self, ctx: &Arc<Ctx>, running: usize) {
         let s = ctx.admission_snapshot();
-        let key = (s.limit, s.breaker.as_str(), running);
+        let pool_idle = ctx.engine.pool_idle();
+        let key = (s.limit, s.breaker.as_str(), running, pool_idle);
         let due = match self.written {
             None => true,
             Some(t) if t.elapsed() >= HEARTBEAT => true,
@@ -125,6 +133,7 @@ impl Publisher {
             baseline_ms: s.baseline_ms,
             open_for_ms: s.open_for_ms.map(|v| v as i64),
             updated_at: now_ms(),
+            pool_idle: pool_idle.map(|n| n as i64),
         };
         if let Err(e) = self.write(ctx, move |st| st.put_admission(&row)).await {
             warn!(error = %format!("{e:#}"), "could not write the admission row");

@@ -20,7 +20,7 @@ use super::context::{Ctx, Joined, ServeOptions, ServeSummary};
 use super::control::{Control, channel};
 use super::gate::Publisher;
 use super::lease::renew_leases;
-use super::sweep::sweep;
+use super::sweep::{sweep, sweep_pool};
 use crate::supervisor;
 
 /// How often the loop looks for new work (a cheap `PRAGMA data_version`)
@@ -38,6 +38,8 @@ pub(super) const PARKED_EVERY: Duration = Duration::from_millis(500);
 
 /// How often labelled leftovers of ended tasks are swept.
 pub(super) const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// How often warm servos a stopped foreman left are looked for.
+const POOL_SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The supervisors' control handles, shared with the lease renewer.
 pub(super) type Handles = Arc<Mutex<HashMap<TaskId, Control>>>;
@@ -87,6 +89,16 @@ pub(crate) async fn run(
         ctx.lease.owner.clone(),
         sender_stop.clone(),
     ));
+    // The warm pool (issue 28) refills beside the loop, paced by
+    // admission; `saheeli run` has none (one task would never claim one).
+    // A drain (the first Ctrl-C, `--drain`'s end) stops it too.
+    let keeper_stop = drain.child_token();
+    let keeper = opts.only.is_none().then(|| {
+        let (c, pace_ctx) = (ctx.clone(), ctx.clone());
+        let pace: crate::backend::Pace = Arc::new(move || pace_ctx.may_refill());
+        let stop = keeper_stop.clone();
+        tokio::spawn(async move { c.engine.keep_warm(pace, stop).await })
+    });
     let result = serve_loop(
         &ctx,
         opts,
@@ -99,6 +111,11 @@ pub(crate) async fn run(
     .await;
     if let Err(e) = &result {
         error!(error = %format!("{e:#}"), running = running.len(), "serve loop failed; letting running tasks finish");
+    }
+    // Nothing more is launched: the idle warm servos go (`--drain` too).
+    keeper_stop.cancel();
+    if let Some(keeper) = keeper {
+        let _ = keeper.await;
     }
     let mut stopped = false;
     loop {
@@ -190,6 +207,8 @@ pub(super) async fn serve_loop(
     let mut last_takeover: Option<tokio::time::Instant> = None;
     let mut last_sweep: Option<tokio::time::Instant> = None;
     let mut sweeping: Option<tokio::task::JoinHandle<()>> = None;
+    let mut last_pool_sweep: Option<tokio::time::Instant> = None;
+    let mut pool_sweeping: Option<tokio::task::JoinHandle<()>> = None;
     let mut seen_version = None;
     let mut look_for_work = true;
     let mut last_parked = tokio::time::Instant::now() - PARKED_EVERY;
@@ -212,6 +231,15 @@ pub(super) async fn serve_loop(
         {
             last_sweep = Some(tokio::time::Instant::now());
             sweeping = Some(tokio::spawn(sweep(ctx.clone(), handles.clone())));
+        }
+        // Warm servos a stopped foreman left go soon after its heartbeat
+        // stops (one listing by label).
+        if only.is_none()
+            && pool_sweeping.as_ref().is_none_or(|s| s.is_finished())
+            && last_pool_sweep.is_none_or(|t| t.elapsed() >= POOL_SWEEP_EVERY)
+        {
+            last_pool_sweep = Some(tokio::time::Instant::now());
+            pool_sweeping = Some(tokio::spawn(sweep_pool(ctx.clone())));
         }
 
         // Tasks waiting for a human hold no slot; admission sets the

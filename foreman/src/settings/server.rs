@@ -100,6 +100,10 @@ pub(super) const SERVER: &[Setting] = &[
     Setting::new("swarm.gateway_listen", "string")
         .doc("`addr:port` the gateway listens on, reachable from every node.")
         .config("swarm.gateway_listen"),
+    Setting::new("pool", "list")
+        .default("[]")
+        .doc("Warm servos on this host (issue 28): classes `{size: N | auto, max_idle, image?, network?, resources?}`; a task whose image, network and resources equal a class's is served by one of its idle servos, else it launches cold.")
+        .config("pool"),
     Setting::new("limits.memory", "size")
         .default("8g")
         .doc("The most memory any task may ask for.")

@@ -23,6 +23,8 @@ pub(crate) struct AdmissionRow {
     /// How long an open breaker stays open from `updated_at`.
     pub open_for_ms: Option<i64>,
     pub updated_at: i64,
+    /// Warm servos idle in its pool (None: it has no pool).
+    pub pool_idle: Option<i64>,
 }
 
 impl Store {
@@ -31,8 +33,8 @@ impl Store {
         self.conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO admission (owner, concurrency, lim, running, breaker,
-                    failures, latency_ms, baseline_ms, open_for_ms, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    failures, latency_ms, baseline_ms, open_for_ms, updated_at, pool_idle)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?
             .execute(params![
                 row.owner,
@@ -44,7 +46,8 @@ impl Store {
                 row.latency_ms,
                 row.baseline_ms,
                 row.open_for_ms,
-                row.updated_at
+                row.updated_at,
+                row.pool_idle
             ])?;
         Ok(())
     }
@@ -62,7 +65,7 @@ impl Store {
             .conn
             .query_row(
                 "SELECT owner, concurrency, lim, running, breaker, failures, latency_ms,
-                        baseline_ms, open_for_ms, updated_at
+                        baseline_ms, open_for_ms, updated_at, pool_idle
                  FROM admission WHERE updated_at >= ?1 ORDER BY updated_at DESC LIMIT 1",
                 params![since_ms],
                 |r| {
@@ -77,6 +80,7 @@ impl Store {
                         baseline_ms: r.get(7)?,
                         open_for_ms: r.get(8)?,
                         updated_at: r.get(9)?,
+                        pool_idle: r.get(10)?,
                     })
                 },
             )

@@ -20,6 +20,7 @@ mod lookup;
 mod metrics;
 mod outbox;
 mod overrides;
+mod pool;
 mod queue;
 mod rows;
 mod schema;

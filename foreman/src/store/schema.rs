@@ -268,6 +268,9 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         "ALTER TABLE verify_checks ADD COLUMN limited INTEGER NOT NULL DEFAULT 0;
          ALTER TABLE verify_checks ADD COLUMN findings TEXT NOT NULL DEFAULT '[]';",
     ),
+    // Warm servos idle in a serving foreman's pool (issue 28), for `task
+    // status` and `saheeli metrics` in other processes; NULL: no pool.
+    M::up("ALTER TABLE admission ADD COLUMN pool_idle INTEGER;"),
 ];
 
 pub(crate) struct Store {

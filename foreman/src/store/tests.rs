@@ -186,6 +186,7 @@ fn admission_rows_are_read_while_fresh() {
         baseline_ms: None,
         open_for_ms: Some(4000),
         updated_at: 1_000,
+        pool_idle: Some(2),
     };
     s.put_admission(&row).unwrap();
     assert_eq!(s.admission_since(900).unwrap(), Some(row.clone()));

@@ -31,7 +31,8 @@ pub(crate) async fn adopt(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined 
     if let Err(e) = ctx.db(move |s| s.hold(id, &lease)).await {
         return let_go(&ctx, id, &e).await;
     }
-    let gone = match ctx.engine.find(id).await {
+    let recorded = task.container_id.as_deref();
+    let gone = match ctx.engine.find(id, recorded).await {
         Found::Running(servo) => return adopt_servo(ctx, task, servo, inbox).await,
         Found::Unknown(e) => return let_go(&ctx, id, &anyhow::Error::from(e)).await,
         Found::NeverStarted => false,
@@ -57,7 +58,9 @@ pub(crate) async fn adopt(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined 
     // what outlived it still holds the workspace.
     let collect_into =
         (task.state == TaskState::Running && gone && !dest.is_dir()).then_some(dest.as_path());
-    ctx.engine.clear_left(id, collect_into).await;
+    ctx.engine
+        .clear_left(id, collect_into, task.container_id.as_deref())
+        .await;
     if (task.state == TaskState::Running || task.state.is_waiting()) && dest.is_dir() {
         // Collected, but the foreman stopped before recording it.
         return record_collected(&ctx, &task, dest).await;

@@ -12,7 +12,7 @@ use super::collect::collect;
 use super::finish::{finish, requeue_or_fail};
 use super::watch::watch;
 use crate::backend::{EngineError, Prepared, Reach, Servo};
-use crate::gateway::{Gateway, GatewayPlan, RemoteTask, Way};
+use crate::gateway::{Gateway, GatewayPlan, RemoteTask, WarmSocket, WarmTask, Way};
 use crate::reconciler::{Ctx, Inbox, Joined, Report, abandon, lease_lost, still_held};
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow, now_ms};
@@ -129,7 +129,7 @@ async fn launch(
 ) -> Result<Started, Failed> {
     let id = task.id;
     let engine = &ctx.engine;
-    let prepared = engine.prepare(id, task.parked)?;
+    let prepared = engine.prepare(id, task.parked, &task.spec)?;
     let desk = ctx.desk_link(
         id,
         &task.spec,
@@ -193,6 +193,7 @@ fn servo_launch(ctx: &Ctx, task: &TaskRow) -> saheeli_protocol::Launch {
     saheeli_protocol::Launch {
         task: servo_task,
         prompt: task.spec.body.clone(),
+        env: Default::default(),
     }
 }
 
@@ -206,6 +207,26 @@ pub(super) fn way(ctx: &Ctx, task: &TaskRow, prepared: &Prepared) -> anyhow::Res
             hub: hub.clone(),
             task: remote_task(ctx, task, token)?,
         },
+        Reach::Warm(warm) => Way::Warm {
+            socket: match &warm.socket {
+                Some(s) => s.clone(),
+                // Adopted: bound again where its container has it mounted.
+                None => WarmSocket::bind(&ctx.cfg.run_dir(), &warm.socket_name()?, true)?,
+            },
+            task: warm_task(ctx, task)?,
+        },
+    })
+}
+
+/// What a warm servo claimed for `task` fetches: its launch, with the
+/// task's `env:` (a cold servo has it in its container's environment).
+fn warm_task(ctx: &Ctx, task: &TaskRow) -> anyhow::Result<WarmTask> {
+    let mut launch = servo_launch(ctx, task);
+    launch.env = task.spec.env.clone();
+    let input = crate::inputs::workspace_tar(&ctx.cfg.state_dir(), task.id);
+    Ok(WarmTask {
+        launch: serde_json::to_string(&launch)?,
+        input: input.is_file().then_some(input),
     })
 }
 

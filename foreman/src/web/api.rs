@@ -31,6 +31,18 @@ fn who() -> String {
     format!("{} (http)", commands::who())
 }
 
+/// `GET /api/foreman`: the serving foreman's footer, as `task status`
+/// prints it (its limit, breaker, launch time and warm pool), and its
+/// idle warm servos; nulls when no foreman serves.
+pub(super) async fn foreman(State(web): State<Shared>) -> ApiResult<Json<Value>> {
+    let since = crate::store::now_ms() - crate::metrics::ADMISSION_FRESH_MS;
+    let row = web.db(move |s| Ok(s.admission_since(since)?)).await?;
+    Ok(Json(json!({
+        "line": row.as_ref().map(crate::output::admission_line),
+        "pool_idle": row.and_then(|r| r.pool_idle),
+    })))
+}
+
 /// Any unknown path.
 pub(super) async fn not_found() -> ApiError {
     ApiError::not_found("no such route; the API is under /api/tasks (see the README)")

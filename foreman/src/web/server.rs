@@ -161,6 +161,7 @@ fn router(web: Shared) -> Router {
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/logout", post(auth::logout))
         .route("/api/tasks", get(api::list).post(api::submit))
+        .route("/api/foreman", get(api::foreman))
         .route("/api/tasks/{id}", get(api::show))
         .route("/api/events", get(sse::all_events))
         .route("/api/tasks/{id}/events", get(sse::task_events))

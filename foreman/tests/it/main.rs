@@ -39,6 +39,7 @@ mod long_tasks;
 mod metrics;
 mod openai;
 mod output;
+mod pool;
 mod privsep;
 mod replay;
 mod report;

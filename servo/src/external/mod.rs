@@ -144,6 +144,7 @@ async fn supervise(
     cmd.args(&plan.args)
         .env_clear()
         .envs(std::env::vars().filter(|(k, _)| !k.starts_with("SAHEELI_")))
+        .envs(crate::task_env::vars())
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
         .current_dir(root)
         .process_group(0)

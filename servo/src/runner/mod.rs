@@ -89,6 +89,8 @@ impl Link {
                 !k.to_str()
                     .is_some_and(|k| k.starts_with("SAHEELI_") && k != "SAHEELI_LOG")
             }))
+            // A warm servo's task env (a cold one's is inherited above).
+            .envs(crate::task_env::vars())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             // The runner's stderr would be a door to the container's log.

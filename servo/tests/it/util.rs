@@ -94,6 +94,7 @@ impl Servo {
         let launch = saheeli_protocol::Launch {
             task: self.task.clone(),
             prompt: self.prompt.clone(),
+            env: Default::default(),
         };
         self.write_files = false;
         self.env(

@@ -48,12 +48,65 @@ pub(crate) async fn create_container(
     gateway_dir: Option<&Path>,
     launch_env: Option<String>,
 ) -> anyhow::Result<String> {
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if let Some(json) = launch_env {
+        env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
+    }
+    create_servo(
+        docker,
+        ServoContainer {
+            name: format!("saheeli-{id}"),
+            labels: task_labels(id),
+            image,
+            volume,
+            gateway_dir,
+            env,
+            network: spec.network,
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+        },
+    )
+    .await
+}
+
+/// What a servo container is made of: the same hardening for a cold one
+/// (a task's) and a warm one (the pool's, issue 28), only the name,
+/// labels, environment and limits differ.
+pub(crate) struct ServoContainer<'a> {
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    pub image: &'a str,
+    pub volume: &'a str,
+    pub gateway_dir: Option<&'a Path>,
+    /// Besides `HOME` and the separation flag every servo gets.
+    pub env: Vec<String>,
+    pub network: saheeli_protocol::NetworkMode,
+    pub memory: u64,
+    pub cpus: f64,
+    pub pids: i64,
+}
+
+/// Creates a hardened servo container; does not start it.
+pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyhow::Result<String> {
+    let ServoContainer {
+        name,
+        labels,
+        image,
+        volume,
+        gateway_dir,
+        mut env,
+        network,
+        memory,
+        cpus,
+        pids,
+    } = c;
     let mut mounts = vec![Mount {
         target: Some(paths::WORKSPACE.into()),
         source: Some(volume.into()),
         typ: Some(MountType::VOLUME),
         volume_options: Some(MountVolumeOptions {
-            labels: Some(task_labels(id)),
+            labels: Some(labels.clone()),
             ..Default::default()
         }),
         ..Default::default()
@@ -67,12 +120,8 @@ pub(crate) async fn create_container(
             ..Default::default()
         });
     }
-    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     env.push("HOME=/tmp".into());
     env.push(format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV));
-    if let Some(json) = launch_env {
-        env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
-    }
     let host_config = HostConfig {
         // The servo starts as root with these only, becomes its own user
         // at once and keeps two (not effective) just to start the agent's
@@ -95,9 +144,9 @@ pub(crate) async fn create_container(
             soft: Some(CONTAINER_NOFILE),
             hard: Some(CONTAINER_NOFILE),
         }]),
-        network_mode: Some(spec.network.as_str().into()),
+        network_mode: Some(network.as_str().into()),
         mounts: Some(mounts),
-        ..hardened(spec.memory, spec.cpus, spec.pids)
+        ..hardened(memory, cpus, pids)
     };
     let body = ContainerCreateBody {
         image: Some(image.into()),
@@ -105,15 +154,13 @@ pub(crate) async fn create_container(
         user: Some("0:0".into()),
         working_dir: Some(paths::WORKSPACE.into()),
         env: Some(env),
-        labels: Some(task_labels(id)),
-        network_disabled: Some(spec.network == saheeli_protocol::NetworkMode::None),
+        labels: Some(labels),
+        network_disabled: Some(network == saheeli_protocol::NetworkMode::None),
         stop_signal: Some("SIGTERM".into()),
         host_config: Some(host_config),
         ..Default::default()
     };
-    let opts = CreateContainerOptionsBuilder::default()
-        .name(&format!("saheeli-{id}"))
-        .build();
+    let opts = CreateContainerOptionsBuilder::default().name(&name).build();
     let created = timed(DockerOp::CreateContainer, async {
         let created = match docker.create_container(Some(opts), body.clone()).await {
             // A stale container may hold the short name; names are cosmetic, so retry without one.
@@ -218,6 +265,21 @@ pub(crate) async fn has_started(docker: &Docker, container: &str) -> anyhow::Res
     Ok(c.state
         .and_then(|s| s.started_at)
         .is_some_and(|t| !t.starts_with("0001-01-01")))
+}
+
+/// Whether the container runs now; None when there is no such container.
+/// An error means "unknown, ask again".
+pub(crate) async fn running(docker: &Docker, container: &str) -> anyhow::Result<Option<bool>> {
+    let inspected = timed(DockerOp::Inspect, async {
+        match docker.inspect_container(container, None).await {
+            Err(DockerError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            other => other.map(Some).context("inspecting the servo container"),
+        }
+    })
+    .await?;
+    Ok(inspected.map(|c| c.state.and_then(|s| s.running).unwrap_or(false)))
 }
 
 async fn inspect(

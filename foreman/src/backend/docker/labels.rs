@@ -13,6 +13,110 @@ use super::*;
 /// The label every Saheeli container and volume carries.
 pub(crate) const TASK_LABEL: &str = "saheeli.task";
 
+/// The label on a warm servo's container and volume (issue 28): the
+/// database whose foreman made it (its id, [`pool_db`]), so that foremen
+/// of other databases on the same daemon never touch it. Never
+/// `saheeli.task`: nothing of a task is on a warm servo; the claim is in
+/// the task's row.
+pub(crate) const POOL_LABEL: &str = "saheeli.pool";
+/// The foreman whose pool made it (its lease owner).
+pub(crate) const POOL_OWNER_LABEL: &str = "saheeli.pool.owner";
+/// A warm servo's slot (its container, volume and socket derive from it).
+pub(crate) const POOL_SLOT_LABEL: &str = "saheeli.pool.slot";
+/// A warm servo's class, its place in `pool:`.
+pub(crate) const POOL_CLASS_LABEL: &str = "saheeli.pool.class";
+
+/// The labels on a warm servo's container and volume.
+pub(crate) fn pool_labels(
+    db: &str,
+    owner: &str,
+    slot: TaskId,
+    class: usize,
+) -> HashMap<String, String> {
+    HashMap::from([
+        (POOL_LABEL.to_string(), db.to_string()),
+        (POOL_OWNER_LABEL.to_string(), owner.to_string()),
+        (POOL_SLOT_LABEL.to_string(), slot.to_string()),
+        (POOL_CLASS_LABEL.to_string(), class.to_string()),
+    ])
+}
+
+/// A container or volume a pool made: its name (a container's name, not
+/// its id: the name is what a claim records), owner and slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PoolObject {
+    pub name: String,
+    pub owner: String,
+    pub slot: String,
+    /// A container that runs now (volumes: false).
+    pub running: bool,
+}
+
+/// A database's id on the pool label: its absolute path, hashed.
+pub(crate) fn pool_db(database: &std::path::Path) -> String {
+    use sha2::Digest;
+    let path = std::path::absolute(database).unwrap_or_else(|_| database.to_path_buf());
+    let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every warm servo's container and volume on the daemon that database
+/// `db`'s foremen made.
+pub(crate) async fn pool_labelled(
+    docker: &Docker,
+    db: &str,
+) -> anyhow::Result<(Vec<PoolObject>, Vec<PoolObject>)> {
+    let filter = format!("{POOL_LABEL}={db}");
+    let filters = HashMap::from([("label", vec![filter.as_str()])]);
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let containers = timed(DockerOp::List, async {
+        docker
+            .list_containers(Some(opts))
+            .await
+            .context("listing warm servos")
+    })
+    .await?
+    .into_iter()
+    .filter_map(|c| {
+        let labels = c.labels?;
+        Some(PoolObject {
+            name: c.names?.first()?.trim_start_matches('/').to_string(),
+            owner: labels.get(POOL_OWNER_LABEL)?.clone(),
+            slot: labels.get(POOL_SLOT_LABEL)?.clone(),
+            running: c
+                .state
+                .is_some_and(|s| matches!(s, bollard::models::ContainerSummaryStateEnum::RUNNING)),
+        })
+    })
+    .collect();
+    let opts = ListVolumesOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    let volumes = timed(DockerOp::List, async {
+        docker
+            .list_volumes(Some(opts))
+            .await
+            .context("listing warm servos' volumes")
+    })
+    .await?
+    .volumes
+    .unwrap_or_default()
+    .into_iter()
+    .filter_map(|v| {
+        Some(PoolObject {
+            owner: v.labels.get(POOL_OWNER_LABEL)?.clone(),
+            slot: v.labels.get(POOL_SLOT_LABEL)?.clone(),
+            name: v.name,
+            running: false,
+        })
+    })
+    .collect();
+    Ok((containers, volumes))
+}
+
 /// The labels on a task's container and volume.
 pub(super) fn task_labels(id: TaskId) -> HashMap<String, String> {
     HashMap::from([(TASK_LABEL.to_string(), id.to_string())])

@@ -24,10 +24,21 @@ pub(crate) async fn create_volume(
     id: TaskId,
     disk: Option<(std::path::PathBuf, u64)>,
 ) -> anyhow::Result<String> {
-    let name = volume_name(id);
+    create_volume_as(docker, volume_name(id), task_labels(id), id, disk).await
+}
+
+/// Creates volume `name` with `labels`; a size-limited one binds the
+/// workspace image `id` names (a task's, or a warm servo's slot).
+pub(crate) async fn create_volume_as(
+    docker: &Docker,
+    name: String,
+    labels: HashMap<String, String>,
+    id: TaskId,
+    disk: Option<(std::path::PathBuf, u64)>,
+) -> anyhow::Result<String> {
     let mut req = VolumeCreateRequest {
         name: Some(name.clone()),
-        labels: Some(task_labels(id)),
+        labels: Some(labels),
         ..Default::default()
     };
     if let Some((state_dir, _)) = &disk {
@@ -66,11 +77,19 @@ pub(super) fn bound_workspace(v: &bollard::models::Volume) -> Option<std::path::
 /// The host directory holding a task's volume, when the daemon runs on
 /// this host (a unix socket) and the directory is readable by us.
 pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std::path::PathBuf> {
+    local_volume_dir_named(docker, &volume_name(id)).await
+}
+
+/// The host directory holding volume `name` (see [`local_volume_dir`]).
+pub(crate) async fn local_volume_dir_named(
+    docker: &Docker,
+    name: &str,
+) -> Option<std::path::PathBuf> {
     let local = std::env::var("DOCKER_HOST").map_or(true, |h| h.starts_with("unix://"));
     if !local {
         return None;
     }
-    let v = inspect_volume(docker, &volume_name(id)).await.ok()?;
+    let v = inspect_volume(docker, name).await.ok()?;
     // A size-limited workspace: its own mount stays when the driver's bind
     // of it (the volume's mountpoint) goes away as the container stops.
     let dir = bound_workspace(&v).unwrap_or_else(|| std::path::PathBuf::from(v.mountpoint));

@@ -27,6 +27,9 @@ impl Local {
         verifies: bool,
     ) -> Collected {
         let (id, container) = (servo.task, servo.id.as_str());
+        if parked && let Some(warm) = servo.warm() {
+            return self.park_warm(servo, warm.disk).await;
+        }
         if parked {
             if !self.remove_containers(id, Some(container)).await {
                 warn!(task_id = %id, "the parked servo's container was not removed; it goes when the task does");
@@ -47,9 +50,13 @@ impl Local {
         }
         let oom = docker::oom_killed(d, container).await;
         let started = Instant::now();
-        let collected = self.gather(id, container, dest).await;
+        let volume = servo.volume();
+        let collected = self.gather(id, container, &volume, dest).await;
         let took = started.elapsed();
-        self.cleanup(id, Some(container)).await;
+        self.cleanup(id, Some(container), &volume).await;
+        if servo.warm().is_some() {
+            self.forget_warm(container);
+        }
         Collected {
             workspace: Workspace::Results(collected),
             oom,
@@ -64,6 +71,7 @@ impl Local {
         &self,
         id: TaskId,
         container: &str,
+        volume: &str,
         dest: &std::path::Path,
     ) -> anyhow::Result<collect::Collected> {
         let d = &self.docker;
@@ -75,7 +83,7 @@ impl Local {
         // gone (a removed container runs nothing that could swap an entry for
         // a link mid-walk; its named volume survives the removal).
         let local = match self.cfg.file.collection {
-            crate::config::Collection::Auto => docker::local_volume_dir(d, id).await,
+            crate::config::Collection::Auto => docker::local_volume_dir_named(d, volume).await,
             crate::config::Collection::Archive => None,
         };
         if let Some(src) = local
@@ -151,8 +159,8 @@ impl Local {
         all
     }
 
-    /// Removes the task's containers and volume (found by label).
-    pub(super) async fn cleanup(&self, id: TaskId, known: Option<&str>) {
+    /// Removes the task's containers and its volume `volume`.
+    pub(super) async fn cleanup(&self, id: TaskId, known: Option<&str>, volume: &str) {
         let d = &self.docker;
         // Known ids and names are removed without listing (see
         // `remove_containers`); the sweeper finds anything a crash left.
@@ -167,9 +175,65 @@ impl Local {
                 warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
             }
         }
-        let volume = docker::volume_name(id);
-        if let Err(e) = docker::remove_volume(d, &volume).await {
+        if let Err(e) = docker::remove_volume(d, volume).await {
             warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
+        }
+        if let Some(dir) = super::pool::socket_name(volume) {
+            // A warm servo's socket directory, when its gateway left it.
+            let _ = std::fs::remove_dir_all(self.cfg.run_dir().join(dir));
+        }
+    }
+
+    /// A claimed warm servo went with its task: its pool forgets it.
+    pub(super) fn forget_warm(&self, name: &str) {
+        if let Some(pool) = &self.pool {
+            pool.forget(name);
+        }
+    }
+
+    /// A warm servo whose task parked: its workspace is copied into the
+    /// task's own volume (of the task's disk size), which the next,
+    /// cold, launch goes on from; the warm servo goes.
+    async fn park_warm(&self, servo: &Servo, disk: u64) -> Collected {
+        let (id, name) = (servo.task, servo.id.as_str());
+        let d = &self.docker;
+        let kept = async {
+            anyhow::ensure!(
+                self.remove_containers(id, Some(name)).await,
+                "the parked warm servo's container was not removed"
+            );
+            let src = docker::local_volume_dir_named(d, name)
+                .await
+                .context("the warm servo's volume is not readable on this host")?;
+            let disk = match self.cfg.file.limits.disk_enforcement {
+                crate::config::DiskEnforcement::Loop => Some((self.cfg.state_dir(), disk)),
+                crate::config::DiskEnforcement::Off => None,
+            };
+            docker::create_volume(d, id, disk).await?;
+            let dest = docker::local_volume_dir(d, id)
+                .await
+                .context("the task's new volume is not readable on this host")?;
+            // Links copied as links, never followed; nothing runs in either.
+            let copied = tokio::process::Command::new("cp")
+                .arg("-a")
+                .arg(src.join("."))
+                .arg(&dest)
+                .status()
+                .await
+                .context("running cp")?;
+            anyhow::ensure!(copied.success(), "cp exited with {copied}");
+            Ok(())
+        }
+        .await;
+        self.cleanup(id, None, name).await;
+        self.forget_warm(name);
+        Collected {
+            workspace: match kept {
+                Ok(()) => Workspace::Kept,
+                Err(e) => Workspace::Results(Err(e.context("keeping a parked warm workspace"))),
+            },
+            oom: false,
+            took: std::time::Duration::ZERO,
         }
     }
 }

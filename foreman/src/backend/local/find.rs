@@ -8,14 +8,36 @@ use tracing::warn;
 
 use super::Local;
 use super::collect::copy_local;
-use crate::backend::facts::{EngineError, Found, Prepared, Servo, ServoKind};
+use super::pool::socket_name;
+use crate::backend::facts::{EngineError, Found, Prepared, Reach, Servo, ServoKind, Warm};
 use crate::docker;
 use crate::spec::TaskSpec;
 
 impl Local {
-    /// Whether the task's servo runs, from its first labelled container.
-    pub async fn find(&self, id: TaskId) -> Found {
+    /// Whether the task's servo runs, from its first labelled container,
+    /// or the warm servo its row records (`recorded`: claimed for it).
+    pub async fn find(&self, id: TaskId, recorded: Option<&str>) -> Found {
         let d = &self.docker;
+        if let Some(name) = recorded.filter(|r| socket_name(r).is_some()) {
+            return match docker::running(d, name).await {
+                Ok(Some(true)) => Found::Running(Servo {
+                    task: id,
+                    id: name.to_string(),
+                    prepared: Prepared {
+                        reach: Reach::Warm(Warm {
+                            name: name.to_string(),
+                            socket: None,
+                            claimed: std::time::Instant::now(),
+                            disk: self.cfg.file.task.disk.0,
+                        }),
+                        suffix: None,
+                    },
+                    kind: ServoKind::Local,
+                }),
+                Ok(_) => Found::Gone,
+                Err(e) => Found::Unknown(EngineError::of(e)),
+            };
+        }
         let containers = match docker::task_containers(d, id).await {
             Ok(c) => c,
             Err(e) => return Found::Unknown(EngineError::of(e)),
@@ -41,8 +63,30 @@ impl Local {
     /// left too) and its volume; first, with `collect_into`, copies what
     /// the volume holds there (the servo ran, and its foreman removed the
     /// container to collect the volume, then stopped).
-    pub async fn clear_left(&self, id: TaskId, collect_into: Option<&Path>) {
+    pub async fn clear_left(
+        &self,
+        id: TaskId,
+        collect_into: Option<&Path>,
+        recorded: Option<&str>,
+    ) {
         let d = &self.docker;
+        if let Some(name) = recorded.filter(|r| socket_name(r).is_some()) {
+            // A warm servo claimed for the task: its container and volume
+            // are named, not labelled with the task.
+            let _ = docker::remove_container(d, name).await;
+            if let Some(dest) = collect_into
+                && let Some(src) = docker::local_volume_dir_named(d, name).await
+            {
+                let secrets = self.secrets.to_vec();
+                let cap = self.cfg.file.max_results_size.0;
+                if let Err(e) = copy_local(id, src, dest.to_path_buf(), secrets, cap).await {
+                    warn!(task_id = %id, error = %format!("{e:#}"), "collecting the left warm volume failed");
+                }
+            }
+            self.cleanup(id, None, name).await;
+            self.forget_warm(name);
+            return;
+        }
         let every = match docker::every_task_container(d, id).await {
             Ok(every) => every,
             Err(_) => docker::task_containers(d, id).await.unwrap_or_default(),
@@ -84,10 +128,14 @@ impl Local {
         )
         .await;
         let (collected, known) = match created {
-            Ok(cid) => (self.gather(id, &cid, dest).await, Some(cid)),
+            Ok(cid) => (
+                self.gather(id, &cid, &docker::volume_name(id), dest).await,
+                Some(cid),
+            ),
             Err(e) => (Err(e), None),
         };
-        self.cleanup(id, known.as_deref()).await;
+        self.cleanup(id, known.as_deref(), &docker::volume_name(id))
+            .await;
         collected
     }
 
@@ -97,7 +145,7 @@ impl Local {
         if keep_workspace {
             self.remove_containers(id, None).await;
         } else {
-            self.cleanup(id, None).await;
+            self.cleanup(id, None, &docker::volume_name(id)).await;
         }
     }
 }

@@ -8,7 +8,8 @@ use std::time::Instant;
 use bollard::Docker;
 use saheeli_protocol::TaskId;
 
-use crate::backend::facts::{EngineError, Launched, Prepared, Servo, ServoKind};
+use super::pool::Pool;
+use crate::backend::facts::{EngineError, Launched, Prepared, Reach, Servo, ServoKind};
 use crate::config::Config;
 use crate::docker;
 use crate::inputs;
@@ -21,6 +22,8 @@ pub(crate) struct Local {
     pub(super) cfg: Arc<Config>,
     /// The keys collection redacts from workspaces.
     pub(super) secrets: Arc<Vec<(String, String)>>,
+    /// Warm servos (`pool:`, issue 28), when configured.
+    pub(super) pool: Option<Arc<Pool>>,
 }
 
 impl Local {
@@ -29,7 +32,52 @@ impl Local {
             docker,
             cfg: Arc::new(cfg),
             secrets: Arc::new(secrets),
+            pool: None,
         }
+    }
+
+    /// With the pool `pool:` configures (none: every launch is cold),
+    /// its servos labelled as this foreman's (`owner`, its lease owner).
+    pub fn with_pool(mut self, owner: &str) -> Local {
+        let classes = self.cfg.file.warm_classes();
+        if !classes.is_empty() {
+            let run_dir = self.cfg.run_dir();
+            self.pool = Some(Arc::new(Pool::new(classes, owner.to_string(), run_dir)));
+        }
+        self
+    }
+
+    /// How the servo of a new launch reaches its gateway: a warm servo's
+    /// socket when one of the task's class is idle (never for a parked
+    /// task: it goes on from its kept volume), else a new socket.
+    pub fn prepare(&self, id: TaskId, parked: bool, spec: &TaskSpec) -> Prepared {
+        let Some(pool) = &self.pool else {
+            return Prepared::socket();
+        };
+        if parked {
+            pool.missed();
+            return Prepared::socket();
+        }
+        let needs = crate::config::WarmNeeds {
+            image: crate::spec::image_for(&self.cfg, &spec.agent),
+            network: spec.network,
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+            disk: spec.disk.unwrap_or(self.cfg.file.task.disk.0),
+        };
+        match pool.claim(id, &needs) {
+            Some(warm) => Prepared {
+                reach: Reach::Warm(warm),
+                suffix: None,
+            },
+            None => Prepared::socket(),
+        }
+    }
+
+    /// Idle warm servos now (None: no pool).
+    pub fn pool_idle(&self) -> Option<usize> {
+        self.pool.as_ref().map(|p| p.idle())
     }
 
     pub async fn check_image(&self) -> Result<(), EngineError> {
@@ -52,6 +100,18 @@ impl Local {
         gateway_dir: Option<&Path>,
         launch: &saheeli_protocol::Launch,
     ) -> Result<Launched, EngineError> {
+        if let Reach::Warm(warm) = &prepared.reach {
+            // Started already, waiting for the task: nothing to make.
+            return Ok(Launched {
+                servo: Servo {
+                    task: id,
+                    id: warm.name.clone(),
+                    prepared,
+                    kind: ServoKind::Local,
+                },
+                engine_time: None,
+            });
+        }
         let d = &self.docker;
         let t0 = Instant::now();
         let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
@@ -101,8 +161,16 @@ impl Local {
         })
     }
 
-    /// Starts the created container.
+    /// Starts the created container; a warm servo runs already, and is
+    /// given its task's launch now.
     pub async fn start(&self, servo: &Servo) -> Result<(), EngineError> {
+        if let Some(warm) = servo.warm() {
+            if let Some(socket) = &warm.socket {
+                socket.release();
+            }
+            crate::metrics::live().pool_claim_took(warm.claimed.elapsed());
+            return Ok(());
+        }
         Ok(docker::start(&self.docker, &servo.id).await?)
     }
 }

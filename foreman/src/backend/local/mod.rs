@@ -11,15 +11,29 @@
 //! - `collect`: the workspace home, the task's containers and volume gone.
 //! - `find`: a stopped foreman's servo, what it left, a parked volume.
 //! - `sweep`: labelled leftovers of ended tasks.
+//! - `pool`, `keep`: warm servos (issue 28): claimed by `prepare`, kept
+//!   warm in the background, removed on stop; what a stopped foreman's
+//!   pool left.
 
 mod collect;
 mod find;
+mod keep;
 mod launch;
+mod pool;
 mod sweep;
 mod watch;
 
 pub(crate) use collect::collect_workspace;
+pub(crate) use keep::Pace;
 pub(crate) use launch::Local;
+pub(crate) use pool::{POOL_PREFIX, remove_warm};
+
+/// The socket directory's name of the warm servo `name` (an error for a
+/// name that is not a warm servo's).
+pub(crate) fn socket_of(name: &str) -> anyhow::Result<String> {
+    pool::socket_name(name)
+        .ok_or_else(|| anyhow::anyhow!("`{name}` is not a warm servo's container name"))
+}
 pub(crate) use sweep::LocalLeftovers;
 pub(crate) use watch::LocalPhases;
 

@@ -98,6 +98,17 @@ function counts(tasks) {
     el("span", { class: "count" }, el("b", {}, by[s]), " " + s.replace("_", " "))));
 }
 
+// The serving foreman's pool: `pool: N warm idle` in the header.
+async function foremanLine() {
+  const span = document.getElementById("foreman");
+  if (!span) return;
+  try {
+    const f = await api("GET", "/api/foreman");
+    span.textContent = f.pool_idle === null ? "" : "pool: " + f.pool_idle + " warm idle";
+    span.title = f.line || "no foreman serving";
+  } catch (e) { span.textContent = ""; }
+}
+
 // ---- The task list ------------------------------------------------------
 function listView(main) {
   let filter = new URLSearchParams(location.search).get("state") || "";
@@ -161,6 +172,7 @@ function listView(main) {
       const tasks = await api("GET", "/api/tasks" + q);
       render(tasks);
       if (!filter) counts(tasks);
+      foremanLine();
     } catch (e) { liveState(false); }
   }, 700);
   refresh();

@@ -1,0 +1,248 @@
+//! Keeping the pool warm: each class refilled to its size in the
+//! background (a few servos made at once, and only while admission's
+//! breaker is closed, so refills never crowd out the launches they are
+//! there to speed up), idle servos older than `max_idle` replaced, one
+//! that dies while idle removed and replaced; on stop every idle servo
+//! goes. Sweeping what a stopped foreman's pool left is the sweeper's
+//! decision (`reconciler::sweep`); listing and removing it is here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use saheeli_protocol::TaskId;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Local;
+use super::pool::{Idle, Pool, remove_warm, slot_name, socket_name};
+use crate::config::DiskEnforcement;
+use crate::docker;
+use crate::gateway::WarmSocket;
+
+/// Whether admission lets the pool make servos now.
+pub(crate) type Pace = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Servos made at once (each is a volume, a create and a start).
+const REFILL_AT_ONCE: usize = 4;
+/// How often the keeper looks even when nothing rang.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+impl Local {
+    /// Keeps the pool warm until `stop`, then removes its idle servos
+    /// (claimed ones are their tasks'). No pool: returns at once.
+    pub async fn keep_warm(&self, pace: Pace, stop: CancellationToken) {
+        let Some(pool) = self.pool.clone() else {
+            return;
+        };
+        info!(classes = pool.classes.len(), "keeping the pool warm");
+        let mut making: JoinSet<(usize, anyhow::Result<Idle>)> = JoinSet::new();
+        let mut watching: JoinSet<String> = JoinSet::new();
+        let mut failures = 0u32;
+        let mut calm_until = Instant::now();
+        loop {
+            self.expire(&pool);
+            if pace() && Instant::now() >= calm_until {
+                for class in 0..pool.classes.len() {
+                    let target = pool.target(class);
+                    loop {
+                        let short = {
+                            let mut st = pool.lock();
+                            let have = st.idle[class].len() + st.creating[class];
+                            let short = have < target && making.len() < REFILL_AT_ONCE;
+                            if short {
+                                st.creating[class] += 1;
+                            }
+                            short
+                        };
+                        if !short {
+                            break;
+                        }
+                        let (me, pool) = (self.clone(), pool.clone());
+                        making.spawn(async move { (class, me.make(&pool, class).await) });
+                    }
+                }
+            }
+            tokio::select! {
+                Some(made) = making.join_next() => {
+                    let Ok((class, made)) = made else { continue };
+                    pool.lock().creating[class] -= 1;
+                    match made {
+                        Ok(idle) => {
+                            failures = 0;
+                            let (d, name) = (self.docker.clone(), idle.name.clone());
+                            watching.spawn(async move {
+                                let _ = docker::wait(&d, &name).await;
+                                name
+                            });
+                            pool.lock().idle[class].push_back(idle);
+                            pool.publish();
+                        }
+                        Err(e) => {
+                            failures += 1;
+                            let pause = Duration::from_millis(250 << failures.min(7));
+                            calm_until = Instant::now() + pause;
+                            warn!(class, error = %format!("{e:#}"), pause_ms = pause.as_millis() as u64, "making a warm servo failed");
+                        }
+                    }
+                }
+                Some(dead) = watching.join_next() => {
+                    if let Ok(name) = dead {
+                        self.died_idle(&pool, &name).await;
+                    }
+                }
+                _ = pool.wake.notified() => {}
+                _ = tokio::time::sleep(LOOK_EVERY) => {}
+                _ = stop.cancelled() => break,
+            }
+        }
+        // Those being made are waited for, then every idle one goes.
+        while let Some(made) = making.join_next().await {
+            if let Ok((class, made)) = made {
+                pool.lock().creating[class] -= 1;
+                if let Ok(idle) = made {
+                    pool.lock().idle[class].push_back(idle);
+                }
+            }
+        }
+        watching.abort_all();
+        let idle: Vec<Idle> = pool
+            .lock()
+            .idle
+            .iter_mut()
+            .flat_map(|q| q.drain(..))
+            .collect();
+        pool.publish();
+        info!(idle = idle.len(), "removing the idle warm servos");
+        let removals = idle.into_iter().map(|i| self.discard(&pool, i));
+        futures_util::future::join_all(removals).await;
+    }
+
+    /// One warm servo of class `class`, started and waiting for a claim.
+    async fn make(&self, pool: &Pool, class: usize) -> anyhow::Result<Idle> {
+        let c = &pool.classes[class];
+        let slot = TaskId::new();
+        let name = slot_name(slot);
+        let sock = socket_name(&name).expect("a slot's name has a socket");
+        pool.lock().known.insert(name.clone());
+        let d = &self.docker;
+        let db = docker::pool_db(&self.cfg.database());
+        let labels = docker::pool_labels(&db, &pool.owner, slot, class);
+        let disk = match self.cfg.file.limits.disk_enforcement {
+            DiskEnforcement::Loop => Some((self.cfg.state_dir(), c.disk)),
+            DiskEnforcement::Off => None,
+        };
+        let mut socket = None;
+        let made = async {
+            docker::create_volume_as(d, name.clone(), labels.clone(), slot, disk).await?;
+            let s = socket.insert(WarmSocket::bind(&pool.run_dir, &sock, false)?);
+            let warm_env = format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV);
+            docker::create_servo(
+                d,
+                docker::ServoContainer {
+                    name: name.clone(),
+                    labels,
+                    image: &c.image,
+                    volume: &name,
+                    gateway_dir: Some(s.dir()),
+                    env: vec![warm_env],
+                    network: c.network,
+                    memory: c.memory,
+                    cpus: c.cpus,
+                    pids: c.pids,
+                },
+            )
+            .await?;
+            docker::start(d, &name).await
+        }
+        .await;
+        match made {
+            Ok(()) => Ok(Idle {
+                name,
+                socket: socket.expect("bound before the container"),
+                born: Instant::now(),
+            }),
+            Err(e) => {
+                if let Some(s) = socket {
+                    s.discard().await;
+                }
+                remove_warm(d, &pool.run_dir, &name).await;
+                pool.forget(&name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Idle servos past their class's `max_idle` go (the refill replaces them).
+    fn expire(&self, pool: &Arc<Pool>) {
+        let mut old = Vec::new();
+        {
+            let mut st = pool.lock();
+            for (class, q) in st.idle.iter_mut().enumerate() {
+                let max = pool.classes[class].max_idle;
+                while q.front().is_some_and(|i| i.born.elapsed() >= max) {
+                    old.extend(q.pop_front());
+                }
+            }
+        }
+        if old.is_empty() {
+            return;
+        }
+        pool.publish();
+        for idle in old {
+            info!(servo = %idle.name, "warm servo idle past max_idle; replacing it");
+            let (me, pool) = (self.clone(), pool.clone());
+            tokio::spawn(async move { me.discard(&pool, idle).await });
+        }
+    }
+
+    /// A watched servo's container stopped: if it was idle, it died idle.
+    async fn died_idle(&self, pool: &Pool, name: &str) {
+        let idle = {
+            let mut st = pool.lock();
+            st.idle.iter_mut().find_map(|q| {
+                let at = q.iter().position(|i| i.name == name)?;
+                q.remove(at)
+            })
+        };
+        // Not idle: claimed, and its task's supervisor watches it.
+        let Some(idle) = idle else { return };
+        pool.publish();
+        warn!(servo = %name, "a warm servo died while idle; replacing it");
+        self.discard(pool, idle).await;
+        pool.wake.notify_one();
+    }
+
+    /// Removes an idle servo and forgets it.
+    async fn discard(&self, pool: &Pool, idle: Idle) {
+        idle.socket.discard().await;
+        remove_warm(&self.docker, &pool.run_dir, &idle.name).await;
+        pool.forget(&idle.name);
+    }
+
+    /// Every warm servo on the daemon (containers and volumes by name),
+    /// and whether this foreman's pool knows it (it is idle, being made,
+    /// or claimed by one of its tasks).
+    pub async fn pool_leftovers(&self) -> anyhow::Result<BTreeMap<String, (String, bool)>> {
+        let db = docker::pool_db(&self.cfg.database());
+        let (containers, volumes) = docker::pool_labelled(&self.docker, &db).await?;
+        Ok(containers
+            .into_iter()
+            .chain(volumes)
+            .map(|o| {
+                let mine = self.pool.as_ref().is_some_and(|p| p.knows(&o.name));
+                (o.name, (o.owner, mine))
+            })
+            .collect())
+    }
+
+    /// Removes warm servos a stopped foreman left (by name).
+    pub async fn remove_pool_leftovers(&self, names: &[String]) {
+        let run_dir = self.cfg.run_dir();
+        for name in names {
+            info!(servo = %name, "removing a warm servo a stopped foreman left");
+            remove_warm(&self.docker, &run_dir, name).await;
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The warm pool (issue 28): per `pool:` class, servos kept started and
+//! idle, each a fully hardened container (made as a cold one is, by
+//! `docker::create_servo`) on its own empty workspace volume, its gateway
+//! socket bound, the servo waiting on it for a claim. Nothing of any task
+//! is in one: no environment, no secret, no workspace. A claim takes one
+//! for one task; from then on it is that task's, removed with it after
+//! collection, never idle again.
+//!
+//! Names derive from a slot id: container and volume `saheeli-pool-<hex>`
+//! (the container's name is what a claim records as the task's container,
+//! so a foreman that adopts the task finds its volume and socket again),
+//! socket directory `<run_dir>/p-<hex>` (shorter than a task's).
+
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use saheeli_protocol::TaskId;
+use tracing::{info, warn};
+
+use crate::backend::facts::Warm;
+use crate::config::{Concurrency, WarmClass, WarmNeeds, class_for};
+use crate::docker;
+use crate::gateway::WarmSocket;
+
+/// Container and volume names of warm servos start with this.
+pub(crate) const POOL_PREFIX: &str = "saheeli-pool-";
+
+/// The container (and volume) name of a slot.
+pub(crate) fn slot_name(slot: TaskId) -> String {
+    format!("{POOL_PREFIX}{}", slot.as_uuid().simple())
+}
+
+/// The socket directory's name (in `run_dir`) of a warm servo named `name`.
+pub(crate) fn socket_name(name: &str) -> Option<String> {
+    let hex = name.strip_prefix(POOL_PREFIX)?;
+    (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| format!("p-{hex}"))
+}
+
+/// An idle warm servo.
+pub(super) struct Idle {
+    pub name: String,
+    pub socket: WarmSocket,
+    pub born: Instant,
+}
+
+/// `auto` sizes a class from the launches it served in this window.
+const DEMAND_WINDOW: Duration = Duration::from_secs(60);
+/// The most servos `auto` keeps warm in one class.
+const AUTO_MAX: usize = 32;
+
+/// One foreman's pool.
+pub(crate) struct Pool {
+    pub(super) classes: Vec<WarmClass>,
+    /// This foreman (its lease owner): the label on what its pool makes.
+    pub(super) owner: String,
+    pub(super) run_dir: PathBuf,
+    pub(super) state: Mutex<PoolState>,
+    /// Rung when a claim or a death leaves a class short.
+    pub(super) wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+pub(super) struct PoolState {
+    /// Per class, oldest first.
+    pub idle: Vec<VecDeque<Idle>>,
+    /// Per class, being made now.
+    pub creating: Vec<usize>,
+    /// Every servo this pool made and has not removed (idle, being made,
+    /// claimed): the sweeper leaves these alone.
+    pub known: HashSet<String>,
+    /// Per class, when launches it would serve came (warm or cold).
+    pub demand: Vec<VecDeque<Instant>>,
+}
+
+impl Pool {
+    pub fn new(classes: Vec<WarmClass>, owner: String, run_dir: PathBuf) -> Pool {
+        let n = classes.len();
+        Pool {
+            classes,
+            owner,
+            run_dir,
+            state: Mutex::new(PoolState {
+                idle: (0..n).map(|_| VecDeque::new()).collect(),
+                creating: vec![0; n],
+                known: HashSet::new(),
+                demand: (0..n).map(|_| VecDeque::new()).collect(),
+            }),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle servo of the first class that is exactly `needs`', taken
+    /// for one task; None: the task launches cold.
+    pub fn claim(&self, id: TaskId, needs: &WarmNeeds) -> Option<Warm> {
+        let class = class_for(&self.classes, needs)?.index;
+        let claimed = {
+            let mut st = self.lock();
+            let now = Instant::now();
+            st.demand[class].push_back(now);
+            st.idle[class].pop_front()
+        };
+        self.wake.notify_one();
+        self.publish();
+        let Some(idle) = claimed else {
+            crate::metrics::live().pool_claim(crate::metrics::Claim::Cold);
+            info!(task_id = %id, class, "no warm servo idle in the task's class; launching cold");
+            return None;
+        };
+        crate::metrics::live().pool_claim(crate::metrics::Claim::Warm);
+        info!(task_id = %id, class, servo = %idle.name, "warm servo claimed");
+        Some(Warm {
+            name: idle.name,
+            socket: Some(idle.socket),
+            claimed: Instant::now(),
+            disk: needs.disk,
+        })
+    }
+
+    /// A launch no class serves (counted cold, when a pool is on).
+    pub fn missed(&self) {
+        crate::metrics::live().pool_claim(crate::metrics::Claim::Cold);
+    }
+
+    /// How many servos class `i` should keep idle now.
+    pub(super) fn target(&self, i: usize) -> usize {
+        match self.classes[i].size {
+            Concurrency::Fixed(n) => n,
+            Concurrency::Auto => {
+                let mut st = self.lock();
+                let now = Instant::now();
+                let d = &mut st.demand[i];
+                while d.front().is_some_and(|t| now - *t > DEMAND_WINDOW) {
+                    d.pop_front();
+                }
+                d.len().clamp(1, AUTO_MAX)
+            }
+        }
+    }
+
+    /// Idle servos, every class.
+    pub fn idle(&self) -> usize {
+        self.lock().idle.iter().map(VecDeque::len).sum()
+    }
+
+    /// Rings the keeper (the serve loop's admission row, which carries
+    /// the idle count to `task status` and the metrics, reads it anew).
+    pub(super) fn publish(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Whether this pool made `name` and has not removed it.
+    pub fn knows(&self, name: &str) -> bool {
+        self.lock().known.contains(name)
+    }
+
+    /// A claimed servo's container went with its task.
+    pub fn forget(&self, name: &str) {
+        self.lock().known.remove(name);
+    }
+}
+
+/// Removes a warm servo: container, volume (and workspace image), socket
+/// directory. What is absent already is fine.
+pub(crate) async fn remove_warm(d: &docker::Docker, run_dir: &std::path::Path, name: &str) {
+    if let Err(e) = docker::remove_container(d, name).await {
+        warn!(servo = %name, error = %format!("{e:#}"), "warm servo's container not removed");
+    }
+    if let Err(e) = docker::remove_volume(d, name).await {
+        warn!(servo = %name, error = %format!("{e:#}"), "warm servo's volume not removed");
+    }
+    if let Some(dir) = socket_name(name).map(|s| run_dir.join(s)) {
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                warn!(dir = %dir.display(), error = %e, "warm servo's socket directory not removed");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_names_its_container_volume_and_socket_and_nothing_else_does() {
+        let slot = TaskId::new();
+        let name = slot_name(slot);
+        assert!(name.starts_with(POOL_PREFIX) && name.len() == POOL_PREFIX.len() + 32);
+        let sock = socket_name(&name).unwrap();
+        assert_eq!(sock.len(), 34, "shorter than a task's directory (36)");
+        for bad in [
+            "saheeli-0191d3e2-aaaa-7bbb-8ccc-0123456789ab",
+            "saheeli-pool-../../etc",
+            "saheeli-pool-",
+            "saheeli-pool-0123456789abcdef0123456789abcdeg",
+        ] {
+            assert_eq!(socket_name(bad), None, "{bad}");
+        }
+    }
+}

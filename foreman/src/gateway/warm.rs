@@ -1,0 +1,209 @@
+//! A warm servo's gateway socket (issue 28). The pool binds it before any
+//! task is claimed: `<run_dir>/p-<slot>/gateway.sock`, mounted into the
+//! warm container as any task's socket is. While idle it serves one route,
+//! `GET claim`, a long poll the servo waits on (204 now and then: ask
+//! again); everything else is refused. A claim installs the task's own
+//! routes (the very handlers of a cold task's socket: its budget, desk,
+//! verify and capabilities) with its launch and submitted workspace; the
+//! launch is released only when the holder of the task's lease starts the
+//! servo, so a foreman that stops between the claim and the start leaves
+//! a servo that never began the task. From then on the socket is that
+//! task's gateway, stopped and removed with it, never given to another.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use saheeli_protocol::remote::{routes, warm::CLAIM};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tracing::warn;
+
+/// How long `GET claim` waits before answering 204 (ask again).
+const CLAIM_WAIT: Duration = Duration::from_secs(25);
+
+/// What a claimed warm servo fetches: the launch (as JSON, the task's
+/// `env:` in it) and the submitted workspace, when there is one.
+pub(crate) struct WarmTask {
+    pub launch: String,
+    pub input: Option<PathBuf>,
+}
+
+/// A warm servo's socket: idle, claimed, then released to its servo.
+#[derive(Clone)]
+pub(crate) struct WarmSocket {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    stop: CancellationToken,
+    server: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    claim: Mutex<Option<(Router, Arc<WarmTask>)>>,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+impl WarmSocket {
+    /// Binds `<run_dir>/<name>/gateway.sock`: a fresh directory, or
+    /// (`adopt`) the one a running warm container has mounted.
+    pub fn bind(run_dir: &Path, name: &str, adopt: bool) -> anyhow::Result<WarmSocket> {
+        let dir = super::socket::task_dir(run_dir, name, adopt)?;
+        let listener = match super::server::bind(&dir) {
+            Ok(l) => l,
+            Err(e) => {
+                if !adopt {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                return Err(e);
+            }
+        };
+        let inner = Arc::new(Inner {
+            dir,
+            stop: CancellationToken::new(),
+            server: Mutex::new(None),
+            claim: Mutex::new(None),
+            released: tokio::sync::watch::Sender::new(false),
+        });
+        let app = Router::new().fallback(front).with_state(inner.clone());
+        let doors = crate::listen::Doors {
+            name: "warm gateway",
+            task_id: None,
+            max_connections: crate::listen::GATEWAY_CONNECTIONS,
+            header_timeout: super::server::HEADER_TIMEOUT,
+        };
+        let server = tokio::spawn(crate::listen::serve(
+            listener,
+            app,
+            doors,
+            inner.stop.clone(),
+        ));
+        *inner.server.lock().unwrap() = Some(server);
+        Ok(WarmSocket { inner })
+    }
+
+    /// The host directory mounted on the servo's /run/saheeli.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Installs the claimed task's routes, launch and workspace (not yet
+    /// given to the servo: see [`WarmSocket::release`]).
+    pub(super) fn install(&self, app: Router, task: WarmTask) {
+        *self.inner.claim.lock().unwrap() = Some((app, Arc::new(task)));
+    }
+
+    /// Gives the claimed task's launch to the servo (waiting on `GET
+    /// claim`, or asking next). Only the holder of the task's lease does.
+    pub fn release(&self) {
+        if self.inner.claim.lock().unwrap().is_some() {
+            self.inner.released.send_replace(true);
+        }
+    }
+
+    /// Stops serving; `remove`: its directory goes too.
+    pub(super) async fn close(&self, remove: bool) {
+        self.inner.stop.cancel();
+        let server = self.inner.server.lock().unwrap().take();
+        if let Some(server) = server {
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+        if remove
+            && let Err(e) = std::fs::remove_dir_all(&self.inner.dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(dir = %self.inner.dir.display(), error = %e, "removing a warm gateway directory");
+        }
+    }
+
+    /// An idle socket the pool gives up (its servo removed).
+    pub async fn discard(self) {
+        self.close(true).await;
+    }
+}
+
+/// Every request: the claim long poll, the workspace once released, the
+/// task's routes once claimed; nothing else.
+async fn front(State(inner): State<Arc<Inner>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, CLAIM) => claim(&inner).await,
+        (Method::GET, routes::WORKSPACE) => match released(&inner) {
+            Some(task) => submitted(&task).await,
+            None => refuse(StatusCode::CONFLICT, "no task was given to this servo yet"),
+        },
+        _ => {
+            let app = inner.claim.lock().unwrap().as_ref().map(|(a, _)| a.clone());
+            match app {
+                Some(app) => match app.oneshot(req).await {
+                    Ok(r) => r,
+                    Err(e) => match e {},
+                },
+                None => refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "this warm servo has no task yet",
+                ),
+            }
+        }
+    }
+}
+
+/// The claimed task, once released to the servo.
+fn released(inner: &Inner) -> Option<Arc<WarmTask>> {
+    if !*inner.released.borrow() {
+        return None;
+    }
+    inner.claim.lock().unwrap().as_ref().map(|(_, t)| t.clone())
+}
+
+/// `GET claim`: the launch once released, or 204 after [`CLAIM_WAIT`].
+async fn claim(inner: &Inner) -> Response {
+    let mut rx = inner.released.subscribe();
+    tokio::select! {
+        _ = rx.wait_for(|r| *r) => {}
+        _ = tokio::time::sleep(CLAIM_WAIT) => {}
+        _ = inner.stop.cancelled() => {}
+    }
+    match released(inner) {
+        Some(task) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            task.launch.clone(),
+        )
+            .into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+/// The submitted workspace as the tar it was stored as (204: none).
+async fn submitted(task: &WarmTask) -> Response {
+    let Some(path) = &task.input else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    match tokio::fs::File::open(path).await {
+        Ok(f) => {
+            let body = Body::from_stream(tokio_util::io::ReaderStream::new(f));
+            ([(header::CONTENT_TYPE, "application/x-tar")], body).into_response()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => {
+            warn!(error = %e, "submitted workspace not readable");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+fn refuse(status: StatusCode, why: &str) -> Response {
+    let body = serde_json::json!({"error": {"message": why, "type": "not_claimed"}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}

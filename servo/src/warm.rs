@@ -1,0 +1,82 @@
+//! A warm servo (issue 28): its container was started before any task was
+//! claimed for it, so it asks its gateway (the socket mounted as for any
+//! local servo) for its launch, waiting for as long as it takes a task to
+//! be claimed, then for the submitted workspace, unpacked as a remote
+//! servo's is. The task's `env:` comes in the launch and goes to the
+//! agent's processes (`task_env`), never into the servo's own environment.
+
+use std::path::Path;
+use std::time::Duration;
+
+use saheeli_protocol::remote::{routes, warm};
+
+use crate::privsep::Mode;
+
+/// The launch of the task this servo was claimed for (as JSON, as
+/// `SAHEELI_LAUNCH` carries one), its env kept for the agent, and its
+/// submitted workspace unpacked into `root`.
+pub(crate) async fn claimed(root: &Path, gateway: &str, mode: Mode) -> Result<String, String> {
+    let Some(sock) = gateway.strip_prefix("unix:") else {
+        return Err(format!(
+            "{} is set but the gateway `{gateway}` is not a unix socket",
+            warm::WARM_ENV
+        ));
+    };
+    let http = reqwest::Client::builder()
+        .unix_socket(sock.to_string())
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("building the HTTP client: {e}"))?;
+    let launch = ask(&http, routes_url(warm::CLAIM)).await?;
+    let launch = launch
+        .text()
+        .await
+        .map_err(|e| format!("reading the claimed launch: {e}"))?;
+    let parsed: saheeli_protocol::Launch = serde_json::from_str(&launch)
+        .map_err(|e| format!("the claimed launch is not valid: {e}"))?;
+    crate::task_env::set(parsed.env);
+    let ws = ask(&http, routes_url(routes::WORKSPACE)).await?;
+    if ws.status() == reqwest::StatusCode::OK {
+        crate::remote::unpack_streaming(ws, root, mode).await?;
+    }
+    Ok(launch)
+}
+
+fn routes_url(route: &str) -> String {
+    // The host is a placeholder: the connection goes to the socket.
+    format!("http://gateway{route}")
+}
+
+/// `GET url` until it is answered 200: 204 (no task yet) asks again at
+/// once, a gateway that cannot be reached (a foreman restarting) is asked
+/// again for [`warm::PATIENCE_S`]; a refusal is final.
+async fn ask(http: &reqwest::Client, url: String) -> Result<reqwest::Response, String> {
+    let patience = Duration::from_secs(warm::PATIENCE_S);
+    let mut unreachable_since: Option<tokio::time::Instant> = None;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let last = match http.get(&url).send().await {
+            Ok(r)
+                if r.status() == reqwest::StatusCode::NO_CONTENT && url.ends_with(warm::CLAIM) =>
+            {
+                unreachable_since = None;
+                continue;
+            }
+            Ok(r) if r.status().is_success() => return Ok(r),
+            Ok(r) if r.status().is_client_error() => {
+                return Err(format!("the gateway refused GET {url}: {}", r.status()));
+            }
+            Ok(r) => format!("status {}", r.status()),
+            Err(e) => e.to_string(),
+        };
+        let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() > patience {
+            return Err(format!(
+                "GET {url} failed for {}s: {last}",
+                patience.as_secs()
+            ));
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
