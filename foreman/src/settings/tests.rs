@@ -222,13 +222,14 @@ fn the_environment_overrides_config_values() {
 
 #[test]
 fn param_keys_are_the_ones_it_always_took() {
-    // `cache` (issue 26) joined them.
+    // `cache` (issue 26), `retry_from` and `budget_per_attempt` (issue 30) joined them.
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
         keys,
         [
             "assess",
+            "budget_per_attempt",
             "cache",
             "max_cost",
             "max_steps",
@@ -237,6 +238,7 @@ fn param_keys_are_the_ones_it_always_took() {
             "network",
             "objective",
             "retries",
+            "retry_from",
             "timeout",
             "title",
             "verify",
