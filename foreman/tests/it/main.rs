@@ -40,6 +40,7 @@ mod output;
 mod privsep;
 mod replay;
 mod report;
+mod retry_resume;
 mod safety;
 mod sandbox;
 mod steps;
