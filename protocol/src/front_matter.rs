@@ -52,6 +52,18 @@ pub struct FrontMatter {
     pub retries: Option<u32>,
     /// Which incomplete reasons are retried (`timeout`, `max_steps`, …).
     pub retry_on: Option<Vec<String>>,
+    /// Where a retry starts from: `session` (the collected workspace and
+    /// the saved conversation), `workspace` (the collected workspace, a
+    /// fresh conversation) or `scratch` (the submitted workspace). Unset:
+    /// `session` after `oom`, `timeout`, `terminated`, `lost`, `llm_error`,
+    /// else `scratch`.
+    pub retry_from: Option<crate::attempt::RetryFrom>,
+    /// How long a retry waits in `queued` first: `{ initial: 10s,
+    /// multiplier: 2, max: 10m }`, with jitter.
+    pub retry_backoff: Option<crate::attempt::Backoff>,
+    /// `max_steps`, `max_tokens` and `max_cost` are each attempt's own,
+    /// instead of spanning the chain of attempts.
+    pub budget_per_attempt: Option<bool>,
     /// Commands run in the task's container after `task_complete`: one,
     /// or a list. All must exit 0, else the model hears why and goes on.
     pub verify: Option<Commands>,

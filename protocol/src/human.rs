@@ -34,6 +34,10 @@ pub mod routes {
 #[serde(deny_unknown_fields)]
 pub struct SessionKey {
     pub key: String,
+    /// The key of the attempt a retry goes on from (issue 30), to check
+    /// the seal of that attempt's session file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_key: Option<String>,
 }
 
 impl std::fmt::Debug for SessionKey {

@@ -32,6 +32,7 @@
 //!   the checks and the verdict.
 
 pub mod agent;
+pub mod attempt;
 pub mod audit;
 pub mod capability;
 pub mod chat;

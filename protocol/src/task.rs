@@ -120,6 +120,10 @@ pub struct ServoTask {
     /// container (`stop_grace`), so a supervised agent is stopped in time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_grace_ms: Option<u64>,
+    /// A retry by policy that goes on from the attempt before it (its
+    /// collected workspace, and with `session` its conversation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<crate::attempt::Resume>,
 }
 
 /// The environment variable that may carry a [`Launch`] as JSON, sparing

@@ -130,23 +130,12 @@ impl Desk {
 
     /// The key this task's session is sealed with, asked until the gateway
     /// answers (a foreman restarting).
-    pub async fn session_key(&self) -> Result<Vec<u8>, Refused> {
+    /// With it, the key of the attempt a retry goes on from (issue 30).
+    pub async fn session_key(&self) -> Result<(Vec<u8>, Option<Vec<u8>>), Refused> {
         let url = format!("{}{}", self.base, routes::SESSION_KEY);
         let got: saheeli_protocol::human::SessionKey = self.get_retrying(&url).await?;
-        let key = got.key;
-        let bytes: Option<Vec<u8>> = (0..key.len())
-            .step_by(2)
-            .map(|i| {
-                key.get(i..i + 2)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-            })
-            .collect();
-        match bytes {
-            Some(b) if b.len() == 32 => Ok(b),
-            _ => Err(Refused(
-                "the gateway's session key is not 32 bytes of hex".into(),
-            )),
-        }
+        let resume = got.resume_key.as_deref().map(key_bytes).transpose()?;
+        Ok((key_bytes(&got.key)?, resume))
     }
 
     /// The tools of the task's granted capabilities.
@@ -264,4 +253,21 @@ async fn read<T: DeserializeOwned>(r: reqwest::Response) -> Result<T, Failure> {
         return Err(Failure(text, status.is_client_error()));
     }
     serde_json::from_slice(&bytes).map_err(|e| Failure(format!("unreadable answer: {e}"), true))
+}
+
+/// A session key's 32 bytes, from its hex.
+fn key_bytes(key: &str) -> Result<Vec<u8>, Refused> {
+    let bytes: Option<Vec<u8>> = (0..key.len())
+        .step_by(2)
+        .map(|i| {
+            key.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect();
+    match bytes {
+        Some(b) if b.len() == 32 => Ok(b),
+        _ => Err(Refused(
+            "the gateway's session key is not 32 bytes of hex".into(),
+        )),
+    }
 }

@@ -209,7 +209,7 @@ async fn run_task(root: &std::path::Path, gateway: &str, mode: privsep::Mode) ->
             Err(e) => Err(desk::Refused(e)),
         };
         match key {
-            Ok(key) => seal::Seal::new(Some(key)),
+            Ok((key, resume)) => seal::Seal::new(Some(key)).with_resume(resume),
             Err(e) => {
                 eprintln!("servo: the gateway gave no session key: {}", e.0);
                 return ServoExit::BadTask;

@@ -19,6 +19,8 @@ const FIELD: &str = "seal";
 #[derive(Clone, Default)]
 pub(crate) struct Seal {
     key: Option<Vec<u8>>,
+    /// The key of the attempt a retry goes on from (issue 30).
+    resume: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Seal {
@@ -37,7 +39,25 @@ fn hex(bytes: &[u8]) -> String {
 
 impl Seal {
     pub fn new(key: Option<Vec<u8>>) -> Seal {
-        Seal { key }
+        Seal { key, resume: None }
+    }
+
+    /// With the key of the attempt a retry goes on from.
+    pub fn with_resume(mut self, key: Option<Vec<u8>>) -> Seal {
+        self.resume = key;
+        self
+    }
+
+    /// The seal of the attempt a retry goes on from: its key, or (without
+    /// a key of this task's either: the servo's own tests) none. None: a
+    /// sealed servo was given no key for that attempt, so nothing of it
+    /// can be trusted.
+    pub fn for_resume(&self) -> Option<Seal> {
+        match (&self.key, &self.resume) {
+            (None, _) => Some(Seal::default()),
+            (Some(_), None) => None,
+            (Some(_), Some(k)) => Some(Seal::new(Some(k.clone()))),
+        }
     }
 
     /// The MAC of a session's JSON value without its seal: over its compact

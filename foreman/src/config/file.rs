@@ -50,6 +50,10 @@ pub(crate) struct ConfigFile {
     pub max_results_size: Memory,
     /// A submitted `workspace:` larger than this (in files) is refused.
     pub max_workspace_size: Memory,
+    /// How long a task waits in the queue after an infrastructure
+    /// failure (its launch failed, its servo was lost before it ran):
+    /// the same backoff as `task.retry_backoff`, with its own numbers.
+    pub requeue_backoff: saheeli_protocol::attempt::Backoff,
     /// Per-task defaults; a prompt's front-matter overrides each.
     pub task: TaskDefaults,
     /// Ceilings a prompt cannot lift: it may only ask for less.
@@ -275,6 +279,13 @@ pub(crate) struct TaskDefaults {
     pub retries: u32,
     /// The incomplete reasons that are retried.
     pub retry_on: Vec<String>,
+    /// Where a retry starts from (unset: by the reason, see
+    /// `RetryFrom::default_for`).
+    pub retry_from: Option<saheeli_protocol::attempt::RetryFrom>,
+    /// How long a retry waits in the queue first.
+    pub retry_backoff: saheeli_protocol::attempt::Backoff,
+    /// Budgets are each attempt's own instead of the chain's.
+    pub budget_per_attempt: bool,
     /// Copy what `.gitignore` names into /workspace too.
     pub workspace_include_ignored: bool,
     /// Approval gates (see the front-matter key `approve`).
@@ -327,6 +338,10 @@ pub(crate) enum GateDefault {
     Approve,
 }
 
+/// `requeue_backoff`'s default: 1 s, doubling, at most 32 s.
+pub(crate) const REQUEUE_BACKOFF: saheeli_protocol::attempt::Backoff =
+    saheeli_protocol::attempt::Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(32));
+
 /// Reasons an agent attempt may end incomplete that a retry can help with.
 pub(crate) const RETRYABLE: &[&str] = &[
     "timeout",
@@ -374,6 +389,7 @@ impl Default for ConfigFile {
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),
             max_workspace_size: Memory(1 << 30),
+            requeue_backoff: REQUEUE_BACKOFF,
             collection: Collection::Auto,
             task: TaskDefaults::default(),
             limits: Limits::default(),
@@ -410,6 +426,9 @@ impl Default for TaskDefaults {
             max_cost: None,
             retries: 0,
             retry_on: RETRYABLE.iter().map(|s| s.to_string()).collect(),
+            retry_from: None,
+            retry_backoff: saheeli_protocol::attempt::Backoff::default(),
+            budget_per_attempt: false,
             workspace_include_ignored: false,
             approve: None,
             pause_on: Vec::new(),

@@ -98,6 +98,14 @@ impl Config {
             );
         }
         check_capabilities(&file).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        for (key, b) in [
+            ("task.retry_backoff", &file.task.retry_backoff),
+            ("requeue_backoff", &file.requeue_backoff),
+        ] {
+            if let Some(why) = b.problem() {
+                anyhow::bail!("{}: `{key}`: {why}", path.display());
+            }
+        }
         if file.lease < Duration::from_secs(1) {
             anyhow::bail!("{}: `lease` must be at least 1s", path.display());
         }

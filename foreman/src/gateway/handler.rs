@@ -505,9 +505,20 @@ pub(super) fn error_text(bytes: &[u8]) -> String {
 /// `GET /saheeli/v1/session-key`: the key this task's servo seals its
 /// session with. Only the servo can ask: in a separated container the
 /// socket is its uid's alone (a remote servo presents its token).
+/// A retry that goes on from the attempt before it (issue 30) is given
+/// that attempt's key too, to check its session file.
 pub(super) async fn session_key(State(gw): State<Arc<GatewayState>>) -> Response {
+    let id = gw.task_id.to_string();
+    let resumes = match gw
+        .desk_db(move |s, _| s.require(&id).map(|t| t.spec.resume().map(|r| r.from)))
+        .await
+    {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     let key = saheeli_protocol::human::SessionKey {
         key: gw.upstream.session_secret.for_task(gw.task_id),
+        resume_key: resumes.map(|from| gw.upstream.session_secret.for_task(from)),
     };
     (StatusCode::OK, axum::Json(key)).into_response()
 }

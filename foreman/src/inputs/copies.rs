@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use saheeli_protocol::TaskId;
 
+use super::{PackError, PackOptions, pack_workspace};
+
 /// The agent's uid and gid inside the container: the workspace's files
 /// are the agent's.
 pub(crate) const AGENT_UID: u64 = saheeli_protocol::uids::AGENT as u64;
@@ -15,6 +17,50 @@ pub(crate) const AGENT_UID: u64 = saheeli_protocol::uids::AGENT as u64;
 /// until its workspace is collected, or handed to a retry by policy).
 pub(crate) fn workspace_tar(state_dir: &Path, id: TaskId) -> PathBuf {
     state_dir.join("inputs").join(format!("{id}.tar"))
+}
+
+/// Where a retry that goes on from the attempt before it (issue 30:
+/// `retry_from: session | workspace`) keeps that attempt's collected
+/// workspace, packed: its launch uploads this instead of the submitted
+/// copy, which stays for `changes.patch` and `verify_files`.
+pub(crate) fn resume_tar(state_dir: &Path, id: TaskId) -> PathBuf {
+    state_dir.join("inputs").join(format!("{id}.resume.tar"))
+}
+
+/// What a launch of task `id` uploads into /workspace: the workspace it
+/// goes on from when it has one, else the submitted copy.
+pub(crate) fn start_tar(state_dir: &Path, id: TaskId) -> PathBuf {
+    let resume = resume_tar(state_dir, id);
+    if resume.is_file() {
+        resume
+    } else {
+        workspace_tar(state_dir, id)
+    }
+}
+
+/// Packs the collected workspace `results` of an ended attempt as the
+/// workspace its retry `to` starts on ([`resume_tar`]): links kept as
+/// links, never followed; Saheeli's `.saheeli/` and the attempt's
+/// `complete.json` left out; the size cap and key scan of a submitted
+/// workspace. Blocking.
+pub(crate) fn pack_resume(
+    state_dir: &Path,
+    results: &Path,
+    to: TaskId,
+    max_bytes: u64,
+    secrets: Vec<(String, String)>,
+) -> Result<(), PackError> {
+    inputs_dir(state_dir).map_err(|source| PackError::Io {
+        dir: results.to_path_buf(),
+        source,
+    })?;
+    let opts = PackOptions {
+        include_ignored: true,
+        exclude: vec![results.join("complete.json")],
+        max_bytes,
+        secrets,
+    };
+    pack_workspace(results, &resume_tar(state_dir, to), &opts)
 }
 
 /// Makes (privately) the directory of [`workspace_tar`] and returns the
@@ -73,19 +119,21 @@ pub(crate) async fn hand_over_workspace(
 /// Deletes the submitted workspace of a task no launch needs any more.
 /// [`remove_workspace`] for blocking callers.
 pub(crate) fn discard_workspace(state_dir: &Path, id: TaskId) {
-    let path = workspace_tar(state_dir, id);
-    if let Err(e) = std::fs::remove_file(&path)
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        tracing::warn!(task_id = %id, error = %e, "submitted workspace not deleted");
+    for path in [workspace_tar(state_dir, id), resume_tar(state_dir, id)] {
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(task_id = %id, error = %e, "submitted workspace not deleted");
+        }
     }
 }
 
 pub(crate) async fn remove_workspace(state_dir: &Path, id: TaskId) {
-    let path = workspace_tar(state_dir, id);
-    if let Err(e) = tokio::fs::remove_file(&path).await
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        tracing::warn!(task_id = %id, error = %e, "submitted workspace not deleted");
+    for path in [workspace_tar(state_dir, id), resume_tar(state_dir, id)] {
+        if let Err(e) = tokio::fs::remove_file(&path).await
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(task_id = %id, error = %e, "submitted workspace not deleted");
+        }
     }
 }

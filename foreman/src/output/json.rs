@@ -98,6 +98,10 @@ pub(crate) struct TaskView {
     /// is the number of agent steps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_steps: Option<Vec<super::StepView>>,
+    /// A queued task is not claimed before this: a retry waiting out its
+    /// `retry_backoff`, or a requeue's delay; kept once it ran (null when
+    /// it never had to wait; issue 30).
+    pub not_before: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -235,6 +239,7 @@ impl TaskView {
             capability_calls: t.capability_calls,
             gateway_refused: t.gateway_refused,
             template_steps: None,
+            not_before: t.not_before.map(time),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! How tasks are shown: tables for people, JSON for scripts; a
 //! template's steps with their marks (`steps`); the serving foreman's
-//! admission footer (`admission`); the log line of an ended task (`ended`).
+//! admission footer (`admission`); the log line of an ended task (`ended`);
+//! how long a queued task still waits (`waits`).
 
 mod admission;
 mod dry_run;
@@ -10,6 +11,7 @@ mod recoverable;
 mod steps;
 mod table;
 mod text;
+mod waits;
 
 use json::{duration_ms, time};
 
@@ -21,3 +23,4 @@ pub(crate) use recoverable::recoverable;
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
 pub(crate) use text::{audit_line, clean, printable, waiting_line};
+pub(crate) use waits::waits_line;

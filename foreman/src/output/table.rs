@@ -48,7 +48,10 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
                 format!("{}{mark} ({})", t.state, r)
             }
             (_, Some(w)) => format!("{}: {}", t.state, short(&waiting_line(w), 60)),
-            _ => format!("{}{mark}", t.state),
+            _ => match super::waits_line(t, now) {
+                Some(w) => format!("{} ({w})", t.state),
+                None => format!("{}{mark}", t.state),
+            },
         };
         table.add_row([
             t.id.short(),
@@ -109,6 +112,9 @@ pub(crate) fn detail(
     }
     if t.cancel_requested && !t.state.is_terminal() {
         let _ = writeln!(s, "cancel:    requested");
+    }
+    if let Some(w) = super::waits_line(t, now_ms()) {
+        let _ = writeln!(s, "waits:     {w}");
     }
     if let Some(w) = &t.waiting_for {
         let _ = writeln!(s, "waiting:   {}", clean(&waiting_line(w)));

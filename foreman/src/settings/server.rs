@@ -57,6 +57,10 @@ pub(super) const SERVER: &[Setting] = &[
         .default("10g")
         .doc("Collection stops here; the task ends `incomplete` (`results_too_large`), partial results kept.")
         .config("max_results_size"),
+    Setting::new("requeue_backoff", "map")
+        .default("{ initial: 1s, multiplier: 2, max: 32s }")
+        .doc("How long a task waits in `queued` after an infrastructure failure (a failed launch, a servo lost before it ran); ±20 % jitter.")
+        .config("requeue_backoff"),
     Setting::new("max_workspace_size", "size")
         .default("1g")
         .doc("A submitted `workspace:` larger than this (in files) is refused.")

@@ -13,6 +13,15 @@ fn duration(d: Duration) -> Value {
     json!(humantime::format_duration(d).to_string())
 }
 
+/// `{ initial: 10s, multiplier: 2, max: 10m }` as `--dry-run` shows it.
+pub(super) fn backoff(b: &saheeli_protocol::attempt::Backoff) -> Value {
+    json!({
+        "initial": humantime::format_duration(b.initial.0).to_string(),
+        "multiplier": b.multiplier,
+        "max": humantime::format_duration(b.max.0).to_string(),
+    })
+}
+
 pub(super) const TASK: &[Setting] = &[
     Setting::new("title", "string")
         .doc("The task's name in tables and reports (default: the body's first heading, else the file's name).")
@@ -75,6 +84,25 @@ pub(super) const TASK: &[Setting] = &[
         .config("task.retry_on")
         .front(|f| f.retry_on.is_some())
         .shown(|s, _| json!(s.retry_on)),
+    Setting::new("retry_from", "session | workspace | scratch")
+        .doc("Where a retry starts: `session` (the collected workspace and the saved conversation, with a note on what ended the attempt), `workspace` (the collected workspace, a fresh conversation), `scratch` (the submitted workspace). Unset: `session` after `oom`, `timeout`, `terminated`, `lost`, `llm_error`, else `scratch`.")
+        .config("task.retry_from")
+        .front(|f| f.retry_from.is_some())
+        .param()
+        .shown(|s, _| json!(s.retry_from.map(|r| r.as_str()))),
+    Setting::new("retry_backoff", "map")
+        .default("{ initial: 10s, multiplier: 2, max: 10m }")
+        .doc("How long a retry waits in `queued` first (`not_before`): `initial`, times `multiplier` per retry before it, at most `max`, ±20 % jitter.")
+        .config("task.retry_backoff")
+        .front(|f| f.retry_backoff.is_some())
+        .shown(|s, _| backoff(&s.retry_backoff)),
+    Setting::new("budget_per_attempt", "bool")
+        .default("false")
+        .doc("`max_steps`, `max_tokens` and `max_cost` are each attempt's own; unset, they span the chain of retries.")
+        .config("task.budget_per_attempt")
+        .front(|f| f.budget_per_attempt.is_some())
+        .param()
+        .shown(|s, _| json!(s.budget_per_attempt)),
     Setting::new("network", "none | bridge | host")
         .default("none")
         .doc("The container's network; the servo needs none to reach the LLM. Must be in `limits.networks`.")

@@ -222,13 +222,15 @@ fn the_environment_overrides_config_values() {
 
 #[test]
 fn param_keys_are_the_ones_it_always_took() {
-    // `cache` (issue 26) and `deadline` (issue 29) joined them.
+    // `cache` (issue 26), `deadline` (issue 29), `retry_from` and
+    // `budget_per_attempt` (issue 30) joined them.
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
         keys,
         [
             "assess",
+            "budget_per_attempt",
             "cache",
             "deadline",
             "max_cost",
@@ -238,6 +240,7 @@ fn param_keys_are_the_ones_it_always_took() {
             "network",
             "objective",
             "retries",
+            "retry_from",
             "timeout",
             "title",
             "verify",

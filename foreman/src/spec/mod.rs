@@ -3,6 +3,7 @@
 //! declares `parameters:` is a template (`template`, `placeholders`).
 
 mod agent;
+mod chain;
 mod checks;
 mod params;
 mod placeholders;
@@ -20,6 +21,7 @@ use template::*;
 use verification::*;
 
 pub(crate) use agent::{image_for, require_image};
+pub(crate) use chain::{Chain, Used};
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use task::{TaskSpec, front_matter};
 pub(crate) use template::{MissingParameters, ParamValue, ask_line, check_value};

@@ -123,6 +123,20 @@ pub(crate) struct TaskSpec {
     /// `priority:` in the front-matter (`--priority` wins over it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    // --- issue 30: retries that go on ---
+    /// Where a retry by policy starts from (None: by the reason).
+    #[serde(default)]
+    pub retry_from: Option<saheeli_protocol::attempt::RetryFrom>,
+    /// How long a retry by policy waits in the queue first.
+    #[serde(default)]
+    pub retry_backoff: saheeli_protocol::attempt::Backoff,
+    /// Budgets are each attempt's own instead of the chain's.
+    #[serde(default)]
+    pub budget_per_attempt: bool,
+    /// Set on a retry by policy: what it goes on from, what the chain used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<super::Chain>,
+    // --- end issue 30 ---
 }
 
 fn default_verify_retries() -> u32 {
@@ -213,6 +227,10 @@ impl TaskSpec {
         let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
         let retries = fm.retries.unwrap_or(d.retries);
         let retry_on = fm.retry_on.unwrap_or_else(|| d.retry_on.clone());
+        let retry_backoff = fm.retry_backoff.unwrap_or(d.retry_backoff);
+        if let Some(why) = retry_backoff.problem() {
+            bail!("{}: `retry_backoff`: {why}", path.display());
+        }
         check_run(path, max_steps, timeout, retries, &retry_on, &fm.env)?;
         if let Some(at) = fm.deadline
             && std::time::SystemTime::now() >= at.0
@@ -315,6 +333,10 @@ impl TaskSpec {
             agent,
             deadline_ms,
             priority: fm.priority,
+            retry_from: fm.retry_from.or(d.retry_from),
+            retry_backoff,
+            budget_per_attempt: fm.budget_per_attempt.unwrap_or(d.budget_per_attempt),
+            chain: None,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
@@ -349,8 +371,9 @@ impl TaskSpec {
             task_id: id,
             title: self.title.clone(),
             model: self.model.clone(),
-            max_steps: self.max_steps,
-            max_tokens: self.max_tokens,
+            // What the chain of attempts has left (issue 30).
+            max_steps: u32::try_from(self.left().steps).unwrap_or(u32::MAX),
+            max_tokens: self.left().tokens,
             timeout_s: self.timeout_s,
             deadline_ms: self.deadline_ms,
             max_output_bytes: self.max_output_bytes,
@@ -368,6 +391,7 @@ impl TaskSpec {
             context: self.context,
             agent: (!self.agent.is_builtin()).then(|| self.agent.clone()),
             stop_grace_ms: None,
+            resume: self.resume(),
         }
     }
 
@@ -381,13 +405,15 @@ impl TaskSpec {
         self.verify_retries.saturating_add(1)
     }
 
+    /// The gateway's budget: what the chain of attempts has left.
     pub fn budget(&self) -> crate::gateway::Budget {
+        let left = self.left();
         crate::gateway::Budget {
-            max_tokens: self.max_tokens,
-            max_cost: self.max_cost,
+            max_tokens: left.tokens,
+            max_cost: left.cost,
             // The built-in loop counts its own steps; a third-party
             // agent's gateway counts its LLM calls instead (issue 25).
-            max_calls: (!self.agent.is_builtin()).then_some(u64::from(self.max_steps)),
+            max_calls: (!self.agent.is_builtin()).then_some(left.steps),
             cache: self.cache,
         }
     }

@@ -88,6 +88,12 @@ impl Store {
         }
         if let Some(r) = retry {
             insert_task(&tx, r.id, &r.spec, r.priority, Some(id), r.attempt)?;
+            if r.not_before.is_some() {
+                tx.execute(
+                    "UPDATE tasks SET not_before = ?2 WHERE id = ?1",
+                    params![r.id.to_string(), r.not_before],
+                )?;
+            }
         }
         tx.commit()?;
         Ok(())

@@ -73,14 +73,10 @@ impl Store {
             params![old.to_string()],
             read_row,
         )?;
-        insert_task(
-            &tx,
-            new,
-            &row.spec,
-            row.priority,
-            Some(old),
-            row.attempt + 1,
-        )?;
+        // A retry by hand starts afresh: no chain of attempts behind it.
+        let mut spec = row.spec.clone();
+        spec.chain = None;
+        insert_task(&tx, new, &spec, row.priority, Some(old), row.attempt + 1)?;
         tx.commit()?;
         Ok(row)
     }

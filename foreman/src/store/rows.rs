@@ -60,6 +60,9 @@ pub(crate) struct TaskRow {
     pub cache_write_tokens: i64,
     /// Times the servo compacted its conversation (issue 26).
     pub compactions: i64,
+    /// A queued task is not claimed before this (a retry's backoff, a
+    /// requeue's delay; issue 30).
+    pub not_before: Option<i64>,
 }
 
 /// A person's override of how a task ended; the task's `state` is the
@@ -143,6 +146,8 @@ pub(crate) struct Retry {
     pub spec: TaskSpec,
     pub priority: i64,
     pub attempt: i64,
+    /// Not claimed before this (`retry_backoff`).
+    pub not_before: Option<i64>,
 }
 
 pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \
@@ -150,7 +155,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
       ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
-     gateway_refused, cache_read_tokens, cache_write_tokens, compactions";
+     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -197,6 +202,7 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         cache_read_tokens: r.get(31)?,
         cache_write_tokens: r.get(32)?,
         compactions: r.get(33)?,
+        not_before: r.get(34)?,
     })
 }
 

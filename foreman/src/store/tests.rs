@@ -52,6 +52,10 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         agent: Default::default(),
         deadline_ms: None,
         priority: None,
+        retry_from: None,
+        retry_backoff: Default::default(),
+        budget_per_attempt: false,
+        chain: None,
     }
 }
 
@@ -223,6 +227,7 @@ fn writes_are_fenced_by_the_lease() {
         spec: spec("t"),
         priority: 0,
         attempt: 2,
+        not_before: None,
     };
     let err = s
         .finish(id, &old, TaskState::Incomplete, None, None, Some(&retry))
@@ -253,6 +258,52 @@ fn only_ended_tasks_are_retried() {
     let next = TaskId::new();
     s.retry(id, next).unwrap();
     assert_eq!(s.retried_as(id).unwrap().unwrap().id, next);
+}
+
+/// Issue 30: a retry queued with its backoff waits in `queued`, its
+/// `not_before` in the row, and is not claimed before then; a retry by
+/// hand of an attempt in a chain starts a chain of its own.
+#[test]
+fn a_retry_waits_out_its_backoff() {
+    let (_d, mut s) = store();
+    let l = lease();
+    let id = TaskId::new();
+    s.submit(id, &spec("t"), 0, None, 1).unwrap();
+    s.claim_next(Some(id), &l).unwrap().unwrap();
+    let mut chained = spec("t");
+    chained.chain = Some(crate::spec::Chain {
+        from: id,
+        mode: saheeli_protocol::attempt::RetryFrom::Session,
+        note: "n".into(),
+        used: Default::default(),
+    });
+    let later = now_ms() + 3_600_000;
+    let retry = Retry {
+        id: TaskId::new(),
+        spec: chained,
+        priority: 0,
+        attempt: 2,
+        not_before: Some(later),
+    };
+    s.finish(id, &l, TaskState::Incomplete, None, None, Some(&retry))
+        .unwrap();
+    let row = s.get(&retry.id.to_string()).unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.not_before),
+        (TaskState::Queued, Some(later))
+    );
+    assert!(row.spec.chain.is_some());
+    assert!(
+        s.claim_next(None, &l).unwrap().is_none(),
+        "not before its time"
+    );
+    s.request_cancel(retry.id).unwrap();
+    let by_hand = TaskId::new();
+    s.retry(retry.id, by_hand).unwrap();
+    let row = s.get(&by_hand.to_string()).unwrap().unwrap();
+    assert!(row.spec.chain.is_none());
+    assert_eq!(row.not_before, None);
+    assert_eq!(s.claim_next(None, &l).unwrap().unwrap().id, by_hand);
 }
 
 /// Issue 9 §6: processes opening a new database at once all succeed.

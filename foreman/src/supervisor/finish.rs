@@ -1,16 +1,19 @@
-//! Recording how a task ended, and the retry policy; requeueing after an
-//! infrastructure failure.
+//! Recording how a task ended, and carrying out the retry policy
+//! (`retry`): the next attempt queued with its wait and the workspace it
+//! starts on; requeueing after an infrastructure failure.
 
-use std::time::Duration;
+use std::path::Path;
 
+use saheeli_protocol::attempt::RetryFrom;
 use saheeli_protocol::{Reason, TaskId};
 use tracing::{error, info, warn};
 
 use super::record::record_report;
+use super::retry::{Ended, plan, requeue_delay, should_retry};
 use crate::inputs;
 use crate::reconciler::{Ctx, Joined, MAX_REQUEUES, lease_lost};
 use crate::state::TaskState;
-use crate::store::{Outcome, Retry, TaskRow};
+use crate::store::{Outcome, Retry, TaskRow, now_ms};
 
 /// Records the terminal state, and by the retry policy queues the next
 /// attempt in the same transaction; returns what the loop reports.
@@ -30,24 +33,7 @@ pub(super) async fn finish(
         && let Ok(task) = ctx.db(move |s| s.require(&id.to_string())).await
         && should_retry(reason, &task.spec.retry_on, task.attempt, task.spec.retries)
     {
-        let next = TaskId::new();
-        // One copy of the submitted workspace per chain of attempts.
-        match inputs::hand_over_workspace(ctx.cfg.state_dir(), id, next).await {
-            Ok(()) => {
-                detail.push_str(&format!(
-                    "; retried as {next} (attempt {} of {})",
-                    task.attempt + 1,
-                    task.spec.retries + 1
-                ));
-                retry = Some(Retry {
-                    id: next,
-                    spec: task.spec,
-                    priority: task.priority,
-                    attempt: task.attempt + 1,
-                });
-            }
-            Err(e) => warn!(task_id = %id, error = %format!("{e:#}"), "not retried"),
-        }
+        retry = next_attempt(ctx, &task, reason, &outcome, &mut detail).await;
     }
     let lease = ctx.lease.clone();
     outcome.detail = Some(detail.clone());
@@ -83,10 +69,12 @@ pub(super) async fn finish(
         }
         (Err(e), retry) => {
             // Not recorded: the workspace stays with this task.
-            if let Some(r) = retry
-                && let Err(e) = inputs::hand_over_workspace(ctx.cfg.state_dir(), r.id, id).await
-            {
-                warn!(task_id = %id, error = %format!("{e:#}"), "submitted workspace not handed back");
+            if let Some(r) = retry {
+                if let Err(e) = inputs::hand_over_workspace(ctx.cfg.state_dir(), r.id, id).await {
+                    warn!(task_id = %id, error = %format!("{e:#}"), "submitted workspace not handed back");
+                }
+                let _ =
+                    tokio::fs::remove_file(inputs::resume_tar(&ctx.cfg.state_dir(), r.id)).await;
             }
             if lease_lost(&e) {
                 warn!(task_id = %id, "lease lost before the outcome was recorded; the new holder records it");
@@ -110,8 +98,12 @@ pub(super) async fn requeue_or_fail(
 ) -> Joined {
     let id = task.id;
     if task.requeues < MAX_REQUEUES && !stopping {
-        let delay = requeue_delay(task.requeues);
-        let detail = format!("{detail}; queued again in {}s", delay.as_secs());
+        let delay = requeue_delay(
+            &ctx.cfg.file.requeue_backoff,
+            task.requeues,
+            fastrand::f64(),
+        );
+        let detail = format!("{detail}; queued again in {}s", delay.as_secs_f64().round());
         warn!(task_id = %id, %detail, "requeued");
         let lease = ctx.lease.clone();
         match ctx.db(move |s| s.requeue(id, &lease, &detail, delay)).await {
@@ -128,50 +120,78 @@ pub(super) async fn requeue_or_fail(
     finish(ctx, id, state, reason, Outcome::default(), detail).await
 }
 
-/// How long an infrastructure failure waits in the queue: 1 s, doubling
-/// with each requeue, at most 32 s.
-pub(super) fn requeue_delay(requeues: i64) -> Duration {
-    Duration::from_secs(1 << requeues.clamp(0, 5))
-}
-
-/// The retry policy (Kubernetes Job semantics): another attempt when the
-/// reason is one `retry_on` lists, another attempt can help, and fewer
-/// than `retries` + 1 attempts were made.
-pub(super) fn should_retry(
+/// Decides and prepares the next attempt of `task` (found worth
+/// retrying): its spec with the chain filled in, its wait, and the
+/// workspace it starts on; None (and why, in `detail`) when there is none.
+async fn next_attempt(
+    ctx: &Ctx,
+    task: &TaskRow,
     reason: Reason,
-    retry_on: &[String],
-    attempt: i64,
-    retries: u32,
-) -> bool {
-    !reason.is_final()
-        && retry_on.iter().any(|r| r == reason.code())
-        && attempt <= i64::from(retries)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requeues_back_off_to_half_a_minute() {
-        let secs: Vec<u64> = (-1..8).map(|n| requeue_delay(n).as_secs()).collect();
-        assert_eq!(secs, [1, 1, 2, 4, 8, 16, 32, 32, 32]);
+    outcome: &Outcome,
+    detail: &mut String,
+) -> Option<Retry> {
+    let id = task.id;
+    let ended = Ended {
+        task,
+        reason,
+        outcome,
+        detail,
+        ran_ms: task.started_at.map(|t| now_ms() - t).unwrap_or(0),
+    };
+    let mut next = match plan(&ended, fastrand::f64()) {
+        Ok(next) => next,
+        Err(why) => {
+            info!(task_id = %id, %why, "not retried");
+            detail.push_str(&format!("; {why}"));
+            return None;
+        }
+    };
+    let next_id = TaskId::new();
+    // One copy of the submitted workspace per chain of attempts (for
+    // `changes.patch` and `verify_files`, whatever the retry starts on).
+    if let Err(e) = inputs::hand_over_workspace(ctx.cfg.state_dir(), id, next_id).await {
+        warn!(task_id = %id, error = %format!("{e:#}"), "not retried");
+        return None;
     }
-
-    #[test]
-    fn retry_policy() {
-        let on = vec![
-            "timeout".to_string(),
-            "exit".to_string(),
-            "budget".to_string(),
-        ];
-        assert!(should_retry(Reason::Timeout, &on, 1, 1));
-        assert!(
-            !should_retry(Reason::Timeout, &on, 2, 1),
-            "attempts used up"
-        );
-        assert!(should_retry(Reason::Exit(137), &on, 1, 2));
-        assert!(!should_retry(Reason::MaxSteps, &on, 1, 2), "not listed");
-        assert!(!should_retry(Reason::Budget, &on, 1, 2), "never helps");
+    let chain = next.spec.chain.as_mut().expect("plan sets the chain");
+    if chain.mode != RetryFrom::Scratch {
+        // The retry starts on this attempt's collected workspace.
+        let packed = match outcome.results_path.clone() {
+            None => Err("nothing was collected".to_string()),
+            Some(results) => {
+                let state_dir = ctx.cfg.state_dir();
+                let max = ctx.cfg.file.max_workspace_size.0;
+                let secrets = ctx.upstream.providers.secrets();
+                tokio::task::spawn_blocking(move || {
+                    inputs::pack_resume(&state_dir, Path::new(&results), next_id, max, secrets)
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            }
+        };
+        if let Err(e) = packed {
+            warn!(task_id = %id, error = %e, "the collected workspace cannot be resumed; the retry starts from scratch");
+            detail.push_str(&format!(
+                "; the collected workspace cannot be resumed ({e}): the retry starts from scratch"
+            ));
+            chain.mode = RetryFrom::Scratch;
+            chain.note.clear();
+        }
     }
+    let mode = chain.mode;
+    let delay = next.delay;
+    detail.push_str(&format!(
+        "; retried as {next_id} (attempt {} of {}, from {mode}, in {}s)",
+        task.attempt + 1,
+        task.spec.retries + 1,
+        delay.as_secs_f64().round()
+    ));
+    Some(Retry {
+        id: next_id,
+        spec: next.spec,
+        priority: task.priority,
+        attempt: task.attempt + 1,
+        not_before: Some(now_ms() + delay.as_millis() as i64),
+    })
 }

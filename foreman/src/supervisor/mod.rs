@@ -42,8 +42,10 @@
 //! - `conclude`, `outcome`: what was observed → state and reason (pure).
 //! - `adopt`: a stopped foreman's task; `park`: parked tasks recorded and
 //!   ended.
-//! - `finish`: the terminal write, the retry policy, requeues with
-//!   backoff; `record`: `changes.patch` and `report.md`.
+//! - `finish`: the terminal write, the next attempt queued, requeues
+//!   with backoff; `retry`: the retry policy (whether, from where, how
+//!   long it waits, the chain's budget, the model's note; pure);
+//!   `record`: `changes.patch` and `report.md`.
 
 mod adopt;
 mod collect;
@@ -52,6 +54,7 @@ mod finish;
 mod outcome;
 mod park;
 mod record;
+mod retry;
 mod run;
 mod watch;
 

@@ -234,7 +234,7 @@ fn warm_task(ctx: &Ctx, task: &TaskRow) -> anyhow::Result<WarmTask> {
 fn remote_task(ctx: &Ctx, task: &TaskRow, token: &str) -> anyhow::Result<RemoteTask> {
     let id = task.id;
     let launch = serde_json::to_string(&servo_launch(ctx, task))?;
-    let input = crate::inputs::workspace_tar(&ctx.cfg.state_dir(), id);
+    let input = crate::inputs::start_tar(&ctx.cfg.state_dir(), id);
     // A parked task goes on from the workspace it parked with.
     let kept = crate::inputs::parked_dir(&ctx.cfg.state_dir(), id);
     Ok(RemoteTask {

@@ -163,7 +163,13 @@ fn the_retry_policy_makes_linked_attempts() {
     );
     s.write(
         "p.md",
-        &replay_prompt("never.json", "max_steps: 1\nretries: 2\n"),
+        // Each attempt its own step (issue 30: budgets span the chain
+        // otherwise), and a short backoff.
+        &replay_prompt(
+            "never.json",
+            "max_steps: 1\nretries: 2\nbudget_per_attempt: true\n\
+             retry_backoff: { initial: 1s, multiplier: 1, max: 1s }\n",
+        ),
     );
     let out = s.run(&["run", "p.md", "--json"]);
     assert_eq!(
@@ -229,7 +235,8 @@ fn a_retry_can_succeed_and_run_reports_it() {
     let s = Saheeli::new().env("OPENAI_BASE_URL", &llm.base_url());
     s.write(
         "p.md",
-        "---\nmodel: gpt-test\nmax_steps: 1\nretries: 1\nretry_on: [max_steps]\n---\nTry.\n",
+        "---\nmodel: gpt-test\nmax_steps: 1\nretries: 1\nretry_on: [max_steps]\n\
+         budget_per_attempt: true\nretry_backoff: { initial: 1s, max: 1s }\n---\nTry.\n",
     );
     let t = s.expect_json(&["run", "p.md", "--json"], 0);
     assert_eq!(

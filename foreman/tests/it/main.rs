@@ -43,6 +43,7 @@ mod pool;
 mod privsep;
 mod replay;
 mod report;
+mod retry_resume;
 mod safety;
 mod sandbox;
 mod steps;

@@ -312,7 +312,11 @@ fn issue9_a_retry_by_policy_gets_the_submitted_workspace_then_it_is_deleted() {
     );
     s.write(
         "p.md",
-        &replay_prompt("s.json", "workspace: ws\nmax_steps: 1\nretries: 1\n"),
+        &replay_prompt(
+            "s.json",
+            "workspace: ws\nmax_steps: 1\nretries: 1\nbudget_per_attempt: true\n\
+             retry_backoff: { initial: 1s, max: 1s }\n",
+        ),
     );
     let last = s.expect_json(&["run", "p.md", "--json"], 1);
     assert_eq!(last["attempt"], 2);

@@ -19,9 +19,6 @@ use crate::audit::now;
 /// The default of `park_after`.
 const PARK_AFTER: Duration = Duration::from_secs(10);
 
-/// Largest session file read back when a parked servo starts again.
-const MAX_SESSION: u64 = 256 << 20;
-
 /// Whether `name` acts (changes the workspace or ends the task): behind
 /// the plan gate until a plan is approved.
 fn acts(name: &str) -> bool {
@@ -133,28 +130,12 @@ impl Agent {
 
     /// Reads the session a parked servo left, if there is one.
     pub(super) fn load_parked_session(&mut self) -> Result<(), String> {
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
         let path = self.root.join(paths::session(&self.task.task_id));
         // The workspace is the agent's: a link or a FIFO put there is not
         // followed, nor waited on.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path);
-        let file = match opened {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("opening `{}`: {e}", path.display())),
-            Ok(f) => f,
+        let Some(bytes) = super::resume::read_session_file(&path)? else {
+            return Ok(());
         };
-        let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
-        if !is_file {
-            return Err(format!("`{}` is not a regular file", path.display()));
-        }
-        let mut bytes = Vec::new();
-        file.take(MAX_SESSION)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("reading `{}`: {e}", path.display()))?;
         // Only a session that says it parked is gone on from, and only if
         // its seal holds: the file lies in the agent's workspace.
         let claims_parked = serde_json::from_slice::<serde_json::Value>(&bytes)

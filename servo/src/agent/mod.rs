@@ -12,6 +12,7 @@ mod compact;
 mod context;
 mod human;
 mod prompt;
+mod resume;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -34,11 +35,6 @@ use crate::workspace::Workspace;
 /// Default limit on one `execute_shell` command without `timeout_s`.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The session file is rewritten whole, so saving it after every step
-/// costs O(steps²) bytes; while the loop runs it is saved after a step at
-/// most this often, and always on exit (SIGTERM included).
-const SESSION_SAVE_INTERVAL: Duration = Duration::from_secs(1);
-
 const NUDGE: &str =
     "Continue with the tools. When the task is done, call task_complete with a summary.";
 
@@ -54,7 +50,6 @@ pub(crate) struct Agent {
     messages: Vec<ChatMessage>,
     usage: Usage,
     steps: u32,
-    last_save: Instant,
     desk: Arc<Desk>,
     /// When the time budget runs out; pushed back by waits for humans.
     deadline: Arc<Mutex<tokio::time::Instant>>,
@@ -157,7 +152,6 @@ impl Agent {
             ],
             usage: Usage::default(),
             steps: 0,
-            last_save: Instant::now(),
             desk,
             deadline: Arc::new(Mutex::new(tokio::time::Instant::now())),
             active_before: Duration::ZERO,
@@ -177,6 +171,7 @@ impl Agent {
         };
         agent.narrow_tools();
         agent.load_parked_session()?;
+        agent.load_resumed_session();
         Ok(agent)
     }
 
@@ -321,6 +316,11 @@ impl Agent {
                     NUDGE
                 };
                 self.messages.push(ChatMessage::user(note));
+            } else {
+                // The turn is kept before its calls run: a servo killed
+                // while they run (OOM, kill -9) loses only their results,
+                // and a retry knows which call it died in (issue 30).
+                self.save_session();
             }
             if let Some(end) = self.run_tools(step, calls).await {
                 return end;
@@ -330,7 +330,7 @@ impl Agent {
                 self.messages.push(ChatMessage::user(crate::llm::CUT_NOTE));
             }
             self.note_budget();
-            self.save_session_soon();
+            self.save_session();
         }
     }
 
@@ -382,7 +382,7 @@ impl Agent {
                 self.messages.push(ChatMessage::user(format!(
                     "[saheeli] Your last response could not be used ({why}). Please answer again."
                 )));
-                self.save_session_soon();
+                self.save_session();
                 return None;
             }
         };
@@ -507,15 +507,11 @@ impl Agent {
         )
     }
 
-    /// Saves the session after a step, unless it was saved less than
-    /// [`SESSION_SAVE_INTERVAL`] ago.
-    fn save_session_soon(&mut self) {
-        if self.last_save.elapsed() >= SESSION_SAVE_INTERVAL {
-            self.save_session();
-            self.last_save = Instant::now();
-        }
-    }
-
+    /// Writes the session file whole (sealed, via a rename). The loop saves
+    /// it when a turn with tool calls arrives and after every step, so a
+    /// servo killed at any moment (OOM, `kill -9`) loses at most the step
+    /// in progress; and on every exit (SIGTERM included). Its cost per
+    /// step is in the bench's per-step figure ("audit and session writes").
     fn save_session(&self) {
         let session = Session {
             task_id: self.task.task_id,

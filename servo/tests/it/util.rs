@@ -52,6 +52,7 @@ impl Servo {
                 context: Default::default(),
                 agent: None,
                 stop_grace_ms: None,
+                resume: None,
             },
             prompt: "Do it.\n".into(),
             env: Vec::new(),

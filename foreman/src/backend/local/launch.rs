@@ -141,7 +141,9 @@ impl Local {
         .await?;
         let engine_time = creating.elapsed();
         lap("container created");
-        let input = inputs::workspace_tar(&self.cfg.state_dir(), id);
+        // A retry that goes on from the attempt before it starts on that
+        // attempt's collected workspace (issue 30).
+        let input = inputs::start_tar(&self.cfg.state_dir(), id);
         if input.is_file() && !parked {
             docker::upload_file(d, &container, &input).await?;
         }
