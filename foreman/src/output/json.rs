@@ -96,6 +96,15 @@ pub(crate) struct TaskView {
     /// is the number of agent steps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_steps: Option<Vec<super::StepView>>,
+    /// Parent and child tasks (issue 30; one task in detail): the task
+    /// that spawned it, its children (their last attempts) and the totals
+    /// of its tree (itself and every descendant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub children: Option<Vec<super::ChildView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<super::TreeTotals>,
 }
 
 #[derive(Debug, Serialize)]
@@ -232,6 +241,9 @@ impl TaskView {
             capability_calls: t.capability_calls,
             gateway_refused: t.gateway_refused,
             template_steps: None,
+            parent: None,
+            children: None,
+            tree: None,
         }
     }
 }

@@ -10,6 +10,7 @@ mod recoverable;
 mod steps;
 mod table;
 mod text;
+mod tree;
 
 use json::{duration_ms, time};
 
@@ -21,3 +22,4 @@ pub(crate) use recoverable::recoverable;
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
 pub(crate) use text::{audit_line, clean, printable, waiting_line};
+pub(crate) use tree::{ChildView, TreeTotals, family, family_lines, tree_text};
