@@ -451,3 +451,121 @@ fn kill_9_of_the_foreman_while_the_parent_waits_loses_nothing() {
     );
     assert!(calls.iter().all(|(_, ok)| *ok), "{calls:?}");
 }
+
+/// The book's example (docs/guides/fan-out.md): `saheeli run` of the
+/// shipped planner runs its three workers too, offline.
+#[test]
+fn the_shipped_fan_out_example_runs_offline() {
+    require_docker();
+    let s = Saheeli::new();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("prompts");
+    let status = std::process::Command::new("cp")
+        .args(["-r", src.to_str().unwrap(), s.path().to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = s.run(&["run", "prompts/fanout/planner.md"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks = s.tasks();
+    assert_eq!(tasks.len(), 4, "the planner and three workers");
+    let planner = tasks
+        .iter()
+        .find(|t| t["title"] == "Greet in three languages, one worker each")
+        .expect("the planner");
+    let t = s.task(planner["id"].as_str().unwrap());
+    assert_eq!(t["state"], "complete", "{t:#}");
+    let kids = children(&t);
+    assert_eq!(kids.len(), 3);
+    for (kid, (lang, greeting)) in
+        kids.iter()
+            .zip([("en", "Hello!"), ("fr", "Bonjour!"), ("de", "Hallo!")])
+    {
+        assert_eq!(kid["title"], format!("Write a greeting in {lang}"));
+        let child = s.task(kid["id"].as_str().unwrap());
+        let results = std::path::PathBuf::from(child["results"].as_str().unwrap());
+        let text = std::fs::read_to_string(results.join(format!("greeting-{lang}.txt"))).unwrap();
+        assert_eq!(text.trim(), greeting);
+    }
+    let tree = s.expect(&["task", "status", t["id"].as_str().unwrap(), "--tree"], 0);
+    assert!(tree.contains("4 tasks (4 complete)"), "{tree}");
+}
+
+/// `task submit --parent` and `POST /api/tasks` with `parent` file a task
+/// under another; a cancel of the parent cancels it, queued.
+#[test]
+fn a_person_files_a_child_by_hand_and_its_parents_cancel_reaches_it() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "w.json",
+        &script(&[("task_complete", json!({"message": "x"}))]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:w.json\nmax_tokens: 1000\n---\nParent.\n",
+    );
+    s.write(
+        "c.md",
+        "---\nmodel: replay:w.json\nmax_tokens: 400\n---\nChild.\n",
+    );
+    s.write(
+        "big.md",
+        "---\nmodel: replay:w.json\nmax_tokens: 700\n---\nChild.\n",
+    );
+    let parent = s.submit("p.md");
+    let out = s.expect(
+        &[
+            "task",
+            "submit",
+            "--prompt",
+            "c.md",
+            "--parent",
+            &parent[24..],
+            "--json",
+        ],
+        0,
+    );
+    let child: Value = serde_json::from_str(&out).unwrap();
+    let child = child["id"].as_str().unwrap().to_string();
+    // The parent's budget holds 400 for the child: 700 more do not fit.
+    let err = s.expect_err(
+        &["task", "submit", "--prompt", "big.md", "--parent", &parent],
+        2,
+    );
+    assert!(
+        err.contains("max_tokens (700) exceeds what this task has left: 600 of 1000"),
+        "{err}"
+    );
+    let t = s.task(&parent);
+    assert_eq!(children(&t).len(), 1);
+    assert_eq!(children(&t)[0]["id"], child.as_str());
+    assert_eq!(s.task(&child)["parent"], parent.as_str());
+    let err = s.expect_err(
+        &["task", "submit", "--prompt", "c.md", "--parent", "nope"],
+        2,
+    );
+    assert!(err.contains("the parent task `nope`"), "{err}");
+    s.expect(&["task", "cancel", &parent], 0);
+    let c = s.task(&child);
+    assert_eq!(c["state"], "cancelled");
+    assert_eq!(c["detail"], format!("cancelled with its ancestor {parent}"));
+    // The HTTP API files one too (a real `serve --http`).
+    let w = crate::web::WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
+    let r = crate::web::post(
+        &w.addr,
+        "/api/tasks",
+        json!({"prompt": "---\nmodel: replay:w.json\nmax_tokens: 100\n---\nAPI child.\n",
+               "parent": parent}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let made: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(made["task"]["parent"], parent.as_str(), "{made:#}");
+}
