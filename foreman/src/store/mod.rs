@@ -11,6 +11,7 @@
 
 mod admission;
 mod blocked;
+mod carve;
 mod children;
 mod desk;
 mod error;
@@ -39,7 +40,8 @@ use queue::*;
 use rows::{COLUMNS, read_row};
 
 pub(crate) use admission::AdmissionRow;
-pub(crate) use children::{ChildRow, ParentBudget, SpawnAsk, Spawned, WaitState};
+pub(crate) use carve::ParentBudget;
+pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use eval::{EvalLink, EvalRunRow};
