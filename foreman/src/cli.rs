@@ -260,6 +260,10 @@ pub(crate) struct SubmitArgs {
     /// Wait until the task ends (someone must be running `saheeli serve`).
     #[arg(long, conflicts_with = "dry_run")]
     pub wait: bool,
+    /// Submit it as a child of task ID: cancelled with it, shown in its
+    /// tree, its budget carved out of the parent's.
+    #[arg(long, value_name = "ID", conflicts_with = "dry_run")]
+    pub parent: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -271,6 +275,10 @@ pub(crate) struct StatusArgs {
     /// Redraw every second until interrupted (or until the task ends).
     #[arg(long)]
     pub watch: bool,
+    /// Parent and child tasks as a tree: ID's whole tree from its root
+    /// (without ID: the trees of the newest tasks).
+    #[arg(long)]
+    pub tree: bool,
     /// How many tasks the table shows, newest first.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,

@@ -99,6 +99,9 @@ pub struct FrontMatter {
     /// The built-in tools offered (all when unset), e.g. a read-only review:
     /// `[read_file, list_files, task_complete]`.
     pub tools: Option<Vec<String>>,
+    /// Parent and child tasks (issue 30): the task may spawn up to
+    /// `max_children` children (`spawn_task`), `max_depth` levels deep.
+    pub delegate: Option<crate::delegate::Delegate>,
     /// Declared parameters: the prompt is a template, and `{{ name }}` in
     /// its text is replaced by the value (see [`crate::template`]).
     #[serde(default)]

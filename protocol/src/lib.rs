@@ -11,6 +11,8 @@
 //!   in `/workspace/.saheeli/task.json`.
 //! - [`front_matter`]: the YAML front-matter of a prompt file.
 //! - [`completion`]: `complete.json`, the definitive success signal.
+//! - [`delegate`]: parent and child tasks: `delegate:`, `spawn_task` and
+//!   `wait_tasks` on the gateway socket.
 //! - [`context`]: long tasks: `cache:` and `context:` (compaction).
 //! - [`audit`]: the JSON-lines audit log and the session file.
 //! - [`chat`]: the OpenAI-compatible chat-completions wire format spoken
@@ -38,6 +40,7 @@ pub mod capability;
 pub mod chat;
 pub mod completion;
 pub mod context;
+pub mod delegate;
 pub mod exit;
 pub mod front_matter;
 pub mod human;

@@ -99,6 +99,9 @@ pub struct ServoTask {
     /// Granted MCP capabilities: their tools come from the gateway.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
+    /// `delegate:` granted: the model gets `spawn_task` and `wait_tasks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate: Option<crate::delegate::Delegate>,
     /// The template's steps: the model gets `step_done` and sees the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::template::Step>,

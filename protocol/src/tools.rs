@@ -41,6 +41,8 @@ pub enum Offered {
     PlanGate,
     /// In a template with `steps:`.
     Steps,
+    /// In a task whose front-matter grants `delegate:` (issue 30).
+    Delegate,
 }
 
 impl BuiltIn {
@@ -216,6 +218,48 @@ pub const BUILT_IN: &[BuiltIn] = &[
         in_runner: false,
         acts: false,
     },
+    BuiltIn {
+        name: "spawn_task",
+        description: "Start a child task that runs on its own, in its own container, and return \
+            its id at once. Give `prompt` (the child's instructions) or `template` (a prompt file \
+            beside yours) with `params`. `workspace` lists paths (files or directories) copied \
+            from your workspace into the child's. Its token and cost budget is carved out of \
+            yours (`max_tokens`, `max_cost`; by default an even share of what is left); what it \
+            does not use comes back to you. Collect its outcome with wait_tasks.",
+        summary: "start a child task and get its id",
+        parameters: Some(|| {
+            json!({"type": "object", "properties": {
+                "prompt": {"type": "string", "description": "The child's instructions."},
+                "template": {"type": "string", "description": "A prompt file beside yours, instead of prompt."},
+                "params": {"type": "object", "additionalProperties": {"type": "string"},
+                           "description": "The template's parameters."},
+                "model": {"type": "string", "description": "The child's model (default: yours)."},
+                "workspace": {"type": "array", "items": {"type": "string"},
+                              "description": "Paths in your workspace copied into the child's."},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "max_cost": {"type": "number", "exclusiveMinimum": 0}
+            }, "additionalProperties": false})
+        }),
+        offered: Offered::Delegate,
+        in_runner: false,
+        acts: true,
+    },
+    BuiltIn {
+        name: "wait_tasks",
+        description: "Wait until child tasks have ended (all your children when `ids` is left \
+            out) and get each one's outcome: its state, its task_complete message and its \
+            changes as a patch. Each outcome is handed over once.",
+        summary: "wait for child tasks and get their outcomes",
+        parameters: Some(|| {
+            json!({"type": "object", "properties": {
+                "ids": {"type": "array", "items": {"type": "string"},
+                        "description": "Child task ids from spawn_task (default: all)."}
+            }, "additionalProperties": false})
+        }),
+        offered: Offered::Delegate,
+        in_runner: false,
+        acts: false,
+    },
 ];
 
 /// The row of `name`, when it is a built-in tool.
@@ -304,7 +348,13 @@ mod tests {
         );
         assert_eq!(
             names(|t| t.acts),
-            ["execute_shell", "create_file", "edit_file", "task_complete"]
+            [
+                "execute_shell",
+                "create_file",
+                "edit_file",
+                "task_complete",
+                "spawn_task"
+            ]
         );
     }
 }

@@ -116,6 +116,27 @@ impl Desk {
             .await
     }
 
+    /// Spawns a child task (idempotent per call id).
+    pub async fn spawn(
+        &self,
+        req: &saheeli_protocol::delegate::Spawn,
+    ) -> Result<saheeli_protocol::delegate::Spawned, Refused> {
+        self.post_retrying(saheeli_protocol::delegate::routes::SPAWN, req)
+            .await
+    }
+
+    /// One long poll for children's outcomes, up to `wait` (idempotent
+    /// per call id).
+    pub async fn wait_children(
+        &self,
+        req: &saheeli_protocol::delegate::Wait,
+        wait: Duration,
+    ) -> Result<saheeli_protocol::delegate::Waited, Refused> {
+        let path = saheeli_protocol::delegate::routes::WAIT;
+        self.post_waiting(path, req, wait + Duration::from_secs(30))
+            .await
+    }
+
     /// Asks the foreman to verify (and assess) the work; waits as long as
     /// the checks take (the servo's own deadline bounds the wait).
     pub async fn verify(&self, req: &VerifyRequest) -> Result<Verdict, Refused> {

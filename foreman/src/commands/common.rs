@@ -225,7 +225,7 @@ pub(crate) async fn submit_spec(
 }
 
 /// Packs `ws` as task `id`'s submitted workspace; returns the tar. Blocking.
-pub(super) fn pack(
+pub(crate) fn pack(
     cfg: &Config,
     ws: &Path,
     id: TaskId,

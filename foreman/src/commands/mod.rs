@@ -5,6 +5,7 @@
 mod attach;
 mod build;
 mod build_agent;
+mod children;
 mod common;
 mod copy;
 mod dry_run;
@@ -29,8 +30,9 @@ use serve::{context, signals};
 
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
+pub(crate) use children::submit_child;
 pub(crate) use common::{
-    WrongState, open_store, prepare_results_dir, secure_results, spec_for_text, submit_spec,
+    WrongState, open_store, pack, prepare_results_dir, secure_results, spec_for_text, submit_spec,
 };
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};

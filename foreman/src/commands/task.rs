@@ -22,7 +22,13 @@ pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<Exi
     if args.prompt_args.dry_run {
         return dry_run(cfg, &args.prompt, &args.prompt_args, args.json).await;
     }
-    let id = submit_prompt(cfg, &args.prompt, &args.prompt_args).await?;
+    let id = match &args.parent {
+        Some(parent) => {
+            let spec = spec_for(cfg, &args.prompt, &args.prompt_args)?;
+            submit_child(cfg, &args.prompt, spec, &args.prompt_args, parent).await?
+        }
+        None => submit_prompt(cfg, &args.prompt, &args.prompt_args).await?,
+    };
     if args.json {
         outln!("{}", serde_json::json!({ "id": id.to_string() }));
     } else {
@@ -46,6 +52,7 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
     let store = open_existing_store(cfg)?;
     loop {
         let text = match &args.id {
+            _ if args.tree && !args.json => tree_of(&store, args.id.as_deref(), args.limit)?,
             Some(id) => {
                 let page = EventPage {
                     before: args.events_before,
@@ -70,6 +77,7 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                             "events:    {shown} of {total} shown (`--events N`, `--events-before SEQ`)\n"
                         ));
                     }
+                    text.push_str(&output::family_lines(&store, &t)?);
                     if let Some(c) =
                         Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default())
                     {
@@ -116,6 +124,30 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
         }
     }
+}
+
+/// `task status [ID] --tree`: the tree ID is in, from its root (without
+/// ID: the trees of the newest `limit` tasks that are roots).
+fn tree_of(store: &crate::store::Store, id: Option<&str>, limit: usize) -> anyhow::Result<String> {
+    let roots = match id {
+        Some(id) => {
+            let mut t = store.require(id)?;
+            while let Some(p) = store.parent_of(t.id)? {
+                t = store.require(&p.to_string())?;
+            }
+            vec![t]
+        }
+        None => {
+            let mut roots = Vec::new();
+            for t in store.list(limit)? {
+                if store.parent_of(t.id)?.is_none() {
+                    roots.push(t);
+                }
+            }
+            roots
+        }
+    };
+    output::tree_text(store, &roots)
 }
 
 /// Which of a task's events a view shows: up to `limit` below `before`
@@ -180,6 +212,7 @@ pub(crate) fn task_view(
             .collect(),
     );
     view.webhooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
+    (view.parent, view.children, view.tree) = output::family(store, &t)?;
     Ok(view)
 }
 

@@ -59,6 +59,8 @@ pub(crate) struct DeskLink {
     pub gates: Arc<[saheeli_protocol::human::Gate]>,
     /// Largest capability result handed back, in bytes.
     pub max_output: usize,
+    /// Set when the task was granted `delegate:` (issue 30).
+    pub delegate: Option<Arc<super::children::DelegateLink>>,
 }
 
 /// The task's human settings, from its spec.

@@ -57,6 +57,10 @@ pub(crate) struct Meter {
 struct Reserved {
     tokens: u64,
     micro_usd: u64,
+    /// Carved out for child tasks (issue 30): a running child's whole
+    /// budget, an ended child's use.
+    carved_tokens: u64,
+    carved_micro_usd: u64,
 }
 
 /// What one call may spend, held until it settles.
@@ -118,6 +122,13 @@ impl Meter {
             .store((cost_usd * 1e6).round() as u64, Ordering::Relaxed);
     }
 
+    /// What the task's children hold of its budget now (issue 30).
+    pub fn set_carved(&self, tokens: u64, cost_usd: f64) {
+        let mut held = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        held.carved_tokens = tokens;
+        held.carved_micro_usd = (cost_usd * 1e6).round() as u64;
+    }
+
     /// Reserves a call sending at most `input` tokens and asking for up to
     /// `want_output` (None: no limit asked). The output cap is cut to what
     /// the budget leaves; a call for which less than [`MIN_OUTPUT`] is left
@@ -132,7 +143,7 @@ impl Meter {
         let mut held = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         let mut cap = want_output;
         if let Some(max) = budget.max_tokens {
-            let used = self.tokens();
+            let used = self.tokens() + held.carved_tokens;
             let left = max.saturating_sub(used + held.tokens);
             if left < input + MIN_OUTPUT {
                 return Err(format!(
@@ -145,7 +156,7 @@ impl Meter {
             cap = Some(cap.unwrap_or(u64::MAX).min(left - input));
         }
         if let (Some(max), Some(p)) = (budget.max_cost, price) {
-            let used = self.cost_micro_usd.load(Ordering::Relaxed);
+            let used = self.cost_micro_usd.load(Ordering::Relaxed) + held.carved_micro_usd;
             let left = ((max * 1e6) as u64).saturating_sub(used + held.micro_usd);
             // Every input token may be a cache write: reserved at the dearer price.
             let need = micro(input, p.input_worst) + micro(MIN_OUTPUT, p.output);
@@ -226,6 +237,14 @@ mod tests {
         // Now a huge request is capped to what is left.
         let capped = m.reserve(&budget, None, 20, Some(1 << 40)).unwrap();
         assert_eq!(capped.max_output, Some(2140 - 15 - 1020 - 20));
+        // Tokens carved out for children are not the task's to spend.
+        m.settle(&capped, ChatUsage::default(), None);
+        m.set_carved(1000, 0.0);
+        assert!(m.reserve(&budget, None, 20, Some(1 << 40)).is_err());
+        // What an ended child did not use comes back.
+        m.set_carved(500, 0.0);
+        let after = m.reserve(&budget, None, 20, Some(1 << 40)).unwrap();
+        assert_eq!(after.max_output, Some(2140 - 15 - 1020 - 500 - 20));
     }
 
     #[test]

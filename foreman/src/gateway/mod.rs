@@ -25,6 +25,9 @@
 //!   in SQLite, for a foreman that adopts a task.
 //! - `desk`: humans in the loop, through the same socket; `steps`: a
 //!   template's steps marked done (`step_done`).
+//! - `children`, `child_spec`: parent and child tasks (`spawn_task`,
+//!   `wait_tasks`; issue 30): a child's spec and workspace from a hostile
+//!   request, the limits and budget in the store.
 //! - `capability`: the tools of the task's granted MCP capabilities, and
 //!   calls to them (refused, and recorded, when not granted).
 //! - `verify`, `assess`: checking `task_complete` (verify commands run in
@@ -46,6 +49,8 @@
 mod anthropic;
 mod assess;
 mod capability;
+mod child_spec;
+mod children;
 mod desk;
 mod handler;
 mod ledger;
@@ -73,6 +78,7 @@ use ledger::Ledger;
 use redact::Redactor;
 use retry::Verdict;
 
+pub(crate) use children::DelegateLink;
 pub(crate) use desk::{DeskLink, DeskPolicy};
 pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};

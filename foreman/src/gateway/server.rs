@@ -292,6 +292,17 @@ impl Gateway {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
+        if desk.delegate.is_some() {
+            // What its children hold (an adopted parent's): not its to spend.
+            let carved = desk
+                .store
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .carved(task_id);
+            if let Ok(c) = carved {
+                meter.set_carved(c.tokens, c.cost);
+            }
+        }
         let rates = route
             .price
             .map(|p| pricing::rates(p, route.provider.kind, &route.model, budget.cache));
@@ -335,6 +346,14 @@ impl Gateway {
             .route(
                 saheeli_protocol::capability::routes::CALL,
                 post(capability::call),
+            )
+            .route(
+                saheeli_protocol::delegate::routes::SPAWN,
+                post(children::spawn),
+            )
+            .route(
+                saheeli_protocol::delegate::routes::WAIT,
+                post(children::wait),
             )
             .fallback(not_found)
             .with_state(state);

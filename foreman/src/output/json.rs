@@ -102,6 +102,15 @@ pub(crate) struct TaskView {
     /// `retry_backoff`, or a requeue's delay; kept once it ran (null when
     /// it never had to wait; issue 30).
     pub not_before: Option<String>,
+    /// Parent and child tasks (issue 30; one task in detail): the task
+    /// that spawned it, its children (their last attempts) and the totals
+    /// of its tree (itself and every descendant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub children: Option<Vec<super::ChildView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<super::TreeTotals>,
 }
 
 #[derive(Debug, Serialize)]
@@ -240,6 +249,9 @@ impl TaskView {
             gateway_refused: t.gateway_refused,
             template_steps: None,
             not_before: t.not_before.map(time),
+            parent: None,
+            children: None,
+            tree: None,
         }
     }
 }

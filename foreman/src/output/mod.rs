@@ -12,6 +12,7 @@ mod steps;
 mod table;
 mod text;
 mod waits;
+mod tree;
 
 use json::{duration_ms, time};
 
@@ -24,3 +25,4 @@ pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
 pub(crate) use text::{audit_line, clean, printable, waiting_line};
 pub(crate) use waits::waits_line;
+pub(crate) use tree::{ChildView, TreeTotals, family, family_lines, tree_text};

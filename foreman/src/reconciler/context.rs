@@ -42,6 +42,7 @@ impl Ctx {
         spec: &crate::spec::TaskSpec,
         waiting: Arc<std::sync::atomic::AtomicBool>,
         engine: TaskEngine,
+        priority: i64,
     ) -> crate::gateway::DeskLink {
         crate::gateway::DeskLink {
             verify: crate::gateway::VerifyLink::of(spec, id, engine, &self.cfg.state_dir()),
@@ -62,6 +63,13 @@ impl Ctx {
             capabilities: spec.capabilities.iter().cloned().collect(),
             gates: spec.gates.iter().cloned().collect(),
             max_output: spec.max_output_bytes,
+            delegate: spec.delegate.map(|_| {
+                Arc::new(crate::gateway::DelegateLink {
+                    cfg: self.cfg.clone(),
+                    spec: spec.clone(),
+                    priority,
+                })
+            }),
         }
     }
 

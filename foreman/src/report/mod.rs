@@ -11,7 +11,8 @@
 //! - `changes`: writing `changes.patch` into a results directory.
 //! - `markdown`: the `Report` and its Markdown; `steps`: its section on a
 //!   template's steps.
-//! - `facts`: gathering a report's facts and writing `report.md`.
+//! - `facts`: gathering a report's facts and writing `report.md`;
+//!   `children`: a parent's section linking its children's reports.
 //! - `verification`: the report's section on verify and assess, and
 //!   `.saheeli/verify-N.log`, one per attempt.
 //! - `evidence`: changed files and a capped patch for the assessor.
@@ -20,6 +21,7 @@
 
 mod binary;
 mod changes;
+mod children;
 mod diffstat;
 mod evidence;
 mod facts;
@@ -31,6 +33,7 @@ mod verification;
 mod write;
 
 pub(crate) use changes::write_changes;
+pub(crate) use children::append_children;
 pub(crate) use evidence::evidence;
 pub(crate) use facts::{tool_counts, write_report};
 pub(crate) use verification::write_verify_logs;

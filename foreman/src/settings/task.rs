@@ -204,6 +204,13 @@ pub(super) const TASK: &[Setting] = &[
             Some(t) => json!(t),
             None => json!("all built-in tools"),
         }),
+    Setting::new("delegate", "{ max_children, max_depth }")
+        .doc("Parent and child tasks: the model may spawn up to `max_children` child tasks (`spawn_task`, `wait_tasks`), `max_depth` levels deep (default 1); each child's budget is carved out of this task's (docs: fan-out).")
+        .front(|f| f.delegate.is_some())
+        .shown(|s, _| match &s.delegate {
+            Some(d) => json!({"max_children": d.max_children, "max_depth": d.max_depth}),
+            None => json!("none"),
+        }),
     Setting::new("cache", "5m | 1h | off")
         .default("5m")
         .doc("Provider prompt caching: Anthropic breakpoints with this lifetime, OpenAI `prompt_cache_key`; `1h` pays off for tasks that wait for people (docs: long tasks).")

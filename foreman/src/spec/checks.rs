@@ -327,6 +327,30 @@ pub(super) fn check_capabilities(
 }
 
 /// `tools:` names built-in tools and keeps `task_complete`.
+/// `delegate:` within what any task may grant.
+pub(super) fn check_delegate(
+    path: &std::path::Path,
+    d: Option<&saheeli_protocol::delegate::Delegate>,
+) -> anyhow::Result<()> {
+    use saheeli_protocol::delegate::{MAX_CHILDREN, MAX_DEPTH};
+    let Some(d) = d else { return Ok(()) };
+    if !(1..=MAX_CHILDREN).contains(&d.max_children) {
+        anyhow::bail!(
+            "{}: `delegate.max_children` must be 1 to {MAX_CHILDREN}, not {}",
+            path.display(),
+            d.max_children
+        );
+    }
+    if !(1..=MAX_DEPTH).contains(&d.max_depth) {
+        anyhow::bail!(
+            "{}: `delegate.max_depth` must be 1 to {MAX_DEPTH}, not {}",
+            path.display(),
+            d.max_depth
+        );
+    }
+    Ok(())
+}
+
 pub(super) fn check_tools(path: &std::path::Path, tools: Option<&[String]>) -> anyhow::Result<()> {
     let Some(tools) = tools else { return Ok(()) };
     let narrowable = saheeli_protocol::tools::names(|t| t.narrowable());

@@ -80,6 +80,9 @@ pub(crate) struct TaskSpec {
     /// The built-in tools offered (`tools:`); None: all.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// Parent and child tasks (`delegate:`, issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate: Option<saheeli_protocol::delegate::Delegate>,
     /// A template's parameters, with their values and where each came from.
     #[serde(default)]
     pub parameters: Vec<ParamValue>,
@@ -255,6 +258,8 @@ impl TaskSpec {
         check_capabilities(cfg, path, &capabilities)?;
         let tools = fm.tools.clone();
         check_tools(path, tools.as_deref())?;
+        let delegate = fm.delegate;
+        check_delegate(path, delegate.as_ref())?;
         let gates = fm
             .approve
             .as_ref()
@@ -320,6 +325,7 @@ impl TaskSpec {
             notify,
             capabilities,
             tools,
+            delegate,
             parameters,
             steps: fm.steps,
             verify: checks.verify,
@@ -385,6 +391,7 @@ impl TaskSpec {
             park_after_ms: Some(self.park_after_ms),
             tools: self.tools.clone(),
             capabilities: self.capabilities.clone(),
+            delegate: self.delegate,
             steps: self.steps.clone(),
             verify: self.verifies(),
             replay: self.replay.clone(),

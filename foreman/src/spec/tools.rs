@@ -30,6 +30,14 @@ pub(crate) fn tools_for(spec: &TaskSpec) -> Vec<String> {
     if !spec.steps.is_empty() {
         tools.push(format!("step_done (steps: {})", step_names(spec)));
     }
+    if let Some(d) = &spec.delegate {
+        for t in names(|t| t.offered == Offered::Delegate) {
+            tools.push(format!(
+                "{t} (delegate: {} children, {} deep)",
+                d.max_children, d.max_depth
+            ));
+        }
+    }
     if plan_gate || spec.plan_only {
         tools.push("propose_plan (a plan is approved before acting)".into());
     }

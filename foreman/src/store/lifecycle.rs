@@ -177,31 +177,16 @@ impl Store {
     /// Asks for a task to be cancelled. A queued task is cancelled at once;
     /// a starting or running one is flagged for the serving foreman.
     /// Returns the state the task was in.
+    /// Cancelling a parent cancels its descendants (issue 30), in the
+    /// same transaction.
     pub fn request_cancel(&mut self, id: TaskId) -> Result<TaskState> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state = current_state(&tx, id)?;
-        match state {
-            TaskState::Queued => {
-                let detail = "cancelled before it started";
-                move_state(&tx, id, state, TaskState::Cancelled, Some(detail))?;
-                tx.execute(
-                    "UPDATE tasks SET reason = 'cancelled', detail = ?2 WHERE id = ?1",
-                    params![id.to_string(), detail],
-                )?;
-            }
-            TaskState::Starting
-            | TaskState::Running
-            | TaskState::WaitingHuman
-            | TaskState::Paused
-            | TaskState::Blocked => {
-                tx.execute(
-                    "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
-                    params![id.to_string()],
-                )?;
-            }
-            _ => {}
+        let state = cancel_one(&tx, id, "cancelled before it started")?;
+        for child in super::children::descendants_in(&tx, id)? {
+            let detail = format!("cancelled with its ancestor {id}");
+            cancel_one(&tx, child, &detail)?;
         }
         tx.commit()?;
         Ok(state)
@@ -289,4 +274,36 @@ pub(super) fn current_state(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Resul
         .optional()?
         .ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
     Ok(state.parse().expect("stored states are valid"))
+}
+
+/// Cancels `id`: a queued task at once (with `queued_detail`), an active
+/// one flagged for its serving foreman; an ended one is left as it is.
+fn cancel_one(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    queued_detail: &str,
+) -> Result<TaskState> {
+    let state = current_state(tx, id)?;
+    match state {
+        TaskState::Queued => {
+            let detail = queued_detail;
+            move_state(tx, id, state, TaskState::Cancelled, Some(detail))?;
+            tx.execute(
+                "UPDATE tasks SET reason = 'cancelled', detail = ?2 WHERE id = ?1",
+                params![id.to_string(), detail],
+            )?;
+        }
+        TaskState::Starting
+        | TaskState::Running
+        | TaskState::WaitingHuman
+        | TaskState::Paused
+        | TaskState::Blocked => {
+            tx.execute(
+                "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
+                params![id.to_string()],
+            )?;
+        }
+        _ => {}
+    }
+    Ok(state)
 }

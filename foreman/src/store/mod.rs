@@ -1,7 +1,8 @@
 //! The SQLite queue: tasks, their state transitions and the event trail;
 //! the human desk (`desk`), a template's steps done (`steps`), each
 //! serving foreman's admission state (`admission`), and evaluation runs
-//! with their case tasks (`eval`).
+//! with their case tasks (`eval`), and parent and child tasks
+//! (`children`).
 //!
 //! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
 //! transaction, so several `saheeli` processes can share one file without
@@ -10,6 +11,8 @@
 
 mod admission;
 mod blocked;
+mod carve;
+mod children;
 mod desk;
 mod error;
 mod eval;
@@ -38,6 +41,8 @@ use queue::*;
 use rows::{COLUMNS, read_row};
 
 pub(crate) use admission::AdmissionRow;
+pub(crate) use carve::ParentBudget;
+pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use error::StoreError;
 pub(crate) use eval::{EvalLink, EvalRunRow};

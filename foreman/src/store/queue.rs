@@ -26,7 +26,8 @@ impl Store {
         Ok(())
     }
 
-    /// Moves the best queued task (or `only`, if it is queued) to
+    /// Moves the best queued task (or `only`, or one of its descendants:
+    /// `saheeli run` of a parent runs its children too) to
     /// `starting`, leased to `lease.owner`, and returns it.
     pub fn claim_next(&mut self, only: Option<TaskId>, lease: &Lease) -> Result<Option<TaskRow>> {
         let tx = self
@@ -38,7 +39,8 @@ impl Store {
         let id: Option<String> = tx
             .query_row(
                 "SELECT id FROM tasks WHERE state = 'queued'
-                   AND (?2 IS NULL OR id = ?2)
+                   AND (?2 IS NULL OR id = ?2
+                        OR id IN (SELECT child_id FROM children WHERE root_id = ?2))
                    AND (not_before IS NULL OR not_before <= ?1)
                  ORDER BY priority DESC, id LIMIT 1",
                 params![now, only.map(|i| i.to_string())],

@@ -271,6 +271,26 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
     // Warm servos idle in a serving foreman's pool (issue 28), for `task
     // status` and `saheeli metrics` in other processes; NULL: no pool.
     M::up("ALTER TABLE admission ADD COLUMN pool_idle INTEGER;"),
+    // Issue 30, parent and child tasks (store/children.rs): a child's
+    // parent, the root of its tree and its depth below it; the spawning
+    // tool call (a spawn asked again spawns no second child); the wait
+    // that received its outcome, and when (each outcome is handed over
+    // once).
+    M::up(
+        "CREATE TABLE children (
+            child_id       TEXT PRIMARY KEY REFERENCES tasks(id),
+            parent_id      TEXT NOT NULL REFERENCES tasks(id),
+            root_id        TEXT NOT NULL REFERENCES tasks(id),
+            depth          INTEGER NOT NULL,
+            call_id        TEXT,
+            delivered_call TEXT,
+            delivered_at   INTEGER
+         );
+         CREATE INDEX children_by_parent ON children(parent_id, child_id);
+         CREATE INDEX children_by_root ON children(root_id);
+         CREATE UNIQUE INDEX children_by_call ON children(parent_id, call_id)
+            WHERE call_id IS NOT NULL;",
+    ),
 ];
 
 pub(crate) struct Store {

@@ -39,6 +39,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         notify: vec![],
         capabilities: vec![],
         tools: None,
+        delegate: None,
         parameters: vec![],
         steps: vec![],
         verify: vec![],

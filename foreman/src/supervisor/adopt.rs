@@ -178,6 +178,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
         &task.spec,
         inbox.waiting(),
         ctx.engine.task_engine(id, &servo.prepared),
+        task.priority,
     );
     let opened = match way(&ctx, &task, &servo.prepared) {
         // Budgets go on from what was already spent (the call ledger).

@@ -30,7 +30,13 @@
 //!   id, live usage, a park, requeues, and the ending (`finish`);
 //! - the serve loop: claims (`queued`→`starting`), take-overs, cancels
 //!   passed on, parked tasks held to be ended;
-//! - the task's gateway: `waiting` while it waits for a human (the desk);
+//! - the task's gateway: `waiting` while it waits for a human (the desk)
+//!   or for its children; a child's `queued` row (`spawn_task`, issue 30:
+//!   a new task, as a submit writes one) and the wait that received a
+//!   child's outcome;
+//! - `task cancel` (any process): a queued task's `cancelled`, and for
+//!   its queued descendants too; running ones are flagged for their
+//!   supervisors;
 //! - engines (`backend`): nothing; they report phases, what was
 //!   collected and typed errors.
 //!

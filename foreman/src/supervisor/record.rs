@@ -67,10 +67,11 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
             let done = s.steps_done(id)?;
             let checks = s.verify_checks(id)?;
             let overrides = s.step_overrides(id)?;
-            Ok((row, (done, overrides), checks))
+            let children = s.children(id)?;
+            Ok((row, (done, overrides), (checks, children)))
         })
         .await;
-    let (row, steps, checks) = match read {
+    let (row, steps, (checks, children)) = match read {
         Ok((row, (done, overrides), checks)) => {
             let steps = crate::store::step_status_with(&row.spec.steps, &done, &overrides);
             (ended(row, to, outcome), steps, checks)
@@ -85,7 +86,8 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
         if row.spec.verifies() {
             report::write_verify_logs(&dir, &checks)?;
         }
-        report::write_report(&row, &dir, steps, checks)
+        report::write_report(&row, &dir, steps, checks)?;
+        report::append_children(&dir, &children)
     })
     .await;
     match written {

@@ -135,6 +135,7 @@ async fn launch(
         &task.spec,
         inbox.waiting(),
         engine.task_engine(id, &prepared),
+        task.priority,
     );
     let doc = servo_launch(ctx, task);
     let way = way(ctx, task, &prepared).map_err(Failed::Other)?;

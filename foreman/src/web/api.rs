@@ -151,6 +151,9 @@ pub(super) struct SubmitBody {
     params: Vec<String>,
     #[serde(default)]
     priority: Option<i64>,
+    /// Queue it as a child of this task (issue 30; as `--parent`).
+    #[serde(default)]
+    parent: Option<String>,
     /// The file name messages call the prompt (default `prompt.md`).
     #[serde(default)]
     name: Option<String>,
@@ -208,7 +211,10 @@ pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<
     })
     .await
     .map_err(|e| ApiError::internal(format!("validating thread panicked: {e}")))??;
-    let id = commands::submit_spec(&web.cfg, &path, spec, &args).await?;
+    let id = match &body.parent {
+        Some(parent) => commands::submit_child(&web.cfg, &path, spec, &args, parent).await?,
+        None => commands::submit_spec(&web.cfg, &path, spec, &args).await?,
+    };
     let view = web
         .db(move |s| commands::task_view(s, &id.to_string(), commands::EventPage::newest()))
         .await?;

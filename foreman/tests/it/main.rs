@@ -14,6 +14,7 @@ mod blocked;
 mod capabilities;
 mod chaos;
 mod chaos_gateway;
+mod children;
 mod cli;
 mod daemon;
 mod deadline;

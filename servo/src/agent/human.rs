@@ -123,7 +123,7 @@ impl Agent {
     }
 
     /// A wait for a human is not working time: the deadline moves back.
-    fn waited_for(&mut self, d: Duration) {
+    pub(super) fn waited_for(&mut self, d: Duration) {
         self.waited += d;
         *self.deadline.lock().unwrap() += d;
     }

@@ -10,6 +10,8 @@
 mod capability;
 mod compact;
 mod context;
+mod delegate;
+mod delegate_files;
 mod human;
 mod prompt;
 mod resume;
@@ -123,6 +125,9 @@ impl Agent {
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
         specs.extend(tools::step_start_spec(&task.steps));
         specs.extend(tools::step_spec(&task.steps));
+        if task.delegate.is_some() {
+            specs.extend(tools::delegate_specs());
+        }
         let desk = Arc::new(Desk::new(gateway)?);
         let max_output = task.max_output_bytes.max(1024);
         let runner = Arc::new(crate::runner::Link::new(
@@ -410,9 +415,13 @@ impl Agent {
     async fn run_call(&mut self, step: u32, call: saheeli_protocol::chat::ToolCall) -> Option<End> {
         {
             let t0 = Instant::now();
-            let out = self
-                .dispatch(&call.function.name, &call.function.arguments)
-                .await;
+            let out = match self.delegate_call(&call).await {
+                Some(out) => out,
+                None => {
+                    self.dispatch(&call.function.name, &call.function.arguments)
+                        .await
+                }
+            };
             let took = t0.elapsed();
             self.clock.tools += took;
             let duration_ms = took.as_millis() as u64;

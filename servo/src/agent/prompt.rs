@@ -51,6 +51,13 @@ pub(super) fn system_prompt(task: &ServoTask) -> String {
     if has("task_complete") {
         prompt.push_str(COMPLETE);
     }
+    if let Some(d) = &task.delegate {
+        prompt.push_str(&format!(
+            "You may delegate: spawn_task starts a child task (up to {} in all) that works on its \
+             own, and wait_tasks waits for children and hands you their outcomes. ",
+            d.max_children
+        ));
+    }
     let mut prompt = prompt.trim_end().to_string();
     if let Some(at) = task.deadline_ms {
         prompt.push_str(&format!(" {}", deadline_line(at, task.timeout_s)));

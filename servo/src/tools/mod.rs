@@ -79,6 +79,15 @@ pub(crate) fn human_specs(plan: bool) -> Vec<ToolSpec> {
         .collect()
 }
 
+/// `spawn_task` and `wait_tasks`, for a task granted `delegate:`.
+pub(crate) fn delegate_specs() -> Vec<ToolSpec> {
+    BUILT_IN
+        .iter()
+        .filter(|t| t.offered == Offered::Delegate)
+        .filter_map(table_spec)
+        .collect()
+}
+
 /// The toolbox's schemas, as OpenAI `tools` (the built-in tools `tools:`
 /// may narrow).
 pub(crate) fn specs() -> Vec<ToolSpec> {
@@ -202,7 +211,7 @@ impl Toolbox {
             .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")))
     }
 
-    fn capped(&self, mut out: ToolOutput) -> ToolOutput {
+    pub(crate) fn capped(&self, mut out: ToolOutput) -> ToolOutput {
         let (text, cut) = output::cap(&out.text, self.max_output);
         if cut {
             out.text = text;

@@ -46,6 +46,7 @@ impl Servo {
                 park_after_ms: None,
                 tools: None,
                 capabilities: vec![],
+                delegate: None,
                 steps: vec![],
                 verify: false,
                 replay: None,

@@ -190,6 +190,7 @@ function taskView(main, id) {
   const facts = el("div", { class: "facts", id: "facts" });
   const waiting = el("section", { class: "card waiting", id: "waiting", hidden: true });
   const stepsCard = el("section", { class: "card", id: "steps", hidden: true });
+  const childrenCard = el("section", { class: "card", id: "children", hidden: true });
   const flash = el("div", { class: "flash", id: "flash" });
   const timeline = el("ol", { class: "timeline", id: "timeline" });
   const audit = el("div", { class: "audit", id: "audit", role: "log", "aria-live": "polite" });
@@ -215,6 +216,7 @@ function taskView(main, id) {
     facts,
     waiting,
     stepsCard,
+    childrenCard,
     el("section", { class: "card" }, el("h2", {}, "Control"),
       el("div", { class: "controls" }, buttons.pause, buttons.resume, buttons.cancel, buttons.retry,
         el("span", { class: "grow" }), injectText, buttons.inject),
@@ -269,6 +271,7 @@ function taskView(main, id) {
       t.recoverable === null || t.recoverable === undefined ? null
         : fact("recoverable", t.recoverable ? "yes" : "no"),
       t.waiting_since ? fact("waiting since", clock(t.waiting_since)) : null,
+      t.parent ? fact("parent", el("a", { href: "/tasks/" + t.parent, id: "parent-link" }, t.parent.slice(-12))) : null,
       t.detail ? fact("detail", t.detail, true) : null,
       t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason, true) : null,
     ].filter(Boolean));
@@ -280,6 +283,7 @@ function taskView(main, id) {
     injectText.disabled = ended;
     showWaiting(t);
     showSteps(t, ended);
+    showChildren(t);
     if (ended && results.hidden) showResults(t);
   }
 
@@ -331,6 +335,30 @@ function taskView(main, id) {
       el("div", { class: "row" }, el("h2", { id: "steps-count" }, "Steps " + closed + "/" + steps.length),
         el("span", { class: "grow" }), stepBtn),
       el("ol", { class: "steps" }, rows));
+  }
+
+  // Parent and child tasks (issue 30): each child with its state (one
+  // waiting for a person stands out) and the tree's totals.
+  let shownChildren = "";
+  function showChildren(t) {
+    const kids = t.children || [];
+    const key = JSON.stringify([kids, t.tree]);
+    if (key === shownChildren) return;
+    shownChildren = key;
+    childrenCard.hidden = kids.length === 0;
+    if (!kids.length) { childrenCard.replaceChildren(); return; }
+    const rows = kids.map(c => el("tr", { class: "child", "data-child": c.id },
+      el("td", {}, el("a", { href: "/tasks/" + c.id, class: "mono" }, c.id.slice(-12))),
+      el("td", {}, badge(c.state)),
+      el("td", {}, c.title),
+      el("td", { class: "num" }, tokens(c.tokens)),
+      el("td", { class: "num" }, cost(c.cost_usd))));
+    const tree = t.tree;
+    childrenCard.replaceChildren(
+      el("h2", { id: "children-count" }, "Children " + kids.length),
+      tree ? el("div", { class: "muted" }, tree.tasks + " tasks in this tree, " + tokens(tree.tokens)
+        + " tokens, " + cost(tree.cost_usd)) : null,
+      el("table", { class: "children" }, el("tbody", {}, rows)));
   }
 
   function showWaiting(t) {
