@@ -54,9 +54,10 @@ pub(crate) async fn submit_child(
         want_tokens: None,
         want_cost: None,
     };
+    let priority = args.priority.or(spec.priority).unwrap_or(0);
     let queued = open_store(cfg).and_then(|mut store| {
         store
-            .spawn_child(id, spec, args.priority, &ask)
+            .spawn_child(id, spec, priority, &ask)
             .map_err(anyhow::Error::from)
     });
     let outcome = match queued {
