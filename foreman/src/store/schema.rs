@@ -262,6 +262,10 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          );
          ALTER TABLE tasks ADD COLUMN step_through INTEGER NOT NULL DEFAULT 0;",
     ),
+    // Issue 26, rate limits: until when a call of the task waits for its
+    // turn in the provider's shared budget (gateway/limits.rs); NULL or
+    // past: not waiting.
+    M::up("ALTER TABLE tasks ADD COLUMN rate_wait_until INTEGER;"),
 ];
 
 pub(crate) struct Store {

@@ -3,6 +3,7 @@
 //! server speaking the OpenAI wire format.
 
 mod fake_cache;
+mod fake_limit;
 mod fake_llm;
 mod fake_stream;
 mod util;
@@ -38,6 +39,7 @@ mod metrics;
 mod openai;
 mod output;
 mod privsep;
+mod rate_limits;
 mod replay;
 mod report;
 mod safety;
