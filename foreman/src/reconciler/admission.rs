@@ -17,7 +17,9 @@
 //! [`Tuning::life_share`] of a task's smoothed life from launch to end
 //! (issue 26). Tasks that mostly wait on an LLM make launching more cost
 //! almost nothing, even when unrelated load on the host slows Docker down;
-//! one-step tasks, whose life is mostly Docker's, still back off.
+//! one-step tasks, whose life is mostly Docker's, still back off. Until the
+//! first task has ended, a rise holds the limit instead of lowering it:
+//! nothing says yet whether it matters (daemon errors still halve it).
 //!
 //! With `auto`, no task is launched while a new call to a provider would
 //! wait longer than [`Tuning::serve_soon`] for its turn in the provider's
@@ -294,12 +296,12 @@ impl Admission {
             .life
             .is_some_and(|life| smoothed - baseline < t.life_share * life);
         if ratio <= t.grow_below || cheap {
-            self.limit += if self.slow_start || cheap {
+            self.limit += if self.slow_start {
                 1.0
             } else {
                 1.0 / self.limit
             };
-        } else if ratio >= t.shrink_above && self.calm_for <= 0.0 {
+        } else if ratio >= t.shrink_above && self.calm_for <= 0.0 && self.life.is_some() {
             self.shrink(t.shrink_by);
             change = change.or(Some(Change::Shrunk {
                 limit: self.limit(),
