@@ -21,7 +21,9 @@
 //! - `dispatch`, `first`, `steps`, `throughput`, `wide`, `thousand`,
 //!   `collection`, `footprint`, `admission` (a fixed-concurrency sweep
 //!   against `auto`), `long` (issue 26: `cost` with and without prompt
-//!   caching, `length` in a 16k window): the measurements.
+//!   caching, `length` in a 16k window), `rates` (issue 26: a fleet under a
+//!   provider's rate limit; `auto` on LLM-bound work, quiet and beside a
+//!   CPU-bound load): the measurements.
 //! - `pool`: the warm pool (issue 28): first request warm and cold,
 //!   a burst, its idle cost (and `thousand` with the pool on).
 //! - `stats`: medians, p95 and the report.
@@ -36,6 +38,9 @@ mod extract;
 // The tests' prompt cache, shared by their fake LLM (`llm`) and `long`.
 #[path = "../../foreman/tests/it/fake_cache.rs"]
 mod fake_cache;
+// The tests' provider rate limit, enforced by their fake LLM (`llm`).
+#[path = "../../foreman/tests/it/fake_limit.rs"]
+mod fake_limit;
 mod fake_llm;
 // The test double's answers in each API's format, which its
 // `foreman/tests/it/fake_llm.rs` (included by `llm`) renders with.
@@ -52,6 +57,7 @@ mod long;
 mod pool;
 mod probe;
 mod project;
+mod rates;
 mod stats;
 mod steps;
 mod thousand;
@@ -83,6 +89,8 @@ const MEASUREMENTS: &[&str] = &[
     "cost",
     "length",
     "pool",
+    "rates",
+    "auto",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -111,7 +119,7 @@ struct Args {
     /// step, throughput, wide, thousand, collection, rss, status, size,
     /// admission, cost, length (`cost` and `length` run together), pool
     /// (issue 28: warm first request, burst, cost, and the thousand with
-    /// the pool on).
+    /// the pool on), rates, auto.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -120,6 +128,18 @@ struct Args {
     /// Tasks through one foreman in `thousand` (default 1000; 30 with --quick).
     #[arg(long)]
     thousand: Option<usize>,
+    /// How many times shorter than a minute the fake provider's rate-limit
+    /// window is in `rates` (default 1: the real figure, about 17
+    /// minutes; 30 with --quick).
+    #[arg(long)]
+    rate_scale: Option<f64>,
+    /// Tasks (of 10 calls) in `rates` (default 100; 12 with --quick).
+    #[arg(long)]
+    rate_tasks: Option<usize>,
+    /// Tasks (of 3 calls answered after 2 s) in `auto` (default 200; 20
+    /// with --quick).
+    #[arg(long)]
+    auto_tasks: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -325,6 +345,25 @@ async fn run(
     if want("cost") || want("length") {
         quiet_check("long", busy).await;
         figures.extend(long::long_tasks(env, args.quick).await?);
+    }
+    if want("rates") {
+        quiet_check("rates", busy).await;
+        let (tasks, scale) = if args.quick { (12, 30.0) } else { (100, 1.0) };
+        let sizes = rates::RateSizes {
+            tasks: args.rate_tasks.unwrap_or(tasks),
+            calls: 10,
+            scale: args.rate_scale.unwrap_or(scale),
+        };
+        figures.push(rates::rate_limits(env, &sizes).await?);
+    }
+    if want("auto") {
+        quiet_check("auto", busy).await;
+        let sizes = rates::AutoSizes {
+            tasks: args.auto_tasks.unwrap_or(if args.quick { 20 } else { 200 }),
+            calls: 3,
+            delay: std::time::Duration::from_secs(2),
+        };
+        figures.extend(rates::auto(env, &sizes).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;

@@ -188,6 +188,10 @@ pub mod gateway_error {
     /// The request did not fit the model's context window (HTTP 400): the
     /// servo compacts its conversation and asks again (issue 26).
     pub const CONTEXT_LENGTH: &str = "context_length_exceeded";
+    /// The provider's rate limit held the call longer than the servo waits
+    /// for one answer (HTTP 429 with Retry-After): the servo asks again
+    /// (issue 26); a rate limit never ends a task on its own.
+    pub const RATE_LIMITED: &str = "rate_limited";
 }
 
 /// The OpenAI error envelope: `{"error": {"message": …, "type": …}}`.

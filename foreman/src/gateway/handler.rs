@@ -16,6 +16,7 @@ use saheeli_protocol::{Reason, TaskId};
 use serde_json::Value;
 use tracing::{info, warn};
 
+use super::limit_headers::{self, Observed};
 use super::*;
 use crate::config::ProviderKind;
 use crate::metrics::{Refusal, RetryCause, live};
@@ -286,8 +287,15 @@ enum Try {
     },
 }
 
-/// Sends the request once to the task's provider, with its key.
-async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
+/// Sends the request once to the task's provider, with its key: how it
+/// went, and what the answer's headers said about the rate limits.
+async fn try_once(gw: &GatewayState, body: &Bytes) -> (Try, Observed) {
+    let mut observed = Observed::default();
+    let t = try_sending(gw, body, &mut observed).await;
+    (t, observed)
+}
+
+async fn try_sending(gw: &GatewayState, body: &Bytes, observed: &mut Observed) -> Try {
     let provider = &gw.route.provider;
     let mut req = gw
         .upstream
@@ -323,12 +331,8 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
         }
     };
     let status = resp.status().as_u16();
-    let wish = retry::retry_after(
-        resp.headers()
-            .get(header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok()),
-        SystemTime::now(),
-    );
+    *observed = limit_headers::observe(resp.headers(), SystemTime::now());
+    let wish = observed.retry_after;
     match resp.bytes().await {
         Err(e) => Try::Failed {
             verdict: Verdict::Retry,
@@ -355,16 +359,36 @@ async fn try_once(gw: &GatewayState, body: &Bytes) -> Try {
 }
 
 /// One call with retries: the answer for the servo, and the usage billed
-/// (None when the provider billed nothing).
+/// (None when the provider billed nothing). Each try waits its turn in the
+/// provider's shared budget (`limits`); a 429 that is a rate limit sends
+/// the call back to the queue without counting as a failed attempt, for
+/// as long as the servo waits for its answer (`rate_patience`).
 pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<ChatUsage>) {
     let policy = &gw.upstream.policy;
     let provider = &gw.route.provider;
     let started = Instant::now();
-    let mut last = String::new();
+    let mut last: String;
     let mut previous: Option<String> = None;
-    for attempt in 1..=policy.max_attempts.max(1) {
-        let (mut verdict, status, wish) = match try_once(gw, &body).await {
-            Try::Answered(bytes) => return answer(gw, &bytes),
+    let key = (provider.name.clone(), gw.route.model.clone());
+    // The input's tokens, roughly (the meter's bound, bytes, is far above
+    // what a provider counts against its limit).
+    let tokens = body.len() as u64 / 4;
+    let mut attempt = 1;
+    loop {
+        let mut turn = gw
+            .upstream
+            .limits
+            .turn(key.clone(), tokens, |w| rate_waiting(gw, w))
+            .await;
+        if !turn.waited.is_zero() {
+            live().rate_limit_waited(&provider.name, turn.waited);
+        }
+        let (outcome, observed) = try_once(gw, &body).await;
+        let (mut verdict, status, wish) = match outcome {
+            Try::Answered(bytes) => {
+                gw.upstream.limits.answered(&mut turn, &observed);
+                return answer(gw, &bytes);
+            }
             Try::Failed {
                 verdict,
                 status,
@@ -377,6 +401,19 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
                 (verdict, status, wish)
             }
         };
+        if status == Some(429) && !retry::out_of_quota(&last) {
+            let pause = gw.upstream.limits.refused(&mut turn, &observed);
+            live().retry(&provider.name, RetryCause::RateLimited);
+            if started.elapsed() + pause < rate_patience(&gw.upstream) {
+                info!(task_id = %gw.task_id, pause_ms = pause.as_millis() as u64, "provider rate limit: the call waits its turn again");
+                continue;
+            }
+            return (still_rate_limited(gw, &last, started.elapsed()), None);
+        }
+        if status.is_some() {
+            gw.upstream.limits.answered(&mut turn, &observed);
+        }
+        drop(turn);
         if retry::repeated_invalid(status, &last, previous.as_deref()) {
             verdict = Verdict::BadRequest;
         }
@@ -426,12 +463,13 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
             Verdict::Retry | Verdict::Success => {}
         }
         let wait = retry::backoff(attempt, wish);
-        if attempt == policy.max_attempts || started.elapsed() + wait > policy.max_retry_time {
+        if attempt >= policy.max_attempts || started.elapsed() + wait > policy.max_retry_time {
             break;
         }
         warn!(task_id = %gw.task_id, attempt, wait_ms = wait.as_millis() as u64, error = %last, "retrying LLM call");
         live().retry(&provider.name, RetryCause::of(status));
         tokio::time::sleep(wait).await;
+        attempt += 1;
     }
     live().refusal(Refusal::Unavailable);
     let why = format!("giving up after {:.0?}: {last}", started.elapsed());
@@ -444,6 +482,49 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
         ),
         None,
     )
+}
+
+/// How long one call may go on waiting for the provider's rate limit:
+/// the servo gives up on a call after `servo_request_timeout`, and one
+/// more try must fit.
+pub(super) fn rate_patience(up: &Upstream) -> Duration {
+    up.servo_request_timeout()
+        .saturating_sub(up.policy.request_timeout + Duration::from_secs(30))
+}
+
+/// A call still rate-limited after `rate_patience`: a 429 the servo tries
+/// again (not a typed, final error: a rate limit never fails a task on
+/// its own).
+fn still_rate_limited(gw: &GatewayState, last: &str, waited: Duration) -> Response {
+    let why = format!("still rate-limited after {waited:.0?}: {last}");
+    let mut r = error_response(
+        gw,
+        StatusCode::TOO_MANY_REQUESTS,
+        gateway_error::RATE_LIMITED,
+        &why,
+    );
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("5"),
+    );
+    r
+}
+
+/// A call starts (`Some`: for about this long) or stops waiting for its
+/// turn in the provider's budget: the metrics, and the task's row that
+/// `task status` reads (`waiting for provider rate limit`).
+pub(super) fn rate_waiting(gw: &GatewayState, wait: Option<Duration>) {
+    let provider = &gw.route.provider.name;
+    live().rate_limit_wait(provider, wait);
+    let until = wait.map(|w| crate::store::now_ms() + w.as_millis() as i64);
+    let (l, task_id) = (gw.upstream.ledger.clone(), gw.task_id);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn_blocking(move || {
+            if let Err(e) = l.rate_wait(task_id, until) {
+                warn!(%task_id, error = %e, "the rate-limit wait not recorded");
+            }
+        });
+    }
 }
 
 /// A successful response in the OpenAI format, and the usage it billed.

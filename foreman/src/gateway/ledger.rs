@@ -133,6 +133,18 @@ impl Ledger {
         })
     }
 
+    /// Until when a call of `task` waits for its turn in the provider's
+    /// rate limit (None: no longer), for `task status`.
+    pub fn rate_wait(&self, task: TaskId, until_ms: Option<i64>) -> Result<(), LedgerError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE tasks SET rate_wait_until = ?2 WHERE id = ?1",
+                params![task.to_string(), until_ms],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Settles a call cut off before its answer (the servo killed, the
     /// request dropped) at its reservation, counted as input: what the
     /// provider billed is unknown, and it may have billed it all.

@@ -38,6 +38,9 @@
 //! - `remote`: one TCP listener for servos on other hosts (Swarm), a
 //!   per-task token selecting the task's routes; the workspace in and out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
+//! - `limits`, `limit_headers`: one shared budget of requests and tokens
+//!   per provider and model, learned from the providers' rate-limit
+//!   headers, in which every task's calls wait their turn (issue 26).
 //! - `native`, `passthrough`, `stream`: the vendors' own APIs for
 //!   third-party agents (issue 25): Anthropic Messages, Chat Completions
 //!   streamed, OpenAI Responses, vetted, passed through with the task's
@@ -54,6 +57,8 @@ mod children;
 mod desk;
 mod handler;
 mod ledger;
+mod limit_headers;
+mod limits;
 mod meter;
 mod native;
 mod passthrough;

@@ -18,11 +18,12 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use super::limit_headers;
 use super::native::{self, Api};
 use super::stream::{self, Held, Partial};
 use super::*;
 use crate::config::ProviderKind;
-use crate::metrics::{Refusal, live};
+use crate::metrics::{Refusal, RetryCause, live};
 
 /// Longest whole (not streamed) answer read from a provider.
 const MAX_ANSWER: usize = 32 * 1024 * 1024;
@@ -291,12 +292,20 @@ async fn send(
     let policy = &gw.upstream.policy;
     let sent = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let started = Instant::now();
-    let mut last = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        String::new(),
-        None::<String>,
-    );
-    for attempt in 1..=policy.max_attempts.max(1) {
+    let mut last: (StatusCode, String, Option<String>);
+    // The same shared budget as the built-in loop's calls (`limits`).
+    let key = (provider.name.clone(), gw.route.model.clone());
+    let tokens = body.len() as u64 / 4;
+    let mut attempt = 1;
+    loop {
+        let mut turn = gw
+            .upstream
+            .limits
+            .turn(key.clone(), tokens, |w| rate_waiting(gw, w))
+            .await;
+        if !turn.waited.is_zero() {
+            live().rate_limit_waited(&provider.name, turn.waited);
+        }
         let mut req = gw
             .upstream
             .client
@@ -322,15 +331,15 @@ async fn send(
             }
         }
         let (status, wish) = match req.send().await {
-            Ok(r) if r.status().is_success() => return Ok(r),
+            Ok(r) if r.status().is_success() => {
+                let observed = limit_headers::observe(r.headers(), SystemTime::now());
+                gw.upstream.limits.answered(&mut turn, &observed);
+                return Ok(r);
+            }
             Ok(r) => {
                 let status = r.status();
-                let wish = retry::retry_after(
-                    r.headers()
-                        .get(header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok()),
-                    SystemTime::now(),
-                );
+                let observed = limit_headers::observe(r.headers(), SystemTime::now());
+                let wish = observed.retry_after;
                 let text = capped_bytes(r, 64 * 1024).await.unwrap_or_default();
                 let text = gw
                     .upstream
@@ -343,7 +352,17 @@ async fn send(
                     status.as_u16(),
                     error_text(text.as_bytes())
                 );
+                let rate_limited = status.as_u16() == 429 && !retry::out_of_quota(&why);
                 last = (status, why, Some(text));
+                if rate_limited {
+                    let pause = gw.upstream.limits.refused(&mut turn, &observed);
+                    live().retry(&provider.name, RetryCause::RateLimited);
+                    if started.elapsed() + pause < rate_patience(&gw.upstream) {
+                        continue;
+                    }
+                    break;
+                }
+                gw.upstream.limits.answered(&mut turn, &observed);
                 (Some(status.as_u16()), wish)
             }
             Err(e) => {
@@ -372,13 +391,15 @@ async fn send(
             warn!(task_id = %gw.task_id, error = %last.1, "provider refused an agent's request");
             break;
         }
+        drop(turn);
         let wait = retry::backoff(attempt, wish);
-        if attempt == policy.max_attempts || started.elapsed() + wait > policy.max_retry_time {
+        if attempt >= policy.max_attempts || started.elapsed() + wait > policy.max_retry_time {
             live().refusal(Refusal::Unavailable);
             break;
         }
         warn!(task_id = %gw.task_id, attempt, error = %last.1, "retrying LLM call");
         tokio::time::sleep(wait).await;
+        attempt += 1;
     }
     let (status, why, body) = last;
     // The provider's own error body is in the API's format already.

@@ -51,6 +51,21 @@ pub(crate) fn repeated_invalid(status: Option<u16>, why: &str, previous: Option<
     status == Some(500) && previous == Some(why) && SIGNS.iter().any(|s| lower.contains(s))
 }
 
+/// A 429 that is not a rate limit: the account's quota or credit is
+/// spent (OpenAI's `insufficient_quota`, in its words). Waiting for a
+/// turn does not help it; it is retried like any failure, within limits.
+pub(crate) fn out_of_quota(why: &str) -> bool {
+    let lower = why.to_ascii_lowercase();
+    [
+        "insufficient_quota",
+        "current quota",
+        "billing",
+        "credit balance",
+    ]
+    .iter()
+    .any(|s| lower.contains(s))
+}
+
 /// `Retry-After` as seconds or an HTTP date.
 pub(crate) fn retry_after(value: Option<&str>, now: SystemTime) -> Option<Duration> {
     retry::retry_after(value?, now)
@@ -117,6 +132,22 @@ mod tests {
         assert!(!repeated_invalid(Some(500), outage, Some(outage)));
         assert!(!repeated_invalid(Some(500), &why, Some(outage)));
         assert!(!repeated_invalid(Some(503), &why, Some(&why)));
+    }
+
+    #[test]
+    fn a_spent_quota_is_not_a_rate_limit() {
+        assert!(out_of_quota(
+            "openai answered HTTP 429: You exceeded your current quota, please check your plan and billing details."
+        ));
+        assert!(out_of_quota(
+            "anthropic answered HTTP 400: Your credit balance is too low"
+        ));
+        assert!(!out_of_quota(
+            "openai answered HTTP 429: Rate limit reached for gpt-4o-mini on requests per min (RPM): Limit 3, Used 3"
+        ));
+        assert!(!out_of_quota(
+            "anthropic answered HTTP 429: This request would exceed the rate limit for your organization"
+        ));
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub(crate) struct Upstream {
     pub(super) session_secret: SessionSecret,
     /// Where each task's trajectory (`record`) is written, on the host.
     pub(crate) trajectories: std::path::PathBuf,
+    /// The providers' rate limits, shared by every task (`limits`).
+    pub(super) limits: super::limits::Limits,
     /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
     /// logs it).
     pub gateway_connections: usize,
@@ -84,8 +86,16 @@ impl Upstream {
             broker: Arc::new(crate::capability::Broker::new(cfg)),
             session_secret: SessionSecret(crate::backend::swarm::token_key(&cfg.state_dir())?),
             gateway_connections,
+            limits: Default::default(),
             trajectories: trajectories_dir(cfg),
         })
+    }
+
+    /// How long a new call to a provider would wait for its turn now (the
+    /// longest over providers and models): `concurrency: auto` launches no
+    /// task whose first call would wait long.
+    pub fn rate_wait(&self) -> Duration {
+        self.limits.wait_now()
     }
 
     /// The longest one call through the gateway can take: the last attempt

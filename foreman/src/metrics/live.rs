@@ -8,11 +8,13 @@
 //! so the label sets are bounded. They start empty in each process.
 
 use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use strum::IntoEnumIterator;
@@ -179,6 +181,9 @@ pub(crate) struct Live {
     launch_failures: Family<CauseLabels, Counter>,
     pool_claims: Family<ResultLabels, Counter>,
     pool_claim_seconds: Histogram,
+    rate_waits: Family<ProviderLabels, Counter>,
+    rate_waiting: Family<ProviderLabels, Gauge>,
+    rate_wait_seconds: Family<ProviderLabels, Counter<f64, AtomicU64>>,
 }
 
 static LIVE: LazyLock<Live> = LazyLock::new(Live::new);
@@ -202,6 +207,9 @@ impl Live {
             launch_failures: Family::default(),
             pool_claims: Family::default(),
             pool_claim_seconds: Histogram::new(CLAIM_BUCKETS.iter().copied()),
+            rate_waits: Family::default(),
+            rate_waiting: Family::default(),
+            rate_wait_seconds: Family::default(),
         };
         for result in Claim::iter() {
             let _ = live.pool_claims.get_or_create(&ResultLabels {
@@ -243,6 +251,12 @@ impl Live {
             let _ = self.llm_seconds.get_or_create(&ProviderLabels {
                 provider: provider.clone(),
             });
+            let l = ProviderLabels {
+                provider: provider.clone(),
+            };
+            let _ = self.rate_waits.get_or_create(&l);
+            let _ = self.rate_waiting.get_or_create(&l);
+            let _ = self.rate_wait_seconds.get_or_create(&l);
             for cause in RetryCause::iter() {
                 let _ = self.retries.get_or_create(&RetryLabels {
                     provider: provider.clone(),
@@ -282,6 +296,29 @@ impl Live {
                 cause: cause.into(),
             })
             .inc();
+    }
+
+    /// A call to `provider` starts waiting for its turn in the provider's
+    /// rate limit (`Some`), or stops (`None`).
+    pub fn rate_limit_wait(&self, provider: &str, wait: Option<std::time::Duration>) {
+        let l = ProviderLabels {
+            provider: provider.to_string(),
+        };
+        if wait.is_some() {
+            self.rate_waits.get_or_create(&l).inc();
+            self.rate_waiting.get_or_create(&l).inc();
+        } else {
+            self.rate_waiting.get_or_create(&l).dec();
+        }
+    }
+
+    /// A call to `provider` waited this long for its turn.
+    pub fn rate_limit_waited(&self, provider: &str, took: Duration) {
+        self.rate_wait_seconds
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_string(),
+            })
+            .inc_by(took.as_secs_f64());
     }
 
     /// The gateway answered a call without a completion.
@@ -386,6 +423,24 @@ impl Live {
             "pool_claim_duration_seconds",
             "Warm claims, from the claim to the task's launch released to its servo, in this process",
             self.pool_claim_seconds.clone(),
+        );
+        reg.register(
+            "gateway_rate_limit_waits",
+            "LLM calls that waited for their turn in the provider's rate limit (the budget \
+             all tasks share), by provider, in this process",
+            self.rate_waits.clone(),
+        );
+        reg.register(
+            "gateway_rate_limit_waiting",
+            "LLM calls waiting now for their turn in the provider's rate limit, by provider",
+            self.rate_waiting.clone(),
+        );
+        reg.register_with_unit(
+            "gateway_rate_limit_wait",
+            "Time LLM calls spent waiting for their turn in the provider's rate limit, by \
+             provider, in this process",
+            Unit::Seconds,
+            self.rate_wait_seconds.clone(),
         );
         reg.register(
             "collection_errors",

@@ -64,6 +64,9 @@ pub(crate) struct TaskView {
     pub pause_requested: bool,
     /// Waiting without a container (its workspace kept).
     pub parked: bool,
+    /// A call of the running task waits for its turn in the provider's
+    /// rate limit (`waiting for provider rate limit`; issue 26).
+    pub rate_limited: bool,
     /// Since when it waits for a human (`waiting_human` or `paused`).
     pub waiting_since: Option<String>,
     /// Set when a person overrode the outcome: `state` is what they gave it.
@@ -226,6 +229,7 @@ impl TaskView {
             waiting_for: t.waiting_for.clone(),
             pause_requested: t.pause_requested,
             parked: t.parked,
+            rate_limited: t.rate_limited(now_ms()),
             waiting_since: t.waiting_since.map(time),
             overridden: t.overridden.as_ref().map(|o| OverrideView::new(o, t.state)),
             events: events.map(|evs| {

@@ -27,6 +27,9 @@ pub(super) fn cost(usd: f64) -> String {
     }
 }
 
+/// What a task whose call waits for the provider's rate limit shows.
+pub(crate) const RATE_LIMITED: &str = "waiting for provider rate limit";
+
 /// The `task status` table.
 pub(crate) fn table(tasks: &[TaskRow]) -> String {
     if tasks.is_empty() {
@@ -48,6 +51,7 @@ pub(crate) fn table(tasks: &[TaskRow]) -> String {
                 format!("{}{mark} ({})", t.state, r)
             }
             (_, Some(w)) => format!("{}: {}", t.state, short(&waiting_line(w), 60)),
+            _ if t.rate_limited(now) => format!("{}: {RATE_LIMITED}", t.state),
             _ => match super::waits_line(t, now) {
                 Some(w) => format!("{} ({w})", t.state),
                 None => format!("{}{mark}", t.state),
@@ -119,6 +123,9 @@ pub(crate) fn detail(
     if let Some(w) = &t.waiting_for {
         let _ = writeln!(s, "waiting:   {}", clean(&waiting_line(w)));
         let _ = writeln!(s, "           {}", clean(&how_to_reply(t.id, w)));
+    }
+    if t.rate_limited(now_ms()) {
+        let _ = writeln!(s, "waiting:   {RATE_LIMITED}");
     }
     if t.pause_requested && !t.state.is_terminal() {
         let _ = writeln!(

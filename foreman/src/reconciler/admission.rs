@@ -11,6 +11,21 @@
 //! latency seen, drifting slowly up so that a daemon that became slower
 //! for good is, in time, the new normal.
 //!
+//! A rise in launch latency is only pressure worth backing off from when
+//! it is a real part of a task's life: once tasks have ended, the limit
+//! keeps growing while the rise above the baseline stays under
+//! [`Tuning::life_share`] of a task's smoothed life from launch to end
+//! (issue 26). Tasks that mostly wait on an LLM make launching more cost
+//! almost nothing, even when unrelated load on the host slows Docker down;
+//! one-step tasks, whose life is mostly Docker's, still back off. Until the
+//! first task has ended, a rise holds the limit instead of lowering it:
+//! nothing says yet whether it matters (daemon errors still halve it).
+//!
+//! With `auto`, no task is launched while a new call to a provider would
+//! wait longer than [`Tuning::serve_soon`] for its turn in the provider's
+//! rate limit (`gateway::limits`), unless nothing runs: its first call
+//! could not be served soon.
+//!
 //! A circuit breaker, in every mode: after [`Tuning::trip_after`] daemon
 //! errors in a row it opens and nothing is launched for
 //! [`Tuning::open_for`]; then it is half-open and lets one launch through.
@@ -52,6 +67,11 @@ pub(crate) struct Tuning {
     pub open_for: Duration,
     /// The longest it stays open.
     pub max_open_for: Duration,
+    /// A latency rise under this share of a task's life is not pressure.
+    pub life_share: f64,
+    /// `auto` launches nothing while a provider's rate limit holds a new
+    /// call longer than this.
+    pub serve_soon: Duration,
 }
 
 impl Default for Tuning {
@@ -68,6 +88,8 @@ impl Default for Tuning {
             trip_after: 5,
             open_for: Duration::from_secs(5),
             max_open_for: Duration::from_secs(60),
+            life_share: 0.25,
+            serve_soon: Duration::from_secs(10),
         }
     }
 }
@@ -100,6 +122,8 @@ pub(crate) enum Report {
     /// The launch ended otherwise (cancelled, the task's own error): it
     /// says nothing about the daemon.
     Neutral,
+    /// A launched task ended this long after its launch began.
+    Lived(Duration),
 }
 
 /// A change worth a log line.
@@ -127,6 +151,10 @@ pub(crate) struct Admission {
     open_until: Option<Instant>,
     open_for: Duration,
     probing: bool,
+    /// Smoothed seconds from a launch to its task's end.
+    life: Option<f64>,
+    /// How long a new call would wait for a provider's rate limit.
+    rate_wait: Duration,
 }
 
 /// What status, logs and metrics show.
@@ -158,7 +186,20 @@ impl Admission {
             breaker: Breaker::Closed,
             open_until: None,
             probing: false,
+            life: None,
+            rate_wait: Duration::ZERO,
         }
+    }
+
+    /// How long a new LLM call would wait now for its turn in a
+    /// provider's rate limit (`gateway::Upstream::rate_wait`).
+    pub fn provider_wait(&mut self, wait: Duration) {
+        self.rate_wait = wait;
+    }
+
+    /// Whether `auto` holds launches for a provider's rate limit now.
+    pub fn held_for_rate(&self) -> bool {
+        self.mode == Concurrency::Auto && self.rate_wait > self.tuning.serve_soon
     }
 
     /// How many tasks may hold a slot.
@@ -183,6 +224,9 @@ impl Admission {
     /// Whether one more task may be launched with `busy` holding a slot.
     pub fn may_launch(&mut self, now: Instant, busy: usize) -> (bool, Option<Change>) {
         let (breaker, change) = self.breaker(now);
+        if busy > 0 && self.held_for_rate() {
+            return (false, change);
+        }
         let ok = match breaker {
             Breaker::Closed => busy < self.limit(),
             Breaker::HalfOpen => !self.probing && busy < self.limit(),
@@ -205,6 +249,14 @@ impl Admission {
             Report::DaemonFailed(_) => self.failed(now),
             Report::Neutral => {
                 self.probing = false;
+                None
+            }
+            Report::Lived(life) => {
+                // A task that waited on a human for hours says nothing of
+                // the work's shape: ten minutes is long enough.
+                let sample = life.as_secs_f64().min(600.0);
+                let t = &self.tuning;
+                self.life = Some(self.life.map_or(sample, |l| l + t.smoothing * (sample - l)));
                 None
             }
         }
@@ -238,13 +290,18 @@ impl Admission {
         }
         let ratio = smoothed / baseline.max(1e-6);
         self.calm_for -= 1.0;
-        if ratio <= t.grow_below {
+        // The rise is a small part of what a task lasts: launching more
+        // costs little, whatever slowed Docker down.
+        let cheap = self
+            .life
+            .is_some_and(|life| smoothed - baseline < t.life_share * life);
+        if ratio <= t.grow_below || cheap {
             self.limit += if self.slow_start {
                 1.0
             } else {
                 1.0 / self.limit
             };
-        } else if ratio >= t.shrink_above && self.calm_for <= 0.0 {
+        } else if ratio >= t.shrink_above && self.calm_for <= 0.0 && self.life.is_some() {
             self.shrink(t.shrink_by);
             change = change.or(Some(Change::Shrunk {
                 limit: self.limit(),

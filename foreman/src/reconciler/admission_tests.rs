@@ -45,6 +45,11 @@ fn auto_backs_off_when_latency_climbs_then_grows_slowly() {
         a.report(now, FAST);
     }
     assert_eq!(a.limit(), 32);
+    // One-step tasks: a task lives a fifth of a second.
+    assert_eq!(
+        a.report(now, Report::Lived(Duration::from_millis(200))),
+        None
+    );
     // Latency climbs past twice the baseline: the smoothed value gets there
     // after a few samples, and the limit loses a quarter once.
     let mut shrunk = Vec::new();
@@ -196,4 +201,87 @@ fn a_slower_daemon_becomes_the_new_baseline_in_time() {
         a.report(now, SLOW);
     }
     assert!(a.limit() > before, "grows again at the new normal");
+}
+
+/// Issue 26: what a latency rise does to `auto`'s limit, by how long the
+/// tasks live. Each case: the tasks' life, the latency after a quick
+/// start at 100 ms, and whether the limit then grows, holds or shrinks.
+#[test]
+fn a_latency_rise_is_pressure_only_against_a_short_task_life() {
+    #[derive(Debug, PartialEq)]
+    enum Went {
+        Grew,
+        Held,
+        Shrank,
+    }
+    let cases = [
+        // LLM-bound tasks (8 s each) on a host busy with other work: Docker
+        // at 4× its baseline is still a small part of a task's life.
+        (Some(8.0), 400, Went::Grew),
+        (Some(8.0), 190, Went::Grew),
+        // Even 2 s over the baseline is under a quarter of 10 s.
+        (Some(10.0), 2000, Went::Grew),
+        // One-step tasks, whose life is mostly Docker's: as before.
+        (Some(0.2), 400, Went::Shrank),
+        (Some(0.2), 190, Went::Held),
+        // No task has ended yet: a rise holds the limit (nothing says yet
+        // whether it matters).
+        (None, 400, Went::Held),
+        (None, 190, Went::Held),
+        (None, 100, Went::Grew),
+    ];
+    for (life, latency_ms, want) in cases {
+        let mut a = auto();
+        let now = Instant::now();
+        for _ in 0..4 {
+            a.report(now, FAST);
+        }
+        if let Some(l) = life {
+            a.report(now, Report::Lived(Duration::from_secs_f64(l)));
+        }
+        // Let the smoothed latency catch up, then two rounds at it (a
+        // back-off waits a round before the next).
+        let sample = Report::Launched(Duration::from_millis(latency_ms));
+        for _ in 0..8 {
+            a.report(now, sample);
+        }
+        let before = a.limit();
+        let mut shrunk = false;
+        for _ in 0..2 * before + 2 {
+            shrunk |= matches!(a.report(now, sample), Some(Change::Shrunk { .. }));
+        }
+        let went = match a.limit() {
+            l if l > before => Went::Grew,
+            l if l < before => Went::Shrank,
+            _ => Went::Held,
+        };
+        assert_eq!(went, want, "life {life:?}, latency {latency_ms} ms");
+        assert_eq!(shrunk, want == Went::Shrank);
+    }
+}
+
+/// Issue 26: `auto` holds launches while a provider's rate limit would
+/// make a new call wait long, unless nothing runs; a fixed limit does not.
+#[test]
+fn a_provider_rate_limit_holds_auto_launches() {
+    let cases = [
+        // (mode, provider wait, busy, may launch)
+        (Concurrency::Auto, 0, 1, true),
+        (Concurrency::Auto, 9, 1, true),
+        (Concurrency::Auto, 11, 1, false),
+        (Concurrency::Auto, 600, 3, false),
+        (Concurrency::Auto, 600, 0, true),
+        (Concurrency::Fixed(8), 600, 3, true),
+    ];
+    for (mode, wait_s, busy, want) in cases {
+        let mut a = Admission::new(mode, Tuning::default());
+        let now = Instant::now();
+        a.provider_wait(Duration::from_secs(wait_s));
+        assert_eq!(
+            a.may_launch(now, busy).0,
+            want,
+            "{mode:?}, wait {wait_s} s, {busy} running"
+        );
+        assert_eq!(a.held_for_rate(), mode == Concurrency::Auto && wait_s > 10);
+    }
 }

@@ -27,7 +27,18 @@ const SETTLE: Duration = Duration::from_millis(250);
 impl Ctx {
     /// Whether the loop may claim one more task with `busy` holding a slot.
     pub(super) fn may_launch(&self, busy: usize) -> bool {
+        let wait = self.upstream.rate_wait();
         let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let held = a.held_for_rate();
+        a.provider_wait(wait);
+        if a.held_for_rate() != held {
+            info!(
+                wait_s = wait.as_secs_f64().round(),
+                held = !held,
+                "admission: a provider's rate limit {} launches",
+                if held { "no longer holds" } else { "holds" }
+            );
+        }
         let (ok, change) = a.may_launch(Instant::now(), busy);
         if let Some(c) = change {
             log_change(&a, c);

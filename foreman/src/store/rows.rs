@@ -63,6 +63,17 @@ pub(crate) struct TaskRow {
     /// A queued task is not claimed before this (a retry's backoff, a
     /// requeue's delay; issue 30).
     pub not_before: Option<i64>,
+    /// Until when a call of the task waits for the provider's rate limit
+    /// (issue 26); None, or a time past, when it does not.
+    pub rate_wait_until: Option<i64>,
+}
+
+impl TaskRow {
+    /// A call of this running task waits for its turn in the provider's
+    /// rate limit (`waiting for provider rate limit`).
+    pub fn rate_limited(&self, now_ms: i64) -> bool {
+        !self.state.is_terminal() && self.rate_wait_until.is_some_and(|t| t > now_ms)
+    }
 }
 
 /// A person's override of how a task ended; the task's `state` is the
@@ -155,7 +166,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
       ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
-     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before";
+     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before, rate_wait_until";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -203,6 +214,7 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         cache_write_tokens: r.get(32)?,
         compactions: r.get(33)?,
         not_before: r.get(34)?,
+        rate_wait_until: r.get(35)?,
     })
 }
 

@@ -291,6 +291,10 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          CREATE UNIQUE INDEX children_by_call ON children(parent_id, call_id)
             WHERE call_id IS NOT NULL;",
     ),
+    // Issue 26, rate limits: until when a call of the task waits for its
+    // turn in the provider's shared budget (gateway/limits.rs); NULL or
+    // past: not waiting.
+    M::up("ALTER TABLE tasks ADD COLUMN rate_wait_until INTEGER;"),
 ];
 
 pub(crate) struct Store {

@@ -21,6 +21,7 @@ use crate::store::{Outcome, TaskRow, now_ms};
 pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
     let id = task.id;
     let mut gateway = None;
+    let began = tokio::time::Instant::now();
     let launched = launch(&ctx, &task, &inbox, &mut gateway).await;
     if ctx.engine.paces_launches() {
         ctx.report_launch(id, report(&launched));
@@ -32,7 +33,13 @@ pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joine
             }
             // A parked task's timeout goes on from the work already done.
             let started = now_ms() - task.active_ms;
-            supervise(ctx, task, servo, gateway, started, running, inbox).await
+            let paces = ctx.engine.paces_launches();
+            let joined =
+                supervise(ctx.clone(), task, servo, gateway, started, running, inbox).await;
+            if paces {
+                ctx.report_launch(id, Report::Lived(began.elapsed()));
+            }
+            joined
         }
         Err(failed) => launch_failed(&ctx, &task, gateway, failed, &mut inbox).await,
     }

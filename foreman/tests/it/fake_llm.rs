@@ -82,6 +82,8 @@ struct Inner {
     billed: Vec<(u64, u64)>,
     /// Set: usage is billed like a provider with prompt caching.
     cache: Option<crate::fake_cache::PromptCache>,
+    /// Set: a provider's rate limit is enforced (`fake_limit`).
+    limiter: Option<crate::fake_limit::Limiter>,
 }
 
 pub struct FakeLlm {
@@ -118,6 +120,7 @@ impl FakeLlm {
             matcher: Some(Box::new(matcher)),
             billed: vec![],
             cache: None,
+            limiter: None,
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -155,6 +158,18 @@ impl FakeLlm {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.inner.lock().unwrap().seen.clone()
+    }
+
+    /// From now on, enforces a provider's rate limit: answers carry the
+    /// provider's rate-limit headers and a request over it gets a 429.
+    pub fn limit(&self, limit: crate::fake_limit::RateLimit) {
+        self.inner.lock().unwrap().limiter = Some(crate::fake_limit::Limiter::new(limit));
+    }
+
+    /// Requests the rate limit let through, and 429s it answered.
+    pub fn rate_limited(&self) -> (u64, u64) {
+        let g = self.inner.lock().unwrap();
+        g.limiter.as_ref().map_or((0, 0), |l| (l.served, l.refused))
     }
 
     /// What the fake billed in all: the tokens of every turn it served.
@@ -251,7 +266,42 @@ fn turn_events(format: Format, body: &Value, t: &crate::fake_stream::Turn) -> Ve
     }
 }
 
+/// The rate limit first, when one is set: a 429 leaves the script alone;
+/// an answer carries the limit's headers.
 async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    body: Bytes,
+    format: Format,
+) -> Response {
+    let anthropic = format == Format::Anthropic;
+    let limited = inner
+        .lock()
+        .unwrap()
+        .limiter
+        .as_mut()
+        .map(|l| l.take(body.len() as u64 / 4, anthropic));
+    match limited {
+        None => answer(State(inner), headers, body, format).await,
+        Some((h, false)) => {
+            let mut r = error(429, None);
+            if anthropic {
+                let body = json!({"type": "error", "error": {"type": "rate_limit_error",
+                    "message": "This request would exceed the rate limit for your organization"}});
+                r = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+            }
+            r.headers_mut().extend(h);
+            r
+        }
+        Some((h, true)) => {
+            let mut r = answer(State(inner), headers, body, format).await;
+            r.headers_mut().extend(h);
+            r
+        }
+    }
+}
+
+async fn answer(
     State(inner): State<Arc<Mutex<Inner>>>,
     headers: HeaderMap,
     body: Bytes,

@@ -3,6 +3,7 @@
 //! server speaking the OpenAI wire format.
 
 mod fake_cache;
+mod fake_limit;
 mod fake_llm;
 mod fake_stream;
 mod util;
@@ -42,6 +43,7 @@ mod openai;
 mod output;
 mod pool;
 mod privsep;
+mod rate_limits;
 mod replay;
 mod report;
 mod retry_resume;
