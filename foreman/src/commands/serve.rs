@@ -74,7 +74,8 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
             if let Some(problem) = cfg.file.swarm_image_problem() {
                 anyhow::bail!("{}: {problem}", cfg.describe_source());
             }
-            let manager = crate::backend::swarm::connect(&swarm.manager).await?;
+            let manager_addr = crate::backend::swarm::Endpoint::manager(cfg, swarm)?;
+            let manager = manager_addr.connect().await?;
             if swarm.manager.starts_with("unix://") {
                 tracing::warn!(
                     manager = %swarm.manager,
@@ -88,7 +89,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
             let key = crate::backend::swarm::token_key(&cfg.state_dir())?;
             let parts = crate::backend::swarm::SwarmParts {
                 manager: manager.clone(),
-                manager_addr: swarm.manager.clone(),
+                manager_addr,
                 network: swarm.network.clone(),
                 gateway_url: format!("http://{}", swarm.gateway_listen),
                 hub,

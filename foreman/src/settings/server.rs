@@ -100,6 +100,9 @@ pub(super) const SERVER: &[Setting] = &[
     Setting::new("swarm.gateway_listen", "string")
         .doc("`addr:port` the gateway listens on, reachable from every node.")
         .config("swarm.gateway_listen"),
+    Setting::new("swarm.tls", "map")
+        .doc("TLS for the manager's and every node's engine API (served with `--tlsverify`): `ca` (PEM of the CA that signed the engines' certificates; the only one trusted), `cert` and `key` (the foreman's client certificate), paths relative to the config file.")
+        .config("swarm.tls"),
     Setting::new("limits.memory", "size")
         .default("8g")
         .doc("The most memory any task may ask for.")

@@ -44,6 +44,7 @@ mod safety;
 mod sandbox;
 mod steps;
 mod swarm;
+mod swarm_certs;
 mod swarm_park;
 mod swarm_verify;
 mod templates;

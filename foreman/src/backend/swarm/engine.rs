@@ -17,7 +17,7 @@ use crate::spec::TaskSpec;
 #[derive(Clone)]
 pub(crate) struct Swarm {
     pub manager: Docker,
-    pub manager_addr: String,
+    pub manager_addr: super::Endpoint,
     pub(super) network: String,
     pub(super) gateway_url: String,
     pub(super) hub: crate::gateway::Hub,
@@ -33,7 +33,7 @@ pub(crate) struct Swarm {
 /// What a swarm engine is made of (`swarm:` in config.yaml, resolved).
 pub(crate) struct SwarmParts {
     pub manager: Docker,
-    pub manager_addr: String,
+    pub manager_addr: super::Endpoint,
     pub network: String,
     pub gateway_url: String,
     pub hub: crate::gateway::Hub,
