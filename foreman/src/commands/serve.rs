@@ -142,7 +142,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     // Checked before anything starts: a refused address names its setting.
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
     let ctx = context(&cfg).await?;
-    // A swarm's nodes pull the image themselves.
+    // The image is here (or, on a swarm, pulled on every node ahead).
     ctx.engine.check_image().await?;
     // The dashboard runs beside the loop, never in it, and stops after it.
     let web_stop = CancellationToken::new();

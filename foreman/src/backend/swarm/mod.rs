@@ -12,7 +12,10 @@
 //! - `service`: the hardened job service and its secret (what Swarm can
 //!   express of the local backend's hardening, and what stands in).
 //! - `observe`: Swarm's task states onto what the reconciler needs
-//!   (a pure mapping), the node a task runs on, nodes that are Down.
+//!   (a pure mapping), the node a task runs on, nodes that are Down;
+//!   `board`: one look at every watched job for all their watchers.
+//! - `overlay`: an idle container on every node keeping the overlay's
+//!   sandbox up between tasks (and the image pulled there).
 //! - `push`: `build-servo --push`, the image into the swarm's registry.
 //! - `endpoint`, `tls`: reaching the manager's and each node's engine
 //!   API, plain or over TLS (`swarm.tls`).
@@ -23,6 +26,7 @@
 //! - `engine`, `watch`, `collect`, `find`: the swarm as an engine (what
 //!   the supervisor asks of it: launch, phases, stop, the upload, adopt).
 
+mod board;
 mod collect;
 mod endpoint;
 mod engine;
@@ -30,6 +34,7 @@ mod find;
 mod locate;
 mod nodes;
 mod observe;
+mod overlay;
 mod push;
 mod service;
 mod tls;
