@@ -21,7 +21,9 @@
 //! - `dispatch`, `first`, `steps`, `throughput`, `wide`, `thousand`,
 //!   `collection`, `footprint`, `admission` (a fixed-concurrency sweep
 //!   against `auto`), `long` (issue 26: `cost` with and without prompt
-//!   caching, `length` in a 16k window): the measurements.
+//!   caching, `length` in a 16k window), `swarm` (issue 28: a private
+//!   3-node swarm against this host; full runs and `--only swarm`): the
+//!   measurements.
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -51,6 +53,7 @@ mod probe;
 mod project;
 mod stats;
 mod steps;
+mod swarm;
 mod thousand;
 mod throughput;
 mod wide;
@@ -79,6 +82,7 @@ const MEASUREMENTS: &[&str] = &[
     "admission",
     "cost",
     "length",
+    "swarm",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -105,7 +109,8 @@ struct Args {
     out: PathBuf,
     /// Run only these measurements (repeatable): floor, dispatch, first,
     /// step, throughput, wide, thousand, collection, rss, status, size,
-    /// admission, cost, length (`cost` and `length` run together).
+    /// admission, cost, length (`cost` and `length` run together), swarm
+    /// (not in `--quick` unless named: it starts a 3-node swarm).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -314,6 +319,11 @@ async fn run(
     if want("cost") || want("length") {
         quiet_check("long", busy).await;
         figures.extend(long::long_tasks(env, args.quick).await?);
+    }
+    // A private swarm of three dockerd: in full runs, or when named.
+    if args.only.iter().any(|o| o == "swarm") || (args.only.is_empty() && !args.quick) {
+        quiet_check("swarm", busy).await;
+        figures.extend(swarm::swarm(env, &args.servo, args.quick).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;
