@@ -22,7 +22,10 @@
 #   on and FORWARD policy DROP (the system dockerd's), which would drop
 #   bridged frames.
 #   Node APIs: unix://$BASE/nN/docker.sock and tcp://$PFX.1N:2375 (no TLS:
-#   private addresses, tests only). A registry (Debian's docker-registry)
+#   private addresses, tests only), or with TLS_DIR set tcp://$PFX.1N:2376
+#   served with --tlsverify: $TLS_DIR holds ca.pem (the CA clients must be
+#   signed by) and nN-cert.pem/nN-key.pem (node N's server certificate,
+#   for its address $PFX.1N), which `up` copies into each node's directory. A registry (Debian's docker-registry)
 #   listens on $PFX.1:5000; the nodes trust it as an insecure registry.
 #   The overlay `$NET` is 10.232.0.0/24, the swarm's pool 10.233.0.0/16,
 #   node-local networks 10.234.0.0/16: none collides with the recipe in
@@ -30,7 +33,8 @@
 #
 # Env: PFX (first three octets), NS (prefix of namespace, link and cgroup
 # names, at most 4 characters), BASE (node dirs), NODES, IMAGE (loaded into
-# the manager, so that `saheeli build-servo --push` can build FROM it).
+# the manager, so that `saheeli build-servo --push` can build FROM it),
+# TLS_DIR (certificates: the engines' TCP APIs over TLS, see above).
 # `up` writes $BASE/env.sh (DOCKER_HOST of the manager, the registry, the
 # host address the servos reach the gateway on). Needs root, iproute2,
 # util-linux, docker.io, curl and docker-registry (scripts/setup.sh swarm).
@@ -50,18 +54,28 @@ ns() { echo "$NS-n$1"; }
 dn() { docker -H "unix://$BASE/n$1/docker.sock" "${@:2}"; }
 log() { printf '[swarm %s] %s\n' "$(date +%T.%N | cut -c1-12)" "$*" >&2; }
 
+port() { [ -n "${TLS_DIR:-}" ] && echo 2376 || echo 2375; }
+
 start_node() { # start (or restart) the dockerd of node $1
-  local n=$1 d=$BASE/n$1
+  local n=$1 d=$BASE/n$1 tls port
   mkdir -p "$d/data" "$d/exec"
   # Its own config file: /etc/docker/daemon.json would be merged and
   # conflict. "tls": false, or a tcp host makes 20.10 wait 15 s at start.
+  if [ -f "$d/tls/ca.pem" ]; then
+    tls="\"tls\": true, \"tlsverify\": true, \"tlscacert\": \"$d/tls/ca.pem\",
+  \"tlscert\": \"$d/tls/cert.pem\", \"tlskey\": \"$d/tls/key.pem\","
+    port=2376
+  else
+    tls='"tls": false,'
+    port=2375
+  fi
   cat >"$d/daemon.json" <<J
 {
   "data-root": "$d/data",
   "exec-root": "$d/exec",
   "pidfile": "$d/docker.pid",
-  "hosts": ["unix://$d/docker.sock", "tcp://$PFX.1$n:2375"],
-  "tls": false,
+  "hosts": ["unix://$d/docker.sock", "tcp://$PFX.1$n:$port"],
+  $tls
   "storage-driver": "overlay2",
   "bridge": "none",
   "cgroup-parent": "/$NS-swarm$n",
@@ -145,6 +159,15 @@ up() {
     ip netns exec "$(ns "$n")" ip link set lo up
   done
   log "network up"
+  if [ -n "${TLS_DIR:-}" ]; then
+    for n in $(seq 1 "$NODES"); do
+      mkdir -p "$BASE/n$n/tls"
+      cp "$TLS_DIR/ca.pem" "$BASE/n$n/tls/ca.pem"
+      cp "$TLS_DIR/n$n-cert.pem" "$BASE/n$n/tls/cert.pem"
+      cp "$TLS_DIR/n$n-key.pem" "$BASE/n$n/tls/key.pem"
+      chmod 600 "$BASE/n$n/tls/key.pem"
+    done
+  fi
   start_registry &
   local pids=($!)
   for n in $(seq 1 "$NODES"); do start_node "$n" & pids+=($!); done
@@ -173,7 +196,7 @@ up() {
   cat >"$BASE/env.sh" <<E
 # source me: the private swarm of scripts/swarm.sh
 export DOCKER_HOST=unix://$BASE/n1/docker.sock
-export SAHEELI_SWARM_MANAGER=tcp://$PFX.11:2375
+export SAHEELI_SWARM_MANAGER=tcp://$PFX.11:$(port)
 export SAHEELI_SWARM_REGISTRY=$REG
 export SAHEELI_SWARM_NETWORK=$NET
 export SAHEELI_SWARM_HOST=$PFX.1
@@ -247,5 +270,5 @@ case "${1:-}" in
   restart) start_node "${2:?node number}" ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: scripts/swarm.sh up|status|restart N|down   (env: PFX NS BASE NODES IMAGE NET)" >&2; exit 2 ;;
+  *) echo "usage: scripts/swarm.sh up|status|restart N|down   (env: PFX NS BASE NODES IMAGE NET TLS_DIR)" >&2; exit 2 ;;
 esac

@@ -23,7 +23,8 @@
 //!   against `auto`), `long` (issue 26: `cost` with and without prompt
 //!   caching, `length` in a 16k window), `rates` (issue 26: a fleet under a
 //!   provider's rate limit; `auto` on LLM-bound work, quiet and beside a
-//!   CPU-bound load): the measurements.
+//!   CPU-bound load), `swarm` (issue 28: a private 3-node swarm against
+//!   this host; full runs and `--only swarm`): the measurements.
 //! - `pool`: the warm pool (issue 28): first request warm and cold,
 //!   a burst, its idle cost (and `thousand` with the pool on).
 //! - `stats`: medians, p95 and the report.
@@ -60,6 +61,7 @@ mod project;
 mod rates;
 mod stats;
 mod steps;
+mod swarm;
 mod thousand;
 mod throughput;
 mod wide;
@@ -91,6 +93,7 @@ const MEASUREMENTS: &[&str] = &[
     "pool",
     "rates",
     "auto",
+    "swarm",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -119,7 +122,8 @@ struct Args {
     /// step, throughput, wide, thousand, collection, rss, status, size,
     /// admission, cost, length (`cost` and `length` run together), pool
     /// (issue 28: warm first request, burst, cost, and the thousand with
-    /// the pool on), rates, auto.
+    /// the pool on), rates, auto, swarm (not in `--quick` unless named: it
+    /// starts a 3-node swarm).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -364,6 +368,11 @@ async fn run(
             delay: std::time::Duration::from_secs(2),
         };
         figures.extend(rates::auto(env, &sizes).await?);
+    }
+    // A private swarm of three dockerd: in full runs, or when named.
+    if args.only.iter().any(|o| o == "swarm") || (args.only.is_empty() && !args.quick) {
+        quiet_check("swarm", busy).await;
+        figures.extend(swarm::swarm(env, &args.servo, args.quick).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;

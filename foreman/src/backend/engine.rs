@@ -18,7 +18,7 @@ pub(crate) enum TaskEngine {
     /// manager (and its address, for reaching the node's engine alike).
     Swarm {
         manager: Docker,
-        manager_addr: String,
+        manager_addr: super::swarm::Endpoint,
         service: String,
     },
 }

@@ -70,7 +70,7 @@ impl Engine {
     pub async fn check_image(&self) -> Result<(), EngineError> {
         match self {
             Engine::Local(l) => l.check_image().await,
-            Engine::Swarm(_) => Ok(()),
+            Engine::Swarm(s) => s.check_image().await,
             #[cfg(test)]
             Engine::Fake(_) => Ok(()),
         }

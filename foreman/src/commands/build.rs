@@ -107,7 +107,11 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         (_, false) => None,
     };
     let d = match swarm {
-        Some(s) => crate::backend::swarm::connect(&s.manager).await?,
+        Some(s) => {
+            crate::backend::swarm::Endpoint::manager(cfg, s)?
+                .connect()
+                .await?
+        }
         None => docker::connect().await?,
     };
 

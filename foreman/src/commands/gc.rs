@@ -94,8 +94,9 @@ async fn gc_swarm(
 ) -> anyhow::Result<ExitCode> {
     use crate::backend::swarm::{self, Object};
     let store = open_existing_store(cfg)?;
-    let manager = swarm::connect(&swarm.manager).await?;
-    let (engines, objects) = swarm::leftovers(&manager, &swarm.manager).await?;
+    let manager_addr = swarm::Endpoint::manager(cfg, swarm)?;
+    let manager = manager_addr.connect().await?;
+    let (engines, objects) = swarm::leftovers(&manager, &manager_addr).await?;
     let ended: Vec<_> = objects
         .into_iter()
         .filter(|(t, _)| {

@@ -16,7 +16,7 @@ pub(super) enum LiveLog {
     Local(Docker),
     Swarm {
         manager: Docker,
-        manager_addr: String,
+        manager_addr: crate::backend::swarm::Endpoint,
     },
 }
 
@@ -24,10 +24,13 @@ impl LiveLog {
     /// The engine `cfg` runs its tasks on.
     pub async fn connect(cfg: &Config) -> anyhow::Result<LiveLog> {
         match (&cfg.file.backend, &cfg.file.swarm) {
-            (BackendKind::Swarm, Some(swarm)) => Ok(LiveLog::Swarm {
-                manager: crate::backend::swarm::connect(&swarm.manager).await?,
-                manager_addr: swarm.manager.clone(),
-            }),
+            (BackendKind::Swarm, Some(swarm)) => {
+                let manager_addr = crate::backend::swarm::Endpoint::manager(cfg, swarm)?;
+                Ok(LiveLog::Swarm {
+                    manager: manager_addr.connect().await?,
+                    manager_addr,
+                })
+            }
             _ => Ok(LiveLog::Local(docker::connect().await?)),
         }
     }

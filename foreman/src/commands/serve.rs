@@ -74,7 +74,8 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
             if let Some(problem) = cfg.file.swarm_image_problem() {
                 anyhow::bail!("{}: {problem}", cfg.describe_source());
             }
-            let manager = crate::backend::swarm::connect(&swarm.manager).await?;
+            let manager_addr = crate::backend::swarm::Endpoint::manager(cfg, swarm)?;
+            let manager = manager_addr.connect().await?;
             if swarm.manager.starts_with("unix://") {
                 tracing::warn!(
                     manager = %swarm.manager,
@@ -88,7 +89,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
             let key = crate::backend::swarm::token_key(&cfg.state_dir())?;
             let parts = crate::backend::swarm::SwarmParts {
                 manager: manager.clone(),
-                manager_addr: swarm.manager.clone(),
+                manager_addr,
                 network: swarm.network.clone(),
                 gateway_url: format!("http://{}", swarm.gateway_listen),
                 hub,
@@ -149,7 +150,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     // Checked before anything starts: a refused address names its setting.
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
     let ctx = context(&cfg).await?;
-    // A swarm's nodes pull the image themselves.
+    // The image is here (or, on a swarm, pulled on every node ahead).
     ctx.engine.check_image().await?;
     // The dashboard runs beside the loop, never in it, and stops after it.
     let web_stop = CancellationToken::new();

@@ -152,6 +152,21 @@ pub(crate) struct SwarmConfig {
     pub network: String,
     /// `addr:port` the gateway listens on, reachable from every node.
     pub gateway_listen: String,
+    /// TLS for the manager's and every node's engine API (`tcp://` with
+    /// `--tlsverify`): the CA that signed the engines' certificates, and
+    /// the foreman's client certificate and key (PEM files, relative to
+    /// the config file).
+    #[serde(default)]
+    pub tls: Option<SwarmTls>,
+}
+
+/// `swarm.tls`: the PEM files the foreman reaches the engines with.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SwarmTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// One MCP server: a local command over stdio, or a streamable-HTTP URL.

@@ -144,7 +144,8 @@ impl Config {
         }
     }
 
-    fn resolve(&self, p: &Path) -> PathBuf {
+    /// `p` against the config file's directory (unless absolute).
+    pub(crate) fn resolve(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()
         } else {

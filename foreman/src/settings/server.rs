@@ -108,6 +108,9 @@ pub(super) const SERVER: &[Setting] = &[
         .default("[]")
         .doc("Warm servos on this host (issue 28): classes `{size: N | auto, max_idle, image?, network?, resources?}`; a task whose image, network and resources equal a class's is served by one of its idle servos, else it launches cold.")
         .config("pool"),
+    Setting::new("swarm.tls", "map")
+        .doc("TLS for the manager's and every node's engine API (served with `--tlsverify`): `ca` (PEM of the CA that signed the engines' certificates; the only one trusted), `cert` and `key` (the foreman's client certificate), paths relative to the config file.")
+        .config("swarm.tls"),
     Setting::new("limits.memory", "size")
         .default("8g")
         .doc("The most memory any task may ask for.")

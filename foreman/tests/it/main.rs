@@ -53,6 +53,7 @@ mod steps;
 mod steps_browser;
 mod steps_checked;
 mod swarm;
+mod swarm_certs;
 mod swarm_park;
 mod swarm_verify;
 mod templates;

@@ -3,7 +3,13 @@
 //! registry), brought up once and torn down at the end, failure included.
 //! If the swarm cannot start, the test fails.
 //!
-//! One test, in steps sharing the swarm (starting one takes ~15 s): twelve
+//! The engines serve their APIs only over TLS (`--tlsverify`, with
+//! certificates the test makes: `swarm_certs`), as do the other swarm
+//! tests' (they share `Fixture`).
+//!
+//! One test, in steps sharing the swarm (starting one takes ~15 s): TLS
+//! (refused with another CA's client certificate or an engine certificate
+//! the foreman's CA did not sign, a missing key file named); twelve
 //! tasks over at least two nodes; the hardening of a task container on a
 //! worker as `docker inspect` shows it; the gateway refusing no token, a
 //! wrong one and another task's (from the host and from inside a servo);
@@ -29,6 +35,9 @@ pub(crate) struct TestSwarm {
     pub pfx: String,
     pub ns: String,
     pub base: String,
+    /// The certificates its engines are served with (`--tlsverify`) and
+    /// the foreman's client certificate (`swarm_certs::make`).
+    pub tls: tempfile::TempDir,
 }
 
 impl TestSwarm {
@@ -39,6 +48,7 @@ impl TestSwarm {
             .env("PFX", &self.pfx)
             .env("NS", &self.ns)
             .env("BASE", &self.base)
+            .env("TLS_DIR", self.tls.path())
             .env("IMAGE", "saheeli-base:bookworm");
         c
     }
@@ -51,10 +61,14 @@ impl TestSwarm {
         let octet = octet
             .checked_add(shift)
             .expect("SAHEELI_SWARM_IT_SHIFT too large");
+        let pfx = format!("10.{octet}.0");
+        let tls = tempfile::tempdir().unwrap();
+        crate::swarm_certs::make(tls.path(), &pfx, 3);
         let swarm = TestSwarm {
-            pfx: format!("10.{octet}.0"),
+            pfx,
             ns: format!("s{octet}"),
             base: format!("/tmp/saheeli-swarm-it-{octet}"),
+            tls,
         };
         // What a crashed earlier run of this test left (same names: ours).
         let _ = swarm.script_cmd(&["down"]).output();
@@ -285,10 +299,13 @@ impl Fixture {
         let s = Saheeli::new();
         let bin = servo_binary(s.path());
         let port = free_port(&pfx);
+        // The engines' APIs only over TLS, with the test's own certificates.
+        let tls = swarm.tls.path().display();
         let base = format!(
-            "backend: swarm\nswarm:\n  manager: tcp://{pfx}.11:2375\n  registry: {pfx}.1:5000\n  \
-             network: saheeli-jobs\n  gateway_listen: {pfx}.1:{port}\nconcurrency: 12\n\
-             run_dir: /tmp/saheeli-it-run-{}-{octet}\nstop_grace: 3s\nlease: 3s\n",
+            "backend: swarm\nswarm:\n  manager: tcp://{pfx}.11:2376\n  registry: {pfx}.1:5000\n  \
+             network: saheeli-jobs\n  gateway_listen: {pfx}.1:{port}\n  \
+             tls: {{ ca: {tls}/ca.pem, cert: {tls}/client-cert.pem, key: {tls}/client-key.pem }}\n\
+             concurrency: 12\nrun_dir: /tmp/saheeli-it-run-{}-{octet}\nstop_grace: 3s\nlease: 3s\n",
             std::process::id()
         );
         s.write("config.yaml", &base);
@@ -358,6 +375,49 @@ fn swarm_backend_on_a_real_three_node_swarm() {
         nodes.insert(node_of(&s.task(id)).expect("the node is in `task status`"));
     }
     assert!(nodes.len() >= 2, "all on one node: {nodes:?}");
+
+    // 1b. TLS: the engines answer only a client their CA signed, the
+    // foreman trusts only `swarm.tls.ca`, and a bad file is named.
+    let tls = swarm.tls.path().display().to_string();
+    let good = s.path().join("config.yaml");
+    let good = std::fs::read_to_string(&good).unwrap();
+    let with_tls = |ca: &str, cert: &str, key: &str| {
+        let cfg = good.replace(
+            &format!(
+                "tls: {{ ca: {tls}/ca.pem, cert: {tls}/client-cert.pem, key: {tls}/client-key.pem }}"
+            ),
+            &format!("tls: {{ ca: {tls}/{ca}, cert: {tls}/{cert}, key: {tls}/{key} }}"),
+        );
+        assert_ne!(cfg, good);
+        s.write("other.yaml", &cfg);
+        s.expect_err(&["--config", "other.yaml", "gc", "--dry-run"], 2)
+    };
+    let manager = format!("tcp://{pfx}.11:2376");
+    // A client certificate of another CA: the engine refuses the handshake.
+    let e = with_tls("ca.pem", "other-cert.pem", "other-key.pem");
+    assert!(e.contains(&manager) && e.contains("over TLS"), "{e}");
+    // The engine's certificate not signed by the CA the foreman trusts.
+    let e = with_tls("other-ca.pem", "client-cert.pem", "client-key.pem");
+    assert!(e.contains(&manager) && e.contains("over TLS"), "{e}");
+    // A key file that is not there: named by its key and path.
+    let e = with_tls("ca.pem", "client-cert.pem", "missing-key.pem");
+    assert!(
+        e.contains("`swarm.tls.key`") && e.contains("missing-key.pem"),
+        "{e}"
+    );
+    // Plain HTTP to the TLS port is refused too.
+    let plain = good.replace(
+        &format!(
+            "  tls: {{ ca: {tls}/ca.pem, cert: {tls}/client-cert.pem, key: {tls}/client-key.pem }}\n"
+        ),
+        "",
+    );
+    assert_ne!(plain, good);
+    s.write("plain.yaml", &plain);
+    s.expect_err(&["--config", "plain.yaml", "gc", "--dry-run"], 2);
+    // The right certificates: gc (through the manager and every node's
+    // engine over TLS) finds nothing to remove yet.
+    s.expect(&["gc", "--dry-run"], 0);
 
     // 2. Long tasks: hardening, tokens, then a worker's dockerd killed.
     s.write(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bollard::Docker;
 use saheeli_protocol::TaskId;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::backend::facts::{EngineError, Launched, Prepared, Reach, Servo, ServoKind};
 use crate::config::Config;
@@ -17,7 +17,7 @@ use crate::spec::TaskSpec;
 #[derive(Clone)]
 pub(crate) struct Swarm {
     pub manager: Docker,
-    pub manager_addr: String,
+    pub manager_addr: super::Endpoint,
     pub(super) network: String,
     pub(super) gateway_url: String,
     pub(super) hub: crate::gateway::Hub,
@@ -28,12 +28,14 @@ pub(crate) struct Swarm {
     pub(super) cleanups: tokio_util::task::TaskTracker,
     pub(super) cfg: Arc<Config>,
     pub(super) secrets: Arc<Vec<(String, String)>>,
+    /// What Swarm says of every watched job, in one look.
+    pub(super) board: super::board::Board,
 }
 
 /// What a swarm engine is made of (`swarm:` in config.yaml, resolved).
 pub(crate) struct SwarmParts {
     pub manager: Docker,
-    pub manager_addr: String,
+    pub manager_addr: super::Endpoint,
     pub network: String,
     pub gateway_url: String,
     pub hub: crate::gateway::Hub,
@@ -43,7 +45,6 @@ pub(crate) struct SwarmParts {
 impl Swarm {
     pub fn new(parts: SwarmParts, cfg: Config, secrets: Vec<(String, String)>) -> Swarm {
         Swarm {
-            manager: parts.manager,
             manager_addr: parts.manager_addr,
             network: parts.network,
             gateway_url: parts.gateway_url,
@@ -52,6 +53,8 @@ impl Swarm {
             cleanups: tokio_util::task::TaskTracker::new(),
             cfg: Arc::new(cfg),
             secrets: Arc::new(secrets),
+            board: super::board::Board::new(parts.manager.clone()),
+            manager: parts.manager,
         }
     }
 
@@ -79,6 +82,17 @@ impl Swarm {
             },
             suffix: Some(suffix),
         }
+    }
+
+    /// Keeps the overlay's sandbox up on every node, with the image pulled
+    /// there (`overlay`); a swarm that refuses only costs speed.
+    pub async fn check_image(&self) -> Result<(), EngineError> {
+        if let Err(e) =
+            super::overlay::keep(&self.manager, &self.cfg.file.image, &self.network).await
+        {
+            warn!(error = %format!("{e:#}"), "no overlay keeper: each node sets the overlay up again after its last task");
+        }
+        Ok(())
     }
 
     /// Creates the task's job service (Swarm starts it on some node).

@@ -30,7 +30,7 @@ pub(crate) fn service_name(id: TaskId, suffix: &str) -> String {
 /// this task's, or its task is not running.
 pub(crate) async fn locate(
     manager: &Docker,
-    manager_addr: &str,
+    manager_addr: &super::Endpoint,
     id: TaskId,
     service: &str,
 ) -> anyhow::Result<Located> {
@@ -111,7 +111,7 @@ async fn running_container(d: &Docker, id: TaskId, name: &str) -> anyhow::Result
 /// `container` on node `node` (false when that cannot be seen now).
 pub(crate) async fn oom_killed(
     manager: &Docker,
-    manager_addr: &str,
+    manager_addr: &super::Endpoint,
     node: &str,
     container: &str,
 ) -> bool {

@@ -12,8 +12,13 @@
 //! - `service`: the hardened job service and its secret (what Swarm can
 //!   express of the local backend's hardening, and what stands in).
 //! - `observe`: Swarm's task states onto what the reconciler needs
-//!   (a pure mapping), the node a task runs on, nodes that are Down.
+//!   (a pure mapping), the node a task runs on, nodes that are Down;
+//!   `board`: one look at every watched job for all their watchers.
+//! - `overlay`: an idle container on every node keeping the overlay's
+//!   sandbox up between tasks (and the image pulled there).
 //! - `push`: `build-servo --push`, the image into the swarm's registry.
+//! - `endpoint`, `tls`: reaching the manager's and each node's engine
+//!   API, plain or over TLS (`swarm.tls`).
 //! - `nodes`: reaching each node's engine, to remove what Docker 20.10
 //!   leaves behind when a job service is removed (moby/moby#44312).
 //! - `locate`: a launch's running servo (node, engine, container), for
@@ -21,17 +26,22 @@
 //! - `engine`, `watch`, `collect`, `find`: the swarm as an engine (what
 //!   the supervisor asks of it: launch, phases, stop, the upload, adopt).
 
+mod board;
 mod collect;
+mod endpoint;
 mod engine;
 mod find;
 mod locate;
 mod nodes;
 mod observe;
+mod overlay;
 mod push;
 mod service;
+mod tls;
 mod watch;
 
 pub(crate) use collect::SwarmLeftovers;
+pub(crate) use endpoint::Endpoint;
 pub(crate) use engine::{Swarm, SwarmParts};
 pub(crate) use locate::*;
 pub(crate) use nodes::*;
@@ -41,25 +51,6 @@ pub(crate) use service::*;
 pub(crate) use watch::SwarmPhases;
 
 use anyhow::Context;
-use bollard::Docker;
-
-/// Connects to a DOCKER_HOST-style address (`tcp://`, `http://`,
-/// `unix://`) and negotiates the API version with that engine.
-pub(crate) async fn connect(addr: &str) -> anyhow::Result<Docker> {
-    let d = if addr.starts_with("unix://") {
-        Docker::connect_with_unix(addr, 120, bollard::API_DEFAULT_VERSION)
-    } else if addr.starts_with("tcp://") || addr.starts_with("http://") {
-        Docker::connect_with_http(addr, 120, bollard::API_DEFAULT_VERSION)
-    } else {
-        anyhow::bail!(
-            "swarm address `{addr}` is not `tcp://host:port` or `unix:///path`; fix `swarm.manager` in config.yaml"
-        );
-    }
-    .with_context(|| format!("connecting to the swarm engine at `{addr}`"))?;
-    d.negotiate_version()
-        .await
-        .with_context(|| format!("reaching the swarm engine at `{addr}`"))
-}
 
 /// The key tokens are derived from: 32 random bytes in
 /// `<state_dir>/swarm-token.key` (0600), made once, so that a foreman

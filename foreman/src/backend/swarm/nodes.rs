@@ -23,14 +23,17 @@ use tracing::{debug, warn};
 use crate::docker::TASK_LABEL;
 
 /// The engines of the swarm's reachable nodes, by hostname.
-pub(crate) async fn node_engines(manager: &Docker, manager_addr: &str) -> Vec<(String, Docker)> {
+pub(crate) async fn node_engines(
+    manager: &Docker,
+    manager_addr: &super::Endpoint,
+) -> Vec<(String, Docker)> {
     let Ok(nodes) = manager.list_nodes(None::<ListNodesOptions>).await else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for n in nodes {
-        if let Some((name, url)) = engine_url(n, manager_addr)
-            && let Some(d) = reach(&name, &url).await
+        if let Some((name, at)) = engine_at(n, manager_addr)
+            && let Some(d) = reach(&name, &at).await
         {
             out.push((name, d));
         }
@@ -42,41 +45,44 @@ pub(crate) async fn node_engines(manager: &Docker, manager_addr: &str) -> Vec<(S
 /// be reached now.
 pub(crate) async fn node_engine(
     manager: &Docker,
-    manager_addr: &str,
+    manager_addr: &super::Endpoint,
     hostname: &str,
 ) -> anyhow::Result<Docker> {
     let nodes = manager
         .list_nodes(None::<ListNodesOptions>)
         .await
         .context("listing the swarm's nodes")?;
-    let (name, url) = nodes
+    let (name, at) = nodes
         .into_iter()
-        .filter_map(|n| engine_url(n, manager_addr))
+        .filter_map(|n| engine_at(n, manager_addr))
         .find(|(name, _)| name == hostname)
         .with_context(|| format!("node `{hostname}` has no address the manager knows"))?;
-    reach(&name, &url)
+    reach(&name, &at)
         .await
-        .with_context(|| format!("the engine of node `{hostname}` at `{url}` does not answer"))
+        .with_context(|| format!("the engine of node `{hostname}` at `{at}` does not answer"))
 }
 
-/// A node's hostname and its engine's address: the manager's scheme and
-/// port at the node's address.
-fn engine_url(n: bollard::models::Node, manager_addr: &str) -> Option<(String, String)> {
-    let port = manager_addr
-        .rsplit_once(':')
-        .map(|(_, p)| p.trim_end_matches('/'))
-        .filter(|p| p.chars().all(|c| c.is_ascii_digit()))?;
+/// A node's hostname and its engine: the manager's scheme, port and TLS
+/// at the node's address.
+fn engine_at(
+    n: bollard::models::Node,
+    manager_addr: &super::Endpoint,
+) -> Option<(String, super::Endpoint)> {
     let name = n.description.and_then(|d| d.hostname).unwrap_or_default();
     let addr = n.status.and_then(|s| s.addr)?;
-    Some((name, format!("tcp://{addr}:{port}")))
+    Some((name, manager_addr.at(&addr)?))
 }
 
 /// Connects to a node's engine, giving up after 3 s.
-async fn reach(name: &str, url: &str) -> Option<Docker> {
-    match tokio::time::timeout(std::time::Duration::from_secs(3), super::connect(url)).await {
+async fn reach(name: &str, at: &super::Endpoint) -> Option<Docker> {
+    match tokio::time::timeout(std::time::Duration::from_secs(3), at.connect()).await {
         Ok(Ok(d)) => Some(d),
-        _ => {
-            debug!(node = %name, %url, "node engine not reachable now");
+        Ok(Err(e)) => {
+            debug!(node = %name, %at, error = %format!("{e:#}"), "node engine not reachable now");
+            None
+        }
+        Err(_) => {
+            debug!(node = %name, %at, "node engine not reachable now");
             None
         }
     }
@@ -237,7 +243,7 @@ pub(crate) async fn remove_objects(
 /// being started is caught too.
 pub(crate) async fn remove_task(
     manager: &Docker,
-    manager_addr: &str,
+    manager_addr: &super::Endpoint,
     id: Option<TaskId>,
     keep: &(dyn Fn(TaskId) -> bool + Sync),
 ) -> anyhow::Result<usize> {
@@ -261,7 +267,7 @@ pub(crate) async fn remove_task(
 /// reachable node), with the engines to remove the node-local part.
 pub(crate) async fn leftovers(
     manager: &Docker,
-    manager_addr: &str,
+    manager_addr: &super::Endpoint,
 ) -> anyhow::Result<(Vec<(String, Docker)>, Vec<(TaskId, Object)>)> {
     let mut objects = swarm_objects(manager, None).await?;
     let engines = node_engines(manager, manager_addr).await;
@@ -297,7 +303,7 @@ fn gone(e: &bollard::errors::Error) -> bool {
 /// many could not be removed now (the sweeper and `saheeli gc` retry).
 pub(crate) async fn remove_launch(
     manager: &Docker,
-    manager_addr: &str,
+    manager_addr: &super::Endpoint,
     l: &LaunchObjects,
     node: Option<&str>,
 ) -> usize {

@@ -108,7 +108,9 @@ pub(crate) async fn observe(manager: &Docker, service_id: &str) -> anyhow::Resul
 }
 
 /// Every node's hostname and whether the manager has it Down, by id.
-async fn nodes_by_id(manager: &Docker) -> anyhow::Result<HashMap<String, (String, bool)>> {
+pub(super) async fn nodes_by_id(
+    manager: &Docker,
+) -> anyhow::Result<HashMap<String, (String, bool)>> {
     let nodes = manager
         .list_nodes(None::<ListNodesOptions>)
         .await

@@ -1,39 +1,35 @@
-//! A job service's phases (Swarm asked every 200 ms) and stopping its
-//! servo through its node's engine.
+//! A job service's phases (from the board's looks, every 200 ms) and
+//! stopping its servo through its node's engine.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use bollard::Docker;
-use tracing::warn;
 
 use super::Swarm;
 use super::observe::Phase as Swarmed;
 use crate::backend::facts::{EngineError, Phase, Seen, Servo, ServoKind, Stop};
 
-/// How often Swarm is asked how a task is doing.
-const OBSERVE_EVERY: Duration = Duration::from_millis(200);
-
 /// The phases of one job service. Cancel-safe: a dropped
 /// [`SwarmPhases::change`] only loses a look.
 pub(crate) struct SwarmPhases {
-    manager: Docker,
-    service: String,
+    watching: super::board::Watching,
     seen: Arc<Mutex<Seen>>,
-    tick: tokio::time::Interval,
     running: bool,
 }
 
 impl SwarmPhases {
     pub async fn change(&mut self) -> Result<Phase, EngineError> {
         loop {
-            self.tick.tick().await;
-            let o = match super::observe(&self.manager, &self.service).await {
-                Ok(o) => o,
-                Err(e) => {
-                    warn!(service = %self.service, error = %format!("{e:#}"), "swarm not answering; asking again");
-                    continue;
-                }
+            if self.watching.looks.changed().await.is_err() {
+                // The board's loop ended (no runtime left): look again.
+                self.watching = self.watching.again();
+                continue;
+            }
+            let look = self.watching.looks.borrow_and_update().clone();
+            if look.failed {
+                continue;
+            }
+            let Some(o) = look.seen.get(&self.watching.service).cloned() else {
+                continue;
             };
             {
                 let mut seen = self.seen.lock().unwrap();
@@ -66,10 +62,8 @@ impl Swarm {
     pub fn phase_change(&self, servo: &Servo) -> SwarmPhases {
         let (objects, seen) = parts(servo);
         SwarmPhases {
-            manager: self.manager.clone(),
-            service: objects.service.clone(),
+            watching: self.board.watch(&objects.service),
             seen: seen.clone(),
-            tick: tokio::time::interval(OBSERVE_EVERY),
             running: false,
         }
     }
