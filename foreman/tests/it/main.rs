@@ -9,6 +9,7 @@ mod util;
 
 mod admission;
 mod agents;
+mod agents_cli;
 mod blocked;
 mod capabilities;
 mod chaos;
