@@ -24,9 +24,10 @@
 #  10. the third-party agents' wheels (agents/NAME/requirements.txt, every
 #      one pinned with its sha256) in .agents/NAME/, fetched with
 #      `pip download --require-hashes` once per change of the pins: what
-#      `saheeli build-servo --agent NAME` installs offline (issue 25). Only
-#      mini-swe-agent by default (the one the tests run, ~170 MB);
-#      SAHEELI_AGENTS="mini-swe-agent codex claude-code" fetches more.
+#      `saheeli build-servo --agent NAME` installs offline (issue 25). By
+#      default the three the tests run: mini-swe-agent (~170 MB), codex
+#      (~145 MB) and claude-code (~190 MB); SAHEELI_AGENTS="..." picks
+#      others (aider).
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 
@@ -161,7 +162,7 @@ ensure_evals() {
 # the sha256 of the requirements the wheels were fetched for.
 ensure_agent_wheels() {
   local name req cache want
-  for name in ${SAHEELI_AGENTS:-mini-swe-agent}; do
+  for name in ${SAHEELI_AGENTS:-mini-swe-agent codex claude-code}; do
     req="agents/$name/requirements.txt"
     cache=".agents/$name"
     [ -f "$req" ] || { log "error: no $req"; exit 2; }

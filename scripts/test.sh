@@ -27,11 +27,16 @@ scripts/setup.sh
 mdbook build docs
 "$TARGET"/debug/saheeli build-servo
 export SAHEELI_TEST_IMAGE=saheeli-servo:latest
-# The agent image the third-party agent tests run (foreman/tests/it/agents.rs):
-# the servo image plus mini-swe-agent from its pinned wheels. About a minute
-# the first time; later builds reuse the install layer.
+# The agent images the third-party agent tests run (foreman/tests/it/agents.rs,
+# agents_cli.rs): the servo image plus mini-swe-agent, Codex or Claude Code
+# from their pinned wheels. A minute or two the first time; later builds
+# reuse the install layer.
 export SAHEELI_TEST_MINI_IMAGE=saheeli-servo-mini-swe-agent-test:latest
+export SAHEELI_TEST_CODEX_IMAGE=saheeli-servo-codex-test:latest
+export SAHEELI_TEST_CLAUDE_IMAGE=saheeli-servo-claude-code-test:latest
 "$TARGET"/debug/saheeli build-servo --agent mini-swe-agent --tag "$SAHEELI_TEST_MINI_IMAGE"
+"$TARGET"/debug/saheeli build-servo --agent codex --tag "$SAHEELI_TEST_CODEX_IMAGE"
+"$TARGET"/debug/saheeli build-servo --agent claude-code --tag "$SAHEELI_TEST_CLAUDE_IMAGE"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

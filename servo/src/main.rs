@@ -22,7 +22,8 @@
 //!
 //! No arguments (`servo runner …`, `servo pack DIR`, `servo unpack
 //! DIR`, `servo signal SIG PGID` and `servo collect-home SRC DST MAX` are
-//! the servo's own helpers, started as the agent's user). The
+//! the servo's own helpers, started as the agent's user; `servo mcp --url
+//! URL` is Saheeli's MCP server, started by a third-party agent). The
 //! environment (the defaults are the container's):
 //!
 //! - `SAHEELI_PRIVSEP=1`: the servo starts as root with only
@@ -87,6 +88,7 @@ fn main() -> ExitCode {
         Some("pack") => return remote::pack_main(argv.next()),
         Some("signal") => return external::helpers::signal_main(argv),
         Some("collect-home") => return external::helpers::collect_main(argv),
+        Some("mcp") => return external::mcp::main(argv),
         Some("unpack") => return remote::unpack_main(argv.next()),
         Some(other) => {
             eprintln!("servo: unknown argument `{other}` (the servo takes none)");

@@ -187,6 +187,19 @@ pub(crate) fn vet(api: Api, body: &[u8], model: &str) -> Result<Vetted, String> 
         };
         for (i, t) in tools.iter().enumerate() {
             let kind = t.get("type").and_then(Value::as_str);
+            // A Responses `namespace` groups tools (Codex's MCP servers'):
+            // allowed when every tool in it is the agent's.
+            let kind = match (api, kind) {
+                (Api::Responses, Some("namespace")) => t
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|n| n.get("type").and_then(Value::as_str))
+                    .find(|k| !client_tool(api, *k))
+                    .unwrap_or(None),
+                _ => kind,
+            };
             if !client_tool(api, kind) {
                 return Err(format!(
                     "tools[{i}] has type `{}`, a tool the provider runs itself (billed apart \
@@ -338,6 +351,11 @@ mod tests {
             (
                 Api::Responses,
                 json!({"tools": [{"type": "web_search"}]}),
+                "`web_search`",
+            ),
+            (
+                Api::Responses,
+                json!({"tools": [{"type": "namespace", "name": "n", "tools": [{"type": "web_search"}]}]}),
                 "`web_search`",
             ),
             (

@@ -21,7 +21,6 @@ pub(super) fn resolve(
     fm: Option<Agent>,
     model: &str,
     replay: bool,
-    checked: bool,
 ) -> anyhow::Result<Agent> {
     let from_fm = fm.is_some();
     let agent = fm.unwrap_or_else(|| cfg.file.task.agent.clone());
@@ -40,14 +39,6 @@ pub(super) fn resolve(
         bail!(
             "{}: `{key}` is `{}`, but third-party agents run only with `backend: docker` \
              for now (the swarm's servos are not separated from their agent)",
-            prompt.display(),
-            agent.label()
-        );
-    }
-    if checked {
-        bail!(
-            "{}: `{key}` is `{}`, but `verify` and `assess` run only after the built-in loop \
-             for now; drop them or the agent",
             prompt.display(),
             agent.label()
         );
@@ -189,7 +180,7 @@ mod tests {
             ),
         ];
         for (agent, model, replay, err) in cases {
-            let got = resolve(&c, p, agent.clone(), model, *replay, false);
+            let got = resolve(&c, p, agent.clone(), model, *replay);
             match (err, got) {
                 (None, Ok(a)) => assert_eq!(&a, agent.as_ref().unwrap_or(&Agent::default())),
                 (Some(want), Err(e)) => {
@@ -207,11 +198,8 @@ mod tests {
     #[test]
     fn config_names_the_key_when_it_set_the_agent() {
         let c = cfg("task: { agent: claude-code }\n");
-        let e = resolve(&c, Path::new("p.md"), None, "gpt-4o-mini", false, false).unwrap_err();
+        let e = resolve(&c, Path::new("p.md"), None, "gpt-4o-mini", false).unwrap_err();
         assert!(format!("{e:#}").contains("task.agent"), "{e:#}");
-        let mini = Some(Agent::Named(AgentName::MiniSweAgent));
-        let e = resolve(&c, Path::new("p.md"), mini, "gpt-4o-mini", false, true).unwrap_err();
-        assert!(format!("{e:#}").contains("`verify` and `assess`"), "{e:#}");
     }
 
     #[test]

@@ -290,8 +290,7 @@ impl TaskSpec {
             objective: fm.objective.or_else(|| d.objective.clone()),
         }
         .checked(path, workspace.as_deref(), replay.is_some())?;
-        let checked = !checks.verify.is_empty() || checks.assess;
-        let agent = agent::resolve(cfg, path, fm.agent, &model, replay.is_some(), checked)?;
+        let agent = agent::resolve(cfg, path, fm.agent, &model, replay.is_some())?;
         let mut spec = TaskSpec {
             title,
             prompt_path: path.display().to_string(),

@@ -10,6 +10,7 @@ mod util;
 
 mod admission;
 mod agents;
+mod agents_cli;
 mod assess_limited;
 mod blocked;
 mod capabilities;

@@ -21,6 +21,8 @@
 
 mod answer;
 pub(crate) mod helpers;
+pub(crate) mod mcp;
+mod own;
 mod plan;
 mod proxy;
 
@@ -117,7 +119,8 @@ async fn supervise(
             agent.label()
         ));
     };
-    let port = proxy::start(PathBuf::from(socket))
+    let own = std::sync::Arc::new(own::Own::new(task, gateway));
+    let port = proxy::start(PathBuf::from(socket), own.clone())
         .await
         .map_err(|e| format!("opening the agent's loopback listener: {e}"))?;
     let home = Path::new(HOME);
@@ -130,6 +133,7 @@ async fn supervise(
         home,
         prompt_file: &prompt_file,
         prompt,
+        servo: &std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/servo")),
     })
     .ok_or("the built-in loop is not a third-party agent")?;
     for (path, text) in &plan.files {
@@ -156,7 +160,8 @@ async fn supervise(
         .map_err(|e| format!("starting `{}`: {e}", plan.program))?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     info!(program = %plan.program, pgid, port, "agent started");
-    let tail = echo(child.stdout.take(), child.stderr.take());
+    let err_tail = ErrTail::default();
+    let tail = echo(child.stdout.take(), child.stderr.take(), err_tail.clone());
 
     let mut term = signal(SignalKind::terminate()).ok();
     let terminated = async move {
@@ -167,10 +172,23 @@ async fn supervise(
             None => std::future::pending::<()>().await,
         }
     };
+    let deadline = async {
+        // A wait for a person (ask_user) is not working time.
+        let start = tokio::time::Instant::now();
+        loop {
+            let at = start + budget(task) + *own.waited.lock().unwrap();
+            tokio::time::sleep_until(at).await;
+            if tokio::time::Instant::now() >= start + budget(task) + *own.waited.lock().unwrap() {
+                return;
+            }
+        }
+    };
     let ended = tokio::select! {
         status = child.wait() => Ok(status),
-        _ = tokio::time::sleep(budget(task)) => Err((ServoExit::TimeLimit, "time budget used up")),
-        _ = terminated => Err((ServoExit::Terminated, "stopped by SIGTERM")),
+        _ = deadline => Err((ServoExit::TimeLimit, "time budget used up".to_string())),
+        _ = terminated => Err((ServoExit::Terminated, "stopped by SIGTERM".to_string())),
+        _ = own.ended.notified() => Err(own.said.lock().unwrap().end.clone()
+            .unwrap_or((ServoExit::VerificationFailed, "verification failed".to_string()))),
     };
     let status = match ended {
         Ok(status) => status.map_err(|e| format!("waiting for the agent: {e}"))?,
@@ -184,7 +202,7 @@ async fn supervise(
                 let _ = child.wait().await;
             }
             signal_group(mode, pgid, "KILL").await;
-            return Ok((exit, Some(why.to_string())));
+            return Ok((exit, Some(why)));
         }
     };
     // Whatever it left running in the background ends with it.
@@ -195,19 +213,45 @@ async fn supervise(
             Some(c) => format!("exited with code {c}"),
             None => format!("was killed ({status})"),
         };
+        let mut said: Vec<String> = err_tail.lock().unwrap().iter().cloned().collect();
+        let out: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+        said.extend(
+            out[out.len().saturating_sub(3)..]
+                .iter()
+                .map(|l| l.chars().take(300).collect::<String>()),
+        );
+        let last = if said.is_empty() {
+            String::new()
+        } else {
+            format!("; its last words: {}", said.join(" | "))
+        };
         return Ok((
             ServoExit::AgentFailed,
-            Some(format!("agent `{}` {how}", agent.label())),
+            Some(format!("agent `{}` {how}{last}", agent.label())),
         ));
     }
-    let message = match answer::read(&plan.answer, &stdout) {
-        Ok(m) => m,
-        Err(why) => {
+    let said = std::mem::take(&mut *own.said.lock().unwrap());
+    if let Some((exit, why)) = said.end {
+        return Ok((exit, Some(why)));
+    }
+    // Its task_complete's message, else its final answer.
+    let message = match (said.message, answer::read(&plan.answer, &stdout)) {
+        (Some(m), _) | (None, Ok(m)) => m,
+        (None, Err(why)) => {
             return Ok((
                 ServoExit::AgentFailed,
                 Some(format!("agent `{}` exited 0 but {why}", agent.label())),
             ));
         }
+    };
+    // verify/assess: decided by the foreman, as after the built-in loop.
+    let verification = match said.checks {
+        Some(checks) => checks,
+        None if own.verify() => match own.verify_at_exit(&message).await {
+            Ok(checks) => checks,
+            Err(why) => return Ok((ServoExit::VerificationFailed, Some(why))),
+        },
+        None => Vec::new(),
     };
     let c = Completion {
         task_id: task.task_id,
@@ -215,7 +259,7 @@ async fn supervise(
         steps: 0,
         usage: Usage::default(),
         finished_at: now(),
-        verification: Vec::new(),
+        verification,
     };
     let bytes = serde_json::to_vec_pretty(&c).map_err(|e| e.to_string())?;
     crate::agent::write_atomic(&root.join("complete.json"), &bytes)
@@ -248,11 +292,17 @@ fn open_up(dir: &Path) {
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777));
 }
 
+/// The last lines of the agent's stderr, kept for a failure's detail.
+type ErrTail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+/// How many of them, each cut at 300 characters.
+const ERR_LINES: usize = 6;
+
 /// Echoes the agent's stdout and stderr to the servo's stderr (capped);
 /// the task returned yields the last [`STDOUT_TAIL`] bytes of stdout.
 fn echo(
     stdout: Option<tokio::process::ChildStdout>,
     stderr: Option<tokio::process::ChildStderr>,
+    err_tail: ErrTail,
 ) -> tokio::task::JoinHandle<String> {
     let echoed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let say = move |line: &str, echoed: &std::sync::atomic::AtomicUsize| {
@@ -267,6 +317,13 @@ fn echo(
             let mut lines = BufReader::new(err).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 say(&line, &echoed);
+                if !line.trim().is_empty() {
+                    let mut t = err_tail.lock().unwrap();
+                    if t.len() == ERR_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(line.chars().take(300).collect());
+                }
             }
         });
     }

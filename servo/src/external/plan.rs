@@ -13,6 +13,10 @@ use super::proxy::PLACEHOLDER_KEY;
 /// Where the agents are installed in their images (`agents/Dockerfile`).
 pub(crate) const AGENT_BIN: &str = "/opt/agent/bin";
 
+/// The name Saheeli's MCP server is registered under: its tools are
+/// `mcp__saheeli__ask_user` and so on to Claude Code.
+pub(crate) const MCP_SERVER: &str = "saheeli";
+
 /// A prompt longer than this is not put on the command line (Linux caps
 /// one argument at 128 KiB): the agent is told to read prompt.md instead.
 const MAX_PROMPT_ARG: usize = 64 * 1024;
@@ -29,6 +33,9 @@ pub(crate) struct Inputs<'a> {
     /// The prompt's path inside the container.
     pub prompt_file: &'a Path,
     pub prompt: &'a str,
+    /// The servo's own executable (`servo mcp` is registered with the
+    /// agents that speak MCP).
+    pub servo: &'a Path,
 }
 
 /// Where an agent leaves its final answer.
@@ -84,6 +91,8 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
     let home = i.home.display().to_string();
     let openai_base = format!("http://127.0.0.1:{}/v1", i.port);
     let anthropic_base = format!("http://127.0.0.1:{}", i.port);
+    let servo = i.servo.display().to_string();
+    let mcp_args = vec![s("mcp"), s("--url"), anthropic_base.clone()];
     let mut env = vec![
         (s("HOME"), home.clone()),
         (
@@ -197,6 +206,9 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
                 (s("DISABLE_TELEMETRY"), s("1")),
                 (s("DISABLE_ERROR_REPORTING"), s("1")),
             ]);
+            let mcp = i.home.join("saheeli-mcp.json");
+            let config = serde_json::json!({"mcpServers": {(MCP_SERVER): {
+                "type": "stdio", "command": servo, "args": mcp_args, "env": {}}}});
             Plan {
                 program: s("claude"),
                 args: vec![
@@ -207,9 +219,12 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
                     s("--dangerously-skip-permissions"),
                     s("--output-format"),
                     s("json"),
+                    s("--mcp-config"),
+                    mcp.display().to_string(),
+                    s("--strict-mcp-config"),
                 ],
                 env,
-                files: Vec::new(),
+                files: vec![(mcp, config.to_string())],
                 answer: Answer::ClaudeJson,
             }
         }
@@ -222,13 +237,18 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
             ]);
             let config = format!(
                 "model = {}\nmodel_provider = \"saheeli\"\napproval_policy = \"never\"\n\
-                 sandbox_mode = \"danger-full-access\"\ncheck_for_update_on_startup = false\n\n\
+                 sandbox_mode = \"danger-full-access\"\ncheck_for_update_on_startup = false\n\
+                 web_search = \"disabled\"\n\n\
                  [model_providers.saheeli]\nname = \"saheeli\"\nbase_url = {}\n\
                  env_key = \"SAHEELI_PLACEHOLDER_KEY\"\nwire_api = \"responses\"\n\n\
-                 [features]\nplugins = false\nremote_plugin = false\napps = false\n\n\
-                 [analytics]\nenabled = false\n\n[otel]\nexporter = \"none\"\n",
+                 [features]\nplugins = false\nremote_plugin = false\napps = false\n\
+                 multi_agent = false\n\n\
+                 [analytics]\nenabled = false\n\n[otel]\nexporter = \"none\"\n\n\
+                 [mcp_servers.{MCP_SERVER}]\ncommand = {}\nargs = {}\n",
                 toml_str(i.model),
                 toml_str(&openai_base),
+                toml_str(&servo),
+                serde_json::to_string(&mcp_args).expect("strings serialize"),
             );
             Plan {
                 program: s("codex"),
@@ -262,6 +282,7 @@ mod tests {
             home: Path::new("/tmp/agent"),
             prompt_file: Path::new("/workspace/prompt.md"),
             prompt,
+            servo: Path::new("/usr/local/bin/servo"),
         }
     }
 
@@ -371,9 +392,40 @@ mod tests {
         ] {
             assert!(config.contains(line), "{line} in {config}");
         }
+        for line in ["web_search = \"disabled\"", "multi_agent = false"] {
+            assert!(config.contains(line), "{line} in {config}");
+        }
         let aider = plan(&inputs(&Agent::Named(AgentName::Aider), "x")).unwrap();
         assert!(aider.args.contains(&s("--analytics-disable")));
         assert!(aider.args.contains(&s("--no-check-update")));
+    }
+
+    #[test]
+    fn claude_code_and_codex_get_saheeli_s_mcp_server() {
+        let claude = plan(&inputs(&Agent::Named(AgentName::ClaudeCode), "x")).unwrap();
+        let at = claude
+            .args
+            .iter()
+            .position(|a| a == "--mcp-config")
+            .unwrap();
+        let (path, json) = &claude.files[0];
+        assert_eq!(claude.args[at + 1], path.display().to_string());
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let server = &v["mcpServers"]["saheeli"];
+        assert_eq!(server["command"], "/usr/local/bin/servo");
+        assert_eq!(
+            server["args"],
+            serde_json::json!(["mcp", "--url", "http://127.0.0.1:4242"])
+        );
+        let codex = plan(&inputs(&Agent::Named(AgentName::Codex), "x")).unwrap();
+        let config = &codex.files[0].1;
+        assert!(
+            config.contains(
+                "[mcp_servers.saheeli]\ncommand = \"/usr/local/bin/servo\"\n\
+                 args = [\"mcp\",\"--url\",\"http://127.0.0.1:4242\"]"
+            ),
+            "{config}"
+        );
     }
 
     #[test]

@@ -7,16 +7,26 @@
 //! ([`allowed`]): the gateway's other routes (the session key, the human
 //! desk, verify) stay the servo's, so the agent gains nothing by calling
 //! here that it was not given. The key is added by the gateway on the
-//! host; the agent holds a placeholder.
+//! host; the agent holds a placeholder. Saheeli's own tools
+//! (`/saheeli/mcp/tools`, `/saheeli/mcp/call`, for `servo mcp`) are
+//! answered here by the servo itself ([`super::own`]).
 
 use std::convert::Infallible;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use http_body_util::BodyExt;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixStream};
 use tracing::{debug, warn};
+
+use super::own::Own;
+
+/// The largest body of a call to Saheeli's own tools.
+const MAX_OWN_BODY: usize = 1 << 20;
 
 /// The key the agent is given: not a secret, only something its SDK
 /// accepts. The gateway ignores it and sends the real one upstream.
@@ -33,7 +43,7 @@ pub(crate) fn allowed(method: &Method, path: &str) -> bool {
 
 /// Opens the listener on `127.0.0.1:0`; returns its port. Connections are
 /// served until the servo exits.
-pub(crate) async fn start(socket: PathBuf) -> std::io::Result<u16> {
+pub(crate) async fn start(socket: PathBuf, own: Arc<Own>) -> std::io::Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
@@ -47,8 +57,17 @@ pub(crate) async fn start(socket: PathBuf) -> std::io::Result<u16> {
                 }
             };
             let socket = socket.clone();
+            let own = own.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| forward(socket.clone(), req));
+                let service = hyper::service::service_fn(move |req| {
+                    let (socket, own) = (socket.clone(), own.clone());
+                    async move {
+                        if req.uri().path().starts_with("/saheeli/mcp/") {
+                            return own_tools(&own, req).await;
+                        }
+                        forward(socket, req).await
+                    }
+                });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .serve_connection(TokioIo::new(stream), service)
@@ -71,6 +90,47 @@ fn refuse(status: StatusCode, message: String) -> Response<Body> {
         .header("content-type", "application/json")
         .body(Body::Right(body.to_string()))
         .expect("a valid response")
+}
+
+fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::Right(v.to_string()))
+        .expect("a valid response")
+}
+
+/// `GET /saheeli/mcp/tools` and `POST /saheeli/mcp/call`.
+async fn own_tools(own: &Own, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    match (method, path.as_str()) {
+        (Method::GET, "/saheeli/mcp/tools") => Ok(json(StatusCode::OK, own.list())),
+        (Method::POST, "/saheeli/mcp/call") => {
+            let body = http_body_util::Limited::new(req.into_body(), MAX_OWN_BODY);
+            let bytes = match body.collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    return Ok(refuse(
+                        StatusCode::BAD_REQUEST,
+                        format!("reading the call: {e} (at most {MAX_OWN_BODY} bytes)"),
+                    ));
+                }
+            };
+            match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(params) => Ok(json(StatusCode::OK, own.call(&params).await)),
+                Err(e) => Ok(refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("the call is not JSON: {e}"),
+                )),
+            }
+        }
+        (m, p) => Ok(refuse(
+            StatusCode::NOT_FOUND,
+            format!(
+                "`{m} {p}` is not served here: GET /saheeli/mcp/tools, POST /saheeli/mcp/call are"
+            ),
+        )),
+    }
 }
 
 async fn forward(socket: PathBuf, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
