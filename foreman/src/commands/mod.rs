@@ -7,6 +7,7 @@ mod build;
 mod build_agent;
 mod common;
 mod copy;
+mod doctor;
 mod dry_run;
 mod eval;
 mod eval_progress;
@@ -32,6 +33,7 @@ pub(crate) use build::build_servo;
 pub(crate) use common::{
     WrongState, open_store, prepare_results_dir, secure_results, spec_for_text, submit_spec,
 };
+pub(crate) use doctor::doctor;
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;
