@@ -5,6 +5,7 @@
 mod fake_cache;
 mod fake_llm;
 mod fake_stream;
+mod recording_proxy;
 mod util;
 
 mod admission;
@@ -15,6 +16,7 @@ mod chaos;
 mod chaos_gateway;
 mod cli;
 mod daemon;
+mod doctor;
 mod doors;
 mod dryrun;
 mod ending_wins;
@@ -33,6 +35,7 @@ mod hostile_files;
 mod human;
 mod input;
 mod lifecycle;
+mod local_server;
 mod long_tasks;
 mod metrics;
 mod openai;
