@@ -5,7 +5,6 @@
 mod fake_cache;
 mod fake_llm;
 mod fake_stream;
-mod recording_proxy;
 mod util;
 
 mod admission;
@@ -35,7 +34,6 @@ mod hostile_files;
 mod human;
 mod input;
 mod lifecycle;
-mod local_server;
 mod long_tasks;
 mod metrics;
 mod openai;
