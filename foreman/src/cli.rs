@@ -58,6 +58,16 @@ pub(crate) enum Command {
     Metrics,
     /// Run an evaluation suite: every case as a task, scored; a JSON and an HTML report.
     Eval(EvalArgs),
+    /// Call each configured provider once with a tiny tool-calling request; print what works and the fix for what does not.
+    Doctor(DoctorArgs),
+}
+
+/// `saheeli doctor [--model MODEL]...`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The model to try on the provider it goes to (repeatable; default: config's `model`, else the first the server lists).
+    #[arg(long, value_name = "MODEL")]
+    pub model: Vec<String>,
 }
 
 /// `saheeli eval SUITE.yaml`, `eval --resume RUN_ID`, `eval compare`, `eval list`.

@@ -127,7 +127,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
         Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
-        Command::Task(_) | Command::Metrics | Command::Eval(_) => "warn",
+        Command::Task(_) | Command::Metrics | Command::Eval(_) | Command::Doctor(_) => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -201,6 +201,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => commands::run(&cfg, args).await,
         Command::Gc(args) => commands::gc(&cfg, args).await,
         Command::Metrics => commands::metrics(&cfg).await,
+        Command::Doctor(args) => commands::doctor(&cfg, args).await,
         Command::Eval(args) => match args.command {
             Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
             Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,

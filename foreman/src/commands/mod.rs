@@ -8,6 +8,7 @@ mod build_agent;
 mod children;
 mod common;
 mod copy;
+mod doctor;
 mod dry_run;
 mod eval;
 mod eval_progress;
@@ -34,6 +35,7 @@ pub(crate) use children::submit_child;
 pub(crate) use common::{
     WrongState, open_store, pack, prepare_results_dir, secure_results, spec_for_text, submit_spec,
 };
+pub(crate) use doctor::doctor;
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;

@@ -67,7 +67,10 @@ pub(super) fn signals() -> (CancellationToken, CancellationToken) {
 
 pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     raise_open_files_limit();
-    let upstream = Arc::new(Upstream::from_config(cfg)?);
+    let mut upstream = Upstream::from_config(cfg)?;
+    // Local servers' windows (llama-server, vLLM, Ollama), for compaction.
+    upstream.probe_servers().await;
+    let upstream = Arc::new(upstream);
     let secrets = upstream.providers.secrets();
     let (docker, engine) = match &cfg.file.swarm {
         Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {

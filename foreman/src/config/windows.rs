@@ -4,10 +4,13 @@
 //! Where a window comes from, first match wins: config.yaml `windows:`
 //! (the model as written, then as sent upstream, then the longest
 //! `prefix*`), the provider's `context_window`, what the provider's server
-//! reported at `serve` start (llama-server `/props`, vLLM `/v1/models`,
-//! Ollama `/api/show`), then the built-in table of known models below.
-//! None: unknown, and the servo compacts only when the provider answers
-//! that the context is too long.
+//! reported (llama-server `/props`, vLLM `/v1/models`, Ollama `/api/show`),
+//! then the built-in table of known models below. A task is resolved when
+//! it is submitted, before any server is asked (`served` None); when none
+//! of these knows, the window its provider's server reported at `serve`
+//! start (`gateway::probe`) is filled in at launch. None: unknown, and the
+//! servo compacts only when the provider answers that the context is too
+//! long.
 
 use std::collections::BTreeMap;
 

@@ -175,6 +175,11 @@ impl Providers {
         }
     }
 
+    /// Every provider, by name.
+    pub fn all(&self) -> impl Iterator<Item = &Provider> {
+        self.map.values()
+    }
+
     /// The providers' names (`openai`, `anthropic` and config.yaml's).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.map.keys().map(String::as_str)

@@ -28,6 +28,9 @@ pub(crate) struct Upstream {
     /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
     /// logs it).
     pub gateway_connections: usize,
+    /// What each local provider's server said its window is (`probe`),
+    /// asked at `serve` start.
+    pub served: super::probe::ServedWindows,
 }
 
 /// The foreman's key, printed as `***`.
@@ -88,6 +91,7 @@ impl Upstream {
             gateway_connections,
             limits: Default::default(),
             trajectories: trajectories_dir(cfg),
+            served: Default::default(),
         })
     }
 
@@ -96,6 +100,36 @@ impl Upstream {
     /// task whose first call would wait long.
     pub fn rate_wait(&self) -> Duration {
         self.limits.wait_now()
+    }
+
+    /// Asks every local provider's server for its window (all at once,
+    /// each bounded by the probe's timeout) and logs what each said.
+    pub async fn probe_servers(&mut self) {
+        let asks = self
+            .providers
+            .all()
+            .filter(|p| !super::probe::is_hosted(p))
+            .map(|p| {
+                let client = self.client.clone();
+                let p = p.clone();
+                async move { (p.name.clone(), super::probe::probe(&client, &p).await) }
+            });
+        for (name, info) in futures_util::future::join_all(asks).await {
+            match (info.window, info.models.is_empty(), info.source) {
+                (None, true, _) | (_, _, None) => tracing::debug!(
+                    provider = %name,
+                    "its server says no context window (llama-server /props, vLLM /v1/models, Ollama /api/show); set `windows:` or the provider's `context_window`"
+                ),
+                (_, _, Some(source)) => tracing::info!(
+                    provider = %name,
+                    window = ?info.window,
+                    models = ?info.models,
+                    source,
+                    "context window from the provider's server (config `windows:` and `context_window` still win)"
+                ),
+            }
+            self.served.0.insert(name, info);
+        }
     }
 
     /// The longest one call through the gateway can take: the last attempt

@@ -198,6 +198,15 @@ fn servo_launch(ctx: &Ctx, task: &TaskRow) -> saheeli_protocol::Launch {
     let mut servo_task = task.spec.servo_task(task.id);
     servo_task.request_timeout_s = Some(ctx.upstream.servo_request_timeout().as_secs());
     servo_task.stop_grace_ms = Some(ctx.cfg.file.stop_grace.as_millis() as u64);
+    // No window from config or the known models: the one the provider's
+    // server reported at `serve` start, if any (issue 27).
+    if servo_task.context.window.is_none() {
+        let route = ctx.upstream.providers.route(&task.spec.model);
+        servo_task.context.window = ctx
+            .upstream
+            .served
+            .window(&route.provider.name, &route.model);
+    }
     saheeli_protocol::Launch {
         task: servo_task,
         prompt: task.spec.body.clone(),

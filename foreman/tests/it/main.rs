@@ -20,6 +20,7 @@ mod children;
 mod cli;
 mod daemon;
 mod deadline;
+mod doctor;
 mod doors;
 mod dryrun;
 mod ending_wins;
