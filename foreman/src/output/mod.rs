@@ -11,8 +11,8 @@ mod recoverable;
 mod steps;
 mod table;
 mod text;
-mod waits;
 mod tree;
+mod waits;
 
 use json::{duration_ms, time};
 
@@ -24,5 +24,5 @@ pub(crate) use recoverable::recoverable;
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
 pub(crate) use text::{audit_line, clean, printable, waiting_line};
-pub(crate) use waits::waits_line;
 pub(crate) use tree::{ChildView, TreeTotals, family, family_lines, tree_text};
+pub(crate) use waits::waits_line;
