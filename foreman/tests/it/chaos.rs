@@ -160,9 +160,22 @@ fn two_foremen_on_one_database_never_run_a_task_twice() {
     );
     s.write("t.md", &replay_prompt("t.json", ""));
     let ids: Vec<String> = (0..16).map(|_| s.submit("t.md")).collect();
-    let (mut a, mut b) = (serve(&s, "3"), serve(&s, "3"));
-    assert!(a.wait().unwrap().success());
-    assert!(b.wait().unwrap().success());
+    // Each foreman's log is kept, to say why one failed.
+    let logged = |name: &str| {
+        let log = std::fs::File::create(s.path().join(name)).unwrap();
+        s.cmd(&["serve", "--drain", "-j", "3"])
+            .env("RUST_LOG", "saheeli=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (logged("a.log"), logged("b.log"));
+    for (name, child) in [("a.log", &mut a), ("b.log", &mut b)] {
+        let status = child.wait().unwrap();
+        let log = std::fs::read_to_string(s.path().join(name)).unwrap_or_default();
+        assert!(status.success(), "foreman {name} exited {status}:\n{log}");
+    }
     check_invariants(&s, &ids);
 }
 

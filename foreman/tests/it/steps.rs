@@ -100,8 +100,11 @@ fn a_gated_step_is_denied_then_approved_and_the_model_hears_both() {
         0,
     );
 
+    // The state may still read waiting_human between the deny and the
+    // second ask: wait for the open ask itself.
     let t = until(&s, &id, &serve, "asked again", |t| {
         t["state"] == "waiting_human"
+            && !t["waiting_for"].is_null()
             && t["events"]
                 .as_array()
                 .unwrap()

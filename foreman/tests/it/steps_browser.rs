@@ -60,13 +60,26 @@ async fn state(c: &Client) -> String {
     }
 }
 
+/// Clicks the element; found again when the card was redrawn between
+/// finding and clicking it (the page refreshes as the task changes).
 async fn click(c: &Client, css: &str) {
-    c.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let element = c
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        match element.click().await {
+            Ok(()) => return,
+            Err(e)
+                if e.to_string().contains("stale element")
+                    && std::time::Instant::now() < deadline =>
+            {
+                continue;
+            }
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
 }
 
 /// `a` (a breakpoint before it), `b` (approval needed), `c`, `d` (never

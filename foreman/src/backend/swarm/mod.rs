@@ -61,19 +61,26 @@ pub(crate) fn token_key(state_dir: &std::path::Path) -> anyhow::Result<Vec<u8>> 
     let path = state_dir.join("swarm-token.key");
     std::fs::create_dir_all(state_dir)
         .with_context(|| format!("creating `{}`", state_dir.display()))?;
-    match std::fs::OpenOptions::new()
+    // Written whole under a name of its own, then linked into place (a
+    // link never replaces): foremen starting at once never read a key
+    // another is still writing, and all keep the first one linked.
+    let tmp = state_dir.join(format!(
+        ".swarm-token.key.{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
+    key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
-    {
-        Ok(mut f) => {
-            let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
-            key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-            f.write_all(&key)
-                .with_context(|| format!("writing `{}`", path.display()))?;
-            Ok(key)
-        }
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&key))
+        .and_then(|()| std::fs::hard_link(&tmp, &path));
+    let _ = std::fs::remove_file(&tmp);
+    match written {
+        Ok(()) => Ok(key),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let key =
                 std::fs::read(&path).with_context(|| format!("reading `{}`", path.display()))?;
@@ -108,6 +115,24 @@ pub(crate) fn token(key: &[u8], id: saheeli_protocol::TaskId, suffix: &str) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Foremen starting at once (two `serve` on one database) all get the
+    /// one key linked first, never a key half written.
+    #[test]
+    fn foremen_starting_at_once_share_one_whole_key() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let keys: Vec<Vec<u8>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| s.spawn(|| token_key(dir.path()).unwrap()))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(keys.iter().all(|k| k.len() == 32 && *k == keys[0]));
+            let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert_eq!(names.len(), 1, "no temporary file is left");
+        }
+    }
 
     /// A foreman that restarts reads the same key and derives the same
     /// token for a launch, so the adopted servo's upload is accepted;
