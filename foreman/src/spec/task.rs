@@ -260,6 +260,14 @@ impl TaskSpec {
         check_tools(path, tools.as_deref())?;
         let delegate = fm.delegate;
         check_delegate(path, delegate.as_ref())?;
+        if delegate.is_some() && cfg.file.backend == crate::config::BackendKind::Swarm {
+            bail!(
+                "{}: `delegate` runs child tasks only with `backend: docker` for now (the \
+                 swarm's gateway does not serve spawn_task and wait_tasks yet); drop it or \
+                 run this task on one host",
+                path.display()
+            );
+        }
         let gates = fm
             .approve
             .as_ref()

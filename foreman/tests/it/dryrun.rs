@@ -566,3 +566,36 @@ fn a_swarm_image_outside_its_registry_is_refused_at_submit() {
     }
     assert!(!s.path().join("saheeli.db").exists() || s.tasks().is_empty());
 }
+
+/// Issue 30: `delegate:` on the multi-node backend is refused at submit
+/// (its gateway does not serve spawn_task and wait_tasks yet), naming the
+/// key, and nothing is queued.
+#[test]
+fn delegate_on_backend_swarm_is_refused_at_submit() {
+    require_docker();
+    let s = Saheeli::with_config(
+        "backend: swarm\nswarm:\n  manager: tcp://127.0.0.1:9\n  registry: 127.0.0.1:5000\n  \
+         network: n\n  gateway_listen: 127.0.0.1:7000\n",
+    )
+    // An image the nodes could pull, so the refusal is delegate's own.
+    .env("SAHEELI_IMAGE", "127.0.0.1:5000/saheeli-servo:latest");
+    s.write(
+        "s.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:s.json\ndelegate: { max_children: 2 }\n---\nPlan.\n",
+    );
+    for args in [
+        &["task", "submit", "--prompt", "p.md"][..],
+        &["run", "--dry-run", "p.md"],
+    ] {
+        let err = s.expect_err(args, 2);
+        assert!(
+            err.contains("p.md: `delegate` runs child tasks only with `backend: docker`"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!s.path().join("saheeli.db").exists() || s.tasks().is_empty());
+}
