@@ -38,7 +38,7 @@ pub(super) fn resolve(
     if cfg.file.backend == crate::config::BackendKind::Swarm {
         bail!(
             "{}: `{key}` is `{}`, but third-party agents run only with `backend: docker` \
-             for now (the swarm's servos are not separated from their agent)",
+             for now (their native API routes are not wired through the swarm's gateway yet)",
             prompt.display(),
             agent.label()
         );
