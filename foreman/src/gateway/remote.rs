@@ -239,7 +239,13 @@ async fn submitted(entry: &Entry) -> Response {
     if let Some(dir) = &entry.task.resume_from {
         return packed(dir.clone());
     }
-    let Some(path) = &entry.task.input else {
+    stored_workspace(entry.task.input.as_deref()).await
+}
+
+/// The submitted workspace as the tar it was stored as (204: none), for a
+/// servo that fetches its task after it started (a swarm's, a warm one).
+pub(super) async fn stored_workspace(input: Option<&std::path::Path>) -> Response {
+    let Some(path) = input else {
         return StatusCode::NO_CONTENT.into_response();
     };
     match tokio::fs::File::open(path).await {

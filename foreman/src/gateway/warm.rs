@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -133,7 +132,7 @@ async fn front(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     match (req.method().clone(), path.as_str()) {
         (Method::GET, CLAIM) => claim(&inner).await,
         (Method::GET, routes::WORKSPACE) => match released(&inner) {
-            Some(task) => submitted(&task).await,
+            Some(task) => super::remote::stored_workspace(task.input.as_deref()).await,
             None => refuse(StatusCode::CONFLICT, "no task was given to this servo yet"),
         },
         _ => {
@@ -175,26 +174,6 @@ async fn claim(inner: &Inner) -> Response {
         )
             .into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
-    }
-}
-
-/// The submitted workspace as the tar it was stored as (204: none).
-async fn submitted(task: &WarmTask) -> Response {
-    let Some(path) = &task.input else {
-        return StatusCode::NO_CONTENT.into_response();
-    };
-    match tokio::fs::File::open(path).await {
-        Ok(f) => {
-            let body = Body::from_stream(tokio_util::io::ReaderStream::new(f));
-            ([(header::CONTENT_TYPE, "application/x-tar")], body).into_response()
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(e) => {
-            warn!(error = %e, "submitted workspace not readable");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
     }
 }
 
