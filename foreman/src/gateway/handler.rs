@@ -369,20 +369,9 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
     let started = Instant::now();
     let mut last: String;
     let mut previous: Option<String> = None;
-    let key = (provider.name.clone(), gw.route.model.clone());
-    // The input's tokens, roughly (the meter's bound, bytes, is far above
-    // what a provider counts against its limit).
-    let tokens = body.len() as u64 / 4;
     let mut attempt = 1;
     loop {
-        let mut turn = gw
-            .upstream
-            .limits
-            .turn(key.clone(), tokens, |w| rate_waiting(gw, w))
-            .await;
-        if !turn.waited.is_zero() {
-            live().rate_limit_waited(&provider.name, turn.waited);
-        }
+        let mut turn = rate_turn(gw, body.len()).await;
         let (outcome, observed) = try_once(gw, &body).await;
         let (mut verdict, status, wish) = match outcome {
             Try::Answered(bytes) => {
@@ -508,6 +497,24 @@ fn still_rate_limited(gw: &GatewayState, last: &str, waited: Duration) -> Respon
         axum::http::HeaderValue::from_static("5"),
     );
     r
+}
+
+/// Waits for a call's turn in the provider's budget that every task
+/// shares (issue 26), with the request's bytes / 4 as its input tokens
+/// (roughly: the meter's bound, bytes, is far above what a provider counts
+/// against its limit); a wait is counted in the metrics.
+pub(super) async fn rate_turn(gw: &GatewayState, body_bytes: usize) -> super::limits::Turn<'_> {
+    let provider = &gw.route.provider.name;
+    let key = (provider.clone(), gw.route.model.clone());
+    let turn = gw
+        .upstream
+        .limits
+        .turn(key, body_bytes as u64 / 4, |w| rate_waiting(gw, w))
+        .await;
+    if !turn.waited.is_zero() {
+        live().rate_limit_waited(provider, turn.waited);
+    }
+    turn
 }
 
 /// A call starts (`Some`: for about this long) or stops waiting for its

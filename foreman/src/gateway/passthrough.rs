@@ -293,19 +293,10 @@ async fn send(
     let sent = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let started = Instant::now();
     let mut last: (StatusCode, String, Option<String>);
-    // The same shared budget as the built-in loop's calls (`limits`).
-    let key = (provider.name.clone(), gw.route.model.clone());
-    let tokens = body.len() as u64 / 4;
     let mut attempt = 1;
     loop {
-        let mut turn = gw
-            .upstream
-            .limits
-            .turn(key.clone(), tokens, |w| rate_waiting(gw, w))
-            .await;
-        if !turn.waited.is_zero() {
-            live().rate_limit_waited(&provider.name, turn.waited);
-        }
+        // The same shared budget as the built-in loop's calls.
+        let mut turn = handler::rate_turn(gw, body.len()).await;
         let mut req = gw
             .upstream
             .client
