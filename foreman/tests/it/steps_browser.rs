@@ -29,11 +29,20 @@ where
     panic!("{what}: never happened");
 }
 
+/// The element's text, or "" when there is none. An element redrawn
+/// between finding and reading it (the page refreshes as the task
+/// changes) is found again, not read as empty.
 async fn text(c: &Client, css: &str) -> String {
-    match c.find(Locator::Css(css)).await {
-        Ok(e) => e.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
+    for _ in 0..50 {
+        let Ok(e) = c.find(Locator::Css(css)).await else {
+            return String::new();
+        };
+        match e.text().await {
+            Ok(t) => return t,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
+    String::new()
 }
 
 /// The card's `Steps n/m` (as read: CSS may set its case).
@@ -42,10 +51,16 @@ async fn count(c: &Client) -> String {
 }
 
 async fn class(c: &Client, css: &str) -> String {
-    match c.find(Locator::Css(css)).await {
-        Ok(e) => e.attr("class").await.ok().flatten().unwrap_or_default(),
-        Err(_) => String::new(),
+    for _ in 0..50 {
+        let Ok(e) = c.find(Locator::Css(css)).await else {
+            return String::new();
+        };
+        match e.attr("class").await {
+            Ok(v) => return v.unwrap_or_default(),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
+    String::new()
 }
 
 async fn state(c: &Client) -> String {
