@@ -61,6 +61,9 @@ pub(crate) struct DeskLink {
     pub max_output: usize,
     /// Set when the task was granted `delegate:` (issue 30).
     pub delegate: Option<Arc<super::children::DelegateLink>>,
+    /// A third-party agent's `replay:` script: the gateway answers its
+    /// calls from it instead of a provider (`gateway::replay`).
+    pub replay: Option<Arc<saheeli_protocol::ReplayScript>>,
 }
 
 /// The task's human settings, from its spec.

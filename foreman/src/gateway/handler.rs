@@ -32,6 +32,16 @@ pub(super) struct GatewayState {
     pub(super) desk: DeskLink,
 }
 
+impl GatewayState {
+    /// The model the task's agent may name (`native::vet`).
+    pub(super) fn task_model(&self) -> super::native::TaskModel<'_> {
+        super::native::TaskModel {
+            provider: &self.route.provider.name,
+            model: &self.route.model,
+        }
+    }
+}
+
 /// A JSON answer for the container, redacted for every key.
 pub(super) fn json_response(
     gw: &GatewayState,
@@ -110,11 +120,12 @@ pub(super) async fn chat_completions(
     body: Bytes,
 ) -> Response {
     // A streamed chat is a third-party agent's (issue 25): passed through
-    // as the agent wrote it, metered from the stream.
+    // as the agent wrote it, metered from the stream; so is every chat of
+    // an agent answered by a `replay:` script.
     let streamed = serde_json::from_slice::<Value>(&body)
         .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true)));
-    if streamed {
-        return passthrough::chat_stream(gw, &headers, body).await;
+    if streamed || gw.desk.replay.is_some() {
+        return passthrough::chat_native(gw, &headers, body).await;
     }
     let req: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -139,6 +150,19 @@ pub(super) async fn chat_completions(
             gateway_error::BAD_REQUEST,
             "this task's model is a `replay:` script: its gateway makes no LLM call, and nothing \
              was sent to any provider",
+        );
+    }
+    if !req.model.is_empty() && !gw.task_model().is(&req.model) {
+        live().refusal(Refusal::InvalidRequest);
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            gateway_error::BAD_REQUEST,
+            &format!(
+                "field `model` is `{}`, but this task runs `{}` (its prompt's `model:`); the \
+                 gateway serves no other model: name `{}` or leave `model` empty",
+                req.model, gw.route.model, gw.route.model
+            ),
         );
     }
     forward(&gw, req).await

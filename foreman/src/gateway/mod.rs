@@ -69,6 +69,7 @@ mod providers;
 pub(crate) mod record;
 mod redact;
 mod remote;
+mod replay;
 mod retry;
 mod server;
 mod shape;

@@ -2,8 +2,8 @@
 //! (issue 25): Anthropic Messages (`/v1/messages`, and its
 //! `count_tokens`), OpenAI Chat Completions streamed, OpenAI Responses.
 //!
-//! A request is passed through as the agent wrote it, after [`vet`]: the
-//! model forced to the task's, the fields that would spend outside the
+//! A request is passed through as the agent wrote it, after [`vet`]:
+//! another model than the task's refused, the fields that would spend outside the
 //! meter refused (server-side tools that bill on their own, stored
 //! conversations whose input the request does not carry, background runs,
 //! several choices), the output capped to what the budget leaves and, for
@@ -166,14 +166,45 @@ fn client_tool(api: Api, kind: Option<&str>) -> bool {
     }
 }
 
-/// Checks a request for `api` from the container and forces the task's
-/// `model`. The error names the field and what to do.
-pub(crate) fn vet(api: Api, body: &[u8], model: &str) -> Result<Vetted, String> {
+/// The model a task's agent may name: the upstream model and the same
+/// model as the prompt may write it (`provider/model`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TaskModel<'a> {
+    pub provider: &'a str,
+    pub model: &'a str,
+}
+
+impl TaskModel<'_> {
+    /// Whether `named` (the request's `model`) is this one.
+    pub(crate) fn is(&self, named: &str) -> bool {
+        named == self.model
+            || named
+                .strip_prefix(self.provider)
+                .and_then(|r| r.strip_prefix('/'))
+                .is_some_and(|m| m == self.model)
+    }
+}
+
+/// Checks a request for `api` from the container: another model than the
+/// task's is refused (none named: the task's is used), and the upstream
+/// name is what is sent. The error names the field and what to do.
+pub(crate) fn vet(api: Api, body: &[u8], task: TaskModel<'_>) -> Result<Vetted, String> {
+    let model = task.model;
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| format!("the body is not JSON for {}: {e}", api.path()))?;
     let Value::Object(mut body) = v else {
         return Err(format!("the body of {} must be a JSON object", api.path()));
     };
+    match body.get("model") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(named)) if task.is(named) => {}
+        Some(named) => {
+            return Err(format!(
+                "field `model` is {named}, but this task runs `{model}` (its prompt's `model:`); \
+                 the gateway serves no other model: name `{model}` or leave `model` out"
+            ));
+        }
+    }
     for name in body.keys() {
         if let Some(why) = refused_field(api, name) {
             return Err(format!(
@@ -277,15 +308,43 @@ pub(crate) fn anthropic_beta(sent: Option<&str>) -> Option<String> {
 mod tests {
     use super::*;
 
+    const TASK: TaskModel<'static> = TaskModel {
+        provider: "local",
+        model: "task-model",
+    };
+
     fn vetted(api: Api, body: Value) -> Result<Vetted, String> {
-        vet(api, body.to_string().as_bytes(), "task-model")
+        vet(api, body.to_string().as_bytes(), TASK)
     }
 
     #[test]
-    fn the_model_is_forced_and_caching_fields_pass() {
+    fn another_model_is_refused_naming_the_task_s() {
+        for api in [Api::Messages, Api::Chat, Api::Responses] {
+            for other in [
+                json!("claude-opus-other"),
+                json!("other/task-model"),
+                json!(7),
+            ] {
+                let why = vetted(api, json!({"model": other, "max_tokens": 5})).unwrap_err();
+                assert!(
+                    why.contains("field `model`") && why.contains("`task-model`"),
+                    "{api:?} {other}: {why}"
+                );
+            }
+            for same in [json!("task-model"), json!("local/task-model"), Value::Null] {
+                let v = vetted(api, json!({"model": same})).unwrap();
+                assert_eq!(v.body["model"], "task-model", "{api:?} {same}");
+            }
+            let v = vetted(api, json!({})).unwrap();
+            assert_eq!(v.body["model"], "task-model");
+        }
+    }
+
+    #[test]
+    fn the_model_is_sent_upstream_and_caching_fields_pass() {
         let v = vetted(
             Api::Messages,
-            json!({"model": "claude-opus-other", "max_tokens": 32000, "stream": true,
+            json!({"model": "local/task-model", "max_tokens": 32000, "stream": true,
                    "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
                    "messages": [{"role": "user", "content": "hi"}],
                    "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}),
@@ -304,7 +363,7 @@ mod tests {
     fn a_streamed_chat_always_asks_for_usage() {
         let v = vetted(
             Api::Chat,
-            json!({"model": "x", "stream": true, "stream_options": {"include_usage": false},
+            json!({"model": "task-model", "stream": true, "stream_options": {"include_usage": false},
                    "max_completion_tokens": 5, "messages": []}),
         )
         .unwrap();

@@ -49,9 +49,9 @@ pub(super) async fn responses(
     serve(gw, Api::Responses, &headers, body).await
 }
 
-/// A streamed chat completion (the servo's own calls are not streamed and
-/// go through `handler::chat_completions`).
-pub(super) async fn chat_stream(
+/// A third-party agent's chat completion: streamed, or any of a replayed
+/// agent's (the servo's own calls go through `handler::chat_completions`).
+pub(super) async fn chat_native(
     gw: Arc<GatewayState>,
     headers: &HeaderMap,
     body: Bytes,
@@ -61,7 +61,7 @@ pub(super) async fn chat_stream(
 
 /// `POST /v1/messages/count_tokens`: estimated here, nothing forwarded.
 pub(super) async fn count_tokens(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Response {
-    if !Api::Messages.served_by(gw.route.provider.kind) {
+    if gw.desk.replay.is_none() && !Api::Messages.served_by(gw.route.provider.kind) {
         return not_spoken(&gw, Api::Messages);
     }
     match native::count_tokens(&body) {
@@ -101,10 +101,12 @@ fn not_spoken(gw: &GatewayState, api: Api) -> Response {
 }
 
 async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes) -> Response {
-    if !api.served_by(gw.route.provider.kind) {
+    // A replayed agent's script speaks whichever API the agent does.
+    let replayed = gw.desk.replay.is_some();
+    if !replayed && !api.served_by(gw.route.provider.kind) {
         return not_spoken(&gw, api);
     }
-    if gw.route.model.starts_with("replay:") {
+    if !replayed && gw.route.model.starts_with("replay:") {
         live().refusal(Refusal::InvalidRequest);
         return refuse(
             &gw,
@@ -114,7 +116,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
             "this task's model is a `replay:` script: its gateway makes no LLM call",
         );
     }
-    let vetted = match native::vet(api, &body, &gw.route.model) {
+    let vetted = match native::vet(api, &body, gw.task_model()) {
         Ok(v) => v,
         Err(why) => {
             live().refusal(Refusal::InvalidRequest);
@@ -288,6 +290,17 @@ async fn send(
     body: Bytes,
     streamed: bool,
 ) -> Result<reqwest::Response, Response> {
+    if let Some(script) = &gw.desk.replay {
+        return super::replay::answer(api, script, &body, streamed).map_err(|why| {
+            refuse(
+                gw,
+                api,
+                StatusCode::BAD_REQUEST,
+                gateway_error::BAD_REQUEST,
+                &why,
+            )
+        });
+    }
     let provider = &gw.route.provider;
     let policy = &gw.upstream.policy;
     let sent = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());

@@ -63,6 +63,11 @@ impl Ctx {
             capabilities: spec.capabilities.iter().cloned().collect(),
             gates: spec.gates.iter().cloned().collect(),
             max_output: spec.max_output_bytes,
+            replay: spec
+                .replay
+                .clone()
+                .filter(|_| spec.agent.api().is_some())
+                .map(Arc::new),
             delegate: spec.delegate.map(|_| {
                 Arc::new(crate::gateway::DelegateLink {
                     cfg: self.cfg.clone(),

@@ -1,9 +1,10 @@
 //! `agent:` (issue 25): which agent runs a task, checked at submit.
 //!
 //! The front-matter's `agent` wins over config.yaml's `task.agent`. A
-//! third-party agent needs a real model (a `replay:` script is the built-in
-//! loop's), a provider that serves the API it speaks (Anthropic Messages
-//! from an Anthropic provider, OpenAI's from an OpenAI-compatible one), and
+//! third-party agent needs a model whose provider serves the API it speaks
+//! (Anthropic Messages from an Anthropic provider, OpenAI's from an
+//! OpenAI-compatible one) or a `replay:` script (the gateway answers any
+//! of the three from it), and
 //! its image ([`image_for`]), which [`require_image`] looks for in Docker
 //! before anything is queued.
 
@@ -44,12 +45,9 @@ pub(super) fn resolve(
         );
     }
     if replay {
-        bail!(
-            "{}: `{key}` is `{}`, which needs a real model, but `model` is a `replay:` \
-             script (only the built-in loop plays scripts); name a model or drop `agent`",
-            prompt.display(),
-            agent.label()
-        );
+        // The gateway answers the agent's own API from the script
+        // (`gateway::replay`): no provider is involved.
+        return Ok(agent);
     }
     let route = crate::gateway::Providers::from_config(cfg).route(model);
     let anthropic = route.provider.kind == ProviderKind::Anthropic;
@@ -162,12 +160,8 @@ mod tests {
                 false,
                 Some("needs an OpenAI-compatible provider"),
             ),
-            (
-                named(AgentName::MiniSweAgent),
-                "replay:x.yaml",
-                true,
-                Some("needs a real model"),
-            ),
+            (named(AgentName::MiniSweAgent), "replay:x.yaml", true, None),
+            (named(AgentName::ClaudeCode), "replay:x.yaml", true, None),
             (
                 Some(Agent::Custom(CustomAgent {
                     command: vec![],

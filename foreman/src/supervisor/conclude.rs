@@ -82,6 +82,11 @@ pub(super) async fn conclude(
         outcome.output_tokens = m.output;
         outcome.cost_usd = m.cost;
         (outcome.cache_read_tokens, outcome.cache_write_tokens) = m.cached;
+        // A third-party agent's steps are its LLM calls (its servo counts
+        // none), as `max_steps` counts them and status shows them live.
+        if outcome.steps == 0 {
+            outcome.steps = m.calls;
+        }
     }
     let verified = verified(ctx, id, watched.exit()).await;
     let ending = Ending {

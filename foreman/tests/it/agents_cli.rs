@@ -290,17 +290,23 @@ fn completes_and_never_sees_the_key(cli: Cli) {
         );
     }
     // From inside: an unknown path and the gateway's own routes are
-    // refused at the door; another model is not what the provider serves.
+    // refused at the door, and so is a call naming another model.
     let probe = std::fs::read_to_string(results.join("probe.json")).unwrap();
     let p: Value = serde_json::from_str(probe.trim())
         .unwrap_or_else(|e| panic!("{e}: the probe printed {probe}"));
     assert_eq!(p["unknown"][0], 404, "{p}");
     assert_eq!(p["key"][0], 404, "{p}");
-    assert_eq!(p["other"][0], 200, "{p}");
+    assert_eq!(p["other"][0], 400, "{p}");
+    assert!(
+        p["other"][1]
+            .as_str()
+            .is_some_and(|t| t.contains("field `model`") && t.contains(cli.model)),
+        "{p}"
+    );
     let seen = llm.seen();
     assert!(
-        seen.iter().any(|c| is_probe(&c.body)),
-        "the probe's call never reached the provider"
+        !seen.iter().any(|c| is_probe(&c.body)),
+        "the call naming another model reached the provider"
     );
     for call in &seen {
         assert_eq!(call.body["model"], cli.model, "{}", call.body);

@@ -2,8 +2,8 @@
 //! gateway socket, as a third-party agent's CLI reaches them through the
 //! servo's loopback listener (which forwards the bytes unchanged).
 //! Anthropic Messages (streamed and whole, `count_tokens`), Chat
-//! Completions streamed, OpenAI Responses (streamed and whole): the model
-//! forced, the placeholder key never forwarded, the real key never
+//! Completions streamed, OpenAI Responses (streamed and whole): another
+//! model refused, the placeholder key never forwarded, the real key never
 //! returned, fields that bypass the meter refused, streams metered from
 //! their own usage events and cut, in the API's own format, when the
 //! budget is spent.
@@ -215,7 +215,7 @@ fn an_anthropic_task_speaks_messages_natively() {
     let sock = holding(&s, &id, &serve, "go");
 
     let req = |k: usize, stream: bool| {
-        json!({"model": "claude-opus-elsewhere", "max_tokens": 32000, "stream": stream,
+        json!({"model": "claude-test", "max_tokens": 32000, "stream": stream,
                "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
                "messages": [{"role": "user", "content": format!("NATIVE-{k}")}],
                "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]})
@@ -271,6 +271,21 @@ fn an_anthropic_task_speaks_messages_natively() {
 
     // Refused without reaching the provider, in the API's own format.
     let before = llm.seen().len();
+    let mut other = req(9, true);
+    other["model"] = json!("claude-opus-elsewhere");
+    let a = post(&sock, "/v1/messages", &claude_headers(), &other);
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(
+        a.json()["error"]["type"],
+        "invalid_request_error",
+        "{}",
+        a.body
+    );
+    assert!(
+        a.body.contains("claude-opus-elsewhere") && a.body.contains("`claude-test`"),
+        "{}",
+        a.body
+    );
     let mut bypass = req(9, true);
     bypass["mcp_servers"] = json!([{"type": "url", "url": "https://example.com"}]);
     let a = post(&sock, "/v1/messages", &claude_headers(), &bypass);
@@ -383,7 +398,7 @@ fn an_openai_task_speaks_chat_streams_and_responses() {
     let auth = [("authorization", bearer.as_str())];
 
     let chat = |k: usize| {
-        json!({"model": "gpt-other", "stream": true, "max_tokens": 50,
+        json!({"model": "gpt-test", "stream": true, "max_tokens": 50,
                "messages": [{"role": "user", "content": format!("NATIVE-{k}")}],
                "tools": [{"type": "function", "function": {"name": "exec_command", "parameters": {"type": "object"}}}]})
     };
@@ -405,7 +420,7 @@ fn an_openai_task_speaks_chat_streams_and_responses() {
     assert_eq!(usage.1["usage"]["prompt_tokens"], 500);
 
     let responses = |k: usize, stream: bool| {
-        json!({"model": "gpt-other", "stream": stream, "instructions": "be brief",
+        json!({"model": "gpt-test", "stream": stream, "instructions": "be brief",
                "input": [{"role": "user", "content": format!("NATIVE-{k}")}],
                "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]})
     };
@@ -467,6 +482,27 @@ fn an_openai_task_speaks_chat_streams_and_responses() {
     let mut stored = responses(9, true);
     stored["previous_response_id"] = json!("resp_elsewhere");
     assert_eq!(post(&sock, "/v1/responses", &auth, &stored).status, 400);
+    // Another model, on each route (the servo's own whole chat too).
+    for (path, mut body) in [
+        ("/v1/chat/completions", chat(9)),
+        ("/v1/responses", responses(9, false)),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "NATIVE-9"}]}),
+        ),
+    ] {
+        body["model"] = json!("gpt-other-expensive");
+        let a = post(&sock, path, &auth, &body);
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+        assert!(
+            a.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("`gpt-test`"),
+            "{path}: {}",
+            a.body
+        );
+    }
     assert_eq!(
         llm.seen().len(),
         before,

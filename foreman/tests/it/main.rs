@@ -11,6 +11,7 @@ mod util;
 mod admission;
 mod agents;
 mod agents_cli;
+mod agents_offline;
 mod assess_limited;
 mod blocked;
 mod capabilities;

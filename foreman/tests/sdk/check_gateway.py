@@ -31,15 +31,15 @@ def messages(sock, k):
                             http_client=http(sock), max_retries=0)
     tools = [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]
     out = {}
-    with c.messages.stream(model="claude-whatever", max_tokens=1000, messages=marker(k),
+    with c.messages.stream(model="claude-test", max_tokens=1000, messages=marker(k),
                            tools=tools) as s:
         m = s.get_final_message()
     out["stream"] = {"stop_reason": m.stop_reason,
                      "blocks": [b.model_dump() for b in m.content],
                      "usage": m.usage.model_dump()}
-    m = c.messages.create(model="claude-whatever", max_tokens=1000, messages=marker(k + 1))
+    m = c.messages.create(model="claude-test", max_tokens=1000, messages=marker(k + 1))
     out["whole"] = {"blocks": [b.model_dump() for b in m.content], "usage": m.usage.model_dump()}
-    n = c.messages.count_tokens(model="claude-whatever", messages=marker(k + 2))
+    n = c.messages.count_tokens(model="claude-test", messages=marker(k + 2))
     out["count_tokens"] = n.input_tokens
     return out
 
@@ -48,7 +48,7 @@ def messages_budget(sock, k):
     c = anthropic.Anthropic(api_key=PLACEHOLDER, base_url="http://127.0.0.1:9",
                             http_client=http(sock), max_retries=0)
     try:
-        with c.messages.stream(model="claude-whatever", max_tokens=1000,
+        with c.messages.stream(model="claude-test", max_tokens=1000,
                                messages=marker(k)) as s:
             s.get_final_message()
         return {"raised": None}
@@ -65,7 +65,7 @@ def openai_apis(sock, k):
               "function": {"name": "exec_command", "parameters": {"type": "object"}}}]
     out = {}
     args, usage = "", None
-    for chunk in c.chat.completions.create(model="gpt-whatever", messages=marker(k), tools=tools,
+    for chunk in c.chat.completions.create(model="gpt-test", messages=marker(k), tools=tools,
                                            stream=True):
         if chunk.usage:
             usage = chunk.usage.model_dump()
@@ -74,12 +74,12 @@ def openai_apis(sock, k):
                 args += tc.function.arguments or ""
     out["chat_stream"] = {"arguments": json.loads(args), "usage": usage}
     rtools = [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]
-    with c.responses.stream(model="gpt-whatever", input=marker(k + 1), tools=rtools) as s:
+    with c.responses.stream(model="gpt-test", input=marker(k + 1), tools=rtools) as s:
         r = s.get_final_response()
     calls = [o for o in r.output if o.type == "function_call"]
     out["responses_stream"] = {"arguments": json.loads(calls[0].arguments),
                                "usage": r.usage.model_dump()}
-    r = c.responses.create(model="gpt-whatever", input=marker(k + 2))
+    r = c.responses.create(model="gpt-test", input=marker(k + 2))
     out["responses_whole"] = {"text": r.output_text, "usage": r.usage.model_dump()}
     return out
 

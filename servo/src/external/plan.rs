@@ -205,6 +205,10 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
                 (s("DISABLE_AUTOUPDATER"), s("1")),
                 (s("DISABLE_TELEMETRY"), s("1")),
                 (s("DISABLE_ERROR_REPORTING"), s("1")),
+                // Its background work (titles, summaries) uses the task's
+                // model too: the gateway refuses any other.
+                (s("ANTHROPIC_SMALL_FAST_MODEL"), s(i.model)),
+                (s("ANTHROPIC_DEFAULT_HAIKU_MODEL"), s(i.model)),
             ]);
             let mcp = i.home.join("saheeli-mcp.json");
             let config = serde_json::json!({"mcpServers": {(MCP_SERVER): {

@@ -1,0 +1,488 @@
+//! A `replay:` script answering a third-party agent (issue 25), so that
+//! `agent: claude-code` or `agent: codex` runs offline with no key: the
+//! gateway answers the agent's own API (Anthropic Messages, OpenAI Chat
+//! Completions or Responses, whole or streamed) from the script instead of
+//! a provider, and the call is then metered, recorded and relayed exactly
+//! as a provider's answer is (`passthrough`).
+//!
+//! Which turn answers a request: the number of assistant turns already in
+//! its conversation. An agent's side requests (a title, a summary) and a
+//! retried request therefore get the turn their conversation is at, not
+//! the next one in line. A script with no turn left is answered with the
+//! API's own error, naming the script's length.
+
+use saheeli_protocol::{ReplayScript, ReplayTurn};
+use serde_json::{Value, json};
+
+use super::native::Api;
+
+/// The provider's answer to one request, or the API error saying why not.
+pub(super) fn answer(
+    api: Api,
+    script: &ReplayScript,
+    body: &[u8],
+    streamed: bool,
+) -> Result<reqwest::Response, String> {
+    let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let n = turns_so_far(api, &request);
+    let turn = script.turns.get(n).ok_or_else(|| {
+        format!(
+            "the replay script has no more turns: it has {}, and this request is turn {} \
+             (add turns to the script, or end the agent's run with a turn without tool calls)",
+            script.turns.len(),
+            n + 1
+        )
+    })?;
+    let model = request["model"].as_str().unwrap_or("replay");
+    let usage = usage(turn, body.len());
+    let a = Answer {
+        n: n + 1,
+        model,
+        turn,
+        usage,
+    };
+    let (content_type, bytes) = match (api, streamed) {
+        (Api::Messages, false) => ("application/json", a.messages().to_string()),
+        (Api::Messages, true) => ("text/event-stream", a.messages_stream()),
+        (Api::Chat, false) => ("application/json", a.chat().to_string()),
+        (Api::Chat, true) => ("text/event-stream", a.chat_stream()),
+        (Api::Responses, false) => ("application/json", a.response("completed").to_string()),
+        (Api::Responses, true) => ("text/event-stream", a.responses_stream()),
+    };
+    let resp = axum::http::Response::builder()
+        .status(200)
+        .header(axum::http::header::CONTENT_TYPE, content_type)
+        .body(bytes)
+        .expect("a static status and header");
+    Ok(reqwest::Response::from(resp))
+}
+
+/// How many assistant turns the request's conversation holds: runs of
+/// assistant items (a turn of several tool calls is one run in the
+/// Responses API's flat `input`).
+fn turns_so_far(api: Api, request: &Value) -> usize {
+    let assistant = |item: &Value| match api {
+        Api::Messages | Api::Chat => item["role"] == "assistant",
+        Api::Responses => {
+            item["role"] == "assistant"
+                || matches!(
+                    item["type"].as_str(),
+                    Some("function_call" | "custom_tool_call" | "local_shell_call" | "reasoning")
+                )
+        }
+    };
+    let items = match api {
+        Api::Messages | Api::Chat => &request["messages"],
+        Api::Responses => &request["input"],
+    };
+    let mut runs = 0;
+    let mut inside = false;
+    for item in items.as_array().into_iter().flatten() {
+        let a = assistant(item);
+        if a && !inside {
+            runs += 1;
+        }
+        inside = a;
+    }
+    runs
+}
+
+/// (input, output) tokens: the script's, else estimated from the sizes
+/// (about four bytes a token) so that budgets and `max_steps` still act.
+fn usage(turn: &ReplayTurn, request_bytes: usize) -> (u64, u64) {
+    if let Some(u) = &turn.usage {
+        return (u.input_tokens, u.output_tokens);
+    }
+    let out: usize = turn.content.as_deref().map_or(0, str::len)
+        + turn
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments_json().len())
+            .sum::<usize>();
+    ((request_bytes / 4) as u64 + 1, (out / 4) as u64 + 1)
+}
+
+/// One scripted turn, to be written in an API's format.
+struct Answer<'a> {
+    /// The turn's number in the script, from 1 (ids are made from it).
+    n: usize,
+    model: &'a str,
+    turn: &'a ReplayTurn,
+    usage: (u64, u64),
+}
+
+/// One server-sent event.
+fn sse(event: Option<&str>, data: &Value) -> String {
+    match event {
+        Some(e) => format!("event: {e}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    }
+}
+
+impl Answer<'_> {
+    fn text(&self) -> Option<&str> {
+        self.turn.content.as_deref().filter(|t| !t.is_empty())
+    }
+
+    fn calls(&self) -> impl Iterator<Item = (usize, &str, String)> {
+        self.turn
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, c.name.as_str(), c.arguments_json()))
+    }
+
+    fn ends_turn(&self) -> bool {
+        self.turn.tool_calls.is_empty()
+    }
+
+    /// A call's arguments as a JSON value (a string that is not JSON is
+    /// kept as the script wrote it).
+    fn input(args: &str) -> Value {
+        serde_json::from_str(args).unwrap_or_else(|_| json!(args))
+    }
+
+    fn messages(&self) -> Value {
+        let mut content: Vec<Value> = self
+            .text()
+            .map(|t| json!({"type": "text", "text": t}))
+            .into_iter()
+            .collect();
+        content.extend(self.calls().map(|(i, name, args)| {
+            json!({"type": "tool_use", "id": format!("toolu_replay_{}_{i}", self.n),
+                   "name": name, "input": Self::input(&args)})
+        }));
+        json!({"id": format!("msg_replay_{}", self.n), "type": "message", "role": "assistant",
+               "model": self.model, "content": content,
+               "stop_reason": if self.ends_turn() { "end_turn" } else { "tool_use" },
+               "stop_sequence": null,
+               "usage": {"input_tokens": self.usage.0, "output_tokens": self.usage.1}})
+    }
+
+    fn messages_stream(&self) -> String {
+        let mut start = self.messages();
+        start["content"] = json!([]);
+        start["stop_reason"] = Value::Null;
+        start["usage"]["output_tokens"] = json!(1);
+        let mut out = sse(
+            Some("message_start"),
+            &json!({"type": "message_start", "message": start}),
+        );
+        let whole = self.messages();
+        for (index, block) in whole["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let (empty, delta) = if block["type"] == "text" {
+                (
+                    json!({"type": "text", "text": ""}),
+                    json!({"type": "text_delta", "text": block["text"]}),
+                )
+            } else {
+                let mut empty = block.clone();
+                empty["input"] = json!({});
+                (
+                    empty,
+                    json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                )
+            };
+            for (event, data) in [
+                (
+                    "content_block_start",
+                    json!({"index": index, "content_block": empty}),
+                ),
+                (
+                    "content_block_delta",
+                    json!({"index": index, "delta": delta}),
+                ),
+                ("content_block_stop", json!({"index": index})),
+            ] {
+                let mut data = data;
+                data["type"] = json!(event);
+                out.push_str(&sse(Some(event), &data));
+            }
+        }
+        out.push_str(&sse(
+            Some("message_delta"),
+            &json!({"type": "message_delta",
+                    "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": null},
+                    "usage": {"output_tokens": self.usage.1}}),
+        ));
+        out.push_str(&sse(Some("message_stop"), &json!({"type": "message_stop"})));
+        out
+    }
+
+    fn tool_calls(&self) -> Vec<Value> {
+        self.calls()
+            .map(|(i, name, args)| {
+                json!({"id": format!("call_replay_{}_{i}", self.n), "type": "function",
+                       "function": {"name": name, "arguments": args}})
+            })
+            .collect()
+    }
+
+    fn finish(&self) -> &'static str {
+        if self.ends_turn() {
+            "stop"
+        } else {
+            "tool_calls"
+        }
+    }
+
+    fn chat_usage(&self) -> Value {
+        let (i, o) = self.usage;
+        json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o})
+    }
+
+    fn chat(&self) -> Value {
+        let mut message = json!({"role": "assistant", "content": self.text().unwrap_or("")});
+        if !self.ends_turn() {
+            message["tool_calls"] = json!(self.tool_calls());
+        }
+        json!({"id": format!("chatcmpl-replay-{}", self.n), "object": "chat.completion",
+               "created": 0, "model": self.model,
+               "choices": [{"index": 0, "message": message, "finish_reason": self.finish()}],
+               "usage": self.chat_usage()})
+    }
+
+    fn chat_stream(&self) -> String {
+        let chunk = |choices: Value, usage: Value| {
+            sse(
+                None,
+                &json!({"id": format!("chatcmpl-replay-{}", self.n),
+                        "object": "chat.completion.chunk", "created": 0, "model": self.model,
+                        "choices": choices, "usage": usage}),
+            )
+        };
+        let delta =
+            |d: Value, finish: Value| json!([{"index": 0, "delta": d, "finish_reason": finish}]);
+        let mut out = chunk(
+            delta(
+                json!({"role": "assistant", "content": self.text().unwrap_or("")}),
+                Value::Null,
+            ),
+            Value::Null,
+        );
+        for (i, call) in self.tool_calls().into_iter().enumerate() {
+            let mut call = call;
+            call["index"] = json!(i);
+            out.push_str(&chunk(
+                delta(json!({"tool_calls": [call]}), Value::Null),
+                Value::Null,
+            ));
+        }
+        out.push_str(&chunk(delta(json!({}), json!(self.finish())), Value::Null));
+        out.push_str(&chunk(json!([]), self.chat_usage()));
+        out.push_str("data: [DONE]\n\n");
+        out
+    }
+
+    fn response_items(&self) -> Vec<Value> {
+        let mut items: Vec<Value> = self
+            .text()
+            .map(|t| {
+                json!({"type": "message", "id": format!("msg_replay_{}", self.n),
+                       "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": t, "annotations": []}]})
+            })
+            .into_iter()
+            .collect();
+        items.extend(self.calls().map(|(i, name, args)| {
+            json!({"type": "function_call", "id": format!("fc_replay_{}_{i}", self.n),
+                   "call_id": format!("call_replay_{}_{i}", self.n), "name": name,
+                   "arguments": args, "status": "completed"})
+        }));
+        items
+    }
+
+    fn response(&self, status: &str) -> Value {
+        let (i, o) = self.usage;
+        let done = status == "completed";
+        json!({"id": format!("resp_replay_{}", self.n), "object": "response", "created_at": 0,
+               "status": status, "error": null, "incomplete_details": null, "model": self.model,
+               "output": if done { self.response_items() } else { vec![] },
+               "usage": if done {
+                   json!({"input_tokens": i, "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens": o, "output_tokens_details": {"reasoning_tokens": 0},
+                          "total_tokens": i + o})
+               } else { Value::Null }})
+    }
+
+    fn responses_stream(&self) -> String {
+        let mut seq = 0u64;
+        let mut out = String::new();
+        let mut ev = |name: &str, mut data: Value| {
+            data["type"] = json!(name);
+            data["sequence_number"] = json!(seq);
+            seq += 1;
+            out.push_str(&sse(Some(name), &data));
+        };
+        ev(
+            "response.created",
+            json!({"response": self.response("in_progress")}),
+        );
+        for (index, item) in self.response_items().into_iter().enumerate() {
+            let id = item["id"].clone();
+            let mut started = item.clone();
+            started["status"] = json!("in_progress");
+            if item["type"] == "function_call" {
+                started["arguments"] = json!("");
+                ev(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": started}),
+                );
+                ev(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": id, "output_index": index, "delta": item["arguments"]}),
+                );
+                ev(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": index, "arguments": item["arguments"]}),
+                );
+            } else {
+                started["content"] = json!([]);
+                let part = &item["content"][0];
+                ev(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": started}),
+                );
+                ev(
+                    "response.content_part.added",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                           "part": {"type": "output_text", "text": "", "annotations": []}}),
+                );
+                ev(
+                    "response.output_text.delta",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                           "delta": part["text"], "logprobs": []}),
+                );
+                ev(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                           "text": part["text"], "logprobs": []}),
+                );
+                ev(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                           "part": part}),
+                );
+            }
+            ev(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item}),
+            );
+        }
+        ev(
+            "response.completed",
+            json!({"response": self.response("completed")}),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script() -> ReplayScript {
+        ReplayScript::parse(
+            "turns:\n\
+             \x20 - content: First I write it.\n\
+             \x20   tool_calls:\n\
+             \x20     - { name: Bash, arguments: { command: \"echo hi > hi.txt\" } }\n\
+             \x20     - { name: Bash, arguments: { command: \"cat hi.txt\" } }\n\
+             \x20 - content: Wrote hi.txt.\n",
+        )
+        .unwrap()
+    }
+
+    async fn body(api: Api, request: Value, streamed: bool) -> Result<String, String> {
+        let r = answer(api, &script(), request.to_string().as_bytes(), streamed)?;
+        Ok(r.text().await.unwrap())
+    }
+
+    #[test]
+    fn the_turn_is_the_conversation_s_count_of_assistant_turns() {
+        let chat = json!({"messages": [{"role": "system"}, {"role": "user"}]});
+        assert_eq!(turns_so_far(Api::Chat, &chat), 0);
+        let chat = json!({"messages": [{"role": "user"}, {"role": "assistant"},
+                                       {"role": "tool"}, {"role": "tool"}]});
+        assert_eq!(turns_so_far(Api::Chat, &chat), 1);
+        let msgs = json!({"messages": [{"role": "user"}, {"role": "assistant"},
+                                       {"role": "user"}, {"role": "assistant"}, {"role": "user"}]});
+        assert_eq!(turns_so_far(Api::Messages, &msgs), 2);
+        // Responses: one turn of a message and two calls is one run.
+        let input = json!({"input": [
+            {"type": "message", "role": "developer"}, {"type": "message", "role": "user"},
+            {"type": "reasoning"}, {"type": "message", "role": "assistant"},
+            {"type": "function_call"}, {"type": "function_call"},
+            {"type": "function_call_output"}, {"type": "function_call_output"}]});
+        assert_eq!(turns_so_far(Api::Responses, &input), 1);
+        assert_eq!(turns_so_far(Api::Responses, &json!({"input": "hi"})), 0);
+    }
+
+    #[tokio::test]
+    async fn each_api_gets_the_turn_whole_and_streamed() {
+        let first = json!({"model": "m", "messages": [{"role": "user", "content": "go"}]});
+        let v: Value =
+            serde_json::from_str(&body(Api::Messages, first.clone(), false).await.unwrap())
+                .unwrap();
+        assert_eq!(v["stop_reason"], "tool_use");
+        assert_eq!(v["content"][1]["input"]["command"], "echo hi > hi.txt");
+        assert_eq!(v["content"][2]["id"], "toolu_replay_1_1");
+        let s = body(Api::Messages, first.clone(), true).await.unwrap();
+        assert!(s.starts_with("event: message_start\n"), "{s}");
+        assert!(
+            s.contains(r#""partial_json":"{\"command\":\"cat hi.txt\"}""#),
+            "{s}"
+        );
+        assert!(s.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+
+        let v: Value =
+            serde_json::from_str(&body(Api::Chat, first.clone(), false).await.unwrap()).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(
+            v["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"],
+            r#"{"command":"cat hi.txt"}"#
+        );
+        let s = body(Api::Chat, first, true).await.unwrap();
+        assert!(s.contains(r#""finish_reason":"tool_calls""#) && s.ends_with("data: [DONE]\n\n"));
+
+        let second = json!({"input": [{"type": "message", "role": "user", "content": "go"},
+                                      {"type": "function_call"}, {"type": "function_call_output"}]});
+        let v: Value =
+            serde_json::from_str(&body(Api::Responses, second.clone(), false).await.unwrap())
+                .unwrap();
+        assert_eq!(v["output"][0]["content"][0]["text"], "Wrote hi.txt.");
+        assert_eq!(v["output"].as_array().unwrap().len(), 1);
+        let s = body(Api::Responses, second, true).await.unwrap();
+        assert!(s.starts_with("event: response.created\n"), "{s}");
+        assert!(s.contains("event: response.output_text.delta\n"), "{s}");
+        assert!(s.contains("event: response.completed\n"), "{s}");
+    }
+
+    #[tokio::test]
+    async fn a_script_run_out_is_an_error_naming_its_length() {
+        let third = json!({"messages": [{"role": "user"}, {"role": "assistant"},
+                                        {"role": "user"}, {"role": "assistant"}, {"role": "user"}]});
+        let why = body(Api::Messages, third, false).await.unwrap_err();
+        assert!(why.contains("it has 2") && why.contains("turn 3"), "{why}");
+    }
+
+    #[test]
+    fn usage_is_the_script_s_or_estimated() {
+        let s = script();
+        let (i, o) = usage(&s.turns[0], 400);
+        assert_eq!(i, 101);
+        assert!(o > 10, "{o}");
+        let mut t = s.turns[1].clone();
+        t.usage = Some(saheeli_protocol::audit::Usage {
+            input_tokens: 7,
+            output_tokens: 3,
+            ..Default::default()
+        });
+        assert_eq!(usage(&t, 400), (7, 3));
+    }
+}

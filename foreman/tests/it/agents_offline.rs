@@ -1,0 +1,59 @@
+//! The README's offline agent examples (issue 25):
+//! `prompts/agents/claude-code-hello.md` and `codex-hello.md` run the real
+//! CLIs in their images with a `replay:` script, no key and no provider:
+//! the gateway answers each CLI's own API from the script (streamed, as
+//! the CLIs ask), and the task ends `complete` with the file made by the
+//! CLI's own tools in `results/`, every LLM call counted.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::agents_cli::{CLAUDE, CODEX, Cli};
+use crate::util::{Saheeli, leftovers};
+
+fn runs_its_offline_example(cli: Cli) {
+    cli.require();
+    let s = Saheeli::with_config(&format!("agents:\n  {}: {}\n", cli.name, cli.image()));
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = s.path().join("prompts/agents");
+    std::fs::create_dir_all(&dir).unwrap();
+    for ext in ["md", "replay.yaml"] {
+        let name = format!("{}-hello.{ext}", cli.name);
+        std::fs::copy(repo.join("prompts/agents").join(&name), dir.join(&name)).unwrap();
+    }
+    let prompt = format!("prompts/agents/{}-hello.md", cli.name);
+    let t = s.expect_json(&["run", &prompt, "--json"], 0);
+    assert_eq!(t["state"], "complete", "{t:#}");
+    assert_eq!(t["agent"], cli.name, "{t:#}");
+    assert_eq!(t["steps"], 3, "one LLM call per turn of the script: {t:#}");
+    assert!(t["input_tokens"].as_i64().unwrap() > 0, "{t:#}");
+    let results = Path::new(t["results"].as_str().unwrap());
+    let hello = std::fs::read_to_string(results.join("hello.txt")).unwrap();
+    assert!(hello.starts_with("Hello from "), "{hello}");
+    let completion: Value =
+        serde_json::from_slice(&std::fs::read(results.join("complete.json")).unwrap()).unwrap();
+    assert_eq!(
+        completion["message"], "Wrote hello.txt with a greeting and showed it from the shell.",
+        "{completion}"
+    );
+    // The shell's answer reached the CLI: its second request carried it.
+    let trajectory = s.run(&["task", "trajectory", t["id"].as_str().unwrap()]);
+    let text = String::from_utf8_lossy(&trajectory.stdout);
+    assert!(
+        text.matches("Hello from ").count() >= 2,
+        "the shell's output is not in what the gateway saw: {text}"
+    );
+    let id = t["id"].as_str().unwrap();
+    assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+}
+
+#[test]
+fn claude_code_runs_its_offline_example() {
+    runs_its_offline_example(CLAUDE);
+}
+
+#[test]
+fn codex_runs_its_offline_example() {
+    runs_its_offline_example(CODEX);
+}
