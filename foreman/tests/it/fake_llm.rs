@@ -29,6 +29,9 @@ pub enum Reply {
     Text(String, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
     Error(u16, Option<String>),
+    /// An HTTP error whose Retry-After is an HTTP date this long after the
+    /// moment it is answered (whole seconds, as the format has).
+    ErrorUntil(u16, std::time::Duration),
     /// An HTTP status with this JSON body (a provider's own error shape).
     Body(u16, Value),
     /// A 200 whose body is not JSON (usage cannot be read).
@@ -407,6 +410,10 @@ async fn answer(
                 reply = *inner;
             }
             Reply::Error(status, retry_after) => return error(status, retry_after.as_deref()),
+            Reply::ErrorUntil(status, after) => {
+                let date = httpdate::fmt_http_date(std::time::SystemTime::now() + after);
+                return error(status, Some(&date));
+            }
             Reply::Body(status, body) => {
                 return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
             }

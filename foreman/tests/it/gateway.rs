@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use saheeli_protocol::{AuditEvent, Session};
 use serde_json::{Value, json};
@@ -88,11 +88,10 @@ fn anthropic_task_completes_through_translation() {
 #[test]
 fn transient_failures_are_retried_honouring_retry_after() {
     require_docker();
-    // An HTTP date has whole seconds, and the first call comes about a second
-    // after this line: the gateway must still wait a good part of it.
-    let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(7));
+    // An HTTP date 4 s after the answer (whole seconds, so 3 to 4 s): the
+    // gateway must wait a good part of it.
     let llm = FakeLlm::start(vec![
-        Reply::Error(503, Some(later)),
+        Reply::ErrorUntil(503, Duration::from_secs(4)),
         Reply::Error(500, Some("0".into())),
         Reply::Truncated,
         Reply::tool("execute_shell", json!({"command": "true"})),
