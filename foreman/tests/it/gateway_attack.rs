@@ -44,8 +44,10 @@ out = {}
 out["stream"] = call("/v1/chat/completions",
     {"model": "gpt-test", "messages": user("bypass-stream"), "stream": True, "n": 64})
 out["greedy"] = call("/v1/chat/completions",
-    {"model": "gpt-4-expensive", "messages": user("bypass-greedy"), "n": 64,
+    {"model": "gpt-test", "messages": user("bypass-greedy"), "n": 64,
      "max_tokens": 10**9, "max_completion_tokens": 10**9})
+out["other"] = call("/v1/chat/completions",
+    {"model": "gpt-4-expensive", "messages": user("bypass-other"), "max_tokens": 5})
 out["path"] = call("/v1/embeddings", {"model": "gpt-test", "input": "bypass-path"})
 parallel = [None] * 8
 def one(i):
@@ -166,8 +168,16 @@ fn the_gateway_cannot_be_bypassed_by_direct_calls() {
     // Only the chat path is served.
     assert_eq!(got["path"][0], 404, "{got:#}");
     assert!(!seen.iter().any(|c| c.path != "/v1/chat/completions"));
-    // The greedy call went upstream tamed: the task's model, one choice,
-    // output capped by what the budget leaves.
+    // Another model is refused before anything is reserved or sent.
+    assert_eq!(got["other"][0], 400, "{got:#}");
+    assert!(
+        !seen
+            .iter()
+            .any(|c| text_of(&c.body).contains("bypass-other")),
+        "the call naming another model reached the provider"
+    );
+    // The greedy call went upstream tamed: one choice, output capped by
+    // what the budget leaves.
     assert_eq!(got["greedy"][0], 200, "{got:#}");
     let greedy = seen
         .iter()
