@@ -5,11 +5,14 @@
 //! a provider, and the call is then metered, recorded and relayed exactly
 //! as a provider's answer is (`passthrough`).
 //!
-//! Which turn answers a request: the number of assistant turns already in
-//! its conversation. An agent's side requests (a title, a summary) and a
-//! retried request therefore get the turn their conversation is at, not
-//! the next one in line. A script with no turn left is answered with the
-//! API's own error, naming the script's length.
+//! Which turn answers a request: the number of assistant turns that called
+//! tools already in its conversation. An agent's side requests (a title, a
+//! summary) and a retried request therefore get the turn their
+//! conversation is at, not the next one in line, and the example
+//! exchanges an agent puts in its prompt (aider's) are not counted. An
+//! agent that never calls tools (aider edits in its text) is answered from
+//! the first turn. A script with no turn left is answered with the API's
+//! own error, naming the script's length.
 
 use saheeli_protocol::{ReplayScript, ReplayTurn};
 use serde_json::{Value, json};
@@ -57,34 +60,49 @@ pub(super) fn answer(
     Ok(reqwest::Response::from(resp))
 }
 
-/// How many assistant turns the request's conversation holds: runs of
-/// assistant items (a turn of several tool calls is one run in the
-/// Responses API's flat `input`).
+/// How many assistant turns that called tools the request's conversation
+/// holds (in the Responses API's flat `input`, a run of calls is one turn).
 fn turns_so_far(api: Api, request: &Value) -> usize {
-    let assistant = |item: &Value| match api {
-        Api::Messages | Api::Chat => item["role"] == "assistant",
+    match api {
+        Api::Messages => count(&request["messages"], |m| {
+            m["role"] == "assistant"
+                && m["content"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_use"))
+        }),
+        Api::Chat => count(&request["messages"], |m| {
+            m["role"] == "assistant" && m["tool_calls"].as_array().is_some_and(|c| !c.is_empty())
+        }),
         Api::Responses => {
-            item["role"] == "assistant"
-                || matches!(
+            let call = |item: &Value| {
+                matches!(
                     item["type"].as_str(),
-                    Some("function_call" | "custom_tool_call" | "local_shell_call" | "reasoning")
+                    Some("function_call" | "custom_tool_call" | "local_shell_call")
                 )
+            };
+            let mut runs = 0;
+            let mut inside = false;
+            for item in request["input"].as_array().into_iter().flatten() {
+                let c = call(item);
+                if c && !inside {
+                    runs += 1;
+                }
+                // A turn's text or reasoning between its calls keeps it one.
+                inside =
+                    c || (inside && (item["role"] == "assistant" || item["type"] == "reasoning"));
+            }
+            runs
         }
-    };
-    let items = match api {
-        Api::Messages | Api::Chat => &request["messages"],
-        Api::Responses => &request["input"],
-    };
-    let mut runs = 0;
-    let mut inside = false;
-    for item in items.as_array().into_iter().flatten() {
-        let a = assistant(item);
-        if a && !inside {
-            runs += 1;
-        }
-        inside = a;
     }
-    runs
+}
+
+fn count(items: &Value, f: impl Fn(&Value) -> bool) -> usize {
+    items
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| f(i))
+        .count()
 }
 
 /// (input, output) tokens: the script's, else estimated from the sizes
@@ -407,19 +425,28 @@ mod tests {
     fn the_turn_is_the_conversation_s_count_of_assistant_turns() {
         let chat = json!({"messages": [{"role": "system"}, {"role": "user"}]});
         assert_eq!(turns_so_far(Api::Chat, &chat), 0);
-        let chat = json!({"messages": [{"role": "user"}, {"role": "assistant"},
+        let chat = json!({"messages": [{"role": "user"},
+                                       {"role": "assistant", "tool_calls": [{}, {}]},
                                        {"role": "tool"}, {"role": "tool"}]});
         assert_eq!(turns_so_far(Api::Chat, &chat), 1);
-        let msgs = json!({"messages": [{"role": "user"}, {"role": "assistant"},
-                                       {"role": "user"}, {"role": "assistant"}, {"role": "user"}]});
+        // An example exchange in the prompt (aider's) is not a turn.
+        let examples = json!({"messages": [{"role": "system"}, {"role": "user"},
+                                           {"role": "assistant", "content": "example"},
+                                           {"role": "user"}]});
+        assert_eq!(turns_so_far(Api::Chat, &examples), 0);
+        let tool =
+            json!({"role": "assistant", "content": [{"type": "text"}, {"type": "tool_use"}]});
+        let msgs = json!({"messages": [{"role": "user"}, tool, {"role": "user"}, tool,
+                                       {"role": "user"}, {"role": "assistant", "content": "x"}]});
         assert_eq!(turns_so_far(Api::Messages, &msgs), 2);
         // Responses: one turn of a message and two calls is one run.
         let input = json!({"input": [
             {"type": "message", "role": "developer"}, {"type": "message", "role": "user"},
             {"type": "reasoning"}, {"type": "message", "role": "assistant"},
-            {"type": "function_call"}, {"type": "function_call"},
-            {"type": "function_call_output"}, {"type": "function_call_output"}]});
-        assert_eq!(turns_so_far(Api::Responses, &input), 1);
+            {"type": "function_call"}, {"type": "reasoning"}, {"type": "function_call"},
+            {"type": "function_call_output"}, {"type": "function_call_output"},
+            {"type": "function_call"}, {"type": "function_call_output"}]});
+        assert_eq!(turns_so_far(Api::Responses, &input), 2);
         assert_eq!(turns_so_far(Api::Responses, &json!({"input": "hi"})), 0);
     }
 
@@ -465,8 +492,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_script_run_out_is_an_error_naming_its_length() {
-        let third = json!({"messages": [{"role": "user"}, {"role": "assistant"},
-                                        {"role": "user"}, {"role": "assistant"}, {"role": "user"}]});
+        let tool = json!({"role": "assistant", "content": [{"type": "tool_use"}]});
+        let third = json!({"messages": [{"role": "user"}, tool, {"role": "user"}, tool,
+                                        {"role": "user"}]});
         let why = body(Api::Messages, third, false).await.unwrap_err();
         assert!(why.contains("it has 2") && why.contains("turn 3"), "{why}");
     }

@@ -57,3 +57,45 @@ fn claude_code_runs_its_offline_example() {
 fn codex_runs_its_offline_example() {
     runs_its_offline_example(CODEX);
 }
+
+/// aider (issue 25's fourth CLI): non-streamed chat completions, no tool
+/// calls: its edits are in the reply's text, in its `whole` edit format
+/// (the file's name, then its whole content fenced). One turn, then aider
+/// exits with its message answered.
+#[test]
+fn aider_runs_offline_and_its_edit_lands_in_the_results() {
+    let image = std::env::var("SAHEELI_TEST_AIDER_IMAGE")
+        .unwrap_or_else(|_| "saheeli-servo-aider-test:latest".into());
+    crate::util::require_docker();
+    let found = std::process::Command::new("docker")
+        .args(["image", "inspect", &image])
+        .output()
+        .unwrap();
+    assert!(
+        found.status.success(),
+        "agent image `{image}` is missing: scripts/test.sh builds it with \
+         `saheeli build-servo --agent aider --tag {image}`"
+    );
+    let s = Saheeli::with_config(&format!("agents:\n  aider: {image}\n"));
+    s.write(
+        "aider.replay.yaml",
+        "turns:\n\
+         \x20 - content: \"I will create the file.\\n\\nhello.txt\\n```\\nHello from aider in a Saheeli servo!\\n```\\n\"\n",
+    );
+    s.write(
+        "p.md",
+        "---\nagent: aider\nmodel: replay:aider.replay.yaml\nmax_steps: 5\ntimeout: 5m\n---\n\
+         Create hello.txt with a greeting.\n",
+    );
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
+    assert_eq!(t["state"], "complete", "{t:#}");
+    assert_eq!(t["agent"], "aider", "{t:#}");
+    assert!(t["steps"].as_i64().unwrap() >= 1, "{t:#}");
+    let results = Path::new(t["results"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(results.join("hello.txt")).unwrap(),
+        "Hello from aider in a Saheeli servo!\n"
+    );
+    let id = t["id"].as_str().unwrap();
+    assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+}

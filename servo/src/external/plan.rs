@@ -172,7 +172,12 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
             }
         }
         AgentName::Aider => {
-            env.push((s("AIDER_ANALYTICS"), s("false")));
+            env.extend([
+                (s("AIDER_ANALYTICS"), s("false")),
+                // litellm's price table from its wheel, not fetched.
+                (s("LITELLM_LOCAL_MODEL_COST_MAP"), s("True")),
+                (s("LITELLM_TELEMETRY"), s("False")),
+            ]);
             Plan {
                 program: s("aider"),
                 args: vec![
