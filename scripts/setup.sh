@@ -25,9 +25,9 @@
 #      one pinned with its sha256) in .agents/NAME/, fetched with
 #      `pip download --require-hashes` once per change of the pins: what
 #      `saheeli build-servo --agent NAME` installs offline (issue 25). By
-#      default the three the tests run: mini-swe-agent (~170 MB), codex
-#      (~145 MB) and claude-code (~190 MB); SAHEELI_AGENTS="..." picks
-#      others (aider).
+#      default the four the tests run: mini-swe-agent (~170 MB), codex
+#      (~145 MB), claude-code (~190 MB) and aider (~125 MB);
+#      SAHEELI_AGENTS="..." picks fewer.
 #  11. only with `scripts/setup.sh llama` (not yet part of `all`: its
 #      end-to-end test is not in the suite yet, issue 27): a real local
 #      model server:
@@ -171,7 +171,7 @@ ensure_evals() {
 # the sha256 of the requirements the wheels were fetched for.
 ensure_agent_wheels() {
   local name req cache want
-  for name in ${SAHEELI_AGENTS:-mini-swe-agent codex claude-code}; do
+  for name in ${SAHEELI_AGENTS:-mini-swe-agent codex claude-code aider}; do
     req="agents/$name/requirements.txt"
     cache=".agents/$name"
     [ -f "$req" ] || { log "error: no $req"; exit 2; }

@@ -28,15 +28,18 @@ mdbook build docs
 "$TARGET"/debug/saheeli build-servo
 export SAHEELI_TEST_IMAGE=saheeli-servo:latest
 # The agent images the third-party agent tests run (foreman/tests/it/agents.rs,
-# agents_cli.rs): the servo image plus mini-swe-agent, Codex or Claude Code
+# agents_cli.rs, agents_offline.rs): the servo image plus mini-swe-agent,
+# Codex, Claude Code or aider
 # from their pinned wheels. A minute or two the first time; later builds
 # reuse the install layer.
 export SAHEELI_TEST_MINI_IMAGE=saheeli-servo-mini-swe-agent-test:latest
 export SAHEELI_TEST_CODEX_IMAGE=saheeli-servo-codex-test:latest
 export SAHEELI_TEST_CLAUDE_IMAGE=saheeli-servo-claude-code-test:latest
+export SAHEELI_TEST_AIDER_IMAGE=saheeli-servo-aider-test:latest
 "$TARGET"/debug/saheeli build-servo --agent mini-swe-agent --tag "$SAHEELI_TEST_MINI_IMAGE"
 "$TARGET"/debug/saheeli build-servo --agent codex --tag "$SAHEELI_TEST_CODEX_IMAGE"
 "$TARGET"/debug/saheeli build-servo --agent claude-code --tag "$SAHEELI_TEST_CLAUDE_IMAGE"
+"$TARGET"/debug/saheeli build-servo --agent aider --tag "$SAHEELI_TEST_AIDER_IMAGE"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else
