@@ -47,14 +47,27 @@ pub const TASK_ID_ENV: &str = "SAHEELI_TASK_ID";
 /// claimed for it, it waits on its gateway socket for one.
 pub mod warm {
     /// Set (`1`) in a warm servo's container: the servo asks its gateway
-    /// for its launch (`GET` [`CLAIM`]) and the submitted workspace
-    /// (`GET` [`super::routes::WORKSPACE`]) before anything else.
+    /// for its launch (`GET` [`CLAIM`]) and, when there is one, the
+    /// submitted workspace (`GET` [`super::routes::WORKSPACE`]) before
+    /// anything else.
     pub const WARM_ENV: &str = "SAHEELI_WARM";
 
     /// `GET`: the launch of the task this servo was claimed for, as JSON
     /// (a [`Launch`](crate::Launch), the task's `env:` in it); answered
     /// once a task is claimed, 204 when none was for a while (ask again).
     pub const CLAIM: &str = "/saheeli/v1/claim";
+
+    /// A header of the answer to [`CLAIM`]: `none` when the task has no
+    /// submitted workspace, so the servo does not ask for one (a round
+    /// trip less before its first LLM call); absent or anything else: ask.
+    pub const WORKSPACE_HEADER: &str = "saheeli-workspace";
+
+    /// A header of the answer to [`CLAIM`]: the task's session key (a
+    /// [`SessionKey`](crate::human::SessionKey) as JSON), so the servo
+    /// seals its session without asking for it (a round trip less). The
+    /// claim is served on the same socket, to the same servo, as the key
+    /// route; absent: the servo asks the key route.
+    pub const SESSION_KEY_HEADER: &str = "saheeli-session-key";
 
     /// How long a warm servo keeps asking while its gateway cannot be
     /// reached (a foreman restarting adopts or removes it meanwhile).

@@ -155,8 +155,7 @@ impl Desk {
     pub async fn session_key(&self) -> Result<(Vec<u8>, Option<Vec<u8>>), Refused> {
         let url = format!("{}{}", self.base, routes::SESSION_KEY);
         let got: saheeli_protocol::human::SessionKey = self.get_retrying(&url).await?;
-        let resume = got.resume_key.as_deref().map(key_bytes).transpose()?;
-        Ok((key_bytes(&got.key)?, resume))
+        key_pair(&got)
     }
 
     /// The tools of the task's granted capabilities.
@@ -274,6 +273,14 @@ async fn read<T: DeserializeOwned>(r: reqwest::Response) -> Result<T, Failure> {
         return Err(Failure(text, status.is_client_error()));
     }
     serde_json::from_slice(&bytes).map_err(|e| Failure(format!("unreadable answer: {e}"), true))
+}
+
+/// A session key and the resumed attempt's, as bytes.
+pub(crate) fn key_pair(
+    got: &saheeli_protocol::human::SessionKey,
+) -> Result<(Vec<u8>, Option<Vec<u8>>), Refused> {
+    let resume = got.resume_key.as_deref().map(key_bytes).transpose()?;
+    Ok((key_bytes(&got.key)?, resume))
 }
 
 /// A session key's 32 bytes, from its hex.

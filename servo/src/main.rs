@@ -135,27 +135,28 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         }
     };
     let Some(remote) = remote else {
-        let launch = if std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some() {
+        let (launch, key) = if std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some()
+        {
             // A warm servo: its task is claimed for it after it started.
             match warm::claimed(&root, &gateway, mode).await {
-                Ok(launch) => Some(launch),
+                Ok((launch, key)) => (Some(launch), key),
                 Err(e) => {
                     eprintln!("servo: {e}");
                     return ServoExit::BadTask;
                 }
             }
         } else {
-            std::env::var(saheeli_protocol::LAUNCH_ENV).ok()
+            (std::env::var(saheeli_protocol::LAUNCH_ENV).ok(), None)
         };
         if let Err(e) = unpack_launch(&root, launch) {
             eprintln!("servo: {e}");
             return ServoExit::BadTask;
         }
-        return run_task(&root, &gateway, mode).await;
+        return run_task(&root, &gateway, mode, key).await;
     };
     let code = match remote.fetch(&root, mode).await {
         Ok(launch) => match unpack_launch(&root, Some(launch)) {
-            Ok(()) => run_task(&root, &gateway, mode).await,
+            Ok(()) => run_task(&root, &gateway, mode, None).await,
             Err(e) => {
                 eprintln!("servo: {e}");
                 ServoExit::BadTask
@@ -174,8 +175,14 @@ async fn run(mode: privsep::Mode) -> ServoExit {
     code
 }
 
-/// Runs the task whose launch is in `root`.
-async fn run_task(root: &std::path::Path, gateway: &str, mode: privsep::Mode) -> ServoExit {
+/// Runs the task whose launch is in `root`; `key`: its session key, when
+/// its gateway gave it already (a warm servo's claim).
+async fn run_task(
+    root: &std::path::Path,
+    gateway: &str,
+    mode: privsep::Mode,
+    key: Option<saheeli_protocol::human::SessionKey>,
+) -> ServoExit {
     let root = root.to_path_buf();
     let task_path = root.join(".saheeli/task.json");
     let task: ServoTask = match std::fs::read(&task_path)
@@ -206,9 +213,10 @@ async fn run_task(root: &std::path::Path, gateway: &str, mode: privsep::Mode) ->
     // servo not separated from its agent (run by hand, the servo's own
     // tests) neither seals nor checks: its agent could ask for the key.
     let seal = if mode == privsep::Mode::Separated {
-        let key = match desk::Desk::new(gateway) {
-            Ok(d) => d.session_key().await,
-            Err(e) => Err(desk::Refused(e)),
+        let key = match (key, desk::Desk::new(gateway)) {
+            (Some(k), _) => desk::key_pair(&k),
+            (None, Ok(d)) => d.session_key().await,
+            (None, Err(e)) => Err(desk::Refused(e)),
         };
         match key {
             Ok((key, resume)) => seal::Seal::new(Some(key)).with_resume(resume),

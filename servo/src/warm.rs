@@ -1,21 +1,28 @@
 //! A warm servo (issue 28): its container was started before any task was
 //! claimed for it, so it asks its gateway (the socket mounted as for any
 //! local servo) for its launch, waiting for as long as it takes a task to
-//! be claimed, then for the submitted workspace, unpacked as a remote
-//! servo's is. The task's `env:` comes in the launch and goes to the
-//! agent's processes (`task_env`), never into the servo's own environment.
+//! be claimed, then (when its claim says there is one) for the submitted
+//! workspace, unpacked as a remote servo's is. The task's `env:` comes in
+//! the launch and goes to the agent's processes (`task_env`), never into
+//! the servo's own environment.
 
 use std::path::Path;
 use std::time::Duration;
 
+use saheeli_protocol::human::SessionKey;
 use saheeli_protocol::remote::{routes, warm};
 
 use crate::privsep::Mode;
 
 /// The launch of the task this servo was claimed for (as JSON, as
 /// `SAHEELI_LAUNCH` carries one), its env kept for the agent, and its
-/// submitted workspace unpacked into `root`.
-pub(crate) async fn claimed(root: &Path, gateway: &str, mode: Mode) -> Result<String, String> {
+/// submitted workspace unpacked into `root`; with the task's session key
+/// when the claim gave it.
+pub(crate) async fn claimed(
+    root: &Path,
+    gateway: &str,
+    mode: Mode,
+) -> Result<(String, Option<SessionKey>), String> {
     let Some(sock) = gateway.strip_prefix("unix:") else {
         return Err(format!(
             "{} is set but the gateway `{gateway}` is not a unix socket",
@@ -28,6 +35,15 @@ pub(crate) async fn claimed(root: &Path, gateway: &str, mode: Mode) -> Result<St
         .build()
         .map_err(|e| format!("building the HTTP client: {e}"))?;
     let launch = ask(&http, routes_url(warm::CLAIM)).await?;
+    // No submitted workspace: nothing to ask for (a round trip less).
+    let workspace = launch
+        .headers()
+        .get(warm::WORKSPACE_HEADER)
+        .is_none_or(|v| v != "none");
+    let key = launch
+        .headers()
+        .get(warm::SESSION_KEY_HEADER)
+        .and_then(|v| serde_json::from_slice::<SessionKey>(v.as_bytes()).ok());
     let launch = launch
         .text()
         .await
@@ -35,11 +51,13 @@ pub(crate) async fn claimed(root: &Path, gateway: &str, mode: Mode) -> Result<St
     let parsed: saheeli_protocol::Launch = serde_json::from_str(&launch)
         .map_err(|e| format!("the claimed launch is not valid: {e}"))?;
     crate::task_env::set(parsed.env);
-    let ws = ask(&http, routes_url(routes::WORKSPACE)).await?;
-    if ws.status() == reqwest::StatusCode::OK {
-        crate::remote::unpack_streaming(ws, root, mode).await?;
+    if workspace {
+        let ws = ask(&http, routes_url(routes::WORKSPACE)).await?;
+        if ws.status() == reqwest::StatusCode::OK {
+            crate::remote::unpack_streaming(ws, root, mode).await?;
+        }
     }
-    Ok(launch)
+    Ok((launch, key))
 }
 
 fn routes_url(route: &str) -> String {

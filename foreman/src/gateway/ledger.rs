@@ -12,7 +12,6 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
@@ -65,7 +64,7 @@ impl Ledger {
             source,
         };
         let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(Duration::from_secs(10)).map_err(err)?;
+        crate::store::wait_when_busy(&conn).map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL")

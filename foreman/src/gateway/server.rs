@@ -99,9 +99,16 @@ impl Gateway {
             }
             (Way::Warm { socket, task }, adopted) => {
                 let ledger = upstream.ledger.clone();
+                let key = saheeli_protocol::human::SessionKey {
+                    key: upstream.session_secret.for_task(task_id),
+                    resume_key: task
+                        .resume_from
+                        .map(|f| upstream.session_secret.for_task(f)),
+                };
+                let session_key = serde_json::to_string(&key)?;
                 let (meter, app) =
                     Self::app(task_id, upstream, &model, budget, desk, adopted.is_some());
-                socket.install(app, task);
+                socket.install(app, super::warm::Claimed { task, session_key });
                 let g = Gateway {
                     meter,
                     transport: Transport::Warm {

@@ -2,7 +2,9 @@
 //! task is claimed: `<run_dir>/p-<slot>/gateway.sock`, mounted into the
 //! warm container as any task's socket is. While idle it serves one route,
 //! `GET claim`, a long poll the servo waits on (204 now and then: ask
-//! again); everything else is refused. A claim installs the task's own
+//! again; its answer says whether there is a workspace to fetch, and
+//! gives the task's session key);
+//! everything else is refused. A claim installs the task's own
 //! routes (the very handlers of a cold task's socket: its budget, desk,
 //! verify and capabilities) with its launch and submitted workspace; the
 //! launch is released only when the holder of the task's lease starts the
@@ -16,9 +18,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use saheeli_protocol::remote::{routes, warm::CLAIM};
+use saheeli_protocol::remote::routes;
+use saheeli_protocol::remote::warm::{CLAIM, SESSION_KEY_HEADER, WORKSPACE_HEADER};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::warn;
@@ -31,6 +34,14 @@ const CLAIM_WAIT: Duration = Duration::from_secs(25);
 pub(crate) struct WarmTask {
     pub launch: String,
     pub input: Option<PathBuf>,
+    /// The attempt a retry goes on from (its key is given too).
+    pub resume_from: Option<saheeli_protocol::TaskId>,
+}
+
+/// A claimed task as its socket serves it: with its session key (JSON).
+pub(super) struct Claimed {
+    pub task: WarmTask,
+    pub session_key: String,
 }
 
 /// A warm servo's socket: idle, claimed, then released to its servo.
@@ -43,7 +54,7 @@ struct Inner {
     dir: PathBuf,
     stop: CancellationToken,
     server: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    claim: Mutex<Option<(Router, Arc<WarmTask>)>>,
+    claim: Mutex<Option<(Router, Arc<Claimed>)>>,
     released: tokio::sync::watch::Sender<bool>,
 }
 
@@ -92,7 +103,7 @@ impl WarmSocket {
 
     /// Installs the claimed task's routes, launch and workspace (not yet
     /// given to the servo: see [`WarmSocket::release`]).
-    pub(super) fn install(&self, app: Router, task: WarmTask) {
+    pub(super) fn install(&self, app: Router, task: Claimed) {
         *self.inner.claim.lock().unwrap() = Some((app, Arc::new(task)));
     }
 
@@ -129,10 +140,17 @@ impl WarmSocket {
 /// task's routes once claimed; nothing else.
 async fn front(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
-    match (req.method().clone(), path.as_str()) {
+    let t0 = std::time::Instant::now();
+    let r = route(inner, req, &path).await;
+    tracing::debug!(route = %path, ms = t0.elapsed().as_secs_f64() * 1000.0, "warm gateway answered");
+    r
+}
+
+async fn route(inner: Arc<Inner>, req: Request, path: &str) -> Response {
+    match (req.method().clone(), path) {
         (Method::GET, CLAIM) => claim(&inner).await,
         (Method::GET, routes::WORKSPACE) => match released(&inner) {
-            Some(task) => super::remote::stored_workspace(task.input.as_deref()).await,
+            Some(c) => super::remote::stored_workspace(c.task.input.as_deref()).await,
             None => refuse(StatusCode::CONFLICT, "no task was given to this servo yet"),
         },
         _ => {
@@ -152,7 +170,7 @@ async fn front(State(inner): State<Arc<Inner>>, req: Request) -> Response {
 }
 
 /// The claimed task, once released to the servo.
-fn released(inner: &Inner) -> Option<Arc<WarmTask>> {
+fn released(inner: &Inner) -> Option<Arc<Claimed>> {
     if !*inner.released.borrow() {
         return None;
     }
@@ -168,11 +186,26 @@ async fn claim(inner: &Inner) -> Response {
         _ = inner.stop.cancelled() => {}
     }
     match released(inner) {
-        Some(task) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            task.launch.clone(),
-        )
-            .into_response(),
+        Some(c) => {
+            let workspace = if c.task.input.is_some() {
+                "yes"
+            } else {
+                "none"
+            };
+            let mut r = (
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (HeaderName::from_static(WORKSPACE_HEADER), workspace),
+                ],
+                c.task.launch.clone(),
+            )
+                .into_response();
+            if let Ok(key) = HeaderValue::from_str(&c.session_key) {
+                r.headers_mut()
+                    .insert(HeaderName::from_static(SESSION_KEY_HEADER), key);
+            }
+            r
+        }
         None => StatusCode::NO_CONTENT.into_response(),
     }
 }

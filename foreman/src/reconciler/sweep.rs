@@ -47,17 +47,11 @@ pub(super) async fn sweep_pool(ctx: Arc<Ctx>) {
     if left.is_empty() {
         return;
     }
-    let names: Vec<String> = left.keys().cloned().collect();
     let since = crate::store::now_ms() - owner_fresh_ms(&ctx);
     let seen = ctx
         .db(move |s| {
             let live = s.serving_owners(since)?;
-            let mut in_use = HashSet::new();
-            for n in names {
-                if s.container_in_use(&n)? {
-                    in_use.insert(n);
-                }
-            }
+            let in_use = s.warm_in_use(crate::backend::local::POOL_PREFIX)?;
             Ok((live, in_use))
         })
         .await;

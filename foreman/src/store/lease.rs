@@ -114,6 +114,26 @@ impl Store {
         )
     }
 
+    /// Records the container and renews the lease in one fenced write: a
+    /// warm servo's launch (issue 28), whose container runs already, so
+    /// nothing happens between the two that a second write would fence.
+    pub fn hold_container(&mut self, id: TaskId, lease: &Lease, container_id: &str) -> Result<()> {
+        self.fenced_update(
+            id,
+            &format!(
+                "UPDATE tasks SET container_id = ?3, lease_until = ?4
+                 WHERE id = ?1 AND owner = ?2 AND state IN {}",
+                sql_list(&TaskState::HELD)
+            ),
+            params![
+                id.to_string(),
+                lease.owner,
+                container_id,
+                now_ms() + lease.ms
+            ],
+        )
+    }
+
     /// Live usage while a task runs (from the gateway); `cached`: input
     /// read from and written to the provider's cache.
     #[allow(clippy::too_many_arguments)]

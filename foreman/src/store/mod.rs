@@ -52,6 +52,7 @@ pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
 pub(crate) use schema::Store;
+pub(crate) use schema::wait_when_busy;
 pub(crate) use step_control::StepStarted;
 pub(crate) use step_override::StepOverride;
 #[cfg(test)]

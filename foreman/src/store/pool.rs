@@ -20,6 +20,21 @@ impl Store {
             .query_row(&sql, params![container], |r| r.get::<_, bool>(0))?)
     }
 
+    /// Which of the warm servos named `prefix…` a task that has not ended
+    /// records as its own: one look at the unended tasks for all of them
+    /// (the sweeper asks every few seconds, with a thousand queued).
+    pub fn warm_in_use(&self, prefix: &str) -> Result<std::collections::HashSet<String>> {
+        let sql = format!(
+            "SELECT container_id FROM tasks WHERE state IN {} AND substr(container_id, 1, ?2) = ?1",
+            sql_list(&TaskState::UNENDED)
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let names = stmt
+            .query_map(params![prefix, prefix.len() as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(names)
+    }
+
     /// The foremen whose admission row was written since `since_ms`.
     pub fn serving_owners(&self, since_ms: i64) -> Result<Vec<String>> {
         let mut stmt = self

@@ -328,9 +328,28 @@ impl Store {
 /// How long a writer waits for the lock before SQLITE_BUSY.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Makes a writer that finds the database locked try again every
+/// millisecond (a quarter of one at first), for [`BUSY_TIMEOUT`] in all.
+/// SQLite's own `busy_timeout` sleeps 1, 2, 5, 10, … up to 100 ms between
+/// tries, far longer than the commit it waits for: a burst of submits and
+/// the foreman's claims and launch writes queued behind each other for
+/// tens of milliseconds each (issue 28's burst and first request).
+pub(crate) fn wait_when_busy(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_handler(Some(try_again))
+}
+
+fn try_again(tries: i32) -> bool {
+    const STEP: Duration = Duration::from_millis(1);
+    if STEP * tries.max(0) as u32 >= BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(if tries < 8 { STEP / 4 } else { STEP });
+    true
+}
+
 fn open_once(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open(path)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    wait_when_busy(&conn)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;

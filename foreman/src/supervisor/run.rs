@@ -160,19 +160,31 @@ async fn launch(
         .map_err(Failed::Other)?,
     );
     let dir = gateway.as_ref().and_then(|g| g.dir());
-    let lease = ctx.lease.clone();
-    ctx.db(move |s| s.hold(id, &lease)).await.map_err(stored)?;
+    // A warm servo runs already: its launch makes nothing, so one fenced
+    // write (its container, the lease renewed) is all that precedes its
+    // release, the one hold a cold launch needs before and after making.
+    let warm = matches!(prepared.reach, Reach::Warm(_));
+    if !warm {
+        let lease = ctx.lease.clone();
+        ctx.db(move |s| s.hold(id, &lease)).await.map_err(stored)?;
+    }
     let launched = engine
         .launch(id, &task.spec, task.parked, prepared, dir, &doc)
         .await?;
     let (servo, mut engine_time) = (launched.servo, launched.engine_time);
     let (lease, sid) = (ctx.lease.clone(), servo.id.clone());
-    ctx.db(move |s| s.set_container(id, &lease, &sid))
-        .await
-        .map_err(stored)?;
-    // Only the holder starts the servo.
-    let lease = ctx.lease.clone();
-    ctx.db(move |s| s.hold(id, &lease)).await.map_err(stored)?;
+    if warm {
+        ctx.db(move |s| s.hold_container(id, &lease, &sid))
+            .await
+            .map_err(stored)?;
+    } else {
+        ctx.db(move |s| s.set_container(id, &lease, &sid))
+            .await
+            .map_err(stored)?;
+        // Only the holder starts the servo.
+        let lease = ctx.lease.clone();
+        ctx.db(move |s| s.hold(id, &lease)).await.map_err(stored)?;
+    }
     let starting = Instant::now();
     let running = engine.start(&servo).await?;
     if let Some(t) = engine_time.as_mut() {
@@ -244,6 +256,7 @@ fn warm_task(ctx: &Ctx, task: &TaskRow) -> anyhow::Result<WarmTask> {
     Ok(WarmTask {
         launch: serde_json::to_string(&launch)?,
         input: input.is_file().then_some(input),
+        resume_from: task.spec.resume().map(|r| r.from),
     })
 }
 

@@ -3,7 +3,8 @@
 //! alike; its `env:` reaches it and no other; a task no class is exactly
 //! launches cold; an idle servo killed is replaced; a foreman killed with
 //! idle and claimed servos leaves nothing running twice and nothing
-//! behind; `serve` (its drain) and `gc` remove idle servos.
+//! behind; `serve` (its drain) and `gc` remove idle servos; a class of
+//! `size: auto` keeps as many warm as launches came lately.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -389,4 +390,52 @@ fn a_foreman_killed_with_idle_and_claimed_servos_leaves_each_task_run_once() {
         let sock = Path::new(&run_dir).join(format!("p-{}", &name[13..]));
         assert!(!sock.exists(), "{} left", sock.display());
     }
+}
+
+/// Watches the running warm servos for a while (a few of the keeper's
+/// looks): how many there were, each time.
+fn watched(s: &Saheeli) -> Vec<usize> {
+    (0..8)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            warm(s, true).len()
+        })
+        .collect()
+}
+
+#[test]
+fn an_auto_sized_class_keeps_as_many_warm_as_launches_came_lately() {
+    require_docker();
+    let s = Saheeli::with_config("pool:\n  - { size: auto, max_idle: 10m }\n");
+    s.write(
+        "s.json",
+        &script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    s.write("p.md", &replay_prompt("s.json", ""));
+    let serving = serve(&s);
+    // No launch yet: one servo is kept warm, and only one.
+    assert!(wait_for(Duration::from_secs(60), || !warm(&s, true).is_empty()));
+    assert_eq!(watched(&s), vec![1; 8], "no demand yet");
+    // Three launches of the class (one warm, two cold: the pool held one).
+    let ids: Vec<String> = (0..3).map(|_| s.submit("p.md")).collect();
+    assert!(
+        wait_for(Duration::from_secs(90), || ids
+            .iter()
+            .all(|id| ended(&s, id))),
+        "the tasks did not end"
+    );
+    for id in &ids {
+        assert_eq!(s.task(id)["state"], "complete", "{}", s.task(id));
+    }
+    // The claimed servo went with its task; the class grows to the three
+    // launches it saw in its window, and no further.
+    assert!(
+        wait_for(Duration::from_secs(60), || warm(&s, true).len() == 3),
+        "the class did not grow to its demand: {:?}",
+        warm(&s, false)
+    );
+    assert_eq!(watched(&s), vec![3; 8], "grown to the demand, no more");
+    interrupt(serving);
+    assert_eq!(warm(&s, false), Vec::<String>::new());
+    assert_eq!(warm_volumes(&s), Vec::<String>::new());
 }
