@@ -13,8 +13,8 @@ use saheeli_protocol::live::{LiveLine, routes};
 const MAX_LINE: usize = 64 * 1024;
 
 /// Follows the gateway at `address` (`unix:/path` or `http://host:port`)
-/// for as long as the servo runs; the receiver hears when the first
-/// follow is in place (what is published before that is not seen).
+/// for as long as the servo runs; the receiver hears when the first try
+/// was made (once it got through, what is published is seen).
 pub(crate) fn follow(address: &str) -> tokio::sync::oneshot::Receiver<()> {
     let (ready, rx) = tokio::sync::oneshot::channel();
     let (builder, base) = match address.strip_prefix("unix:") {
@@ -41,11 +41,14 @@ pub(crate) fn follow(address: &str) -> tokio::sync::oneshot::Receiver<()> {
     tokio::spawn(async move {
         let mut ready = Some(ready);
         loop {
-            match http.get(&url).send().await {
+            let asked = http.get(&url).send().await;
+            // Ready after the first try, whatever it gave: a gateway not
+            // there yet delays nothing (the first call waits for it anyway).
+            if let Some(r) = ready.take() {
+                let _ = r.send(());
+            }
+            match asked {
                 Ok(resp) if resp.status().is_success() => {
-                    if let Some(r) = ready.take() {
-                        let _ = r.send(());
-                    }
                     let t0 = std::time::Instant::now();
                     print_lines(resp).await;
                     // A follow that ended at once is not asked again at once.
@@ -54,12 +57,7 @@ pub(crate) fn follow(address: &str) -> tokio::sync::oneshot::Receiver<()> {
                     }
                 }
                 // A gateway that serves no live lines: nothing to follow.
-                Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => {
-                    if let Some(r) = ready.take() {
-                        let _ = r.send(());
-                    }
-                    return;
-                }
+                Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => return,
                 _ => {}
             }
             // A gateway that is not there (yet, or any more): ask again.

@@ -260,54 +260,6 @@ fn event_stream(events: Vec<String>, cut: bool) -> Response {
         .into_response()
 }
 
-/// A streamed event whose usage is what a caching provider billed: the
-/// usage chunk (OpenAI) or `message_start`'s (Anthropic).
-fn with_usage(event: &str, usage: &Value) -> String {
-    let Some((head, data)) = event.trim_end().rsplit_once("data: ") else {
-        return event.to_string();
-    };
-    let Ok(mut v) = serde_json::from_str::<Value>(data) else {
-        return event.to_string();
-    };
-    if v["type"] == "message_start" {
-        v["message"]["usage"] = usage.clone();
-    } else if v.get("usage").is_some_and(|u| !u.is_null()) && v["type"] != "message_delta" {
-        v["usage"] = usage.clone();
-    } else {
-        return event.to_string();
-    }
-    format!("{head}data: {v}\n\n")
-}
-
-/// A stream whose events after the text wait for `gate` (`Reply::Held`).
-fn held_stream(events: Vec<String>, gate: Arc<tokio::sync::Notify>) -> Response {
-    use futures_util::StreamExt;
-    let text_end = events
-        .iter()
-        .rposition(|e| e.contains("text_delta") || e.contains("\"delta\":{\"content\":\""))
-        .map_or(0, |i| i + 1);
-    let rest = events[text_end..].to_vec();
-    let first: Vec<Result<Bytes, std::io::Error>> = events[..text_end]
-        .iter()
-        .map(|e| Ok(Bytes::from(e.clone())))
-        .collect();
-    let wait = futures_util::stream::once(async move {
-        gate.notified().await;
-        futures_util::stream::iter(rest.into_iter().map(|e| Ok(Bytes::from(e))))
-    })
-    .flatten();
-    let body = axum::body::Body::from_stream(futures_util::stream::iter(first).chain(wait));
-    (
-        StatusCode::OK,
-        [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-        ],
-        body,
-    )
-        .into_response()
-}
-
 /// The events of a turn in the request's format.
 fn turn_events(format: Format, body: &Value, t: &crate::fake_stream::Turn) -> Vec<String> {
     use crate::fake_stream as fs;
@@ -441,11 +393,14 @@ async fn answer(
             }
             let mut events = turn_events(format, &body, &t);
             if let Some(u) = &cached_usage {
-                events = events.iter().map(|e| with_usage(e, u)).collect();
+                events = events
+                    .iter()
+                    .map(|e| crate::fake_stream::with_usage(e, u))
+                    .collect();
             }
             if let Some(gate) = held {
                 inner.lock().unwrap().billed.push(usage);
-                return held_stream(events, gate);
+                return crate::fake_stream::held_stream(events, gate);
             }
             match cut {
                 None => {
