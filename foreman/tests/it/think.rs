@@ -19,6 +19,9 @@ use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, require_docker};
 use crate::web::{WebServe, post, sse, until_api};
 
+/// Streaming is asked for (`llm.stream`, off by default for now).
+const STREAM: &str = "llm:\n  stream: true\n";
+
 const THOUGHT: &str =
     "Counting the lines of the input first, then I will write the total to a file and finish.";
 
@@ -72,7 +75,7 @@ fn assert_ended(s: &Saheeli, id: &str, llm: &FakeLlm) {
 fn streamed_text_appears_in_logs_follow_before_the_call_ends() {
     require_docker();
     let (llm, gate) = llm();
-    let s = Saheeli::new()
+    let s = Saheeli::with_config(STREAM)
         .env("OPENAI_API_KEY", "sk-test-think-000")
         .env("OPENAI_BASE_URL", &llm.base_url());
     s.write("p.md", "---\nmodel: gpt-test\n---\nCount the lines.\n");
@@ -131,7 +134,7 @@ fn streamed_text_appears_in_logs_follow_before_the_call_ends() {
 fn streamed_text_reaches_the_dashboard_audit_stream_before_the_call_ends() {
     require_docker();
     let (llm, gate) = llm();
-    let s = Saheeli::new()
+    let s = Saheeli::with_config(STREAM)
         .env("ANTHROPIC_API_KEY", "sk-ant-think-111")
         .env("ANTHROPIC_BASE_URL", &llm.anthropic_url());
     let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
