@@ -62,6 +62,14 @@ pub enum AuditEvent {
         /// Set when the call failed; the servo may retry or stop.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// What the model wrote this turn, at most
+        /// `live::MAX_AUDIT_TEXT` bytes (issue 29; its tool calls are the
+        /// `tool_call` lines that follow).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// How many bytes of the text were cut off (none: kept whole).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text_cut: Option<u64>,
     },
     /// The gateway cannot be reached (the foreman restarting): the servo
     /// keeps trying, with capped backoff, for as long as its deadline allows.

@@ -19,6 +19,19 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The keys a prompt's front-matter may set.
+/// What a task's report.md holds (`report:`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportMode {
+    /// Facts only: what ran, what changed, what was checked.
+    #[default]
+    Facts,
+    /// The facts, and a short "Findings / Partial findings / Limitations"
+    /// section written by one metered LLM call from the audit log and the
+    /// verification.
+    Synthesized,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrontMatter {
@@ -80,6 +93,9 @@ pub struct FrontMatter {
     pub assess: Option<bool>,
     /// What the assessor judges against (default: the title and the body).
     pub objective: Option<String>,
+    /// What report.md holds: `facts` (the default) or `synthesized` (one
+    /// more metered call adds a short findings section; issue 29).
+    pub report: Option<ReportMode>,
     /// Approval gates: `[execute_shell]` (every call of that tool),
     /// `{execute_shell: "regex"}` (calls whose command matches), `[plan]`
     /// (the model proposes a plan with `propose_plan` and waits).

@@ -22,6 +22,7 @@
 //! - [`exit`]: what a servo's exit code means.
 //! - [`human`]: questions, approvals, plans, messages and pauses between
 //!   a servo and the humans behind the foreman.
+//! - [`live`]: the model's text as it streams in (`llm.delta`), live only.
 //! - [`reason`]: [`Reason`], why a task ended.
 //! - [`remote`]: a servo on another host (Swarm): its gateway over TCP
 //!   with a per-task token, the workspace fetched and uploaded.
@@ -44,6 +45,7 @@ pub mod delegate;
 pub mod exit;
 pub mod front_matter;
 pub mod human;
+pub mod live;
 pub mod reason;
 pub mod remote;
 pub mod replay;

@@ -30,6 +30,10 @@ pub struct ReplayScript {
     /// the run did (issue 26).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub summaries: Vec<String>,
+    /// The answer to the report's synthesis call (`report: synthesized`,
+    /// issue 29): its text and usage, metered as the call would be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthesis: Option<ReplayTurn>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -121,7 +125,11 @@ impl ReplayScript {
                 summaries.push(s.text.clone());
             }
         }
-        ReplayScript { turns, summaries }
+        ReplayScript {
+            turns,
+            summaries,
+            synthesis: None,
+        }
     }
 }
 

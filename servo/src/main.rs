@@ -55,6 +55,7 @@ mod agent;
 mod audit;
 mod desk;
 mod external;
+mod live;
 mod llm;
 mod pipe;
 mod privsep;

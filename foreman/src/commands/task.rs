@@ -220,6 +220,8 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
     let store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
     let mut live_printed = 0usize;
+    // Of those, the audit lines: the collected log goes on after them.
+    let mut audit_printed = 0usize;
     if matches!(
         t.state,
         TaskState::Queued
@@ -248,6 +250,7 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
                 if current.as_ref() != Some(cid) {
                     current = Some(cid.clone());
                     live_printed = 0;
+                    audit_printed = 0;
                 }
                 let opts = bollard::query_parameters::LogsOptionsBuilder::default()
                     .stdout(true)
@@ -262,6 +265,11 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
                         if n > live_printed {
                             outln!("{}", output::audit_line(line));
                             live_printed = n;
+                            // The model's text as it streams in (issue
+                            // 29) is in the container log only.
+                            if saheeli_protocol::live::LiveLine::parse(line).is_none() {
+                                audit_printed += 1;
+                            }
                         }
                     }
                 }
@@ -296,7 +304,7 @@ pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCod
             );
         };
         let mut out = std::io::stdout().lock();
-        for line in lines.skip(live_printed) {
+        for line in lines.skip(audit_printed) {
             let shown = match line.context("reading the audit log")? {
                 collect::Line::Text(l) => output::audit_line(&l),
                 collect::Line::TooLong(n) => format!("[an audit line of {n} bytes, not shown]"),

@@ -333,6 +333,8 @@ pub(crate) struct TaskDefaults {
     pub assess: bool,
     /// What the assessor judges against (default: the title and body).
     pub objective: Option<String>,
+    /// What report.md holds: `facts` or `synthesized`.
+    pub report: saheeli_protocol::front_matter::ReportMode,
     // --- long tasks (issue 26) ---
     /// The provider's prompt cache: `5m`, `1h` or `off`.
     pub cache: saheeli_protocol::context::Cache,
@@ -387,6 +389,10 @@ pub(crate) struct LlmConfig {
     /// Output cap sent with every call (a provider's `max_output_tokens`
     /// overrides it), lowered to what the budget leaves.
     pub max_output_tokens: u64,
+    /// Ask providers to stream the built-in loop's answers, so the model's
+    /// text is shown as it comes (issue 29); false (for now the default):
+    /// whole answers.
+    pub stream: bool,
 }
 
 impl Default for ConfigFile {
@@ -457,6 +463,7 @@ impl Default for TaskDefaults {
             verify_timeout: Duration::from_secs(600),
             assess: false,
             objective: None,
+            report: Default::default(),
             cache: saheeli_protocol::context::Cache::default(),
             context: saheeli_protocol::context::ContextSettings::default(),
             agent: saheeli_protocol::Agent::default(),
@@ -472,6 +479,7 @@ impl Default for LlmConfig {
             max_retry_time: Duration::from_secs(300),
             anthropic_max_tokens: 8192,
             max_output_tokens: 4096,
+            stream: false,
         }
     }
 }

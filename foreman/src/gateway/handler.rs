@@ -30,6 +30,8 @@ pub(super) struct GatewayState {
     pub(super) budget: Budget,
     pub(super) meter: Arc<Meter>,
     pub(super) desk: DeskLink,
+    /// The task's live followers (`live`).
+    pub(super) live: Arc<super::live::LiveBus>,
 }
 
 impl GatewayState {
@@ -215,7 +217,7 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         }
     };
     let max = grant.max_output.unwrap_or(want).max(1);
-    let upstream_body: Bytes = match route.provider.kind {
+    let upstream_body: Value = match route.provider.kind {
         ProviderKind::Openai => {
             // Keep the field the caller used: newer models refuse the other.
             if req.max_completion_tokens.is_some() {
@@ -223,12 +225,17 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
             } else {
                 up.max_tokens = Some(max);
             }
-            serde_json::to_vec(&up).expect("requests serialize").into()
+            serde_json::to_value(&up).expect("requests serialize")
         }
-        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache)
-            .to_string()
-            .into(),
+        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache),
     };
+    // Streamed, so that the text is shown as it comes (issue 29); read
+    // back into the whole answer (`assemble`).
+    let mut upstream_body = upstream_body;
+    if gw.upstream.policy.stream {
+        assemble::ask_streamed(&mut upstream_body, route.provider.kind);
+    }
+    let upstream_body: Bytes = upstream_body.to_string().into();
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
     // Armed before the reservation is written: a drop from here on
@@ -357,6 +364,22 @@ async fn try_sending(gw: &GatewayState, body: &Bytes, observed: &mut Observed) -
     let status = resp.status().as_u16();
     *observed = limit_headers::observe(resp.headers(), SystemTime::now());
     let wish = observed.retry_after;
+    let streamed = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if streamed && retry::verdict(status) == Verdict::Success {
+        return match assemble::read(gw, resp).await {
+            Ok(bytes) => Try::Answered(bytes),
+            Err(why) => Try::Failed {
+                verdict: Verdict::Retry,
+                status: None,
+                wish: None,
+                why: format!("{} {why}", provider.name),
+            },
+        };
+    }
     match resp.bytes().await {
         Err(e) => Try::Failed {
             verdict: Verdict::Retry,

@@ -46,10 +46,16 @@
 //!   streamed, OpenAI Responses, vetted, passed through with the task's
 //!   key and metered from the usage they report, streams included;
 //!   `record`: what they saw, for `saheeli task trajectory`.
+//! - `synthesis`: `report: synthesized`, one metered call after the task
+//!   ends for the report's findings section (issue 29).
+//! - `assemble`, `live`: the built-in loop's calls streamed from the
+//!   provider and put back together, their text published as it comes to
+//!   the task's live followers (`GET /saheeli/v1/live`; issue 29).
 //! - `usage`, `pricing`: what a provider billed, cached tokens included,
 //!   and what that costs (issue 26).
 
 mod anthropic;
+mod assemble;
 mod assess;
 mod capability;
 mod child_spec;
@@ -60,6 +66,7 @@ mod handler;
 mod ledger;
 mod limit_headers;
 mod limits;
+mod live;
 mod meter;
 mod native;
 mod passthrough;
@@ -76,6 +83,7 @@ mod shape;
 mod socket;
 mod steps;
 mod stream;
+mod synthesis;
 mod upstream;
 mod usage;
 mod verify;

@@ -33,6 +33,13 @@ impl Redactor {
         Redactor { patterns }
     }
 
+    /// The longest text that is redacted (0: none): a stream redacted
+    /// piece by piece holds back one character less than this, so a key
+    /// split between two pieces is still caught (`live`).
+    pub fn longest(&self) -> usize {
+        self.patterns.first().map_or(0, |(n, _)| n.len())
+    }
+
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for (needle, mark) in &self.patterns {

@@ -23,6 +23,9 @@ pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
 /// A running gateway for one task.
 pub(crate) struct Gateway {
     meter: Arc<Meter>,
+    /// Its state: the live followers, let go first when it stops
+    /// (`live`); the report's synthesis call (`synthesis`).
+    pub(super) state: Arc<GatewayState>,
     transport: Transport,
     /// To settle the calls still in flight when it stops (issue 27).
     ledger: Arc<Ledger>,
@@ -106,11 +109,12 @@ impl Gateway {
                         .map(|f| upstream.session_secret.for_task(f)),
                 };
                 let session_key = serde_json::to_string(&key)?;
-                let (meter, app) =
+                let (meter, state, app) =
                     Self::app(task_id, upstream, &model, budget, desk, adopted.is_some());
                 socket.install(app, super::warm::Claimed { task, session_key });
                 let g = Gateway {
                     meter,
+                    state,
                     transport: Transport::Warm {
                         socket: socket.clone(),
                     },
@@ -202,7 +206,7 @@ impl Gateway {
     ) -> anyhow::Result<Gateway> {
         let upstream_cap = upstream.gateway_connections;
         let ledger = upstream.ledger.clone();
-        let (meter, app) = Self::app(task_id, upstream, model, budget, desk, adopt);
+        let (meter, state, app) = Self::app(task_id, upstream, model, budget, desk, adopt);
         let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
         let listener = match bind(&dir) {
             Ok(l) => l,
@@ -226,6 +230,7 @@ impl Gateway {
         let server = tokio::spawn(crate::listen::serve(listener, app, doors, stop.clone()));
         Ok(Gateway {
             meter,
+            state,
             transport: Transport::Socket { dir, stop, server },
             ledger,
             task_id,
@@ -244,10 +249,11 @@ impl Gateway {
         remote: RemoteTask,
     ) -> Gateway {
         let ledger = upstream.ledger.clone();
-        let (meter, app) = Self::app(task_id, upstream, model, budget, desk, false);
+        let (meter, state, app) = Self::app(task_id, upstream, model, budget, desk, false);
         hub.register(task_id, app, remote);
         Gateway {
             meter,
+            state,
             transport: Transport::Remote {
                 hub: hub.clone(),
                 task_id,
@@ -295,7 +301,7 @@ impl Gateway {
         budget: Budget,
         desk: DeskLink,
         adopt: bool,
-    ) -> (Arc<Meter>, Router) {
+    ) -> (Arc<Meter>, Arc<GatewayState>, Router) {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
@@ -313,6 +319,7 @@ impl Gateway {
         let rates = route
             .price
             .map(|p| pricing::rates(p, route.provider.kind, &route.model, budget.cache));
+        let live = Arc::new(super::live::LiveBus::default());
         let state = Arc::new(GatewayState {
             task_id,
             upstream,
@@ -321,6 +328,7 @@ impl Gateway {
             budget,
             meter: meter.clone(),
             desk,
+            live: live.clone(),
         });
         use saheeli_protocol::human::routes;
         let app = Router::new()
@@ -334,6 +342,10 @@ impl Gateway {
             .route(routes::DELIVERED, post(desk::delivered))
             .route(routes::BREAKPOINT, post(desk::breakpoint))
             .route(routes::SESSION_KEY, axum::routing::get(session_key))
+            .route(
+                saheeli_protocol::live::routes::LIVE,
+                axum::routing::get(super::live::follow),
+            )
             .route(
                 saheeli_protocol::template::routes::STEP_DONE,
                 post(steps::step_done),
@@ -363,8 +375,8 @@ impl Gateway {
                 post(children::wait),
             )
             .fallback(not_found)
-            .with_state(state);
-        (meter, app)
+            .with_state(state.clone());
+        (meter, state, app)
     }
 
     /// The host directory to mount on /run/saheeli (none for a remote servo).
@@ -392,6 +404,7 @@ impl Gateway {
     /// over, and the new holder serves its own socket there (the container
     /// has the directory mounted, so it must stay the same directory).
     pub async fn abandon(self) {
+        self.state.live.close();
         match self.transport {
             Transport::Socket { stop, server, .. } => {
                 stop.cancel();
@@ -404,6 +417,7 @@ impl Gateway {
 
     /// Stops serving and removes the socket directory.
     pub async fn stop(self) {
+        self.state.live.close();
         match self.transport {
             Transport::Socket { dir, stop, server } => {
                 stop.cancel();

@@ -234,11 +234,15 @@ pub(super) async fn relay(
     let mut settled_by: Option<Partial> = None;
     // Why the stream ended before its last event, if it did.
     let mut cut: Option<String> = None;
+    // What the agent writes, to the task's live followers (issue 29).
+    let mut listener = super::assemble::Listener::new(api);
+    let mut speaker = super::live::Speaker::new(&gw);
     'read: loop {
         while let Some((len, sep)) = boundary(&buf) {
             let block: Vec<u8> = buf.drain(..len + sep).take(len).collect();
             let text = String::from_utf8_lossy(&block);
             let event = classify(api, &text);
+            listener.event(&text, &mut speaker);
             usage.merge(event.usage);
             if event.settles {
                 settled_by = Some(usage);
@@ -276,6 +280,7 @@ pub(super) async fn relay(
                 return;
             }
         }
+        speaker.flush();
         if buf.len() > MAX_EVENT {
             cut = Some(format!("an event longer than {} bytes", MAX_EVENT));
             break;

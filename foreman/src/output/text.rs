@@ -58,6 +58,22 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             latency_ms,
             usage,
             error,
+            text: Some(text),
+            text_cut,
+            ..
+        } if error.is_none() => {
+            let cut = text_cut.map_or(String::new(), |n| format!(" [{n} more bytes cut]"));
+            format!(
+                "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens; said: {text}{cut}",
+                usage.input_tokens, usage.output_tokens
+            )
+        }
+        AuditEvent::LlmCall {
+            ts,
+            step,
+            latency_ms,
+            usage,
+            error,
             ..
         } => match error {
             Some(e) => format!("{ts}  step {step:<4} llm error after {latency_ms} ms: {e}"),
@@ -199,6 +215,9 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
 /// Every field came from the container, so the result is made printable;
 /// a line that is not an audit event is shown escaped, never raw.
 pub(crate) fn audit_line(line: &str) -> String {
+    if let Some(live) = saheeli_protocol::live::LiveLine::parse(line) {
+        return printable(&live.describe()).into_owned();
+    }
     match serde_json::from_str::<AuditEvent>(line) {
         Ok(ev) => printable(&describe(&ev)).into_owned(),
         Err(_) => format!("[not an audit event] {}", printable(line)),

@@ -28,9 +28,11 @@ pub(crate) fn write_report(
     results: &Path,
     steps: Vec<StepStatus>,
     checks: Vec<Check>,
+    synthesis: Option<Result<String, String>>,
 ) -> anyhow::Result<()> {
     let mut report = gather(row, results);
     report.template_steps = steps;
+    report.synthesis = synthesis;
     if row.spec.verifies() {
         report.verification = Some((checks, row.spec.max_verify_attempts()));
     }
@@ -70,6 +72,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         replaced_own: std::fs::symlink_metadata(results.join(REPORT)).is_ok(),
         template_steps: Vec::new(),
         verification: None,
+        synthesis: None,
     }
 }
 

@@ -67,6 +67,32 @@ pub(crate) struct Report {
     /// Every verify and assess check (None: the task has neither), and
     /// how many attempts it was allowed.
     pub verification: Option<(Vec<saheeli_protocol::verify::Check>, u32)>,
+    /// `report: synthesized` (issue 29): the section's text or why there
+    /// is none; None: the report is facts only.
+    pub synthesis: Option<Result<String, String>>,
+}
+
+/// The synthesized section: the model's words, marked as such, or why
+/// there are none.
+fn synthesis_section(s: &Result<String, String>) -> String {
+    match s {
+        Ok(text) => {
+            let mut out = String::from(
+                "_Written by one LLM call from the audit log and the verification \
+                 (`report: synthesized`): the model's reading, not checked facts._\n\n",
+            );
+            for line in text.lines() {
+                // Its headings stay below the report's own (`##`).
+                let demoted = match line.starts_with('#') && !line.starts_with("###") {
+                    true => format!("##{line}"),
+                    false => line.to_string(),
+                };
+                let _ = writeln!(out, "{}", printable(&demoted));
+            }
+            out
+        }
+        Err(why) => format!("No synthesis: {}.\n", printable(why.trim_end_matches('.'))),
+    }
 }
 
 impl Report {
@@ -77,6 +103,9 @@ impl Report {
             ("Outcome", self.outcome_section()),
             ("Verification", self.verification_section()),
         ];
+        if let Some(s) = &self.synthesis {
+            sections.insert(3, ("Synthesis", synthesis_section(s)));
+        }
         if !self.template_steps.is_empty() {
             let steps = super::steps::steps_section(&self.template_steps);
             sections.push(("Template steps", steps));
@@ -354,7 +383,33 @@ mod tests {
             replaced_own: false,
             template_steps: vec![],
             verification: None,
+            synthesis: None,
         }
+    }
+
+    #[test]
+    fn a_synthesis_is_its_own_section_marked_as_the_models() {
+        let mut r = report();
+        assert!(
+            !r.to_markdown().contains("## Synthesis"),
+            "facts only by default"
+        );
+        r.synthesis = Some(Ok(
+            "### Findings\n- the parser is fixed\n## Outcome\n".into()
+        ));
+        let md = r.to_markdown();
+        let at = md.find("## Synthesis").unwrap();
+        assert!(at > md.find("## Verification").unwrap(), "{md}");
+        assert!(md.contains("not checked facts"), "{md}");
+        assert!(
+            md.contains("### Findings\n- the parser is fixed\n####"),
+            "{md}"
+        );
+        r.synthesis = Some(Err("the task's budget is spent".into()));
+        assert!(
+            r.to_markdown()
+                .contains("## Synthesis\n\nNo synthesis: the task's budget is spent.\n")
+        );
     }
 
     #[test]

@@ -282,6 +282,12 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.objective.is_some())
         .param()
         .shown(|s, _| json!(s.objective)),
+    Setting::new("report", "facts | synthesized")
+        .default("facts")
+        .doc("What report.md holds: facts only, or also a short Findings / Partial findings / Limitations section written by one more metered call from the audit log and the verification (a replay script answers it with `synthesis:`).")
+        .config("task.report")
+        .front(|f| f.report.is_some())
+        .shown(|s, _| json!(s.report)),
     Setting::new("parameters", "list")
         .doc("A template's declared parameters; `{{ name }}` in the prompt is replaced by the value (`--param name=…`).")
         .front(|f| !f.parameters.is_empty()),

@@ -109,6 +109,9 @@ pub(crate) struct TaskSpec {
     /// What the assessor judges against (None: the title and the body).
     #[serde(default)]
     pub objective: Option<String>,
+    /// What report.md holds (`report:`; issue 29).
+    #[serde(default)]
+    pub report: saheeli_protocol::front_matter::ReportMode,
     // --- long tasks (issue 26) ---
     /// The provider's prompt cache (`cache:`).
     #[serde(default)]
@@ -341,6 +344,7 @@ impl TaskSpec {
             verify_timeout_s: checks.timeout.as_secs().max(1),
             assess: checks.assess,
             objective: checks.objective,
+            report: fm.report.unwrap_or(d.report),
             cache: fm.cache.unwrap_or(d.cache),
             context,
             agent,

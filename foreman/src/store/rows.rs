@@ -148,6 +148,10 @@ pub(crate) struct Outcome {
     pub cache_read_tokens: i64,
     pub cache_write_tokens: i64,
     pub compactions: i64,
+    /// `report: synthesized` (issue 29): the section's text, or why there
+    /// is none; None when the report is facts only. Not stored: report.md
+    /// holds it.
+    pub synthesis: Option<Result<String, String>>,
 }
 
 /// A new attempt to queue with a terminal transition.

@@ -48,6 +48,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         verify_timeout_s: 600,
         assess: false,
         objective: None,
+        report: Default::default(),
         cache: Default::default(),
         context: Default::default(),
         agent: Default::default(),

@@ -53,6 +53,16 @@ pub(super) async fn collect(
         engine.remove_later(servo);
         return record_park(ctx, id, active).await;
     }
+    // `report: synthesized`: one more metered call, before the meter is
+    // read (issue 29).
+    let synthesis = match (&gateway, &collected.workspace) {
+        (Some(g), Workspace::Results(Ok(_)))
+            if task.spec.report == saheeli_protocol::front_matter::ReportMode::Synthesized =>
+        {
+            Some(super::synthesis::synthesize(ctx, task, g, &dest).await)
+        }
+        _ => None,
+    };
     let metered = gateway.as_ref().map(|g| Metered::read(g.meter()));
     if let Some(g) = gateway {
         g.stop().await;
@@ -93,6 +103,7 @@ pub(super) async fn collect(
         oom: collected.oom,
         metered,
         collect_ms: collected.took.as_millis(),
+        synthesis,
     };
     conclude(ctx, id, &dest, workspace, seen).await
 }

@@ -19,6 +19,8 @@ pub(super) struct Seen {
     pub oom: bool,
     pub metered: Option<Metered>,
     pub collect_ms: u128,
+    /// `report: synthesized`: the section, or why there is none.
+    pub synthesis: Option<Result<String, String>>,
 }
 
 /// Reads what was collected (usage, completion), decides the outcome and
@@ -35,10 +37,12 @@ pub(super) async fn conclude(
         oom,
         metered,
         collect_ms,
+        synthesis,
     } = seen;
     let dest = dest.to_path_buf();
     let mut outcome = Outcome {
         results_path: Some(dest.display().to_string()),
+        synthesis,
         ..Default::default()
     };
     count_usage(id, &dest, &mut outcome).await;

@@ -62,6 +62,7 @@ mod park;
 mod record;
 mod retry;
 mod run;
+mod synthesis;
 mod watch;
 
 pub(crate) use adopt::adopt;

@@ -82,11 +82,12 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
         }
     };
     let dir = dest.clone();
+    let synthesis = outcome.synthesis.clone();
     let written = tokio::task::spawn_blocking(move || {
         if row.spec.verifies() {
             report::write_verify_logs(&dir, &checks)?;
         }
-        report::write_report(&row, &dir, steps, checks)?;
+        report::write_report(&row, &dir, steps, checks, synthesis)?;
         report::append_children(&dir, &children)
     })
     .await;

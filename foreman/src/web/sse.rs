@@ -34,6 +34,7 @@ use tokio::task::JoinSet;
 use crate::collect::{self, Line};
 use crate::docker;
 use crate::events::TaskEvent;
+use crate::output;
 use crate::state::TaskState;
 
 use super::error::ApiError;
@@ -290,6 +291,24 @@ impl TaskFeed {
 
     /// Sends a line past the cursor; false when the client is gone.
     async fn send_line(&mut self, line: AuditLine) -> bool {
+        if let Some(live) = &line.live {
+            // Live only, and sent without an id: a resumed stream goes on
+            // from the last audit line (issue 29).
+            if !self.cur.admits_live(line.at) {
+                return true;
+            }
+            let delta = live.text.as_deref().map(|t| {
+                t.split('\n')
+                    .map(|l| output::printable(l).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            let ev = Event::default()
+                .event("audit")
+                .json_data(json!({"text": line.text, "kind": line.kind, "delta": delta}))
+                .expect("JSON serializes");
+            return self.tx.send(ev).await.is_ok();
+        }
         if !self.cur.admits(line.at) {
             return true;
         }

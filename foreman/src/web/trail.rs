@@ -39,6 +39,12 @@ impl Cursor {
         format!("{}.{}.{}", self.seq, self.ts, self.k)
     }
 
+    /// Whether a live line at `at` (its predecessor's number) comes after
+    /// the cursor: one standing at the cursor's line came after it.
+    pub fn admits_live(&self, at: (i64, u32)) -> bool {
+        at.0 > self.ts || (at.0 == self.ts && at.1 >= self.k)
+    }
+
     /// Whether the line at `at` comes after the cursor.
     pub fn admits(&self, at: (i64, u32)) -> bool {
         at.0 > self.ts || (at.0 == self.ts && at.1 > self.k)
@@ -73,10 +79,22 @@ pub(super) struct AuditLine {
     /// The audit event's kind (`llm_call`, `tool_call`, …), if it is one.
     pub kind: Option<String>,
     pub text: String,
+    /// A live line (`llm.delta`, issue 29): the model's text as it came,
+    /// in the container log only. It takes no number of its own (the
+    /// collected log has no such line): it stands at its predecessor's.
+    pub live: Option<saheeli_protocol::live::LiveLine>,
 }
 
 impl AuditLine {
     pub fn parse(raw: &str, pos: &mut Positions) -> AuditLine {
+        if let Some(l) = saheeli_protocol::live::LiveLine::parse(raw) {
+            return AuditLine {
+                at: (pos.ts, pos.k),
+                kind: Some(saheeli_protocol::live::KIND.into()),
+                text: output::printable(&l.describe()).into_owned(),
+                live: Some(l),
+            };
+        }
         #[derive(serde::Deserialize)]
         struct Head {
             event: Option<String>,
@@ -102,6 +120,7 @@ impl AuditLine {
             at: pos.next(ts),
             kind: head.and_then(|h| h.event),
             text,
+            live: None,
         }
     }
 
@@ -110,6 +129,7 @@ impl AuditLine {
             at: pos.next(None),
             kind: None,
             text,
+            live: None,
         }
     }
 }

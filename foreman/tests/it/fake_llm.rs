@@ -51,6 +51,10 @@ pub enum Reply {
     /// The inner reply streamed, but only its first `n` events: then the
     /// connection is dropped (nothing is billed).
     CutStream(usize, Box<Reply>),
+    /// The inner reply streamed up to the end of its text; the rest (tool
+    /// calls, usage, the last event) waits until the test releases the
+    /// gate: the call cannot end before the test has seen the text.
+    Held(Arc<tokio::sync::Notify>, Box<Reply>),
 }
 
 impl Reply {
@@ -360,6 +364,8 @@ async fn answer(
     let streamed = body["stream"] == true;
     // The stream's events are cut after this many, if at all.
     let mut cut: Option<usize> = None;
+    // The stream waits for this gate after its text.
+    let mut held: Option<Arc<tokio::sync::Notify>> = None;
     loop {
         let turn = match &reply {
             Reply::Tools(calls, usage) => Some((None, calls.clone(), *usage)),
@@ -389,6 +395,16 @@ async fn answer(
                 return axum::Json(body).into_response();
             }
             let mut events = turn_events(format, &body, &t);
+            if let Some(u) = &cached_usage {
+                events = events
+                    .iter()
+                    .map(|e| crate::fake_stream::with_usage(e, u))
+                    .collect();
+            }
+            if let Some(gate) = held {
+                inner.lock().unwrap().billed.push(usage);
+                return crate::fake_stream::held_stream(events, gate);
+            }
             match cut {
                 None => {
                     inner.lock().unwrap().billed.push(usage);
@@ -401,6 +417,10 @@ async fn answer(
             }
         }
         match reply {
+            Reply::Held(gate, inner_reply) => {
+                held = Some(gate);
+                reply = *inner_reply;
+            }
             Reply::CutStream(k, inner_reply) => {
                 cut = Some(k);
                 reply = *inner_reply;

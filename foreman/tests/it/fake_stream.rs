@@ -293,3 +293,55 @@ pub fn responses(t: &Turn) -> Vec<String> {
     ));
     out
 }
+
+/// A streamed event whose usage is what a caching provider billed: the
+/// usage chunk (OpenAI) or `message_start`'s (Anthropic).
+pub fn with_usage(event: &str, usage: &Value) -> String {
+    let Some((head, data)) = event.trim_end().rsplit_once("data: ") else {
+        return event.to_string();
+    };
+    let Ok(mut v) = serde_json::from_str::<Value>(data) else {
+        return event.to_string();
+    };
+    if v["type"] == "message_start" {
+        v["message"]["usage"] = usage.clone();
+    } else if v.get("usage").is_some_and(|u| !u.is_null()) && v["type"] != "message_delta" {
+        v["usage"] = usage.clone();
+    } else {
+        return event.to_string();
+    }
+    format!("{head}data: {v}\n\n")
+}
+
+/// A stream whose events after the text wait for `gate` (`Reply::Held`).
+pub fn held_stream(
+    events: Vec<String>,
+    gate: std::sync::Arc<tokio::sync::Notify>,
+) -> axum::response::Response {
+    use futures_util::StreamExt;
+    let text_end = events
+        .iter()
+        .rposition(|e| e.contains("text_delta") || e.contains("\"delta\":{\"content\":\""))
+        .map_or(0, |i| i + 1);
+    let rest = events[text_end..].to_vec();
+    let first: Vec<Result<axum::body::Bytes, std::io::Error>> = events[..text_end]
+        .iter()
+        .map(|e| Ok(axum::body::Bytes::from(e.clone())))
+        .collect();
+    let wait = futures_util::stream::once(async move {
+        gate.notified().await;
+        futures_util::stream::iter(rest.into_iter().map(|e| Ok(axum::body::Bytes::from(e))))
+    })
+    .flatten();
+    let body = axum::body::Body::from_stream(futures_util::stream::iter(first).chain(wait));
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::OK,
+        [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}

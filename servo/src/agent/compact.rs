@@ -82,6 +82,8 @@ impl Agent {
             latency_ms,
             usage: Default::default(),
             error: Some(format!("context too long: {why}")),
+            text: None,
+            text_cut: None,
         });
         self.context_errors += 1;
         let n = self.context_errors;
@@ -128,6 +130,8 @@ impl Agent {
                             latency_ms,
                             usage: turn.usage,
                             error: None,
+                            text: None,
+                            text_cut: None,
                         });
                         turn.message.content.filter(|t| !t.trim().is_empty())
                     }
@@ -140,6 +144,8 @@ impl Agent {
                             latency_ms,
                             usage: Default::default(),
                             error: Some(format!("summary: {e}")),
+                            text: None,
+                            text_cut: None,
                         });
                         None
                     }

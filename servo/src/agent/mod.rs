@@ -42,6 +42,8 @@ const NUDGE: &str =
 
 pub(crate) struct Agent {
     task: ServoTask,
+    /// Heard once the gateway's live lines are followed (`live`).
+    live_ready: Option<tokio::sync::oneshot::Receiver<()>>,
     root: PathBuf,
     tools: Toolbox,
     specs: Vec<ToolSpec>,
@@ -116,6 +118,8 @@ impl Agent {
                 task.request_timeout_s.map(Duration::from_secs),
             )?),
         };
+        // The model's text as it streams in, on stdout (issue 29).
+        let live_ready = matches!(llm, Provider::Gateway(_)).then(|| crate::live::follow(gateway));
         let audit_path = ws.root().join(paths::audit_log(&task.task_id));
         let audit = Audit::open(&audit_path, true)
             .map_err(|e| format!("opening `{}`: {e}", audit_path.display()))?;
@@ -173,6 +177,7 @@ impl Agent {
             context_errors: 0,
             root,
             task,
+            live_ready,
         };
         agent.narrow_tools();
         agent.load_parked_session()?;
@@ -201,6 +206,11 @@ impl Agent {
     }
 
     pub async fn run(mut self) -> ServoExit {
+        if let Some(ready) = self.live_ready.take() {
+            // The first call's text is followed from its start; a gateway
+            // that does not serve live lines delays nothing for long.
+            let _ = tokio::time::timeout(Duration::from_secs(5), ready).await;
+        }
         self.started = Instant::now();
         let left = self.budget().saturating_sub(self.active_before);
         *self.deadline.lock().unwrap() = tokio::time::Instant::from_std(self.started + left);
@@ -295,6 +305,13 @@ impl Agent {
             };
             self.context_errors = 0;
             self.usage.add(turn.usage);
+            // The turn's text, once, capped (issue 29): what streamed live.
+            let said = turn
+                .message
+                .content
+                .as_deref()
+                .filter(|t| !t.trim().is_empty())
+                .map(saheeli_protocol::live::capped);
             self.audit.log(&AuditEvent::LlmCall {
                 ts: now(),
                 step,
@@ -302,6 +319,8 @@ impl Agent {
                 latency_ms,
                 usage: turn.usage,
                 error: None,
+                text_cut: said.as_ref().map(|s| s.1 as u64).filter(|n| *n > 0),
+                text: said.map(|s| s.0),
             });
             debug!(
                 step,
@@ -377,6 +396,8 @@ impl Agent {
             latency_ms,
             usage: Usage::default(),
             error: Some(e.to_string()),
+            text: None,
+            text_cut: None,
         });
         let exit = match e {
             LlmError::Exhausted => ServoExit::ReplayExhausted,

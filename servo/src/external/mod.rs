@@ -75,6 +75,12 @@ pub(crate) async fn run(
         agent: Some(agent.label()),
     });
     info!(task_id = %task.task_id, agent = %agent.label(), "servo supervising an agent");
+    // The agent's text as the gateway sees it stream (issue 29).
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        crate::live::follow(gateway),
+    )
+    .await;
     let (exit, detail) = match supervise(&task, &agent, root, gateway, &prompt, mode).await {
         Ok(r) => r,
         Err(e) => (ServoExit::BadTask, Some(e)),

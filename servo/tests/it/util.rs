@@ -292,6 +292,12 @@ impl Fake {
                     let _ = write_reply(&mut stream, &empty);
                     continue;
                 }
+                // The model's live text (issue 29): this fake serves none.
+                if request.head.starts_with("GET /saheeli/v1/live") {
+                    let none = Reply::error(404, "not_found", "no live lines here");
+                    let _ = write_reply(&mut stream, &none);
+                    continue;
+                }
                 seen.lock().unwrap().push(request);
                 let reply = replies.next().unwrap_or_else(|| {
                     Reply::error(503, "upstream_unavailable", "the fake has no more replies")

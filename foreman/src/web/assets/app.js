@@ -432,7 +432,12 @@ function taskView(main, id) {
   }
   function addLine(l) {
     const stick = audit.scrollHeight - audit.scrollTop - audit.clientHeight < 40;
-    audit.append(el("div", { class: "line" + (l.kind ? " k-" + l.kind : "") }, l.text));
+    const last = audit.lastElementChild;
+    if (l.kind === "llm.delta") {
+      // The model's text as it streams in (live only): one growing line.
+      if (l.delta != null && last && last.classList.contains("live-text")) last.textContent += l.delta;
+      else audit.append(el("div", { class: "line live" + (l.delta != null ? " live-text" : "") }, l.text));
+    } else audit.append(el("div", { class: "line" + (l.kind ? " k-" + l.kind : "") }, l.text));
     if (stick) audit.scrollTop = audit.scrollHeight;
   }
 
