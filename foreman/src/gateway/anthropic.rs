@@ -380,8 +380,9 @@ mod tests {
     /// reply cut at `max_tokens` reaches the servo as `length`.
     #[test]
     fn local_server_shapes_on_the_messages_path() {
-        let mut req: ChatRequest = serde_json::from_str(include_str!(
-            "../../tests/fixtures/local-servers/servo-tool-turn-request.json"
+        let mut req: ChatRequest = serde_json::from_value(crate::gateway::recorded::sent(
+            "llama-server",
+            "tool-turn-content-null.json",
         ))
         .unwrap();
         super::super::shape::conservative(&mut req);
@@ -392,10 +393,9 @@ mod tests {
         let blocks = turn["content"].as_array().unwrap();
         assert_eq!(blocks.len(), 1, "{turn}");
         assert_eq!(blocks[0]["type"], "tool_use");
-        let v: Value = serde_json::from_str(include_str!(
-            "../../tests/fixtures/local-servers/anthropic-max-tokens-response.json"
-        ))
-        .unwrap();
+        // llama-server's `/v1/messages` answer cut at `max_tokens`.
+        let v = crate::gateway::recorded::answer("llama-server", "messages-max-tokens.json");
+        assert_eq!(v["stop_reason"], "max_tokens", "{v}");
         let r = response(&v).unwrap();
         assert_eq!(r.choices[0].finish_reason.as_deref(), Some("length"));
     }

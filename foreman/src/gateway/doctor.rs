@@ -445,4 +445,47 @@ mod tests {
         assert_eq!(b["stream_options"]["include_usage"], true);
         assert!(b["max_tokens"].is_u64());
     }
+
+    /// Issue 27 item 1, on what llama-server really saw and said: the
+    /// doctor's request (recorded through a proxy with OPENAI_API_KEY set
+    /// and no `api_key_env`) carried no key, and is the one `body` makes;
+    /// its answer (text, no tool call), its stream and a keyed server's
+    /// 401 are read right.
+    #[test]
+    fn llama_server_recorded_answers_are_read_right() {
+        use crate::gateway::recorded::{answer, exchange};
+        let ex = exchange("llama-server", "doctor-tools.json");
+        let headers = ex["request"]["headers"].as_object().unwrap();
+        assert!(
+            !headers.contains_key("authorization") && !headers.contains_key("x-api-key"),
+            "{headers:?}"
+        );
+        assert_eq!(
+            ex["request"]["body"],
+            body(ProviderKind::Openai, "smollm2", false)
+        );
+        // SmolLM2-135M answers in words, tools in its prompt or not: said
+        // so, with the template fix.
+        let v = &ex["response"]["body"];
+        let t = tools(ProviderKind::Openai, v);
+        assert_eq!(t.status, Status::Fail, "{}", t.said);
+        assert!(t.fix.unwrap().contains("--chat-template-file"));
+        assert_eq!(usage(ProviderKind::Openai, v).status, Status::Ok);
+        let stream = answer("llama-server", "stream.json");
+        let s = stream_check(ProviderKind::Openai, stream.as_str().unwrap());
+        assert_eq!(s.status, Status::Ok, "{}", s.said);
+        // A server started with --api-key, asked without one.
+        let denied = exchange("llama-server", "unauthorized.json");
+        assert_eq!(denied["response"]["status"], 401);
+        let local = Provider {
+            name: "local".into(),
+            kind: ProviderKind::Openai,
+            base_url: "http://127.0.0.1:8080/v1".into(),
+            key_env: None,
+            key: None,
+            max_output_tokens: None,
+            context_window: None,
+        };
+        assert!(http_fix(&local, 401).contains("api_key_env"));
+    }
 }

@@ -74,6 +74,8 @@ mod pricing;
 pub(crate) mod probe;
 mod providers;
 pub(crate) mod record;
+#[cfg(test)]
+mod recorded;
 mod redact;
 mod remote;
 mod replay;

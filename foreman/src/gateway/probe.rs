@@ -226,24 +226,20 @@ pub(crate) fn ollama_window(show: &Value) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::recorded::answer;
 
-    fn fixture(name: &str) -> Value {
-        let path = format!(
-            "{}/tests/fixtures/local-servers/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-    }
-
+    /// Issue 27 item 7: the window read from llama-server itself, as it
+    /// answered (recorded: `scripts/record-local-servers.py`), and whether
+    /// its chat template renders tools (started with the tool-capable
+    /// template setup.sh copies beside it).
     #[test]
     fn llama_server_props_give_its_window_and_template_caps() {
-        let info = from_props(&fixture("llama-server-props.json")).unwrap();
+        let info = from_props(&answer("llama-server", "props.json")).unwrap();
         assert_eq!(info.window, Some(8192));
         assert_eq!(info.source, Some("llama-server /props"));
-        assert!(info.template_tools.is_some());
-        assert!(info.version.is_some());
-        let (models, source) = from_models(&fixture("llama-server-models.json"));
+        assert_eq!(info.template_tools, Some(true));
+        assert!(info.version.is_some_and(|v| !v.is_empty()));
+        let (models, source) = from_models(&answer("llama-server", "models.json"));
         assert_eq!(models.values().copied().collect::<Vec<_>>(), vec![8192]);
         assert_eq!(source, Some("llama-server /v1/models meta.n_ctx"));
     }

@@ -42,28 +42,36 @@ pub(super) fn output_cap(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::recorded::{answer, exchange, sent};
     use serde_json::Value;
 
-    const TOOL_TURN: &str =
-        include_str!("../../tests/fixtures/local-servers/servo-tool-turn-request.json");
-
+    /// The servo's step after a tool call, as it reaches the gateway
+    /// (`content: null` on the tool-call turn, no `tool_choice`), shaped.
     fn shaped() -> Value {
-        let mut req: ChatRequest = serde_json::from_str(TOOL_TURN).unwrap();
+        let mut req: ChatRequest =
+            serde_json::from_value(sent("llama-server", "tool-turn-content-null.json")).unwrap();
         conservative(&mut req);
         serde_json::to_value(&req).unwrap()
     }
 
     /// Issue 27 item 2: without `tool_choice`, llama-cpp-python dropped
-    /// the tools from the prompt.
+    /// the tools from the prompt. Shaped, the servo's request is the one
+    /// recorded as the gateway sends it, which llama-server answered.
     #[test]
     fn tools_offered_go_with_tool_choice_auto() {
         let v = shaped();
         assert_eq!(v["tool_choice"], "auto", "{v}");
-        let mut none: ChatRequest = serde_json::from_str(TOOL_TURN).unwrap();
+        assert_eq!(v, sent("llama-server", "tool-turn.json"));
+        let mut none: ChatRequest =
+            serde_json::from_value(sent("llama-server", "tool-turn-content-null.json")).unwrap();
         none.tools.clear();
         conservative(&mut none);
         let v = serde_json::to_value(&none).unwrap();
         assert!(v.get("tool_choice").is_none(), "{v}");
+        // llama-server took the first step so (its tools in the prompt).
+        let first = exchange("llama-server", "first-turn.json");
+        assert_eq!(first["request"]["body"]["tool_choice"], "auto");
+        assert_eq!(first["response"]["status"], 200, "{first}");
     }
 
     /// Issue 27 item 3: `content: null` on a tool-call turn got HTTP 500
@@ -77,6 +85,15 @@ mod tests {
         assert_eq!(turn["tool_calls"][0]["id"], "call_0");
         // Other turns keep their text.
         assert_eq!(v["messages"][3]["content"], "created hello.txt (5 bytes)");
+        // Sent so, llama-server answered 200.
+        let ok = exchange("llama-server", "tool-turn.json");
+        assert_eq!(ok["request"]["body"]["messages"][2]["content"], "");
+        assert_eq!(
+            ok["response"]["status"],
+            200,
+            "{}",
+            answer("llama-server", "tool-turn.json")
+        );
     }
 
     /// Issue 27 item 5: every call carries a cap, the caller's lower one

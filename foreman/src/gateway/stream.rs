@@ -491,6 +491,35 @@ mod tests {
         assert_eq!(classify(Api::Messages, ": keep-alive"), Event::default());
     }
 
+    /// Issue 27 item 6, on llama-server's own stream: its usage comes only
+    /// in the chunk before `[DONE]`, so a stream cut any earlier reports
+    /// none, and the call is settled at its reservation (settle_cut), not
+    /// left in flight.
+    #[test]
+    fn llama_server_stream_reports_usage_only_at_its_end() {
+        let text = crate::gateway::recorded::answer("llama-server", "stream.json");
+        let blocks: Vec<&str> = text
+            .as_str()
+            .unwrap()
+            .split("\n\n")
+            .filter(|b| !b.trim().is_empty())
+            .collect();
+        assert!(blocks.len() > 3, "{blocks:?}");
+        let events: Vec<Event> = blocks.iter().map(|b| classify(Api::Chat, b)).collect();
+        let settling: Vec<usize> = (0..events.len()).filter(|i| events[*i].settles).collect();
+        assert_eq!(settling, vec![events.len() - 2], "{blocks:?}");
+        assert!(events.last().unwrap().last);
+        let mut cut = Partial::default();
+        for e in &events[..events.len() - 2] {
+            assert!(!e.last && !e.failed);
+            cut.merge(e.usage);
+        }
+        assert_eq!(cut.total(), 0, "a cut stream would have reported {cut:?}");
+        let mut whole = cut;
+        whole.merge(events[events.len() - 2].usage);
+        assert!(whole.input.unwrap() > 0 && whole.output.unwrap() > 0);
+    }
+
     #[test]
     fn the_budget_counts_what_the_task_spent_and_this_call() {
         let m = Meter::default();

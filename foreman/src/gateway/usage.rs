@@ -162,4 +162,21 @@ mod tests {
             Some(2)
         );
     }
+
+    /// Issue 27 item 4: llama-server's `/v1/messages` reports the prompt
+    /// it read from its cache as `cache_read_input_tokens` beside a tiny
+    /// `input_tokens`; all of it is counted (recorded: the same request
+    /// twice).
+    #[test]
+    fn llama_server_cached_prompt_is_counted_on_the_messages_route() {
+        let body = crate::gateway::recorded::answer("llama-server", "messages-cached.json");
+        let u = &body["usage"];
+        let read = u["cache_read_input_tokens"].as_u64().unwrap();
+        let fresh = u["input_tokens"].as_u64().unwrap();
+        assert!(read > 10 * fresh, "{u}");
+        let got = of_body(ProviderKind::Anthropic, &body).unwrap();
+        assert_eq!(got.prompt_tokens, read + fresh);
+        assert_eq!(got.cache_read_tokens, read);
+        assert_eq!(got.completion_tokens, u["output_tokens"].as_u64().unwrap());
+    }
 }

@@ -1,11 +1,14 @@
 //! Integration tests: the real `saheeli` binary, a real Docker daemon, real
 //! containers and real SQLite files. The only double is `fake_llm`, a local
-//! server speaking the OpenAI wire format.
+//! server speaking the OpenAI wire format; `local_server` runs a real one
+//! (llama-server, `llama`) behind a recording proxy that only relays.
 
 mod fake_cache;
 mod fake_limit;
 mod fake_llm;
 mod fake_stream;
+mod llama;
+mod recording_proxy;
 mod util;
 
 mod admission;
@@ -40,6 +43,7 @@ mod hostile_files;
 mod human;
 mod input;
 mod lifecycle;
+mod local_server;
 mod long_tasks;
 mod metrics;
 mod openai;

@@ -233,13 +233,20 @@ mod tests {
     /// gateway reports Anthropic's `max_tokens` stop as `length` too).
     #[test]
     fn a_reply_cut_at_the_cap_is_flagged() {
-        let r: ChatResponse = serde_json::from_str(include_str!(
-            "../../../foreman/tests/fixtures/local-servers/openai-length-response.json"
+        // Recorded from llama-server (scripts/record-local-servers.py).
+        let recorded: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../foreman/tests/fixtures/local-servers/llama-server/length.json"
         ))
         .unwrap();
+        let body = &recorded["response"]["body"];
+        assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+        let r: ChatResponse = serde_json::from_value(body.clone()).unwrap();
         let turn = into_turn(r.clone()).unwrap();
         assert!(turn.cut);
-        assert_eq!(turn.usage.output_tokens, 16);
+        assert_eq!(
+            turn.usage.output_tokens,
+            body["usage"]["completion_tokens"].as_u64().unwrap()
+        );
         let mut whole = r;
         whole.choices[0].finish_reason = Some("stop".into());
         assert!(!into_turn(whole).unwrap().cut);
