@@ -43,6 +43,7 @@ pub(super) fn answer(
         model,
         turn,
         usage,
+        request: &request,
     };
     let (content_type, bytes) = match (api, streamed) {
         (Api::Messages, false) => ("application/json", a.messages().to_string()),
@@ -127,6 +128,7 @@ struct Answer<'a> {
     model: &'a str,
     turn: &'a ReplayTurn,
     usage: (u64, u64),
+    request: &'a Value,
 }
 
 /// One server-sent event.
@@ -297,6 +299,25 @@ impl Answer<'_> {
         out
     }
 
+    /// The Responses namespace offering a tool of this name, when no
+    /// top-level tool has it (Codex groups an MCP server's tools so, and
+    /// routes a call by its `namespace`).
+    fn namespace_of(&self, name: &str) -> Option<&str> {
+        let tools = self.request["tools"].as_array()?;
+        if tools.iter().any(|t| t["name"] == name) {
+            return None;
+        }
+        tools
+            .iter()
+            .filter(|t| t["type"] == "namespace")
+            .find(|t| {
+                t["tools"]
+                    .as_array()
+                    .is_some_and(|ts| ts.iter().any(|x| x["name"] == name))
+            })
+            .and_then(|t| t["name"].as_str())
+    }
+
     fn response_items(&self) -> Vec<Value> {
         let mut items: Vec<Value> = self
             .text()
@@ -308,9 +329,14 @@ impl Answer<'_> {
             .into_iter()
             .collect();
         items.extend(self.calls().map(|(i, name, args)| {
-            json!({"type": "function_call", "id": format!("fc_replay_{}_{i}", self.n),
+            let mut call = json!({"type": "function_call",
+                   "id": format!("fc_replay_{}_{i}", self.n),
                    "call_id": format!("call_replay_{}_{i}", self.n), "name": name,
-                   "arguments": args, "status": "completed"})
+                   "arguments": args, "status": "completed"});
+            if let Some(ns) = self.namespace_of(name) {
+                call["namespace"] = json!(ns);
+            }
+            call
         }));
         items
     }
@@ -488,6 +514,28 @@ mod tests {
         assert!(s.starts_with("event: response.created\n"), "{s}");
         assert!(s.contains("event: response.output_text.delta\n"), "{s}");
         assert!(s.contains("event: response.completed\n"), "{s}");
+    }
+
+    #[tokio::test]
+    async fn a_call_to_a_namespaced_tool_names_its_namespace() {
+        let script = ReplayScript::parse(
+            "turns:\n  - tool_calls:\n      - { name: ask_user, arguments: { question: q } }\n",
+        )
+        .unwrap();
+        let request = json!({"input": "go", "tools": [
+            {"type": "function", "name": "exec_command"},
+            {"type": "namespace", "name": "mcp__saheeli",
+             "tools": [{"type": "function", "name": "ask_user"}]}]});
+        let r = answer(
+            Api::Responses,
+            &script,
+            request.to_string().as_bytes(),
+            false,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert_eq!(v["output"][0]["name"], "ask_user");
+        assert_eq!(v["output"][0]["namespace"], "mcp__saheeli");
     }
 
     #[tokio::test]

@@ -466,7 +466,7 @@ fn claude_code_asks_a_person_through_saheeli_s_mcp_server() {
 }
 
 /// Waits (up to 3 minutes: a CLI starts slowly) for `state`.
-fn wait_state(s: &Saheeli, id: &str, serve: &Serve, state: &str) -> Value {
+pub(crate) fn wait_state(s: &Saheeli, id: &str, serve: &Serve, state: &str) -> Value {
     let mut last = Value::Null;
     let ok = wait_for(Duration::from_secs(180), || {
         last = s.task(id);

@@ -9,7 +9,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::agents_cli::{CLAUDE, CODEX, Cli};
+use crate::agents_cli::{CLAUDE, CODEX, Cli, wait_state};
+use crate::human::Serve;
 use crate::util::{Saheeli, leftovers};
 
 fn runs_its_offline_example(cli: Cli) {
@@ -98,4 +99,51 @@ fn aider_runs_offline_and_its_edit_lands_in_the_results() {
     );
     let id = t["id"].as_str().unwrap();
     assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+}
+
+/// Codex asks a person through Saheeli's MCP server (`servo mcp`, offered
+/// to the model in Codex's `mcp__saheeli` namespace): the task waits,
+/// `task answer` resumes it, and the answer is the tool's result in
+/// Codex's next request.
+#[test]
+fn codex_asks_a_person_through_saheeli_s_mcp_server() {
+    let cli = CODEX;
+    cli.require();
+    let s = Saheeli::with_config(&format!("agents:\n  codex: {}\n", cli.image()));
+    s.write(
+        "ask.replay.yaml",
+        "turns:\n\
+         \x20 - tool_calls:\n\
+         \x20     - { name: ask_user, arguments: { question: \"Which colour should it be?\" } }\n\
+         \x20 - content: The person chose a colour.\n",
+    );
+    s.write(
+        "p.md",
+        "---\nagent: codex\nmodel: replay:ask.replay.yaml\nmax_steps: 5\ntimeout: 5m\n---\n\
+         Ask which colour to use.\n",
+    );
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let t = wait_state(&s, &id, &serve, "waiting_human");
+    assert_eq!(
+        t["waiting_for"],
+        serde_json::json!({"kind": "answer", "question": "Which colour should it be?"}),
+        "{t:#}"
+    );
+    s.expect(&["task", "answer", &id, "teal"], 0);
+    let t = wait_state(&s, &id, &serve, "complete");
+    let completion: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(t["results"].as_str().unwrap()).join("complete.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        completion["message"], "The person chose a colour.",
+        "{completion}"
+    );
+    let trajectory = s.run(&["task", "trajectory", &id]);
+    let text = String::from_utf8_lossy(&trajectory.stdout);
+    assert!(
+        text.contains("answered: teal"),
+        "the answer never reached Codex: {text}"
+    );
 }
