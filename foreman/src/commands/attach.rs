@@ -253,17 +253,37 @@ async fn container_lines(
     cid: String,
     tx: tokio::sync::mpsc::UnboundedSender<String>,
 ) {
-    let opts = bollard::query_parameters::LogsOptionsBuilder::default()
-        .stdout(true)
-        .follow(true)
-        .build();
-    let mut stream = d.logs(&cid, Some(opts));
-    while let Some(Ok(chunk)) = stream.next().await {
-        for line in chunk.to_string().lines() {
-            if tx.send(output::audit_line(line)).is_err() {
-                return;
+    // A log followed before its container started (or cut off) ends
+    // early: followed again, its lines already sent skipped, until the
+    // container is gone or the attach ended.
+    let mut sent = 0usize;
+    while !tx.is_closed() {
+        let opts = bollard::query_parameters::LogsOptionsBuilder::default()
+            .stdout(true)
+            .follow(true)
+            .build();
+        let mut stream = d.logs(&cid, Some(opts));
+        let mut n = 0usize;
+        let mut gone = false;
+        while let Some(item) = stream.next().await {
+            let Ok(chunk) = item else {
+                gone = true;
+                break;
+            };
+            for line in chunk.to_string().lines() {
+                n += 1;
+                if n > sent {
+                    sent = n;
+                    if tx.send(output::audit_line(line)).is_err() {
+                        return;
+                    }
+                }
             }
         }
+        if gone {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -390,8 +390,8 @@ pub(crate) struct LlmConfig {
     /// overrides it), lowered to what the budget leaves.
     pub max_output_tokens: u64,
     /// Ask providers to stream the built-in loop's answers, so the model's
-    /// text is shown as it comes (issue 29); false (for now the default):
-    /// whole answers.
+    /// text is shown as it comes (issue 29; the default); false: whole
+    /// answers, for a server that cannot stream.
     pub stream: bool,
 }
 
@@ -479,7 +479,7 @@ impl Default for LlmConfig {
             max_retry_time: Duration::from_secs(300),
             anthropic_max_tokens: 8192,
             max_output_tokens: 4096,
-            stream: false,
+            stream: true,
         }
     }
 }

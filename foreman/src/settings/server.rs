@@ -156,7 +156,7 @@ pub(super) const SERVER: &[Setting] = &[
         .doc("Output cap sent with every call (a provider's `max_output_tokens` overrides it), lowered to what the budget leaves.")
         .config("llm.max_output_tokens"),
     Setting::new("llm.stream", "bool")
-        .default("false")
+        .default("true")
         .doc("Ask providers to stream the built-in loop's answers, so `task logs --follow`, `task attach` and the dashboard show the model's text as it comes (`llm.delta`); off: whole answers (agents' own streams are shown either way).")
         .config("llm.stream"),
     Setting::new("http.addr", "IP:PORT")

@@ -101,12 +101,10 @@ fn a_task_runs_through_a_real_llama_server_with_no_key_sent() {
         let req: Value = serde_json::from_str(&e.request).unwrap();
         assert_eq!(req["tool_choice"], "auto", "{req}");
         assert!(req["max_tokens"].as_u64().is_some_and(|m| m <= 48), "{req}");
-        let resp: Value = serde_json::from_str(&e.response).unwrap();
-        prompt += resp["usage"]["prompt_tokens"].as_u64().unwrap();
-        completion += resp["usage"]["completion_tokens"].as_u64().unwrap();
-        tool_calls += resp["choices"][0]["message"]["tool_calls"]
-            .as_array()
-            .map_or(0, Vec::len);
+        let (p, c, t) = usage_and_calls(&req, &e.response);
+        prompt += p;
+        completion += c;
+        tool_calls += t;
     }
     // Not asserted: SmolLM2-135M does not call a tool here. With the
     // Qwen 2.5 template llama-server renders the tools into the prompt
@@ -120,6 +118,46 @@ fn a_task_runs_through_a_real_llama_server_with_no_key_sent() {
     overhead(&s, &id, &chats);
     assert!(leftovers(&id).is_empty());
     drop(server);
+}
+
+/// (prompt, completion, tool calls) of one answer as the server sent it:
+/// whole, or streamed (the gateway streams by default, `llm.stream`, and
+/// then asks for the usage chunk).
+fn usage_and_calls(req: &Value, response: &str) -> (u64, u64, usize) {
+    if req["stream"] != true {
+        let resp: Value = serde_json::from_str(response).unwrap();
+        let calls = resp["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .map_or(0, Vec::len);
+        return (
+            resp["usage"]["prompt_tokens"].as_u64().unwrap(),
+            resp["usage"]["completion_tokens"].as_u64().unwrap(),
+            calls,
+        );
+    }
+    assert_eq!(req["stream_options"]["include_usage"], true, "{req}");
+    let chunks: Vec<Value> = response
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let usage = chunks
+        .iter()
+        .rev()
+        .find(|c| c["usage"].is_object())
+        .unwrap_or_else(|| panic!("a stream without usage: {response}"));
+    let calls = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .filter(|d| d["id"].is_string())
+        .count();
+    (
+        usage["usage"]["prompt_tokens"].as_u64().unwrap(),
+        usage["usage"]["completion_tokens"].as_u64().unwrap(),
+        calls,
+    )
 }
 
 /// Prints each call's time through the gateway (reserved to settled, from

@@ -19,8 +19,8 @@ use crate::lifecycle::wait_for;
 use crate::util::{Saheeli, require_docker};
 use crate::web::{WebServe, post, sse, until_api};
 
-/// Streaming is asked for (`llm.stream`, off by default for now).
-const STREAM: &str = "llm:\n  stream: true\n";
+/// No setting: streaming is the default (`llm.stream`).
+const STREAM: &str = "";
 
 const THOUGHT: &str =
     "Counting the lines of the input first, then I will write the total to a file and finish.";
