@@ -147,3 +147,37 @@ fn codex_asks_a_person_through_saheeli_s_mcp_server() {
         "the answer never reached Codex: {text}"
     );
 }
+
+/// Claude Code marks a template step done through Saheeli's MCP server
+/// (`mcp__saheeli__step_done`): the step is `completed` with the agent's
+/// evidence in status, as for the built-in loop.
+#[test]
+fn claude_code_marks_a_step_done_through_saheeli_s_mcp_server() {
+    let cli = CLAUDE;
+    cli.require();
+    let s = Saheeli::with_config(&format!("agents:\n  claude-code: {}\n", cli.image()));
+    s.write(
+        "steps.replay.yaml",
+        "turns:\n\
+         \x20 - tool_calls:\n\
+         \x20     - name: Bash\n\
+         \x20       arguments: { command: \"echo hi > hi.txt\", description: \"write it\" }\n\
+         \x20 - tool_calls:\n\
+         \x20     - name: mcp__saheeli__step_done\n\
+         \x20       arguments: { name: write, evidence: \"hi.txt holds hi\" }\n\
+         \x20 - content: Wrote hi.txt and marked the step done.\n",
+    );
+    s.write(
+        "p.md",
+        "---\nagent: claude-code\nmodel: replay:steps.replay.yaml\nmax_steps: 6\ntimeout: 5m\n\
+         steps:\n  - { name: write, description: Write hi.txt }\n---\nWrite hi.txt.\n",
+    );
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
+    assert_eq!(t["state"], "complete", "{t:#}");
+    let id = t["id"].as_str().unwrap();
+    let t = s.task(id);
+    let step = &t["template_steps"][0];
+    assert_eq!(step["name"], "write", "{t:#}");
+    assert_eq!(step["state"], "completed", "{t:#}");
+    assert_eq!(step["evidence"], "hi.txt holds hi", "{t:#}");
+}
