@@ -156,15 +156,12 @@ pub(super) async fn chat_completions(
     }
     if !req.model.is_empty() && !gw.task_model().is(&req.model) {
         live().refusal(Refusal::InvalidRequest);
+        let why = gw.task_model().refusal(&format!("`{}`", req.model));
         return error_response(
             &gw,
             StatusCode::BAD_REQUEST,
             gateway_error::BAD_REQUEST,
-            &format!(
-                "field `model` is `{}`, but this task runs `{}` (its prompt's `model:`); the \
-                 gateway serves no other model: name `{}` or leave `model` empty",
-                req.model, gw.route.model, gw.route.model
-            ),
+            &why,
         );
     }
     forward(&gw, req).await

@@ -175,6 +175,17 @@ pub(crate) struct TaskModel<'a> {
 }
 
 impl TaskModel<'_> {
+    /// Why a request naming another model (`named`, as the request wrote
+    /// it; cut short when long) is refused.
+    pub(crate) fn refusal(&self, named: &str) -> String {
+        let named: String = named.chars().take(120).collect();
+        let model = self.model;
+        format!(
+            "field `model` is {named}, but this task runs `{model}` (its prompt's `model:`); \
+             the gateway serves no other model: name `{model}` or leave `model` out"
+        )
+    }
+
     /// Whether `named` (the request's `model`) is this one.
     pub(crate) fn is(&self, named: &str) -> bool {
         named == self.model
@@ -198,12 +209,7 @@ pub(crate) fn vet(api: Api, body: &[u8], task: TaskModel<'_>) -> Result<Vetted, 
     match body.get("model") {
         None | Some(Value::Null) => {}
         Some(Value::String(named)) if task.is(named) => {}
-        Some(named) => {
-            return Err(format!(
-                "field `model` is {named}, but this task runs `{model}` (its prompt's `model:`); \
-                 the gateway serves no other model: name `{model}` or leave `model` out"
-            ));
-        }
+        Some(named) => return Err(task.refusal(&named.to_string())),
     }
     for name in body.keys() {
         if let Some(why) = refused_field(api, name) {

@@ -40,6 +40,13 @@ pub(crate) const CLAUDE: Cli = Cli {
     model: "claude-test",
 };
 
+pub(crate) const AIDER: Cli = Cli {
+    name: "aider",
+    image_env: "SAHEELI_TEST_AIDER_IMAGE",
+    default_image: "saheeli-servo-aider-test:latest",
+    model: "gpt-test",
+};
+
 pub(crate) const CODEX: Cli = Cli {
     name: "codex",
     image_env: "SAHEELI_TEST_CODEX_IMAGE",

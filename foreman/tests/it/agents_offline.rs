@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::agents_cli::{CLAUDE, CODEX, Cli, wait_state};
+use crate::agents_cli::{AIDER, CLAUDE, CODEX, Cli, wait_state};
 use crate::human::Serve;
 use crate::util::{Saheeli, leftovers};
 
@@ -65,19 +65,8 @@ fn codex_runs_its_offline_example() {
 /// exits with its message answered.
 #[test]
 fn aider_runs_offline_and_its_edit_lands_in_the_results() {
-    let image = std::env::var("SAHEELI_TEST_AIDER_IMAGE")
-        .unwrap_or_else(|_| "saheeli-servo-aider-test:latest".into());
-    crate::util::require_docker();
-    let found = std::process::Command::new("docker")
-        .args(["image", "inspect", &image])
-        .output()
-        .unwrap();
-    assert!(
-        found.status.success(),
-        "agent image `{image}` is missing: scripts/test.sh builds it with \
-         `saheeli build-servo --agent aider --tag {image}`"
-    );
-    let s = Saheeli::with_config(&format!("agents:\n  aider: {image}\n"));
+    AIDER.require();
+    let s = Saheeli::with_config(&format!("agents:\n  aider: {}\n", AIDER.image()));
     s.write(
         "aider.replay.yaml",
         "turns:\n\

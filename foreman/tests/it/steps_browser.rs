@@ -12,22 +12,7 @@ use serde_json::json;
 
 use crate::util::{Saheeli, require_docker, script};
 use crate::web::{WebServe, get};
-use crate::web_browser::{Driver, browser, save_screenshot};
-
-/// Polls `f` (a page check) until it holds; panics with `what` otherwise.
-async fn until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("{what}: never happened");
-}
+use crate::web_browser::{Driver, browser, save_screenshot, until};
 
 /// The element's text, or "" when there is none. An element redrawn
 /// between finding and reading it (the page refreshes as the task

@@ -93,7 +93,7 @@ pub(crate) async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
 }
 
 /// Polls `f` (a page check) until it holds; panics with `what` otherwise.
-async fn until<F, Fut>(what: &str, mut f: F)
+pub(crate) async fn until<F, Fut>(what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
