@@ -475,32 +475,25 @@ impl Store {
         human_timeout_ms: i64,
         after: Option<i64>,
     ) -> Result<(Vec<Note>, bool)> {
+        // Asked before every LLM call of every task: a look that moves
+        // nothing reads only (a WAL reader never waits for a writer nor
+        // holds one up); the write lock is taken only to move the state.
+        {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let (state, notes, pause) = inbox_look(&tx, id, lease, after)?;
+            if inbox_move(pause, state).is_none() {
+                tx.commit()?;
+                return Ok((notes, pause));
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state = held_state(&tx, id, lease)?;
-        let pause: bool = tx.query_row(
-            "SELECT pause_requested FROM tasks WHERE id = ?1",
-            params![id.to_string()],
-            |r| r.get::<_, i64>(0).map(|v| v != 0),
-        )?;
-        let notes = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT id, text, author FROM notes WHERE task_id = ?1
-                   AND (CASE WHEN ?2 IS NULL THEN delivered_at IS NULL ELSE id > ?2 END)
-                 ORDER BY id",
-            )?;
-            stmt.query_map(params![id.to_string(), after], |r| {
-                Ok(Note {
-                    id: r.get(0)?,
-                    text: r.get(1)?,
-                    by: r.get(2)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?
-        };
-        match (pause, state) {
-            (true, TaskState::Running | TaskState::Starting) => {
+        let (state, notes, pause) = inbox_look(&tx, id, lease, after)?;
+        match inbox_move(pause, state) {
+            Some(TaskState::Paused) => {
                 move_state(
                     &tx,
                     id,
@@ -513,10 +506,8 @@ impl Store {
                     params![id.to_string(), now_ms() + human_timeout_ms],
                 )?;
             }
-            (false, TaskState::Paused) => {
-                move_state(&tx, id, state, TaskState::Running, Some("resumed"))?
-            }
-            _ => {}
+            Some(to) => move_state(&tx, id, state, to, Some("resumed"))?,
+            None => {}
         }
         tx.commit()?;
         Ok((notes, pause))
@@ -691,4 +682,46 @@ pub(super) fn requeue_if_parked(
         params![id.to_string()],
     )?;
     Ok(true)
+}
+
+/// What the inbox sees (fenced): the task's state, its messages after
+/// note `after` (or, without it, those not marked delivered), and
+/// whether a pause was asked for.
+fn inbox_look(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    lease: &Lease,
+    after: Option<i64>,
+) -> Result<(TaskState, Vec<Note>, bool)> {
+    let state = held_state(tx, id, lease)?;
+    let pause: bool = tx.query_row(
+        "SELECT pause_requested FROM tasks WHERE id = ?1",
+        params![id.to_string()],
+        |r| r.get::<_, i64>(0).map(|v| v != 0),
+    )?;
+    let mut stmt = tx.prepare_cached(
+        "SELECT id, text, author FROM notes WHERE task_id = ?1
+           AND (CASE WHEN ?2 IS NULL THEN delivered_at IS NULL ELSE id > ?2 END)
+         ORDER BY id",
+    )?;
+    let notes = stmt
+        .query_map(params![id.to_string(), after], |r| {
+            Ok(Note {
+                id: r.get(0)?,
+                text: r.get(1)?,
+                by: r.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((state, notes, pause))
+}
+
+/// Where the inbox moves a task: paused when a pause was asked for and
+/// it runs, running again when the pause was lifted; else nowhere.
+fn inbox_move(pause: bool, state: TaskState) -> Option<TaskState> {
+    match (pause, state) {
+        (true, TaskState::Running | TaskState::Starting) => Some(TaskState::Paused),
+        (false, TaskState::Paused) => Some(TaskState::Running),
+        _ => None,
+    }
 }

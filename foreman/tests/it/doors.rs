@@ -123,6 +123,79 @@ fn a_gateway_socket_flood_is_capped_and_other_tasks_still_run() {
     );
 }
 
+/// The live route (issue 29) is behind the same door: a flood of
+/// followers on one task's socket, none of which ever reads, is cut at
+/// the per-task cap; the followers it holds fall behind without holding
+/// anything up (another task completes meanwhile), and when their task
+/// ends its gateway stops with them still open: every one is closed.
+#[test]
+fn live_followers_flooding_a_task_socket_are_capped_and_closed_with_it() {
+    require_docker();
+    let s = Saheeli::new();
+    sleeper(&s, "flooded", 6);
+    sleeper(&s, "other", 0);
+    let flooded = s.submit("flooded.md");
+    let serve = Serve::start(&s, &[]);
+    let sock = run_dir(&s).join(&flooded).join("gateway.sock");
+    assert!(
+        wait_for(Duration::from_secs(60), || s.task(&flooded)["state"]
+            == "running"),
+        "never ran\n{}",
+        serve.log()
+    );
+    let follow = b"GET /saheeli/v1/live HTTP/1.1\r\nHost: gateway\r\n\r\n";
+    let mut conns: Vec<UnixStream> = (0..200)
+        .filter_map(|_| {
+            let mut c = UnixStream::connect(&sock).ok()?;
+            c.write_all(follow).ok()?;
+            Some(c)
+        })
+        .collect();
+    assert!(conns.len() >= 150, "only {} connected", conns.len());
+    let mut held = Vec::new();
+    for mut c in conns.drain(..) {
+        c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        if !closed_within(&mut c, Duration::from_millis(60)) {
+            held.push(c);
+        }
+    }
+    assert!(
+        held.len() <= 16,
+        "{} live follows held open (cap 16)",
+        held.len()
+    );
+    assert!(!held.is_empty(), "the cap refused every follow");
+    let other = s.submit("other.md");
+    assert!(
+        wait_for(Duration::from_secs(90), || s.task(&other)["state"]
+            == "complete"),
+        "{}\n{}",
+        s.task(&other),
+        serve.log()
+    );
+    assert!(
+        wait_for(Duration::from_secs(90), || {
+            let state = s.task(&flooded)["state"].as_str().unwrap_or("").to_string();
+            ["complete", "incomplete", "failed", "cancelled"].contains(&state.as_str())
+        }),
+        "the flooded task never ended: {}\n{}",
+        s.task(&flooded),
+        serve.log()
+    );
+    // Its gateway stopped: the follows it still held are closed, though
+    // none of them read a byte before.
+    let start = Instant::now();
+    for c in &mut held {
+        c.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        assert!(
+            closed_within(c, Duration::from_secs(15).saturating_sub(start.elapsed())),
+            "a live follow outlived its task's gateway\n{}",
+            serve.log()
+        );
+    }
+}
+
 fn partial_request(addr: &str) -> TcpStream {
     let mut c = TcpStream::connect(addr).unwrap();
     c.write_all(b"GET /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\n")

@@ -206,11 +206,6 @@ impl Agent {
     }
 
     pub async fn run(mut self) -> ServoExit {
-        if let Some(ready) = self.live_ready.take() {
-            // The first call's text is followed from its start; a gateway
-            // that does not serve live lines delays nothing for long.
-            let _ = tokio::time::timeout(Duration::from_secs(5), ready).await;
-        }
         self.started = Instant::now();
         let left = self.budget().saturating_sub(self.active_before);
         *self.deadline.lock().unwrap() = tokio::time::Instant::from_std(self.started + left);
@@ -285,6 +280,13 @@ impl Agent {
                 .await;
             self.steps += 1;
             let step = self.steps;
+            if let Some(ready) = self.live_ready.take() {
+                // The first call's text is followed from its start; the
+                // follow was opened at the servo's start, beside the
+                // inbox's first look, and a gateway that does not serve
+                // live lines delays nothing for long.
+                let _ = tokio::time::timeout(Duration::from_secs(5), ready).await;
+            }
             let t0 = Instant::now();
             let turn = self.ask(step).await;
             let latency = t0.elapsed();
