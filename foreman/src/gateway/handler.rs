@@ -317,13 +317,22 @@ enum Try {
 
 /// Sends the request once to the task's provider, with its key: how it
 /// went, and what the answer's headers said about the rate limits.
-async fn try_once(gw: &GatewayState, body: &Bytes) -> (Try, Observed) {
+async fn try_once(
+    gw: &GatewayState,
+    body: &Bytes,
+    turn: &mut super::limits::Turn<'_>,
+) -> (Try, Observed) {
     let mut observed = Observed::default();
-    let t = try_sending(gw, body, &mut observed).await;
+    let t = try_sending(gw, body, &mut observed, turn).await;
     (t, observed)
 }
 
-async fn try_sending(gw: &GatewayState, body: &Bytes, observed: &mut Observed) -> Try {
+async fn try_sending(
+    gw: &GatewayState,
+    body: &Bytes,
+    observed: &mut Observed,
+    turn: &mut super::limits::Turn<'_>,
+) -> Try {
     let provider = &gw.route.provider;
     let mut req = gw
         .upstream
@@ -361,6 +370,12 @@ async fn try_sending(gw: &GatewayState, body: &Bytes, observed: &mut Observed) -
     let status = resp.status().as_u16();
     *observed = limit_headers::observe(resp.headers(), SystemTime::now());
     let wish = observed.retry_after;
+    // A success's headers are what the calls waiting on this provider's
+    // budget need (its first answer's above all: the probe's): they go on
+    // now, not once the whole answer has been generated and read.
+    if retry::verdict(status) == Verdict::Success {
+        gw.upstream.limits.answered(turn, observed);
+    }
     let streamed = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -416,12 +431,10 @@ pub(super) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
     let mut attempt = 1;
     loop {
         let mut turn = rate_turn(gw, body.len()).await;
-        let (outcome, observed) = try_once(gw, &body).await;
+        let (outcome, observed) = try_once(gw, &body, &mut turn).await;
         let (mut verdict, status, wish) = match outcome {
-            Try::Answered(bytes) => {
-                gw.upstream.limits.answered(&mut turn, &observed);
-                return answer(gw, &bytes);
-            }
+            // Its budget heard the headers already.
+            Try::Answered(bytes) => return answer(gw, &bytes),
             Try::Failed {
                 verdict,
                 status,

@@ -172,3 +172,59 @@ fn streamed_text_reaches_the_dashboard_audit_stream_before_the_call_ends() {
     assert_eq!(t["state"], "complete");
     assert_ended(&s, &id, &llm);
 }
+
+/// The first call to a provider is its rate-limit probe: the others wait
+/// for what it learns (issue 26). They go on at its answer's headers, not
+/// once the whole answer has been generated: here the probe's stream is
+/// held open after its text, and another task's first call still reaches
+/// the provider and completes meanwhile (before the probe's 10 s wait
+/// would have let it go anyway).
+#[test]
+fn calls_waiting_on_the_rate_probe_go_on_at_its_headers() {
+    require_docker();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let llm = FakeLlm::start(vec![
+        Reply::Held(
+            gate.clone(),
+            Box::new(Reply::Text(THOUGHT.into(), (100, 20))),
+        ),
+        Reply::Tools(
+            vec![("task_complete".into(), json!({"message": "done"}))],
+            (130, 5),
+        ),
+        Reply::Tools(
+            vec![("task_complete".into(), json!({"message": "done"}))],
+            (130, 5),
+        ),
+    ]);
+    let s = Saheeli::with_config(STREAM)
+        .env("OPENAI_API_KEY", "sk-test-think-000")
+        .env("OPENAI_BASE_URL", &llm.base_url());
+    s.write("p.md", "---\nmodel: gpt-test\n---\nCount the lines.\n");
+    let probe = s.submit("p.md");
+    let mut serve = s
+        .cmd(&["serve", "--drain", "-j", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(120), || !llm.seen().is_empty()),
+        "the probe never reached the provider"
+    );
+    let other = s.submit("p.md");
+    assert!(
+        wait_for(Duration::from_secs(8), || s.task(&other)["state"]
+            == "complete"),
+        "a call waited for the probe's whole answer: {}",
+        s.task(&other)
+    );
+    assert_eq!(
+        s.task(&probe)["state"],
+        "running",
+        "the probe is still held"
+    );
+    gate.notify_one();
+    assert!(serve.wait().unwrap().success());
+    assert_eq!(s.task(&probe)["state"], "complete", "{}", s.task(&probe));
+}
