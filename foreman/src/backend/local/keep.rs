@@ -1,9 +1,9 @@
 //! Keeping the pool warm: each class refilled to its size in the
-//! background (a few servos made at once, and only while admission's
-//! breaker is closed, so refills never crowd out the launches they are
-//! there to speed up), idle servos older than `max_idle` replaced, one
-//! that dies while idle removed and replaced; on stop every idle servo
-//! goes. Sweeping what a stopped foreman's pool left is the sweeper's
+//! background (a few servos made at once, only while admission's breaker
+//! is closed, and only in a lull between warm claims, so refills never
+//! crowd out the launches they are there to speed up), idle servos older
+//! than `max_idle` replaced, one that dies while idle removed and
+//! replaced; on stop every idle servo goes. Sweeping what a stopped foreman's pool left is the sweeper's
 //! decision (`reconciler::sweep`); listing and removing it is here.
 
 use std::collections::BTreeMap;
@@ -43,7 +43,9 @@ impl Local {
         let mut calm_until = Instant::now();
         loop {
             self.expire(&pool);
-            if pace() && Instant::now() >= calm_until {
+            // A burst of claims goes first: refills wait for its lull.
+            let lull = pool.lull_ends();
+            if lull.is_none() && pace() && Instant::now() >= calm_until {
                 for class in 0..pool.classes.len() {
                     let target = pool.target(class);
                     loop {
@@ -93,7 +95,7 @@ impl Local {
                     }
                 }
                 _ = pool.wake.notified() => {}
-                _ = tokio::time::sleep(LOOK_EVERY) => {}
+                _ = tokio::time::sleep(lull.map_or(LOOK_EVERY, |t| t.saturating_duration_since(Instant::now()))) => {}
                 _ = stop.cancelled() => break,
             }
         }

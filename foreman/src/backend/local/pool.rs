@@ -49,6 +49,10 @@ pub(super) struct Idle {
 const DEMAND_WINDOW: Duration = Duration::from_secs(60);
 /// The most servos `auto` keeps warm in one class.
 const AUTO_MAX: usize = 32;
+/// Refills start only this long after the last warm claim: a burst of
+/// claims is served from the idle servos first, without containers being
+/// made beside it on the same cores (the refill comes right after).
+pub(super) const CLAIM_LULL: Duration = Duration::from_millis(50);
 
 /// One foreman's pool.
 pub(crate) struct Pool {
@@ -72,6 +76,9 @@ pub(super) struct PoolState {
     pub known: HashSet<String>,
     /// Per class, when launches it would serve came (warm or cold).
     pub demand: Vec<VecDeque<Instant>>,
+    /// When a warm servo was last claimed: refills wait for a lull in
+    /// the claims ([`CLAIM_LULL`]).
+    pub last_claim: Option<Instant>,
 }
 
 impl Pool {
@@ -86,6 +93,7 @@ impl Pool {
                 creating: vec![0; n],
                 known: HashSet::new(),
                 demand: (0..n).map(|_| VecDeque::new()).collect(),
+                last_claim: None,
             }),
             wake: tokio::sync::Notify::new(),
         }
@@ -103,7 +111,11 @@ impl Pool {
             let mut st = self.lock();
             let now = Instant::now();
             st.demand[class].push_back(now);
-            st.idle[class].pop_front()
+            let idle = st.idle[class].pop_front();
+            if idle.is_some() {
+                st.last_claim = Some(now);
+            }
+            idle
         };
         self.wake.notify_one();
         self.publish();
@@ -141,6 +153,13 @@ impl Pool {
                 d.len().clamp(1, AUTO_MAX)
             }
         }
+    }
+
+    /// When refills may start: now, or at the end of the lull after the
+    /// last warm claim.
+    pub(super) fn lull_ends(&self) -> Option<Instant> {
+        let end = self.lock().last_claim? + CLAIM_LULL;
+        (end > Instant::now()).then_some(end)
     }
 
     /// Idle servos, every class.
@@ -187,6 +206,32 @@ pub(crate) async fn remove_warm(d: &docker::Docker, run_dir: &std::path::Path, n
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warm_claim_holds_refills_for_a_lull_and_a_cold_one_does_not() {
+        let file: crate::config::ConfigFile =
+            serde_yaml::from_str("pool:\n  - { size: 1 }\n").unwrap();
+        let classes = file.warm_classes();
+        let c = &classes[0];
+        let needs = WarmNeeds {
+            image: c.image.clone(),
+            network: c.network,
+            memory: c.memory,
+            cpus: c.cpus,
+            pids: c.pids,
+            disk: c.disk,
+        };
+        let pool = Pool::new(classes, "me".into(), std::env::temp_dir());
+        assert_eq!(pool.lull_ends(), None, "nothing claimed yet");
+        // The pool is empty: the claim goes cold, and refills may start.
+        assert!(pool.claim(TaskId::new(), &needs).is_none());
+        assert_eq!(pool.lull_ends(), None, "a cold claim holds nothing up");
+        pool.lock().last_claim = Some(Instant::now());
+        let end = pool.lull_ends().expect("a warm claim just now");
+        assert!(end <= Instant::now() + CLAIM_LULL);
+        pool.lock().last_claim = Some(Instant::now() - CLAIM_LULL);
+        assert_eq!(pool.lull_ends(), None, "the lull is over");
+    }
 
     #[test]
     fn a_slot_names_its_container_volume_and_socket_and_nothing_else_does() {
