@@ -4,7 +4,7 @@
 //! loop ends on `task_complete` (complete.json is written), at `max_steps`,
 //! when the time budget runs out, when the LLM keeps failing, or on SIGTERM.
 //! Whatever ends it, the audit log and session file are flushed first.
-//! A servo waiting for a human parks instead (`human`): it saves its
+//! A servo waiting for a human parks instead (`human`, `park`): it saves its
 //! session and exits, and a new servo on the same workspace goes on.
 
 mod capability;
@@ -12,7 +12,10 @@ mod compact;
 mod context;
 mod delegate;
 mod delegate_files;
+mod gates;
 mod human;
+mod park;
+mod pause;
 mod prompt;
 mod resume;
 mod verify;
@@ -66,7 +69,7 @@ pub(crate) struct Agent {
     /// Injected messages already in the conversation.
     notes: Vec<i64>,
     plan_approved: bool,
-    gates: human::Gates,
+    gates: gates::Gates,
     clock: Clock,
     /// Seals the session file (a key only the servo and foreman hold).
     seal: crate::seal::Seal,
@@ -124,7 +127,7 @@ impl Agent {
         let audit = Audit::open(&audit_path, true)
             .map_err(|e| format!("opening `{}`: {e}", audit_path.display()))?;
         let root = ws.root().to_path_buf();
-        let gates = human::Gates::new(&task.gates)?;
+        let gates = gates::Gates::new(&task.gates)?;
         let mut specs = tools::specs();
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
         specs.extend(tools::step_start_spec(&task.steps));
