@@ -46,7 +46,7 @@ pub(crate) use admission::AdmissionRow;
 pub(crate) use carve::ParentBudget;
 pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
 pub(crate) use desk::{DeskError, HumanAct};
-pub(crate) use error::StoreError;
+pub(crate) use error::{DbError, StoreError, lease_lost_in};
 pub(crate) use eval::{EvalLink, EvalRunRow};
 #[cfg(test)]
 pub(crate) use guard::{LOGGED_REFUSALS, MAX_GATEWAY_BYTES};
