@@ -101,7 +101,7 @@ use redact::Redactor;
 use retry::Verdict;
 
 pub(crate) use children::DelegateLink;
-pub(crate) use desk::{DeskLink, DeskPolicy};
+pub(crate) use desk::{DeskLink, DeskPolicy, WaitFlag};
 pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::header_vars;

@@ -48,7 +48,7 @@ impl Ctx {
             store: self.desk_store.clone(),
             lease: self.lease.clone(),
             bus: self.bus.clone(),
-            waiting,
+            waiting: crate::gateway::WaitFlag::new(waiting),
             policy: crate::gateway::DeskPolicy::of(spec),
             steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
             step_checks: spec

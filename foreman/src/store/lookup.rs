@@ -1,6 +1,6 @@
 //! Reading tasks: by id or a unique part of one, lists, events, attempts.
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 use saheeli_protocol::TaskId;
 
 use crate::state::TaskState;
@@ -8,6 +8,20 @@ use crate::state::TaskState;
 use super::*;
 
 impl Store {
+    /// A task's state now, by its full id.
+    pub fn state_of(&self, id: TaskId) -> Result<TaskState> {
+        let state: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT state FROM tasks WHERE id = ?1",
+                params![id.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let state = state.ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
+        Ok(state.parse().expect("stored states are valid"))
+    }
+
     /// One task by full id, or a unique prefix or suffix of one (the
     /// tables show the last 12 digits).
     pub fn get(&self, id_or_part: &str) -> Result<Option<TaskRow>> {
