@@ -342,18 +342,23 @@ mod tests {
     fn nested_gitignores_apply_below_their_directory_as_git_reads_them() {
         let d = tempfile::tempdir().unwrap();
         let col = d.path().join("col");
-        put(&col, ".saheeli/task.json", b"{}");
-        put(&col, ".gitignore", b"*.tmp\n");
-        put(&col, "a.log", b"top\n");
-        put(&col, "sub/.gitignore", b"*.log\nbuild/\n!keep.tmp\n");
-        put(&col, "sub/x.log", b"x\n");
-        put(&col, "sub/build/out.txt", b"o\n");
-        put(&col, "sub/keep.tmp", b"k\n");
-        put(&col, "sub/drop.tmp", b"d\n");
-        put(&col, "sub/deeper/y.log", b"y\n");
-        put(&col, "sub/deeper/.gitignore", b"!y.log\n");
-        put(&col, "sub/build/.gitignore", b"!out.txt\n");
-        put(&col, "other/build/z.txt", b"z\n");
+        let files = [
+            (".saheeli/task.json", "{}"),
+            (".gitignore", "*.tmp\n"),
+            ("a.log", "top\n"),
+            ("sub/.gitignore", "*.log\nbuild/\n!keep.tmp\n"),
+            ("sub/x.log", "x\n"),
+            ("sub/build/out.txt", "o\n"),
+            ("sub/keep.tmp", "k\n"),
+            ("sub/drop.tmp", "d\n"),
+            ("sub/deeper/y.log", "y\n"),
+            ("sub/deeper/.gitignore", "!y.log\n"),
+            ("sub/build/.gitignore", "!out.txt\n"),
+            ("other/build/z.txt", "z\n"),
+        ];
+        for (path, text) in files {
+            put(&col, path, text.as_bytes());
+        }
         write_changes(&col, None).unwrap();
         let patch = std::fs::read_to_string(col.join(PATCH)).unwrap();
         let left_out: Vec<&str> = patch

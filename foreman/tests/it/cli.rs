@@ -122,11 +122,9 @@ fn the_log_is_json_lines_and_an_incomplete_task_warns_with_a_hint() {
 
     // Without `--log-format`: JSON lines when stderr is not a terminal
     // (a service's log collector)...
-    let out = s
-        .cmd(&["run", "p.md"])
-        .env_remove("SAHEELI_LOG_FORMAT")
-        .output()
-        .unwrap();
+    let by_default =
+        |mut c: std::process::Command| c.env_remove("SAHEELI_LOG_FORMAT").output().unwrap();
+    let out = by_default(s.cmd(&["run", "p.md"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr
@@ -136,11 +134,7 @@ fn the_log_is_json_lines_and_an_incomplete_task_warns_with_a_hint() {
         "{stderr}"
     );
     // ... and text, for people, on a terminal.
-    let out = s
-        .in_pty(&["run", "p.md"])
-        .env_remove("SAHEELI_LOG_FORMAT")
-        .output()
-        .unwrap();
+    let out = by_default(s.in_pty(&["run", "p.md"]));
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
         shown
