@@ -3,7 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 use saheeli_protocol::TaskId;
 
-use crate::state::TaskState;
+use crate::state::{TaskState, sql_list};
 
 use super::*;
 
@@ -198,10 +198,10 @@ impl Store {
         };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT e.id, e.task_id, e.at, e.from_state, e.to_state, e.detail,
-                    CASE WHEN e.to_state IN ('complete', 'incomplete', 'failed', 'cancelled')
-                         THEN t.reason END, e.kind, e.actor
+                    CASE WHEN e.to_state IN {ended} THEN t.reason END, e.kind, e.actor
              FROM events e JOIN tasks t ON t.id = e.task_id
-             {sql} ORDER BY e.id LIMIT ?2"
+             {sql} ORDER BY e.id LIMIT ?2",
+            ended = sql_list(&TaskState::TERMINAL)
         ))?;
         let rows = stmt
             .query_map(
