@@ -16,6 +16,15 @@ if grep -rn "handles_swarm\|Backend::Swarm\|bollard" foreman/src/supervisor fore
   echo "error: supervisor/ and reconciler/ must not name an engine or bollard; ask backend::Engine" >&2
   exit 1
 fi
+# No source file over 500 lines outside tests. A test file is one named
+# `tests.rs` or `*_tests.rs`, or one under a `tests/` directory.
+long=$(find foreman/src servo/src protocol/src bench/src -name '*.rs' \
+  ! -name tests.rs ! -name '*_tests.rs' ! -path '*/tests/*' -print0 |
+  xargs -0 wc -l | awk '$2 != "total" && $1 > 500 { print "  " $2 ": " $1 " lines" }')
+if [ -n "$long" ]; then
+  printf 'error: source files over 500 lines; split each along a seam (one concern a module):\n%s\n' "$long" >&2
+  exit 1
+fi
 # The Kubernetes load model (docs/design/kubernetes.md): its unit tests and its
 # internal-consistency check, in about a second (Python 3.11 stdlib only).
 python3 -m unittest discover -s scripts -p 'test_*.py'

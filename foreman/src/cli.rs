@@ -16,16 +16,16 @@ pub(crate) struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// The foreman's own log on stderr: `text`, or `json` (one object per line, for log shippers).
+    /// The foreman's own log on stderr: `text`, or `json` (one object per line, for log shippers). Default: text when stderr is a terminal, json otherwise.
     #[arg(
         long,
         global = true,
         value_enum,
         env = "SAHEELI_LOG_FORMAT",
-        default_value_t = LogFormat::Text,
+        hide_env_values = true,
         value_name = "FORMAT"
     )]
-    pub log_format: LogFormat,
+    pub log_format: Option<LogFormat>,
 
     #[command(subcommand)]
     pub command: Command,

@@ -140,7 +140,15 @@ pub fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false);
-    match cli.log_format {
+    // Text for a person at a terminal; JSON lines for whatever collects
+    // the log of a service (systemd, a container runtime, a file).
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let format = cli.log_format.unwrap_or(if stderr_is_terminal {
+        cli::LogFormat::Text
+    } else {
+        cli::LogFormat::Json
+    });
+    match format {
         // One JSON object per line; serde escapes what a title or a path
         // holds, so nothing reaches a terminal raw.
         cli::LogFormat::Json => log
@@ -149,7 +157,7 @@ pub fn main() -> ExitCode {
             .with_current_span(false)
             .init(),
         cli::LogFormat::Text => log
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_ansi(stderr_is_terminal)
             .compact()
             .fmt_fields(tracing_subscriber::field::MakeExt::delimited(
                 tracing_subscriber::fmt::format::debug_fn(log_field),

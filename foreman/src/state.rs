@@ -68,6 +68,14 @@ impl TaskState {
         TaskState::Blocked,
     ];
 
+    /// Ended: nothing moves it again.
+    pub const TERMINAL: [TaskState; 4] = [
+        TaskState::Complete,
+        TaskState::Incomplete,
+        TaskState::Failed,
+        TaskState::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -151,6 +159,7 @@ mod tests {
             all.iter().copied().filter(|s| f(*s)).collect()
         };
         assert_eq!(TaskState::UNENDED.to_vec(), of(&|s| !s.is_terminal()));
+        assert_eq!(TaskState::TERMINAL.to_vec(), of(&|s| s.is_terminal()));
         assert_eq!(TaskState::WAITING.to_vec(), of(&|s| s.is_waiting()));
         assert_eq!(
             TaskState::HELD.to_vec(),

@@ -5,6 +5,7 @@
 //! directory, so `saheeli` behaves the same from any working directory.
 
 mod concurrency;
+mod defaults;
 mod file;
 mod limits;
 mod load;
@@ -14,6 +15,7 @@ mod tests;
 pub(crate) mod windows;
 
 pub(crate) use concurrency::Concurrency;
+pub(crate) use defaults::{GateDefault, REQUEUE_BACKOFF, RETRYABLE, TaskDefaults};
 pub(crate) use file::*;
 pub(crate) use limits::*;
 pub(crate) use load::*;

@@ -10,7 +10,6 @@
 //! their parent waits even at `concurrency: 1`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -202,7 +201,7 @@ pub(super) async fn wait(State(gw): State<Arc<GatewayState>>, body: axum::body::
     let until = tokio::time::Instant::now() + patience;
     let parent = gw.task_id;
     // Waiting for children is not holding a slot, nor working time.
-    gw.desk.waiting.store(true, Ordering::Relaxed);
+    gw.desk.waiting.children(true);
     let answer = loop {
         let (call, ids) = (req.call_id.clone(), req.ids.clone());
         let r = gw
@@ -252,7 +251,7 @@ pub(super) async fn wait(State(gw): State<Arc<GatewayState>>, body: axum::body::
             Err(resp) => break resp,
         }
     };
-    gw.desk.waiting.store(false, Ordering::Relaxed);
+    gw.desk.waiting.children(false);
     answer
 }
 

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::*;
+use crate::state::TaskState;
 use crate::store::{Lease, Store, StoreError};
 
 /// Largest text kept of a question, a plan step or a gated call's arguments.
@@ -41,8 +42,9 @@ pub(crate) struct DeskLink {
     pub store: Arc<Mutex<Store>>,
     pub lease: Lease,
     pub bus: crate::events::Bus,
-    /// Set while the task waits for a human: it holds no concurrency slot.
-    pub waiting: Arc<AtomicBool>,
+    /// Whether the task waits (for a human, or for its children): it then
+    /// holds no concurrency slot and the wait is not working time.
+    pub waiting: WaitFlag,
     pub policy: DeskPolicy,
     /// The names of the task's template steps (`step_done` marks them).
     pub steps: Arc<[String]>,
@@ -110,6 +112,51 @@ impl DeskPolicy {
     }
 }
 
+/// Whether a task waits, as its supervisor and the serve loop read it
+/// (`Inbox::waiting`: a flag, read every tick without a query).
+///
+/// "Waits for a human" has one source, the task's state in SQLite
+/// (`TaskState::is_waiting`). This flag caches it, and its one writer is
+/// the task's gateway: after each desk call that can move the state (an
+/// ask, a reply taken, the inbox), `GatewayState::desk_moved` reads the
+/// state back under the same hold of the store and the flag follows it.
+/// A wait for children (`wait_tasks`) is no state of its own; it is kept
+/// apart and the flag is set while either wait lasts.
+#[derive(Clone)]
+pub(crate) struct WaitFlag {
+    /// What the readers see: `human || children`.
+    shared: Arc<AtomicBool>,
+    human: Arc<AtomicBool>,
+    children: Arc<AtomicBool>,
+}
+
+impl WaitFlag {
+    pub fn new(shared: Arc<AtomicBool>) -> WaitFlag {
+        WaitFlag {
+            shared,
+            human: Arc::default(),
+            children: Arc::default(),
+        }
+    }
+
+    /// The task's state after a desk call: a waiting state sets the flag.
+    fn follow(&self, state: TaskState) {
+        self.human.store(state.is_waiting(), Ordering::Relaxed);
+        self.publish();
+    }
+
+    /// The task's servo waits for its children (`wait_tasks`), or not.
+    pub(super) fn children(&self, waiting: bool) {
+        self.children.store(waiting, Ordering::Relaxed);
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let waits = self.human.load(Ordering::Relaxed) || self.children.load(Ordering::Relaxed);
+        self.shared.store(waits, Ordering::Relaxed);
+    }
+}
+
 #[derive(Deserialize)]
 pub(super) struct Wait {
     #[serde(default)]
@@ -120,6 +167,24 @@ pub(super) struct Wait {
 }
 
 impl GatewayState {
+    /// A desk call that can move the task's state, then the state read
+    /// back under the same hold of the store: the waiting flag follows it
+    /// (its one writer; see [`WaitFlag`]).
+    async fn desk_moved<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, Response> {
+        let id = self.task_id;
+        let (t, state) = self
+            .desk_db(move |s, l| {
+                let t = f(s, l)?;
+                Ok((t, s.state_of(id)?))
+            })
+            .await?;
+        self.desk.waiting.follow(state);
+        Ok(t)
+    }
+
     pub(super) async fn desk_db<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
@@ -256,12 +321,11 @@ pub(super) async fn ask(State(gw): State<Arc<GatewayState>>, body: axum::body::B
     let id: TaskId = gw.task_id;
     let call = ask.call_id.clone();
     let r = gw
-        .desk_db(move |s, l| s.ask(id, l, &call, &waiting, auto.as_ref(), timeout))
+        .desk_moved(move |s, l| s.ask(id, l, &call, &waiting, auto.as_ref(), timeout))
         .await;
     match r {
         Ok(reply) => {
             if reply.is_none() {
-                gw.desk.waiting.store(true, Ordering::Relaxed);
                 info!(task_id = %id, call = %ask.call_id, "waiting for a human");
             }
             json_response(&gw, StatusCode::OK, &Asked { reply })
@@ -279,17 +343,17 @@ pub(super) async fn reply(
     let mut rx = gw.desk.bus.subscribe();
     loop {
         let (id, call) = (gw.task_id, call_id.clone());
-        match gw.desk_db(move |s, l| s.take_reply(id, l, &call)).await {
+        match gw.desk_moved(move |s, l| s.take_reply(id, l, &call)).await {
             Ok(Some((reply, waiting))) => {
-                gw.desk.waiting.store(false, Ordering::Relaxed);
                 let replied = Replied {
                     reply: Some(reply),
                     waiting: Some(waiting),
                 };
                 return json_response(&gw, StatusCode::OK, &replied);
             }
-            // Still waiting (also after a take-over: the flag starts unset).
-            Ok(None) => gw.desk.waiting.store(true, Ordering::Relaxed),
+            // Still waiting (also after a take-over: the flag follows the
+            // state, which says so).
+            Ok(None) => {}
             Err(resp) => return resp,
         }
         if tokio::time::Instant::now() >= until {
@@ -313,11 +377,13 @@ pub(super) async fn inbox(
     let after = wait.after;
     loop {
         let id = gw.task_id;
-        let (notes, pause) = match gw.desk_db(move |s, l| s.inbox(id, l, timeout, after)).await {
+        let (notes, pause) = match gw
+            .desk_moved(move |s, l| s.inbox(id, l, timeout, after))
+            .await
+        {
             Ok(r) => r,
             Err(resp) => return resp,
         };
-        gw.desk.waiting.store(pause, Ordering::Relaxed);
         // A running servo asks without waiting; a paused one waits for a
         // change: a message, or the pause lifted.
         if !pause || !notes.is_empty() || tokio::time::Instant::now() >= until {
@@ -360,5 +426,31 @@ pub(super) async fn breakpoint(
     match gw.desk_db(move |s, l| s.breakpoint(id, l, &detail)).await {
         Ok(()) => json_response(&gw, StatusCode::OK, &serde_json::json!({})),
         Err(resp) => resp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_follows_the_state_and_a_wait_for_children() {
+        let shared = Arc::new(AtomicBool::new(false));
+        let flag = WaitFlag::new(shared.clone());
+        let now = || shared.load(Ordering::Relaxed);
+        for state in TaskState::WAITING {
+            flag.follow(state);
+            assert!(now(), "{state}");
+        }
+        flag.follow(TaskState::Running);
+        assert!(!now());
+        flag.children(true);
+        assert!(now(), "waiting for children");
+        // The human wait ends; the children's goes on.
+        flag.follow(TaskState::WaitingHuman);
+        flag.follow(TaskState::Running);
+        assert!(now());
+        flag.children(false);
+        assert!(!now());
     }
 }

@@ -38,6 +38,8 @@
 //! - `remote`: one TCP listener for servos on other hosts (Swarm), a
 //!   per-task token selecting the task's routes; the workspace in and out.
 //! - `providers`, `anthropic`, `retry`: where calls go, translation, retries.
+//! - `handler`: serving one request of the built-in loop; `provider_call`:
+//!   its call to the provider, tried, rate-limited and read back.
 //! - `limits`, `limit_headers`: one shared budget of requests and tokens
 //!   per provider and model, learned from the providers' rate-limit
 //!   headers, in which every task's calls wait their turn (issue 26).
@@ -72,6 +74,7 @@ mod native;
 mod passthrough;
 mod pricing;
 pub(crate) mod probe;
+mod provider_call;
 mod providers;
 pub(crate) mod record;
 #[cfg(test)]
@@ -93,11 +96,12 @@ mod warm;
 
 use handler::*;
 use ledger::Ledger;
+use provider_call::{call, error_text, rate_patience};
 use redact::Redactor;
 use retry::Verdict;
 
 pub(crate) use children::DelegateLink;
-pub(crate) use desk::{DeskLink, DeskPolicy};
+pub(crate) use desk::{DeskLink, DeskPolicy, WaitFlag};
 pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};
 pub(crate) use providers::header_vars;

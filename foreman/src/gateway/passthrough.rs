@@ -309,7 +309,7 @@ async fn send(
     let mut attempt = 1;
     loop {
         // The same shared budget as the built-in loop's calls.
-        let mut turn = handler::rate_turn(gw, body.len()).await;
+        let mut turn = provider_call::rate_turn(gw, body.len()).await;
         let mut req = gw
             .upstream
             .client

@@ -119,7 +119,7 @@ mod tests {
         );
         let why = format!(
             "local answered HTTP 500: {}",
-            super::super::handler::error_text(body)
+            super::super::provider_call::error_text(body)
         );
         assert!(why.contains("Input should be a valid string"), "{why}");
         assert!(

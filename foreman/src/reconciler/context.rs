@@ -3,14 +3,13 @@
 use std::sync::{Arc, Mutex};
 
 use crate::docker::Docker;
-use anyhow::Context;
 use saheeli_protocol::TaskId;
 
 use crate::backend::TaskEngine;
 use crate::config::Config;
 use crate::gateway::Upstream;
 use crate::state::TaskState;
-use crate::store::Store;
+use crate::store::{DbError, Store};
 
 /// What a serve loop shares with its task supervisors.
 pub(crate) struct Ctx {
@@ -49,7 +48,7 @@ impl Ctx {
             store: self.desk_store.clone(),
             lease: self.lease.clone(),
             bus: self.bus.clone(),
-            waiting,
+            waiting: crate::gateway::WaitFlag::new(waiting),
             policy: crate::gateway::DeskPolicy::of(spec),
             steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
             step_checks: spec
@@ -79,17 +78,17 @@ impl Ctx {
     }
 
     /// Runs a store operation off the async threads.
+    /// Its error is typed: a caller branches on `DbError::lease_lost`.
     pub async fn db<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Store) -> Result<T, crate::store::StoreError> + Send + 'static,
-    ) -> anyhow::Result<T> {
+    ) -> Result<T, DbError> {
         let store = self.store.clone();
         let r = tokio::task::spawn_blocking(move || {
             let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
             f(&mut s)
         })
-        .await
-        .context("database thread panicked")??;
+        .await??;
         Ok(r)
     }
 }

@@ -8,18 +8,34 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::gateway::Gateway;
-use crate::store::{Store, StoreError};
+use crate::store::{DbError, Store};
 
 use super::context::{Ctx, Joined};
 use super::serve::Handles;
 
 /// Whether `e` says another foreman took the task over: the supervisor
 /// then stops quietly, touching neither the container nor the results.
-pub(crate) fn lease_lost(e: &anyhow::Error) -> bool {
-    matches!(
-        e.downcast_ref::<StoreError>(),
-        Some(StoreError::LeaseLost(_))
-    )
+/// A `DbError` (from `Ctx::db`) is matched; an `anyhow` chain that carries
+/// one is read back by the store (`store::lease_lost_in`).
+pub(crate) fn lease_lost(e: &impl LostLease) -> bool {
+    e.lease_lost()
+}
+
+/// An error that can say another foreman took the task over.
+pub(crate) trait LostLease {
+    fn lease_lost(&self) -> bool;
+}
+
+impl LostLease for DbError {
+    fn lease_lost(&self) -> bool {
+        DbError::lease_lost(self)
+    }
+}
+
+impl LostLease for anyhow::Error {
+    fn lease_lost(&self) -> bool {
+        crate::store::lease_lost_in(self)
+    }
 }
 
 /// Renews this foreman's leases every `lease`/5. A task missing from the
@@ -83,7 +99,7 @@ pub(crate) async fn abandon(id: TaskId, gateway: Option<Gateway>) -> Joined {
 
 /// Gives a task back for a later take-over round when its actual state
 /// cannot be learnt now (Docker not answering).
-pub(crate) async fn let_go(ctx: &Ctx, id: TaskId, e: &anyhow::Error) -> Joined {
+pub(crate) async fn let_go(ctx: &Ctx, id: TaskId, e: &impl std::fmt::Display) -> Joined {
     warn!(task_id = %id, error = %format!("{e:#}"), "cannot inspect the task's container yet; trying again later");
     let lease = ctx.lease.clone();
     let _ = ctx.db(move |s| s.release(id, &lease)).await;

@@ -4,8 +4,9 @@
 //! `git apply`: binary files are git binary patches, and what cannot or
 //! should not be in it is left out and named in comment lines at its top
 //! (`# left out of this patch: PATH (WHY)`, which `git apply` skips):
-//! paths the workspace's own `.gitignore` or [`DEFAULT_IGNORED`] names
-//! (bytecode, tool caches), and files over [`MAX_DIFF_FILE`].
+//! paths the workspace's own `.gitignore` files (nested ones too, as git
+//! reads them) or `ignored::DEFAULT_IGNORED` name (bytecode, tool caches),
+//! and files over [`MAX_DIFF_FILE`].
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -13,13 +14,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use std::ffi::OsStr;
-use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
-
-use ignore::gitignore::{Gitignore, GitignoreBuilder};
-
 use super::diffstat::{LEFT_OUT, Why};
+use super::ignored::Ignored;
 use super::patch::{Change, Kind, MAX_DIFF_FILE, quote, write_change};
 use super::tree::{Entry, Files, Tree, dir_tree, tar_tree};
 use super::write::{PATCH, replace_file};
@@ -38,51 +34,10 @@ pub(crate) fn write_changes(results: &Path, submitted: Option<&Path>) -> anyhow:
     let new = dir_tree(results)
         .with_context(|| format!("reading the collected workspace `{}`", results.display()))?;
     let files = Files { tar: tar.as_ref() };
-    let ignored = ignore_rules(results);
+    let ignored = Ignored::of(results, &new);
     replace_file(results, PATCH, |w| {
         write_patch(w, &files, &old, &new, &ignored)
     })
-}
-
-/// What a patch leaves out whatever the workspace's `.gitignore` says:
-/// bytecode and tools' caches, which a task's test run leaves behind.
-pub(crate) const DEFAULT_IGNORED: &[&str] = &[
-    "__pycache__/",
-    "*.py[cod]",
-    ".pytest_cache/",
-    ".mypy_cache/",
-    ".ruff_cache/",
-    ".tox/",
-    "node_modules/.cache/",
-    ".DS_Store",
-];
-
-/// Largest `.gitignore` read (the agent's file: read without following a
-/// link, and capped).
-const MAX_GITIGNORE: u64 = 1 << 20;
-
-/// [`DEFAULT_IGNORED`] and the collected workspace's top `.gitignore`.
-fn ignore_rules(results: &Path) -> Gitignore {
-    let mut b = GitignoreBuilder::new(results);
-    for rule in DEFAULT_IGNORED {
-        let _ = b.add_line(None, rule);
-    }
-    if let Ok(Some(f)) = crate::collect::open_regular(&results.join(".gitignore")) {
-        let mut text = String::new();
-        if f.take(MAX_GITIGNORE).read_to_string(&mut text).is_ok() {
-            for line in text.lines() {
-                // A line git would refuse is skipped, as git skips it.
-                let _ = b.add_line(None, line);
-            }
-        }
-    }
-    b.build().unwrap_or_else(|_| Gitignore::empty())
-}
-
-fn is_ignored(rules: &Gitignore, path: &[u8], dir: bool) -> bool {
-    rules
-        .matched_path_or_any_parents(Path::new(OsStr::from_bytes(path)), dir)
-        .is_ignore()
 }
 
 /// What becomes of one path that differs.
@@ -98,7 +53,7 @@ fn write_patch(
     files: &Files<'_>,
     old: &Tree,
     new: &Tree,
-    ignored: &Gitignore,
+    ignored: &Ignored,
 ) -> io::Result<()> {
     let mut paths: Vec<&Vec<u8>> = old.keys().chain(new.keys()).collect();
     paths.sort();
@@ -115,7 +70,7 @@ fn write_patch(
         }
         let large =
             |e: Option<&Entry>| e.is_some_and(|e| e.kind != Kind::Link && e.size > MAX_DIFF_FILE);
-        let plan = if is_ignored(ignored, path, false) {
+        let plan = if ignored.ignores(path) {
             Plan::LeftOut(Why::Ignored)
         } else if large(o) || large(n) {
             Plan::LeftOut(Why::TooLarge)
@@ -380,6 +335,62 @@ mod tests {
                 std::fs::read(empty.join(name)).unwrap(),
                 std::fs::read(ws.join(name)).unwrap()
             );
+        }
+    }
+
+    #[test]
+    fn nested_gitignores_apply_below_their_directory_as_git_reads_them() {
+        let d = tempfile::tempdir().unwrap();
+        let col = d.path().join("col");
+        let files = [
+            (".saheeli/task.json", "{}"),
+            (".gitignore", "*.tmp\n"),
+            ("a.log", "top\n"),
+            ("sub/.gitignore", "*.log\nbuild/\n!keep.tmp\n"),
+            ("sub/x.log", "x\n"),
+            ("sub/build/out.txt", "o\n"),
+            ("sub/keep.tmp", "k\n"),
+            ("sub/drop.tmp", "d\n"),
+            ("sub/deeper/y.log", "y\n"),
+            ("sub/deeper/.gitignore", "!y.log\n"),
+            ("sub/build/.gitignore", "!out.txt\n"),
+            ("other/build/z.txt", "z\n"),
+        ];
+        for (path, text) in files {
+            put(&col, path, text.as_bytes());
+        }
+        write_changes(&col, None).unwrap();
+        let patch = std::fs::read_to_string(col.join(PATCH)).unwrap();
+        let left_out: Vec<&str> = patch
+            .lines()
+            .filter_map(|l| l.strip_prefix("# left out of this patch: "))
+            .filter_map(|l| l.strip_suffix(" (ignored)"))
+            .collect();
+        // The nested `!y.log` re-includes; nothing re-includes a file in
+        // an ignored directory (sub/build/).
+        let expected = [
+            "sub/build/.gitignore",
+            "sub/build/out.txt",
+            "sub/drop.tmp",
+            "sub/x.log",
+        ];
+        assert_eq!(left_out, expected, "{patch}");
+        for kept in [
+            "a.log",
+            "sub/keep.tmp",
+            "sub/deeper/y.log",
+            "other/build/z.txt",
+        ] {
+            assert!(patch.contains(&format!("b/{kept}\n")), "{kept}: {patch}");
+        }
+        // As git itself reads the same files.
+        assert!(git(&col, &["init", "-q"]).status.success());
+        for path in expected
+            .iter()
+            .chain(&["a.log", "sub/keep.tmp", "sub/deeper/y.log"])
+        {
+            let ignored = git(&col, &["check-ignore", "-q", path]).status.success();
+            assert_eq!(ignored, expected.contains(path), "git on {path}");
         }
     }
 }

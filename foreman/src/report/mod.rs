@@ -25,6 +25,7 @@ mod children;
 mod diffstat;
 mod evidence;
 mod facts;
+mod ignored;
 mod markdown;
 mod patch;
 mod steps;

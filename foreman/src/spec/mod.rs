@@ -1,12 +1,15 @@
 //! From a prompt file, config.yaml and `--param` overrides to a [`TaskSpec`]:
 //! everything needed to run the task, fixed at submit time. A prompt that
-//! declares `parameters:` is a template (`template`, `placeholders`).
+//! declares `parameters:` is a template (`template`, `placeholders`). The file
+//! is read in `prompt`, merged in `task`, and held to its bounds in `bounds`.
 
 mod agent;
+mod bounds;
 mod chain;
 mod checks;
 mod params;
 mod placeholders;
+mod prompt;
 mod sources;
 mod task;
 mod template;
@@ -22,7 +25,8 @@ use verification::*;
 
 pub(crate) use agent::{image_for, require_image};
 pub(crate) use chain::{Chain, Used};
+pub(crate) use prompt::front_matter;
 pub(crate) use sources::{Effective, Source, effective};
-pub(crate) use task::{TaskSpec, front_matter};
+pub(crate) use task::TaskSpec;
 pub(crate) use template::{MissingParameters, ParamValue, ask_line, check_value};
 pub(crate) use tools::tools_for;

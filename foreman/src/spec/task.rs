@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use saheeli_protocol::front_matter::{FrontMatter, NetworkMode, PauseOn, PromptFile};
+use saheeli_protocol::front_matter::{NetworkMode, PauseOn};
 use saheeli_protocol::human::Gate;
 use saheeli_protocol::template::Step;
 use saheeli_protocol::{ReplayScript, ServoTask, TaskId};
@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 
+use super::bounds::{check_max_cost, check_run, context_plan};
+use super::prompt::{read_text, template, workspace_dir};
 use super::*;
 
 /// A task as stored in the queue (JSON in the `spec` column).
@@ -435,186 +437,4 @@ impl TaskSpec {
             cache: self.cache,
         }
     }
-}
-
-/// A prompt's front-matter and body with its template's parameters
-/// resolved and placeholders replaced, `--param` overrides applied.
-fn template(
-    path: &Path,
-    dir: &Path,
-    text: &str,
-    params: &[String],
-    asked: &[(String, String)],
-) -> anyhow::Result<(FrontMatter, String, Vec<ParamValue>)> {
-    let prompt = PromptFile::parse(path, text).map_err(|e| hint_quotes(text, e))?;
-    let mut fm = prompt.front_matter;
-    let mut body = prompt.body;
-    check_declarations(path, text, &fm, dir)?;
-    if fm.parameters.is_empty() {
-        return Ok((apply_params(path, fm, params)?, body, Vec::new()));
-    }
-    check_placeholders(path, text, &fm)?;
-    let (given, overrides) = split_params(&fm, params);
-    let values = resolve(path, dir, &fm.parameters, &given, asked)?;
-    fm = apply_params(path, fm, &overrides)?;
-    render_all(path, &mut fm, &mut body, &values)?;
-    Ok((fm, body, values))
-}
-
-/// A YAML value that starts with `{{` reads as a mapping: say to quote it.
-fn hint_quotes(
-    text: &str,
-    mut e: saheeli_protocol::FrontMatterError,
-) -> saheeli_protocol::FrontMatterError {
-    let line = e.line.and_then(|l| text.lines().nth(l.saturating_sub(1)));
-    if e.message.contains("invalid type: map") && line.is_some_and(|l| l.contains("{{")) {
-        e.message
-            .push_str("; a value that starts with `{{` must be quoted: `title: \"{{ name }} …\"`");
-    }
-    e
-}
-
-/// A prompt file's front-matter as written (before `--param`), for
-/// `--dry-run` to tell which keys it sets.
-pub(crate) fn front_matter(path: &Path) -> anyhow::Result<FrontMatter> {
-    Ok(PromptFile::parse(path, &read_text(path)?)?.front_matter)
-}
-
-/// A prompt file's text: UTF-8, or an error saying where it is not.
-fn read_text(path: &Path) -> anyhow::Result<String> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("reading prompt `{}`", path.display()))?;
-    String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: not valid UTF-8 (byte {}); save the prompt as UTF-8",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })
-}
-
-/// `workspace:`, relative to the prompt's directory; it must be one.
-fn workspace_dir(path: &Path, dir: &Path, ws: PathBuf) -> anyhow::Result<PathBuf> {
-    let ws = dir.join(ws);
-    if !ws.is_dir() {
-        bail!(
-            "{}: `workspace` `{}` is not a directory",
-            path.display(),
-            ws.display()
-        );
-    }
-    Ok(std::path::absolute(&ws)?)
-}
-
-/// Steps, time, retries and environment within their bounds.
-fn check_run(
-    path: &Path,
-    max_steps: u32,
-    timeout: std::time::Duration,
-    retries: u32,
-    retry_on: &[String],
-    env: &BTreeMap<String, String>,
-) -> anyhow::Result<()> {
-    if !(1..=MAX_STEPS).contains(&max_steps) {
-        bail!(
-            "{}: `max_steps` {max_steps} is out of range; use 1 to {MAX_STEPS}",
-            path.display()
-        );
-    }
-    if timeout > MAX_TIMEOUT {
-        bail!(
-            "{}: `timeout` {} is longer than the most allowed, {}",
-            path.display(),
-            humantime::format_duration(timeout),
-            humantime::format_duration(MAX_TIMEOUT)
-        );
-    }
-    for key in env.keys() {
-        if key.is_empty() || key.contains('=') || key.starts_with("SAHEELI_") {
-            bail!(
-                "{}: `env` key `{key}` is not allowed (empty, contains `=`, or reserved SAHEELI_ prefix)",
-                path.display()
-            );
-        }
-    }
-    if retries > MAX_RETRIES {
-        bail!(
-            "{}: `retries` {retries} is out of range; use 0 to {MAX_RETRIES}",
-            path.display()
-        );
-    }
-    if let Some(bad) = retry_on
-        .iter()
-        .find(|r| !crate::config::RETRYABLE.contains(&r.as_str()))
-    {
-        bail!(
-            "{}: `retry_on` reason `{bad}` is not retryable; use any of {}",
-            path.display(),
-            crate::config::RETRYABLE.join(", ")
-        );
-    }
-    Ok(())
-}
-
-/// `context:` resolved: the front-matter's keys over config.yaml's, the
-/// window from `windows:`, the provider or the known-model table, checked.
-fn context_plan(
-    cfg: &Config,
-    path: &Path,
-    model: &str,
-    fm: Option<saheeli_protocol::context::ContextSettings>,
-) -> anyhow::Result<saheeli_protocol::context::ContextPlan> {
-    let mut s = fm.unwrap_or_default().or(cfg.file.task.context);
-    if s.window.is_none() {
-        let route = crate::gateway::Providers::from_config(cfg).route(model);
-        s.window = crate::config::windows::window(
-            &cfg.file.windows,
-            route.provider.context_window,
-            None,
-            model,
-            &route.model,
-        );
-    }
-    let plan = saheeli_protocol::context::ContextPlan::from_settings(s);
-    if !(plan.threshold > 0.0 && plan.threshold <= 1.0) {
-        bail!(
-            "{}: `context.threshold` must be a fraction of the window above 0 and at most 1 (e.g. 0.85)",
-            path.display()
-        );
-    }
-    if plan.window.is_some_and(|w| w < 1024) {
-        bail!(
-            "{}: `context.window` must be at least 1024 tokens",
-            path.display()
-        );
-    }
-    Ok(plan)
-}
-
-/// `max_cost` is a positive amount, and the model has a price to count it.
-fn check_max_cost(
-    cfg: &Config,
-    path: &Path,
-    model: &str,
-    replay: bool,
-    max_cost: f64,
-) -> anyhow::Result<()> {
-    if !(max_cost > 0.0 && max_cost.is_finite()) {
-        bail!(
-            "{}: `max_cost` must be a positive number of USD",
-            path.display()
-        );
-    }
-    if !replay
-        && crate::gateway::Providers::from_config(cfg)
-            .route(model)
-            .price
-            .is_none()
-    {
-        bail!(
-            "{}: `max_cost` needs a price for model `{model}`: add it under `prices:` in config.yaml",
-            path.display()
-        );
-    }
-    Ok(())
 }

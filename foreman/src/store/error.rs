@@ -50,3 +50,51 @@ pub(crate) enum StoreError {
 }
 
 pub(super) type Result<T> = std::result::Result<T, StoreError>;
+
+/// A store operation run off the async threads (`Ctx::db`): the store's
+/// own error, or the thread that ran it died.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DbError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database thread panicked: {0}")]
+    Panicked(#[from] tokio::task::JoinError),
+}
+
+impl DbError {
+    /// Whether another foreman took the task over (`StoreError::LeaseLost`).
+    pub fn lease_lost(&self) -> bool {
+        matches!(self, DbError::Store(StoreError::LeaseLost(_)))
+    }
+}
+
+/// Whether a chain of causes says another foreman took the task over:
+/// for callers that joined a store error into an `anyhow` chain. The
+/// store reads its own error back; everyone else matches [`DbError`].
+pub(crate) fn lease_lost_in(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| match c.downcast_ref::<DbError>() {
+        Some(d) => d.lease_lost(),
+        None => matches!(
+            c.downcast_ref::<StoreError>(),
+            Some(StoreError::LeaseLost(_))
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_lease_is_told_typed_or_in_a_chain() {
+        let id = TaskId::new();
+        assert!(DbError::from(StoreError::LeaseLost(id)).lease_lost());
+        assert!(!DbError::from(StoreError::TaskNotFound("x".into())).lease_lost());
+        let chained = anyhow::Error::from(DbError::from(StoreError::LeaseLost(id)))
+            .context("writing the usage");
+        assert!(lease_lost_in(&chained));
+        let plain = anyhow::Error::from(StoreError::LeaseLost(id)).context("finishing");
+        assert!(lease_lost_in(&plain));
+        assert!(!lease_lost_in(&anyhow::anyhow!("task `{id}` lease lost")));
+    }
+}

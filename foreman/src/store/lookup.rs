@@ -1,13 +1,27 @@
 //! Reading tasks: by id or a unique part of one, lists, events, attempts.
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 use saheeli_protocol::TaskId;
 
-use crate::state::TaskState;
+use crate::state::{TaskState, sql_list};
 
 use super::*;
 
 impl Store {
+    /// A task's state now, by its full id.
+    pub fn state_of(&self, id: TaskId) -> Result<TaskState> {
+        let state: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT state FROM tasks WHERE id = ?1",
+                params![id.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let state = state.ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
+        Ok(state.parse().expect("stored states are valid"))
+    }
+
     /// One task by full id, or a unique prefix or suffix of one (the
     /// tables show the last 12 digits).
     pub fn get(&self, id_or_part: &str) -> Result<Option<TaskRow>> {
@@ -184,10 +198,10 @@ impl Store {
         };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT e.id, e.task_id, e.at, e.from_state, e.to_state, e.detail,
-                    CASE WHEN e.to_state IN ('complete', 'incomplete', 'failed', 'cancelled')
-                         THEN t.reason END, e.kind, e.actor
+                    CASE WHEN e.to_state IN {ended} THEN t.reason END, e.kind, e.actor
              FROM events e JOIN tasks t ON t.id = e.task_id
-             {sql} ORDER BY e.id LIMIT ?2"
+             {sql} ORDER BY e.id LIMIT ?2",
+            ended = sql_list(&TaskState::TERMINAL)
         ))?;
         let rows = stmt
             .query_map(

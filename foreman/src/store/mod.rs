@@ -1,5 +1,5 @@
 //! The SQLite queue: tasks, their state transitions and the event trail;
-//! the human desk (`desk`), a template's steps done (`steps`), each
+//! the human desk (`desk`, `notes`, `pause`), a template's steps done (`steps`), each
 //! serving foreman's admission state (`admission`), and evaluation runs
 //! with their case tasks (`eval`), and parent and child tasks
 //! (`children`).
@@ -21,8 +21,10 @@ mod lease;
 mod lifecycle;
 mod lookup;
 mod metrics;
+mod notes;
 mod outbox;
 mod overrides;
+mod pause;
 mod pool;
 mod queue;
 mod rows;
@@ -44,7 +46,7 @@ pub(crate) use admission::AdmissionRow;
 pub(crate) use carve::ParentBudget;
 pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
 pub(crate) use desk::{DeskError, HumanAct};
-pub(crate) use error::StoreError;
+pub(crate) use error::{DbError, StoreError, lease_lost_in};
 pub(crate) use eval::{EvalLink, EvalRunRow};
 #[cfg(test)]
 pub(crate) use guard::{LOGGED_REFUSALS, MAX_GATEWAY_BYTES};

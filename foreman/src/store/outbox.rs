@@ -6,6 +6,8 @@
 use rusqlite::{TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
+use crate::state::{TaskState, sql_list};
+
 use super::*;
 
 /// One delivery to make, with the facts its body carries.
@@ -52,11 +54,10 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
         let rows = {
-            let mut stmt = tx.prepare_cached(
+            let mut stmt = tx.prepare_cached(&format!(
                 "SELECT o.id, o.event_id, o.url, o.format, o.kind, o.attempts, o.created_at,
                         o.task_id, t.title, e.to_state,
-                        CASE WHEN e.to_state IN ('complete', 'incomplete', 'failed', 'cancelled')
-                             THEN t.reason END,
+                        CASE WHEN e.to_state IN {ended} THEN t.reason END,
                         t.input_tokens, t.output_tokens, t.cost_usd, t.results_path, e.detail
                  FROM outbox o JOIN tasks t ON t.id = o.task_id JOIN events e ON e.id = o.event_id
                  WHERE o.state = 'pending' AND o.next_at <= ?1
@@ -64,7 +65,8 @@ impl Store {
                    AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.task_id = o.task_id
                                    AND p.url = o.url AND p.state = 'pending' AND p.id < o.id)
                  ORDER BY o.id LIMIT ?2",
-            )?;
+                ended = sql_list(&TaskState::TERMINAL)
+            ))?;
             stmt.query_map(params![now, limit as i64], |r| {
                 let task: String = r.get(7)?;
                 Ok(Delivery {

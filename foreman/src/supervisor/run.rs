@@ -15,7 +15,7 @@ use crate::backend::{EngineError, Prepared, Reach, Servo};
 use crate::gateway::{Gateway, GatewayPlan, RemoteTask, WarmSocket, WarmTask, Way};
 use crate::reconciler::{Ctx, Inbox, Joined, Report, abandon, lease_lost, still_held};
 use crate::state::TaskState;
-use crate::store::{Outcome, TaskRow, now_ms};
+use crate::store::{DbError, Outcome, TaskRow, now_ms};
 
 /// Runs one task from `starting` to a terminal state (or hands it back).
 pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
@@ -105,11 +105,11 @@ impl From<EngineError> for Failed {
 }
 
 /// A store write's failure, sorted.
-fn stored(e: anyhow::Error) -> Failed {
-    if lease_lost(&e) {
+fn stored(e: DbError) -> Failed {
+    if e.lease_lost() {
         Failed::LeaseLost
     } else {
-        Failed::Other(e)
+        Failed::Other(e.into())
     }
 }
 

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::commands::WrongState;
-use crate::store::{DeskError, StoreError};
+use crate::store::{DbError, DeskError, StoreError};
 
 /// One refused or failed request.
 #[derive(Debug)]
@@ -88,6 +88,12 @@ impl From<anyhow::Error> for ApiError {
             .find_map(|cause| {
                 if let Some(s) = cause.downcast_ref::<StoreError>() {
                     return Some(store_status(s));
+                }
+                if let Some(d) = cause.downcast_ref::<DbError>() {
+                    return Some(match d {
+                        DbError::Store(s) => store_status(s),
+                        DbError::Panicked(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+                    });
                 }
                 if let Some(d) = cause.downcast_ref::<DeskError>() {
                     return Some(match d {
@@ -167,6 +173,30 @@ mod tests {
         let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no prompt.md");
         let e: ApiError = anyhow::Error::from(missing).into();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn docker_a_dead_thread_and_the_database_thread_are_ours() {
+        let internal = (StatusCode::INTERNAL_SERVER_ERROR, "internal");
+        let docker = bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: "the daemon failed".into(),
+        };
+        let e: ApiError = anyhow::Error::from(docker)
+            .context("inspecting the container")
+            .into();
+        assert_eq!((e.status, e.kind), internal);
+        assert!(e.message.contains("the daemon failed"), "{}", e.message);
+        let joined = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
+        let e: ApiError = anyhow::Error::from(joined).into();
+        assert_eq!((e.status, e.kind), internal);
+        let joined = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
+        let e: ApiError = anyhow::Error::from(DbError::from(joined)).into();
+        assert_eq!((e.status, e.kind), internal);
+        // A store error carried by `Ctx::db`'s error keeps its own status.
+        let e: ApiError =
+            anyhow::Error::from(DbError::from(StoreError::TaskNotFound("x".into()))).into();
+        assert_eq!((e.status, e.kind), (StatusCode::NOT_FOUND, "not_found"));
     }
 
     #[tokio::test]

@@ -120,14 +120,27 @@ fn the_log_is_json_lines_and_an_incomplete_task_warns_with_a_hint() {
         "{ended}"
     );
 
-    // The default is text, for people.
-    let out = s.run(&["run", "p.md"]);
+    // Without `--log-format`: JSON lines when stderr is not a terminal
+    // (a service's log collector)...
+    let by_default =
+        |mut c: std::process::Command| c.env_remove("SAHEELI_LOG_FORMAT").output().unwrap();
+    let out = by_default(s.cmd(&["run", "p.md"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr
             .lines()
-            .any(|l| l.contains("WARN") && l.contains("task finished") && l.contains("task retry")),
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|l| l["message"] == "task finished" && l["level"] == "WARN"),
         "{stderr}"
     );
-    assert!(!stderr.lines().any(|l| l.starts_with('{')), "{stderr}");
+    // ... and text, for people, on a terminal.
+    let out = by_default(s.in_pty(&["run", "p.md"]));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("task finished") && l.contains("task retry")),
+        "{shown}"
+    );
+    assert!(!shown.lines().any(|l| l.starts_with('{')), "{shown}");
 }

@@ -215,6 +215,33 @@ pub(crate) fn wait_running(s: &Saheeli, ids: &[String]) -> Vec<u32> {
     }
 }
 
+/// Waits until `file` exists in the workspace of task `id`'s container on
+/// `node`: the servo's work has reached that point (polled, not slept on).
+pub(crate) fn wait_in_workspace(swarm: &TestSwarm, node: u32, id: &str, file: &str) {
+    let t = Instant::now();
+    let path = format!("{}/{file}", saheeli_protocol::paths::WORKSPACE);
+    loop {
+        let label = format!("label=saheeli.task={id}");
+        let there = swarm
+            .lines(node, &["ps", "-q", "--filter", &label])
+            .first()
+            .is_some_and(|c| {
+                swarm
+                    .docker(node, &["exec", c, "test", "-e", &path])
+                    .status
+                    .success()
+            });
+        if there {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "`{path}` never appeared in task {id}'s container on node {node}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub(crate) fn wait_exit(child: &mut Child, s: &Saheeli) {
     let t = Instant::now();
     loop {
@@ -588,12 +615,11 @@ fn swarm_backend_on_a_real_three_node_swarm() {
     s.write("cancel.md", &replay_prompt("cancel.replay.json", ""));
     let id = s.submit("cancel.md");
     let mut third = serve(&s, true);
-    wait_running(&s, std::slice::from_ref(&id));
+    let on = wait_running(&s, std::slice::from_ref(&id));
     let dir = s.path().join("results").join(&id);
     let t = Instant::now();
-    // The shell step has begun once the servo's container exists and a
-    // moment has passed; cancel then.
-    std::thread::sleep(Duration::from_secs(3));
+    // Cancel once the shell step has written its file.
+    wait_in_workspace(&swarm, on[0], &id, "before.txt");
     s.expect(&["task", "cancel", &id], 0);
     wait_exit(&mut third, &s);
     eprintln!("cancelled mid-run, collected in {}", elapsed(t));

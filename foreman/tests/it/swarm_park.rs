@@ -202,19 +202,20 @@ fn a_swarm_task_parks_without_a_service_and_a_job_ending_without_a_foreman_is_ke
         &script(&[
             (
                 "execute_shell",
-                json!({"command": "sleep 4; date +%s.%N > ended_at.txt; echo done > marker.txt"}),
+                json!({"command": ": > begun.txt; sleep 4; date +%s.%N > ended_at.txt; echo done > marker.txt"}),
             ),
             ("task_complete", json!({"message": "ok"})),
         ]),
     );
     s.write("slow.md", &replay_prompt("slow.replay.json", ""));
     let slow = s.submit("slow.md");
-    wait_running(&s, std::slice::from_ref(&slow));
-    std::thread::sleep(Duration::from_secs(2));
+    let on = wait_running(&s, std::slice::from_ref(&slow));
+    // The foreman goes while the shell step runs; the work then ends
+    // and the servo finds no foreman (its upload tried again meanwhile).
+    wait_in_workspace(&swarm, on[0], &slow, "begun.txt");
     server.kill().unwrap();
     server.wait().unwrap();
-    // The work ends (~2 s from now) and the servo finds no foreman.
-    std::thread::sleep(Duration::from_secs(6));
+    wait_in_workspace(&swarm, on[0], &slow, "marker.txt");
     let restarted_at = epoch_s();
     let t = Instant::now();
     let mut second = serve(&s, true);

@@ -99,6 +99,9 @@ impl Saheeli {
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("SAHEELI_HTTP_TOKEN")
+            // The log as people read it (the default off a terminal is
+            // JSON lines; a test of that default removes this).
+            .env("SAHEELI_LOG_FORMAT", "text")
             .env("RUST_LOG", "saheeli=info");
         for (k, v) in &self.env {
             c.env(k, v);

@@ -1,83 +1,25 @@
 //! The agent's side of humans in the loop: `ask_user`, `task_blocked`,
-//! approval gates, the plan gate, injected messages, pauses, `pause_on: [tool_error]`, and
-//! parking (saving the session and exiting while a human takes their time).
+//! approval gates and the plan gate (compiled in `gates`), the reply
+//! awaited and applied. Injected messages, pauses and `pause_on:
+//! [tool_error]` are in `pause`; parking (saving the session and exiting
+//! while a human takes their time) in `park`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use saheeli_protocol::AuditEvent;
 use saheeli_protocol::chat::{ChatMessage, ToolCall};
-use saheeli_protocol::human::{
-    Ask, BLOCKED, Breakpoint, Decision, Gate, Note, PLAN, Parked, Replied, Reply, Waiting,
-};
-use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
+use saheeli_protocol::human::{Ask, BLOCKED, Decision, Replied, Reply, Waiting};
 use serde::Deserialize;
 use tracing::{info, warn};
 
 use super::{Agent, End};
 use crate::audit::now;
 
-/// The default of `park_after`.
-const PARK_AFTER: Duration = Duration::from_secs(10);
-
 /// Whether `name` acts (changes the workspace or ends the task): behind
 /// the plan gate until a plan is approved.
 fn acts(name: &str) -> bool {
     saheeli_protocol::tools::built_in(name).is_some_and(|t| t.acts)
-}
-
-/// The task's approval gates, compiled.
-pub(crate) struct Gates {
-    pub plan: bool,
-    tools: Vec<(String, Option<regex::Regex>)>,
-}
-
-impl Gates {
-    pub fn new(gates: &[Gate]) -> Result<Gates, String> {
-        let mut g = Gates {
-            plan: false,
-            tools: Vec::new(),
-        };
-        for gate in gates {
-            if gate.tool == PLAN {
-                g.plan = true;
-                continue;
-            }
-            let re = match &gate.pattern {
-                Some(p) => Some(
-                    regex::Regex::new(p)
-                        .map_err(|e| format!("gate `{}`: bad pattern `{p}`: {e}", gate.tool))?,
-                ),
-                None => None,
-            };
-            g.tools.push((gate.tool.clone(), re));
-        }
-        Ok(g)
-    }
-
-    /// Whether this call waits for a human's approval.
-    pub fn holds(&self, tool: &str, arguments: &str) -> bool {
-        self.tools.iter().any(|(t, re)| {
-            t == tool
-                && match re {
-                    None => true,
-                    Some(re) => re.is_match(&main_argument(tool, arguments)),
-                }
-        })
-    }
-}
-
-/// What a gate's pattern is matched against: the command of
-/// `execute_shell`, the path of a file tool, else the raw arguments.
-fn main_argument(tool: &str, arguments: &str) -> String {
-    let key = if tool == "execute_shell" {
-        "command"
-    } else {
-        "path"
-    };
-    serde_json::from_str::<serde_json::Value>(arguments)
-        .ok()
-        .and_then(|v| v.get(key).and_then(|s| s.as_str()).map(str::to_string))
-        .unwrap_or_else(|| arguments.to_string())
 }
 
 /// Waits until the (movable) deadline has passed.
@@ -115,111 +57,15 @@ const NOT_RUN_BLOCKED: &str =
     "not run: task_blocked ended the turn; call it again once you are unblocked, if still needed";
 
 impl Agent {
-    fn park_after(&self) -> Duration {
-        self.task
-            .park_after_ms
-            .map(Duration::from_millis)
-            .unwrap_or(PARK_AFTER)
-    }
-
     /// A wait for a human is not working time: the deadline moves back.
     pub(super) fn waited_for(&mut self, d: Duration) {
         self.waited += d;
         *self.deadline.lock().unwrap() += d;
     }
 
-    /// Reads the session a parked servo left, if there is one.
-    pub(super) fn load_parked_session(&mut self) -> Result<(), String> {
-        let path = self.root.join(paths::session(&self.task.task_id));
-        // The workspace is the agent's: a link or a FIFO put there is not
-        // followed, nor waited on.
-        let Some(bytes) = super::resume::read_session_file(&path)? else {
-            return Ok(());
-        };
-        // Only a session that says it parked is gone on from, and only if
-        // its seal holds: the file lies in the agent's workspace.
-        let claims_parked = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .map_err(|e| format!("`{}` is not a session: {e}", path.display()))?
-            .get("parked")
-            .is_some_and(|p| !p.is_null());
-        if !claims_parked {
-            return Ok(());
-        }
-        let session: Session = self
-            .seal
-            .open(&bytes)
-            .map_err(|e| format!("the parked session `{}`: {e}", path.display()))?;
-        if session.parked.is_none() || session.task_id != self.task.task_id {
-            return Err(format!(
-                "the parked session `{}` is not this task's",
-                path.display()
-            ));
-        }
-        self.llm
-            .skip(session.messages.iter().filter(|m| m.is_assistant()).count());
-        // The shell of the earlier start is gone with its container.
-        let used_shell = session
-            .messages
-            .iter()
-            .flat_map(|m| &m.tool_calls)
-            .any(|c| c.function.name == "execute_shell");
-        if used_shell {
-            self.tools.note_fresh_shell();
-        }
-        self.messages = session.messages;
-        self.steps = session.steps;
-        self.usage = session.usage;
-        self.notes = session.notes;
-        self.plan_approved = session.plan_approved;
-        self.context = session.compactions.last().cloned().unwrap_or_default();
-        self.compactions = session.compactions;
-        self.active_before = Duration::from_millis(session.active_ms);
-        self.parked = session.parked;
-        Ok(())
-    }
-
-    /// A parked servo goes on with what it was waiting for.
-    pub(super) async fn unpark(&mut self) -> Option<End> {
-        let parked = self.parked.take()?;
-        let step = self.steps;
-        match parked {
-            Parked::Pause => self.pause(step).await,
-            Parked::Reply {
-                call_id,
-                tool,
-                arguments,
-                rest,
-            } => {
-                let call = ToolCall {
-                    id: call_id,
-                    kind: "function".into(),
-                    function: saheeli_protocol::chat::FunctionCall {
-                        name: tool,
-                        arguments,
-                    },
-                };
-                let mut rest = rest.into_iter();
-                let waiting = self.waiting_for(&call)?;
-                let reply = match self.await_reply(&call.id).await {
-                    Some(r) => r,
-                    None => return Some(self.park_on(step, &call, rest.collect())),
-                };
-                if let Some(end) = self.apply_reply(step, call, waiting, reply).await {
-                    return Some(end);
-                }
-                while let Some(c) = rest.next() {
-                    if let Some(end) = self.handle_call(step, c, &mut rest).await {
-                        return Some(end);
-                    }
-                }
-                None
-            }
-        }
-    }
-
     /// What a pending call waits for, rebuilt from the call (None: the call
     /// cannot be parsed any more; then nothing waits).
-    fn waiting_for(&self, call: &ToolCall) -> Option<Waiting> {
+    pub(super) fn waiting_for(&self, call: &ToolCall) -> Option<Waiting> {
         let args = &call.function.arguments;
         Some(match call.function.name.as_str() {
             "ask_user" => Waiting::Answer {
@@ -323,7 +169,7 @@ impl Agent {
     }
 
     /// A call that is not run: the model is told why.
-    fn refuse(&mut self, step: u32, call: ToolCall, why: &str) -> Option<End> {
+    pub(super) fn refuse(&mut self, step: u32, call: ToolCall, why: &str) -> Option<End> {
         self.audit.log(&AuditEvent::ToolCall {
             ts: now(),
             step,
@@ -404,7 +250,7 @@ impl Agent {
 
     /// The reply, waited for up to `park_after` (None: park now), with
     /// what the foreman recorded as asked.
-    async fn await_reply(&mut self, call_id: &str) -> Option<(Reply, Option<Waiting>)> {
+    pub(super) async fn await_reply(&mut self, call_id: &str) -> Option<(Reply, Option<Waiting>)> {
         let t0 = Instant::now();
         let park_at = t0 + self.park_after();
         loop {
@@ -433,7 +279,7 @@ impl Agent {
     /// is the call the human saw: `asked` (the foreman's record) must match
     /// what this servo's session says it waits for, which the workspace's
     /// owner could have rewritten while it was parked (case 39).
-    async fn apply_reply(
+    pub(super) async fn apply_reply(
         &mut self,
         step: u32,
         call: ToolCall,
@@ -487,121 +333,6 @@ impl Agent {
             .push(ChatMessage::tool_result(call.id, result));
         self.save_session();
         None
-    }
-
-    /// Saves the session with what is awaited and ends this start.
-    fn park_on(&mut self, step: u32, call: &ToolCall, rest: Vec<ToolCall>) -> End {
-        self.park(
-            step,
-            Parked::Reply {
-                call_id: call.id.clone(),
-                tool: call.function.name.clone(),
-                arguments: call.function.arguments.clone(),
-                rest,
-            },
-        )
-    }
-
-    fn park(&mut self, step: u32, parked: Parked) -> End {
-        self.parked = Some(parked);
-        self.save_session();
-        self.audit.log(&AuditEvent::Parked { ts: now(), step });
-        (ServoExit::Parked, None)
-    }
-
-    /// Before an LLM call: injected messages reach the model, and a pause
-    /// asked for is honoured.
-    pub(super) async fn before_llm_call(&mut self) -> Option<End> {
-        let inbox = self.desk.inbox_now(self.newest_note()).await?;
-        self.take_notes(inbox.notes).await;
-        if inbox.pause {
-            return self.pause(self.steps).await;
-        }
-        None
-    }
-
-    /// Paused: waits for a resume (taking messages meanwhile), parking
-    /// after `park_after`.
-    async fn pause(&mut self, step: u32) -> Option<End> {
-        self.audit.log(&AuditEvent::Paused { ts: now(), step });
-        info!(step, "paused");
-        let t0 = Instant::now();
-        let park_at = t0 + self.park_after();
-        loop {
-            let left = park_at.saturating_duration_since(Instant::now());
-            let inbox = match self.desk.inbox_wait(left, self.newest_note()).await {
-                Ok(i) => i,
-                Err(e) => {
-                    warn!(error = %e.0, "the desk refused the pause; going on");
-                    self.waited_for(t0.elapsed());
-                    return None;
-                }
-            };
-            self.take_notes(inbox.notes).await;
-            if !inbox.pause {
-                let waited = t0.elapsed();
-                self.waited_for(waited);
-                self.audit.log(&AuditEvent::Resumed {
-                    ts: now(),
-                    step,
-                    waited_ms: waited.as_millis() as u64,
-                });
-                return None;
-            }
-            if Instant::now() >= park_at {
-                self.waited_for(t0.elapsed());
-                return Some(self.park(step, Parked::Pause));
-            }
-        }
-    }
-
-    /// The newest injected message in the conversation (0: none).
-    fn newest_note(&self) -> i64 {
-        self.notes.iter().copied().max().unwrap_or(0)
-    }
-
-    /// Adds new injected messages to the conversation, saves the session,
-    /// then tells the desk they are delivered (a crash in between delivers
-    /// nothing twice: the session knows their ids).
-    async fn take_notes(&mut self, notes: Vec<Note>) {
-        let new: Vec<Note> = notes
-            .into_iter()
-            .filter(|n| !self.notes.contains(&n.id))
-            .collect();
-        if new.is_empty() {
-            return;
-        }
-        let ids: Vec<i64> = new.iter().map(|n| n.id).collect();
-        for n in new {
-            self.audit.log(&AuditEvent::Noted {
-                ts: now(),
-                step: self.steps,
-                id: n.id,
-                by: n.by.clone(),
-                text: n.text.clone(),
-            });
-            self.messages.push(ChatMessage::user(format!(
-                "[saheeli] A message from {} (a human watching this task): {}",
-                n.by, n.text
-            )));
-            self.notes.push(n.id);
-        }
-        self.save_session();
-        if let Err(e) = self.desk.delivered(ids).await {
-            warn!(error = %e.0, "could not mark messages delivered");
-        }
-    }
-
-    /// `pause_on: [tool_error]`: the failed call pauses the task before
-    /// the next LLM call.
-    pub(super) async fn breakpoint(&mut self, tool: &str, error: &str) {
-        let bp = Breakpoint {
-            tool: tool.to_string(),
-            error: error.chars().take(2000).collect(),
-        };
-        if let Err(e) = self.desk.breakpoint(&bp).await {
-            warn!(error = %e.0, "the breakpoint was refused");
-        }
     }
 }
 

@@ -3,17 +3,23 @@
 //! Each step is one LLM call followed by the tool calls it asked for. The
 //! loop ends on `task_complete` (complete.json is written), at `max_steps`,
 //! when the time budget runs out, when the LLM keeps failing, or on SIGTERM.
-//! Whatever ends it, the audit log and session file are flushed first.
-//! A servo waiting for a human parks instead (`human`): it saves its
+//! Whatever ends it, the audit log and session file are flushed first
+//! (`record`); the time left is counted in `budget`.
+//! A servo waiting for a human parks instead (`human`, `park`): it saves its
 //! session and exits, and a new servo on the same workspace goes on.
 
+mod budget;
 mod capability;
 mod compact;
 mod context;
 mod delegate;
 mod delegate_files;
+mod gates;
 mod human;
+mod park;
+mod pause;
 mod prompt;
+mod record;
 mod resume;
 mod verify;
 
@@ -22,9 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
-use saheeli_protocol::{
-    AuditEvent, Completion, ServoExit, ServoTask, Session, Timings, Usage, paths,
-};
+use saheeli_protocol::{AuditEvent, ServoExit, ServoTask, Usage, paths};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, info, warn};
 
@@ -33,6 +37,8 @@ use crate::desk::Desk;
 use crate::llm::{Gateway, LlmError, Provider, Replay, Waiting};
 use crate::tools::{self, Toolbox};
 use crate::workspace::Workspace;
+
+pub(crate) use record::write_atomic;
 
 /// Default limit on one `execute_shell` command without `timeout_s`.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -66,7 +72,7 @@ pub(crate) struct Agent {
     /// Injected messages already in the conversation.
     notes: Vec<i64>,
     plan_approved: bool,
-    gates: human::Gates,
+    gates: gates::Gates,
     clock: Clock,
     /// Seals the session file (a key only the servo and foreman hold).
     seal: crate::seal::Seal,
@@ -85,10 +91,6 @@ struct Clock {
     tools: Duration,
     /// Session file writes (a `Cell`: the session is saved through `&self`).
     session: std::cell::Cell<Duration>,
-}
-
-fn micros(d: Duration) -> u64 {
-    d.as_micros().try_into().unwrap_or(u64::MAX)
 }
 
 /// How a step or a wait ended the loop.
@@ -124,7 +126,7 @@ impl Agent {
         let audit = Audit::open(&audit_path, true)
             .map_err(|e| format!("opening `{}`: {e}", audit_path.display()))?;
         let root = ws.root().to_path_buf();
-        let gates = human::Gates::new(&task.gates)?;
+        let gates = gates::Gates::new(&task.gates)?;
         let mut specs = tools::specs();
         specs.extend(tools::human_specs(gates.plan || task.plan_only));
         specs.extend(tools::step_start_spec(&task.steps));
@@ -183,26 +185,6 @@ impl Agent {
         agent.load_parked_session()?;
         agent.load_resumed_session();
         Ok(agent)
-    }
-
-    /// The servo's own deadline: a little before the foreman's hard one, so
-    /// it can still flush its files.
-    fn budget(&self) -> Duration {
-        let total = Duration::from_secs(self.task.timeout_s.max(1));
-        let margin = (total / 20).min(Duration::from_secs(10));
-        total - margin
-    }
-
-    /// How long until the task's `deadline:`, less a margin to flush its
-    /// files (None: it has none). A time of day: waits do not move it.
-    fn until_deadline(&self) -> Option<Duration> {
-        let at = self.task.deadline_ms?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let left = Duration::from_millis((at - now).max(0) as u64);
-        let margin = (left / 20).min(Duration::from_secs(10));
-        Some(left - margin)
     }
 
     pub async fn run(mut self) -> ServoExit {
@@ -476,171 +458,4 @@ impl Agent {
         }
         None
     }
-
-    fn complete(
-        &mut self,
-        message: String,
-        verification: Vec<saheeli_protocol::verify::Check>,
-    ) -> End {
-        match self.write_completion(message, verification) {
-            Ok(()) => (ServoExit::Complete, None),
-            Err(e) => (
-                ServoExit::BadTask,
-                Some(format!("writing complete.json: {e}")),
-            ),
-        }
-    }
-
-    /// Tells the model, on the last message it will read, how much of its
-    /// budget remains, and asks it to wrap up when little does.
-    fn note_budget(&mut self) {
-        let steps_left = self.task.max_steps.saturating_sub(self.steps);
-        let budget = self.budget();
-        let time_left = budget.saturating_sub(self.active());
-        let mut note = format!(
-            "[saheeli] Remaining: {steps_left} of {} steps, {}s of {}s",
-            self.task.max_steps,
-            time_left.as_secs(),
-            budget.as_secs()
-        );
-        let mut low = steps_left <= 2 || time_left < budget / 5;
-        if let Some(max) = self.task.max_tokens {
-            let left = max.saturating_sub(self.usage.total());
-            note.push_str(&format!(", {left} of {max} tokens"));
-            low |= left < max / 5;
-        }
-        note.push('.');
-        if low {
-            note.push_str(" Little remains: finish now, check your work and call task_complete.");
-        }
-        if let Some(last) = self.messages.last_mut() {
-            let text = last.content.get_or_insert_with(String::new);
-            text.push_str("\n\n");
-            text.push_str(&note);
-        }
-    }
-
-    fn write_completion(
-        &self,
-        message: String,
-        verification: Vec<saheeli_protocol::verify::Check>,
-    ) -> std::io::Result<()> {
-        let c = Completion {
-            task_id: self.task.task_id,
-            message,
-            steps: self.steps,
-            usage: self.usage,
-            finished_at: now(),
-            verification,
-        };
-        write_atomic(
-            &self.root.join("complete.json"),
-            &serde_json::to_vec_pretty(&c)?,
-        )
-    }
-
-    /// Writes the session file whole (sealed, via a rename). The loop saves
-    /// it when a turn with tool calls arrives and after every step, so a
-    /// servo killed at any moment (OOM, `kill -9`) loses at most the step
-    /// in progress; and on every exit (SIGTERM included). Its cost per
-    /// step is in the bench's per-step figure ("audit and session writes").
-    fn save_session(&self) {
-        let session = Session {
-            task_id: self.task.task_id,
-            model: self.task.model.clone(),
-            steps: self.steps,
-            usage: self.usage,
-            messages: self.messages.clone(),
-            parked: self.parked.clone(),
-            active_ms: self.active().as_millis() as u64,
-            notes: self.notes.clone(),
-            plan_approved: self.plan_approved,
-            compactions: self.compactions.clone(),
-        };
-        let t0 = Instant::now();
-        let path = self.root.join(paths::session(&self.task.task_id));
-        let bytes = self.seal.seal(&session);
-        if let Err(e) = write_atomic(&path, &bytes) {
-            warn!(error = %e, "writing the session failed");
-        }
-        let spent = &self.clock.session;
-        spent.set(spent.get() + t0.elapsed());
-    }
-
-    /// Where this start's time went, so far.
-    fn timings(&self) -> Timings {
-        Timings {
-            total_us: micros(self.started.elapsed()),
-            llm_us: micros(self.clock.llm),
-            inbox_us: micros(self.clock.inbox),
-            tools_us: micros(self.clock.tools),
-            writes_us: micros(self.audit.spent + self.clock.session.get()),
-        }
-    }
-
-    /// Time spent working, over every start: waits for humans excluded.
-    fn active(&self) -> Duration {
-        self.active_before + self.started.elapsed().saturating_sub(self.waited)
-    }
-
-    fn finish(mut self, exit: ServoExit, detail: Option<String>) -> ServoExit {
-        self.save_session();
-        if exit == ServoExit::Parked {
-            info!(steps = self.steps, "servo parked");
-            return exit;
-        }
-        self.audit.log(&AuditEvent::Finish {
-            ts: now(),
-            outcome: exit.reason().to_string(),
-            steps: self.steps,
-            usage: self.usage,
-            detail: detail.clone(),
-            timings: Some(self.timings()),
-        });
-        info!(
-            outcome = %exit.reason(),
-            steps = self.steps,
-            detail = detail.as_deref().unwrap_or(""),
-            "servo finished"
-        );
-        exit
-    }
-}
-
-/// Writes via a temporary file and rename, so readers never see half a file.
-/// The workspace is the agent's: the temporary name is one it cannot
-/// guess, made with `O_EXCL|O_NOFOLLOW` (never through a link or into
-/// something planted), and renamed over `path` (which, in a separated
-/// container, the sticky workspace lets only the servo replace).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let mut last = None;
-    for _ in 0..8 {
-        let tmp = dir.join(format!(".{name}.{:016x}.tmp", fastrand::u64(..)));
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp);
-        let mut f = match opened {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                last = Some(e);
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let written = f
-            .write_all(bytes)
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return written;
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
 }

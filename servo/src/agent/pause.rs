@@ -1,0 +1,110 @@
+//! Before each LLM call: messages a human injected reach the model, a
+//! pause asked for is honoured (parking after `park_after`), and a
+//! `pause_on: [tool_error]` breakpoint is reported.
+
+use std::time::Instant;
+
+use saheeli_protocol::AuditEvent;
+use saheeli_protocol::chat::ChatMessage;
+use saheeli_protocol::human::{Breakpoint, Note, Parked};
+use tracing::{info, warn};
+
+use super::{Agent, End};
+use crate::audit::now;
+
+impl Agent {
+    /// Before an LLM call: injected messages reach the model, and a pause
+    /// asked for is honoured.
+    pub(super) async fn before_llm_call(&mut self) -> Option<End> {
+        let inbox = self.desk.inbox_now(self.newest_note()).await?;
+        self.take_notes(inbox.notes).await;
+        if inbox.pause {
+            return self.pause(self.steps).await;
+        }
+        None
+    }
+
+    /// Paused: waits for a resume (taking messages meanwhile), parking
+    /// after `park_after`.
+    pub(super) async fn pause(&mut self, step: u32) -> Option<End> {
+        self.audit.log(&AuditEvent::Paused { ts: now(), step });
+        info!(step, "paused");
+        let t0 = Instant::now();
+        let park_at = t0 + self.park_after();
+        loop {
+            let left = park_at.saturating_duration_since(Instant::now());
+            let inbox = match self.desk.inbox_wait(left, self.newest_note()).await {
+                Ok(i) => i,
+                Err(e) => {
+                    warn!(error = %e.0, "the desk refused the pause; going on");
+                    self.waited_for(t0.elapsed());
+                    return None;
+                }
+            };
+            self.take_notes(inbox.notes).await;
+            if !inbox.pause {
+                let waited = t0.elapsed();
+                self.waited_for(waited);
+                self.audit.log(&AuditEvent::Resumed {
+                    ts: now(),
+                    step,
+                    waited_ms: waited.as_millis() as u64,
+                });
+                return None;
+            }
+            if Instant::now() >= park_at {
+                self.waited_for(t0.elapsed());
+                return Some(self.park(step, Parked::Pause));
+            }
+        }
+    }
+
+    /// The newest injected message in the conversation (0: none).
+    pub(super) fn newest_note(&self) -> i64 {
+        self.notes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Adds new injected messages to the conversation, saves the session,
+    /// then tells the desk they are delivered (a crash in between delivers
+    /// nothing twice: the session knows their ids).
+    pub(super) async fn take_notes(&mut self, notes: Vec<Note>) {
+        let new: Vec<Note> = notes
+            .into_iter()
+            .filter(|n| !self.notes.contains(&n.id))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = new.iter().map(|n| n.id).collect();
+        for n in new {
+            self.audit.log(&AuditEvent::Noted {
+                ts: now(),
+                step: self.steps,
+                id: n.id,
+                by: n.by.clone(),
+                text: n.text.clone(),
+            });
+            self.messages.push(ChatMessage::user(format!(
+                "[saheeli] A message from {} (a human watching this task): {}",
+                n.by, n.text
+            )));
+            self.notes.push(n.id);
+        }
+        self.save_session();
+        if let Err(e) = self.desk.delivered(ids).await {
+            warn!(error = %e.0, "could not mark messages delivered");
+        }
+    }
+
+    /// `pause_on: [tool_error]`: the failed call pauses the task before
+    /// the next LLM call.
+    pub(super) async fn breakpoint(&mut self, tool: &str, error: &str) {
+        let bp = Breakpoint {
+            tool: tool.to_string(),
+            error: error.chars().take(2000).collect(),
+        };
+        if let Err(e) = self.desk.breakpoint(&bp).await {
+            warn!(error = %e.0, "the breakpoint was refused");
+        }
+    }
+}

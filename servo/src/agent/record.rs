@@ -1,0 +1,150 @@
+//! What a start leaves behind: complete.json, the sealed session file,
+//! the final audit line, and the atomic write they all go through.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use saheeli_protocol::{AuditEvent, Completion, ServoExit, Session, Timings, paths};
+use tracing::{info, warn};
+
+use super::{Agent, End};
+use crate::audit::now;
+
+impl Agent {
+    pub(super) fn complete(
+        &mut self,
+        message: String,
+        verification: Vec<saheeli_protocol::verify::Check>,
+    ) -> End {
+        match self.write_completion(message, verification) {
+            Ok(()) => (ServoExit::Complete, None),
+            Err(e) => (
+                ServoExit::BadTask,
+                Some(format!("writing complete.json: {e}")),
+            ),
+        }
+    }
+
+    pub(super) fn write_completion(
+        &self,
+        message: String,
+        verification: Vec<saheeli_protocol::verify::Check>,
+    ) -> std::io::Result<()> {
+        let c = Completion {
+            task_id: self.task.task_id,
+            message,
+            steps: self.steps,
+            usage: self.usage,
+            finished_at: now(),
+            verification,
+        };
+        write_atomic(
+            &self.root.join("complete.json"),
+            &serde_json::to_vec_pretty(&c)?,
+        )
+    }
+
+    /// Writes the session file whole (sealed, via a rename). The loop saves
+    /// it when a turn with tool calls arrives and after every step, so a
+    /// servo killed at any moment (OOM, `kill -9`) loses at most the step
+    /// in progress; and on every exit (SIGTERM included). Its cost per
+    /// step is in the bench's per-step figure ("audit and session writes").
+    pub(super) fn save_session(&self) {
+        let session = Session {
+            task_id: self.task.task_id,
+            model: self.task.model.clone(),
+            steps: self.steps,
+            usage: self.usage,
+            messages: self.messages.clone(),
+            parked: self.parked.clone(),
+            active_ms: self.active().as_millis() as u64,
+            notes: self.notes.clone(),
+            plan_approved: self.plan_approved,
+            compactions: self.compactions.clone(),
+        };
+        let t0 = Instant::now();
+        let path = self.root.join(paths::session(&self.task.task_id));
+        let bytes = self.seal.seal(&session);
+        if let Err(e) = write_atomic(&path, &bytes) {
+            warn!(error = %e, "writing the session failed");
+        }
+        let spent = &self.clock.session;
+        spent.set(spent.get() + t0.elapsed());
+    }
+
+    /// Where this start's time went, so far.
+    pub(super) fn timings(&self) -> Timings {
+        Timings {
+            total_us: micros(self.started.elapsed()),
+            llm_us: micros(self.clock.llm),
+            inbox_us: micros(self.clock.inbox),
+            tools_us: micros(self.clock.tools),
+            writes_us: micros(self.audit.spent + self.clock.session.get()),
+        }
+    }
+
+    pub(super) fn finish(mut self, exit: ServoExit, detail: Option<String>) -> ServoExit {
+        self.save_session();
+        if exit == ServoExit::Parked {
+            info!(steps = self.steps, "servo parked");
+            return exit;
+        }
+        self.audit.log(&AuditEvent::Finish {
+            ts: now(),
+            outcome: exit.reason().to_string(),
+            steps: self.steps,
+            usage: self.usage,
+            detail: detail.clone(),
+            timings: Some(self.timings()),
+        });
+        info!(
+            outcome = %exit.reason(),
+            steps = self.steps,
+            detail = detail.as_deref().unwrap_or(""),
+            "servo finished"
+        );
+        exit
+    }
+}
+
+pub(super) fn micros(d: Duration) -> u64 {
+    d.as_micros().try_into().unwrap_or(u64::MAX)
+}
+
+/// Writes via a temporary file and rename, so readers never see half a file.
+/// The workspace is the agent's: the temporary name is one it cannot
+/// guess, made with `O_EXCL|O_NOFOLLOW` (never through a link or into
+/// something planted), and renamed over `path` (which, in a separated
+/// container, the sticky workspace lets only the servo replace).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut last = None;
+    for _ in 0..8 {
+        let tmp = dir.join(format!(".{name}.{:016x}.tmp", fastrand::u64(..)));
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp);
+        let mut f = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let written = f
+            .write_all(bytes)
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        return written;
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+}
