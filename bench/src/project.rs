@@ -67,6 +67,9 @@ impl Project {
             .env_remove("OPENAI_API_KEY")
             .env_remove("ANTHROPIC_API_KEY")
             .env("RUST_LOG", "saheeli=warn,warn")
+            // The figures read the text log (its timestamps and key=value
+            // fields); off a terminal the default would be JSON lines.
+            .env("SAHEELI_LOG_FORMAT", "text")
             .stdin(Stdio::null());
         for (k, v) in &self.env {
             c.env(k, v);
