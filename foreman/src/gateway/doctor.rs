@@ -340,8 +340,16 @@ pub(crate) fn stream_check(kind: ProviderKind, text: &str) -> Check {
         ),
     };
     match (events.is_empty(), ended, usage) {
-        (true, _, _) => check("streaming", Status::Fail, "no server-sent events in the answer")
-            .fix("the server does not stream: the built-in agent does not need it, but agents that stream do"),
+        (true, _, _) => check(
+            "streaming",
+            Status::Fail,
+            "no server-sent events in the answer to a streamed tool-calling request",
+        )
+        .fix(
+            "the built-in agent streams by default: set `llm: { stream: false }` in config.yaml \
+             for whole answers (llama-cpp-python cannot stream a tool-calling answer); agents \
+             that stream need a server that does",
+        ),
         (false, false, _) => check(
             "streaming",
             Status::Fail,
