@@ -177,7 +177,7 @@ def call(port, method, path, body=None, headers=None):
             "response": {"status": r.status, "body": body_of(text)}}
 
 
-def wait_healthy(port, proc, log, path="/health"):
+def wait_healthy(port, proc, log, path="/health", ok=(200,)):
     deadline = time.time() + 300
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -185,7 +185,7 @@ def wait_healthy(port, proc, log, path="/health"):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             c.request("GET", path)
-            if c.getresponse().status == 200:
+            if c.getresponse().status in ok:
                 return
         except OSError:
             pass
@@ -326,7 +326,8 @@ def start_llama_cpp_python(py, model, port, tmp, extra=()):
     log = tmp / f"llama-cpp-python-{port}.log"
     proc = subprocess.Popen(llama_cpp_python_cmd(py, model, port, extra),
                             stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    wait_healthy(port, proc, log, "/v1/models")
+    # A keyed server answers its model list 401 once it is up.
+    wait_healthy(port, proc, log, "/v1/models", (200, 401) if extra else (200,))
     return proc
 
 

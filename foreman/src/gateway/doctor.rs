@@ -496,4 +496,59 @@ mod tests {
         };
         assert!(http_fix(&local, 401).contains("api_key_env"));
     }
+
+    /// Issue 27 items 1 and 7 and the doctor's fixes, on what
+    /// llama-cpp-python's server really saw and said (recorded): the
+    /// doctor's request carried no key and is the one `body` makes; the
+    /// model called `ping`; a streamed tool-calling request got an empty
+    /// stream, whose fix is `llm.stream: false`; a keyed server's 401 names
+    /// `api_key_env`.
+    #[test]
+    fn llama_cpp_python_recorded_answers_are_read_right() {
+        use crate::gateway::recorded::{answer, exchange};
+        let lcp = "llama-cpp-python";
+        let ex = exchange(lcp, "doctor-tools.json");
+        let headers = ex["request"]["headers"].as_object().unwrap();
+        assert!(
+            !headers.contains_key("authorization") && !headers.contains_key("x-api-key"),
+            "{headers:?}"
+        );
+        assert_eq!(
+            ex["request"]["body"],
+            body(ProviderKind::Openai, "smollm2", false)
+        );
+        let v = &ex["response"]["body"];
+        let t = tools(ProviderKind::Openai, v);
+        assert_eq!(t.status, Status::Ok, "{}", t.said);
+        assert!(t.said.contains("`ping`"), "{}", t.said);
+        assert_eq!(usage(ProviderKind::Openai, v).status, Status::Ok);
+        let stream = exchange(lcp, "stream.json");
+        assert_eq!(stream["request"]["body"]["stream"], true);
+        assert_eq!(stream["response"]["status"], 200);
+        let s = stream_check(
+            ProviderKind::Openai,
+            stream["response"]["body"].as_str().unwrap(),
+        );
+        assert_eq!(s.status, Status::Fail, "{}", s.said);
+        assert!(s.fix.unwrap().contains("`llm: { stream: false }`"));
+        // Without tools it streams, but never reports usage.
+        let text = answer(lcp, "stream-text.json");
+        let s = stream_check(ProviderKind::Openai, text.as_str().unwrap());
+        assert_eq!(s.status, Status::Warn, "{}", s.said);
+        let denied = exchange(lcp, "unauthorized.json");
+        assert_eq!(denied["response"]["status"], 401);
+        let local = Provider {
+            name: "local".into(),
+            kind: ProviderKind::Openai,
+            base_url: "http://127.0.0.1:8000/v1".into(),
+            key_env: None,
+            key: None,
+            max_output_tokens: None,
+            context_window: None,
+        };
+        assert!(http_fix(&local, 401).contains("api_key_env"));
+        let w = window(&local, &ServerInfo::default(), "smollm2", None);
+        assert_eq!(w.status, Status::Warn);
+        assert!(w.fix.unwrap().contains("context_window"));
+    }
 }

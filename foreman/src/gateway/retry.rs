@@ -178,4 +178,25 @@ mod tests {
             Duration::from_secs(1)
         );
     }
+
+    /// Issue 27 items 3 and 7 on llama-cpp-python's own answers (recorded):
+    /// a prompt over its 2,048-token window is a context overflow (the
+    /// agent compacts), and its 500 to `content: null` says the request is
+    /// invalid, so the same answer twice is not retried again.
+    #[test]
+    fn llama_cpp_python_errors_are_read_right() {
+        use crate::gateway::recorded::exchange;
+        let over = exchange("llama-cpp-python", "context-exceeded.json");
+        assert_eq!(over["response"]["status"], 400);
+        let body = over["response"]["body"].to_string();
+        assert_eq!(verdict_of(400, body.as_bytes()), Verdict::ContextLength);
+        let null = exchange("llama-cpp-python", "tool-turn-content-null.json");
+        assert_eq!(null["response"]["status"], 500);
+        let why = null["response"]["body"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert_eq!(verdict_of(500, why.as_bytes()), Verdict::Retry);
+        assert!(repeated_invalid(Some(500), why, Some(why)));
+        assert!(!repeated_invalid(Some(500), why, None));
+    }
 }

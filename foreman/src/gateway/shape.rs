@@ -96,6 +96,54 @@ mod tests {
         );
     }
 
+    /// Issue 27 items 2 and 3 on llama-cpp-python's server itself
+    /// (`chatml-function-calling`, recorded): without `tool_choice` it left
+    /// the tools out (41 prompt tokens, an answer in words), with `auto` it
+    /// put them in and the model called one; `content: null` on the
+    /// tool-call turn got HTTP 500, no `content` too, `""` got 200.
+    /// Shaped, the servo's requests are exactly the ones it answered.
+    #[test]
+    fn llama_cpp_python_answers_the_shaped_requests() {
+        let lcp = "llama-cpp-python";
+        let shape = |name: &str| {
+            let mut req: ChatRequest = serde_json::from_value(sent(lcp, name)).unwrap();
+            conservative(&mut req);
+            serde_json::to_value(&req).unwrap()
+        };
+        // Item 2: the first step.
+        let bare = exchange(lcp, "first-turn-no-tool-choice.json");
+        assert!(bare["request"]["body"].get("tool_choice").is_none());
+        let auto = exchange(lcp, "first-turn.json");
+        assert_eq!(
+            shape("first-turn-no-tool-choice.json"),
+            auto["request"]["body"]
+        );
+        let (b, a) = (&bare["response"]["body"], &auto["response"]["body"]);
+        let prompt = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert!(prompt(b) * 4 < prompt(a), "tools dropped: {b} / {a}");
+        assert!(b["choices"][0]["message"]["tool_calls"].is_null(), "{b}");
+        assert_eq!(
+            a["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            "list_files"
+        );
+        // `required` is refused by this format: why `auto` is sent.
+        assert_eq!(
+            exchange(lcp, "tool-choice-required.json")["response"]["status"],
+            500
+        );
+        // Item 3: the step after a tool call.
+        for refused in ["tool-turn-content-null.json", "tool-turn-no-content.json"] {
+            assert_eq!(
+                exchange(lcp, refused)["response"]["status"],
+                500,
+                "{refused}"
+            );
+        }
+        let ok = exchange(lcp, "tool-turn.json");
+        assert_eq!(ok["response"]["status"], 200, "{ok}");
+        assert_eq!(shape("tool-turn-content-null.json"), ok["request"]["body"]);
+    }
+
     /// Issue 27 item 5: every call carries a cap, the caller's lower one
     /// kept, a provider's own overriding the default.
     #[test]
