@@ -190,6 +190,7 @@ def wait_healthy(port, proc, log, path="/health", ok=(200,)):
         except OSError:
             pass
         time.sleep(0.3)
+    proc.terminate()
     sys.exit(f"the server did not answer {path} in 5 minutes; see {log}")
 
 
@@ -205,7 +206,12 @@ def start_llama(files, port, tmp, extra=()):
     return proc
 
 
+ONLY = set()
+
+
 def save(dirname, name, server, version, what, ex):
+    if ONLY and name not in ONLY:
+        return
     d = OUT / dirname
     d.mkdir(parents=True, exist_ok=True)
     doc = {"server": server, "version": version, "what": what, **ex}
@@ -216,10 +222,18 @@ def save(dirname, name, server, version, what, ex):
 def shaped(req, **more):
     """The request as the gateway sends it on (shape::conservative and the
     output cap)."""
+    cut_arguments = more.pop("cut_arguments", False)
     r = json.loads(json.dumps(req))
     for m in r["messages"]:
         if m["role"] == "assistant" and m.get("content") is None:
             m["content"] = ""
+        for c in m.get("tool_calls") or []:
+            try:
+                ok = isinstance(json.loads(c["function"]["arguments"]), dict)
+            except ValueError:
+                ok = False
+            if cut_arguments and not ok:
+                c["function"]["arguments"] = "{}"
     if r.get("tools"):
         r["tool_choice"] = "auto"
     r.update(more)
@@ -272,6 +286,14 @@ def record_llama_server(args, tmp):
         s("tool-turn-content-null.json",
           "the same step as the servo sends it (content null, no tool_choice), straight to the server (item 3)",
           call(port, "POST", "/v1/chat/completions", dict(SERVO_TOOL_TURN, max_tokens=40)))
+        cut = json.loads(json.dumps(SERVO_TOOL_TURN))
+        cut["messages"][2]["tool_calls"][0]["function"]["arguments"] = '{"path":"hello.txt","content":"hel'
+        s("tool-turn-cut-arguments.json",
+          "the step after a tool call cut at max_tokens (its arguments unfinished JSON), as the servo keeps it: HTTP 500 (item 5)",
+          call(port, "POST", "/v1/chat/completions", shaped(cut, max_tokens=40)))
+        s("tool-turn-cut-arguments-shaped.json",
+          "the same step as the gateway sends it: the unreadable arguments as {} (item 5)",
+          call(port, "POST", "/v1/chat/completions", shaped(cut, max_tokens=40, cut_arguments=True)))
         s("length.json", "an answer cut at max_tokens: finish_reason length (item 5)",
           call(port, "POST", "/v1/chat/completions", {
               "model": "smollm2", "max_tokens": 8,
@@ -419,9 +441,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("server", choices=["llama-server", "llama-cpp-python"])
     ap.add_argument("--saheeli", help="the saheeli binary: also record `saheeli doctor` against the server")
+    ap.add_argument("--only", action="append", default=[],
+                    help="record only this file (again for more)")
     ap.add_argument("--python",
                     help="a Python with llama-cpp-python's server (default: the venv setup.sh llama makes)")
     args = ap.parse_args()
+    ONLY.update(args.only)
     with tempfile.TemporaryDirectory(prefix="saheeli-record-") as t:
         tmp = pathlib.Path(t)
         if args.server == "llama-server":

@@ -336,6 +336,8 @@ ensure_llama_server() {
     # server), without the copy of llama.cpp its wheel build would compile.
     cp -r "$sdist/llama_cpp" "$LLAMA_DIR.tmp/python/"
     rm -rf "$LLAMA_DIR" && mv "$LLAMA_DIR.tmp" "$LLAMA_DIR"
+    # The layout before llama-cpp-python's server: a static llama-server.
+    rm -rf "$LLAMA_CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
     rm -rf "$work"
     log "built $LLAMA_DIR/llama-server (its libraries in lib/, chat template $LLAMA_CHAT_TEMPLATE beside it)"
   fi

@@ -99,7 +99,12 @@ pub(crate) async fn run(
             }
         },
     };
-    out.extend(calls(client, provider, &model).await);
+    out.extend(
+        calls(client, provider, &model)
+            .await
+            .into_iter()
+            .map(|c| explained(c, info.template_tools)),
+    );
     out.push(window(provider, &info, &model, configured_window));
     if let Some(t) = template(&info) {
         out.push(t);
@@ -253,6 +258,28 @@ pub(crate) fn tools(kind: ProviderKind, v: &Value) -> Check {
              docs page Local models",
         ),
     }
+}
+
+/// A tool check that failed with words for an answer, when llama-server
+/// says its template renders tools: the template is not the cause, the
+/// model is (SmolLM2-135M with the Qwen 2.5 template).
+pub(crate) fn explained(c: Check, template_tools: Option<bool>) -> Check {
+    if c.what != "tools" || c.status != Status::Fail || template_tools != Some(true) {
+        return c;
+    }
+    if !c.said.starts_with("the model answered without a tool call") {
+        return c;
+    }
+    check(
+        "tools",
+        Status::Fail,
+        "the model answered in words, though the chat template renders tools (llama-server /props)",
+    )
+    .fix(
+        "this model does not call tools of its own accord: use one trained for tool calls \
+         (Qwen 2.5 Coder 7B and up, Llama 3.1 8B, Hermes 3) with its own template; see the \
+         docs page Local models",
+    )
 }
 
 /// The usage fields the answer reports (what budgets count).
@@ -482,6 +509,21 @@ mod tests {
         let stream = answer("llama-server", "stream.json");
         let s = stream_check(ProviderKind::Openai, stream.as_str().unwrap());
         assert_eq!(s.status, Status::Ok, "{}", s.said);
+        // Its /props says the template renders tools: the model is the
+        // cause, and the fix says so.
+        let props = super::super::probe::from_props(&answer("llama-server", "props.json")).unwrap();
+        let e = explained(tools(ProviderKind::Openai, v), props.template_tools);
+        assert_eq!(e.status, Status::Fail);
+        assert!(
+            e.said.contains("though the chat template renders tools"),
+            "{}",
+            e.said
+        );
+        let fix = e.fix.unwrap();
+        assert!(fix.contains("trained for tool calls") && !fix.contains("--chat-template-file"));
+        // Without that word from the server, the template fix stays.
+        let t = explained(tools(ProviderKind::Openai, v), None);
+        assert!(t.fix.unwrap().contains("--chat-template-file"));
         // A server started with --api-key, asked without one.
         let denied = exchange("llama-server", "unauthorized.json");
         assert_eq!(denied["response"]["status"], 401);

@@ -39,6 +39,7 @@ fn a_task_calls_a_tool_through_a_real_llama_server_with_no_key_sent() {
         "",
         "Copy this line: <tool_call> list_files",
         &[
+            "  tools     FAIL  the model answered in words, though the chat template renders tools",
             "  usage     ok",
             "  streaming ok",
             "  window    ok    8192 tokens (llama-server /props)",
