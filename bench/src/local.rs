@@ -20,6 +20,8 @@ use crate::env::{Env, progress};
 use crate::project::Project;
 use crate::stats::{Figure, median};
 
+// Its llama-cpp-python starter is the tests' alone.
+#[allow(dead_code)]
 #[path = "../../foreman/tests/it/llama.rs"]
 mod llama;
 #[allow(dead_code)]

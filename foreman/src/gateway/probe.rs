@@ -244,6 +244,20 @@ mod tests {
         assert_eq!(source, Some("llama-server /v1/models meta.n_ctx"));
     }
 
+    /// Issue 27 item 7 on llama-cpp-python's server (recorded): no
+    /// `/props` (404) and a model list without a window, so the window must
+    /// come from config (`doctor` says so).
+    #[test]
+    fn llama_cpp_python_says_no_window() {
+        let lcp = "llama-cpp-python";
+        let props = crate::gateway::recorded::exchange(lcp, "props.json");
+        assert_eq!(props["response"]["status"], 404);
+        assert!(from_props(&props["response"]["body"]).is_none());
+        let models = answer(lcp, "models.json");
+        assert_eq!(models["data"][0]["id"], "smollm2");
+        assert_eq!(from_models(&models), (BTreeMap::new(), None));
+    }
+
     #[test]
     fn vllm_and_ollama_windows_per_model() {
         let v = json!({"object": "list", "data": [

@@ -112,14 +112,16 @@ mod tests {
 
     /// Issue 27 item 3: llama-cpp-python's 500 for `content: null` was
     /// retried five times; an identical one now ends it after one retry.
+    /// Its answer as recorded.
     #[test]
     fn an_identical_invalid_500_is_a_bad_request() {
-        let body = include_bytes!(
-            "../../tests/fixtures/local-servers/llama-cpp-python-500-content-null.json"
-        );
+        let ex =
+            crate::gateway::recorded::exchange("llama-cpp-python", "tool-turn-content-null.json");
+        assert_eq!(ex["response"]["status"], 500);
+        let body = ex["response"]["body"].to_string();
         let why = format!(
             "local answered HTTP 500: {}",
-            super::super::provider_call::error_text(body)
+            super::super::provider_call::error_text(body.as_bytes())
         );
         assert!(why.contains("Input should be a valid string"), "{why}");
         assert!(
@@ -177,5 +179,26 @@ mod tests {
             backoff(3, Some(Duration::from_secs(1))),
             Duration::from_secs(1)
         );
+    }
+
+    /// Issue 27 items 3 and 7 on llama-cpp-python's own answers (recorded):
+    /// a prompt over its 2,048-token window is a context overflow (the
+    /// agent compacts), and its 500 to `content: null` says the request is
+    /// invalid, so the same answer twice is not retried again.
+    #[test]
+    fn llama_cpp_python_errors_are_read_right() {
+        use crate::gateway::recorded::exchange;
+        let over = exchange("llama-cpp-python", "context-exceeded.json");
+        assert_eq!(over["response"]["status"], 400);
+        let body = over["response"]["body"].to_string();
+        assert_eq!(verdict_of(400, body.as_bytes()), Verdict::ContextLength);
+        let null = exchange("llama-cpp-python", "tool-turn-content-null.json");
+        assert_eq!(null["response"]["status"], 500);
+        let why = null["response"]["body"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert_eq!(verdict_of(500, why.as_bytes()), Verdict::Retry);
+        assert!(repeated_invalid(Some(500), why, Some(why)));
+        assert!(!repeated_invalid(Some(500), why, None));
     }
 }

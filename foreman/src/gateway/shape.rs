@@ -11,12 +11,25 @@ use crate::config::{LlmConfig, ProviderKind};
 /// - `tool_choice: "auto"` whenever tools are offered: llama-cpp-python
 ///   reads a missing one as "none" and drops the tools from the prompt;
 /// - an assistant turn that only calls tools has `content: ""`: null (and
-///   an absent field) makes llama-cpp-python answer HTTP 500.
+///   an absent field) makes llama-cpp-python answer HTTP 500;
+/// - a call whose arguments are not a JSON object (one cut at the output
+///   cap, which the servo keeps and answers with an error) goes as `{}`:
+///   llama-server parses every call in the history and answers HTTP 500.
 pub(super) fn conservative(req: &mut ChatRequest) {
     req.tool_choice = (!req.tools.is_empty()).then(|| "auto".to_string());
     for m in &mut req.messages {
-        if m.role == Role::Assistant && m.content.is_none() {
+        if m.role != Role::Assistant {
+            continue;
+        }
+        if m.content.is_none() {
             m.content = Some(String::new());
+        }
+        for c in &mut m.tool_calls {
+            let object = serde_json::from_str::<serde_json::Value>(&c.function.arguments)
+                .is_ok_and(|v| v.is_object());
+            if !object {
+                c.function.arguments = "{}".into();
+            }
         }
     }
 }
@@ -94,6 +107,79 @@ mod tests {
             "{}",
             answer("llama-server", "tool-turn.json")
         );
+    }
+
+    /// Issue 27 items 2 and 3 on llama-cpp-python's server itself
+    /// (`chatml-function-calling`, recorded): without `tool_choice` it left
+    /// the tools out (41 prompt tokens, an answer in words), with `auto` it
+    /// put them in and the model called one; `content: null` on the
+    /// tool-call turn got HTTP 500, no `content` too, `""` got 200.
+    /// Shaped, the servo's requests are exactly the ones it answered.
+    #[test]
+    fn llama_cpp_python_answers_the_shaped_requests() {
+        let lcp = "llama-cpp-python";
+        let shape = |name: &str| {
+            let mut req: ChatRequest = serde_json::from_value(sent(lcp, name)).unwrap();
+            conservative(&mut req);
+            serde_json::to_value(&req).unwrap()
+        };
+        // Item 2: the first step.
+        let bare = exchange(lcp, "first-turn-no-tool-choice.json");
+        assert!(bare["request"]["body"].get("tool_choice").is_none());
+        let auto = exchange(lcp, "first-turn.json");
+        assert_eq!(
+            shape("first-turn-no-tool-choice.json"),
+            auto["request"]["body"]
+        );
+        let (b, a) = (&bare["response"]["body"], &auto["response"]["body"]);
+        let prompt = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert!(prompt(b) * 4 < prompt(a), "tools dropped: {b} / {a}");
+        assert!(b["choices"][0]["message"]["tool_calls"].is_null(), "{b}");
+        assert_eq!(
+            a["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            "list_files"
+        );
+        // `required` is refused by this format: why `auto` is sent.
+        assert_eq!(
+            exchange(lcp, "tool-choice-required.json")["response"]["status"],
+            500
+        );
+        // Item 3: the step after a tool call.
+        for refused in ["tool-turn-content-null.json", "tool-turn-no-content.json"] {
+            assert_eq!(
+                exchange(lcp, refused)["response"]["status"],
+                500,
+                "{refused}"
+            );
+        }
+        let ok = exchange(lcp, "tool-turn.json");
+        assert_eq!(ok["response"]["status"], 200, "{ok}");
+        assert_eq!(shape("tool-turn-content-null.json"), ok["request"]["body"]);
+    }
+
+    /// Issue 27 item 5 on llama-server (recorded): a history holding a call
+    /// cut at the cap (its arguments unfinished JSON) got HTTP 500; shaped,
+    /// the call's arguments are `{}` and the server answers.
+    #[test]
+    fn a_cut_call_in_the_history_goes_with_empty_arguments() {
+        let refused = exchange("llama-server", "tool-turn-cut-arguments.json");
+        assert_eq!(refused["response"]["status"], 500, "{refused}");
+        let mut req: ChatRequest =
+            serde_json::from_value(refused["request"]["body"].clone()).unwrap();
+        conservative(&mut req);
+        let v = serde_json::to_value(&req).unwrap();
+        let ok = exchange("llama-server", "tool-turn-cut-arguments-shaped.json");
+        assert_eq!(v, ok["request"]["body"]);
+        assert_eq!(
+            v["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{}"
+        );
+        assert_eq!(ok["response"]["status"], 200, "{ok}");
+        // Whole arguments are kept as they are.
+        let whole = sent("llama-server", "tool-turn.json");
+        let mut req: ChatRequest = serde_json::from_value(whole.clone()).unwrap();
+        conservative(&mut req);
+        assert_eq!(serde_json::to_value(&req).unwrap(), whole);
     }
 
     /// Issue 27 item 5: every call carries a cap, the caller's lower one

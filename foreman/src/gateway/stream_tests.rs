@@ -135,6 +135,33 @@ fn llama_server_stream_reports_usage_only_at_its_end() {
     assert!(whole.input.unwrap() > 0 && whole.output.unwrap() > 0);
 }
 
+/// Issue 27 item 6 on llama-cpp-python's stream (recorded): it asks
+/// for usage (`stream_options.include_usage`) but no chunk reports any,
+/// so no event settles the call: it is settled at its reservation when
+/// the stream ends, never left in flight.
+#[test]
+fn llama_cpp_python_stream_reports_no_usage() {
+    let ex = crate::gateway::recorded::exchange("llama-cpp-python", "stream-text.json");
+    assert_eq!(
+        ex["request"]["body"]["stream_options"]["include_usage"],
+        true
+    );
+    let text = ex["response"]["body"].as_str().unwrap().to_string();
+    let events: Vec<Event> = text
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(|b| classify(Api::Chat, b))
+        .collect();
+    assert!(events.len() > 3, "{text}");
+    assert!(events.iter().all(|e| !e.settles && !e.failed), "{text}");
+    assert!(events.last().unwrap().last);
+    let mut usage = Partial::default();
+    for e in &events {
+        usage.merge(e.usage);
+    }
+    assert_eq!(usage.total(), 0, "{usage:?}");
+}
+
 #[test]
 fn the_budget_counts_what_the_task_spent_and_this_call() {
     let m = Meter::default();

@@ -46,7 +46,13 @@ impl RecordingProxy {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let inner = Inner {
             upstream: upstream.trim_end_matches('/').to_string(),
-            client: reqwest::Client::new(),
+            // A new connection for each request: llama-server closes an
+            // idle one after a few seconds, and a request sent on it then
+            // failed ("error sending request").
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
             seen: seen.clone(),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()

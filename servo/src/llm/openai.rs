@@ -233,11 +233,19 @@ mod tests {
     /// gateway reports Anthropic's `max_tokens` stop as `length` too).
     #[test]
     fn a_reply_cut_at_the_cap_is_flagged() {
-        // Recorded from llama-server (scripts/record-local-servers.py).
-        let recorded: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../foreman/tests/fixtures/local-servers/llama-server/length.json"
-        ))
-        .unwrap();
+        // Recorded from llama-server and llama-cpp-python's server
+        // (scripts/record-local-servers.py).
+        for text in [
+            include_str!("../../../foreman/tests/fixtures/local-servers/llama-server/length.json"),
+            include_str!(
+                "../../../foreman/tests/fixtures/local-servers/llama-cpp-python/length.json"
+            ),
+        ] {
+            cut_is_flagged(serde_json::from_str(text).unwrap());
+        }
+    }
+
+    fn cut_is_flagged(recorded: serde_json::Value) {
         let body = &recorded["response"]["body"];
         assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
         let r: ChatResponse = serde_json::from_value(body.clone()).unwrap();
