@@ -68,13 +68,12 @@ fn closed_within(c: &mut impl Read, within: Duration) -> bool {
     false
 }
 
-/// Case 18: a flood of connections held on one task's gateway socket is
-/// cut at the per-task cap, and another task launches and completes.
-#[test]
-fn a_gateway_socket_flood_is_capped_and_other_tasks_still_run() {
-    require_docker();
+/// A project whose task `flooded` (a replay sleeping `seconds`) runs
+/// under `serve`, and whose task `other` is written but not submitted;
+/// with the running task's id and its gateway socket.
+fn one_running(seconds: u32) -> (Saheeli, Serve, String, PathBuf) {
     let s = Saheeli::new();
-    sleeper(&s, "flooded", 20);
+    sleeper(&s, "flooded", seconds);
     sleeper(&s, "other", 0);
     let flooded = s.submit("flooded.md");
     let serve = Serve::start(&s, &[]);
@@ -85,19 +84,33 @@ fn a_gateway_socket_flood_is_capped_and_other_tasks_still_run() {
         "never ran\n{}",
         serve.log()
     );
+    (s, serve, flooded, sock)
+}
+
+/// The connections the server still holds open 60 ms after the flood.
+fn held_open(conns: Vec<UnixStream>) -> Vec<UnixStream> {
+    conns
+        .into_iter()
+        .filter_map(|mut c| {
+            c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            (!closed_within(&mut c, Duration::from_millis(60))).then_some(c)
+        })
+        .collect()
+}
+
+/// Case 18: a flood of connections held on one task's gateway socket is
+/// cut at the per-task cap, and another task launches and completes.
+#[test]
+fn a_gateway_socket_flood_is_capped_and_other_tasks_still_run() {
+    require_docker();
+    let (s, serve, _, sock) = one_running(20);
     // From the host, as a hostile shell would from inside (bounded: 300).
-    let mut conns: Vec<UnixStream> = (0..300)
+    let conns: Vec<UnixStream> = (0..300)
         .filter_map(|_| UnixStream::connect(&sock).ok())
         .collect();
     assert!(conns.len() >= 250, "only {} connected", conns.len());
-    let mut refused = 0;
-    for c in &mut conns {
-        c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-        if closed_within(c, Duration::from_millis(60)) {
-            refused += 1;
-        }
-    }
-    let held = conns.len() - refused;
+    let conns = held_open(conns);
+    let held = conns.len();
     assert!(held <= 16, "{held} connections held open (cap 16)");
     assert!(held >= 1, "the cap refused everything");
     // Meanwhile another task launches and completes.
@@ -131,20 +144,9 @@ fn a_gateway_socket_flood_is_capped_and_other_tasks_still_run() {
 #[test]
 fn live_followers_flooding_a_task_socket_are_capped_and_closed_with_it() {
     require_docker();
-    let s = Saheeli::new();
-    sleeper(&s, "flooded", 6);
-    sleeper(&s, "other", 0);
-    let flooded = s.submit("flooded.md");
-    let serve = Serve::start(&s, &[]);
-    let sock = run_dir(&s).join(&flooded).join("gateway.sock");
-    assert!(
-        wait_for(Duration::from_secs(60), || s.task(&flooded)["state"]
-            == "running"),
-        "never ran\n{}",
-        serve.log()
-    );
+    let (s, serve, flooded, sock) = one_running(6);
     let follow = b"GET /saheeli/v1/live HTTP/1.1\r\nHost: gateway\r\n\r\n";
-    let mut conns: Vec<UnixStream> = (0..200)
+    let conns: Vec<UnixStream> = (0..200)
         .filter_map(|_| {
             let mut c = UnixStream::connect(&sock).ok()?;
             c.write_all(follow).ok()?;
@@ -152,13 +154,7 @@ fn live_followers_flooding_a_task_socket_are_capped_and_closed_with_it() {
         })
         .collect();
     assert!(conns.len() >= 150, "only {} connected", conns.len());
-    let mut held = Vec::new();
-    for mut c in conns.drain(..) {
-        c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-        if !closed_within(&mut c, Duration::from_millis(60)) {
-            held.push(c);
-        }
-    }
+    let mut held = held_open(conns);
     assert!(
         held.len() <= 16,
         "{} live follows held open (cap 16)",

@@ -25,6 +25,14 @@ const STREAM: &str = "";
 const THOUGHT: &str =
     "Counting the lines of the input first, then I will write the total to a file and finish.";
 
+/// The model's turn that completes the task.
+fn done() -> Reply {
+    Reply::Tools(
+        vec![("task_complete".into(), json!({"message": "done"}))],
+        (130, 5),
+    )
+}
+
 /// The model thinks aloud (held until released), then completes.
 fn llm() -> (FakeLlm, Arc<tokio::sync::Notify>) {
     let gate = Arc::new(tokio::sync::Notify::new());
@@ -33,10 +41,7 @@ fn llm() -> (FakeLlm, Arc<tokio::sync::Notify>) {
             gate.clone(),
             Box::new(Reply::Text(THOUGHT.into(), (100, 20))),
         ),
-        Reply::Tools(
-            vec![("task_complete".into(), json!({"message": "done"}))],
-            (130, 5),
-        ),
+        done(),
     ]);
     (llm, gate)
 }
@@ -188,14 +193,8 @@ fn calls_waiting_on_the_rate_probe_go_on_at_its_headers() {
             gate.clone(),
             Box::new(Reply::Text(THOUGHT.into(), (100, 20))),
         ),
-        Reply::Tools(
-            vec![("task_complete".into(), json!({"message": "done"}))],
-            (130, 5),
-        ),
-        Reply::Tools(
-            vec![("task_complete".into(), json!({"message": "done"}))],
-            (130, 5),
-        ),
+        done(),
+        done(),
     ]);
     let s = Saheeli::with_config(STREAM)
         .env("OPENAI_API_KEY", "sk-test-think-000")
