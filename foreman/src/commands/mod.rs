@@ -25,7 +25,7 @@ mod steps;
 mod task;
 mod trajectory;
 
-use common::*;
+use common::{exit_for, open_existing_store, pack_options, spec_for, submit_prompt};
 use dry_run::dry_run;
 use serve::{context, signals};
 

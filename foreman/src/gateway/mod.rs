@@ -94,7 +94,10 @@ mod usage;
 mod verify;
 mod warm;
 
-use handler::*;
+use handler::{
+    GatewayState, chat_completions, cut_off, error_response, forward, json_response, ledger,
+    not_found, session_key,
+};
 use ledger::Ledger;
 use provider_call::{call, error_text, rate_patience};
 use redact::Redactor;

@@ -18,10 +18,14 @@ mod tests;
 mod tools;
 mod verification;
 
-use checks::*;
-use params::*;
-use template::*;
-use verification::*;
+use checks::{
+    MAX_RETRIES, MAX_STEPS, MAX_TIMEOUT, MAX_TITLE, check_capabilities, check_ceilings,
+    check_delegate, check_gates, check_human, check_model, check_notify, check_tools, read_replay,
+    secret_forms,
+};
+use params::{apply_params, default_title};
+use template::{check_declarations, check_placeholders, render_all, resolve, split_params};
+use verification::Verification;
 
 pub(crate) use agent::{image_for, require_image};
 pub(crate) use chain::{Chain, Used};

@@ -38,8 +38,8 @@ mod verify;
 
 // Helpers the parts share (private to the store).
 use error::Result;
-use lifecycle::*;
-use queue::*;
+use lifecycle::{current_state, held_state, move_state};
+use queue::{enqueue_webhooks, insert_event, insert_task};
 use rows::{COLUMNS, read_row};
 
 pub(crate) use admission::AdmissionRow;
