@@ -16,6 +16,13 @@ if grep -rn "handles_swarm\|Backend::Swarm\|bollard" foreman/src/supervisor fore
   echo "error: supervisor/ and reconciler/ must not name an engine or bollard; ask backend::Engine" >&2
   exit 1
 fi
+# mod.rs declares its modules and names what it takes from them: no
+# `use sibling::*` that hides the module graph (DESIGN.md).
+if grep -rn --include=mod.rs '^\(pub(crate) \|pub \|pub(super) \)\?use [a-z_]*::\*;' \
+    foreman/src servo/src protocol/src bench/src; then
+  echo "error: a mod.rs takes a sibling module with a glob; name what it uses" >&2
+  exit 1
+fi
 # No source file over 500 lines outside tests. A test file is one named
 # `tests.rs` or `*_tests.rs`, or one under a `tests/` directory.
 long=$(find foreman/src servo/src protocol/src bench/src -name '*.rs' \

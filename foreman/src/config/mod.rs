@@ -16,7 +16,12 @@ pub(crate) mod windows;
 
 pub(crate) use concurrency::Concurrency;
 pub(crate) use defaults::{GateDefault, REQUEUE_BACKOFF, RETRYABLE, TaskDefaults};
-pub(crate) use file::*;
-pub(crate) use limits::*;
-pub(crate) use load::*;
+#[cfg(test)]
+pub(crate) use file::HttpConfig;
+pub(crate) use file::{
+    BackendKind, CapabilityConfig, Collection, ConfigFile, FileAccess, LlmConfig, Price,
+    ProviderConfig, ProviderKind, SwarmConfig,
+};
+pub(crate) use limits::{DiskEnforcement, Limits};
+pub(crate) use load::{Config, SetKeys};
 pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};

@@ -1,5 +1,6 @@
 //! Unit tests of config.yaml.
 
+use super::load::{default_run_dir, duplicate_top_level_key, set_keys};
 use super::*;
 
 #[test]

@@ -14,9 +14,14 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use check::*;
-pub(crate) use copies::*;
-pub(crate) use launch::*;
-pub(crate) use pack::*;
-pub(crate) use parked::*;
-pub(crate) use restore::*;
+pub(crate) use check::check_workspace_path;
+pub(crate) use copies::{
+    AGENT_UID, copy_workspace, discard_workspace, hand_over_workspace, new_workspace_tar,
+    pack_resume, remove_workspace, resume_tar, start_tar, workspace_tar,
+};
+pub(crate) use launch::launch_tar;
+pub(crate) use pack::{PackError, PackOptions, check_workspace, pack_workspace};
+pub(crate) use parked::{
+    move_tree, new_parked_dir, pack_dir, parked_dir, parked_tasks, remove_parked,
+};
+pub(crate) use restore::{restore_tar, workspace_args};

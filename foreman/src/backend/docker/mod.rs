@@ -15,11 +15,25 @@ mod verify;
 mod volume;
 
 pub(crate) use bollard::Docker;
-pub(crate) use container::*;
-pub(crate) use daemon::*;
-pub(crate) use exec::*;
-pub(crate) use image::*;
-pub(crate) use labels::*;
+pub(crate) use container::{
+    CONTAINER_CAPS, ServoContainer, create_container, create_servo, download_workspace, hardened,
+    has_started, kill, oom_killed, remove_container, running, start, stop, upload, upload_file,
+    wait,
+};
+pub(crate) use daemon::{DaemonFault, await_daemon, connect, daemon_fault};
+pub(crate) use exec::{exec_quiet, exec_shell};
+pub(crate) use image::{BuildProgress, ImageMissing, build_image, require_image};
+use labels::task_labels;
+pub(crate) use labels::{
+    TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
+    task_containers, task_containers_in_order, task_volumes,
+};
 use timed::{DockerOp, timed};
-pub(crate) use verify::*;
-pub(crate) use volume::*;
+pub(crate) use verify::{
+    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,
+    remove_verify_containers,
+};
+pub(crate) use volume::{
+    create_volume, create_volume_as, local_volume_dir, local_volume_dir_named, remove_volume,
+    volume_name,
+};

@@ -43,11 +43,14 @@ mod watch;
 pub(crate) use collect::SwarmLeftovers;
 pub(crate) use endpoint::Endpoint;
 pub(crate) use engine::{Swarm, SwarmParts};
-pub(crate) use locate::*;
-pub(crate) use nodes::*;
-pub(crate) use observe::*;
-pub(crate) use push::*;
-pub(crate) use service::*;
+pub(crate) use locate::{locate, oom_killed, service_name};
+pub(crate) use nodes::{
+    LaunchObjects, Object, leftovers, node_engine, remove_launch, remove_objects, remove_task,
+    swarm_objects,
+};
+pub(crate) use observe::{Phase, observe};
+pub(crate) use push::push;
+pub(crate) use service::{LAUNCH_LABEL, ServicePlan, create_service};
 pub(crate) use watch::SwarmPhases;
 
 use anyhow::Context;
