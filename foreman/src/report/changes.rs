@@ -339,6 +339,41 @@ mod tests {
     }
 
     #[test]
+    fn hostile_gitignores_are_not_followed_waited_on_or_read_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let col = d.path().join("col");
+        put(&col, ".saheeli/task.json", b"{}");
+        for path in ["a.txt", "sub/f.x", "big/f.x", "dev/f.txt"] {
+            put(&col, path, b"kept\n");
+        }
+        // A link to a host file that would ignore everything, a FIFO
+        // nobody writes to, one whose pattern lies past the size cap, and
+        // a link to /dev/zero.
+        let host = d.path().join("host-rules");
+        std::fs::write(&host, "*\n").unwrap();
+        std::os::unix::fs::symlink(&host, col.join(".gitignore")).unwrap();
+        let fifo = std::ffi::CString::new(
+            col.join("sub/.gitignore")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let mut big = vec![b'#'; (super::super::ignored::MAX_GITIGNORE + 1) as usize];
+        big.extend_from_slice(b"\n*.x\n");
+        put(&col, "big/.gitignore", &big);
+        std::os::unix::fs::symlink("/dev/zero", col.join("dev/.gitignore")).unwrap();
+        write_changes(&col, None).unwrap();
+        let patch = std::fs::read_to_string(col.join(PATCH)).unwrap();
+        for kept in ["a.txt", "sub/f.x", "big/f.x", "dev/f.txt"] {
+            assert!(
+                !patch.contains(&format!("# left out of this patch: {kept}")),
+                "{kept} was left out by a hostile .gitignore:\n{patch}"
+            );
+        }
+    }
+
+    #[test]
     fn nested_gitignores_apply_below_their_directory_as_git_reads_them() {
         let d = tempfile::tempdir().unwrap();
         let col = d.path().join("col");

@@ -32,7 +32,7 @@ pub(crate) const DEFAULT_IGNORED: &[&str] = &[
 
 /// Largest `.gitignore` read (the agent's file: read without following a
 /// link, and capped).
-const MAX_GITIGNORE: u64 = 1 << 20;
+pub(super) const MAX_GITIGNORE: u64 = 1 << 20;
 
 /// Most `.gitignore` files read from one workspace.
 const MAX_GITIGNORES: usize = 1000;
