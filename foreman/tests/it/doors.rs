@@ -87,6 +87,18 @@ fn one_running(seconds: u32) -> (Saheeli, Serve, String, PathBuf) {
     (s, serve, flooded, sock)
 }
 
+/// The project's task `other` is submitted and completes (beside a flood).
+fn other_completes(s: &Saheeli, serve: &Serve) {
+    let other = s.submit("other.md");
+    assert!(
+        wait_for(Duration::from_secs(90), || s.task(&other)["state"]
+            == "complete"),
+        "{}\n{}",
+        s.task(&other),
+        serve.log()
+    );
+}
+
 /// The connections the server still holds open 60 ms after the flood.
 fn held_open(conns: Vec<UnixStream>) -> Vec<UnixStream> {
     conns
@@ -114,14 +126,7 @@ fn a_gateway_socket_flood_is_capped_and_other_tasks_still_run() {
     assert!(held <= 16, "{held} connections held open (cap 16)");
     assert!(held >= 1, "the cap refused everything");
     // Meanwhile another task launches and completes.
-    let other = s.submit("other.md");
-    assert!(
-        wait_for(Duration::from_secs(90), || s.task(&other)["state"]
-            == "complete"),
-        "{}\n{}",
-        s.task(&other),
-        serve.log()
-    );
+    other_completes(&s, &serve);
     drop(conns);
     let log = serve.log();
     assert!(
@@ -162,14 +167,7 @@ fn live_followers_flooding_a_task_socket_are_capped_and_closed_with_it() {
         held.len()
     );
     assert!(!held.is_empty(), "the cap refused every follow");
-    let other = s.submit("other.md");
-    assert!(
-        wait_for(Duration::from_secs(90), || s.task(&other)["state"]
-            == "complete"),
-        "{}\n{}",
-        s.task(&other),
-        serve.log()
-    );
+    other_completes(&s, &serve);
     // The flood hurts only its own task: its servo's own requests meet a
     // full socket, so it may never finish on its own. Cancelled, it ends.
     s.expect(&["task", "cancel", &flooded], 0);
