@@ -10,7 +10,7 @@ use saheeli_protocol::TaskId;
 use crate::cli::PromptArgs;
 use crate::config::{Config, FileAccess};
 use crate::inputs;
-use crate::spec::{MissingParameters, TaskSpec, ask_line, check_value};
+use crate::spec::{SpecError, TaskSpec, ask_line, check_value};
 use crate::state::TaskState;
 use crate::store::Store;
 use saheeli_protocol::template::Parameter;
@@ -114,13 +114,12 @@ pub(super) fn spec_for(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow
     let mut spec = loop {
         match TaskSpec::from_prompt_asked(cfg, prompt, &args.params, &asked) {
             Ok(spec) => break spec,
-            Err(e) if interactive => {
-                let missing = e.downcast::<MissingParameters>()?;
+            Err(SpecError::Missing(missing)) if interactive => {
                 for p in &missing.missing {
                     asked.push((p.name.clone(), ask_parameter(p, &missing.dir)?));
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into_anyhow()),
         }
     };
     spec.no_human |= args.no_human;

@@ -29,7 +29,7 @@ use verification::Verification;
 
 pub(crate) use agent::{image_for, require_image};
 pub(crate) use chain::{Chain, Used};
-pub(crate) use prompt::front_matter;
+pub(crate) use prompt::{SpecError, front_matter};
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use task::TaskSpec;
 pub(crate) use template::{MissingParameters, ParamValue, ask_line, check_value};

@@ -8,6 +8,28 @@ use saheeli_protocol::front_matter::{FrontMatter, PromptFile};
 
 use super::*;
 
+/// Why a prompt does not make a task: the one cause a caller acts on
+/// (required parameters to ask for on a terminal) apart from the rest.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecError {
+    /// Required parameters nobody gave a value.
+    #[error(transparent)]
+    Missing(#[from] MissingParameters),
+    /// Anything else; the message names the file, line or field.
+    #[error(transparent)]
+    Invalid(#[from] anyhow::Error),
+}
+
+impl SpecError {
+    /// The error as the CLI prints it (`error: …`, exit 2).
+    pub(crate) fn into_anyhow(self) -> anyhow::Error {
+        match self {
+            SpecError::Missing(m) => m.into(),
+            SpecError::Invalid(e) => e,
+        }
+    }
+}
+
 /// A prompt's front-matter and body with its template's parameters
 /// resolved and placeholders replaced, `--param` overrides applied.
 pub(super) fn template(
@@ -16,8 +38,9 @@ pub(super) fn template(
     text: &str,
     params: &[String],
     asked: &[(String, String)],
-) -> anyhow::Result<(FrontMatter, String, Vec<ParamValue>)> {
-    let prompt = PromptFile::parse(path, text).map_err(|e| hint_quotes(text, e))?;
+) -> Result<(FrontMatter, String, Vec<ParamValue>), SpecError> {
+    let prompt =
+        PromptFile::parse(path, text).map_err(|e| anyhow::Error::from(hint_quotes(text, e)))?;
     let mut fm = prompt.front_matter;
     let mut body = prompt.body;
     check_declarations(path, text, &fm, dir)?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use saheeli_protocol::front_matter::{NetworkMode, PauseOn};
+use saheeli_protocol::front_matter::{FrontMatter, NetworkMode, PauseOn};
 use saheeli_protocol::human::Gate;
 use saheeli_protocol::template::Step;
 use saheeli_protocol::{ReplayScript, ServoTask, TaskId};
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 
 use super::bounds::{check_max_cost, check_run, context_plan};
-use super::prompt::{read_text, template, workspace_dir};
+use super::prompt::{SpecError, read_text, template, workspace_dir};
 use super::*;
 
 /// A task as stored in the queue (JSON in the `spec` column).
@@ -167,7 +167,7 @@ impl TaskSpec {
     /// Reads and validates a prompt file. Nothing is written.
     #[cfg(test)]
     pub fn from_prompt(cfg: &Config, path: &Path, params: &[String]) -> anyhow::Result<TaskSpec> {
-        Self::from_prompt_asked(cfg, path, params, &[])
+        Self::from_prompt_asked(cfg, path, params, &[]).map_err(SpecError::into_anyhow)
     }
 
     /// Like [`TaskSpec::from_prompt`], with values of a template's
@@ -178,7 +178,7 @@ impl TaskSpec {
         path: &Path,
         params: &[String],
         asked: &[(String, String)],
-    ) -> anyhow::Result<TaskSpec> {
+    ) -> Result<TaskSpec, SpecError> {
         let text = read_text(path)?;
         Self::from_text_asked(cfg, path, &text, params, asked)
     }
@@ -192,7 +192,7 @@ impl TaskSpec {
         text: &str,
         params: &[String],
     ) -> anyhow::Result<TaskSpec> {
-        Self::from_text_asked(cfg, path, text, params, &[])
+        Self::from_text_asked(cfg, path, text, params, &[]).map_err(SpecError::into_anyhow)
     }
 
     fn from_text_asked(
@@ -201,9 +201,21 @@ impl TaskSpec {
         text: &str,
         params: &[String],
         asked: &[(String, String)],
-    ) -> anyhow::Result<TaskSpec> {
+    ) -> Result<TaskSpec, SpecError> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let (fm, body, parameters) = template(path, dir, text, params, asked)?;
+        Ok(Self::merged(cfg, path, dir, fm, body, parameters)?)
+    }
+
+    /// A resolved prompt merged with config.yaml's defaults and checked.
+    fn merged(
+        cfg: &Config,
+        path: &Path,
+        dir: &Path,
+        fm: FrontMatter,
+        body: String,
+        parameters: Vec<ParamValue>,
+    ) -> anyhow::Result<TaskSpec> {
         let d = &cfg.file.task;
 
         let model = fm.model.unwrap_or_else(|| d.model.clone());

@@ -355,7 +355,7 @@ pub(super) fn resolve(
     declared: &[Parameter],
     given: &[(String, String)],
     asked: &[(String, String)],
-) -> anyhow::Result<Vec<ParamValue>> {
+) -> Result<Vec<ParamValue>, super::prompt::SpecError> {
     let mut out = Vec::new();
     let mut missing = Vec::new();
     for p in declared {

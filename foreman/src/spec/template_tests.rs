@@ -68,7 +68,9 @@ fn the_last_given_value_wins_and_optional_ones_are_empty() {
     );
     assert_eq!((v[1].value.as_str(), v[1].source), ("", ParamSource::Unset));
     let e = resolve(Path::new("p.md"), dir, &[req], &[], &[]).unwrap_err();
-    let m = e.downcast::<MissingParameters>().unwrap();
+    let crate::spec::SpecError::Missing(m) = e else {
+        panic!("not a missing parameter: {e}")
+    };
     assert_eq!(m.missing[0].name, "a");
     assert!(m.to_string().contains("`--param a=VALUE`"), "{m}");
 }
