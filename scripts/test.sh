@@ -38,6 +38,13 @@ python3 -m unittest discover -s scripts -p 'test_*.py'
 python3 scripts/k8s-sim.py --check
 
 scripts/setup.sh
+# The servo speaks plain HTTP to its gateway. Built with the workspace's
+# features it would carry the foreman's TLS and read every CA certificate
+# in /etc/ssl/certs at each start (setup.sh builds it alone, with -p).
+if grep -qa rustls "$TARGET"/release/servo; then
+  echo "error: $TARGET/release/servo links rustls; build it alone: cargo build --release -p saheeli-servo" >&2
+  exit 1
+fi
 # The book (docs/): it builds, and its links resolve (the unit test
 # `book_links_resolve` in the suite below checks every local link and anchor).
 mdbook build docs
