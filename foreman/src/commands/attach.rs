@@ -123,7 +123,7 @@ fn apply(cfg: &Config, store: &mut Store, id: TaskId, typed: Typed) -> anyhow::R
         },
         Typed::Help | Typed::Detach => return Ok(HELP.into()),
     };
-    steer(cfg, store, &id.to_string(), s, &who())
+    Ok(steer(cfg, store, &id.to_string(), s, &who())?)
 }
 
 pub(crate) async fn attach(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {

@@ -5,42 +5,39 @@
 
 use std::path::Path;
 
-use anyhow::{Context, bail};
 use saheeli_protocol::TaskId;
 
 use crate::cli::PromptArgs;
 use crate::config::Config;
 use crate::spec::TaskSpec;
-use crate::store::{ParentBudget, SpawnAsk, Spawned};
+use crate::store::{ParentBudget, SpawnAsk, Spawned, StoreError};
 
 use super::*;
 
 /// Queues `spec` (from `prompt`) as a child of `parent` (an id or a
-/// unique prefix); returns the new id.
+/// unique prefix); returns the new id. A parent that is not there, or
+/// that cannot take the child, is the request's fault.
 pub(crate) async fn submit_child(
     cfg: &Config,
     prompt: &Path,
     spec: TaskSpec,
     args: &PromptArgs,
     parent: &str,
-) -> anyhow::Result<TaskId> {
+) -> Result<TaskId, CommandError> {
     let id = TaskId::new();
     crate::spec::require_image(cfg, prompt, &spec.agent).await?;
-    let parent_row = open_store(cfg)?
+    let parent_row = match open_store(cfg)
+        .map_err(CommandError::Internal)?
         .require(parent)
-        .with_context(|| format!("the parent task `{parent}`"))?;
-    let packed = match &spec.workspace {
-        Some(ws) => {
-            crate::inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)?;
-            let (cfg, ws) = (cfg.clone(), ws.clone());
-            let include_ignored = spec.workspace_include_ignored;
-            let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, include_ignored))
-                .await
-                .context("packing thread panicked")??;
-            Some(tar)
+    {
+        Ok(row) => row,
+        Err(e @ (StoreError::TaskNotFound(_) | StoreError::Ambiguous { .. })) => {
+            let e = anyhow::Error::from(e).context(format!("the parent task `{parent}`"));
+            return Err(CommandError::Refused(e));
         }
-        None => None,
+        Err(e) => return Err(e.into()),
     };
+    let packed = pack_submitted(cfg, prompt, &spec, args, id).await?;
     let ask = SpawnAsk {
         parent: parent_row.id,
         call_id: None,
@@ -55,17 +52,15 @@ pub(crate) async fn submit_child(
         want_cost: None,
     };
     let priority = args.priority.or(spec.priority).unwrap_or(0);
-    let queued = open_store(cfg).and_then(|mut store| {
-        store
-            .spawn_child(id, spec, priority, &ask)
-            .map_err(anyhow::Error::from)
-    });
+    let queued = open_store(cfg)
+        .map_err(CommandError::Internal)
+        .and_then(|mut store| Ok(store.spawn_child(id, spec, priority, &ask)?));
     let outcome = match queued {
         Ok(Spawned::New { id, .. }) => Ok(id),
-        Ok(Spawned::Refused(why)) => Err(anyhow::anyhow!(
+        Ok(Spawned::Refused(why)) => Err(CommandError::Refused(anyhow::anyhow!(
             "task {} cannot take this child: {why}",
             parent_row.id
-        )),
+        ))),
         Ok(Spawned::Again(_)) => unreachable!("a person's submit has no call id"),
         Err(e) => Err(e),
     };
@@ -78,5 +73,5 @@ pub(crate) async fn submit_child(
             parent_row.id, parent_row.state
         );
     }
-    outcome.or_else(|e| bail!("{e:#}"))
+    outcome
 }

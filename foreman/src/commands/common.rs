@@ -15,6 +15,8 @@ use crate::state::TaskState;
 use crate::store::Store;
 use saheeli_protocol::template::Parameter;
 
+use super::CommandError;
+
 /// Opens the database named by the config, creating its directory.
 pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
     let path = cfg.database();
@@ -90,11 +92,6 @@ pub(crate) fn open_existing_store(cfg: &Config) -> anyhow::Result<Store> {
     open_store(cfg)
 }
 
-/// A request the task's state does not allow (the HTTP API answers 409).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct WrongState(pub String);
-
 pub(super) fn exit_for(state: TaskState) -> ExitCode {
     match state {
         TaskState::Complete => ExitCode::SUCCESS,
@@ -155,17 +152,21 @@ fn ask_parameter(p: &Parameter, dir: &Path) -> anyhow::Result<String> {
 }
 
 /// The task a prompt's text makes, as if it were the file `prompt`
-/// (the HTTP API's submit; nothing written).
+/// (the HTTP API's submit; nothing written). A prompt that does not
+/// validate is refused.
 pub(crate) fn spec_for_text(
     cfg: &Config,
     prompt: &Path,
     text: &str,
     args: &PromptArgs,
-) -> anyhow::Result<TaskSpec> {
+) -> Result<TaskSpec, CommandError> {
     if let Some(problem) = cfg.file.swarm_image_problem() {
-        anyhow::bail!("{}: {problem}", cfg.describe_source());
+        // The serving foreman's configuration, not the request's.
+        let e = anyhow::anyhow!("{}: {problem}", cfg.describe_source());
+        return Err(CommandError::Internal(e));
     }
-    let mut spec = TaskSpec::from_text(cfg, prompt, text, &args.params)?;
+    let mut spec =
+        TaskSpec::from_text(cfg, prompt, text, &args.params).map_err(CommandError::Refused)?;
     spec.no_human |= args.no_human;
     spec.plan_only = args.plan_only;
     Ok(spec)
@@ -178,7 +179,7 @@ pub(super) async fn submit_prompt(
     args: &PromptArgs,
 ) -> anyhow::Result<TaskId> {
     let spec = spec_for(cfg, prompt, args)?;
-    submit_spec(cfg, prompt, spec, args).await
+    Ok(submit_spec(cfg, prompt, spec, args).await?)
 }
 
 /// Queues a checked task from the prompt `prompt` (the CLI's file, or the
@@ -189,38 +190,45 @@ pub(crate) async fn submit_spec(
     prompt: &Path,
     spec: TaskSpec,
     args: &PromptArgs,
-) -> anyhow::Result<TaskId> {
+) -> Result<TaskId, CommandError> {
     let id = TaskId::new();
     crate::spec::require_image(cfg, prompt, &spec.agent).await?;
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.
-    let packed = match &spec.workspace {
-        Some(ws) => {
-            inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)?;
-            let (cfg, ws) = (cfg.clone(), ws.clone());
-            let include_ignored = spec.workspace_include_ignored;
-            let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, include_ignored))
-                .await
-                .context("packing thread panicked")??;
-            Some(tar)
-        }
-        None => None,
-    };
-    let queued = open_store(cfg).and_then(|mut store| {
-        store
-            .submit(
-                id,
-                &spec,
-                args.priority.or(spec.priority).unwrap_or(0),
-                None,
-                1,
-            )
-            .map_err(anyhow::Error::from)
-    });
+    let packed = pack_submitted(cfg, prompt, &spec, args, id).await?;
+    let queued = open_store(cfg)
+        .map_err(CommandError::Internal)
+        .and_then(|mut store| {
+            let priority = args.priority.or(spec.priority).unwrap_or(0);
+            Ok(store.submit(id, &spec, priority, None, 1)?)
+        });
     if let (Err(_), Some(tar)) = (&queued, packed) {
         let _ = std::fs::remove_file(tar);
     }
     queued.map(|()| id)
+}
+
+/// Checks the path of `spec`'s workspace, if it has one, and packs it as
+/// task `id`'s (off the async threads); returns the tar.
+pub(super) async fn pack_submitted(
+    cfg: &Config,
+    prompt: &Path,
+    spec: &TaskSpec,
+    args: &PromptArgs,
+    id: TaskId,
+) -> Result<Option<PathBuf>, CommandError> {
+    let Some(ws) = &spec.workspace else {
+        return Ok(None);
+    };
+    // A path the prompt named that is not fit to be a workspace.
+    inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)
+        .map_err(CommandError::Refused)?;
+    let (cfg, ws) = (cfg.clone(), ws.clone());
+    let include_ignored = spec.workspace_include_ignored;
+    let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, include_ignored))
+        .await
+        .map_err(|e| CommandError::panicked("packing", e))??;
+    Ok(Some(tar))
 }
 
 /// Packs `ws` as task `id`'s submitted workspace; returns the tar. Blocking.
@@ -229,14 +237,16 @@ pub(crate) fn pack(
     ws: &Path,
     id: TaskId,
     include_ignored: bool,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf, CommandError> {
     let opts = pack_options(cfg, include_ignored);
-    let tar = inputs::new_workspace_tar(&cfg.state_dir(), id).with_context(|| {
-        format!(
-            "creating the inputs directory in `{}`",
-            cfg.state_dir().display()
-        )
-    })?;
+    let tar = inputs::new_workspace_tar(&cfg.state_dir(), id)
+        .with_context(|| {
+            format!(
+                "creating the inputs directory in `{}`",
+                cfg.state_dir().display()
+            )
+        })
+        .map_err(CommandError::Internal)?;
     inputs::pack_workspace(ws, &tar, &opts)?;
     Ok(tar)
 }

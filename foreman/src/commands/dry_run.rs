@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::backend::EngineError;
 use crate::cli::PromptArgs;
 use crate::config::Config;
 use crate::output::{DryRunView, DryWorkspace};
@@ -82,9 +83,12 @@ async fn image_present(image: &str) -> Option<bool> {
             return None;
         }
     };
-    match docker::require_image(&docker, image).await {
+    match docker::require_image(&docker, image)
+        .await
+        .map_err(EngineError::of)
+    {
         Ok(()) => Some(true),
-        Err(e) if e.is::<docker::ImageMissing>() => {
+        Err(EngineError::ImageMissing(e)) => {
             eprintln!("warning: {e}; a real run fails until it is built");
             Some(false)
         }

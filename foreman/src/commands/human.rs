@@ -68,13 +68,13 @@ pub(crate) fn steer(
     id_or_prefix: &str,
     steer: Steer,
     by: &str,
-) -> anyhow::Result<String> {
+) -> Result<String, CommandError> {
     let t = store.require(id_or_prefix)?;
     let id = t.id;
     Ok(match steer {
         Steer::Reply(act) => {
             if let HumanAct::Answer(text) | HumanAct::Deny(text) = &act {
-                joined(std::slice::from_ref(text))?;
+                joined(std::slice::from_ref(text)).map_err(CommandError::Refused)?;
             }
             let waiting = store.reply(id, &act, by)?;
             let what = match (&waiting, &act) {
@@ -93,12 +93,15 @@ pub(crate) fn steer(
             };
             format!("{what} for {id}")
         }
-        Steer::Inject(text) => match store.inject(id, &joined(&[text])?, by)? {
-            Some(_) => {
-                format!("message queued for {id}: the model reads it before its next LLM call")
+        Steer::Inject(text) => {
+            let text = joined(&[text]).map_err(CommandError::Refused)?;
+            match store.inject(id, &text, by)? {
+                Some(_) => {
+                    format!("message queued for {id}: the model reads it before its next LLM call")
+                }
+                None => format!("unblocked {id}: the model reads your message and goes on"),
             }
-            None => format!("unblocked {id}: the model reads your message and goes on"),
-        },
+        }
         Steer::Pause => match store.request_pause(id, by)? {
             TaskState::Paused => format!("{id} is already paused"),
             _ => format!(
@@ -127,7 +130,11 @@ pub(crate) fn steer(
     })
 }
 
-fn cancel(cfg: &Config, store: &mut Store, id: saheeli_protocol::TaskId) -> anyhow::Result<String> {
+fn cancel(
+    cfg: &Config,
+    store: &mut Store,
+    id: saheeli_protocol::TaskId,
+) -> Result<String, CommandError> {
     Ok(match store.request_cancel(id)? {
         TaskState::Queued => {
             // It never starts: its submitted workspace is not needed.
@@ -141,10 +148,9 @@ fn cancel(cfg: &Config, store: &mut Store, id: saheeli_protocol::TaskId) -> anyh
             "cancel requested for {id}; the serving foreman stops it and collects its workspace"
         ),
         done => {
-            return Err(WrongState(format!(
+            return Err(CommandError::WrongState(format!(
                 "task `{id}` already ended ({done}); nothing to cancel"
-            ))
-            .into());
+            )));
         }
     })
 }

@@ -10,6 +10,7 @@ mod common;
 mod copy;
 mod doctor;
 mod dry_run;
+mod error;
 mod eval;
 mod eval_progress;
 mod eval_runs;
@@ -25,7 +26,9 @@ mod steps;
 mod task;
 mod trajectory;
 
-use common::{exit_for, open_existing_store, pack_options, spec_for, submit_prompt};
+use common::{
+    exit_for, open_existing_store, pack_options, pack_submitted, spec_for, submit_prompt,
+};
 use dry_run::dry_run;
 use serve::{context, signals};
 
@@ -33,9 +36,10 @@ pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
 pub(crate) use children::submit_child;
 pub(crate) use common::{
-    WrongState, open_store, pack, prepare_results_dir, secure_results, spec_for_text, submit_spec,
+    open_store, pack, prepare_results_dir, secure_results, spec_for_text, submit_spec,
 };
 pub(crate) use doctor::doctor;
+pub(crate) use error::CommandError;
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;

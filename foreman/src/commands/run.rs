@@ -233,13 +233,14 @@ fn prompt(cfg: &Config, id: TaskId, waiting: &saheeli_protocol::human::Waiting) 
     };
     let done = open_existing_store(cfg).and_then(|mut s| {
         let by = super::human::who();
-        super::human::steer(
+        let reply = super::human::Steer::Reply(act);
+        Ok(super::human::steer(
             cfg,
             &mut s,
             &id.to_string(),
-            super::human::Steer::Reply(act),
+            reply,
             &by,
-        )
+        )?)
     });
     match done {
         Ok(msg) => eprintln!("{msg}"),

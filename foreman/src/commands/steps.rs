@@ -9,26 +9,28 @@ use saheeli_protocol::template::Position;
 use crate::state::TaskState;
 use crate::store::{Store, TaskRow};
 
+use super::CommandError;
+
 /// The name of one of the task's steps, or an error listing them.
-fn known_step<'a>(t: &'a TaskRow, name: &str) -> anyhow::Result<&'a str> {
+fn known_step<'a>(t: &'a TaskRow, name: &str) -> Result<&'a str, CommandError> {
     let names: Vec<&str> = t.spec.steps.iter().map(|s| s.name.as_str()).collect();
     if names.is_empty() {
-        anyhow::bail!(
+        return Err(CommandError::Refused(anyhow::anyhow!(
             "task `{}` has no template steps (its prompt declares no `steps:`)",
             t.id
-        );
+        )));
     }
     names
         .iter()
         .find(|n| **n == name.trim())
         .copied()
         .ok_or_else(|| {
-            anyhow::anyhow!(
+            CommandError::Refused(anyhow::anyhow!(
                 "task `{}` has no step `{}`; its steps are: {}",
                 t.id,
                 crate::output::clean(name),
                 names.join(", ")
-            )
+            ))
         })
 }
 
@@ -39,7 +41,7 @@ pub(super) fn breakpoint(
     position: Position,
     active: bool,
     by: &str,
-) -> anyhow::Result<String> {
+) -> Result<String, CommandError> {
     let name = known_step(t, step)?;
     store.set_breakpoint(t.id, name, position, active, by)?;
     let pos = position.as_str();
@@ -60,10 +62,10 @@ pub(super) fn step_override(
     state: crate::cli::StepOverrideState,
     reason: &str,
     by: &str,
-) -> anyhow::Result<String> {
+) -> Result<String, CommandError> {
     let name = known_step(t, step)?;
     let reason = super::human::joined(&[reason.to_string()])
-        .map_err(|_| anyhow::anyhow!("`--reason` is empty; say why"))?;
+        .map_err(|_| CommandError::Refused(anyhow::anyhow!("`--reason` is empty; say why")))?;
     let was = store.step_override(t.id, name, state.as_str(), &reason, by)?;
     let told = if was == TaskState::Blocked {
         "the task is unblocked with it"
@@ -77,13 +79,13 @@ pub(super) fn step_override(
     ))
 }
 
-pub(super) fn step(store: &mut Store, t: &TaskRow, by: &str) -> anyhow::Result<String> {
+pub(super) fn step(store: &mut Store, t: &TaskRow, by: &str) -> Result<String, CommandError> {
     if t.spec.steps.is_empty() {
-        anyhow::bail!(
+        return Err(CommandError::Refused(anyhow::anyhow!(
             "task `{}` has no template steps to step through; use `saheeli task resume {}`",
             t.id,
             t.id
-        );
+        )));
     }
     Ok(match store.step_through(t.id, by)? {
         TaskState::Paused => format!(

@@ -13,7 +13,7 @@ use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArg
 use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
-use crate::store::TaskRow;
+use crate::store::{StoreError, TaskRow};
 use crate::{collect, inputs};
 
 use super::*;
@@ -179,7 +179,7 @@ pub(crate) fn task_view(
     store: &crate::store::Store,
     id_or_prefix: &str,
     page: EventPage,
-) -> anyhow::Result<TaskView> {
+) -> Result<TaskView, StoreError> {
     let t = store.require(id_or_prefix)?;
     let (mut events, total) = store.events_page(t.id, page.before, page.limit)?;
     // Older ones exist when the page is full and its oldest is not the first.
@@ -410,17 +410,16 @@ pub(crate) struct Retried {
 
 /// Queues an ended task's prompt again as a new task (`task retry`, and
 /// the HTTP API's retry).
-pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> anyhow::Result<Retried> {
-    let mut store = open_existing_store(cfg)?;
+pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> Result<Retried, CommandError> {
+    let mut store = open_existing_store(cfg).map_err(CommandError::Internal)?;
     let old: TaskRow = store.require(id_or_prefix)?;
     if !old.state.is_terminal() {
-        return Err(WrongState(format!(
+        return Err(CommandError::WrongState(format!(
             "task `{}` is {}; only an ended task can be retried (wait for it, or `saheeli task cancel {}` first)",
             old.id,
             old.state,
             old.id.short()
-        ))
-        .into());
+        )));
     }
     let id = TaskId::new();
     let state_dir = cfg.state_dir();
@@ -430,14 +429,15 @@ pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> anyhow::Resu
         let (from, state_dir) = (old.id, state_dir.clone());
         tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, from, id))
             .await
-            .context("copying thread panicked")??;
+            .map_err(|e| CommandError::panicked("copying", e))?
+            .map_err(CommandError::Internal)?;
     } else if let Some(ws) = &old.spec.workspace {
         // The submitted copy is deleted once a task's workspace is
         // collected: copy the directory again, under the same rules.
         let (cfg2, ws2, include) = (cfg.clone(), ws.clone(), old.spec.workspace_include_ignored);
         tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, id, include))
             .await
-            .context("packing thread panicked")??;
+            .map_err(|e| CommandError::panicked("packing", e))??;
         note = Some(format!(
             "task `{}` has run, so its submitted workspace is gone; copied `{}` again as it is now",
             old.id,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::state::TaskState;
-use crate::store::{Store, TaskRow};
+use crate::store::{Store, StoreError, TaskRow};
 
 /// One child as its parent's `--json` shows it (its last attempt).
 #[derive(Debug, Serialize)]
@@ -51,7 +51,7 @@ impl TreeTotals {
 /// (None, None, None for a task with neither).
 pub(crate) type Family = (Option<String>, Option<Vec<ChildView>>, Option<TreeTotals>);
 
-pub(crate) fn family(store: &Store, t: &TaskRow) -> anyhow::Result<Family> {
+pub(crate) fn family(store: &Store, t: &TaskRow) -> Result<Family, StoreError> {
     let parent = store.parent_of(t.id)?.map(|p| p.to_string());
     let children = store.children(t.id)?;
     if children.is_empty() {
@@ -79,7 +79,7 @@ pub(crate) fn family(store: &Store, t: &TaskRow) -> anyhow::Result<Family> {
 }
 
 /// The totals of `t` and every descendant (each one's last attempt).
-pub(crate) fn totals(store: &Store, t: &TaskRow) -> anyhow::Result<TreeTotals> {
+pub(crate) fn totals(store: &Store, t: &TaskRow) -> Result<TreeTotals, StoreError> {
     let mut sum = TreeTotals::default();
     sum.add(t);
     for (id, _) in store.descendants(t.id)? {

@@ -13,6 +13,7 @@ use std::path::Path;
 use anyhow::bail;
 use saheeli_protocol::{Agent, AgentName};
 
+use crate::backend::EngineError;
 use crate::config::{Config, ProviderKind};
 
 /// The agent a task runs with, checked; `fm` is the front-matter's `agent`.
@@ -96,22 +97,34 @@ pub(crate) async fn require_image(
     cfg: &Config,
     prompt: &Path,
     agent: &Agent,
-) -> anyhow::Result<()> {
+) -> Result<(), EngineError> {
     if agent.is_builtin() {
         return Ok(());
     }
     let image = image_for(cfg, agent);
-    let docker = crate::docker::connect().await?;
+    let docker = crate::docker::connect().await.map_err(EngineError::of)?;
     if let Err(e) = crate::docker::require_image(&docker, &image).await {
         let build = match agent {
             Agent::Named(n) => format!("build it with `saheeli build-servo --agent {n}`"),
             Agent::Custom(_) => "build it, or set `agent.image`".to_string(),
         };
-        bail!(
-            "{}: `agent` is `{}`, whose image `{image}` is not available ({e:#}); {build}",
-            prompt.display(),
-            agent.label()
-        );
+        let told = |e: &dyn std::fmt::Display| {
+            anyhow::anyhow!(
+                "{}: `agent` is `{}`, whose image `{image}` is not available ({e:#}); {build}",
+                prompt.display(),
+                agent.label()
+            )
+        };
+        // Sorted by the cause (the image is missing, or the daemon failed),
+        // told in the prompt's words.
+        return Err(match EngineError::of(e) {
+            EngineError::ImageMissing(e) => EngineError::ImageMissing(told(&e)),
+            EngineError::Unreachable { fault, error } => EngineError::Unreachable {
+                fault,
+                error: told(&error),
+            },
+            other => EngineError::Other(told(&other)),
+        });
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::cli::PromptArgs;
-use crate::commands::{self, Steer};
+use crate::commands::{self, CommandError, Steer};
 use crate::output::TaskView;
 use crate::state::TaskState;
 use crate::store::HumanAct;
@@ -36,7 +36,7 @@ fn who() -> String {
 /// idle warm servos; nulls when no foreman serves.
 pub(super) async fn foreman(State(web): State<Shared>) -> ApiResult<Json<Value>> {
     let since = crate::store::now_ms() - crate::metrics::ADMISSION_FRESH_MS;
-    let row = web.db(move |s| Ok(s.admission_since(since)?)).await?;
+    let row = web.db(move |s| s.admission_since(since)).await?;
     Ok(Json(json!({
         "line": row.as_ref().map(crate::output::admission_line),
         "pool_idle": row.and_then(|r| r.pool_idle),
@@ -100,9 +100,7 @@ pub(super) async fn list(
             "`limit` must be 1 to {MAX_LIMIT}"
         )));
     }
-    let rows = web
-        .db(move |s| Ok(s.list_where(state, since, limit)?))
-        .await?;
+    let rows = web.db(move |s| s.list_where(state, since, limit)).await?;
     Ok(Json(rows.iter().map(|t| TaskView::new(t, None)).collect()))
 }
 
@@ -341,7 +339,7 @@ pub(super) async fn act(
     let (message, view) = web
         .db(move |s| {
             let message = commands::steer(&cfg, s, &id, steer, &who())?;
-            Ok((
+            Ok::<_, CommandError>((
                 message,
                 commands::task_view(s, &id, commands::EventPage::newest())?,
             ))

@@ -4,12 +4,16 @@
 //! carries a `request_id`, logged with the failure, so a user's report can
 //! be matched to the foreman's log; a failure of Docker, SQLite, a thread
 //! or the disk is Saheeli's, never blamed on the request.
+//!
+//! Every cause arrives typed (`StoreError`, `DbError`, `DeskError`,
+//! `commands::CommandError`, sorted where it arose); nothing here reads an
+//! error's type back from a chain.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::commands::WrongState;
+use crate::commands::CommandError;
 use crate::store::{DbError, DeskError, StoreError};
 
 /// One refused or failed request.
@@ -78,54 +82,57 @@ fn store_status(e: &StoreError) -> (StatusCode, &'static str) {
     }
 }
 
-/// What the CLI would print as `error: …`, with the status its cause
-/// means. A plain message (a prompt that does not validate) is bad input.
-impl From<anyhow::Error> for ApiError {
-    fn from(e: anyhow::Error) -> ApiError {
-        let message = format!("{e:#}");
-        let (status, kind) = e
-            .chain()
-            .find_map(|cause| {
-                if let Some(s) = cause.downcast_ref::<StoreError>() {
-                    return Some(store_status(s));
-                }
-                if let Some(d) = cause.downcast_ref::<DbError>() {
-                    return Some(match d {
-                        DbError::Store(s) => store_status(s),
-                        DbError::Panicked(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-                    });
-                }
-                if let Some(d) = cause.downcast_ref::<DeskError>() {
-                    return Some(match d {
-                        DeskError::Store(s) => store_status(s),
-                        _ => (StatusCode::CONFLICT, "wrong_state"),
-                    });
-                }
-                cause
-                    .is::<WrongState>()
-                    .then_some((StatusCode::CONFLICT, "wrong_state"))
-            })
-            .or_else(|| {
-                e.chain()
-                    .any(ours)
-                    .then_some((StatusCode::INTERNAL_SERVER_ERROR, "internal"))
-            })
-            .unwrap_or((StatusCode::BAD_REQUEST, "bad_input"));
-        ApiError::new(status, kind, message)
+/// A cause and its causes, as the CLI prints them (`a: b: c`).
+fn told(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        message.push_str(": ");
+        message.push_str(&c.to_string());
+        cause = c.source();
+    }
+    message
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        let (status, kind) = store_status(&e);
+        ApiError::new(status, kind, told(&e))
     }
 }
 
-/// A cause that is Saheeli's (or its host's) failure, not the request's:
-/// the engine, the database, a thread, or the disk. A missing or invalid
-/// file the request named stays the request's.
-fn ours(cause: &(dyn std::error::Error + 'static)) -> bool {
-    if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-        use std::io::ErrorKind::*;
-        return !matches!(io.kind(), NotFound | InvalidInput | InvalidData);
+/// `Web::db`'s: the store's own status, or a dead thread (ours).
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> ApiError {
+        match e {
+            DbError::Store(s) => s.into(),
+            panicked @ DbError::Panicked(_) => ApiError::internal(told(&panicked)),
+        }
     }
-    cause.is::<bollard::errors::Error>()
-        || cause.is::<rusqlite::Error>()
-        || cause.is::<tokio::task::JoinError>()
+}
+
+/// A person's act the task cannot take now is a conflict with its state.
+impl From<DeskError> for ApiError {
+    fn from(e: DeskError) -> ApiError {
+        match e {
+            DeskError::Store(s) => s.into(),
+            other => ApiError::wrong_state(told(&other)),
+        }
+    }
+}
+
+/// What the CLI would print as `error: …`, with the status its cause
+/// means (sorted where it arose: see `commands::CommandError`).
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> ApiError {
+        match e {
+            CommandError::Store(s) => s.into(),
+            CommandError::Desk(d) => d.into(),
+            CommandError::WrongState(m) => ApiError::wrong_state(m),
+            CommandError::Refused(e) => ApiError::bad_input(format!("{e:#}")),
+            CommandError::Internal(e) => ApiError::internal(format!("{e:#}")),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -142,61 +149,143 @@ impl IntoResponse for ApiError {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use saheeli_protocol::TaskId;
+
     use super::*;
+    use crate::backend::EngineError;
+    use crate::state::TaskState;
+    use crate::store::Store;
+
+    const INTERNAL: (StatusCode, &str) = (StatusCode::INTERNAL_SERVER_ERROR, "internal");
+
+    fn of(e: impl Into<ApiError>) -> (StatusCode, &'static str) {
+        let e = e.into();
+        (e.status, e.kind)
+    }
 
     #[test]
     fn causes_map_to_statuses() {
-        let e: ApiError = anyhow::Error::from(StoreError::TaskNotFound("x".into())).into();
-        assert_eq!((e.status, e.kind), (StatusCode::NOT_FOUND, "not_found"));
-        let e: ApiError = anyhow::Error::from(WrongState("ended".into()))
-            .context("cancelling")
-            .into();
-        assert_eq!(e.status, StatusCode::CONFLICT);
-        assert!(e.message.contains("cancelling: ended"), "{}", e.message);
-        let e: ApiError = anyhow::anyhow!("prompt.md:2: unknown field `modle`").into();
-        assert_eq!((e.status, e.kind), (StatusCode::BAD_REQUEST, "bad_input"));
+        let id = TaskId::new();
+        let cases: Vec<(StoreError, u16)> = vec![
+            (StoreError::TaskNotFound("x".into()), 404),
+            (
+                StoreError::BadOverride {
+                    id,
+                    to: TaskState::Failed,
+                },
+                400,
+            ),
+            (StoreError::LeaseLost(id), 409),
+            (
+                StoreError::NotEnded {
+                    id,
+                    state: TaskState::Running,
+                },
+                409,
+            ),
+            (StoreError::GatewayCap(id), 429),
+            (StoreError::Sqlite(rusqlite::Error::InvalidQuery), 500),
+        ];
+        for (e, status) in cases {
+            let told = e.to_string();
+            let e = ApiError::from(CommandError::Store(e));
+            assert_eq!(e.status.as_u16(), status, "{told}");
+            assert!(e.message.starts_with(&told), "{}", e.message);
+        }
+        let e = ApiError::from(CommandError::WrongState("task `x` already ended".into()));
+        assert_eq!((e.status, e.kind), (StatusCode::CONFLICT, "wrong_state"));
+        assert_eq!(e.message, "task `x` already ended");
+        let ended = DeskError::Ended {
+            id,
+            state: TaskState::Complete,
+        };
+        assert_eq!(of(ended), (StatusCode::CONFLICT, "wrong_state"));
+        let desk = DeskError::Store(StoreError::TaskNotFound("x".into()));
+        assert_eq!(
+            of(CommandError::Desk(desk)),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+        let e = CommandError::Refused(anyhow::anyhow!("prompt.md:2: unknown field `modle`"));
+        assert_eq!(of(e), (StatusCode::BAD_REQUEST, "bad_input"));
     }
 
     #[test]
     fn failures_of_the_host_are_ours_not_the_callers() {
         let disk = std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left");
-        let e: ApiError = anyhow::Error::from(disk)
-            .context("saving the workspace")
-            .into();
-        assert_eq!(
-            (e.status, e.kind),
-            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
-        );
-        let db = rusqlite::Error::InvalidQuery;
-        let e: ApiError = anyhow::Error::from(db).context("listing").into();
-        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
-        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no prompt.md");
-        let e: ApiError = anyhow::Error::from(missing).into();
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let packing = crate::inputs::PackError::Io {
+            dir: "ws".into(),
+            source: disk,
+        };
+        let e = ApiError::from(CommandError::from(packing));
+        assert_eq!((e.status, e.kind), INTERNAL);
+        assert!(e.message.contains("no space left"), "{}", e.message);
+        let db = StoreError::Sqlite(rusqlite::Error::InvalidQuery);
+        assert_eq!(of(DbError::from(db)), INTERNAL);
+        // A file the prompt names that is not there is the request's.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::config::Config {
+            source: None,
+            base_dir: dir.path().to_path_buf(),
+            file: Default::default(),
+            set_keys: Default::default(),
+        };
+        let text = "---\nmodel: replay:missing.json\n---\nDo X.\n";
+        let prompt = dir.path().join("prompt.md");
+        let args = crate::cli::PromptArgs::default();
+        let e =
+            ApiError::from(crate::commands::spec_for_text(&cfg, &prompt, text, &args).unwrap_err());
+        assert_eq!((e.status, e.kind), (StatusCode::BAD_REQUEST, "bad_input"));
+        assert!(e.message.contains("missing.json"), "{}", e.message);
     }
 
     #[tokio::test]
     async fn docker_a_dead_thread_and_the_database_thread_are_ours() {
-        let internal = (StatusCode::INTERNAL_SERVER_ERROR, "internal");
         let docker = bollard::errors::Error::DockerResponseServerError {
             status_code: 500,
             message: "the daemon failed".into(),
         };
-        let e: ApiError = anyhow::Error::from(docker)
-            .context("inspecting the container")
-            .into();
-        assert_eq!((e.status, e.kind), internal);
+        let docker = anyhow::Error::from(docker).context("inspecting the image");
+        let e = ApiError::from(CommandError::from(EngineError::of(docker)));
+        assert_eq!((e.status, e.kind), INTERNAL);
         assert!(e.message.contains("the daemon failed"), "{}", e.message);
         let joined = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
-        let e: ApiError = anyhow::Error::from(joined).into();
-        assert_eq!((e.status, e.kind), internal);
+        assert_eq!(of(CommandError::panicked("packing", joined)), INTERNAL);
         let joined = tokio::spawn(async { panic!("boom") }).await.unwrap_err();
-        let e: ApiError = anyhow::Error::from(DbError::from(joined)).into();
-        assert_eq!((e.status, e.kind), internal);
+        assert_eq!(of(DbError::from(joined)), INTERNAL);
         // A store error carried by `Ctx::db`'s error keeps its own status.
-        let e: ApiError =
-            anyhow::Error::from(DbError::from(StoreError::TaskNotFound("x".into()))).into();
-        assert_eq!((e.status, e.kind), (StatusCode::NOT_FOUND, "not_found"));
+        let e = DbError::from(StoreError::TaskNotFound("x".into()));
+        assert_eq!(of(e), (StatusCode::NOT_FOUND, "not_found"));
+        // A missing image an `agent:` names is the prompt's.
+        let missing = anyhow::Error::from(crate::docker::ImageMissing("x".into()));
+        let e = CommandError::from(EngineError::of(missing));
+        assert_eq!(of(e), (StatusCode::BAD_REQUEST, "bad_input"));
+    }
+
+    #[tokio::test]
+    async fn a_panicked_database_thread_is_a_500() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Mutex::new(Store::open(&dir.path().join("db")).unwrap()));
+        let e = super::super::server::on_db_thread(store.clone(), |_| -> Result<(), StoreError> {
+            panic!("the closure failed")
+        })
+        .await
+        .unwrap_err();
+        assert_eq!((e.status, e.kind), INTERNAL);
+        assert!(
+            e.message.contains("database thread panicked"),
+            "{}",
+            e.message
+        );
+        // The poisoned lock is taken over: the next operation runs.
+        let found = super::super::server::on_db_thread(store, |s| s.require("nope"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (found.status, found.kind),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
     }
 
     #[tokio::test]

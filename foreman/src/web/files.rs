@@ -38,7 +38,7 @@ fn dir_flags() -> OFlags {
 /// The results directory of an ended task (409 while it runs, 404 when
 /// nothing was collected).
 async fn results_dir(web: &Shared, id: String) -> ApiResult<(TaskRow, PathBuf)> {
-    let t = web.db(move |s| Ok(s.require(&id)?)).await?;
+    let t = web.db(move |s| s.require(&id)).await?;
     if !t.state.is_terminal() {
         return Err(ApiError::wrong_state(format!(
             "task `{}` is {}: its results are collected when it ends",

@@ -12,8 +12,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::events::Bus;
 use crate::reconciler::Ctx;
-use crate::store::Store;
+use crate::store::{DbError, Store};
 
+use super::error::ApiError;
 use super::{api, assets, auth, files, sse};
 
 /// Shortest token accepted: guessable tokens protect nothing.
@@ -99,19 +100,36 @@ pub(super) struct Web {
 pub(super) type Shared = Arc<Web>;
 
 impl Web {
-    /// Runs a store operation off the async threads.
-    pub async fn db<T: Send + 'static>(
+    /// Runs a store operation off the async threads; its error answers
+    /// with the status its cause means.
+    pub async fn db<T, E>(
         &self,
-        f: impl FnOnce(&mut Store) -> anyhow::Result<T> + Send + 'static,
-    ) -> anyhow::Result<T> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut s)
-        })
-        .await
-        .context("database thread panicked")?
+        f: impl FnOnce(&mut Store) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        E: Into<ApiError> + Send + 'static,
+    {
+        on_db_thread(self.store.clone(), f).await
     }
+}
+
+/// [`Web::db`]: a thread that panicked is Saheeli's failure (500).
+pub(super) async fn on_db_thread<T, E>(
+    store: Arc<Mutex<Store>>,
+    f: impl FnOnce(&mut Store) -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut s)
+    })
+    .await
+    .map_err(DbError::from)?
+    .map_err(Into::into)
 }
 
 /// Binds `settings.addr` (so `serve` fails at once when it cannot) and

@@ -36,6 +36,7 @@ use crate::docker;
 use crate::events::TaskEvent;
 use crate::output;
 use crate::state::TaskState;
+use crate::store::StoreError;
 
 use super::error::ApiError;
 use super::server::Shared;
@@ -94,7 +95,7 @@ pub(super) async fn all_events(
     let bus = web.bus.subscribe();
     let after = match after {
         Some(a) => a,
-        None => web.db(|s| Ok(s.last_event_seq()?)).await?,
+        None => web.db(|s| s.last_event_seq()).await?,
     };
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(feed_all(web, bus, after, tx));
@@ -117,7 +118,7 @@ async fn feed_all(
     loop {
         // Catch up from the trail (at the start, and after falling behind).
         loop {
-            let Ok(rows) = web.db(move |s| Ok(s.events_after(after, 500)?)).await else {
+            let Ok(rows) = web.db(move |s| s.events_after(after, 500)).await else {
                 return;
             };
             if rows.is_empty() {
@@ -159,7 +160,7 @@ pub(super) async fn task_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = last_event_id(&headers)?.unwrap_or_default();
-    let id = web.db(move |s| Ok(s.require(&id)?.id)).await?;
+    let id = web.db(move |s| s.require(&id).map(|t| t.id)).await?;
     let (tx, rx) = mpsc::channel(64);
     let feed = TaskFeed {
         bus: web.bus.subscribe(),
@@ -249,7 +250,7 @@ impl TaskFeed {
             .web
             .db(move |s| {
                 let rows = s.task_events_after(id, after, 1000)?;
-                Ok((rows, s.require(&id.to_string())?.state))
+                Ok::<_, StoreError>((rows, s.require(&id.to_string())?.state))
             })
             .await
             .ok()?;
@@ -327,7 +328,7 @@ impl TaskFeed {
         let id = self.id;
         let Ok(Some(dir)) = self
             .web
-            .db(move |s| Ok(s.require(&id.to_string())?.results_path))
+            .db(move |s| s.require(&id.to_string()).map(|t| t.results_path))
             .await
         else {
             return true;
