@@ -23,6 +23,12 @@ RUN echo 'agent:x:1000:1000:agent:/tmp:/usr/sbin/nologin' >> /etc/passwd \
 # inherits this when it is first mounted.
 COPY --chown=999:1000 workspace/ /workspace/
 RUN chmod 1775 /workspace
+# The two mount points every task container gets that the base image
+# lacks: the gateway's directory and the init Docker binds in. Made here,
+# runc need not add them to each container's own layer at start (with
+# Docker's fuse-overlayfs driver, a copy-up of /run and /usr/sbin and two
+# new files on the host's disk per task).
+RUN mkdir -p /run/saheeli && touch /usr/sbin/docker-init
 # The foreman starts the container as root with CAP_SETUID/CAP_SETGID/CAP_KILL only
 # and SAHEELI_PRIVSEP=1; run by hand, the servo is the agent's user.
 USER 1000:1000
