@@ -191,7 +191,7 @@ pub(crate) fn present(state_dir: &Path) -> Vec<(TaskId, PathBuf)> {
 }
 
 /// Whether `path` is a mount point (its device differs from its parent's).
-fn is_mounted(path: &Path) -> anyhow::Result<bool> {
+pub(crate) fn is_mounted(path: &Path) -> anyhow::Result<bool> {
     use std::os::unix::fs::MetadataExt;
     let here = std::fs::symlink_metadata(path)
         .with_context(|| format!("inspecting `{}`", path.display()))?;

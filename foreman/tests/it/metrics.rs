@@ -295,4 +295,26 @@ fn a_serving_foreman_answers_get_metrics() {
         "no Docker latency recorded by the serving process:\n{}",
         res.body
     );
+    // What one cold task asks of Docker, and no more (at a thousand tasks
+    // every call is the daemon's time): a volume made and removed, a
+    // container made, started, inspected once (for the OOM flag) and
+    // removed once; its workspace mount is known without asking the volume.
+    let calls = |op: &str| {
+        get(
+            &m,
+            "saheeli_docker_operation_duration_seconds_count",
+            &[("operation", op)],
+        )
+    };
+    for (op, n) in [
+        ("create_volume", 1.0),
+        ("create_container", 1.0),
+        ("start", 1.0),
+        ("inspect", 1.0),
+        ("remove_container", 1.0),
+        ("remove_volume", 1.0),
+        ("inspect_volume", 0.0),
+    ] {
+        assert_eq!(calls(op), n, "Docker `{op}` calls for one task:\n{}", res.body);
+    }
 }

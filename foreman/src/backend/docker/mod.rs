@@ -35,5 +35,5 @@ pub(crate) use verify::{
 };
 pub(crate) use volume::{
     create_volume, create_volume_as, local_volume_dir, local_volume_dir_named, remove_volume,
-    volume_name,
+    remove_volume_binding, volume_name,
 };

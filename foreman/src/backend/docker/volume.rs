@@ -99,10 +99,23 @@ pub(crate) async fn local_volume_dir_named(
 /// Removes a named volume, and the workspace image it binds if any;
 /// absent is fine.
 pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result<()> {
-    let bound = inspect_volume(docker, name)
-        .await
-        .ok()
-        .and_then(|v| bound_workspace(&v));
+    remove_volume_binding(docker, name, None).await
+}
+
+/// [`remove_volume`], with the workspace image it binds when the caller
+/// knows it (one inspect less; None: the volume is asked).
+pub(crate) async fn remove_volume_binding(
+    docker: &Docker,
+    name: &str,
+    known: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let bound = match known {
+        Some(mnt) => Some(mnt),
+        None => inspect_volume(docker, name)
+            .await
+            .ok()
+            .and_then(|v| bound_workspace(&v)),
+    };
     // The mount goes first: a foreman stopped between the two steps
     // leaves a labelled volume that the sweeper finds (destroying is
     // idempotent), never a mount that nothing points at any more.

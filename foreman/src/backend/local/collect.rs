@@ -51,9 +51,15 @@ impl Local {
         let oom = docker::oom_killed(d, container).await;
         let started = Instant::now();
         let volume = servo.volume();
-        let collected = self.gather(id, container, &volume, dest).await;
+        let (collected, removed) = self.gather(id, container, &volume, dest).await;
         let took = started.elapsed();
-        self.cleanup(id, Some(container), &volume).await;
+        // Removed already for a local copy: not asked again.
+        let left = if removed {
+            vec![]
+        } else {
+            vec![container.to_string()]
+        };
+        self.remove_all(id, left, &volume).await;
         if servo.warm().is_some() {
             self.forget_warm(container);
         }
@@ -66,14 +72,15 @@ impl Local {
 
     /// Brings the workspace of a stopped servo into `dest`: straight from the
     /// volume's directory when it is on this host, else through the archive
-    /// API (asked again if the daemon restarts mid-stream).
+    /// API (asked again if the daemon restarts mid-stream). Says whether its
+    /// container is gone already (a local copy removes it first).
     pub(super) async fn gather(
         &self,
         id: TaskId,
         container: &str,
         volume: &str,
         dest: &std::path::Path,
-    ) -> anyhow::Result<collect::Collected> {
+    ) -> (anyhow::Result<collect::Collected>, bool) {
         let d = &self.docker;
         let secrets = self.secrets.to_vec();
         let cap = self.cfg.file.max_results_size.0;
@@ -83,13 +90,13 @@ impl Local {
         // gone (a removed container runs nothing that could swap an entry for
         // a link mid-walk; its named volume survives the removal).
         let local = match self.cfg.file.collection {
-            crate::config::Collection::Auto => docker::local_volume_dir_named(d, volume).await,
+            crate::config::Collection::Auto => self.volume_dir(volume).await,
             crate::config::Collection::Archive => None,
         };
         if let Some(src) = local
             && self.remove_containers(id, Some(container)).await
         {
-            return copy_local(id, src, dest, secrets, cap).await;
+            return (copy_local(id, src, dest, secrets, cap).await, true);
         }
         // A container that would not go away is read through the API.
         let started = Instant::now();
@@ -101,7 +108,33 @@ impl Local {
             }
             collected = collect_workspace(d, container, dest.clone(), secrets.clone(), cap).await;
         }
-        measured(CollectPath::Archive, started, collected)
+        (measured(CollectPath::Archive, started, collected), false)
+    }
+
+    /// The host directory of volume `name`: the workspace image this
+    /// foreman mounted for it when it is there (no call to the daemon: two
+    /// fewer per task at a thousand tasks), else as the daemon says.
+    pub(super) async fn volume_dir(&self, name: &str) -> Option<PathBuf> {
+        match self.workspace_mount(name) {
+            Some(mnt) => Some(mnt),
+            None => docker::local_volume_dir_named(&self.docker, name).await,
+        }
+    }
+
+    /// The mounted workspace image of a task's or warm servo's volume
+    /// `name`, where this foreman makes them (see `crate::disk`).
+    fn workspace_mount(&self, name: &str) -> Option<PathBuf> {
+        // Loop mounts need a daemon on this host (`disk::preflight`).
+        if self.cfg.file.limits.disk_enforcement != crate::config::DiskEnforcement::Loop {
+            return None;
+        }
+        let id = name
+            .strip_prefix(super::POOL_PREFIX)
+            .or_else(|| name.strip_prefix("saheeli-"))?
+            .parse::<TaskId>()
+            .ok()?;
+        let mnt = crate::disk::task_dir(&self.cfg.state_dir(), id).join("mnt");
+        crate::disk::is_mounted(&mnt).ok()?.then_some(mnt)
     }
 }
 
@@ -161,21 +194,27 @@ impl Local {
 
     /// Removes the task's containers and its volume `volume`.
     pub(super) async fn cleanup(&self, id: TaskId, known: Option<&str>, volume: &str) {
-        let d = &self.docker;
-        // Known ids and names are removed without listing (see
-        // `remove_containers`); the sweeper finds anything a crash left.
         let containers = match known {
             Some(c) => vec![c.to_string()],
-            None => docker::every_task_container(d, id)
+            None => docker::every_task_container(&self.docker, id)
                 .await
                 .unwrap_or_default(),
         };
+        self.remove_all(id, containers, volume).await;
+    }
+
+    /// Removes `containers` (ids or names; known ones are removed without
+    /// listing, see `remove_containers`: the sweeper finds anything a crash
+    /// left) and the volume `volume`.
+    async fn remove_all(&self, id: TaskId, containers: Vec<String>, volume: &str) {
+        let d = &self.docker;
         for c in containers {
             if let Err(e) = docker::remove_container(d, &c).await {
                 warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
             }
         }
-        if let Err(e) = docker::remove_volume(d, volume).await {
+        let bound = self.workspace_mount(volume);
+        if let Err(e) = docker::remove_volume_binding(d, volume, bound).await {
             warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
         }
         if let Some(dir) = super::pool::socket_name(volume) {

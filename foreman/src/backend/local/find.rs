@@ -128,10 +128,11 @@ impl Local {
         )
         .await;
         let (collected, known) = match created {
-            Ok(cid) => (
-                self.gather(id, &cid, &docker::volume_name(id), dest).await,
-                Some(cid),
-            ),
+            Ok(cid) => {
+                let (collected, removed) =
+                    self.gather(id, &cid, &docker::volume_name(id), dest).await;
+                (collected, (!removed).then_some(cid))
+            }
             Err(e) => (Err(e), None),
         };
         self.cleanup(id, known.as_deref(), &docker::volume_name(id))
