@@ -315,6 +315,11 @@ fn a_serving_foreman_answers_get_metrics() {
         ("remove_volume", 1.0),
         ("inspect_volume", 0.0),
     ] {
-        assert_eq!(calls(op), n, "Docker `{op}` calls for one task:\n{}", res.body);
+        assert_eq!(
+            calls(op),
+            n,
+            "Docker `{op}` calls for one task:\n{}",
+            res.body
+        );
     }
 }
