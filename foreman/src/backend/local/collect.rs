@@ -206,7 +206,7 @@ impl Local {
     /// Removes `containers` (ids or names; known ones are removed without
     /// listing, see `remove_containers`: the sweeper finds anything a crash
     /// left) and the volume `volume`.
-    async fn remove_all(&self, id: TaskId, containers: Vec<String>, volume: &str) {
+    pub(super) async fn remove_all(&self, id: TaskId, containers: Vec<String>, volume: &str) {
         let d = &self.docker;
         for c in containers {
             if let Err(e) = docker::remove_container(d, &c).await {

@@ -127,17 +127,20 @@ impl Local {
             None,
         )
         .await;
-        let (collected, known) = match created {
+        let volume = docker::volume_name(id);
+        match created {
             Ok(cid) => {
-                let (collected, removed) =
-                    self.gather(id, &cid, &docker::volume_name(id), dest).await;
-                (collected, (!removed).then_some(cid))
+                let (collected, removed) = self.gather(id, &cid, &volume, dest).await;
+                // Removed already for a local copy: not asked again.
+                let left = if removed { vec![] } else { vec![cid] };
+                self.remove_all(id, left, &volume).await;
+                collected
             }
-            Err(e) => (Err(e), None),
-        };
-        self.cleanup(id, known.as_deref(), &docker::volume_name(id))
-            .await;
-        collected
+            Err(e) => {
+                self.cleanup(id, None, &volume).await;
+                Err(e)
+            }
+        }
     }
 
     /// Removes what a launch made (`keep_workspace`: not the volume, all
