@@ -11,14 +11,17 @@
 //! <state_dir>/workspaces/            0700, root's
 //!   <task_id>/disk.img               the sparse image: never more than its size on disk
 //!   <task_id>/mnt/                   its mount point, bound into the container
+//!   p-<slot hex>/                    the same, of a warm servo (issue 28)
 //! ```
 //!
-//! The task's Docker volume is a `local` volume that binds `mnt/`, so it
-//! keeps its label (the sweeper and `gc` find it) and records the path
-//! (adoption after a foreman restart finds the mount, which outlives the
-//! process). Collection reads `mnt/`, which stays mounted after the
-//! container stops (the driver's bind of it is what goes away);
-//! [`destroy`] unmounts and deletes it once the volume is removed.
+//! The container binds `mnt/` on /workspace directly: no Docker volume
+//! stands between them (a volume costs the daemon two calls, a mount and
+//! its own files per task). The directory is the workspace's record: its
+//! name is the task's id (or the warm slot's), so the sweeper and `gc` find
+//! what a crash left with [`present`] and [`present_slots`], and adoption
+//! after a foreman restart finds the mount, which outlives the process.
+//! Collection reads `mnt/`, which stays mounted after the container goes;
+//! [`destroy`] unmounts and deletes it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,21 +29,21 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use saheeli_protocol::TaskId;
 
-use crate::config::{Config, DiskEnforcement};
-use crate::spec::TaskSpec;
-
-/// The state directory and size of a task's workspace image, when the disk
-/// limit is enforced (None: a plain Docker volume, no size limit).
-pub(crate) fn for_task(cfg: &Config, spec: &TaskSpec) -> Option<(PathBuf, u64)> {
-    match cfg.file.limits.disk_enforcement {
-        DiskEnforcement::Loop => Some((cfg.state_dir(), spec.disk.unwrap_or(cfg.file.task.disk.0))),
-        DiskEnforcement::Off => None,
-    }
-}
-
 /// Where a task's image and mount point live.
 pub(crate) fn task_dir(state_dir: &Path, id: TaskId) -> PathBuf {
     state_dir.join("workspaces").join(id.to_string())
+}
+
+/// Where a warm servo's image and mount point live: `slot` is its socket
+/// directory's name (`p-<hex>`), never a task's id.
+pub(crate) fn slot_dir(state_dir: &Path, slot: &str) -> PathBuf {
+    state_dir.join("workspaces").join(slot)
+}
+
+/// Whether `name` is a warm slot's directory name: `p-` and 32 hex digits.
+pub(crate) fn is_slot(name: &str) -> bool {
+    name.strip_prefix("p-")
+        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Whether this process can make loop mounts that the Docker daemon sees:
@@ -94,10 +97,11 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Makes and mounts a task's workspace of `bytes`; returns the mount point,
-/// owned by the servo's user (1000) and empty. Idempotent: an existing
-/// mount is kept (a foreman retrying a launch).
-pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result<PathBuf> {
+/// Makes and mounts a workspace of `bytes` in `dir` ([`task_dir`] or
+/// [`slot_dir`] under `state_dir`); returns the mount point, owned by the
+/// servo's user (1000) and empty. Idempotent: an existing mount is kept
+/// (a foreman retrying a launch).
+pub(crate) fn create_at(state_dir: &Path, dir: PathBuf, bytes: u64) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let root = state_dir.join("workspaces");
     std::fs::DirBuilder::new()
@@ -108,7 +112,6 @@ pub(crate) fn create(state_dir: &Path, id: TaskId, bytes: u64) -> anyhow::Result
     // Only root may look in: the images hold other tasks' workspaces.
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("restricting `{}`", root.display()))?;
-    let dir = task_dir(state_dir, id);
     let image = dir.join("disk.img");
     let mnt = dir.join("mnt");
     std::fs::DirBuilder::new()
@@ -190,6 +193,29 @@ pub(crate) fn present(state_dir: &Path) -> Vec<(TaskId, PathBuf)> {
         .collect()
 }
 
+/// The warm slots' workspaces present under `state_dir`: slot name
+/// (`p-<hex>`), mount point, and how long ago the directory was made or
+/// last changed (a slot being made has its directory a moment before its
+/// container: only an old one without a container is left over).
+pub(crate) fn present_slots(state_dir: &Path) -> Vec<(String, PathBuf, std::time::Duration)> {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("workspaces")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_str().filter(|n| is_slot(n))?.to_string();
+            let age = e
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            Some((name, e.path().join("mnt"), age))
+        })
+        .collect()
+}
+
 /// Whether `path` is a mount point (its device differs from its parent's).
 pub(crate) fn is_mounted(path: &Path) -> anyhow::Result<bool> {
     use std::os::unix::fs::MetadataExt;
@@ -202,15 +228,16 @@ pub(crate) fn is_mounted(path: &Path) -> anyhow::Result<bool> {
 }
 
 /// Unmounts a task's workspace and deletes its image. `mnt` must be a
-/// `<task_id>/mnt` directory made by [`create`]; anything else is refused
-/// (the path comes from a Docker volume's options). Absent is fine.
+/// `<task_id>/mnt` or `p-<hex>/mnt` directory made by [`create_at`];
+/// anything else is refused (the path may come from a Docker volume's
+/// options or a container's mounts). Absent is fine.
 pub(crate) fn destroy(mnt: &Path) -> anyhow::Result<()> {
     let dir = mnt.parent().context("a workspace mount has a parent")?;
     let ours = mnt.file_name().is_some_and(|n| n == "mnt")
         && dir
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.parse::<TaskId>().is_ok())
+            .is_some_and(|n| n.parse::<TaskId>().is_ok() || is_slot(n))
         && dir
             .parent()
             .and_then(Path::file_name)
@@ -249,8 +276,29 @@ mod tests {
 
     #[test]
     fn destroy_refuses_paths_it_did_not_make() {
-        for p in ["/etc", "/tmp/x/mnt", "/tmp/workspaces/not-an-id/mnt"] {
+        for p in [
+            "/etc",
+            "/tmp/x/mnt",
+            "/tmp/workspaces/not-an-id/mnt",
+            "/tmp/workspaces/p-../mnt",
+            "/tmp/workspaces/p-0123456789abcdef0123456789abcdeg/mnt",
+            "/tmp/elsewhere/p-0123456789abcdef0123456789abcdef/mnt",
+        ] {
             assert!(destroy(Path::new(p)).is_err(), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_slot_directory_is_p_and_32_hex_digits_and_nothing_else() {
+        assert!(is_slot("p-0123456789abcdef0123456789abcdef"));
+        for bad in [
+            "p-",
+            "p-0123456789abcdef0123456789abcde",
+            "p-0123456789abcdef0123456789abcdef0",
+            "0191d3e2-aaaa-7bbb-8ccc-0123456789ab",
+            "p-../../etc",
+        ] {
+            assert!(!is_slot(bad), "{bad}");
         }
     }
 }

@@ -39,7 +39,8 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         removed += 1;
     }
-    // Workspace images whose volume is already gone.
+    // Workspace images (bound straight into a task's container; through a
+    // volume, listed above, by a foreman before issue 28's cut).
     for (id, mnt) in crate::disk::present(&cfg.state_dir()) {
         let task = id.to_string();
         if volumes.iter().any(|(_, t)| *t == task) || !ended(&task) {
@@ -61,6 +62,14 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         .chain(warm_volumes)
         .map(|o| o.name)
         .collect();
+    // Slot workspaces whose container is gone (a minute old at least: a
+    // serving foreman makes the directory just before the container).
+    names.extend(
+        crate::disk::present_slots(&cfg.state_dir())
+            .into_iter()
+            .filter(|(_, _, age)| *age >= crate::backend::ORPHAN_SLOT_AGE)
+            .filter_map(|(slot, _, _)| crate::backend::slot_of(&slot)),
+    );
     names.sort();
     names.dedup();
     for name in names {
@@ -69,7 +78,7 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         outln!("warm servo {name}");
         if !args.dry_run {
-            crate::backend::remove_warm(&d, &cfg.run_dir(), &name).await;
+            crate::backend::remove_warm(&d, cfg, &name, true).await;
         }
         removed += 1;
     }

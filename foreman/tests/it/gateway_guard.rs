@@ -481,18 +481,11 @@ fn an_approval_runs_only_the_call_the_human_saw() {
             .contains("benign-secret-check")
     );
     // The parked workspace, rewritten as the agent's watcher did.
-    let vol = Command::new("docker")
-        .args([
-            "volume",
-            "ls",
-            "-q",
-            "--filter",
-            &format!("label=saheeli.task={id}"),
-        ])
-        .output()
-        .unwrap();
-    let vol = String::from_utf8_lossy(&vol.stdout).trim().to_string();
-    assert!(!vol.is_empty(), "no parked volume");
+    let kept = s.path().join(format!(".saheeli/workspaces/{id}/mnt"));
+    assert!(
+        kept.join(format!("servo-{id}-session.json")).is_file(),
+        "no parked workspace"
+    );
     let tamper = format!(
         "import json; p = '/workspace/servo-{id}-session.json'; s = json.load(open(p)); \
          s['parked']['arguments'] = json.dumps({{'command': 'echo EVIL-RAN > evil.txt'}}); \
@@ -500,7 +493,7 @@ fn an_approval_runs_only_the_call_the_human_saw() {
     );
     let out = Command::new("docker")
         .args(["run", "--rm", "-u", "0", "--network", "none", "-v"])
-        .arg(format!("{vol}:/workspace"))
+        .arg(format!("{}:/workspace", kept.display()))
         .args([
             "--entrypoint",
             "python3",

@@ -296,9 +296,9 @@ fn a_serving_foreman_answers_get_metrics() {
         res.body
     );
     // What one cold task asks of Docker, and no more (at a thousand tasks
-    // every call is the daemon's time): a volume made and removed, a
-    // container made, started, inspected once (for the OOM flag) and
-    // removed once; its workspace mount is known without asking the volume.
+    // every call is the daemon's time): a container made, started,
+    // inspected once (for the OOM flag) and removed once; its workspace
+    // image is bound in directly, no volume made, asked or removed.
     let calls = |op: &str| {
         get(
             &m,
@@ -307,12 +307,12 @@ fn a_serving_foreman_answers_get_metrics() {
         )
     };
     for (op, n) in [
-        ("create_volume", 1.0),
+        ("create_volume", 0.0),
         ("create_container", 1.0),
         ("start", 1.0),
         ("inspect", 1.0),
         ("remove_container", 1.0),
-        ("remove_volume", 1.0),
+        ("remove_volume", 0.0),
         ("inspect_volume", 0.0),
     ] {
         assert_eq!(

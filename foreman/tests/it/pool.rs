@@ -47,10 +47,30 @@ fn warm(s: &Saheeli, running: bool) -> Vec<String> {
     lines(docker(&args))
 }
 
-/// The project's warm servos' volumes.
+/// The project's warm servos' workspaces: volumes (no disk limit) and
+/// images on this host (`.saheeli/workspaces/p-<hex>`), by servo name.
 fn warm_volumes(s: &Saheeli) -> Vec<String> {
     let label = format!("label=saheeli.pool={}", pool_db(s));
-    lines(docker(&["volume", "ls", "-q", "--filter", &label]))
+    let mut all = lines(docker(&["volume", "ls", "-q", "--filter", &label]));
+    if let Ok(dirs) = std::fs::read_dir(s.path().join(".saheeli/workspaces")) {
+        all.extend(dirs.filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(format!("saheeli-pool-{}", name.strip_prefix("p-")?))
+        }));
+    }
+    all
+}
+
+/// The type of a container's /workspace mount (`bind`, `volume`).
+fn workspace_type(c: &Value) -> String {
+    c["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/workspace")
+        .and_then(|m| m["Type"].as_str())
+        .unwrap_or("none")
+        .to_string()
 }
 
 fn inspect(container: &str) -> Value {
@@ -185,10 +205,22 @@ fn interrupt(mut serve: Child) {
 
 #[test]
 fn a_warm_task_is_a_cold_task_launched_sooner() {
+    warm_is_cold("", "bind");
+}
+
+/// With no size limit, warm and cold servos alike work on a named volume.
+#[test]
+fn without_a_disk_limit_a_warm_task_is_a_cold_task_on_a_volume() {
+    warm_is_cold("limits: { disk_enforcement: off }\n", "volume");
+}
+
+/// Warm and cold servos of projects configured with `extra` give the same
+/// results and hardening, their /workspace a `mount` mount.
+fn warm_is_cold(extra: &str, mount: &str) {
     require_docker();
-    let pool = Saheeli::with_config("pool:\n  - { size: 2, max_idle: 10m }\n");
+    let pool = Saheeli::with_config(&format!("pool:\n  - {{ size: 2, max_idle: 10m }}\n{extra}"));
     project(&pool, "");
-    let cold = Saheeli::new();
+    let cold = Saheeli::with_config(extra);
     project(&cold, "");
 
     // Cold: the same task, no pool; its container inspected while it runs.
@@ -209,6 +241,7 @@ fn a_warm_task_is_a_cold_task_launched_sooner() {
     }));
     let cold_inspect = inspect(&cold_container);
     assert!(drain.wait().unwrap().success());
+    assert_eq!(workspace_type(&cold_inspect), mount);
 
     // Warm: the pool fills, an idle servo is inspected, then claimed.
     let serving = serve(&pool);
@@ -319,12 +352,28 @@ fn an_idle_servo_that_dies_is_replaced_and_gc_removes_idle_ones() {
     let _ = serving.wait();
     let left = warm(&s, false);
     assert_eq!(left.len(), 2, "{left:?}");
+    // A crash between a slot's workspace and its container: the image is
+    // removed too, once it is too old to be one a serving foreman is
+    // making right now.
+    docker(&["rm", "-f", &left[1]]);
+    let hex = left[1].trim_start_matches("saheeli-pool-");
+    let slot = s.path().join(format!(".saheeli/workspaces/p-{hex}"));
+    assert!(slot.join("mnt/.").is_dir(), "{}", slot.display());
+    let dry = s.expect(&["gc", "--dry-run"], 0);
+    assert!(!dry.contains(&left[1]), "a young slot is left alone: {dry}");
+    let aged = std::process::Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(&slot)
+        .status()
+        .unwrap();
+    assert!(aged.success());
     let out = s.expect(&["gc"], 0);
     for name in &left {
         assert!(out.contains(&format!("warm servo {name}")), "{out}");
     }
     assert_eq!(warm(&s, false), Vec::<String>::new());
     assert_eq!(warm_volumes(&s), Vec::<String>::new());
+    assert!(!slot.exists(), "{}", slot.display());
 }
 
 #[test]

@@ -200,10 +200,17 @@ pub fn assert_nothing_queued(s: &Saheeli) {
     }
 }
 
-/// Labelled containers and volumes left for a task (must be none).
+/// Labelled containers and volumes left for a task, and its workspace
+/// image's mount on this host (must be none).
 pub fn leftovers(id: &str) -> Vec<String> {
     let label = format!("label=saheeli.task={id}");
-    let mut out = vec![];
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mut out: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.ends_with(&format!("/workspaces/{id}/mnt")))
+        .map(String::from)
+        .collect();
     for args in [
         vec!["ps", "-aq", "--filter", &label],
         vec!["volume", "ls", "-q", "--filter", &label],

@@ -9,8 +9,7 @@ use anyhow::Context;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
-    ResourcesUlimits,
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
@@ -44,7 +43,7 @@ pub(crate) async fn create_container(
     id: TaskId,
     spec: &TaskSpec,
     image: &str,
-    volume: &str,
+    workspace: &WorkspaceMount,
     gateway_dir: Option<&Path>,
     launch_env: Option<String>,
 ) -> anyhow::Result<String> {
@@ -58,7 +57,7 @@ pub(crate) async fn create_container(
             name: format!("saheeli-{id}"),
             labels: task_labels(id),
             image,
-            volume,
+            workspace,
             gateway_dir,
             env,
             network: spec.network,
@@ -77,7 +76,7 @@ pub(crate) struct ServoContainer<'a> {
     pub name: String,
     pub labels: HashMap<String, String>,
     pub image: &'a str,
-    pub volume: &'a str,
+    pub workspace: &'a WorkspaceMount,
     pub gateway_dir: Option<&'a Path>,
     /// Besides `HOME` and the separation flag every servo gets.
     pub env: Vec<String>,
@@ -93,7 +92,7 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         name,
         labels,
         image,
-        volume,
+        workspace,
         gateway_dir,
         mut env,
         network,
@@ -101,16 +100,7 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         cpus,
         pids,
     } = c;
-    let mut mounts = vec![Mount {
-        target: Some(paths::WORKSPACE.into()),
-        source: Some(volume.into()),
-        typ: Some(MountType::VOLUME),
-        volume_options: Some(MountVolumeOptions {
-            labels: Some(labels.clone()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }];
+    let mut mounts = vec![workspace.mount(Some(labels.clone()), false)];
     if let Some(dir) = gateway_dir {
         mounts.push(Mount {
             target: Some(paths::GATEWAY_DIR.into()),

@@ -118,7 +118,7 @@ pub(crate) async fn pool_labelled(
 }
 
 /// The labels on a task's container and volume.
-pub(super) fn task_labels(id: TaskId) -> HashMap<String, String> {
+pub(crate) fn task_labels(id: TaskId) -> HashMap<String, String> {
     HashMap::from([(TASK_LABEL.to_string(), id.to_string())])
 }
 

@@ -23,7 +23,7 @@ pub(crate) use container::{
 pub(crate) use daemon::{DaemonFault, await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell};
 pub(crate) use image::{BuildProgress, ImageMissing, build_image, require_image};
-use labels::task_labels;
+pub(crate) use labels::task_labels;
 pub(crate) use labels::{
     TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
     task_containers, task_containers_in_order, task_volumes,
@@ -34,6 +34,5 @@ pub(crate) use verify::{
     remove_verify_containers,
 };
 pub(crate) use volume::{
-    create_volume, create_volume_as, local_volume_dir, local_volume_dir_named, remove_volume,
-    remove_volume_binding, volume_name,
+    WorkspaceMount, create_volume_as, local_volume_dir_named, remove_volume, volume_name,
 };

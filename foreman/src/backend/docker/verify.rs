@@ -1,5 +1,5 @@
 //! The container a `verify` attempt runs in: new, from the task's image,
-//! with the task's workspace volume on /workspace and nothing else of the
+//! with the task's workspace on /workspace and nothing else of the
 //! agent's (HOSTILE.md case 27: a `.pth` file in the agent's `$HOME`, its
 //! own tmpfs, made `python3 -m unittest` pass with the work undone).
 //!
@@ -29,9 +29,7 @@ use std::collections::HashMap;
 use anyhow::Context;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
-use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
-};
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
 use saheeli_protocol::{NetworkMode, TaskId, paths};
 use tracing::{debug, warn};
@@ -141,11 +139,11 @@ impl VerifyBox {
 }
 
 /// The image (its id: exactly what the servo runs) and the /workspace
-/// volume of the task's container.
+/// of the task's container.
 async fn task_image_and_volume(
     docker: &Docker,
     container: &str,
-) -> anyhow::Result<(String, String)> {
+) -> anyhow::Result<(String, WorkspaceMount)> {
     let c = timed(DockerOp::Inspect, async {
         docker
             .inspect_container(container, None)
@@ -154,20 +152,12 @@ async fn task_image_and_volume(
     })
     .await?;
     let image = c.image.context("the task's container has no image id")?;
-    let volume = c
-        .mounts
-        .unwrap_or_default()
-        .into_iter()
-        .find(|m| {
-            m.destination.as_deref() == Some(paths::WORKSPACE) && m.typ.as_deref() == Some("volume")
-        })
-        .and_then(|m| m.name)
-        .with_context(|| {
-            format!(
-                "the task's container has no volume on {}: nothing to verify",
-                paths::WORKSPACE
-            )
-        })?;
+    let volume = WorkspaceMount::of(c.mounts.unwrap_or_default()).with_context(|| {
+        format!(
+            "the task's container has no workspace on {}: nothing to verify",
+            paths::WORKSPACE
+        )
+    })?;
     Ok((image, volume))
 }
 
@@ -183,22 +173,13 @@ async fn create(
     id: TaskId,
     task_container: &str,
     image: &str,
-    volume: &str,
+    volume: &WorkspaceMount,
     sandbox: &Sandbox,
     attempt: u32,
 ) -> anyhow::Result<String> {
-    let mount = Mount {
-        target: Some(paths::WORKSPACE.into()),
-        source: Some(volume.into()),
-        typ: Some(MountType::VOLUME),
-        // The volume exists: an emptied workspace must stay empty, not
-        // be filled with the image's /workspace.
-        volume_options: Some(MountVolumeOptions {
-            no_copy: Some(true),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    // The workspace exists: an emptied one must stay empty, not be filled
+    // with the image's /workspace.
+    let mount = volume.mount(None, true);
     let mut env = sandbox.env.clone();
     env.push("HOME=/tmp".into());
     let (network_mode, disabled) = match sandbox.network {

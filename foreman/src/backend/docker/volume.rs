@@ -1,11 +1,12 @@
-//! A task's /workspace volume (size-limited through `disk` when enforced).
+//! A task's /workspace: the loop-mounted image `disk` makes, bound
+//! directly, or a named Docker volume when no size limit is enforced.
 
 use std::collections::HashMap;
 
 use anyhow::Context;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
-use bollard::models::VolumeCreateRequest;
+use bollard::models::{Mount, MountType, MountVolumeOptions, VolumeCreateRequest};
 use bollard::query_parameters::RemoveVolumeOptionsBuilder;
 use saheeli_protocol::TaskId;
 
@@ -15,41 +16,68 @@ pub(crate) fn volume_name(id: TaskId) -> String {
     format!("saheeli-{id}")
 }
 
-/// Creates the task's named volume (mounted on /workspace). With a disk
-/// size, the volume binds a loop-mounted image of that size (see
-/// [`crate::disk`]): the volume is created first, so that a crash before
-/// the mount leaves a labelled volume the sweeper removes.
-pub(crate) async fn create_volume(
-    docker: &Docker,
-    id: TaskId,
-    disk: Option<(std::path::PathBuf, u64)>,
-) -> anyhow::Result<String> {
-    create_volume_as(docker, volume_name(id), task_labels(id), id, disk).await
+/// What a servo's (or a verify container's) /workspace is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum WorkspaceMount {
+    /// A named Docker volume: no size limit (`limits.disk_enforcement:
+    /// off`), or one a foreman before issue 28's cut made.
+    Volume(String),
+    /// The loop-mounted workspace image on this host (`crate::disk`),
+    /// bound directly: no volume between.
+    Bind(std::path::PathBuf),
 }
 
-/// Creates volume `name` with `labels`; a size-limited one binds the
-/// workspace image `id` names (a task's, or a warm servo's slot).
+impl WorkspaceMount {
+    /// The container's mount on /workspace. `labels` go on a volume the
+    /// mount creates; `no_copy`: an existing volume is not filled with the
+    /// image's /workspace (a bind never is).
+    pub(crate) fn mount(&self, labels: Option<HashMap<String, String>>, no_copy: bool) -> Mount {
+        let target = Some(saheeli_protocol::paths::WORKSPACE.to_string());
+        match self {
+            WorkspaceMount::Volume(name) => Mount {
+                target,
+                source: Some(name.clone()),
+                typ: Some(MountType::VOLUME),
+                volume_options: Some(MountVolumeOptions {
+                    labels,
+                    no_copy: no_copy.then_some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            WorkspaceMount::Bind(dir) => Mount {
+                target,
+                source: Some(dir.display().to_string()),
+                typ: Some(MountType::BIND),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The /workspace of a container, from its inspection's mounts.
+    pub(crate) fn of(mounts: Vec<bollard::models::MountPoint>) -> Option<WorkspaceMount> {
+        let m = mounts
+            .into_iter()
+            .find(|m| m.destination.as_deref() == Some(saheeli_protocol::paths::WORKSPACE))?;
+        match m.typ.as_deref()? {
+            "volume" => m.name.map(WorkspaceMount::Volume),
+            "bind" => m.source.map(|s| WorkspaceMount::Bind(s.into())),
+            _ => None,
+        }
+    }
+}
+
+/// Creates volume `name` with `labels` (a task's, or a warm servo's slot).
 pub(crate) async fn create_volume_as(
     docker: &Docker,
     name: String,
     labels: HashMap<String, String>,
-    id: TaskId,
-    disk: Option<(std::path::PathBuf, u64)>,
 ) -> anyhow::Result<String> {
-    let mut req = VolumeCreateRequest {
+    let req = VolumeCreateRequest {
         name: Some(name.clone()),
         labels: Some(labels),
         ..Default::default()
     };
-    if let Some((state_dir, _)) = &disk {
-        let mnt = crate::disk::task_dir(state_dir, id).join("mnt");
-        req.driver = Some("local".into());
-        req.driver_opts = Some(HashMap::from([
-            ("type".to_string(), "none".to_string()),
-            ("o".to_string(), "bind".to_string()),
-            ("device".to_string(), mnt.display().to_string()),
-        ]));
-    }
     timed(DockerOp::CreateVolume, async {
         docker
             .create_volume(req)
@@ -57,11 +85,6 @@ pub(crate) async fn create_volume_as(
             .with_context(|| format!("creating volume `{name}`"))
     })
     .await?;
-    if let Some((state_dir, bytes)) = disk {
-        tokio::task::spawn_blocking(move || crate::disk::create(&state_dir, id, bytes))
-            .await
-            .context("the workspace image thread panicked")??;
-    }
     Ok(name)
 }
 
@@ -74,13 +97,8 @@ pub(super) fn bound_workspace(v: &bollard::models::Volume) -> Option<std::path::
     .flatten()
 }
 
-/// The host directory holding a task's volume, when the daemon runs on
+/// The host directory holding volume `name`, when the daemon runs on
 /// this host (a unix socket) and the directory is readable by us.
-pub(crate) async fn local_volume_dir(docker: &Docker, id: TaskId) -> Option<std::path::PathBuf> {
-    local_volume_dir_named(docker, &volume_name(id)).await
-}
-
-/// The host directory holding volume `name` (see [`local_volume_dir`]).
 pub(crate) async fn local_volume_dir_named(
     docker: &Docker,
     name: &str,
@@ -96,26 +114,14 @@ pub(crate) async fn local_volume_dir_named(
     std::fs::read_dir(&dir).ok().map(|_| dir)
 }
 
-/// Removes a named volume, and the workspace image it binds if any;
+/// Removes a named volume, and the workspace image it binds if any (a
+/// foreman before issue 28's cut bound each image through a volume);
 /// absent is fine.
 pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result<()> {
-    remove_volume_binding(docker, name, None).await
-}
-
-/// [`remove_volume`], with the workspace image it binds when the caller
-/// knows it (one inspect less; None: the volume is asked).
-pub(crate) async fn remove_volume_binding(
-    docker: &Docker,
-    name: &str,
-    known: Option<std::path::PathBuf>,
-) -> anyhow::Result<()> {
-    let bound = match known {
-        Some(mnt) => Some(mnt),
-        None => inspect_volume(docker, name)
-            .await
-            .ok()
-            .and_then(|v| bound_workspace(&v)),
-    };
+    let bound = inspect_volume(docker, name)
+        .await
+        .ok()
+        .and_then(|v| bound_workspace(&v));
     // The mount goes first: a foreman stopped between the two steps
     // leaves a labelled volume that the sweeper finds (destroying is
     // idempotent), never a mount that nothing points at any more.

@@ -110,32 +110,6 @@ impl Local {
         }
         (measured(CollectPath::Archive, started, collected), false)
     }
-
-    /// The host directory of volume `name`: the workspace image this
-    /// foreman mounted for it when it is there (no call to the daemon: two
-    /// fewer per task at a thousand tasks), else as the daemon says.
-    pub(super) async fn volume_dir(&self, name: &str) -> Option<PathBuf> {
-        match self.workspace_mount(name) {
-            Some(mnt) => Some(mnt),
-            None => docker::local_volume_dir_named(&self.docker, name).await,
-        }
-    }
-
-    /// The mounted workspace image of a task's or warm servo's volume
-    /// `name`, where this foreman makes them (see `crate::disk`).
-    fn workspace_mount(&self, name: &str) -> Option<PathBuf> {
-        // Loop mounts need a daemon on this host (`disk::preflight`).
-        if self.cfg.file.limits.disk_enforcement != crate::config::DiskEnforcement::Loop {
-            return None;
-        }
-        let id = name
-            .strip_prefix(super::POOL_PREFIX)
-            .or_else(|| name.strip_prefix("saheeli-"))?
-            .parse::<TaskId>()
-            .ok()?;
-        let mnt = crate::disk::task_dir(&self.cfg.state_dir(), id).join("mnt");
-        crate::disk::is_mounted(&mnt).ok()?.then_some(mnt)
-    }
 }
 
 /// Records a collection's time and size (or failure) in the metrics.
@@ -213,9 +187,8 @@ impl Local {
                 warn!(task_id = %id, error = %format!("{e:#}"), "container not removed");
             }
         }
-        let bound = self.workspace_mount(volume);
-        if let Err(e) = docker::remove_volume_binding(d, volume, bound).await {
-            warn!(task_id = %id, error = %format!("{e:#}"), "volume not removed");
+        if let Err(e) = self.remove_home(volume).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "workspace not removed");
         }
         if let Some(dir) = super::pool::socket_name(volume) {
             // A warm servo's socket directory, when its gateway left it.
@@ -231,27 +204,25 @@ impl Local {
     }
 
     /// A warm servo whose task parked: its workspace is copied into the
-    /// task's own volume (of the task's disk size), which the next,
+    /// task's own workspace (of the task's disk size), which the next,
     /// cold, launch goes on from; the warm servo goes.
     async fn park_warm(&self, servo: &Servo, disk: u64) -> Collected {
         let (id, name) = (servo.task, servo.id.as_str());
-        let d = &self.docker;
         let kept = async {
             anyhow::ensure!(
                 self.remove_containers(id, Some(name)).await,
                 "the parked warm servo's container was not removed"
             );
-            let src = docker::local_volume_dir_named(d, name)
+            let src = self
+                .volume_dir(name)
                 .await
-                .context("the warm servo's volume is not readable on this host")?;
-            let disk = match self.cfg.file.limits.disk_enforcement {
-                crate::config::DiskEnforcement::Loop => Some((self.cfg.state_dir(), disk)),
-                crate::config::DiskEnforcement::Off => None,
-            };
-            docker::create_volume(d, id, disk).await?;
-            let dest = docker::local_volume_dir(d, id)
+                .context("the warm servo's workspace is not readable on this host")?;
+            let own = docker::volume_name(id);
+            self.make_home(&own, disk, docker::task_labels(id)).await?;
+            let dest = self
+                .volume_dir(&own)
                 .await
-                .context("the task's new volume is not readable on this host")?;
+                .context("the task's new workspace is not readable on this host")?;
             // Links copied as links, never followed; nothing runs in either.
             let copied = tokio::process::Command::new("cp")
                 .arg("-a")

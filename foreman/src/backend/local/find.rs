@@ -1,5 +1,5 @@
 //! A task whose foreman stopped: its servo (by label), what a launch that
-//! never ran left, and a parked task's kept volume.
+//! never ran left, and a parked task's kept workspace.
 
 use std::path::Path;
 
@@ -60,9 +60,9 @@ impl Local {
     }
 
     /// Removes every container of the task (a verify container a crash
-    /// left too) and its volume; first, with `collect_into`, copies what
-    /// the volume holds there (the servo ran, and its foreman removed the
-    /// container to collect the volume, then stopped).
+    /// left too) and its workspace; first, with `collect_into`, copies what
+    /// the workspace holds there (the servo ran, and its foreman removed
+    /// the container to collect the workspace, then stopped).
     pub async fn clear_left(
         &self,
         id: TaskId,
@@ -71,11 +71,11 @@ impl Local {
     ) {
         let d = &self.docker;
         if let Some(name) = recorded.filter(|r| socket_name(r).is_some()) {
-            // A warm servo claimed for the task: its container and volume
-            // are named, not labelled with the task.
+            // A warm servo claimed for the task: its container and
+            // workspace are named, not labelled with the task.
             let _ = docker::remove_container(d, name).await;
             if let Some(dest) = collect_into
-                && let Some(src) = docker::local_volume_dir_named(d, name).await
+                && let Some(src) = self.volume_dir(name).await
             {
                 let secrets = self.secrets.to_vec();
                 let cap = self.cfg.file.max_results_size.0;
@@ -94,40 +94,45 @@ impl Local {
         for cid in &every {
             let _ = docker::remove_container(d, cid).await;
         }
+        let name = docker::volume_name(id);
         if let Some(dest) = collect_into
-            && let Some(src) = docker::local_volume_dir(d, id).await
+            && let Some(src) = self.volume_dir(&name).await
         {
             let secrets = self.secrets.to_vec();
             let cap = self.cfg.file.max_results_size.0;
             if let Err(e) = copy_local(id, src, dest.to_path_buf(), secrets, cap).await {
-                warn!(task_id = %id, error = %format!("{e:#}"), "collecting the left volume failed");
+                warn!(task_id = %id, error = %format!("{e:#}"), "collecting the left workspace failed");
             }
         }
+        if let Err(e) = self.remove_home(&name).await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "the left workspace was not removed");
+        }
+        // A volume an older foreman bound its image through.
         for v in docker::task_volumes(d, id).await.unwrap_or_default() {
             let _ = docker::remove_volume(d, &v).await;
         }
     }
 
-    /// Collects a parked task's kept volume on this host, and removes it.
+    /// Collects a parked task's kept workspace on this host, and removes it.
     pub async fn collect_kept(
         &self,
         id: TaskId,
         spec: &TaskSpec,
         dest: &Path,
     ) -> anyhow::Result<crate::collect::Collected> {
-        // A container on the kept volume, never started: the archive API reads
-        // through it (or it is removed first for a local copy).
+        // A container on the kept workspace, never started: the archive
+        // API reads through it (or it is removed first for a local copy).
+        let volume = docker::volume_name(id);
         let created = docker::create_container(
             &self.docker,
             id,
             spec,
             &self.cfg.file.image,
-            &docker::volume_name(id),
+            &self.home(&volume),
             None,
             None,
         )
         .await;
-        let volume = docker::volume_name(id);
         match created {
             Ok(cid) => {
                 let (collected, removed) = self.gather(id, &cid, &volume, dest).await;
@@ -143,8 +148,8 @@ impl Local {
         }
     }
 
-    /// Removes what a launch made (`keep_workspace`: not the volume, all
-    /// a parked task has).
+    /// Removes what a launch made (`keep_workspace`: not the workspace,
+    /// all a parked task has).
     pub async fn remove_task(&self, id: TaskId, keep_workspace: bool) {
         if keep_workspace {
             self.remove_containers(id, None).await;

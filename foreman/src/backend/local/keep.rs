@@ -16,8 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Local;
-use super::pool::{Idle, Pool, remove_warm, slot_name, socket_name};
-use crate::config::DiskEnforcement;
+use super::pool::{Idle, ORPHAN_SLOT_AGE, Pool, remove_warm, slot_name, slot_of, socket_name};
 use crate::docker;
 use crate::gateway::WarmSocket;
 
@@ -131,13 +130,9 @@ impl Local {
         let d = &self.docker;
         let db = docker::pool_db(&self.cfg.database());
         let labels = docker::pool_labels(&db, &pool.owner, slot, class);
-        let disk = match self.cfg.file.limits.disk_enforcement {
-            DiskEnforcement::Loop => Some((self.cfg.state_dir(), c.disk)),
-            DiskEnforcement::Off => None,
-        };
         let mut socket = None;
         let made = async {
-            docker::create_volume_as(d, name.clone(), labels.clone(), slot, disk).await?;
+            let workspace = self.make_home(&name, c.disk, labels.clone()).await?;
             let s = socket.insert(WarmSocket::bind(&pool.run_dir, &sock, false)?);
             let warm_env = format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV);
             docker::create_servo(
@@ -146,7 +141,7 @@ impl Local {
                     name: name.clone(),
                     labels,
                     image: &c.image,
-                    volume: &name,
+                    workspace: &workspace,
                     gateway_dir: Some(s.dir()),
                     env: vec![warm_env],
                     network: c.network,
@@ -169,7 +164,7 @@ impl Local {
                 if let Some(s) = socket {
                     s.discard().await;
                 }
-                remove_warm(d, &pool.run_dir, &name).await;
+                remove_warm(d, &self.cfg, &name, false).await;
                 pool.forget(&name);
                 Err(e)
             }
@@ -219,32 +214,44 @@ impl Local {
     /// Removes an idle servo and forgets it.
     async fn discard(&self, pool: &Pool, idle: Idle) {
         idle.socket.discard().await;
-        remove_warm(&self.docker, &pool.run_dir, &idle.name).await;
+        remove_warm(&self.docker, &self.cfg, &idle.name, false).await;
         pool.forget(&idle.name);
     }
 
-    /// Every warm servo on the daemon (containers and volumes by name),
-    /// and whether this foreman's pool knows it (it is idle, being made,
-    /// or claimed by one of its tasks).
+    /// Every warm servo on the daemon (containers and volumes by name)
+    /// and every slot workspace on this host that no container has (its
+    /// owner unknown: ""), and whether this foreman's pool knows it (it is
+    /// idle, being made, or claimed by one of its tasks).
     pub async fn pool_leftovers(&self) -> anyhow::Result<BTreeMap<String, (String, bool)>> {
         let db = docker::pool_db(&self.cfg.database());
         let (containers, volumes) = docker::pool_labelled(&self.docker, &db).await?;
-        Ok(containers
+        let mut left: BTreeMap<String, (String, bool)> = containers
             .into_iter()
             .chain(volumes)
-            .map(|o| {
-                let mine = self.pool.as_ref().is_some_and(|p| p.knows(&o.name));
-                (o.name, (o.owner, mine))
-            })
-            .collect())
+            .map(|o| (o.name, (o.owner, false)))
+            .collect();
+        let state_dir = self.cfg.state_dir();
+        let slots = tokio::task::spawn_blocking(move || crate::disk::present_slots(&state_dir))
+            .await
+            .unwrap_or_default();
+        for (slot, _, age) in slots {
+            if let Some(name) = slot_of(&slot)
+                && age >= ORPHAN_SLOT_AGE
+            {
+                left.entry(name).or_insert_with(|| (String::new(), false));
+            }
+        }
+        for (name, (_, mine)) in left.iter_mut() {
+            *mine = self.pool.as_ref().is_some_and(|p| p.knows(name));
+        }
+        Ok(left)
     }
 
     /// Removes warm servos a stopped foreman left (by name).
     pub async fn remove_pool_leftovers(&self, names: &[String]) {
-        let run_dir = self.cfg.run_dir();
         for name in names {
             info!(servo = %name, "removing a warm servo a stopped foreman left");
-            remove_warm(&self.docker, &run_dir, name).await;
+            remove_warm(&self.docker, &self.cfg, name, true).await;
         }
     }
 }

@@ -1,4 +1,4 @@
-//! From a prepared launch to a started container: volume, container,
+//! From a prepared launch to a started container: workspace, container,
 //! inputs, start.
 
 use std::path::Path;
@@ -86,9 +86,9 @@ impl Local {
             .map_err(EngineError::of)
     }
 
-    /// Creates the volume and container and uploads the inputs (not
+    /// Creates the workspace and container and uploads the inputs (not
     /// started: only the lease's holder starts it). A parked task gets a
-    /// new container on its kept volume, nothing uploaded: the servo goes
+    /// new container on its kept workspace, nothing uploaded: the servo goes
     /// on from the session it saved there.
     #[allow(clippy::too_many_arguments)]
     pub async fn launch(
@@ -117,12 +117,15 @@ impl Local {
         let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
         // The image was checked when serve started; one removed since fails
         // the create with `ImageMissing`.
-        let volume = if parked {
-            docker::volume_name(id)
+        let name = docker::volume_name(id);
+        let workspace = if parked {
+            self.home(&name)
         } else {
-            docker::create_volume(d, id, crate::disk::for_task(&self.cfg, spec)).await?
+            let bytes = spec.disk.unwrap_or(self.cfg.file.task.disk.0);
+            self.make_home(&name, bytes, docker::task_labels(id))
+                .await?
         };
-        lap("volume ready");
+        lap("workspace ready");
         // Small launches travel in the environment: no upload before start.
         let launch_json = serde_json::to_string(launch).map_err(anyhow::Error::from)?;
         let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
@@ -134,7 +137,7 @@ impl Local {
             id,
             spec,
             &image,
-            &volume,
+            &workspace,
             gateway_dir,
             in_env.then_some(launch_json),
         )

@@ -1,15 +1,16 @@
-//! This host's Docker engine: a container per task on a named volume
-//! (size-limited by `disk`), its gateway's socket directory bind-mounted,
-//! the workspace read back from the volume's directory or through the
-//! archive API.
+//! This host's Docker engine: a container per task on its own workspace
+//! (a size-limited image bound in, or a named volume: `home`), its
+//! gateway's socket directory bind-mounted, the workspace read back from
+//! its directory on this host or through the archive API.
 //!
 //! # Layout
 //!
-//! - `launch`: the engine's handles, volume and container, inputs, start.
+//! - `launch`: the engine's handles, workspace and container, inputs, start.
+//! - `home`: a workspace's image or volume, by name: made, found, removed.
 //! - `watch`: `docker wait` as phases (reconnecting to a restarting
 //!   daemon), stop and kill.
-//! - `collect`: the workspace home, the task's containers and volume gone.
-//! - `find`: a stopped foreman's servo, what it left, a parked volume.
+//! - `collect`: the workspace home, the task's containers and workspace gone.
+//! - `find`: a stopped foreman's servo, what it left, a parked workspace.
 //! - `sweep`: labelled leftovers of ended tasks.
 //! - `pool`, `keep`: warm servos (issue 28): claimed by `prepare`, kept
 //!   warm in the background, removed on stop; what a stopped foreman's
@@ -17,6 +18,7 @@
 
 mod collect;
 mod find;
+mod home;
 mod keep;
 mod launch;
 mod pool;
@@ -26,7 +28,7 @@ mod watch;
 pub(crate) use collect::collect_workspace;
 pub(crate) use keep::Pace;
 pub(crate) use launch::Local;
-pub(crate) use pool::{POOL_PREFIX, remove_warm};
+pub(crate) use pool::{ORPHAN_SLOT_AGE, POOL_PREFIX, remove_warm, slot_of};
 
 /// The socket directory's name of the warm servo `name` (an error for a
 /// name that is not a warm servo's).

@@ -1,15 +1,17 @@
 //! The warm pool (issue 28): per `pool:` class, servos kept started and
 //! idle, each a fully hardened container (made as a cold one is, by
-//! `docker::create_servo`) on its own empty workspace volume, its gateway
+//! `docker::create_servo`) on its own empty workspace, its gateway
 //! socket bound, the servo waiting on it for a claim. Nothing of any task
 //! is in one: no environment, no secret, no workspace. A claim takes one
 //! for one task; from then on it is that task's, removed with it after
 //! collection, never idle again.
 //!
-//! Names derive from a slot id: container and volume `saheeli-pool-<hex>`
-//! (the container's name is what a claim records as the task's container,
-//! so a foreman that adopts the task finds its volume and socket again),
-//! socket directory `<run_dir>/p-<hex>` (shorter than a task's).
+//! Names derive from a slot id: container (and volume, when no image is
+//! made) `saheeli-pool-<hex>` (the container's name is what a claim
+//! records as the task's container, so a foreman that adopts the task
+//! finds its workspace and socket again), socket directory
+//! `<run_dir>/p-<hex>` (shorter than a task's), workspace image
+//! `<state_dir>/workspaces/p-<hex>`.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -32,11 +34,22 @@ pub(crate) fn slot_name(slot: TaskId) -> String {
     format!("{POOL_PREFIX}{}", slot.as_uuid().simple())
 }
 
-/// The socket directory's name (in `run_dir`) of a warm servo named `name`.
+/// The socket directory's name (in `run_dir`) of a warm servo named
+/// `name`, which is also its workspace's (in `state_dir/workspaces`).
 pub(crate) fn socket_name(name: &str) -> Option<String> {
     let hex = name.strip_prefix(POOL_PREFIX)?;
     (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| format!("p-{hex}"))
 }
+
+/// The warm servo's name whose socket directory (or workspace) is `slot`.
+pub(crate) fn slot_of(slot: &str) -> Option<String> {
+    crate::disk::is_slot(slot).then(|| format!("{POOL_PREFIX}{}", &slot[2..]))
+}
+
+/// A slot's workspace is made a moment before its container: only one
+/// this old with no container is what a crash left (another foreman on
+/// the same project may be making one right now).
+pub(crate) const ORPHAN_SLOT_AGE: Duration = Duration::from_secs(60);
 
 /// An idle warm servo.
 pub(super) struct Idle {
@@ -184,15 +197,33 @@ impl Pool {
     }
 }
 
-/// Removes a warm servo: container, volume (and workspace image), socket
-/// directory. What is absent already is fine.
-pub(crate) async fn remove_warm(d: &docker::Docker, run_dir: &std::path::Path, name: &str) {
+/// Removes a warm servo: container, workspace (image or volume), socket
+/// directory. `volume_too`: also a volume of its name when its workspace
+/// is an image (one an older foreman made, or the sweeper's listing
+/// saw). What is absent already is fine.
+pub(crate) async fn remove_warm(
+    d: &docker::Docker,
+    cfg: &crate::config::Config,
+    name: &str,
+    volume_too: bool,
+) {
     if let Err(e) = docker::remove_container(d, name).await {
         warn!(servo = %name, error = %format!("{e:#}"), "warm servo's container not removed");
     }
-    if let Err(e) = docker::remove_volume(d, name).await {
+    let images = cfg.file.limits.disk_enforcement == crate::config::DiskEnforcement::Loop;
+    if images && let Some(slot) = socket_name(name) {
+        let mnt = crate::disk::slot_dir(&cfg.state_dir(), &slot).join("mnt");
+        let destroyed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
+        if let Ok(Err(e)) = destroyed {
+            warn!(servo = %name, error = %format!("{e:#}"), "warm servo's workspace image not removed");
+        }
+    }
+    if (!images || volume_too)
+        && let Err(e) = docker::remove_volume(d, name).await
+    {
         warn!(servo = %name, error = %format!("{e:#}"), "warm servo's volume not removed");
     }
+    let run_dir = cfg.run_dir();
     if let Some(dir) = socket_name(name).map(|s| run_dir.join(s)) {
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

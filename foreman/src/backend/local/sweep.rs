@@ -1,6 +1,7 @@
-//! Labelled leftovers of tasks on this host: containers, volumes, and
-//! workspace images whose volume is gone (a foreman stopped between the
-//! two). Which of them belong to ended tasks is the sweeper's to say.
+//! Leftovers of tasks on this host: labelled containers and volumes, and
+//! workspace images (by their directory, named by the task). Which of them
+//! belong to ended tasks is the sweeper's to say; a warm slot's image is
+//! the pool's sweep (`keep::pool_leftovers`).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -31,7 +32,8 @@ impl LocalLeftovers {
 impl Local {
     pub async fn leftovers(&self) -> anyhow::Result<LocalLeftovers> {
         let (containers, volumes) = docker::labelled(&self.docker).await?;
-        // Workspace images whose volume is gone.
+        // Workspace images not bound through a volume (every one since
+        // issue 28's cut; an older foreman's went with its volume).
         let state_dir = self.cfg.state_dir();
         let present = tokio::task::spawn_blocking(move || crate::disk::present(&state_dir))
             .await
