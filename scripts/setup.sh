@@ -303,8 +303,17 @@ llama_sources() {
 # llama-cpp-python's ctypes bindings load, so llama.cpp is compiled once
 # for both servers.
 ensure_llama_server() {
+  # Never -march=native: a CPU can advertise instructions its VM does not
+  # let a process use (AMX here: llama-server died of SIGILL in its first
+  # matrix product). AVX2 with FMA and F16C where the CPU has them, else
+  # ggml's portable code. A cache built with other flags is built again.
+  local cpu=(-DGGML_NATIVE=OFF)
+  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo; then
+    cpu+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+  fi
   if [ ! -x "$LLAMA_DIR/llama-server" ] || [ ! -f "$LLAMA_DIR/lib/libllama.so" ] \
-      || [ ! -f "$LLAMA_TEMPLATE" ] || [ ! -f "$LLAMA_DIR/python/llama_cpp/__init__.py" ]; then
+      || [ ! -f "$LLAMA_TEMPLATE" ] || [ ! -f "$LLAMA_DIR/python/llama_cpp/__init__.py" ] \
+      || [ "$(cat "$LLAMA_DIR/cpu-flags" 2>/dev/null)" != "${cpu[*]}" ]; then
     local missing=()
     command -v cmake >/dev/null 2>&1 || missing+=(cmake)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
@@ -325,7 +334,7 @@ ensure_llama_server() {
     # shellcheck disable=SC2016 # $ORIGIN is for the dynamic linker
     nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
       -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=ON \
+      -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=ON "${cpu[@]}" \
       -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/lib' \
       >"$work/build.log" 2>&1 \
       || { log "error: configuring llama.cpp failed; see $work/build.log"; tail -n 30 "$work/build.log" >&2; exit 1; }
@@ -339,6 +348,7 @@ ensure_llama_server() {
     # llama-cpp-python's own Python package (ctypes bindings and its
     # server), without the copy of llama.cpp its wheel build would compile.
     cp -r "$sdist/llama_cpp" "$LLAMA_DIR.tmp/python/"
+    echo "${cpu[*]}" > "$LLAMA_DIR.tmp/cpu-flags"
     rm -rf "$LLAMA_DIR" && mv "$LLAMA_DIR.tmp" "$LLAMA_DIR"
     # The layout before llama-cpp-python's server: a static llama-server.
     rm -rf "$LLAMA_CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION-${LLAMA_CPP_PYTHON_SHA256:0:12}"
