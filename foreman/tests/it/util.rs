@@ -192,6 +192,43 @@ impl Saheeli {
     }
 }
 
+/// A test that fails leaves nothing running behind it: its tasks'
+/// containers (a paused task's would otherwise run until its timeout),
+/// their volumes, and the workspace images mounted in its project. Only
+/// on a panic: a passing test's own assertions say what must be gone.
+impl Drop for Saheeli {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(out) = self.cmd(&["task", "status", "--json"]).output() else {
+            return;
+        };
+        let tasks: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        for id in tasks.iter().filter_map(|t| t["id"].as_str()) {
+            let label = format!("label=saheeli.task={id}");
+            if let Ok(o) = Command::new("docker")
+                .args(["ps", "-aq", "--filter", &label])
+                .output()
+            {
+                for c in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("docker").args(["rm", "-f", c]).output();
+                }
+            }
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", &format!("saheeli-{id}")])
+                .output();
+        }
+        let mine = self.path().join(".saheeli/workspaces");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for m in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
+            if Path::new(m).starts_with(&mine) {
+                let _ = Command::new("umount").args(["-l", m]).output();
+            }
+        }
+    }
+}
+
 /// Nothing was queued: no database (read-only commands never create one)
 /// or an empty one.
 pub fn assert_nothing_queued(s: &Saheeli) {
