@@ -4,6 +4,7 @@
 //! failure counter, and the `admission` row `task status` and `saheeli
 //! metrics` read.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,10 +48,13 @@ impl Ctx {
     }
 
     /// Whether the pool may make warm servos now: only while the breaker
-    /// is closed (a failing daemon gets no refills either).
-    pub(super) fn may_refill(&self) -> bool {
+    /// is closed (a failing daemon gets no refills either), and, for a
+    /// drain whose queue has nothing left to claim, not at all (see
+    /// [`refill_allowed`]).
+    pub(super) fn may_refill(&self, drain: &QueueWatch) -> bool {
         let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
-        a.breaker(Instant::now()).0 == super::Breaker::Closed
+        let closed = a.breaker(Instant::now()).0 == super::Breaker::Closed;
+        refill_allowed(closed, drain.draining, drain.nothing_queued())
     }
 
     /// The loop claimed a task to launch.
@@ -177,5 +181,68 @@ impl Publisher {
         if let Err(e) = ctx.db(move |s| s.drop_admission(&owner)).await {
             warn!(error = %format!("{e:#}"), "could not remove the admission row");
         }
+    }
+}
+
+/// What the serve loop last found in the queue, for the pool's pace.
+#[derive(Clone, Default)]
+pub(crate) struct QueueWatch {
+    /// `serve --drain`: it stops once the queue is empty.
+    pub draining: bool,
+    empty: Arc<AtomicBool>,
+}
+
+impl QueueWatch {
+    pub fn new(draining: bool) -> QueueWatch {
+        QueueWatch {
+            draining,
+            empty: Arc::default(),
+        }
+    }
+
+    /// The loop looked for a task to claim: found one, or none.
+    pub fn found(&self, some: bool) {
+        self.empty.store(!some, Ordering::Relaxed);
+    }
+
+    fn nothing_queued(&self) -> bool {
+        self.empty.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether the pool may refill: the breaker closed, and not a drain that
+/// has nothing left to claim (each servo made then would be removed
+/// unclaimed when the drain ends; a task submitted meanwhile is claimed,
+/// and refills go on).
+fn refill_allowed(breaker_closed: bool, draining: bool, nothing_queued: bool) -> bool {
+    breaker_closed && !(draining && nothing_queued)
+}
+
+#[cfg(test)]
+mod refill_tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_with_nothing_left_to_claim_makes_no_warm_servo() {
+        for (closed, draining, empty, allowed) in [
+            (true, false, false, true),
+            (true, false, true, true), // serving: the pool waits for tasks
+            (true, true, false, true), // draining, tasks left to claim
+            (true, true, true, false), // draining, nothing left
+            (false, false, false, false),
+            (false, true, false, false),
+        ] {
+            assert_eq!(
+                refill_allowed(closed, draining, empty),
+                allowed,
+                "closed {closed}, draining {draining}, nothing queued {empty}"
+            );
+        }
+        let watch = QueueWatch::new(true);
+        assert!(!watch.nothing_queued(), "nothing looked at yet");
+        watch.found(false);
+        assert!(watch.nothing_queued());
+        watch.found(true);
+        assert!(!watch.nothing_queued(), "a task came: refills go on");
     }
 }

@@ -93,15 +93,17 @@ pub(crate) async fn run(
     // admission; `saheeli run` has none (one task would never claim one).
     // A drain (the first Ctrl-C, `--drain`'s end) stops it too.
     let keeper_stop = drain.child_token();
+    let queue = super::gate::QueueWatch::new(opts.drain);
     let keeper = opts.only.is_none().then(|| {
-        let (c, pace_ctx) = (ctx.clone(), ctx.clone());
-        let pace: crate::backend::Pace = Arc::new(move || pace_ctx.may_refill());
+        let (c, pace_ctx, queue) = (ctx.clone(), ctx.clone(), queue.clone());
+        let pace: crate::backend::Pace = Arc::new(move || pace_ctx.may_refill(&queue));
         let stop = keeper_stop.clone();
         tokio::spawn(async move { c.engine.keep_warm(pace, stop).await })
     });
     let result = serve_loop(
         &ctx,
         opts,
+        &queue,
         &drain,
         &stop,
         &mut running,
@@ -190,9 +192,11 @@ pub(super) fn record(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn serve_loop(
     ctx: &Arc<Ctx>,
     opts: ServeOptions,
+    queue: &super::gate::QueueWatch,
     drain: &CancellationToken,
     stop: &CancellationToken,
     running: &mut JoinSet<Joined>,
@@ -246,7 +250,9 @@ pub(super) async fn serve_loop(
         // limit (fixed or `auto`) and may pause launching (its breaker).
         while look_for_work && !drain.is_cancelled() && ctx.may_launch(busy(running, handles)) {
             let lease = ctx.lease.clone();
-            let Some(task) = ctx.db(move |s| s.claim_next(only, &lease)).await? else {
+            let claimed = ctx.db(move |s| s.claim_next(only, &lease)).await?;
+            queue.found(claimed.is_some());
+            let Some(task) = claimed else {
                 look_for_work = false;
                 break;
             };
