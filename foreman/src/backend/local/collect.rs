@@ -90,7 +90,7 @@ impl Local {
         // gone (a removed container runs nothing that could swap an entry for
         // a link mid-walk; its named volume survives the removal).
         let local = match self.cfg.file.collection {
-            crate::config::Collection::Auto => self.volume_dir(volume).await,
+            crate::config::Collection::Auto => self.workspace_dir(volume).await,
             crate::config::Collection::Archive => None,
         };
         if let Some(src) = local
@@ -214,13 +214,13 @@ impl Local {
                 "the parked warm servo's container was not removed"
             );
             let src = self
-                .volume_dir(name)
+                .workspace_dir(name)
                 .await
                 .context("the warm servo's workspace is not readable on this host")?;
             let own = docker::volume_name(id);
             self.make_home(&own, disk, docker::task_labels(id)).await?;
             let dest = self
-                .volume_dir(&own)
+                .workspace_dir(&own)
                 .await
                 .context("the task's new workspace is not readable on this host")?;
             // Links copied as links, never followed; nothing runs in either.

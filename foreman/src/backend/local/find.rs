@@ -75,7 +75,7 @@ impl Local {
             // workspace are named, not labelled with the task.
             let _ = docker::remove_container(d, name).await;
             if let Some(dest) = collect_into
-                && let Some(src) = self.volume_dir(name).await
+                && let Some(src) = self.workspace_dir(name).await
             {
                 let secrets = self.secrets.to_vec();
                 let cap = self.cfg.file.max_results_size.0;
@@ -96,7 +96,7 @@ impl Local {
         }
         let name = docker::volume_name(id);
         if let Some(dest) = collect_into
-            && let Some(src) = self.volume_dir(&name).await
+            && let Some(src) = self.workspace_dir(&name).await
         {
             let secrets = self.secrets.to_vec();
             let cap = self.cfg.file.max_results_size.0;

@@ -14,28 +14,28 @@ use saheeli_protocol::TaskId;
 
 use super::Local;
 use super::pool::socket_name;
-use crate::config::DiskEnforcement;
+use crate::config::{Config, DiskEnforcement};
 use crate::docker::{self, WorkspaceMount};
 
-impl Local {
-    fn loop_mounts(&self) -> bool {
-        self.cfg.file.limits.disk_enforcement == DiskEnforcement::Loop
+/// The mount point of workspace `name`'s image (whether mounted or not);
+/// None: not a name of ours, or no images (`off`).
+pub(super) fn image_mount(cfg: &Config, name: &str) -> Option<PathBuf> {
+    if cfg.file.limits.disk_enforcement != DiskEnforcement::Loop {
+        return None;
     }
-
-    /// The mount point of workspace `name`'s image (whether mounted or
-    /// not); None: not a name of ours, or no images (`off`).
-    pub(super) fn image_mount(&self, name: &str) -> Option<PathBuf> {
-        if !self.loop_mounts() {
-            return None;
+    let dir = match socket_name(name) {
+        Some(slot) => crate::disk::slot_dir(&cfg.state_dir(), &slot),
+        None => {
+            let id = name.strip_prefix("saheeli-")?.parse::<TaskId>().ok()?;
+            crate::disk::task_dir(&cfg.state_dir(), id)
         }
-        let dir = match socket_name(name) {
-            Some(slot) => crate::disk::slot_dir(&self.cfg.state_dir(), &slot),
-            None => {
-                let id = name.strip_prefix("saheeli-")?.parse::<TaskId>().ok()?;
-                crate::disk::task_dir(&self.cfg.state_dir(), id)
-            }
-        };
-        Some(dir.join("mnt"))
+    };
+    Some(dir.join("mnt"))
+}
+
+impl Local {
+    fn image_mount(&self, name: &str) -> Option<PathBuf> {
+        image_mount(&self.cfg, name)
     }
 
     /// Workspace `name` as a container mounts it.
@@ -89,7 +89,7 @@ impl Local {
     /// The host directory holding workspace `name`, to read it without
     /// the daemon: the mounted image (no call at all: two fewer per task
     /// at a thousand tasks), else the volume's directory as the daemon says.
-    pub(super) async fn volume_dir(&self, name: &str) -> Option<PathBuf> {
+    pub(super) async fn workspace_dir(&self, name: &str) -> Option<PathBuf> {
         match self.image_mount(name) {
             Some(mnt) => crate::disk::is_mounted(&mnt).ok()?.then_some(mnt),
             None => docker::local_volume_dir_named(&self.docker, name).await,

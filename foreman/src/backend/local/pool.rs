@@ -210,9 +210,10 @@ pub(crate) async fn remove_warm(
     if let Err(e) = docker::remove_container(d, name).await {
         warn!(servo = %name, error = %format!("{e:#}"), "warm servo's container not removed");
     }
-    let images = cfg.file.limits.disk_enforcement == crate::config::DiskEnforcement::Loop;
-    if images && let Some(slot) = socket_name(name) {
-        let mnt = crate::disk::slot_dir(&cfg.state_dir(), &slot).join("mnt");
+    // Only a warm servo's own image, never a task's.
+    let image = socket_name(name).and_then(|_| super::home::image_mount(cfg, name));
+    let images = image.is_some();
+    if let Some(mnt) = image {
         let destroyed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
         if let Ok(Err(e)) = destroyed {
             warn!(servo = %name, error = %format!("{e:#}"), "warm servo's workspace image not removed");
