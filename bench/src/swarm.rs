@@ -76,11 +76,12 @@ impl Up {
         Ok(up)
     }
 
-    fn config(&self, gateway_port: u16) -> String {
+    /// `network`: the overlay `saheeli-jobs` or `none` (the relay).
+    fn config(&self, gateway_port: u16, network: &str) -> String {
         let t = self.tls.path().display();
         format!(
             "backend: swarm\nswarm:\n  manager: tcp://{PFX}.11:2376\n  registry: {PFX}.1:5000\n  \
-             network: saheeli-jobs\n  gateway_listen: {PFX}.1:{gateway_port}\n  \
+             network: {network}\n  gateway_listen: {PFX}.1:{gateway_port}\n  \
              tls: {{ ca: {t}/ca.pem, cert: {t}/client-cert.pem, key: {t}/client-key.pem }}\n"
         )
     }
@@ -94,11 +95,17 @@ impl Drop for Up {
 
 /// A project on the swarm: its config names the image pushed to the
 /// swarm's registry (`build-servo --push`).
-fn swarm_project(env: &Env, up: &Up, root: &Path, servo: &Path) -> anyhow::Result<Project> {
+fn swarm_project(
+    env: &Env,
+    up: &Up,
+    root: &Path,
+    servo: &Path,
+    network: &str,
+) -> anyhow::Result<Project> {
     let port = std::net::TcpListener::bind(format!("{PFX}.1:0"))?
         .local_addr()?
         .port();
-    let p = Project::with_config(env, CONCURRENCY, &up.config(port))?;
+    let p = Project::with_config(env, CONCURRENCY, &up.config(port, network))?;
     let servo = std::path::absolute(servo)?;
     let root = root.to_str().context("the checkout's path is not UTF-8")?;
     let pushed = p.ok(&[
@@ -212,13 +219,16 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
         "swarm: up in {:.0}s; pushing the servo image",
         t.elapsed().as_secs_f64()
     ));
-    let mut on_swarm = swarm_project(env, &up, &root, servo)?;
+    let mut on_swarm = swarm_project(env, &up, &root, servo, "none")?;
+    let on_overlay = swarm_project(env, &up, &root, servo, "saheeli-jobs")?;
     let local = Project::new(env, CONCURRENCY)?;
     let result = async {
-        // Every node pulls the image once: not part of any figure.
+        // Every node pulls the image once, and the relay and the overlay's
+        // keeper start: not part of any figure.
         progress("swarm: warming up (each node pulls the image)");
         drain(&on_swarm, 6).await?;
-        let (mut here, mut there) = (vec![], vec![]);
+        drain(&on_overlay, 6).await?;
+        let (mut here, mut there, mut overlay) = (vec![], vec![], vec![]);
         for rep in 1..=reps {
             progress(&format!(
                 "swarm {rep}/{reps}: {n} one-step tasks on this host, concurrency {CONCURRENCY}"
@@ -226,9 +236,13 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
             here.push(drain(&local, n).await?);
             local.cleanup(env).await;
             progress(&format!(
-                "swarm {rep}/{reps}: {n} one-step tasks on the swarm, concurrency {CONCURRENCY}"
+                "swarm {rep}/{reps}: {n} one-step tasks on the swarm (network: none), concurrency {CONCURRENCY}"
             ));
             there.push(drain(&on_swarm, n).await?);
+            progress(&format!(
+                "swarm {rep}/{reps}: {n} one-step tasks on the swarm (overlay), concurrency {CONCURRENCY}"
+            ));
+            overlay.push(drain(&on_overlay, n).await?);
         }
         progress(&format!("swarm: dispatch, {n_dispatch} tasks one by one"));
         let local_dispatch = {
@@ -238,12 +252,12 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
             d?
         };
         let swarm_dispatch = dispatch(&mut on_swarm, n_dispatch).await?;
-        anyhow::Ok((here, there, local_dispatch, swarm_dispatch))
+        anyhow::Ok((here, there, overlay, local_dispatch, swarm_dispatch))
     }
     .await;
     local.cleanup(env).await;
     drop(up);
-    let (here, there, local_dispatch, swarm_dispatch) = result?;
+    let (here, there, overlay, local_dispatch, swarm_dispatch) = result?;
     let local_ms = median(&here);
     let per_rep: Vec<String> = there
         .iter()
@@ -251,18 +265,26 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
         .map(|(s, l)| format!("{:.2}", s / l))
         .collect();
     let throughput = Figure::new(
-        &format!("swarm: {n} tasks on 3 nodes, concurrency {CONCURRENCY}"),
+        &format!("swarm: {n} tasks on 3 nodes, concurrency {CONCURRENCY}, network: none"),
         "ms",
         &there,
     )
     .against("the same on this host", local_ms, 1.5)
     .note(format!(
-        "ratio per repetition: {}; servo image pushed to the swarm's registry, engines over TLS",
+        "ratio per repetition: {}; jobs with no network, the gateway through each node's relay; \
+         servo image pushed to the swarm's registry, engines over TLS",
         per_rep.join(", ")
     ));
+    let on_overlay = Figure::new(
+        &format!("swarm: {n} tasks on 3 nodes, concurrency {CONCURRENCY}, on the overlay"),
+        "ms",
+        &overlay,
+    )
+    .against("the same on this host", local_ms, 1.5)
+    .note("jobs on the attachable overlay `saheeli-jobs` (the gateway through NAT)".to_string());
     let local_p50 = median(&local_dispatch);
     let dispatch = Figure::new(
-        "swarm dispatch: submit → servo's first LLM call",
+        "swarm dispatch: submit → servo's first LLM call (network: none)",
         "ms",
         &swarm_dispatch,
     )
@@ -272,5 +294,5 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
         "p50 {:.0} ms on the swarm, {local_p50:.0} ms on this host",
         median(&swarm_dispatch)
     ));
-    Ok(vec![throughput, dispatch])
+    Ok(vec![throughput, on_overlay, dispatch])
 }

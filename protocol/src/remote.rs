@@ -43,6 +43,21 @@ pub const TASK_HEADER: &str = "x-saheeli-task";
 /// The environment variable with the servo's task id (not a secret).
 pub const TASK_ID_ENV: &str = "SAHEELI_TASK_ID";
 
+/// `swarm.network: none`: a job has no network at all, and reaches its
+/// gateway through the relay on its node (`servo relay`, a global service
+/// on the node's own network) over a unix socket in a node-local volume.
+pub mod relay {
+    /// Where a job mounts the relay's volume (read-only).
+    pub const DIR: &str = "/run/saheeli-relay";
+    /// The relay's socket, as a job sees it: its `SAHEELI_GATEWAY` is
+    /// `unix:` and this.
+    pub const SOCKET: &str = "/run/saheeli-relay/gateway.sock";
+    /// Where the relay itself mounts the volume (read-write).
+    pub const KEEPER_DIR: &str = "/relay";
+    /// The socket's name in the volume.
+    pub const SOCKET_NAME: &str = "gateway.sock";
+}
+
 /// A warm servo (issue 28): started on this host before any task was
 /// claimed for it, it waits on its gateway socket for one.
 pub mod warm {

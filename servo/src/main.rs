@@ -23,7 +23,8 @@
 //! No arguments (`servo runner …`, `servo pack DIR`, `servo unpack
 //! DIR`, `servo signal SIG PGID` and `servo collect-home SRC DST MAX` are
 //! the servo's own helpers, started as the agent's user; `servo mcp --url
-//! URL` is Saheeli's MCP server, started by a third-party agent). The
+//! URL` is Saheeli's MCP server, started by a third-party agent; `servo
+//! relay SOCKET HOST:PORT` is a swarm node's gateway relay, `relay`). The
 //! environment (the defaults are the container's):
 //!
 //! - `SAHEELI_PRIVSEP=1`: the servo starts as root with only
@@ -43,7 +44,10 @@
 //! - `SAHEELI_GATEWAY_TOKEN_FILE`: set for a servo on another host (Swarm):
 //!   the file holding its task's gateway token, sent on every request; the
 //!   launch and submitted workspace are then fetched from the gateway, and
-//!   the whole workspace is uploaded to it at the end (`remote`).
+//!   the whole workspace is uploaded to it at the end (`remote`). Its
+//!   gateway is `http://HOST:PORT` (an overlay) or `unix:` the relay's
+//!   socket (`swarm.network: none`: the servo then refuses to run in a
+//!   container that has any network interface but loopback).
 //!
 //! It writes `<ws>/servo-<id>-audit.log` (also echoed to stdout; its
 //! `finish` line carries the run's `timings`),
@@ -59,6 +63,7 @@ mod live;
 mod llm;
 mod pipe;
 mod privsep;
+mod relay;
 mod remote;
 mod runner;
 mod seal;
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
         Some("collect-home") => return external::helpers::collect_main(argv),
         Some("mcp") => return external::mcp::main(argv),
         Some("unpack") => return remote::unpack_main(argv.next()),
+        Some("relay") => return relay::main(argv),
         Some(other) => {
             eprintln!("servo: unknown argument `{other}` (the servo takes none)");
             return ExitCode::from(ServoExit::BadTask.code() as u8);

@@ -51,6 +51,17 @@ pub(crate) fn auth_headers() -> Result<HeaderMap, String> {
     Ok(headers)
 }
 
+/// The first network interface but loopback in `/proc/net/dev`'s text,
+/// if there is one.
+fn network_interface(proc_net_dev: &str) -> Option<String> {
+    proc_net_dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .find(|name| !name.is_empty() && *name != "lo")
+        .map(str::to_string)
+}
+
 /// The remote gateway of this servo, or None for a local (socket) one.
 pub(crate) struct Remote {
     http: reqwest::Client,
@@ -62,22 +73,38 @@ impl Remote {
         if std::env::var_os(remote::TOKEN_FILE_ENV).is_none() {
             return Ok(None);
         }
-        if !gateway.starts_with("http://") {
-            return Err(format!(
-                "{} is set but SAHEELI_GATEWAY `{gateway}` is not `http://host:port`",
-                remote::TOKEN_FILE_ENV
-            ));
-        }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .default_headers(auth_headers()?)
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(600))
+            .timeout(Duration::from_secs(600));
+        let (builder, base) = if let Some(socket) = gateway.strip_prefix("unix:") {
+            // `swarm.network: none`: the node's relay, and no network at all.
+            let interfaces = std::fs::read_to_string("/proc/net/dev")
+                .map_err(|e| format!("reading /proc/net/dev (the job's network): {e}"))?;
+            if let Some(interface) = network_interface(&interfaces) {
+                return Err(format!(
+                    "this job was promised no network (`swarm.network: none`) but has the \
+                     interface `{interface}`: its node's Docker engine gives containers \
+                     without a network its default bridge; set `\"bridge\": \"none\"` in that \
+                     engine's daemon.json, or use an overlay as `swarm.network`"
+                ));
+            }
+            (
+                builder.unix_socket(socket.to_string()),
+                "http://gateway".to_string(),
+            )
+        } else if gateway.starts_with("http://") {
+            (builder, gateway.trim_end_matches('/').to_string())
+        } else {
+            return Err(format!(
+                "{} is set but SAHEELI_GATEWAY `{gateway}` is neither `http://host:port` nor `unix:/path`",
+                remote::TOKEN_FILE_ENV
+            ));
+        };
+        let http = builder
             .build()
             .map_err(|e| format!("building the HTTP client: {e}"))?;
-        Ok(Some(Remote {
-            http,
-            base: gateway.trim_end_matches('/').to_string(),
-        }))
+        Ok(Some(Remote { http, base }))
     }
 
     /// The launch (as `SAHEELI_LAUNCH` would carry it) and the task's
@@ -283,6 +310,21 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::pack::{pack_agents, servo_owned};
     use super::*;
+
+    #[test]
+    fn only_loopback_is_no_network() {
+        let head = "Inter-|   Receive |  Transmit\n face |bytes    packets\n";
+        assert_eq!(
+            network_interface(&format!("{head}    lo:       0       0    0\n")),
+            None
+        );
+        assert_eq!(
+            network_interface(&format!(
+                "{head}    lo:       0       0    0\n  eth0:     200       2    0\n"
+            )),
+            Some("eth0".to_string())
+        );
+    }
 
     #[test]
     fn the_servo_owns_its_session_audit_log_and_saheeli_dir_only() {

@@ -147,7 +147,10 @@ pub(crate) struct SwarmConfig {
     pub manager: String,
     /// `host:port` of the registry the nodes pull the servo image from.
     pub registry: String,
-    /// The attachable overlay network the servos join.
+    /// The attachable overlay network the servos join, or `none`: no
+    /// network at all, the gateway reached through a relay on each node
+    /// (`backend::swarm::relay`; the nodes' engines must have no default
+    /// bridge).
     pub network: String,
     /// `addr:port` the gateway listens on, reachable from every node.
     pub gateway_listen: String,

@@ -62,6 +62,7 @@ mod steps_checked;
 mod swarm;
 mod swarm_certs;
 mod swarm_park;
+mod swarm_relay;
 mod swarm_verify;
 mod synthesis;
 mod templates;

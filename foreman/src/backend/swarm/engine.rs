@@ -84,9 +84,29 @@ impl Swarm {
         }
     }
 
-    /// Keeps the overlay's sandbox up on every node, with the image pulled
-    /// there (`overlay`); a swarm that refuses only costs speed.
+    /// With an overlay, keeps its sandbox up on every node, with the image
+    /// pulled there (`overlay`; a swarm that refuses only costs speed).
+    /// With `network: none`, the gateway's relay on every node (`relay`),
+    /// which jobs cannot run without, on nodes whose engines have no
+    /// default bridge.
     pub async fn check_image(&self) -> Result<(), EngineError> {
+        if self.network == super::relay::NONE {
+            let bridged =
+                super::relay::nodes_with_a_bridge(&self.manager, &self.manager_addr).await;
+            if !bridged.is_empty() {
+                return Err(EngineError::Other(anyhow::anyhow!(
+                    "`swarm.network: none`, but the engine of node(s) {} has a default bridge, \
+                     which a job with no network would join: set `\"bridge\": \"none\"` in \
+                     their daemon.json, or use an attachable overlay as `swarm.network`",
+                    bridged.join(", ")
+                )));
+            }
+            let gateway = self.gateway_url.trim_start_matches("http://");
+            super::relay::keep(&self.manager, &self.cfg.file.image, gateway)
+                .await
+                .map_err(EngineError::Other)?;
+            return Ok(());
+        }
         if let Err(e) =
             super::overlay::keep(&self.manager, &self.cfg.file.image, &self.network).await
         {

@@ -15,7 +15,9 @@
 //!   (a pure mapping), the node a task runs on, nodes that are Down;
 //!   `board`: one look at every watched job for all their watchers.
 //! - `overlay`: an idle container on every node keeping the overlay's
-//!   sandbox up between tasks (and the image pulled there).
+//!   sandbox up between tasks (and the image pulled there); `relay`:
+//!   `swarm.network: none`, jobs with no network, reaching the gateway
+//!   through a relay on their node.
 //! - `push`: `build-servo --push`, the image into the swarm's registry.
 //! - `endpoint`, `tls`: reaching the manager's and each node's engine
 //!   API, plain or over TLS (`swarm.tls`).
@@ -36,6 +38,7 @@ mod nodes;
 mod observe;
 mod overlay;
 mod push;
+mod relay;
 mod service;
 mod tls;
 mod watch;

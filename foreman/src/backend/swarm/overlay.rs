@@ -72,17 +72,22 @@ pub(crate) fn keeper_spec(image: &str, network: &str) -> ServiceSpec {
 
 /// Makes the keeper of `network`, or brings it to `image`.
 pub(crate) async fn keep(manager: &Docker, image: &str, network: &str) -> anyhow::Result<()> {
-    let spec = keeper_spec(image, network);
+    ensure(manager, keeper_spec(image, network), "overlay keeper").await
+}
+
+/// Makes the global service `spec` names, or updates it to `spec` when its
+/// image or command differ (`what` names it in logs and errors).
+pub(super) async fn ensure(manager: &Docker, spec: ServiceSpec, what: &str) -> anyhow::Result<()> {
     let name = spec.name.clone().unwrap_or_default();
+    let wanted = |s: &ServiceSpec| {
+        s.task_template
+            .as_ref()
+            .and_then(|t| t.container_spec.as_ref())
+            .map(|c| (c.image.clone(), c.command.clone()))
+    };
     match manager.inspect_service(&name, None).await {
         Ok(s) => {
-            let current = s
-                .spec
-                .as_ref()
-                .and_then(|s| s.task_template.as_ref())
-                .and_then(|t| t.container_spec.as_ref())
-                .and_then(|c| c.image.as_deref());
-            if current == Some(image) {
+            if s.spec.as_ref().and_then(wanted) == wanted(&spec) {
                 return Ok(());
             }
             let version = s.version.and_then(|v| v.index).unwrap_or(0);
@@ -92,17 +97,17 @@ pub(crate) async fn keep(manager: &Docker, image: &str, network: &str) -> anyhow
             manager
                 .update_service(&name, spec, opts, None)
                 .await
-                .with_context(|| format!("updating the overlay keeper `{name}` to `{image}`"))?;
-            info!(service = %name, %image, "overlay keeper updated");
+                .with_context(|| format!("updating the {what} `{name}`"))?;
+            info!(service = %name, "{what} updated");
         }
         Err(_) => match manager.create_service(spec, None).await {
-            Ok(_) => info!(service = %name, %image, "overlay keeper created on every node"),
+            Ok(_) => info!(service = %name, "{what} created on every node"),
             // Another foreman made it meanwhile.
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 409, ..
             }) => {}
             Err(e) => {
-                return Err(e).with_context(|| format!("creating the overlay keeper `{name}`"));
+                return Err(e).with_context(|| format!("creating the {what} `{name}`"));
             }
         },
     }

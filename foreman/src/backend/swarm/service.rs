@@ -16,7 +16,8 @@
 //! setuid or setgid file (the Dockerfile strips every such bit), so no
 //! `exec` can give the agent's processes a capability; and `network: none` (Swarm rejects
 //! it): the servo joins only the configured overlay, whose one way out is
-//! the gateway's address (nodes of the test swarm have no default route).
+//! the gateway's address (nodes of the test swarm have no default route),
+//! or, with `swarm.network: none`, no network at all (`relay`).
 
 use std::collections::HashMap;
 
@@ -123,15 +124,47 @@ pub(crate) fn service_spec(
     let id = plan.id;
     let suffix = plan.suffix;
     let spec = plan.spec;
+    let no_network = plan.network == super::relay::NONE;
+    let gateway_addr = plan.gateway_url.trim_start_matches("http://");
+    let gateway = if no_network {
+        format!("unix:{}", saheeli_protocol::remote::relay::SOCKET)
+    } else {
+        plan.gateway_url.clone()
+    };
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     env.extend([
         "HOME=/tmp".to_string(),
-        format!("SAHEELI_GATEWAY={}", plan.gateway_url),
+        format!("SAHEELI_GATEWAY={gateway}"),
         format!("{}={}", remote::TOKEN_FILE_ENV, remote::TOKEN_FILE),
         format!("{}={id}", remote::TASK_ID_ENV),
         format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV),
     ]);
     let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
+    let mut mounts = vec![
+        Mount {
+            target: Some(paths::WORKSPACE.into()),
+            source: Some(super::service_name(id, suffix)),
+            typ: Some(MountType::VOLUME),
+            volume_options: Some(MountVolumeOptions {
+                labels: Some(labels(id)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Mount {
+            target: Some("/tmp".into()),
+            typ: Some(MountType::TMPFS),
+            tmpfs_options: Some(MountTmpfsOptions {
+                size_bytes: Some(256 << 20),
+                mode: Some(0o1777),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    if no_network {
+        mounts.push(super::relay::job_mount(gateway_addr));
+    }
     let token_file = remote::TOKEN_FILE
         .rsplit('/')
         .next()
@@ -160,28 +193,7 @@ pub(crate) fn service_spec(
         }),
         stop_signal: Some("SIGTERM".into()),
         stop_grace_period: Some(plan.stop_grace.as_nanos().min(i64::MAX as u128) as i64),
-        mounts: Some(vec![
-            Mount {
-                target: Some(paths::WORKSPACE.into()),
-                source: Some(super::service_name(id, suffix)),
-                typ: Some(MountType::VOLUME),
-                volume_options: Some(MountVolumeOptions {
-                    labels: Some(labels(id)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            Mount {
-                target: Some("/tmp".into()),
-                typ: Some(MountType::TMPFS),
-                tmpfs_options: Some(MountTmpfsOptions {
-                    size_bytes: Some(256 << 20),
-                    mode: Some(0o1777),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        ]),
+        mounts: Some(mounts),
         secrets: Some(vec![TaskSpecContainerSpecSecrets {
             file: Some(TaskSpecContainerSpecFile {
                 name: Some(token_file.into()),
@@ -222,10 +234,13 @@ pub(crate) fn service_spec(
                 max_attempts: Some(0),
                 ..Default::default()
             }),
-            networks: Some(vec![NetworkAttachmentConfig {
-                target: Some(plan.network.to_string()),
-                ..Default::default()
-            }]),
+            // `none`: no attachment at all (Swarm has no `none` network).
+            networks: (!no_network).then(|| {
+                vec![NetworkAttachmentConfig {
+                    target: Some(plan.network.to_string()),
+                    ..Default::default()
+                }]
+            }),
             ..Default::default()
         }),
         // Nothing connects to a job: no virtual IP, so no load-balancer
@@ -270,6 +285,34 @@ mod tests {
             token: "t",
             suffix: "abcd",
             stop_grace: std::time::Duration::from_secs(3),
+        };
+        let none = ServicePlan {
+            network: super::super::relay::NONE,
+            gateway_url: plan.gateway_url.clone(),
+            ..plan
+        };
+        let n = service_spec(&none, "sid", "sname");
+        let nt = n.task_template.unwrap();
+        assert!(nt.networks.is_none(), "`none`: no attachment at all");
+        let nc = nt.container_spec.unwrap();
+        assert!(
+            nc.env
+                .unwrap()
+                .contains(&"SAHEELI_GATEWAY=unix:/run/saheeli-relay/gateway.sock".to_string())
+        );
+        let relay = nc.mounts.unwrap().pop().unwrap();
+        assert_eq!(
+            (relay.target.as_deref(), relay.read_only),
+            (Some("/run/saheeli-relay"), Some(true))
+        );
+        assert_eq!(
+            relay.source.unwrap(),
+            super::super::relay::relay_name("10.0.0.1:7070")
+        );
+        let plan = ServicePlan {
+            network: "jobs",
+            gateway_url: "http://10.0.0.1:7070".into(),
+            ..none
         };
         let s = service_spec(&plan, "sid", "sname");
         assert_eq!(s.labels.as_ref().unwrap()[LAUNCH_LABEL], "abcd");

@@ -4,8 +4,9 @@
 //! option needs XFS project quotas, and its `type`/`device`/`o` options call
 //! mount(2) directly, which cannot mount a plain file (no loop device is set
 //! up). So the foreman does it: a sparse ext4 image of exactly that size
-//! (mkfs.ext4 from e2fsprogs), loop-mounted (`mount -o loop`, which frees
-//! the loop device on unmount) at a private directory:
+//! (formatted by mkfs.ext4 from e2fsprogs once per size, see `format`),
+//! loop-mounted (as `mount -o loop` does, by system call, see `attach`: the
+//! loop device is freed on unmount) at a private directory:
 //!
 //! ```text
 //! <state_dir>/workspaces/            0700, root's
@@ -28,6 +29,9 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 use saheeli_protocol::TaskId;
+
+mod attach;
+mod format;
 
 /// Where a task's image and mount point live.
 pub(crate) fn task_dir(state_dir: &Path, id: TaskId) -> PathBuf {
@@ -123,33 +127,8 @@ pub(crate) fn create_at(state_dir: &Path, dir: PathBuf, bytes: u64) -> anyhow::R
         return Ok(mnt);
     }
     let made = (|| {
-        let f = std::fs::File::create(&image)
-            .with_context(|| format!("creating `{}`", image.display()))?;
-        // Sparse: takes disk only as the agent writes, never more than `bytes`.
-        f.set_len(bytes)
-            .with_context(|| format!("sizing `{}`", image.display()))?;
-        drop(f);
-        // -m 0: no blocks reserved for root (the agent is uid 1000);
-        // root_owner: /workspace is the servo's, the agent's group may
-        // add its files there (see `share_root`).
-        run(
-            Command::new(which("mkfs.ext4").unwrap_or("mkfs.ext4".into()))
-                .args([
-                    "-q",
-                    "-F",
-                    "-m",
-                    "0",
-                    "-E",
-                    "root_owner=999:1000",
-                    "-O",
-                    "^has_journal",
-                ])
-                .arg(&image),
-        )?;
-        run(Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop,nosuid,nodev"])
-            .arg(&image)
-            .arg(&mnt))?;
+        format::write_image(&root, &image, bytes)?;
+        attach::mount_image(&image, &mnt)?;
         // The agent would see (and results would carry) an empty lost+found.
         let _ = std::fs::remove_dir(mnt.join("lost+found"));
         share_root(&mnt)?;
@@ -253,11 +232,10 @@ pub(crate) fn destroy(mnt: &Path) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir(dir);
         return Ok(());
     }
-    // Still held (a container being removed): detach it now; the kernel
-    // frees it when the last user goes.
-    if is_mounted(mnt)? && run(Command::new("umount").arg(mnt)).is_err() {
-        run(Command::new("umount").arg("-l").arg(mnt))
-            .with_context(|| format!("unmounting `{}`", mnt.display()))?;
+    // Still held (a container being removed), it is detached: the kernel
+    // frees it when the last user goes (`attach::unmount`).
+    if is_mounted(mnt)? {
+        attach::unmount(mnt)?;
     }
     std::fs::remove_dir(mnt).with_context(|| format!("removing `{}`", mnt.display()))?;
     let image = dir.join("disk.img");
@@ -273,6 +251,89 @@ pub(crate) fn destroy(mnt: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The loop devices whose backing file is under `dir`.
+    fn loops_backed_by(dir: &Path) -> Vec<String> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+            let backing = e.path().join("loop/backing_file");
+            if let Ok(b) = std::fs::read_to_string(&backing)
+                && b.trim().starts_with(dir.to_str().unwrap())
+            {
+                found.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+        found
+    }
+
+    /// A workspace is a mounted, empty filesystem of exactly its size,
+    /// shared between servo and agent as the image's /workspace is; a
+    /// second one of the same size (from the kept format) is its own
+    /// filesystem; destroying unmounts it, frees its loop device and
+    /// leaves nothing. Needs root, as `serve` with a disk limit does (the
+    /// suite runs as root).
+    #[test]
+    fn a_workspace_is_its_own_filesystem_of_its_size_and_goes_away_whole() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        assert_eq!(unsafe { libc::geteuid() }, 0, "run the suite as root");
+        let state = tempfile::tempdir().unwrap();
+        let bytes = 48 << 20;
+        let a = create_at(state.path(), task_dir(state.path(), TaskId::new()), bytes).unwrap();
+        let b = create_at(
+            state.path(),
+            slot_dir(state.path(), "p-0123456789abcdef0123456789abcdef"),
+            bytes,
+        )
+        .unwrap();
+        for mnt in [&a, &b] {
+            assert!(is_mounted(mnt).unwrap());
+            let m = std::fs::metadata(mnt).unwrap();
+            assert_eq!((m.uid(), m.gid()), (999, 1000));
+            assert_eq!(m.permissions().mode() & 0o7777, 0o1775);
+            assert_eq!(std::fs::read_dir(mnt).unwrap().count(), 0, "empty");
+        }
+        assert_ne!(
+            std::fs::metadata(&a).unwrap().dev(),
+            std::fs::metadata(&b).unwrap().dev()
+        );
+        assert_eq!(loops_backed_by(state.path()).len(), 2);
+        // Idempotent: the existing mount is kept.
+        std::fs::write(a.join("kept"), "x").unwrap();
+        let again = create_at(state.path(), a.parent().unwrap().to_path_buf(), bytes).unwrap();
+        assert!(again.join("kept").exists());
+        // Its size is the limit: writing past it fails.
+        let big = vec![1u8; 1 << 20];
+        let mut f = std::fs::File::create(a.join("fill")).unwrap();
+        let mut written = 0u64;
+        let full = loop {
+            match std::io::Write::write_all(&mut f, &big) {
+                Ok(()) => written += big.len() as u64,
+                Err(e) => break e,
+            }
+            assert!(written <= bytes, "wrote past the limit");
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC));
+        drop(f);
+        // The other workspace is untouched by this one filling up.
+        assert!(!b.join("fill").exists());
+        // Destroyed while a file is held open: detached, then freed.
+        let held = std::fs::File::open(a.join("kept")).unwrap();
+        destroy(&a).unwrap();
+        destroy(&b).unwrap();
+        drop(held);
+        assert!(!a.parent().unwrap().exists() && !b.parent().unwrap().exists());
+        for _ in 0..100 {
+            if loops_backed_by(state.path()).is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(loops_backed_by(state.path()), Vec::<String>::new());
+        let left: Vec<_> = std::fs::read_dir(state.path().join("workspaces"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 
     #[test]
     fn destroy_refuses_paths_it_did_not_make() {
