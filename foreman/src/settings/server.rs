@@ -99,7 +99,7 @@ pub(super) const SERVER: &[Setting] = &[
         .doc("`host:port` of the registry the nodes pull the servo image from.")
         .config("swarm.registry"),
     Setting::new("swarm.network", "string")
-        .doc("The attachable overlay network the servos join.")
+        .doc("The attachable overlay network the servos join, or `none`: jobs with no network at all, reaching the gateway through a relay on their node (the nodes' engines must have no default bridge; see [Docker Swarm](../operating/swarm.md#no-network-swarmnetwork-none)).")
         .config("swarm.network"),
     Setting::new("swarm.gateway_listen", "string")
         .doc("`addr:port` the gateway listens on, reachable from every node.")
