@@ -83,10 +83,13 @@ pub(super) fn mount_image(image: &Path, mnt: &Path) -> anyhow::Result<()> {
 /// detached, and the kernel frees it when its last user goes.
 pub(super) fn unmount(mnt: &Path) -> anyhow::Result<()> {
     use rustix::mount::UnmountFlags;
-    match rustix::mount::unmount(mnt, UnmountFlags::empty()) {
+    // Never through a symbolic link: `mnt` is a directory this foreman made.
+    match rustix::mount::unmount(mnt, UnmountFlags::NOFOLLOW) {
         Ok(()) => Ok(()),
-        Err(rustix::io::Errno::BUSY) => rustix::mount::unmount(mnt, UnmountFlags::DETACH)
-            .with_context(|| format!("unmounting `{}` (detached)", mnt.display())),
+        Err(rustix::io::Errno::BUSY) => {
+            rustix::mount::unmount(mnt, UnmountFlags::NOFOLLOW | UnmountFlags::DETACH)
+                .with_context(|| format!("unmounting `{}` (detached)", mnt.display()))
+        }
         Err(e) => Err(e).with_context(|| format!("unmounting `{}`", mnt.display())),
     }
 }

@@ -52,13 +52,14 @@ pub(crate) fn relay_name(gateway: &str) -> String {
     format!("saheeli-relay-{hex}")
 }
 
-/// A job's mount of the relay's volume (read-only).
-pub(crate) fn job_mount(gateway: &str) -> Mount {
+/// The relay's volume of `gateway` mounted at `target` (nothing of the
+/// image copied into it).
+fn volume(gateway: &str, target: &str, read_only: bool) -> Mount {
     Mount {
-        target: Some(relay::DIR.into()),
+        target: Some(target.into()),
         source: Some(relay_name(gateway)),
         typ: Some(MountType::VOLUME),
-        read_only: Some(true),
+        read_only: Some(read_only),
         volume_options: Some(MountVolumeOptions {
             no_copy: Some(true),
             ..Default::default()
@@ -67,12 +68,16 @@ pub(crate) fn job_mount(gateway: &str) -> Mount {
     }
 }
 
+/// A job's mount of the relay's volume (read-only).
+pub(crate) fn job_mount(gateway: &str) -> Mount {
+    volume(gateway, relay::DIR, true)
+}
+
 /// The relay's spec (pure), for the gateway at `gateway` (`host:port`).
 pub(crate) fn relay_spec(image: &str, gateway: &str) -> ServiceSpec {
-    let name = relay_name(gateway);
     let labels = HashMap::from([(ROLE_LABEL.to_string(), RELAY_ROLE.to_string())]);
     ServiceSpec {
-        name: Some(name.clone()),
+        name: Some(relay_name(gateway)),
         labels: Some(labels.clone()),
         mode: Some(ServiceSpecMode {
             global: Some(Default::default()),
@@ -97,16 +102,7 @@ pub(crate) fn relay_spec(image: &str, gateway: &str) -> ServiceSpec {
                     no_new_privileges: Some(true),
                     ..Default::default()
                 }),
-                mounts: Some(vec![Mount {
-                    target: Some(relay::KEEPER_DIR.into()),
-                    source: Some(name),
-                    typ: Some(MountType::VOLUME),
-                    volume_options: Some(MountVolumeOptions {
-                        no_copy: Some(true),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }]),
+                mounts: Some(vec![volume(gateway, relay::KEEPER_DIR, false)]),
                 ..Default::default()
             }),
             resources: Some(TaskSpecResources {
