@@ -80,6 +80,13 @@ pub mod paths {
     pub const GATEWAY_DIR: &str = "/run/saheeli";
     /// The gateway's unix socket inside the container.
     pub const GATEWAY_SOCKET: &str = "/run/saheeli/gateway.sock";
+    /// Why the servo gave up before or outside its loop (it could not
+    /// fetch its task, read its prompt, get its session key…), relative to
+    /// the workspace: in the servo's own directory, so the agent cannot
+    /// write it. The foreman adds it to the ending's detail.
+    pub const SERVO_ERROR: &str = ".saheeli/servo-error.txt";
+    /// At most this much of [`SERVO_ERROR`] is written, or read.
+    pub const MAX_SERVO_ERROR: usize = 2048;
 
     /// `servo-<task_id>-audit.log`
     pub fn audit_log(task_id: &crate::TaskId) -> String {

@@ -136,10 +136,7 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         .unwrap_or_else(|_| format!("unix:{}", saheeli_protocol::paths::GATEWAY_SOCKET));
     let remote = match remote::Remote::from_env(&gateway) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("servo: {e}");
-            return ServoExit::BadTask;
-        }
+        Err(e) => return give_up(&root, &e),
     };
     let Some(remote) = remote else {
         let (launch, key) = if std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some()
@@ -147,32 +144,22 @@ async fn run(mode: privsep::Mode) -> ServoExit {
             // A warm servo: its task is claimed for it after it started.
             match warm::claimed(&root, &gateway, mode).await {
                 Ok((launch, key)) => (Some(launch), key),
-                Err(e) => {
-                    eprintln!("servo: {e}");
-                    return ServoExit::BadTask;
-                }
+                Err(e) => return give_up(&root, &e),
             }
         } else {
             (std::env::var(saheeli_protocol::LAUNCH_ENV).ok(), None)
         };
         if let Err(e) = unpack_launch(&root, launch) {
-            eprintln!("servo: {e}");
-            return ServoExit::BadTask;
+            return give_up(&root, &e);
         }
         return run_task(&root, &gateway, mode, key).await;
     };
     let code = match remote.fetch(&root, mode).await {
         Ok(launch) => match unpack_launch(&root, Some(launch)) {
             Ok(()) => run_task(&root, &gateway, mode, None).await,
-            Err(e) => {
-                eprintln!("servo: {e}");
-                ServoExit::BadTask
-            }
+            Err(e) => give_up(&root, &e),
         },
-        Err(e) => {
-            eprintln!("servo: {e}");
-            ServoExit::BadTask
-        }
+        Err(e) => give_up(&root, &e),
     };
     // Whatever happened (SIGTERM included: the loop returns on it), the
     // workspace goes home; without it the foreman records `incomplete`.
@@ -180,6 +167,28 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         eprintln!("servo: {e}");
     }
     code
+}
+
+/// Says why the servo cannot run its task, on stderr and in
+/// [`SERVO_ERROR`](saheeli_protocol::paths::SERVO_ERROR) for the foreman's
+/// record (best effort: a workspace that cannot take it loses only the
+/// explanation), and ends with [`ServoExit::BadTask`].
+fn give_up(root: &std::path::Path, why: &str) -> ServoExit {
+    use saheeli_protocol::paths::{MAX_SERVO_ERROR, SERVO_ERROR};
+    eprintln!("servo: {why}");
+    let mut end = why.len().min(MAX_SERVO_ERROR);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    let path = root.join(SERVO_ERROR);
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| agent::write_atomic(&path, &why.as_bytes()[..end]));
+    if let Err(e) = written {
+        eprintln!("servo: writing `{}`: {e}", path.display());
+    }
+    ServoExit::BadTask
 }
 
 /// Runs the task whose launch is in `root`; `key`: its session key, when
@@ -198,18 +207,17 @@ async fn run_task(
     {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("servo: cannot read task `{}`: {e}", task_path.display());
-            return ServoExit::BadTask;
+            return give_up(
+                &root,
+                &format!("cannot read task `{}`: {e}", task_path.display()),
+            );
         }
     };
     let prompt = match std::fs::read_to_string(root.join("prompt.md")) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!(
-                "servo: cannot read `{}`: {e}",
-                root.join("prompt.md").display()
-            );
-            return ServoExit::BadTask;
+            let why = format!("cannot read `{}`: {e}", root.join("prompt.md").display());
+            return give_up(&root, &why);
         }
     };
     // A third-party agent CLI: the servo supervises it instead of looping.
@@ -228,8 +236,7 @@ async fn run_task(
         match key {
             Ok((key, resume)) => seal::Seal::new(Some(key)).with_resume(resume),
             Err(e) => {
-                eprintln!("servo: the gateway gave no session key: {}", e.0);
-                return ServoExit::BadTask;
+                return give_up(&root, &format!("the gateway gave no session key: {}", e.0));
             }
         }
     } else {
@@ -237,10 +244,7 @@ async fn run_task(
     };
     match agent::Agent::new(task, &root, gateway, prompt, mode, seal) {
         Ok(agent) => agent.run().await,
-        Err(e) => {
-            eprintln!("servo: {e}");
-            ServoExit::BadTask
-        }
+        Err(e) => give_up(&root, &e),
     }
 }
 

@@ -308,7 +308,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::pack::{pack_agents, servo_owned};
+    use super::pack::{pack_agents, servo_owned, unpack_filtered};
     use super::*;
 
     #[test]
@@ -436,6 +436,29 @@ mod tests {
                 "workspace/src",
                 "workspace/src/a.rs"
             ]
+        );
+    }
+
+    /// An unpacker reads its stream to the end, past the archive's end
+    /// marker: the servo writing to it never finds it gone (a broken pipe
+    /// there failed a task when the last block came late).
+    #[test]
+    fn an_unpacker_reads_past_the_archives_end() {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(5);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, "a.txt", &b"hello"[..])
+            .unwrap();
+        let mut bytes = tar.into_inner().unwrap();
+        bytes.extend_from_slice(&[0u8; 9216]); // a record's padding
+        let ws = tempfile::tempdir().unwrap();
+        let mut stream = std::io::Cursor::new(bytes);
+        unpack_filtered(&mut stream, ws.path(), |_| true).unwrap();
+        assert_eq!(stream.position() as usize, stream.get_ref().len());
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+            "hello"
         );
     }
 

@@ -36,7 +36,7 @@ pub(crate) use archive::{ChannelReader, ChannelWriter, extract};
 pub(crate) use dir::{Dir, is_link_or_not_dir};
 pub(crate) use read::{
     AuditTotals, CappedLines, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, open_regular,
-    read_completion,
+    read_completion, servo_error,
 };
 pub(crate) use results::{Collected, TRUNCATED_MARKER};
 pub(crate) use sparse::{allocated, copy_file};

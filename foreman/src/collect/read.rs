@@ -152,6 +152,29 @@ pub(crate) fn audit_lines(dir: &Path, id: TaskId) -> Result<Option<CappedLines<F
         .map(|f| CappedLines::new(f, MAX_AUDIT_LINE, MAX_AUDIT_LOG)))
 }
 
+/// Why the servo gave up, as it left it in a collected workspace
+/// ([`paths::SERVO_ERROR`]): at most [`paths::MAX_SERVO_ERROR`] bytes, on
+/// one line, control characters replaced; None when absent or not a
+/// plain file reached without a link.
+pub(crate) fn servo_error(dir: &Path) -> Option<String> {
+    let rel = Path::new(paths::SERVO_ERROR);
+    let (parent, name) = (rel.parent()?, rel.file_name()?);
+    let file = crate::collect::Dir::open(dir)
+        .and_then(|d| d.walk(parent, false))
+        .and_then(|d| d.open_file(name))
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(paths::MAX_SERVO_ERROR as u64)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let text: String = String::from_utf8_lossy(&bytes)
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    (!text.is_empty()).then_some(text)
+}
+
 /// The `complete.json` in a collected workspace, when present and valid for `id`.
 pub(crate) fn read_completion(dir: &Path, id: TaskId) -> Result<Option<Completion>, String> {
     const MAX: u64 = 1 << 20;
@@ -248,6 +271,35 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
 mod tests {
     use super::*;
     use std::fs;
+
+    /// The servo's reason is read capped, on one line, and never through
+    /// a link the agent could have left in its place.
+    #[test]
+    fn the_servos_reason_is_capped_and_never_read_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(servo_error(d.path()), None);
+        fs::create_dir(d.path().join(".saheeli")).unwrap();
+        let file = d.path().join(paths::SERVO_ERROR);
+        fs::write(&file, "GET /launch failed:\nconnection refused\x1b[31m\n").unwrap();
+        assert_eq!(
+            servo_error(d.path()).unwrap(),
+            "GET /launch failed: connection refused [31m"
+        );
+        fs::write(&file, "x".repeat(10 << 10)).unwrap();
+        assert_eq!(servo_error(d.path()).unwrap().len(), paths::MAX_SERVO_ERROR);
+        // A link at the file, or at its directory, is not followed.
+        let elsewhere = tempfile::tempdir().unwrap();
+        fs::create_dir(elsewhere.path().join(".saheeli")).unwrap();
+        fs::write(elsewhere.path().join(paths::SERVO_ERROR), "host secret").unwrap();
+        fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join(paths::SERVO_ERROR), &file).unwrap();
+        assert_eq!(servo_error(d.path()), None);
+        fs::remove_file(&file).unwrap();
+        fs::remove_dir(d.path().join(".saheeli")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join(".saheeli"), d.path().join(".saheeli"))
+            .unwrap();
+        assert_eq!(servo_error(d.path()), None);
+    }
 
     #[test]
     fn completion_must_match_the_task() {

@@ -2,7 +2,7 @@
 //! the servo's), its completion, whether its checks passed, and so its
 //! state and reason (`outcome::classify`), recorded by `finish`.
 
-use saheeli_protocol::{Reason, TaskId};
+use saheeli_protocol::{Reason, ServoExit, TaskId};
 use tracing::{error, warn};
 
 use super::finish::finish;
@@ -66,6 +66,13 @@ pub(super) async fn conclude(
     };
     let cap = ctx.cfg.file.max_results_size.0;
     let mut detail = describe(id, &watched.ended, &collected, collect_ms, &dest, cap);
+    // A servo that could not run its task says why (never the agent: the
+    // file is in the servo's own directory).
+    if watched.exit() == Some(i64::from(ServoExit::BadTask.code()))
+        && let Some(why) = collect::servo_error(&dest)
+    {
+        detail.push_str(&format!("; the servo: {why}"));
+    }
 
     let completion = match collect::read_completion(&dest, id) {
         Ok(Some(c)) => {

@@ -217,6 +217,16 @@ fn a_parked_session_changed_outside_the_servo_is_refused() {
     assert_eq!(t["state"], "incomplete", "{t:#}");
     assert_eq!(t["reason"], "bad_task", "{t:#}");
     let results = std::path::PathBuf::from(t["results"].as_str().unwrap());
+    // Why, in the servo's words: in the ending's detail and the report.
+    let last = t["events"].as_array().unwrap().last().unwrap().clone();
+    let detail = last["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("; the servo: the parked session")
+            && detail.contains("its seal does not match"),
+        "{t:#}"
+    );
+    let report = std::fs::read_to_string(results.join("report.md")).unwrap();
+    assert!(report.contains("its seal does not match"), "{report}");
     assert!(!results.join("evil.txt").exists());
     assert!(!results.join("benign.txt").exists());
     drop(serve);

@@ -153,6 +153,29 @@ impl Saheeli {
         stdout
     }
 
+    /// `serve --drain`, which must exit 0; when it does not, the failure
+    /// shows every task that did not complete with its events (the last
+    /// one says why, in the servo's words when it gave up).
+    pub fn drain(&self) -> String {
+        let out = self.run(&["serve", "--drain"]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.code() != Some(0) {
+            let unfinished: Vec<Value> = self
+                .tasks()
+                .into_iter()
+                .filter(|t| t["state"] != "complete")
+                .map(|t| self.task(t["id"].as_str().unwrap_or_default()))
+                .collect();
+            panic!(
+                "saheeli serve --drain exited {:?}\n--- stderr\n{}\n--- tasks not complete\n{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr),
+                serde_json::to_string_pretty(&unfinished).unwrap()
+            );
+        }
+        stdout
+    }
+
     /// Runs, asserts the exit code (showing both streams when it differs)
     /// and returns stderr: for commands expected to fail.
     pub fn expect_err(&self, args: &[&str], code: i32) -> String {

@@ -194,7 +194,10 @@ pub(crate) fn unpack_main(dir: Option<String>) -> std::process::ExitCode {
     }
 }
 
-/// Unpacks the entries of `tar` that `keep` keeps into `root`.
+/// Unpacks the entries of `tar` that `keep` keeps into `root`, then reads
+/// what follows the archive's end to the end of the stream: the writer
+/// (the servo, feeding two readers) may still be sending the end's second
+/// zero block or a record's padding, and must never see its reader gone.
 pub(super) fn unpack_filtered(
     tar: impl std::io::Read,
     root: &Path,
@@ -209,6 +212,7 @@ pub(super) fn unpack_filtered(
             entry.unpack_in(root)?;
         }
     }
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())?;
     Ok(())
 }
 
@@ -241,6 +245,7 @@ pub(crate) async fn unpack_streaming(
     };
     let mut body = response.bytes_stream();
     let mut failed = None;
+    let mut stopped_reading = None;
     while let Some(piece) = body.next().await {
         let piece = match piece {
             Ok(p) => p,
@@ -253,7 +258,8 @@ pub(crate) async fn unpack_streaming(
         if let Some((_, stdin)) = agent.as_mut()
             && let Err(e) = stdin.write_all(&piece).await
         {
-            failed = Some(format!("the agent's unpacker stopped reading: {e}"));
+            // Its exit status says whether that is a failure.
+            stopped_reading = Some(e);
             break;
         }
         if tx.send(Ok(piece)).await.is_err() {
@@ -268,8 +274,14 @@ pub(crate) async fn unpack_streaming(
     if let Some((mut child, stdin)) = agent {
         drop(stdin);
         match child.wait().await {
+            // It read the whole stream (it drains it to the end): a
+            // broken pipe could only have been a byte past its end.
             Ok(s) if s.success() => {}
-            Ok(s) => failed = failed.or(Some(format!("the agent's unpacker exited with {s}"))),
+            Ok(s) => {
+                let why = stopped_reading
+                    .map_or(String::new(), |e| format!(" (it stopped reading: {e})"));
+                failed = failed.or(Some(format!("the agent's unpacker exited with {s}{why}")));
+            }
             Err(e) => failed = failed.or(Some(format!("waiting for the agent's unpacker: {e}"))),
         }
     }
