@@ -190,17 +190,46 @@ fn project(s: &Saheeli, extra: &str) {
     );
 }
 
-fn serve(s: &Saheeli) -> Child {
-    s.cmd(&["serve"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+/// A `saheeli serve` of a test: drained (SIGINT, its warm servos removed)
+/// when dropped still running, so that a failing test leaves no foreman
+/// refilling its pool after it.
+struct Serving(Child);
+
+impl Serving {
+    /// `kill -9`: a foreman that dies without draining.
+    fn kill(&mut self) -> std::io::Result<()> {
+        self.0.kill()?;
+        self.0.wait().map(drop)
+    }
 }
 
-fn interrupt(mut serve: Child) {
-    unsafe { libc::kill(serve.id() as i32, libc::SIGINT) };
-    let _ = serve.wait();
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            if !wait_for(Duration::from_secs(30), || {
+                matches!(self.0.try_wait(), Ok(Some(_)))
+            }) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+}
+
+fn serve(s: &Saheeli) -> Serving {
+    Serving(
+        s.cmd(&["serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn interrupt(mut serve: Serving) {
+    unsafe { libc::kill(serve.0.id() as i32, libc::SIGINT) };
+    let _ = serve.0.wait();
 }
 
 #[test]
@@ -349,7 +378,6 @@ fn an_idle_servo_that_dies_is_replaced_and_gc_removes_idle_ones() {
     }));
     // A foreman killed outright leaves its idle servos; `gc` removes them.
     serving.kill().unwrap();
-    let _ = serving.wait();
     let left = warm(&s, false);
     assert_eq!(left.len(), 2, "{left:?}");
     // A crash between a slot's workspace and its container: the image is
@@ -401,7 +429,6 @@ fn a_foreman_killed_with_idle_and_claimed_servos_leaves_each_task_run_once() {
     assert!(ran_in(&s, &id).contains("warm container"));
     let all = warm(&s, false);
     first.kill().unwrap();
-    let _ = first.wait();
 
     // A new foreman adopts the claimed servo and removes the idle ones
     // the dead one left (its heartbeat stopped).
