@@ -134,6 +134,9 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         PathBuf::from(std::env::var("SAHEELI_WORKSPACE").unwrap_or_else(|_| "/workspace".into()));
     let gateway = std::env::var("SAHEELI_GATEWAY")
         .unwrap_or_else(|_| format!("unix:{}", saheeli_protocol::paths::GATEWAY_SOCKET));
+    // A parked task starts again on its kept workspace: an earlier start's
+    // reason is not this one's.
+    let _ = std::fs::remove_file(root.join(saheeli_protocol::paths::SERVO_ERROR));
     let remote = match remote::Remote::from_env(&gateway) {
         Ok(r) => r,
         Err(e) => return give_up(&root, &e),

@@ -294,6 +294,14 @@ mod tests {
         fs::remove_file(&file).unwrap();
         std::os::unix::fs::symlink(elsewhere.path().join(paths::SERVO_ERROR), &file).unwrap();
         assert_eq!(servo_error(d.path()), None);
+        // Nor one to a device, nor a FIFO (which would block a plain open).
+        fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &file).unwrap();
+        assert_eq!(servo_error(d.path()), None);
+        fs::remove_file(&file).unwrap();
+        let fifo = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(servo_error(d.path()), None);
         fs::remove_file(&file).unwrap();
         fs::remove_dir(d.path().join(".saheeli")).unwrap();
         std::os::unix::fs::symlink(elsewhere.path().join(".saheeli"), d.path().join(".saheeli"))
