@@ -36,7 +36,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let n = tx.execute(sql, params)?;
+        let n = tx.prepare_cached(sql)?.execute(params)?;
         if n == 0 {
             return Err(StoreError::LeaseLost(id));
         }

@@ -220,7 +220,7 @@ pub(super) fn move_state(
         return Err(StoreError::BadTransition { id, from, to });
     }
     let now = now_ms();
-    tx.execute(
+    tx.prepare_cached(
         "UPDATE tasks SET state = ?2,
             finished_at = CASE WHEN ?3 THEN ?4 ELSE finished_at END,
             lease_until = CASE WHEN ?3 THEN NULL ELSE lease_until END,
@@ -228,16 +228,16 @@ pub(super) fn move_state(
             parked = CASE WHEN ?6 THEN 0 ELSE parked END,
             waiting_since = CASE WHEN ?7 THEN ?4 ELSE NULL END
          WHERE id = ?1",
-        params![
-            id.to_string(),
-            to.as_str(),
-            to.is_terminal(),
-            now,
-            to == TaskState::Starting,
-            to == TaskState::Running,
-            to.is_waiting()
-        ],
-    )?;
+    )?
+    .execute(params![
+        id.to_string(),
+        to.as_str(),
+        to.is_terminal(),
+        now,
+        to == TaskState::Starting,
+        to == TaskState::Running,
+        to.is_waiting()
+    ])?;
     insert_event(tx, id, now, Some(from), to, detail)?;
     Ok(())
 }
@@ -250,11 +250,8 @@ pub(super) fn held_state(
     lease: &Lease,
 ) -> Result<TaskState> {
     let row: Option<(String, Option<String>)> = tx
-        .query_row(
-            "SELECT state, owner FROM tasks WHERE id = ?1",
-            params![id.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT state, owner FROM tasks WHERE id = ?1")?
+        .query_row(params![id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let (state, owner) = row.ok_or_else(|| StoreError::TaskNotFound(id.to_string()))?;
     if owner.as_deref() != Some(lease.owner.as_str()) {

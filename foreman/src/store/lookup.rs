@@ -259,6 +259,7 @@ impl Store {
     pub fn data_version(&self) -> Result<i64> {
         Ok(self
             .conn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |r| r.get(0))?)
     }
 }

@@ -37,25 +37,22 @@ impl Store {
         // The write lock is held (BEGIN IMMEDIATE): nobody claims between
         // the pick and the move.
         let id: Option<String> = tx
-            .query_row(
+            .prepare_cached(
                 "SELECT id FROM tasks WHERE state = 'queued'
                    AND (?2 IS NULL OR id = ?2
                         OR id IN (SELECT child_id FROM children WHERE root_id = ?2))
                    AND (not_before IS NULL OR not_before <= ?1)
                  ORDER BY priority DESC, id LIMIT 1",
-                params![now, only.map(|i| i.to_string())],
-                |r| r.get(0),
-            )
+            )?
+            .query_row(params![now, only.map(|i| i.to_string())], |r| r.get(0))
             .optional()?;
         let Some(id) = id else {
             return Ok(None);
         };
         let task_id: TaskId = id.parse().expect("stored ids are UUIDs");
         move_state(&tx, task_id, TaskState::Queued, TaskState::Starting, None)?;
-        tx.execute(
-            "UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1",
-            params![id, lease.owner, now + lease.ms],
-        )?;
+        tx.prepare_cached("UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1")?
+            .execute(params![id, lease.owner, now + lease.ms])?;
         tx.commit()?;
         self.get(&id)
     }
@@ -129,10 +126,10 @@ pub(super) fn insert_event(
     to: TaskState,
     detail: Option<&str>,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO events (task_id, at, from_state, to_state, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![id.to_string(), at, from.map(|s| s.as_str()), to.as_str(), detail],
-    )?;
+    )?
+    .execute(params![id.to_string(), at, from.map(|s| s.as_str()), to.as_str(), detail])?;
     if let Some(kind) = webhook_kind(from, to) {
         let event = tx.last_insert_rowid();
         enqueue_webhooks(tx, id, event, kind, at)?;

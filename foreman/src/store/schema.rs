@@ -347,6 +347,9 @@ fn try_again(tries: i32) -> bool {
     true
 }
 
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 256;
+
 fn open_once(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open(path)?;
     wait_when_busy(&conn)?;
@@ -354,6 +357,10 @@ fn open_once(path: &Path) -> Result<Connection> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Migrations::from_slice(MIGRATIONS).to_latest(&mut conn)?;
+    // A task's life goes through some dozens of distinct statements; with
+    // rusqlite's default cache of 16 they pushed each other out, and each
+    // was compiled again per task.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 
