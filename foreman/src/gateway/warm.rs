@@ -56,6 +56,8 @@ struct Inner {
     server: Mutex<Option<tokio::task::JoinHandle<()>>>,
     claim: Mutex<Option<(Router, Arc<Claimed>)>>,
     released: tokio::sync::watch::Sender<bool>,
+    /// Whether the claimed task's servo has made its first model call.
+    going: std::sync::atomic::AtomicBool,
 }
 
 impl WarmSocket {
@@ -78,6 +80,7 @@ impl WarmSocket {
             server: Mutex::new(None),
             claim: Mutex::new(None),
             released: tokio::sync::watch::Sender::new(false),
+            going: std::sync::atomic::AtomicBool::new(false),
         });
         let app = Router::new().fallback(front).with_state(inner.clone());
         let doors = crate::listen::Doors {
@@ -113,6 +116,21 @@ impl WarmSocket {
         if self.inner.claim.lock().unwrap().is_some() {
             self.inner.released.send_replace(true);
         }
+    }
+
+    /// Whether the servo of the task given to it has made its first model
+    /// call (the pool holds its refills until its claimed servos have:
+    /// making containers beside them is what would slow that call down).
+    pub fn got_going(&self) -> bool {
+        self.inner.going.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes the first model call (see [`WarmSocket::got_going`]).
+    #[cfg(test)]
+    pub(crate) fn went(&self) {
+        self.inner
+            .going
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Stops serving; `remove`: its directory goes too.
@@ -156,10 +174,19 @@ async fn route(inner: Arc<Inner>, req: Request, path: &str) -> Response {
         _ => {
             let app = inner.claim.lock().unwrap().as_ref().map(|(a, _)| a.clone());
             match app {
-                Some(app) => match app.oneshot(req).await {
-                    Ok(r) => r,
-                    Err(e) => match e {},
-                },
+                Some(app) => {
+                    // The model routes are `/v1/…` (the gateway's own are
+                    // `/saheeli/…`).
+                    if path.starts_with("/v1/") {
+                        inner
+                            .going
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    match app.oneshot(req).await {
+                        Ok(r) => r,
+                        Err(e) => match e {},
+                    }
+                }
                 None => refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "this warm servo has no task yet",

@@ -1,6 +1,7 @@
 //! Keeping the pool warm: each class refilled to its size in the
 //! background (a few servos made at once, only while admission's breaker
-//! is closed, and only in a lull between warm claims, so refills never
+//! is closed, and only in a lull between warm claims once the claimed
+//! servos made their first model call, so refills never
 //! crowd out the launches they are there to speed up), idle servos older
 //! than `max_idle` replaced, one that dies while idle removed and
 //! replaced; on stop every idle servo goes. Sweeping what a stopped foreman's pool left is the sweeper's
@@ -42,7 +43,8 @@ impl Local {
         let mut calm_until = Instant::now();
         loop {
             self.expire(&pool);
-            // A burst of claims goes first: refills wait for its lull.
+            // A burst of claims goes first: refills wait for its lull and
+            // for its servos to get going.
             let lull = pool.lull_ends();
             if lull.is_none() && pace() && Instant::now() >= calm_until {
                 for class in 0..pool.classes.len() {

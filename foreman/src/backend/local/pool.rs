@@ -66,6 +66,16 @@ const AUTO_MAX: usize = 32;
 /// claims is served from the idle servos first, without containers being
 /// made beside it on the same cores (the refill comes right after).
 pub(super) const CLAIM_LULL: Duration = Duration::from_millis(50);
+/// Refills also wait while a servo claimed warm has not yet made its
+/// first model call, this long at most: a burst of claims is over only
+/// once its servos got going (each wakes to its launch, sets its task up
+/// and calls the model: containers made beside them on the same cores
+/// slow exactly what the pool is for). A servo that calls no model soon
+/// (a task waiting on a human first) holds nothing up for longer.
+pub(super) const START_HOLD: Duration = Duration::from_secs(2);
+/// How often a held refill looks again whether the claimed servos got
+/// going.
+const START_LOOK: Duration = Duration::from_millis(20);
 
 /// One foreman's pool.
 pub(crate) struct Pool {
@@ -92,6 +102,9 @@ pub(super) struct PoolState {
     /// When a warm servo was last claimed: refills wait for a lull in
     /// the claims ([`CLAIM_LULL`]).
     pub last_claim: Option<Instant>,
+    /// Claimed warm servos not yet known to have made their first model
+    /// call, with when they were claimed ([`START_HOLD`]).
+    pub starting: Vec<(WarmSocket, Instant)>,
 }
 
 impl Pool {
@@ -107,6 +120,7 @@ impl Pool {
                 known: HashSet::new(),
                 demand: (0..n).map(|_| VecDeque::new()).collect(),
                 last_claim: None,
+                starting: Vec::new(),
             }),
             wake: tokio::sync::Notify::new(),
         }
@@ -125,8 +139,9 @@ impl Pool {
             let now = Instant::now();
             st.demand[class].push_back(now);
             let idle = st.idle[class].pop_front();
-            if idle.is_some() {
+            if let Some(idle) = &idle {
                 st.last_claim = Some(now);
+                st.starting.push((idle.socket.clone(), now));
             }
             idle
         };
@@ -168,11 +183,22 @@ impl Pool {
         }
     }
 
-    /// When refills may start: now, or at the end of the lull after the
-    /// last warm claim.
+    /// When refills may start: now (None), at the end of the lull after
+    /// the last warm claim, or, while a claimed servo has not made its
+    /// first model call (for [`START_HOLD`] at most), after another look.
     pub(super) fn lull_ends(&self) -> Option<Instant> {
-        let end = self.lock().last_claim? + CLAIM_LULL;
-        (end > Instant::now()).then_some(end)
+        let now = Instant::now();
+        let mut st = self.lock();
+        st.starting
+            .retain(|(socket, at)| !socket.got_going() && now - *at < START_HOLD);
+        let lull = st
+            .last_claim
+            .map(|t| t + CLAIM_LULL)
+            .filter(|end| *end > now);
+        if st.starting.is_empty() {
+            return lull;
+        }
+        Some(lull.map_or(now + START_LOOK, |end| end.max(now + START_LOOK)))
     }
 
     /// Idle servos, every class.
@@ -263,6 +289,59 @@ mod tests {
         assert!(end <= Instant::now() + CLAIM_LULL);
         pool.lock().last_claim = Some(Instant::now() - CLAIM_LULL);
         assert_eq!(pool.lull_ends(), None, "the lull is over");
+    }
+
+    /// A burst is over for the refills only once its servos got going: a
+    /// claimed servo that has not made its first model call holds them
+    /// (past the claims' lull), its call lets them go, and one that never
+    /// calls holds them for [`START_HOLD`] at most.
+    #[tokio::test]
+    async fn refills_wait_for_claimed_servos_to_call_the_model() {
+        let file: crate::config::ConfigFile =
+            serde_yaml::from_str("pool:\n  - { size: 2 }\n").unwrap();
+        let classes = file.warm_classes();
+        let c = &classes[0];
+        let needs = WarmNeeds {
+            image: c.image.clone(),
+            network: c.network,
+            memory: c.memory,
+            cpus: c.cpus,
+            pids: c.pids,
+            disk: c.disk,
+        };
+        let run = tempfile::tempdir().unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let pool = Pool::new(classes, "me".into(), run.path().to_path_buf());
+        let mut sockets = vec![];
+        for _ in 0..2 {
+            let name = slot_name(TaskId::new());
+            let dir = socket_name(&name).unwrap();
+            let socket = WarmSocket::bind(run.path(), &dir, false).unwrap();
+            sockets.push(socket.clone());
+            pool.lock().idle[0].push_back(Idle {
+                name,
+                socket,
+                born: Instant::now(),
+            });
+        }
+        assert!(pool.claim(TaskId::new(), &needs).is_some());
+        pool.lock().last_claim = Some(Instant::now() - CLAIM_LULL);
+        let held = pool.lull_ends().expect("its servo has not called yet");
+        assert!(held <= Instant::now() + START_LOOK, "looked at again soon");
+        sockets[0].went();
+        assert_eq!(pool.lull_ends(), None, "its servo called the model");
+        // A servo that never calls: held while it is new, not after.
+        assert!(pool.claim(TaskId::new(), &needs).is_some());
+        pool.lock().last_claim = Some(Instant::now() - CLAIM_LULL);
+        assert!(pool.lull_ends().is_some());
+        pool.lock().starting[0].1 = Instant::now() - START_HOLD;
+        assert_eq!(pool.lull_ends(), None, "held {START_HOLD:?} at most");
+        for s in sockets {
+            s.discard().await;
+        }
     }
 
     #[test]
