@@ -1,7 +1,10 @@
 //! A thousand through one foreman: N one-step tasks queued at once and
 //! served to the end by one `saheeli serve` (not `--drain`: it is still
 //! running when the last task ends, so what it holds then can be counted),
-//! against N raw create+start+wait+remove cycles at the same concurrency.
+//! against raw create+start+wait+remove cycles at the same concurrency:
+//! N before the run, on a machine warmed up by container churn first, and
+//! N/2 after it; the floor is their mean time per cycle (see
+//! [`floor_before`] for why both are needed), and both are shown.
 //!
 //! Reported: throughput, dispatch latency (the claim → the container's
 //! `start` event) p50 and p99, the foreman's peak RSS, and what is left
@@ -16,6 +19,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::bail;
 
+use crate::cpu::Snapshot;
 use crate::env::{Env, progress};
 use crate::events::ms_between;
 use crate::floor;
@@ -40,15 +44,16 @@ async fn held(env: &Env, p: &Project) -> anyhow::Result<(usize, usize, usize, us
 pub async fn thousand(env: &Env) -> anyhow::Result<Vec<Figure>> {
     let n = env.sizes.thousand;
     let c = env.sizes.thousand_concurrency;
-    progress(&format!("thousand: {n} raw cycles at concurrency {c}"));
-    let floor = floor::burst(env, false, n, c).await?;
+    let before = floor_before(env, n, c, "thousand").await?;
     progress(&format!(
         "thousand: {n} one-step tasks queued at once, one `saheeli serve -j {c}`"
     ));
     let p = Project::new(env, c)?;
-    let result = run(env, &p, n, c, floor.wall_ms, "", None).await;
+    let result = run(env, &p, n, c, "", None).await;
     p.cleanup(env).await;
-    result
+    let ran = result?;
+    let after = floor_after(env, n, c, "thousand").await?;
+    Ok(ran.figures(Floor::of(&before, &after)))
 }
 
 /// The same with a warm pool of the concurrency (issue 28): the wall time
@@ -57,19 +62,18 @@ pub async fn thousand(env: &Env) -> anyhow::Result<Vec<Figure>> {
 pub async fn thousand_pool(env: &Env) -> anyhow::Result<Vec<Figure>> {
     let n = env.sizes.thousand;
     let c = env.sizes.thousand_concurrency;
-    progress(&format!(
-        "thousand (pool): {n} raw cycles at concurrency {c}"
-    ));
-    let floor = floor::burst(env, false, n, c).await?;
+    let before = floor_before(env, n, c, "thousand (pool)").await?;
     progress(&format!(
         "thousand (pool): {n} one-step tasks, one `saheeli serve -j {c}` with a pool of {c}"
     ));
     let p = Project::with_config(env, c, &crate::pool::pool_config(c))?;
-    let result = run(env, &p, n, c, floor.wall_ms, " (pool)", Some(c)).await;
+    let result = run(env, &p, n, c, " (pool)", Some(c)).await;
     let left = crate::pool::warm(&p, false).len() + crate::pool::warm_volumes(&p);
     crate::pool::remove_warm(&p);
     p.cleanup(env).await;
-    let mut figures = result?;
+    let ran = result?;
+    let after = floor_after(env, n, c, "thousand (pool)").await?;
+    let mut figures = ran.figures(Floor::of(&before, &after));
     if let Some(wall) = figures.first_mut() {
         let ratio = wall.ratio.unwrap_or(f64::NAN);
         wall.target = "≤ 1.15 × raw".into();
@@ -89,15 +93,155 @@ pub async fn thousand_pool(env: &Env) -> anyhow::Result<Vec<Figure>> {
     Ok(figures)
 }
 
+/// Raw cycles: their rate, and the machine's CPU per cycle.
+struct Raw {
+    cycles: usize,
+    wall_ms: f64,
+    cpu_ms: f64,
+}
+
+impl Raw {
+    async fn measure(env: &Env, n: usize, c: usize) -> anyhow::Result<Raw> {
+        let cpu = Snapshot::now();
+        let burst = floor::burst(env, false, n, c).await?;
+        Ok(Raw {
+            cycles: n,
+            wall_ms: burst.wall_ms,
+            cpu_ms: cpu.since().machine * 1000.0 / n.max(1) as f64,
+        })
+    }
+
+    fn per_cycle_ms(&self) -> f64 {
+        self.wall_ms / self.cycles.max(1) as f64
+    }
+}
+
+/// How many raw cycles warm the machine up before the floor: about a
+/// minute of container churn at the full size.
+fn warm_up_cycles(n: usize) -> usize {
+    n.min(600)
+}
+
+/// The floor before Saheeli's run, on a machine warmed up by container
+/// churn first. Why: on a filesystem that has just seen many files
+/// deleted, making a file costs more for a while (ext4 without a journal,
+/// as the test machine's root is, skips every inode freed in the last
+/// minute or more when it allocates one), and every container makes and
+/// deletes dozens. A floor measured on a quiet machine right before
+/// Saheeli's run on a churned one compared unlike states: the same code
+/// measured 1.01× and 1.41× by what ran before it.
+async fn floor_before(env: &Env, n: usize, c: usize, tag: &str) -> anyhow::Result<Raw> {
+    let w = warm_up_cycles(n);
+    progress(&format!(
+        "{tag}: {w} raw cycles to warm the machine up (not counted)"
+    ));
+    floor::burst(env, false, w, c).await?;
+    progress(&format!(
+        "{tag}: {n} raw cycles at concurrency {c} (the floor, before)"
+    ));
+    Raw::measure(env, n, c).await
+}
+
+/// The floor again after Saheeli's run (half as many cycles): the ratio
+/// is to the mean of the two, so a machine that drifted during the run
+/// moves both sides alike, and the figure shows by how much it drifted.
+async fn floor_after(env: &Env, n: usize, c: usize, tag: &str) -> anyhow::Result<Raw> {
+    let m = n.div_ceil(2);
+    progress(&format!(
+        "{tag}: {m} raw cycles at concurrency {c} (the floor, after)"
+    ));
+    Raw::measure(env, m, c).await
+}
+
+/// The floor a run is compared with: before and after, averaged per cycle.
+struct Floor {
+    /// Milliseconds per raw cycle (wall, at the concurrency).
+    per_cycle_ms: f64,
+    cpu_ms: f64,
+    before_ms: f64,
+    after_ms: f64,
+}
+
+impl Floor {
+    fn of(before: &Raw, after: &Raw) -> Floor {
+        Floor {
+            per_cycle_ms: (before.per_cycle_ms() + after.per_cycle_ms()) / 2.0,
+            cpu_ms: (before.cpu_ms + after.cpu_ms) / 2.0,
+            before_ms: before.per_cycle_ms(),
+            after_ms: after.per_cycle_ms(),
+        }
+    }
+}
+
+/// What one run measured, before it is set against its floor.
+struct Ran {
+    n: usize,
+    c: usize,
+    tag: String,
+    wall_ms: f64,
+    cpu_ms: f64,
+    peak_mb: f64,
+    warm: i64,
+    /// The rest of the figures (dispatch, leaks), floor-free.
+    rest: Vec<Figure>,
+}
+
+impl Ran {
+    fn figures(self, floor: Floor) -> Vec<Figure> {
+        let Ran {
+            n,
+            c,
+            tag,
+            wall_ms,
+            cpu_ms,
+            peak_mb,
+            warm,
+            rest,
+        } = self;
+        let floor_ms = floor.per_cycle_ms * n as f64;
+        let rate = n as f64 / (wall_ms / 1000.0);
+        let floor_rate = n as f64 / (floor_ms / 1000.0);
+        let drift = floor.after_ms / floor.before_ms - 1.0;
+        let mut wall = Figure::new(
+            &format!("thousand{tag}: {n} one-step tasks, one serve -j {c}"),
+            "ms",
+            &[wall_ms],
+        )
+        .detail("tasks/s", rate)
+        .detail("floor tasks/s", floor_rate)
+        .detail("floor ms per cycle, before", floor.before_ms)
+        .detail("floor ms per cycle, after", floor.after_ms)
+        .detail("foreman peak RSS (MB)", peak_mb)
+        .detail("warm claims", warm as f64)
+        .detail("machine CPU per task (ms)", cpu_ms)
+        .detail("machine CPU per raw cycle (ms)", floor.cpu_ms)
+        .detail("CPU ratio", cpu_ms / floor.cpu_ms)
+        .note(format!(
+            "{rate:.1} tasks/s against the raw floor's {floor_rate:.1}/s (before {:.1}/s, after {:.1}/s: the machine drifted {:+.0}%); machine CPU {cpu_ms:.0} ms per task against {:.0} ms per raw cycle ({:.2}×); {warm} of {n} on a warm servo; foreman peak RSS {peak_mb:.1} MB",
+            1000.0 / floor.before_ms,
+            1000.0 / floor.after_ms,
+            drift * 100.0,
+            floor.cpu_ms,
+            cpu_ms / floor.cpu_ms
+        ));
+        wall.floor_name = Some(format!("raw: {n} cycles at {c}, before and after"));
+        wall.floor = Some(floor_ms);
+        wall.ratio = Some(wall_ms / floor_ms);
+        wall.target = "report".into();
+        let mut figures = vec![wall];
+        figures.extend(rest);
+        figures
+    }
+}
+
 async fn run(
     env: &Env,
     p: &Project,
     n: usize,
     c: usize,
-    floor_ms: f64,
     tag: &str,
     pool: Option<usize>,
-) -> anyhow::Result<Vec<Figure>> {
+) -> anyhow::Result<Ran> {
     // The template is cancelled before the foreman starts, so that its
     // descriptors can be counted idle, before the first task is queued.
     let template = p.submit(&p.one_step()?)?;
@@ -112,6 +256,7 @@ async fn run(
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (fds0, sockets0) = probe::fds(pid);
+    let cpu = Snapshot::now();
     let t0 = Instant::now();
     p.clone_queued(&template, n)?;
     loop {
@@ -132,6 +277,10 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let wall_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    // The machine's CPU per task, from the first queued to the last ended
+    // (its steadiest measure here: one run's wall time moves with the
+    // machine's neighbours more than its CPU does).
+    let cpu_ms = cpu.since().machine * 1000.0 / n.max(1) as f64;
     // Let the last supervisors return and the idle loop settle (the
     // pool full again, as when the descriptors were first counted).
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -177,24 +326,6 @@ async fn run(
         [],
         |r| r.get(0),
     )?;
-    let rate = n as f64 / (wall_ms / 1000.0);
-    let floor_rate = n as f64 / (floor_ms / 1000.0);
-    let mut wall = Figure::new(
-        &format!("thousand{tag}: {n} one-step tasks, one serve -j {c}"),
-        "ms",
-        &[wall_ms],
-    )
-    .detail("tasks/s", rate)
-    .detail("floor tasks/s", floor_rate)
-    .detail("foreman peak RSS (MB)", peak_mb)
-    .detail("warm claims", warm as f64)
-    .note(format!(
-        "{rate:.1} tasks/s against the raw floor's {floor_rate:.1}/s; {warm} of {n} on a warm servo; foreman peak RSS {peak_mb:.1} MB"
-    ));
-    wall.floor_name = Some(format!("raw: {n} cycles at {c}"));
-    wall.floor = Some(floor_ms);
-    wall.ratio = Some(wall_ms / floor_ms);
-    wall.target = "report".into();
     let lat = Figure::new(
         &format!("thousand{tag}: dispatch (claim → start), cold launches of {n} tasks"),
         "ms",
@@ -224,5 +355,14 @@ async fn run(
          {sockets0}→{sockets_end} (serve up{full} → queue empty{full})",
         before.0, after.0, before.1, after.1, before.2, after.2, before.3, after.3
     ));
-    Ok(vec![wall, lat, leaks])
+    Ok(Ran {
+        n,
+        c,
+        tag: tag.to_string(),
+        wall_ms,
+        cpu_ms,
+        peak_mb,
+        warm,
+        rest: vec![lat, leaks],
+    })
 }
