@@ -265,10 +265,11 @@ pub(crate) async fn remove_warm(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_warm_claim_holds_refills_for_a_lull_and_a_cold_one_does_not() {
+    /// A pool config of one class of `size`, and what a task of exactly
+    /// that class needs.
+    fn one_class(size: usize) -> (Vec<WarmClass>, WarmNeeds) {
         let file: crate::config::ConfigFile =
-            serde_yaml::from_str("pool:\n  - { size: 1 }\n").unwrap();
+            serde_yaml::from_str(&format!("pool:\n  - {{ size: {size} }}\n")).unwrap();
         let classes = file.warm_classes();
         let c = &classes[0];
         let needs = WarmNeeds {
@@ -279,6 +280,12 @@ mod tests {
             pids: c.pids,
             disk: c.disk,
         };
+        (classes, needs)
+    }
+
+    #[test]
+    fn a_warm_claim_holds_refills_for_a_lull_and_a_cold_one_does_not() {
+        let (classes, needs) = one_class(1);
         let pool = Pool::new(classes, "me".into(), std::env::temp_dir());
         assert_eq!(pool.lull_ends(), None, "nothing claimed yet");
         // The pool is empty: the claim goes cold, and refills may start.
@@ -297,18 +304,7 @@ mod tests {
     /// calls holds them for [`START_HOLD`] at most.
     #[tokio::test]
     async fn refills_wait_for_claimed_servos_to_call_the_model() {
-        let file: crate::config::ConfigFile =
-            serde_yaml::from_str("pool:\n  - { size: 2 }\n").unwrap();
-        let classes = file.warm_classes();
-        let c = &classes[0];
-        let needs = WarmNeeds {
-            image: c.image.clone(),
-            network: c.network,
-            memory: c.memory,
-            cpus: c.cpus,
-            pids: c.pids,
-            disk: c.disk,
-        };
+        let (classes, needs) = one_class(2);
         let run = tempfile::tempdir().unwrap();
         {
             use std::os::unix::fs::PermissionsExt;
