@@ -53,7 +53,7 @@ async fn measure(
     let mut samples = vec![];
     let mut failure = None;
     for _ in 0..n {
-        let before = llm.seen().len();
+        let before = llm.seen_count();
         let t0 = Instant::now();
         let id = match p.submit("first.md") {
             Ok(id) => id,
@@ -63,8 +63,8 @@ async fn measure(
             }
         };
         let first = loop {
-            if let Some(s) = llm.seen().get(before) {
-                break Some(s.at);
+            if let Some(at) = llm.seen_at(before) {
+                break Some(at);
             }
             if t0.elapsed() > Duration::from_secs(120) {
                 break None;

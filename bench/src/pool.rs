@@ -161,12 +161,12 @@ async fn first_samples(
                 filled(p, size, 0).await?;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let before = llm.seen().len();
+            let before = llm.seen_count();
             let t0 = Instant::now();
             let id = p.submit("first.md")?;
             let first = loop {
-                if let Some(s) = llm.seen().get(before) {
-                    break s.at;
+                if let Some(at) = llm.seen_at(before) {
+                    break at;
                 }
                 if t0.elapsed() > Duration::from_secs(120) {
                     bail!("task {id} never called the LLM");
@@ -237,11 +237,11 @@ async fn burst(env: &Env) -> anyhow::Result<Figure> {
         }
         let submitted = t0.elapsed().as_secs_f64() * 1000.0;
         loop {
-            if llm.seen().len() >= n {
+            if llm.seen_count() >= n {
                 break;
             }
             if t0.elapsed() > Duration::from_secs(120) {
-                bail!("{} of {n} tasks called the LLM", llm.seen().len());
+                bail!("{} of {n} tasks called the LLM", llm.seen_count());
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

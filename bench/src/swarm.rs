@@ -167,7 +167,7 @@ async fn dispatch(p: &mut Project, n: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = vec![];
     let mut failure = None;
     for _ in 0..n {
-        let before = llm.seen().len();
+        let before = llm.seen_count();
         let t0 = Instant::now();
         let id = p.submit("first.md")?;
         // Counted after the submit (the first one makes the database);
@@ -175,8 +175,8 @@ async fn dispatch(p: &mut Project, n: usize) -> anyhow::Result<Vec<f64>> {
         let complete = p.count("complete")?;
         let deadline = Duration::from_secs(120);
         let first = loop {
-            if let Some(s) = llm.seen().get(before) {
-                break Some(s.at);
+            if let Some(at) = llm.seen_at(before) {
+                break Some(at);
             }
             if t0.elapsed() > deadline {
                 break None;

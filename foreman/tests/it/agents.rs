@@ -122,9 +122,9 @@ fn mini_swe_agent_completes_and_never_sees_the_key() {
         .unwrap();
     // While the second call is held: the container's own configuration.
     assert!(
-        wait_for(Duration::from_secs(120), || llm.seen().len() >= 2),
+        wait_for(Duration::from_secs(120), || llm.seen_count() >= 2),
         "the agent made no second call; seen {}",
-        llm.seen().len()
+        llm.seen_count()
     );
     let tasks = s.tasks();
     let id = tasks[0]["id"].as_str().unwrap().to_string();
@@ -199,7 +199,7 @@ fn a_foreman_killed_mid_call_goes_unnoticed_by_the_agent() {
     let id = s.submit("p.md");
     let mut first = serve(&s);
     assert!(
-        wait_for(Duration::from_secs(120), || llm.seen().len() >= 2),
+        wait_for(Duration::from_secs(120), || llm.seen_count() >= 2),
         "the agent made no second call"
     );
     first.kill().unwrap(); // SIGKILL, the second call in flight

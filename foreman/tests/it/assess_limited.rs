@@ -54,7 +54,7 @@ fn assert_limited(t: &Value, llm: &FakeLlm) {
     // One attempt of the three allowed: the assessor was asked once, the
     // agent never again after it.
     assert_eq!(assessor_calls(llm), 1);
-    let agent_calls = llm.seen().len() - 1;
+    let agent_calls = llm.seen_count() - 1;
     assert_eq!(agent_calls, 1, "the agent is not asked again");
     let dir = PathBuf::from(t["results"].as_str().unwrap());
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();

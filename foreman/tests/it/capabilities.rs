@@ -189,7 +189,7 @@ socket.socket(socket.AF_UNIX).connect('/run/saheeli/gateway.sock')
     let id = s.submit("p.md");
     let serve = Serve::start(&s, &["-j", "1"]);
     assert!(
-        crate::lifecycle::wait_for(std::time::Duration::from_secs(60), || llm.seen().len() >= 2),
+        crate::lifecycle::wait_for(std::time::Duration::from_secs(60), || llm.seen_count() >= 2),
         "the task never reached its second step"
     );
     let sock = crate::gateway_guard::socket(&s, &id);

@@ -65,7 +65,7 @@ fn a_foreman_killed_twice_is_invisible_to_the_agents() {
 
     let first = serve(&s);
     assert!(
-        wait_for(Duration::from_secs(60), || llm.seen().len() >= 6),
+        wait_for(Duration::from_secs(60), || llm.seen_count() >= 6),
         "the tasks never made their first call"
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -73,7 +73,7 @@ fn a_foreman_killed_twice_is_invisible_to_the_agents() {
     let second = serve(&s);
     // It takes the tasks over once the lease expires; their servos, which
     // have been waiting for a gateway, call again.
-    let all_called = wait_for(Duration::from_secs(60), || llm.seen().len() >= 12);
+    let all_called = wait_for(Duration::from_secs(60), || llm.seen_count() >= 12);
     std::thread::sleep(Duration::from_secs(1));
     kill(second); // while the second calls are in flight upstream
     let mut last = serve(&s);

@@ -140,7 +140,7 @@ fn a_parent_spawns_three_children_waits_and_gets_each_message_once() {
         assert!(kid["received_at"].is_string(), "{kid:#}");
     }
     // The parent's model received each child's message and patch once.
-    assert_eq!(llm.seen().len(), 3);
+    assert_eq!(llm.seen_count(), 3);
     let after_wait = request_text(&llm, 2);
     for name in ["a", "b", "c"] {
         let msg = format!("worker {name} wrote out-{name}.txt");
@@ -412,7 +412,7 @@ fn kill_9_of_the_foreman_while_the_parent_waits_loses_nothing() {
     // The parent has asked for its wait (the LLM's second answer was
     // taken) and both children run.
     until(&s, &id, &first, "waiting on running children", |t| {
-        llm.seen().len() == 2
+        llm.seen_count() == 2
             && children(t).len() == 2
             && children(t).iter().all(|c| c["state"] == "running")
     });
@@ -430,7 +430,7 @@ fn kill_9_of_the_foreman_while_the_parent_waits_loses_nothing() {
         assert_eq!(child["attempts"].as_array().unwrap().len(), 1, "{child:#}");
     }
     // The model received each outcome exactly once, in the wait's answer.
-    assert_eq!(llm.seen().len(), 3);
+    assert_eq!(llm.seen_count(), 3);
     let after_wait = request_text(&llm, 2);
     for name in ["a", "b"] {
         let msg = format!("worker {name} wrote out-{name}.txt");

@@ -167,6 +167,19 @@ impl FakeLlm {
         self.inner.lock().unwrap().seen.clone()
     }
 
+    /// How many requests were seen so far, without copying them (for a
+    /// loop that polls: `seen` copies every body).
+    pub fn seen_count(&self) -> usize {
+        self.inner.lock().unwrap().seen.len()
+    }
+
+    /// When the `i`th request (from 0) arrived, once it has (the bench's
+    /// polling loops; the tests use `seen`).
+    #[allow(dead_code)]
+    pub fn seen_at(&self, i: usize) -> Option<Instant> {
+        self.inner.lock().unwrap().seen.get(i).map(|s| s.at)
+    }
+
     /// From now on, enforces a provider's rate limit: answers carry the
     /// provider's rate-limit headers and a request over it gets a 429.
     pub fn limit(&self, limit: crate::fake_limit::RateLimit) {

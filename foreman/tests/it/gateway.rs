@@ -144,7 +144,7 @@ fn rejected_key_and_bad_request_are_not_retried() {
         let t = run_json(&s, "p.md", 1);
         assert_eq!(t["state"], "incomplete", "{status}");
         assert_eq!(t["reason"], reason, "{status}");
-        assert_eq!(llm.seen().len(), 1, "{status} is not retried");
+        assert_eq!(llm.seen_count(), 1, "{status} is not retried");
     }
 }
 
@@ -168,7 +168,7 @@ fn token_budget_is_enforced_before_the_call() {
     let t = run_json(&s, "p.md", 1);
     assert_eq!(t["state"], "incomplete");
     assert_eq!(t["reason"], "budget");
-    let calls = llm.seen().len();
+    let calls = llm.seen_count();
     assert!((1..5).contains(&calls), "{calls} calls went upstream");
     assert_eq!(t["tokens"], 620 * calls as u64);
     assert!(t["tokens"].as_u64().unwrap() <= 6000);
@@ -215,7 +215,7 @@ fn cost_budget_uses_the_price_table() {
     );
     let t = run_json(&s, "p.md", 1);
     assert_eq!(t["reason"], "budget");
-    assert_eq!(llm.seen().len(), 1);
+    assert_eq!(llm.seen_count(), 1);
     assert!(
         (t["cost_usd"].as_f64().unwrap() - 3.002).abs() < 1e-9,
         "{}",

@@ -121,7 +121,7 @@ fn the_gateway_cannot_be_bypassed_by_direct_calls() {
         .spawn()
         .unwrap();
     assert!(
-        wait_for(Duration::from_secs(60), || llm.seen().len() == 1),
+        wait_for(Duration::from_secs(60), || llm.seen_count() == 1),
         "the task never called its gateway"
     );
     let id = s.tasks()[0]["id"].as_str().unwrap().to_string();
@@ -322,7 +322,7 @@ fn a_provider_echoing_the_key_leaks_it_nowhere() {
         // The echo did reach the servo, redacted.
         assert!(!grep(results, "[REDACTED:OPENAI_API_KEY]").is_empty());
     }
-    assert_eq!(llm.seen().len(), 3);
+    assert_eq!(llm.seen_count(), 3);
 }
 
 /// Runs `args` as the `nobody` user; true when it succeeded.
@@ -370,7 +370,7 @@ fn other_host_users_cannot_reach_or_plant_a_task_socket() {
         .unwrap();
     let sock = Path::new(&run_dir).join(&id).join("gateway.sock");
     assert!(
-        wait_for(Duration::from_secs(30), || llm.seen().len() == 1),
+        wait_for(Duration::from_secs(30), || llm.seen_count() == 1),
         "the task never called its gateway"
     );
     assert!(sock.exists(), "{} missing", sock.display());
@@ -397,7 +397,7 @@ fn other_host_users_cannot_reach_or_plant_a_task_socket() {
     );
     assert!(serve.wait().unwrap().success());
     assert_eq!(s.task(&id)["state"], "complete");
-    assert_eq!(llm.seen().len(), 1, "nobody's call reached the provider");
+    assert_eq!(llm.seen_count(), 1, "nobody's call reached the provider");
 
     // A run directory another user made first is refused, with advice.
     let planted = format!("{run_dir}-planted");
@@ -426,5 +426,5 @@ fn other_host_users_cannot_reach_or_plant_a_task_socket() {
         stderr.contains(&planted) && stderr.contains("owned by"),
         "{stderr}"
     );
-    assert_eq!(llm.seen().len(), 1);
+    assert_eq!(llm.seen_count(), 1);
 }

@@ -373,7 +373,7 @@ fn a_replay_task_gateway_sends_nothing_upstream() {
     assert!(body.contains("replay"), "{body}");
     release(&id, "go");
     until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
-    assert_eq!(llm.seen().len(), 0, "a replay task reached the provider");
+    assert_eq!(llm.seen_count(), 0, "a replay task reached the provider");
 }
 
 /// Case 25: text that tokenizes at 2 bytes a token cannot overspend the

@@ -270,7 +270,7 @@ fn an_anthropic_task_speaks_messages_natively() {
     assert!(a.json()["input_tokens"].as_u64().unwrap() > 0);
 
     // Refused without reaching the provider, in the API's own format.
-    let before = llm.seen().len();
+    let before = llm.seen_count();
     let mut other = req(9, true);
     other["model"] = json!("claude-opus-elsewhere");
     let a = post(&sock, "/v1/messages", &claude_headers(), &other);
@@ -305,7 +305,7 @@ fn an_anthropic_task_speaks_messages_natively() {
     assert_eq!(a.status, 404, "{}", a.body);
     assert!(a.body.contains("/v1/messages"), "{}", a.body);
     assert_eq!(
-        llm.seen().len(),
+        llm.seen_count(),
         before,
         "a refused call reached the provider"
     );
@@ -461,7 +461,7 @@ fn an_openai_task_speaks_chat_streams_and_responses() {
     );
     assert_eq!(got["responses_whole"]["text"], "sdk done", "{got:#}");
 
-    let before = llm.seen().len();
+    let before = llm.seen_count();
     let a = post(
         &sock,
         "/v1/messages",
@@ -504,7 +504,7 @@ fn an_openai_task_speaks_chat_streams_and_responses() {
         );
     }
     assert_eq!(
-        llm.seen().len(),
+        llm.seen_count(),
         before,
         "a refused call reached the provider"
     );
@@ -579,12 +579,12 @@ fn a_budget_spent_mid_stream_ends_the_stream_and_the_task() {
     let req = json!({"model": "claude-test", "max_tokens": 1000, "stream": true,
                      "messages": [{"role": "user", "content": "NATIVE-1"}]});
     // The next call is refused before it reaches the provider.
-    let seen = llm.seen().len();
+    let seen = llm.seen_count();
     let again = post(&sock, "/v1/messages", &claude_headers(), &req);
     assert_eq!(again.status, 402, "{}", again.body);
     assert_eq!(again.json()["error"]["type"], "billing_error");
     assert_eq!(
-        llm.seen().len(),
+        llm.seen_count(),
         seen,
         "a call past the budget reached the provider"
     );

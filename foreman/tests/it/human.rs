@@ -485,7 +485,7 @@ fn a_failed_tool_call_pauses_a_task_with_a_breakpoint() {
     let id = s.submit("p.md");
     let serve = Serve::start(&s, &["-j", "1"]);
     until(&s, &id, &serve, "paused", |t| t["state"] == "paused");
-    assert_eq!(llm.seen().len(), 1, "no LLM call while paused");
+    assert_eq!(llm.seen_count(), 1, "no LLM call while paused");
     s.expect(&["task", "resume", &id], 0);
     until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
     let detail = s.expect(&["task", "status", &id], 0);
@@ -538,7 +538,7 @@ fn an_answer_given_while_the_foreman_is_dead_is_delivered_once() {
     let second = Serve::start(&s, &["-j", "1"]);
     let t = until(&s, &id, &second, "complete", |t| t["state"] == "complete");
     assert_eq!(t["reason"], "complete");
-    assert_eq!(llm.seen().len(), 2, "asked once, answered once");
+    assert_eq!(llm.seen_count(), 2, "asked once, answered once");
     let second_req = request_text(&llm, 1);
     assert_eq!(
         second_req.matches("answered: yes").count(),

@@ -139,7 +139,7 @@ fn metrics_before_and_after_real_tasks_agree_with_task_status() {
             "saheeli_llm_calls_total",
             &[("provider", "openai"), ("model", "gpt-test")]
         ),
-        llm.seen().len() as f64
+        llm.seen_count() as f64
     );
     assert_eq!(
         get(

@@ -91,7 +91,7 @@ fn an_oom_killed_task_goes_on_from_its_session() {
         (last["state"].as_str(), last["attempt"].as_i64()),
         (Some("complete"), Some(2))
     );
-    assert_eq!(llm.seen().len(), 4, "the retry asked the model twice");
+    assert_eq!(llm.seen_count(), 4, "the retry asked the model twice");
 
     // The retry's first request goes on from the conversation: the file
     // written, the call that ran out of memory answered as not finished,
