@@ -461,9 +461,8 @@ fn a_foreman_killed_with_idle_and_claimed_servos_leaves_each_task_run_once() {
     assert_eq!(warm(&s, false), Vec::<String>::new());
     assert_eq!(warm_volumes(&s), Vec::<String>::new());
     assert_eq!(leftovers(&id), Vec::<String>::new());
-    let run_dir = format!("/tmp/saheeli-it-run-{}", std::process::id());
     for name in all.iter().chain([&claimed_name]) {
-        let sock = Path::new(&run_dir).join(format!("p-{}", &name[13..]));
+        let sock = s.run_dir().join(format!("p-{}", &name[13..]));
         assert!(!sock.exists(), "{} left", sock.display());
     }
 }

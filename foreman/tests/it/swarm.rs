@@ -332,8 +332,8 @@ impl Fixture {
             "backend: swarm\nswarm:\n  manager: tcp://{pfx}.11:2376\n  registry: {pfx}.1:5000\n  \
              network: saheeli-jobs\n  gateway_listen: {pfx}.1:{port}\n  \
              tls: {{ ca: {tls}/ca.pem, cert: {tls}/client-cert.pem, key: {tls}/client-key.pem }}\n\
-             concurrency: 12\nrun_dir: /tmp/saheeli-it-run-{}-{octet}\nstop_grace: 3s\nlease: 3s\n",
-            std::process::id()
+             concurrency: 12\nrun_dir: {}\nstop_grace: 3s\nlease: 3s\n",
+            s.run_dir().display()
         );
         s.write("config.yaml", &base);
         // build-servo --push: built on the manager, pushed, named by digest.

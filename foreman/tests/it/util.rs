@@ -41,6 +41,8 @@ pub fn require_docker() {
 
 pub struct Saheeli {
     pub dir: tempfile::TempDir,
+    /// The project's `run_dir`, short for socket paths, removed with it.
+    run: tempfile::TempDir,
     env: Vec<(String, String)>,
 }
 
@@ -57,20 +59,32 @@ impl Saheeli {
             .prefix("saheeli-it-")
             .tempdir()
             .unwrap();
-        let run_dir = format!("/tmp/saheeli-it-run-{}", std::process::id());
+        // Only ours (0700), as the foreman requires of a run_dir.
+        let run = tempfile::Builder::new()
+            .prefix("saheeli-it-run-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir_in("/tmp")
+            .unwrap();
         let config = format!(
-            "image: {}\nconcurrency: 2\nrun_dir: {run_dir}\nstop_grace: 1s\n{extra}",
-            image()
+            "image: {}\nconcurrency: 2\nrun_dir: {}\nstop_grace: 1s\n{extra}",
+            image(),
+            run.path().display()
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
         Saheeli {
             dir,
+            run,
             env: Vec::new(),
         }
     }
 
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The `run_dir` the project's config.yaml names at first.
+    pub fn run_dir(&self) -> &Path {
+        self.run.path()
     }
 
     /// Sets an environment variable for every command run.
