@@ -173,9 +173,7 @@ impl FakeLlm {
         self.inner.lock().unwrap().seen.len()
     }
 
-    /// When the `i`th request (from 0) arrived, once it has (the bench's
-    /// polling loops; the tests use `seen`).
-    #[allow(dead_code)]
+    /// When the `i`th request (from 0) arrived, once it has.
     pub fn seen_at(&self, i: usize) -> Option<Instant> {
         self.inner.lock().unwrap().seen.get(i).map(|s| s.at)
     }

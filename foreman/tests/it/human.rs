@@ -238,7 +238,7 @@ fn a_parked_task_has_no_container_and_goes_on_from_its_session() {
     s.expect(&["task", "answer", &id, "out.txt"], 0);
     let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
     // Resume latency: the answer given → the next LLM request.
-    let next = llm.seen()[2].at;
+    let next = llm.seen_at(2).expect("a third LLM request");
     eprintln!(
         "resume latency of a parked task (answer → next LLM request): {} ms",
         next.saturating_duration_since(answered).as_millis()
