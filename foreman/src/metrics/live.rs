@@ -37,6 +37,9 @@ pub(crate) enum DockerOp {
     Kill,
     RemoveContainer,
     List,
+    /// An image's servo copied out to this host, once per image id (a
+    /// container made of the image, its archive read, the container removed).
+    CopyServo,
 }
 
 /// Why the gateway tried an LLM call again.

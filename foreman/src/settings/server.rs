@@ -36,7 +36,7 @@ pub(super) const SERVER: &[Setting] = &[
         .config("file_access"),
     Setting::new("state_dir", "path")
         .default(".saheeli")
-        .doc("Saheeli's own state: copies of submitted workspaces.")
+        .doc("Saheeli's own state: copies of submitted workspaces, the workspace images (`workspaces/`), the servo copies bound into containers (`servos/`).")
         .config("state_dir"),
     Setting::new("run_dir", "path")
         .doc("Gateway sockets, one directory per task (unset: `$XDG_RUNTIME_DIR/saheeli`, `/run/saheeli` for root, …).")

@@ -296,9 +296,11 @@ fn a_serving_foreman_answers_get_metrics() {
         res.body
     );
     // What one cold task asks of Docker, and no more (at a thousand tasks
-    // every call is the daemon's time): a container made, started,
-    // inspected once (for the OOM flag) and removed once; its workspace
-    // image is bound in directly, no volume made, asked or removed.
+    // every call is the daemon's time): its image's id looked up, a
+    // container made, started, inspected once (for the OOM flag) and
+    // removed once; its workspace image is bound in directly, no volume
+    // made, asked or removed. Serve's start checked the image and copied
+    // its servo once (two image inspects and that copy before the task).
     let calls = |op: &str| {
         get(
             &m,
@@ -307,6 +309,8 @@ fn a_serving_foreman_answers_get_metrics() {
         )
     };
     for (op, n) in [
+        ("inspect_image", 3.0),
+        ("copy_servo", 1.0),
         ("create_volume", 0.0),
         ("create_container", 1.0),
         ("start", 1.0),

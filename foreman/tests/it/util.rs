@@ -313,3 +313,23 @@ pub fn script(turns: &[(&str, Value)]) -> String {
 pub fn replay_prompt(script_file: &str, extra: &str) -> String {
     format!("---\nmodel: replay:{script_file}\n{extra}---\nDo the scripted thing.\n")
 }
+
+/// Asserts that the container `inspect` shows (`docker inspect`'s JSON)
+/// runs image `tag`: made of that image's id, and launched as `tag` (its
+/// `Config.Image`, or the `saheeli.image` label when it was created by id
+/// with the servo bound from a host copy).
+pub fn assert_runs_image(inspect: &str, tag: &str) {
+    let v: Value = serde_json::from_str(inspect).unwrap();
+    let c = &v[0];
+    let o = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", tag])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert_eq!(c["Image"], id.as_str(), "{inspect}");
+    assert!(
+        c["Config"]["Image"] == tag || c["Config"]["Labels"]["saheeli.image"] == tag,
+        "{inspect}"
+    );
+}

@@ -31,6 +31,10 @@ use super::*;
 /// signal to another uid needs it. The agent's processes have none.
 pub(crate) const CONTAINER_CAPS: [&str; 3] = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL"];
 
+/// The label with the image a servo container was launched as, when it is
+/// created from that image's id (its servo bound from a host copy).
+pub(crate) const IMAGE_LABEL: &str = "saheeli.image";
+
 /// The container log's cap (Docker's json-file `max-size`).
 pub(crate) const LOG_MAX_SIZE: &str = "8m";
 
@@ -42,7 +46,7 @@ pub(crate) async fn create_container(
     docker: &Docker,
     id: TaskId,
     spec: &TaskSpec,
-    image: &str,
+    run: &super::ServoImage,
     workspace: &WorkspaceMount,
     gateway_dir: Option<&Path>,
     launch_env: Option<String>,
@@ -56,7 +60,7 @@ pub(crate) async fn create_container(
         ServoContainer {
             name: format!("saheeli-{id}"),
             labels: task_labels(id),
-            image,
+            image: run,
             workspace,
             gateway_dir,
             env,
@@ -75,7 +79,9 @@ pub(crate) async fn create_container(
 pub(crate) struct ServoContainer<'a> {
     pub name: String,
     pub labels: HashMap<String, String>,
-    pub image: &'a str,
+    /// The image, and the host copy of its servo bound read-only over
+    /// its own (see `servo_copy`; the image is then named by its id).
+    pub image: &'a super::ServoImage,
     pub workspace: &'a WorkspaceMount,
     pub gateway_dir: Option<&'a Path>,
     /// Besides `HOME` and the separation flag every servo gets.
@@ -90,7 +96,7 @@ pub(crate) struct ServoContainer<'a> {
 pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyhow::Result<String> {
     let ServoContainer {
         name,
-        labels,
+        mut labels,
         image,
         workspace,
         gateway_dir,
@@ -105,6 +111,17 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         mounts.push(Mount {
             target: Some(paths::GATEWAY_DIR.into()),
             source: Some(dir.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if let Some(copy) = &image.servo {
+        // The tag it was launched as, beside the id `Config.Image` shows.
+        labels.insert(IMAGE_LABEL.to_string(), image.named.clone());
+        mounts.push(Mount {
+            target: Some(super::SERVO_PATH.into()),
+            source: Some(copy.display().to_string()),
             typ: Some(MountType::BIND),
             read_only: Some(true),
             ..Default::default()
@@ -139,7 +156,7 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         ..hardened(memory, cpus, pids)
     };
     let body = ContainerCreateBody {
-        image: Some(image.into()),
+        image: Some(image.image.clone()),
         // Root only until the servo separates itself (see cap_add).
         user: Some("0:0".into()),
         working_dir: Some(paths::WORKSPACE.into()),
@@ -166,9 +183,10 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
             Err(DockerError::DockerResponseServerError {
                 status_code: 404,
                 message,
-            }) if message.contains("image") => Err(ImageMissing(image.to_string()).into()),
+            }) if message.contains("image") => Err(ImageMissing(image.named.clone()).into()),
             Err(e) => {
-                Err(e).with_context(|| format!("creating the servo container from image `{image}`"))
+                let named = &image.named;
+                Err(e).with_context(|| format!("creating the servo container from image `{named}`"))
             }
         }
     })

@@ -10,6 +10,7 @@ mod daemon;
 mod exec;
 mod image;
 mod labels;
+mod servo_copy;
 mod timed;
 mod verify;
 mod volume;
@@ -28,6 +29,7 @@ pub(crate) use labels::{
     TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
     task_containers, task_containers_in_order, task_volumes,
 };
+pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
     ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,

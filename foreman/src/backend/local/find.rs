@@ -127,7 +127,7 @@ impl Local {
             &self.docker,
             id,
             spec,
-            &self.cfg.file.image,
+            &docker::ServoImage::own(&self.cfg.file.image),
             &self.home(&volume),
             None,
             None,

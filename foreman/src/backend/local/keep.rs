@@ -137,12 +137,13 @@ impl Local {
             let workspace = self.make_home(&name, c.disk, labels.clone()).await?;
             let s = socket.insert(WarmSocket::bind(&pool.run_dir, &sock, false)?);
             let warm_env = format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV);
+            let run = self.servo_image(&c.image).await;
             docker::create_servo(
                 d,
                 docker::ServoContainer {
                     name: name.clone(),
                     labels,
-                    image: &c.image,
+                    image: &run,
                     workspace: &workspace,
                     gateway_dir: Some(s.dir()),
                     env: vec![warm_env],

@@ -24,15 +24,38 @@ pub(crate) struct Local {
     pub(super) secrets: Arc<Vec<(String, String)>>,
     /// Warm servos (`pool:`, issue 28), when configured.
     pub(super) pool: Option<Arc<Pool>>,
+    /// Host copies of the images' servos, bound into their containers
+    /// (`docker::ServoCopies`): when the daemon is on this host, as the
+    /// workspace images say it is (`limits.disk_enforcement: loop`).
+    pub(super) servos: Option<Arc<docker::ServoCopies>>,
 }
 
 impl Local {
     pub fn new(docker: Docker, cfg: Config, secrets: Vec<(String, String)>) -> Local {
+        let servos = (cfg.file.limits.disk_enforcement == crate::config::DiskEnforcement::Loop)
+            .then(|| {
+                let db = docker::pool_db(&cfg.database());
+                Arc::new(docker::ServoCopies::new(
+                    docker.clone(),
+                    &cfg.state_dir(),
+                    db,
+                ))
+            });
         Local {
             docker,
             cfg: Arc::new(cfg),
             secrets: Arc::new(secrets),
             pool: None,
+            servos,
+        }
+    }
+
+    /// What a servo container of `image` runs: the image by id with its
+    /// servo's host copy bound in, or (no copies here) the image as named.
+    pub(super) async fn servo_image(&self, image: &str) -> docker::ServoImage {
+        match &self.servos {
+            Some(copies) => copies.resolve(image).await,
+            None => docker::ServoImage::own(image),
         }
     }
 
@@ -80,10 +103,18 @@ impl Local {
         self.pool.as_ref().map(|p| p.idle())
     }
 
+    /// Fails when the servo image is missing; else copies its servo for
+    /// the first launch (and removes what an earlier foreman's copying
+    /// left).
     pub async fn check_image(&self) -> Result<(), EngineError> {
         docker::require_image(&self.docker, &self.cfg.file.image)
             .await
-            .map_err(EngineError::of)
+            .map_err(EngineError::of)?;
+        if let Some(copies) = &self.servos {
+            copies.tidy().await;
+            copies.resolve(&self.cfg.file.image).await;
+        }
+        Ok(())
     }
 
     /// Creates the workspace and container and uploads the inputs (not
@@ -132,11 +163,12 @@ impl Local {
         let creating = Instant::now();
         // A third-party agent runs in its own image (issue 25).
         let image = crate::spec::image_for(&self.cfg, &spec.agent);
+        let run = self.servo_image(&image).await;
         let container = docker::create_container(
             d,
             id,
             spec,
-            &image,
+            &run,
             &workspace,
             gateway_dir,
             in_env.then_some(launch_json),
