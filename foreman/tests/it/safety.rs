@@ -32,27 +32,8 @@ fn servo_container_is_hardened_and_holds_no_key() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut container = String::new();
-    assert!(wait_for(Duration::from_secs(60), || {
-        let o = Command::new("docker")
-            .args([
-                "ps",
-                "-q",
-                "--no-trunc",
-                "--filter",
-                &format!("label=saheeli.task={id}"),
-            ])
-            .output()
-            .unwrap();
-        container = String::from_utf8_lossy(&o.stdout).trim().to_string();
-        !container.is_empty()
-    }));
-    let o = Command::new("docker")
-        .args(["inspect", &container])
-        .output()
-        .unwrap();
-    let inspect: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let c = &inspect[0];
+    let inspect = running_container(&id);
+    let c = &inspect;
     let hc = &c["HostConfig"];
     assert_eq!(hc["CapDrop"], json!(["ALL"]));
     assert_eq!(hc["ReadonlyRootfs"], true);

@@ -107,25 +107,20 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         pids,
     } = c;
     let mut mounts = vec![workspace.mount(Some(labels.clone()), false)];
+    let read_only_bind = |source: &Path, target: &str| Mount {
+        target: Some(target.into()),
+        source: Some(source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(true),
+        ..Default::default()
+    };
     if let Some(dir) = gateway_dir {
-        mounts.push(Mount {
-            target: Some(paths::GATEWAY_DIR.into()),
-            source: Some(dir.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        });
+        mounts.push(read_only_bind(dir, paths::GATEWAY_DIR));
     }
     if let Some(copy) = &image.servo {
         // The tag it was launched as, beside the id `Config.Image` shows.
         labels.insert(IMAGE_LABEL.to_string(), image.named.clone());
-        mounts.push(Mount {
-            target: Some(super::SERVO_PATH.into()),
-            source: Some(copy.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        });
+        mounts.push(read_only_bind(copy, super::SERVO_PATH));
     }
     env.push("HOME=/tmp".into());
     env.push(format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV));
