@@ -12,9 +12,8 @@ cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}"
 
 scripts/setup.sh base >&2   # the base image, only when missing
-# The servo alone: built with the other crates, cargo would unify tokio's
-# features into it and the binary would double in size.
-cargo build --quiet --release -p saheeli-servo
+# The servo alone and static (scripts/servo-bin.sh says why).
+SERVO=$(scripts/servo-bin.sh --quiet)
 cargo build --quiet --release -p saheeli-foreman -p saheeli-bench
-"$TARGET"/release/saheeli build-servo --servo-bin "$TARGET"/release/servo >&2
-exec "$TARGET"/release/saheeli-bench --saheeli "$TARGET"/release/saheeli --servo "$TARGET"/release/servo "$@"
+"$TARGET"/release/saheeli build-servo --servo-bin "$SERVO" >&2
+exec "$TARGET"/release/saheeli-bench --saheeli "$TARGET"/release/saheeli --servo "$SERVO" "$@"

@@ -19,8 +19,9 @@
 #      pinned, when missing (bookworm has no package; ~3 minutes to build),
 #   8. the official anthropic and openai Python SDKs, pinned, in a venv at
 #      .venv-sdk (the gateway's native-API tests parse its streams with them),
-#   9. the Rust build of both binaries (debug for the foreman, release for
-#      the servo that goes into the image), with cargo's own progress.
+#   9. the Rust build of both binaries (debug for the foreman, release and
+#      statically linked for the servo that goes into the image:
+#      scripts/servo-bin.sh), with cargo's own progress.
 #  10. the third-party agents' wheels (agents/NAME/requirements.txt, every
 #      one pinned with its sha256) in .agents/NAME/, fetched with
 #      `pip download --require-hashes` once per change of the pins: what
@@ -224,12 +225,8 @@ ensure_rust() {
   # Not --quiet: a first build takes minutes, and cargo shows its progress.
   log "building saheeli (foreman)"
   cargo build --bin saheeli
-  log "building servo (release)"
-  # -p, not --bin: built alone, the servo gets only its own crates'
-  # features. Built as part of the workspace it would get reqwest's TLS
-  # (the foreman's) and read every CA certificate in /etc/ssl/certs at
-  # start, ~140 files through the container's storage driver per task.
-  cargo build --release -p saheeli-servo
+  log "building servo (release, static: scripts/servo-bin.sh says why)"
+  scripts/servo-bin.sh >/dev/null
   log "built"
 }
 

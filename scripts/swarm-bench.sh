@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}"
 ROOT=$PWD
 SAHEELI="$(realpath "$TARGET"/debug/saheeli)"
-SERVO="$(realpath "$TARGET"/release/servo)"
+SERVO="$(realpath "$(scripts/servo-bin.sh --quiet)")"
 N_DISPATCH=${1:-5}
 N_TASKS=${2:-50}
 PFX=${PFX:-10.231.0}

@@ -40,9 +40,15 @@ python3 scripts/k8s-sim.py --check
 scripts/setup.sh
 # The servo speaks plain HTTP to its gateway. Built with the workspace's
 # features it would carry the foreman's TLS and read every CA certificate
-# in /etc/ssl/certs at each start (setup.sh builds it alone, with -p).
-if grep -qa rustls "$TARGET"/release/servo; then
-  echo "error: $TARGET/release/servo links rustls; build it alone: cargo build --release -p saheeli-servo" >&2
+# in /etc/ssl/certs at each start; dynamically linked it would read its
+# libraries through every container's storage driver (scripts/servo-bin.sh).
+SERVO=$(scripts/servo-bin.sh --quiet)
+if grep -qa rustls "$SERVO"; then
+  echo "error: $SERVO links rustls; build it alone with scripts/servo-bin.sh" >&2
+  exit 1
+fi
+if readelf --program-headers "$SERVO" | grep INTERP >/dev/null; then
+  echo "error: $SERVO is dynamically linked; build it with scripts/servo-bin.sh" >&2
   exit 1
 fi
 # The book (docs/): it builds, and its links resolve (the unit test
@@ -71,4 +77,4 @@ fi
 # The benchmark's quick mode: proves every measurement still works (it
 # never fails on a timing).
 cargo build --quiet -p saheeli-bench
-"$TARGET"/debug/saheeli-bench --quick --saheeli "$TARGET"/debug/saheeli --servo "$TARGET"/release/servo
+"$TARGET"/debug/saheeli-bench --quick --saheeli "$TARGET"/debug/saheeli --servo "$SERVO"

@@ -155,16 +155,41 @@ fn has_symbols(elf: &[u8]) -> anyhow::Result<bool> {
     parse().context("reading the ELF section headers")
 }
 
+/// Whether an ELF file asks for a program interpreter (is dynamically
+/// linked): a `PT_INTERP` among its program headers.
+fn is_dynamic(elf: &[u8]) -> anyhow::Result<bool> {
+    let parse = || -> Option<bool> {
+        let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
+        let phoff = u64::from_le_bytes(elf.get(0x20..0x28)?.try_into().ok()?) as usize;
+        let phentsize = u16_at(0x36)? as usize;
+        let phnum = u16_at(0x38)? as usize;
+        let mut dynamic = false;
+        for i in 0..phnum {
+            let ph = phoff + i * phentsize;
+            dynamic |= u32::from_le_bytes(elf.get(ph..ph + 4)?.try_into().ok()?) == 3;
+        }
+        Some(dynamic)
+    };
+    parse().context("reading the ELF program headers")
+}
+
 /// The servo binary (stripped), and what the servo image adds to its base.
 pub async fn sizes(env: &Env, servo: &std::path::Path) -> anyhow::Result<(Figure, Figure)> {
     progress("footprint: servo binary and image sizes");
     let bytes = std::fs::read(servo).with_context(|| {
         format!(
-            "reading `{}` (build it with `cargo build --release -p saheeli-servo`)",
+            "reading `{}` (build it with `scripts/servo-bin.sh`)",
             servo.display()
         )
     })?;
     let mut size = bytes.len() as f64 / 1e6;
+    // Static, as scripts/servo-bin.sh builds it; a dynamic one reads its
+    // libraries through each container's storage driver.
+    let linking = if is_dynamic(&bytes)? {
+        "dynamically linked"
+    } else {
+        "static"
+    };
     let mut how = "as built (the release profile strips it)".to_string();
     if has_symbols(&bytes)? {
         let dir = tempfile::tempdir()?;
@@ -194,7 +219,7 @@ pub async fn sizes(env: &Env, servo: &std::path::Path) -> anyhow::Result<(Figure
     Ok((
         Figure::new("servo binary (release, stripped)", "MB", &[size])
             .at_most(12.0)
-            .note(format!("`{}` {how}", servo.display())),
+            .note(format!("`{}` {how}; {linking}", servo.display())),
         Figure::new("servo image over its base", "MB", &[over])
             .note(format!("`{}` minus `{}`", env.image, env.base)),
     ))

@@ -110,9 +110,10 @@ struct Args {
     /// The `saheeli` binary (default: target/release/saheeli, else target/debug/saheeli).
     #[arg(long)]
     saheeli: Option<PathBuf>,
-    /// The servo binary whose size is reported.
-    #[arg(long, default_value = "target/release/servo")]
-    servo: PathBuf,
+    /// The servo binary whose size is reported (default: where
+    /// scripts/servo-bin.sh builds it, target/<arch>-unknown-linux-gnu/release/servo).
+    #[arg(long)]
+    servo: Option<PathBuf>,
     /// The servo image tasks run in.
     #[arg(long, default_value = "saheeli-servo:latest")]
     image: String,
@@ -177,6 +178,14 @@ fn default_saheeli() -> PathBuf {
     } else {
         PathBuf::from("target/debug/saheeli")
     }
+}
+
+/// Where scripts/servo-bin.sh builds the servo.
+fn default_servo() -> PathBuf {
+    PathBuf::from(format!(
+        "target/{}-unknown-linux-gnu/release/servo",
+        std::env::consts::ARCH
+    ))
 }
 
 fn loadavg() -> f64 {
@@ -300,6 +309,7 @@ async fn run(
     busy: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
     let want = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    let servo = args.servo.clone().unwrap_or_else(default_servo);
     if want("floor") || want("dispatch") || want("first") || want("pool") {
         quiet_check("floor", busy).await;
         let floors = dispatch::floors(env).await?;
@@ -378,14 +388,14 @@ async fn run(
     // A private swarm of three dockerd: in full runs, or when named.
     if args.only.iter().any(|o| o == "swarm") || (args.only.is_empty() && !args.quick) {
         quiet_check("swarm", busy).await;
-        figures.extend(swarm::swarm(env, &args.servo, args.quick).await?);
+        figures.extend(swarm::swarm(env, &servo, args.quick).await?);
     }
     if want("local") {
         quiet_check("local", busy).await;
         figures.extend(local::local(env, args.quick).await?);
     }
     if want("size") {
-        let (bin, img) = footprint::sizes(env, &args.servo).await?;
+        let (bin, img) = footprint::sizes(env, &servo).await?;
         figures.extend([bin, img]);
     }
     Ok(())

@@ -27,7 +27,8 @@ pub(super) fn context_dir(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result
     Ok(dir)
 }
 
-/// The servo binary: `--servo-bin`, else `cargo build --release` in the repository.
+/// The servo binary: `--servo-bin`, else a static release build in the
+/// repository (as scripts/servo-bin.sh makes it).
 fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
     if let Some(bin) = &args.servo_bin {
         if !bin.is_file() {
@@ -41,7 +42,26 @@ fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
             dir.display()
         );
     }
-    eprintln!("building the servo binary (cargo build --release -p saheeli-servo)");
+    // Static and for the image's triple, exactly as scripts/servo-bin.sh
+    // builds it (the reasons are there).
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    // Added to the caller's flags, in whichever of cargo's two variables
+    // holds them (CARGO_ENCODED_RUSTFLAGS wins when both are set).
+    let (flags_var, rustflags) = match std::env::var("CARGO_ENCODED_RUSTFLAGS") {
+        Ok(f) if !f.is_empty() => (
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("{f}\x1f-C\x1ftarget-feature=+crt-static"),
+        ),
+        _ => match std::env::var("RUSTFLAGS") {
+            Ok(f) if !f.trim().is_empty() => {
+                ("RUSTFLAGS", format!("{f} -C target-feature=+crt-static"))
+            }
+            _ => ("RUSTFLAGS", "-C target-feature=+crt-static".to_string()),
+        },
+    };
+    eprintln!(
+        "building the servo binary (cargo build --release -p saheeli-servo --target {triple}, static)"
+    );
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
             "build",
@@ -51,7 +71,10 @@ fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
             "saheeli-servo",
             "--bin",
             "servo",
+            "--target",
+            &triple,
         ])
+        .env(flags_var, rustflags)
         .current_dir(dir)
         .status()
         .context("running cargo (is the Rust toolchain installed?)")?;
@@ -62,7 +85,7 @@ fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
         .map(PathBuf::from)
         .map(|t| if t.is_absolute() { t } else { dir.join(t) })
         .unwrap_or_else(|| dir.join("target"));
-    let bin = target.join("release/servo");
+    let bin = target.join(&triple).join("release/servo");
     if !bin.is_file() {
         bail!("cargo succeeded but `{}` is missing", bin.display());
     }
