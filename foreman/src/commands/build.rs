@@ -28,7 +28,7 @@ pub(super) fn context_dir(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result
 }
 
 /// The servo binary: `--servo-bin`, else a static release build in the
-/// repository (as scripts/servo-bin.sh makes it).
+/// repository (scripts/servo-bin.sh).
 fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
     if let Some(bin) = &args.servo_bin {
         if !bin.is_file() {
@@ -42,52 +42,34 @@ fn servo_binary(dir: &Path, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {
             dir.display()
         );
     }
-    // Static and for the image's triple, exactly as scripts/servo-bin.sh
-    // builds it (the reasons are there).
-    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
-    // Added to the caller's flags, in whichever of cargo's two variables
-    // holds them (CARGO_ENCODED_RUSTFLAGS wins when both are set).
-    let (flags_var, rustflags) = match std::env::var("CARGO_ENCODED_RUSTFLAGS") {
-        Ok(f) if !f.is_empty() => (
-            "CARGO_ENCODED_RUSTFLAGS",
-            format!("{f}\x1f-C\x1ftarget-feature=+crt-static"),
-        ),
-        _ => match std::env::var("RUSTFLAGS") {
-            Ok(f) if !f.trim().is_empty() => {
-                ("RUSTFLAGS", format!("{f} -C target-feature=+crt-static"))
-            }
-            _ => ("RUSTFLAGS", "-C target-feature=+crt-static".to_string()),
-        },
-    };
-    eprintln!(
-        "building the servo binary (cargo build --release -p saheeli-servo --target {triple}, static)"
-    );
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "saheeli-servo",
-            "--bin",
-            "servo",
-            "--target",
-            &triple,
-        ])
-        .env(flags_var, rustflags)
+    // scripts/servo-bin.sh is the one definition of how the servo is built
+    // (static, for the image's triple; the reasons are there): it prints
+    // the binary's path, relative to the repository unless
+    // CARGO_TARGET_DIR is absolute.
+    let script = dir.join("scripts/servo-bin.sh");
+    eprintln!("building the servo binary ({}, static)", script.display());
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--quiet")
         .current_dir(dir)
-        .status()
-        .context("running cargo (is the Rust toolchain installed?)")?;
-    if !status.success() {
-        bail!("cargo build of the servo failed ({status})");
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running `{}`", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "building the servo failed (`{}`: {})",
+            script.display(),
+            out.status
+        );
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|t| if t.is_absolute() { t } else { dir.join(t) })
-        .unwrap_or_else(|| dir.join("target"));
-    let bin = target.join(&triple).join("release/servo");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let bin = dir.join(printed.trim());
     if !bin.is_file() {
-        bail!("cargo succeeded but `{}` is missing", bin.display());
+        bail!(
+            "`{}` succeeded but the servo it printed, `{}`, is missing",
+            script.display(),
+            bin.display()
+        );
     }
     Ok(bin)
 }
