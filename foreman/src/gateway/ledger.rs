@@ -17,6 +17,8 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::chat::ChatUsage;
 
+use crate::store::ExecCached;
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LedgerError {
     #[error("call ledger in `{path}`: {source}")]
@@ -69,6 +71,8 @@ impl Ledger {
             .map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(err)?;
+        // Its writes run through the statement cache (`ExecCached`).
+        conn.set_prepared_statement_cache_capacity(32);
         Ok(Ledger {
             path: p,
             conn: Mutex::new(conn),
@@ -101,7 +105,7 @@ impl Ledger {
         cost_usd: f64,
     ) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO llm_calls (call_id, task_id, state, reserved_tokens, reserved_cost, started_at)
                  VALUES (?1, ?2, 'in_flight', ?3, ?4, ?5)",
                 params![call, task.to_string(), tokens as i64, cost_usd, now_ms()],
@@ -113,7 +117,7 @@ impl Ledger {
     /// Records what the call really cost (zero when nothing was billed).
     pub fn settle(&self, call: &str, usage: &ChatUsage, cost_usd: f64) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE llm_calls SET state = 'settled', input_tokens = ?2, output_tokens = ?3,
                         cost_usd = ?4, settled_at = ?5, cache_read_tokens = ?6,
                         cache_write_tokens = ?7
@@ -136,7 +140,7 @@ impl Ledger {
     /// rate limit (None: no longer), for `task status`.
     pub fn rate_wait(&self, task: TaskId, until_ms: Option<i64>) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE tasks SET rate_wait_until = ?2 WHERE id = ?1",
                 params![task.to_string(), until_ms],
             )?;
@@ -149,7 +153,7 @@ impl Ledger {
     /// provider billed is unknown, and it may have billed it all.
     pub fn settle_cut(&self, call: &str) -> Result<(), LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE llm_calls SET state = 'settled', input_tokens = reserved_tokens,
                         output_tokens = 0, cost_usd = reserved_cost, settled_at = ?2
                  WHERE call_id = ?1 AND state = 'in_flight'",
@@ -164,7 +168,7 @@ impl Ledger {
     /// (issue 27). Returns how many there were.
     pub fn settle_all_cut(&self, task: TaskId) -> Result<usize, LedgerError> {
         self.write(|tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE llm_calls SET state = 'settled', input_tokens = reserved_tokens,
                         output_tokens = 0, cost_usd = reserved_cost, settled_at = ?2
                  WHERE task_id = ?1 AND state = 'in_flight'",
@@ -179,7 +183,7 @@ impl Ledger {
     pub fn adopt(&self, task: TaskId) -> Result<Option<Spent>, LedgerError> {
         self.write(|tx| {
             let id = task.to_string();
-            let lost = tx.execute(
+            let lost = tx.exec_cached(
                 "UPDATE llm_calls SET state = 'lost', settled_at = ?2
                  WHERE task_id = ?1 AND state = 'in_flight'",
                 params![id, now_ms()],

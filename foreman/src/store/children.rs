@@ -129,7 +129,7 @@ impl Store {
         spec.max_tokens = max_tokens;
         spec.max_cost = max_cost;
         insert_task(&tx, id, &spec, priority, None, 1)?;
-        tx.execute(
+        tx.exec_cached(
             "INSERT INTO children (child_id, parent_id, root_id, depth, call_id)
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![id.to_string(), parent, root, depth + 1, ask.call_id],
@@ -251,7 +251,7 @@ impl Store {
         for mut c in chosen {
             if c.delivered_call.is_none() {
                 c.delivered_at = Some(now);
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE children SET delivered_call = ?2, delivered_at = ?3
                      WHERE child_id = ?1 AND delivered_call IS NULL",
                     params![c.id.to_string(), call_id, now],

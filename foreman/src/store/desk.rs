@@ -114,7 +114,7 @@ pub(super) fn note_event(
 ) -> Result<()> {
     let state = current_state(tx, id)?;
     let at = now_ms();
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO events (task_id, at, from_state, to_state, detail, kind, actor)
          VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6)",
         params![id.to_string(), at, state.as_str(), detail, kind, actor],
@@ -157,7 +157,7 @@ const ASK_COLUMNS: &str = "call_id, waiting, asked_at, decision, reply, replied_
 impl Store {
     /// Counts one capability call of a task.
     pub fn count_capability_call(&mut self, id: TaskId) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "UPDATE tasks SET capability_calls = capability_calls + 1 WHERE id = ?1",
             params![id.to_string()],
         )?;
@@ -225,7 +225,7 @@ impl Store {
                 return Err(e);
             }
         }
-        let inserted = tx.execute(
+        let inserted = tx.exec_cached(
             "INSERT OR IGNORE INTO asks (task_id, call_id, waiting, asked_at) VALUES (?1, ?2, ?3, ?4)",
             params![id.to_string(), call_id, text, now],
         )?;
@@ -260,7 +260,7 @@ impl Store {
                 to,
                 Some(&crate::output::waiting_line(waiting)),
             )?;
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE tasks SET human_deadline = ?2 WHERE id = ?1",
                 params![id.to_string(), now + human_timeout_ms],
             )?;
@@ -292,7 +292,7 @@ impl Store {
         let Some((reply, waiting)) = row.and_then(|r| Some((r.reply?, r.waiting))) else {
             return Ok(None);
         };
-        tx.execute(
+        tx.exec_cached(
             "UPDATE asks SET delivered_at = COALESCE(delivered_at, ?3) WHERE task_id = ?1 AND call_id = ?2",
             params![id.to_string(), call_id, now_ms()],
         )?;
@@ -358,7 +358,7 @@ impl Store {
 /// it was cancelled) before anyone replied. An ending always wins over a
 /// dangling ask (case 22).
 pub(super) fn close_moot_asks(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<()> {
-    let n = tx.execute(
+    let n = tx.exec_cached(
         "UPDATE asks SET decision = 'deny', reply = 'moot: the task ended before a reply',
             replied_by = 'saheeli', replied_at = ?2
          WHERE task_id = ?1 AND decision IS NULL",
@@ -382,7 +382,7 @@ pub(super) fn write_reply(
     call_id: &str,
     r: &Reply,
 ) -> Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "UPDATE asks SET decision = ?3, reply = ?4, replied_by = ?5, replied_at = ?6
          WHERE task_id = ?1 AND call_id = ?2 AND decision IS NULL",
         params![

@@ -71,7 +71,7 @@ fn read_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<EvalRunRow> {
 impl Store {
     /// Records a new run (state `running`).
     pub fn create_eval_run(&mut self, run: &EvalRunRow) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             &format!("INSERT INTO eval_runs ({RUN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
             params![
                 run.id,
@@ -105,7 +105,7 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         insert_task(&tx, id, spec, 0, None, 1)?;
-        tx.execute(
+        tx.exec_cached(
             "INSERT INTO eval_tasks (run_id, case_id, repeat, task_id) VALUES (?1, ?2, ?3, ?4)",
             params![run_id, case_id, repeat, id.to_string()],
         )?;
@@ -174,7 +174,7 @@ impl Store {
         if alive.flatten().is_some_and(|t| t >= now) {
             return Ok(false);
         }
-        tx.execute(
+        tx.exec_cached(
             "UPDATE eval_runs SET state = 'running', ended_at = NULL, alive_until = ?2 WHERE id = ?1",
             params![run_id, until],
         )?;
@@ -184,7 +184,7 @@ impl Store {
 
     /// Renews the heartbeat of a run this process holds.
     pub fn beat_eval_run(&mut self, run_id: &str, until: i64) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "UPDATE eval_runs SET alive_until = ?2 WHERE id = ?1 AND state = 'running'",
             params![run_id, until],
         )?;
@@ -193,7 +193,7 @@ impl Store {
 
     /// Gives a run up without ending it (the process is stopping early).
     pub fn release_eval_run(&mut self, run_id: &str) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "UPDATE eval_runs SET alive_until = NULL WHERE id = ?1",
             params![run_id],
         )?;
@@ -202,7 +202,7 @@ impl Store {
 
     /// Records a run's end: `passed` or `failed`, and its pass rate.
     pub fn end_eval_run(&mut self, run_id: &str, state: &str, pass_rate: f64) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "UPDATE eval_runs SET state = ?2, pass_rate = ?3, ended_at = ?4, alive_until = NULL
              WHERE id = ?1",
             params![run_id, state, pass_rate, now_ms()],

@@ -38,7 +38,7 @@ const CAP_EVENT: &str = "gateway_cap";
 /// Charges one row of `bytes` to the task's gateway budget; false (and
 /// nothing charged) when it would go past a cap.
 pub(super) fn charge(tx: &rusqlite::Transaction<'_>, id: TaskId, bytes: usize) -> Result<bool> {
-    let n = tx.execute(
+    let n = tx.exec_cached(
         "UPDATE tasks SET gateway_events = gateway_events + 1, gateway_bytes = gateway_bytes + ?2
          WHERE id = ?1 AND gateway_events < ?3 AND gateway_bytes + ?2 <= ?4",
         params![
@@ -139,7 +139,7 @@ impl Store {
             )
             .optional()?;
         if let Some(row) = row {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE asks SET used_at = ?2 WHERE id = ?1",
                 params![row, now_ms()],
             )?;

@@ -75,7 +75,7 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
         let ids: Vec<String> = {
-            let mut stmt = tx.prepare(&format!(
+            let mut stmt = tx.prepare_cached(&format!(
                 "UPDATE tasks SET owner = ?1, lease_until = ?2
                  WHERE (state IN {active}
                         AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?3))

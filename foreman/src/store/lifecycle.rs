@@ -66,7 +66,7 @@ impl Store {
         super::desk::close_moot_asks(&tx, id)?;
         move_state(&tx, id, from, to, detail)?;
         if let Some(o) = outcome {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE tasks SET reason = ?2, steps = ?3, input_tokens = ?4,
                     output_tokens = ?5, results_path = ?6, cost_usd = ?7, detail = ?8,
                     cache_read_tokens = ?9, cache_write_tokens = ?10, compactions = ?11
@@ -89,7 +89,7 @@ impl Store {
         if let Some(r) = retry {
             insert_task(&tx, r.id, &r.spec, r.priority, Some(id), r.attempt)?;
             if r.not_before.is_some() {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE tasks SET not_before = ?2 WHERE id = ?1",
                     params![r.id.to_string(), r.not_before],
                 )?;
@@ -114,7 +114,7 @@ impl Store {
             });
         }
         move_state(&tx, id, from, TaskState::Failed, Some(detail))?;
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET reason = ?2, detail = ?3 WHERE id = ?1",
             params![id.to_string(), reason, detail],
         )?;
@@ -163,7 +163,7 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let from = held_state(&tx, id, lease)?;
         move_state(&tx, id, from, TaskState::Queued, Some(detail))?;
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET owner = NULL, lease_until = NULL,
                 container_id = NULL, started_at = NULL, requeues = requeues + ?3,
                 not_before = ?2
@@ -285,7 +285,7 @@ fn cancel_one(
         TaskState::Queued => {
             let detail = queued_detail;
             move_state(tx, id, state, TaskState::Cancelled, Some(detail))?;
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE tasks SET reason = 'cancelled', detail = ?2 WHERE id = ?1",
                 params![id.to_string(), detail],
             )?;
@@ -295,7 +295,7 @@ fn cancel_one(
         | TaskState::WaitingHuman
         | TaskState::Paused
         | TaskState::Blocked => {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
                 params![id.to_string()],
             )?;

@@ -53,8 +53,8 @@ pub(crate) use guard::{LOGGED_REFUSALS, MAX_GATEWAY_BYTES};
 pub(crate) use metrics::{ScrapeRead, ScrapeSink, TrailFact};
 pub(crate) use outbox::{Delivery, WebhookCounts};
 pub(crate) use rows::{EventRow, Lease, Outcome, Override, Retry, TaskRow, TrailRow, now_ms};
-pub(crate) use schema::Store;
 pub(crate) use schema::wait_when_busy;
+pub(crate) use schema::{ExecCached, Store};
 pub(crate) use step_control::StepStarted;
 pub(crate) use step_override::StepOverride;
 #[cfg(test)]

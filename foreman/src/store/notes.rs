@@ -34,7 +34,7 @@ impl Store {
             tx.commit()?;
             return Ok(None);
         }
-        tx.execute(
+        tx.exec_cached(
             "INSERT INTO notes (task_id, text, author, at) VALUES (?1, ?2, ?3, ?4)",
             params![id.to_string(), text, by, now_ms()],
         )?;
@@ -83,7 +83,7 @@ impl Store {
                     TaskState::Paused,
                     Some("paused before the next LLM call"),
                 )?;
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE tasks SET human_deadline = ?2 WHERE id = ?1",
                     params![id.to_string(), now_ms() + human_timeout_ms],
                 )?;
@@ -103,7 +103,7 @@ impl Store {
         held_state(&tx, id, lease)?;
         let now = now_ms();
         for n in ids {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE notes SET delivered_at = COALESCE(delivered_at, ?3) WHERE task_id = ?1 AND id = ?2",
                 params![id.to_string(), n, now],
             )?;

@@ -91,7 +91,7 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?
         };
         for d in &rows {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE outbox SET claimed_by = ?2, claimed_until = ?3 WHERE id = ?1",
                 params![d.id, owner, now + claim_ms],
             )?;
@@ -102,7 +102,7 @@ impl Store {
 
     /// The receiver answered 2xx: never sent again.
     pub fn delivery_done(&mut self, id: i64) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "UPDATE outbox SET state = 'delivered', delivered_at = ?2, claimed_by = NULL,
                 claimed_until = NULL, attempts = attempts + 1
              WHERE id = ?1",
@@ -119,7 +119,7 @@ impl Store {
         next_at: i64,
         dead: bool,
     ) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, next_at = ?3,
                 state = CASE WHEN ?4 THEN 'dead' ELSE state END,
                 claimed_by = NULL, claimed_until = NULL

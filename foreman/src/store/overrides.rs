@@ -48,7 +48,7 @@ impl Store {
             return Err(StoreError::SameOutcome { id, state: from });
         }
         let now = now_ms();
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET state = ?2, override_from = COALESCE(override_from, ?3),
                 override_reason = ?4, override_by = ?5, override_at = ?6
              WHERE id = ?1",

@@ -28,7 +28,7 @@ impl Store {
         ) {
             return Err(DeskError::CannotPause { id, state });
         }
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET pause_requested = 1 WHERE id = ?1",
             params![id.to_string()],
         )?;
@@ -62,7 +62,7 @@ impl Store {
         if state != TaskState::Paused && !requested {
             return Err(DeskError::NotPaused { id, state });
         }
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET pause_requested = 0 WHERE id = ?1",
             params![id.to_string()],
         )?;
@@ -83,7 +83,7 @@ impl Store {
             tx.commit()?;
             return Err(e);
         }
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET pause_requested = 1 WHERE id = ?1",
             params![id.to_string()],
         )?;
@@ -100,7 +100,7 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let state = held_state(&tx, id, lease)?;
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET parked = 1, owner = NULL, lease_until = NULL, container_id = NULL,
                 active_ms = active_ms + ?2
              WHERE id = ?1",
@@ -138,7 +138,7 @@ impl Store {
 
     /// Takes a parked task to end it (nobody else holds it).
     pub fn hold_parked(&mut self, id: TaskId, lease: &Lease) -> Result<Option<TaskRow>> {
-        let n = self.conn.execute(
+        let n = self.conn.exec_cached(
             &format!(
                 "UPDATE tasks SET owner = ?2, lease_until = ?3 WHERE id = ?1 AND parked = 1
                    AND owner IS NULL AND state IN {}",
@@ -190,7 +190,7 @@ pub(super) fn requeue_if_parked(
         TaskState::Queued,
         Some(&format!("{why}; queued to go on")),
     )?;
-    tx.execute(
+    tx.exec_cached(
         "UPDATE tasks SET not_before = NULL, human_deadline = NULL WHERE id = ?1",
         params![id.to_string()],
     )?;

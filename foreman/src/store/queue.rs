@@ -93,7 +93,7 @@ pub(super) fn insert_task(
     let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
     let notify = (!spec.notify.is_empty())
         .then(|| serde_json::to_string(&spec.notify).expect("webhooks serialize"));
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt, notify)
          VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -165,7 +165,7 @@ pub(super) fn enqueue_webhooks(
     kind: &str,
     at: i64,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "INSERT OR IGNORE INTO outbox (event_id, task_id, url, format, kind, created_at, next_at)
          SELECT ?1, t.id, json_extract(n.value, '$.url'),
                 COALESCE(json_extract(n.value, '$.format'), 'json'), ?2, ?3, ?3

@@ -95,7 +95,7 @@ fn holds(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str, pos: Position) 
 
 /// Pauses the task before its next LLM call, saying why.
 fn pause_here(tx: &rusqlite::Transaction<'_>, id: TaskId, detail: &str) -> Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "UPDATE tasks SET pause_requested = 1 WHERE id = ?1",
         params![id.to_string()],
     )?;
@@ -121,7 +121,7 @@ fn take_step_approval(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str) ->
             .ok()
             .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string));
         if tool == "step_start" && named.as_deref().map(str::trim) == Some(name) {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE asks SET used_at = ?2 WHERE id = ?1",
                 params![row, now_ms()],
             )?;
@@ -144,7 +144,7 @@ pub(super) fn after_step_done(
         |r| r.get::<_, i64>(0).map(|v| v != 0),
     )?;
     if through {
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET step_through = 0 WHERE id = ?1",
             params![id.to_string()],
         )?;
@@ -171,7 +171,7 @@ impl Store {
             tx.commit()?;
             return Ok(StepStarted::NeedsApproval);
         }
-        let inserted = tx.execute(
+        let inserted = tx.exec_cached(
             "INSERT OR IGNORE INTO step_starts (task_id, name, at) VALUES (?1, ?2, ?3)",
             params![id.to_string(), name, now_ms()],
         )?;
@@ -231,7 +231,7 @@ impl Store {
         if state.is_terminal() {
             return Err(DeskError::Ended { id, state });
         }
-        tx.execute(
+        tx.exec_cached(
             "INSERT OR REPLACE INTO step_breakpoints (task_id, name, position, active, author, at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -272,7 +272,7 @@ impl Store {
         if matches!(state, TaskState::WaitingHuman | TaskState::Blocked) {
             return Err(DeskError::NothingToStep { id, state });
         }
-        tx.execute(
+        tx.exec_cached(
             "UPDATE tasks SET step_through = 1, pause_requested = 0 WHERE id = ?1",
             params![id.to_string()],
         )?;

@@ -52,13 +52,13 @@ impl Store {
             return Err(DeskError::Ended { id, state: task });
         }
         let now = now_ms();
-        tx.execute(
+        tx.exec_cached(
             "INSERT OR REPLACE INTO step_overrides (task_id, name, state, reason, author, at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![id.to_string(), name, state, reason, by, now],
         )?;
         if state == "done" {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT OR REPLACE INTO steps (task_id, name, evidence, at) VALUES (?1, ?2, ?3, ?4)",
                 params![
                     id.to_string(),
@@ -77,7 +77,7 @@ impl Store {
         )?;
         let text = told(name, state, reason);
         if !super::blocked::unblock(&tx, id, task, &text, by)? {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO notes (task_id, text, author, at) VALUES (?1, ?2, ?3, ?4)",
                 params![id.to_string(), text, by, now],
             )?;

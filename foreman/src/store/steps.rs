@@ -127,7 +127,7 @@ impl Store {
                 tx.commit()?;
                 return Err(e);
             }
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO steps (task_id, name, evidence, at) VALUES (?1, ?2, ?3, ?4)",
                 params![id.to_string(), name, evidence, now_ms()],
             )?;
@@ -135,7 +135,7 @@ impl Store {
             note_event(&tx, id, "step_done", None, &format!("{name}: {summary}"))?;
             super::step_control::after_step_done(&tx, id, name)?;
         } else {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE steps SET evidence = ?3, at = ?4 WHERE task_id = ?1 AND name = ?2",
                 params![id.to_string(), name, evidence, now_ms()],
             )?;

@@ -36,7 +36,7 @@ impl Store {
     /// Every check of task `id`, attempt by attempt (not fenced: reports
     /// and status read it).
     pub fn verify_checks(&self, id: TaskId) -> Result<Vec<Check>> {
-        let mut stmt = self.conn.prepare(&format!(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {CHECK_COLUMNS} FROM verify_checks WHERE task_id = ?1 ORDER BY attempt, id"
         ))?;
         let rows = stmt.query_map(params![id.to_string()], read_check)?;
@@ -49,7 +49,7 @@ impl Store {
         id: TaskId,
         call_id: &str,
     ) -> Result<Option<(u32, Vec<Check>)>> {
-        let mut stmt = self.conn.prepare(&format!(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {CHECK_COLUMNS} FROM verify_checks WHERE task_id = ?1 AND call_id = ?2 ORDER BY id"
         ))?;
         let rows = stmt.query_map(params![id.to_string(), call_id], read_check)?;
@@ -95,7 +95,7 @@ impl Store {
         held_state(&tx, id, lease)?;
         let now = now_ms();
         for c in checks {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO verify_checks
                    (task_id, attempt, call_id, kind, command, exit_code, duration_ms, passed, output, at,
                     limited, findings)
