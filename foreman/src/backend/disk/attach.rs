@@ -53,8 +53,9 @@ struct LoopConfig {
     reserved: [u64; 8],
 }
 
-/// Mounts the ext4 image `image` at `mnt` (nosuid, nodev) through a free
-/// loop device that is released when `mnt` is unmounted.
+/// Mounts the ext4 image `image` at `mnt` (nosuid, nodev, noatime,
+/// nobarrier) through a free loop device that is released when `mnt` is
+/// unmounted.
 ///
 /// `nobarrier` and `noatime`: the workspace is read once by collection
 /// and then deleted, never kept across a crash of its host (the image has
