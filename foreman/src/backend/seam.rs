@@ -184,7 +184,9 @@ impl Engine {
     }
 
     /// Brings a stopped servo's workspace home into `dest` (`parked`: keeps
-    /// it for the next launch instead), and whether it was OOM-killed.
+    /// it for the next launch instead), and whether it was OOM-killed
+    /// (asked of the engine only when its `exit` was not a clean 0: see
+    /// [`may_be_oom`]).
     pub async fn collect(
         &self,
         servo: &Servo,
@@ -192,10 +194,12 @@ impl Engine {
         dest: &Path,
         parked: bool,
         verifies: bool,
+        exit: Option<i64>,
     ) -> Collected {
+        let oom = may_be_oom(exit);
         match self {
-            Engine::Local(l) => l.collect(servo, dest, parked, verifies).await,
-            Engine::Swarm(s) => s.collect(servo, gateway, parked).await,
+            Engine::Local(l) => l.collect(servo, dest, parked, verifies, oom).await,
+            Engine::Swarm(s) => s.collect(servo, gateway, parked, oom).await,
             #[cfg(test)]
             Engine::Fake(f) => f.collect(),
         }
@@ -346,6 +350,27 @@ impl Engine {
             (Engine::Local(l), Leftovers::Local(left)) => l.remove_leftovers(left, ended).await,
             (Engine::Swarm(s), Leftovers::Swarm(left)) => s.remove_leftovers(left, ended).await,
             _ => {}
+        }
+    }
+}
+
+/// Whether a servo that exited `exit` needs the engine asked whether it
+/// was OOM-killed (a container inspect, on a swarm its node's). An OOM
+/// kill decides a task's reason only when it did not end cleanly
+/// (`outcome::why_incomplete`): a servo that exited 0 ended its loop
+/// itself, and its own ending says why. Asking anyway cost the daemon an
+/// inspect per task (issue 28's thousand).
+pub(crate) fn may_be_oom(exit: Option<i64>) -> bool {
+    exit != Some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_a_servo_that_did_not_exit_cleanly_is_asked_about_an_oom_kill() {
+        assert!(!super::may_be_oom(Some(0)));
+        for exit in [Some(1), Some(137), Some(143), None] {
+            assert!(super::may_be_oom(exit), "{exit:?}");
         }
     }
 }

@@ -68,7 +68,11 @@ fn data_ranges(file: &File, len: u64) -> Vec<(u64, u64)> {
 /// copy stopped short.
 pub(crate) fn copy_file(src: &File, len: u64, out: &File, budget: u64) -> io::Result<u64> {
     let mut copied = 0u64;
-    let mut buf = vec![0u8; CHUNK];
+    // No bigger than the file: most files a task leaves are a few
+    // kilobytes, and a zeroed megabyte per file was most of what copying
+    // them cost (glibc serves it from the heap once one has been freed,
+    // and clears all of it).
+    let mut buf = vec![0u8; len.min(CHUNK as u64) as usize];
     for (start, end) in data_ranges(src, len) {
         let mut pos = start;
         while pos < end {

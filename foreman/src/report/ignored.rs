@@ -6,10 +6,12 @@
 //! `!pattern` re-includes what a shallower file ignored); and a path in an
 //! ignored directory is ignored whatever a deeper file says.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -41,7 +43,7 @@ const MAX_GITIGNORES: usize = 1000;
 pub(super) struct Ignored {
     /// Each directory with a `.gitignore` (relative; "" is the top, which
     /// also holds [`DEFAULT_IGNORED`], below its own lines), deepest first.
-    rules: Vec<(PathBuf, Gitignore)>,
+    rules: Vec<(PathBuf, Cow<'static, Gitignore>)>,
 }
 
 impl Ignored {
@@ -65,12 +67,7 @@ impl Ignored {
         let rules = dirs
             .into_iter()
             .map(|dir| {
-                let defaults = if dir.as_os_str().is_empty() {
-                    DEFAULT_IGNORED
-                } else {
-                    &[]
-                };
-                let rules = read_rules(results, &dir, defaults);
+                let rules = read_rules(results, &dir);
                 (dir, rules)
             })
             .collect();
@@ -114,15 +111,35 @@ impl Ignored {
     }
 }
 
-/// The `.gitignore` of `dir` in `results` (after `defaults`); a line git
-/// would refuse is skipped, as git skips it.
-fn read_rules(results: &Path, dir: &Path, defaults: &[&str]) -> Gitignore {
+/// The rules of [`DEFAULT_IGNORED`] alone: a workspace with no top-level
+/// `.gitignore` (most tasks') is matched against these, built once rather
+/// than compiled to a glob set again for every task collected.
+static DEFAULTS_ONLY: LazyLock<Gitignore> = LazyLock::new(|| {
+    let mut b = GitignoreBuilder::new("");
+    for rule in DEFAULT_IGNORED {
+        let _ = b.add_line(None, rule);
+    }
+    b.build().unwrap_or_else(|_| Gitignore::empty())
+});
+
+/// The `.gitignore` of `dir` in `results` (the top's after
+/// [`DEFAULT_IGNORED`]); a line git would refuse is skipped, as git skips
+/// it. Paths are matched relative to `dir`, so the rules do not depend on
+/// where `results` is.
+fn read_rules(results: &Path, dir: &Path) -> Cow<'static, Gitignore> {
+    let top = dir.as_os_str().is_empty();
     let root = results.join(dir);
+    let file = match crate::collect::open_regular(&root.join(".gitignore")) {
+        Ok(Some(f)) => Some(f),
+        _ if top => return Cow::Borrowed(&DEFAULTS_ONLY),
+        _ => None,
+    };
+    let defaults: &[&str] = if top { DEFAULT_IGNORED } else { &[] };
     let mut b = GitignoreBuilder::new(&root);
     for rule in defaults {
         let _ = b.add_line(None, rule);
     }
-    if let Ok(Some(f)) = crate::collect::open_regular(&root.join(".gitignore")) {
+    if let Some(f) = file {
         let mut text = String::new();
         if f.take(MAX_GITIGNORE).read_to_string(&mut text).is_ok() {
             for line in text.lines() {
@@ -130,5 +147,5 @@ fn read_rules(results: &Path, dir: &Path, defaults: &[&str]) -> Gitignore {
             }
         }
     }
-    b.build().unwrap_or_else(|_| Gitignore::empty())
+    Cow::Owned(b.build().unwrap_or_else(|_| Gitignore::empty()))
 }

@@ -193,36 +193,36 @@ impl Store {
     fn trail(&self, task: Option<TaskId>, after: i64, limit: usize) -> Result<Vec<TrailRow>> {
         // Two statements rather than an `OR`: each uses its index.
         let sql = match task {
-            None => "WHERE e.id > ?1 AND ?3 IS NULL",
-            Some(_) => "WHERE e.task_id = ?3 AND e.id > ?1",
+            None => "WHERE e.id > ?1 AND ?2 IS NULL",
+            Some(_) => "WHERE e.task_id = ?2 AND e.id > ?1",
         };
+        // The limit is part of the text, not a parameter: SQLite compiles
+        // a statement whose LIMIT is bound again every time it is bound
+        // (the event feed reads this 50 times a second).
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT e.id, e.task_id, e.at, e.from_state, e.to_state, e.detail,
                     CASE WHEN e.to_state IN {ended} THEN t.reason END, e.kind, e.actor
              FROM events e JOIN tasks t ON t.id = e.task_id
-             {sql} ORDER BY e.id LIMIT ?2",
+             {sql} ORDER BY e.id LIMIT {limit}",
             ended = sql_list(&TaskState::TERMINAL)
         ))?;
         let rows = stmt
-            .query_map(
-                params![after, limit as i64, task.map(|t| t.to_string())],
-                |r| {
-                    let task: String = r.get(1)?;
-                    let from: Option<String> = r.get(3)?;
-                    let to: String = r.get(4)?;
-                    Ok(TrailRow {
-                        seq: r.get(0)?,
-                        task_id: task.parse().expect("stored ids are UUIDs"),
-                        at: r.get(2)?,
-                        from: from.and_then(|s| s.parse().ok()),
-                        to: to.parse().unwrap_or(TaskState::Failed),
-                        detail: r.get(5)?,
-                        reason: r.get(6)?,
-                        kind: r.get(7)?,
-                        actor: r.get(8)?,
-                    })
-                },
-            )?
+            .query_map(params![after, task.map(|t| t.to_string())], |r| {
+                let task: String = r.get(1)?;
+                let from: Option<String> = r.get(3)?;
+                let to: String = r.get(4)?;
+                Ok(TrailRow {
+                    seq: r.get(0)?,
+                    task_id: task.parse().expect("stored ids are UUIDs"),
+                    at: r.get(2)?,
+                    from: from.and_then(|s| s.parse().ok()),
+                    to: to.parse().unwrap_or(TaskState::Failed),
+                    detail: r.get(5)?,
+                    reason: r.get(6)?,
+                    kind: r.get(7)?,
+                    actor: r.get(8)?,
+                })
+            })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }

@@ -39,7 +39,14 @@ pub(super) async fn collect(
     let dest = ctx.cfg.results_dir().join(id.to_string());
     let verifies = task.spec.verifies();
     let collected = engine
-        .collect(&servo, gateway.as_ref(), &dest, parked, verifies)
+        .collect(
+            &servo,
+            gateway.as_ref(),
+            &dest,
+            parked,
+            verifies,
+            watched.exit(),
+        )
         .await;
     if let Workspace::Kept = collected.workspace {
         if !still_held(ctx, id).await {
@@ -104,6 +111,7 @@ pub(super) async fn collect(
         metered,
         collect_ms: collected.took.as_millis(),
         synthesis,
+        verifies,
     };
     conclude(ctx, id, &dest, workspace, seen).await
 }

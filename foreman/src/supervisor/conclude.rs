@@ -21,6 +21,8 @@ pub(super) struct Seen {
     pub collect_ms: u128,
     /// `report: synthesized`: the section, or why there is none.
     pub synthesis: Option<Result<String, String>>,
+    /// The task verifies (`verify:` in its spec).
+    pub verifies: bool,
 }
 
 /// Reads what was collected (usage, completion), decides the outcome and
@@ -38,6 +40,7 @@ pub(super) async fn conclude(
         metered,
         collect_ms,
         synthesis,
+        verifies,
     } = seen;
     let dest = dest.to_path_buf();
     let mut outcome = Outcome {
@@ -99,7 +102,11 @@ pub(super) async fn conclude(
             outcome.steps = m.calls;
         }
     }
-    let verified = verified(ctx, id, watched.exit()).await;
+    let verified = if verifies {
+        verified(ctx, id, watched.exit()).await
+    } else {
+        None
+    };
     let ending = Ending {
         verified,
         stopped: watched.stopped,
@@ -118,17 +125,9 @@ pub(super) async fn conclude(
 /// foreman's own rows, never the agent's files) and the servo then exited
 /// 0, as it does only right after a passing verdict.
 async fn verified(ctx: &Ctx, id: TaskId, exit: Option<i64>) -> Option<bool> {
-    let r = ctx
-        .db(move |s| {
-            let row = s.require(&id.to_string())?;
-            if !row.spec.verifies() {
-                return Ok(None);
-            }
-            Ok(Some(s.verify_passed(id)?))
-        })
-        .await;
+    let r = ctx.db(move |s| s.verify_passed(id)).await;
     match r {
-        Ok(v) => v.map(|passed| passed && exit == Some(0)),
+        Ok(passed) => Some(passed && exit == Some(0)),
         Err(e) => {
             warn!(task_id = %id, error = %format!("{e:#}"), "verification records not read");
             None

@@ -19,12 +19,15 @@ use crate::metrics::CollectPath;
 impl Local {
     /// Brings a stopped servo's workspace home (`parked`: keeps it on its
     /// volume for the next launch instead); its container and volume go.
+    /// `ask_oom`: whether to ask the daemon if it was OOM-killed (see
+    /// [`crate::backend::seam::may_be_oom`]).
     pub async fn collect(
         &self,
         servo: &Servo,
         dest: &std::path::Path,
         parked: bool,
         verifies: bool,
+        ask_oom: bool,
     ) -> Collected {
         let (id, container) = (servo.task, servo.id.as_str());
         if parked && let Some(warm) = servo.warm() {
@@ -48,7 +51,7 @@ impl Local {
                 warn!(task_id = %id, error = %format!("{e:#}"), "verify container not removed");
             }
         }
-        let oom = docker::oom_killed(d, container).await;
+        let oom = ask_oom && docker::oom_killed(d, container).await;
         let started = Instant::now();
         let volume = servo.volume();
         let (collected, removed) = self.gather(id, container, &volume, dest).await;

@@ -29,6 +29,7 @@ impl Swarm {
         servo: &Servo,
         gateway: Option<&Gateway>,
         parked: bool,
+        ask_oom: bool,
     ) -> Collected {
         let id = servo.task;
         let started = Instant::now();
@@ -40,7 +41,9 @@ impl Swarm {
         // Asked of its node's engine before the container is removed.
         let Seen { node, container } = parts(servo).1.lock().unwrap().clone();
         let oom = match (node.as_deref(), container.as_deref()) {
-            (Some(n), Some(c)) => super::oom_killed(&self.manager, &self.manager_addr, n, c).await,
+            (Some(n), Some(c)) if ask_oom => {
+                super::oom_killed(&self.manager, &self.manager_addr, n, c).await
+            }
             _ => false,
         };
         let workspace = match uploaded {
