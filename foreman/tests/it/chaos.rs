@@ -211,7 +211,7 @@ fn a_hundred_concurrent_submits_all_land() {
 }
 
 /// The container of this project's running task, once its servo is in
-/// the `sleep 60` step (its workspace file written).
+/// the `sleep 600` step (its workspace file written).
 fn running_servo(s: &Saheeli) -> Option<String> {
     // Until `run` has made the database, there is nothing to list.
     let out = s.run(&["task", "status", "--json"]);
@@ -245,7 +245,7 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
                 json!({"path": "work.txt", "content": "before the crash"}),
             ),
             // The test kills the servo meanwhile (the agent cannot).
-            ("execute_shell", json!({"command": "sleep 60"})),
+            ("execute_shell", json!({"command": "sleep 600"})),
         ]),
     );
     s.write("crash.md", &replay_prompt("crash.json", ""));
@@ -270,7 +270,9 @@ fn servo_crash_and_oom_are_reported_with_the_workspace_collected() {
         if prompt == "crash.md" {
             // The servo crashes: killed from outside by its own uid (in
             // a separated container the agent's shell cannot).
-            let work_done = crate::lifecycle::wait_for(Duration::from_secs(60), || {
+            // Minutes, not one: beside the whole suite the launch and the
+            // first steps once took longer than a minute.
+            let work_done = crate::lifecycle::wait_for(Duration::from_secs(240), || {
                 let Some(c) = running_servo(&s) else {
                     return false;
                 };
