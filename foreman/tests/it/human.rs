@@ -744,17 +744,17 @@ fn attach_follows_a_task_and_steers_it_from_the_terminal() {
     let at = pty.expect("unknown command", at);
     pty.type_line("inject the file is x.txt");
     let at = pty.expect("message queued", at);
+    // The servo's audit lines are shown live: the question's is there while
+    // the task still waits (answered, it may end and its container go
+    // before a slow daemon lists it).
+    pty.expect("asks a human", 0);
     pty.type_line("answer x.txt");
     let at = pty.expect("> approve execute_shell", at);
     pty.type_line("approve");
     pty.expect("approved", at);
     let (code, out) = pty.wait();
     assert_eq!(code, Some(0), "{out}\n{}", serve.log());
-    // It showed the servo's audit lines live, and the events.
-    assert!(
-        out.contains("asks a human") && out.contains("[event] answered by"),
-        "{out}"
-    );
+    assert!(out.contains("[event] answered by"), "{out}");
     assert_eq!(s.task(&id)["state"], "complete");
     let second = request_text(&llm, 1);
     assert!(
