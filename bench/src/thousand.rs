@@ -148,11 +148,12 @@ async fn floor_before(env: &Env, n: usize, c: usize, tag: &str) -> anyhow::Resul
 ///
 /// It is warmed up by raw churn first, as the floor before is, so both
 /// are taken in the state raw cycles leave the machine in. Right after a
-/// thousand tasks raw cycles ran 10–25% slower for about a minute, with
-/// the machine idle in between (not CPU: the filesystem's state after the
-/// run; deleting 30,000 small files alone did the same): a floor taken in
-/// that window was slowed by Saheeli's run and flattered its ratio. The
-/// warm-up's own rate, right after the run, is returned beside it.
+/// thousand tasks, raw cycles ran 12% slower than just before the run for
+/// their first 20 s, with the machine idle in between (not CPU: the
+/// filesystem's state; deleting 30,000 small files alone did as much): a
+/// floor taken in that window would be slowed by Saheeli's run and flatter
+/// its ratio. The warm-up's own rate, right after the run, is returned
+/// beside it.
 async fn floor_after(env: &Env, n: usize, c: usize, tag: &str) -> anyhow::Result<(Raw, Raw)> {
     let w = warm_up_cycles(n);
     progress(&format!(
