@@ -87,4 +87,17 @@ pub mod warm {
     /// How long a warm servo keeps asking while its gateway cannot be
     /// reached (a foreman restarting adopts or removes it meanwhile).
     pub const PATIENCE_S: u64 = 600;
+
+    /// `GET`, the claimed servo's last request, once its task is over and
+    /// everything is written: answered (204) when the servo may exit. At
+    /// once, unless servos of the same pool were claimed a moment ago and
+    /// have not made their first model call yet; then when they have, at
+    /// most [`END_HOLD_MS`] later. A container's exit costs its daemon
+    /// about as much CPU as a tenth of its start: exits in the middle of
+    /// a burst of claims slow exactly the servos the pool is there for.
+    pub const END: &str = "/saheeli/v1/end";
+
+    /// The longest a servo's end is held (see [`END`]); the servo stops
+    /// waiting a little later on its own.
+    pub const END_HOLD_MS: u64 = 1000;
 }

@@ -155,7 +155,13 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         if let Err(e) = unpack_launch(&root, launch) {
             return give_up(&root, &e);
         }
-        return run_task(&root, &gateway, mode, key).await;
+        let code = run_task(&root, &gateway, mode, key).await;
+        // A warm servo's exit may wait a moment for those claimed beside
+        // it (`GET end`); a stopped one never does.
+        if started_warm() && code != ServoExit::Terminated {
+            warm::end(&gateway).await;
+        }
+        return code;
     };
     let code = match remote.fetch(&root, mode).await {
         Ok(launch) => match unpack_launch(&root, Some(launch)) {
@@ -170,6 +176,11 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         eprintln!("servo: {e}");
     }
     code
+}
+
+/// Whether this servo was started warm (its task claimed after it started).
+fn started_warm() -> bool {
+    std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some()
 }
 
 /// Says why the servo cannot run its task, on stderr and in

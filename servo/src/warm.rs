@@ -60,6 +60,38 @@ pub(crate) async fn claimed(
     Ok((launch, key))
 }
 
+/// Asks the gateway whether this claimed servo may exit now (`GET end`):
+/// its container's exit would cost the host's daemon CPU that servos
+/// claimed a moment ago need to get going. Returns when it is answered,
+/// when the gateway cannot be asked, after a little longer than the
+/// longest hold, or on SIGTERM (a stop never waits).
+pub(crate) async fn end(gateway: &str) {
+    let Some(sock) = gateway.strip_prefix("unix:") else {
+        return;
+    };
+    let Ok(http) = reqwest::Client::builder()
+        .unix_socket(sock.to_string())
+        .build()
+    else {
+        return;
+    };
+    let asked = http.get(routes_url(warm::END)).send();
+    let most = Duration::from_millis(warm::END_HOLD_MS + 500);
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = asked => {}
+        _ = tokio::time::sleep(most) => {}
+        _ = term => {}
+    }
+}
+
 fn routes_url(route: &str) -> String {
     // The host is a placeholder: the connection goes to the socket.
     format!("http://gateway{route}")

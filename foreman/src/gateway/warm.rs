@@ -21,13 +21,22 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use saheeli_protocol::remote::routes;
-use saheeli_protocol::remote::warm::{CLAIM, SESSION_KEY_HEADER, WORKSPACE_HEADER};
+use saheeli_protocol::remote::warm::{
+    CLAIM, END, END_HOLD_MS, SESSION_KEY_HEADER, WORKSPACE_HEADER,
+};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::warn;
 
 /// How long `GET claim` waits before answering 204 (ask again).
 const CLAIM_WAIT: Duration = Duration::from_secs(25);
+
+/// How often a held end looks again whether the claimed servos got going.
+const END_LOOK: Duration = Duration::from_millis(10);
+
+/// Whether servos claimed from the same pool are still starting (claimed,
+/// no model call yet): a claimed servo's end waits while they are.
+pub(crate) type StartsPending = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// What a claimed warm servo fetches: the launch (as JSON, the task's
 /// `env:` in it) and the submitted workspace, when there is one.
@@ -58,6 +67,9 @@ struct Inner {
     released: tokio::sync::watch::Sender<bool>,
     /// Whether the claimed task's servo has made its first model call.
     going: std::sync::atomic::AtomicBool,
+    /// Its pool's starting servos, which its end waits for (none: a
+    /// socket adopted after a restart, whose end is never held).
+    starts: Mutex<Option<StartsPending>>,
 }
 
 impl WarmSocket {
@@ -81,6 +93,7 @@ impl WarmSocket {
             claim: Mutex::new(None),
             released: tokio::sync::watch::Sender::new(false),
             going: std::sync::atomic::AtomicBool::new(false),
+            starts: Mutex::new(None),
         });
         let app = Router::new().fallback(front).with_state(inner.clone());
         let doors = crate::listen::Doors {
@@ -125,6 +138,31 @@ impl WarmSocket {
         self.inner.going.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Makes the servo's end (`GET end`) wait while `starts` says servos
+    /// claimed from the same pool are still starting.
+    pub fn hold_ends_for(&self, starts: StartsPending) {
+        *self.inner.starts.lock().unwrap() = Some(starts);
+    }
+
+    /// Claims it for a task with no routes and releases it at once (the
+    /// pool's own tests).
+    #[cfg(test)]
+    pub(crate) fn claim_for_test(&self) {
+        let task = WarmTask {
+            launch: "{}".into(),
+            input: None,
+            resume_from: None,
+        };
+        self.install(
+            Router::new(),
+            Claimed {
+                task,
+                session_key: "{}".into(),
+            },
+        );
+        self.release();
+    }
+
     /// Notes the first model call (see [`WarmSocket::got_going`]).
     #[cfg(test)]
     pub(crate) fn went(&self) {
@@ -167,6 +205,10 @@ async fn front(State(inner): State<Arc<Inner>>, req: Request) -> Response {
 async fn route(inner: Arc<Inner>, req: Request, path: &str) -> Response {
     match (req.method().clone(), path) {
         (Method::GET, CLAIM) => claim(&inner).await,
+        (Method::GET, END) => match released(&inner) {
+            Some(_) => end(&inner).await,
+            None => refuse(StatusCode::CONFLICT, "no task was given to this servo yet"),
+        },
         (Method::GET, routes::WORKSPACE) => match released(&inner) {
             Some(c) => super::remote::stored_workspace(c.task.input.as_deref()).await,
             None => refuse(StatusCode::CONFLICT, "no task was given to this servo yet"),
@@ -235,6 +277,26 @@ async fn claim(inner: &Inner) -> Response {
         }
         None => StatusCode::NO_CONTENT.into_response(),
     }
+}
+
+/// `GET end`: 204 once the pool's starting servos got going, at most
+/// [`END_HOLD_MS`] from now. This servo is not starting any more either
+/// way (it may have ended with no model call at all).
+async fn end(inner: &Inner) -> Response {
+    inner
+        .going
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let starts = inner.starts.lock().unwrap().clone();
+    if let Some(starts) = starts {
+        let until = tokio::time::Instant::now() + Duration::from_millis(END_HOLD_MS);
+        while starts() && tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = tokio::time::sleep(END_LOOK) => {}
+                _ = inner.stop.cancelled() => break,
+            }
+        }
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 fn refuse(status: StatusCode, why: &str) -> Response {

@@ -123,7 +123,7 @@ impl Local {
     }
 
     /// One warm servo of class `class`, started and waiting for a claim.
-    async fn make(&self, pool: &Pool, class: usize) -> anyhow::Result<Idle> {
+    async fn make(&self, pool: &Arc<Pool>, class: usize) -> anyhow::Result<Idle> {
         let c = &pool.classes[class];
         let slot = TaskId::new();
         let name = slot_name(slot);
@@ -136,6 +136,12 @@ impl Local {
         let made = async {
             let workspace = self.make_home(&name, c.disk, labels.clone()).await?;
             let s = socket.insert(WarmSocket::bind(&pool.run_dir, &sock, false)?);
+            // Its end waits for the servos claimed beside it to get going
+            // (weakly: the pool holds its sockets).
+            let weak = Arc::downgrade(pool);
+            s.hold_ends_for(Arc::new(move || {
+                weak.upgrade().is_some_and(|p| p.starts_pending())
+            }));
             let warm_env = format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV);
             let run = self.servo_image(&c.image).await;
             docker::create_servo(

@@ -187,18 +187,28 @@ impl Pool {
     /// the last warm claim, or, while a claimed servo has not made its
     /// first model call (for [`START_HOLD`] at most), after another look.
     pub(super) fn lull_ends(&self) -> Option<Instant> {
+        let starting = self.starts_pending();
         let now = Instant::now();
-        let mut st = self.lock();
-        st.starting
-            .retain(|(socket, at)| !socket.got_going() && now - *at < START_HOLD);
+        let st = self.lock();
         let lull = st
             .last_claim
             .map(|t| t + CLAIM_LULL)
             .filter(|end| *end > now);
-        if st.starting.is_empty() {
+        if !starting {
             return lull;
         }
         Some(lull.map_or(now + START_LOOK, |end| end.max(now + START_LOOK)))
+    }
+
+    /// Whether a servo claimed warm has not made its first model call yet
+    /// (for [`START_HOLD`] at most): the ends of claimed servos wait for
+    /// them (`GET end`), as refills do.
+    pub(crate) fn starts_pending(&self) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock();
+        st.starting
+            .retain(|(socket, at)| !socket.got_going() && now - *at < START_HOLD);
+        !st.starting.is_empty()
     }
 
     /// Idle servos, every class.
@@ -264,6 +274,7 @@ pub(crate) async fn remove_warm(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// A pool config of one class of `size`, and what a task of exactly
     /// that class needs.
@@ -336,6 +347,90 @@ mod tests {
         pool.lock().starting[0].1 = Instant::now() - START_HOLD;
         assert_eq!(pool.lull_ends(), None, "held {START_HOLD:?} at most");
         for s in sockets {
+            s.discard().await;
+        }
+    }
+
+    /// `GET end` on a claimed socket, over its unix socket: the status line.
+    async fn ask_end(socket: &WarmSocket) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::UnixStream::connect(socket.dir().join("gateway.sock"))
+            .await
+            .unwrap();
+        let ask = format!(
+            "GET {} HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n",
+            saheeli_protocol::remote::warm::END
+        );
+        s.write_all(ask.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        answer.lines().next().unwrap_or_default().to_string()
+    }
+
+    /// A claimed servo's end (`GET end`) waits while a servo claimed beside
+    /// it has not made its first model call, and is answered once it has;
+    /// an end with nobody starting, or on a socket the pool does not hold
+    /// (adopted after a restart), is answered at once.
+    #[tokio::test]
+    async fn a_claimed_servos_end_waits_for_the_servos_claimed_beside_it() {
+        let (classes, needs) = one_class(3);
+        let run = tempfile::tempdir().unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let pool = Arc::new(Pool::new(classes, "me".into(), run.path().to_path_buf()));
+        let mut sockets = vec![];
+        for _ in 0..2 {
+            let name = slot_name(TaskId::new());
+            let socket = WarmSocket::bind(run.path(), &socket_name(&name).unwrap(), false).unwrap();
+            let weak = Arc::downgrade(&pool);
+            socket.hold_ends_for(Arc::new(move || {
+                weak.upgrade().is_some_and(|p| p.starts_pending())
+            }));
+            sockets.push(socket.clone());
+            pool.lock().idle[0].push_back(Idle {
+                name,
+                socket,
+                born: Instant::now(),
+            });
+        }
+        for s in &sockets {
+            assert!(pool.claim(TaskId::new(), &needs).is_some());
+            s.claim_for_test();
+        }
+        // The first ends while the second has not called the model yet.
+        let first = sockets[0].clone();
+        let mut end = tokio::spawn(async move { ask_end(&first).await });
+        let early = tokio::time::timeout(Duration::from_millis(300), &mut end).await;
+        assert!(
+            early.is_err(),
+            "answered while a servo beside it was starting"
+        );
+        sockets[1].went();
+        let answered = tokio::time::timeout(Duration::from_secs(5), end).await;
+        let status = answered
+            .expect("answered once the other got going")
+            .unwrap();
+        assert!(status.contains("204"), "{status}");
+        // Nobody starting now: the second's own end is answered at once.
+        let status = tokio::time::timeout(Duration::from_secs(5), ask_end(&sockets[1]))
+            .await
+            .expect("nobody to wait for");
+        assert!(status.contains("204"), "{status}");
+        // A socket with no pool behind it never holds an end.
+        let lone = WarmSocket::bind(
+            run.path(),
+            &socket_name(&slot_name(TaskId::new())).unwrap(),
+            false,
+        )
+        .unwrap();
+        lone.claim_for_test();
+        let status = tokio::time::timeout(Duration::from_secs(5), ask_end(&lone))
+            .await
+            .expect("no hold");
+        assert!(status.contains("204"), "{status}");
+        for s in sockets.into_iter().chain([lone]) {
             s.discard().await;
         }
     }
