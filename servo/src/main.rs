@@ -142,8 +142,8 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         Err(e) => return give_up(&root, &e),
     };
     let Some(remote) = remote else {
-        let (launch, key) = if std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some()
-        {
+        let warm = std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some();
+        let (launch, key) = if warm {
             // A warm servo: its task is claimed for it after it started.
             match warm::claimed(&root, &gateway, mode).await {
                 Ok((launch, key)) => (Some(launch), key),
@@ -158,7 +158,7 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         let code = run_task(&root, &gateway, mode, key).await;
         // A warm servo's exit may wait a moment for those claimed beside
         // it (`GET end`); a stopped one never does.
-        if started_warm() && code != ServoExit::Terminated {
+        if warm && code != ServoExit::Terminated {
             warm::end(&gateway).await;
         }
         return code;
@@ -176,11 +176,6 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         eprintln!("servo: {e}");
     }
     code
-}
-
-/// Whether this servo was started warm (its task claimed after it started).
-fn started_warm() -> bool {
-    std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some()
 }
 
 /// Says why the servo cannot run its task, on stderr and in
