@@ -37,6 +37,9 @@ pub struct Sizes {
     /// One-step tasks through one foreman, and its concurrency.
     pub thousand: usize,
     pub thousand_concurrency: usize,
+    /// At least this long of raw container churn before the thousand's
+    /// floor (see `thousand::floor_before`).
+    pub thousand_warm_up: std::time::Duration,
     /// One-step tasks per setting of the admission sweep (and `auto`).
     pub admission_n: usize,
     /// Warm servos in `pool`'s burst and cost (issue 28).
@@ -61,6 +64,7 @@ impl Sizes {
             wide_delay_ms: 2000,
             thousand: 1000,
             thousand_concurrency: 32,
+            thousand_warm_up: std::time::Duration::from_secs(6 * 60),
             admission_n: 200,
             pool_burst: 64,
         }
@@ -83,6 +87,7 @@ impl Sizes {
             wide_delay_ms: 500,
             thousand: 30,
             thousand_concurrency: 8,
+            thousand_warm_up: std::time::Duration::ZERO,
             admission_n: 12,
             pool_burst: 8,
         }
