@@ -135,13 +135,18 @@ fn warm_up_cycles(n: usize) -> usize {
 /// same code measured 1.01× and 1.41× by what ran before it); one measured
 /// a minute into the churn was 5–15% cheaper than the floor after the run.
 /// A foreman serving tasks all day lives in the levelled state, so both
-/// floors and the run are measured in it.
+/// floors and the run are measured in it. (It did not take the floor's
+/// drift over a run away: the benchmark page has the figures.)
 async fn floor_before(env: &Env, n: usize, c: usize, tag: &str) -> anyhow::Result<Raw> {
     let w = warm_up_cycles(n);
     let at_least = env.sizes.thousand_warm_up;
+    let lasting = if at_least.is_zero() {
+        String::new()
+    } else {
+        format!(", and for at least {} s", at_least.as_secs())
+    };
     progress(&format!(
-        "{tag}: raw cycles to warm the machine up, {w} and for at least {} s (not counted)",
-        at_least.as_secs()
+        "{tag}: {w} raw cycles to warm the machine up{lasting} (not counted)"
     ));
     let t0 = Instant::now();
     floor::burst(env, false, w, c).await?;

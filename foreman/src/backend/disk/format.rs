@@ -201,10 +201,11 @@ mod tests {
     /// device flushed.
     #[test]
     fn the_default_images_format_is_small() {
+        let bytes = crate::config::TaskDefaults::default().disk.0;
         let d = tempfile::tempdir().unwrap();
         let img = d.path().join("disk.img");
-        write_image(d.path(), &img, 2 << 30).unwrap();
-        let format = format_of(d.path(), 2 << 30).unwrap().unwrap();
+        write_image(d.path(), &img, bytes).unwrap();
+        let format = format_of(d.path(), bytes).unwrap().unwrap();
         let held: u64 = format.extents.iter().map(|(_, d)| d.len() as u64).sum();
         assert!(held <= 256 << 10, "{held} bytes of format");
         let on_disk =
