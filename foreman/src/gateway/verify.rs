@@ -2,7 +2,9 @@
 //! foreman checks. One attempt: a fresh container is made from the task's
 //! image with the task's workspace volume (`docker::VerifyBox`: a new
 //! `/tmp` and `$HOME`, the task's hardening, `env:` and limits, no gateway
-//! socket) while the task's own container is paused; `verify_files` are
+//! socket) while the task's own container is paused; the workspace is made
+//! what `changes.patch` delivers and changes that shadow what the commands
+//! run are refused (`verify_tree`, `shadow`); `verify_files` are
 //! restored in it from the submitted workspace, each `verify` command runs
 //! in it (`docker exec`, the servo's user, /workspace, `verify_timeout`,
 //! output capped), and it is removed. Then, with `assess: true`, an LLM
@@ -274,8 +276,9 @@ pub(super) async fn run_commands(
     }
 }
 
-/// Restores `verify_files` in the verify container, then runs each
-/// command until one fails.
+/// Makes the verify container's /workspace what `changes.patch` delivers
+/// and refuses what shadows the commands (`verify_tree`), restores
+/// `verify_files`, then runs each command until one fails.
 async fn checks_in(
     d: &Docker,
     container: &str,
@@ -284,6 +287,14 @@ async fn checks_in(
     attempt: u32,
 ) -> Vec<Check> {
     let first = commands[0].as_str();
+    match verify_tree::prepare(d, container, &link.submitted, &link.files).await {
+        Ok(None) => {}
+        Ok(Some(why)) => return vec![not_run(attempt, CheckKind::Verify, first, why)],
+        Err(e) => {
+            let why = format!("the tree to verify could not be made, so nothing was run: {e:#}");
+            return vec![not_run(attempt, CheckKind::Verify, first, why)];
+        }
+    }
     if !link.files.is_empty()
         && let Err(e) = restore(d, link, container).await
     {
