@@ -102,7 +102,8 @@ fn configurations_are_compared_on_what_steers_the_tests() {
     );
     let pkg = br#"{"name": "calc", "scripts": {"test": "node test.js"}, "dependencies": {}}"#;
     // (config, submitted, agent's, differs)
-    let table: &[(Config, Option<&[u8]>, &[u8], bool)] = &[
+    type Row<'a> = (Config, Option<&'a [u8]>, &'a [u8], bool);
+    let table: &[Row] = &[
         (
             Config::PackageJson,
             Some(pkg),
