@@ -45,6 +45,9 @@ pub(crate) struct VerifyLink {
     pub scratch: PathBuf,
     pub commands: Vec<String>,
     pub files: Vec<PathBuf>,
+    /// The most the workspace's files may hold when it is read to be
+    /// compared with the submitted one (its size).
+    pub max_workspace: u64,
     pub timeout: Duration,
     pub max_attempts: u32,
     pub assess: bool,
@@ -96,6 +99,7 @@ impl VerifyLink {
             scratch: state_dir.join("assess"),
             commands: spec.verify.clone(),
             files: spec.verify_files.clone(),
+            max_workspace: spec.disk.unwrap_or(64 << 30),
             timeout: Duration::from_secs(spec.verify_timeout_s.max(1)),
             max_attempts: spec.max_verify_attempts(),
             assess: spec.assess,
@@ -287,10 +291,24 @@ async fn checks_in(
     attempt: u32,
 ) -> Vec<Check> {
     let first = commands[0].as_str();
-    match verify_tree::prepare(d, container, &link.submitted, &link.files).await {
-        Ok(None) => {}
-        Ok(Some(why)) => return vec![not_run(attempt, CheckKind::Verify, first, why)],
-        Err(e) => {
+    let prepared = verify_tree::prepare(
+        d,
+        container,
+        &link.submitted,
+        &link.files,
+        link.max_workspace,
+    );
+    match tokio::time::timeout(link.timeout, prepared).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(why))) => return vec![not_run(attempt, CheckKind::Verify, first, why)],
+        Err(_) => {
+            let why = format!(
+                "the workspace could not be read within `verify_timeout` ({}), so nothing was run",
+                humantime::format_duration(link.timeout)
+            );
+            return vec![not_run(attempt, CheckKind::Verify, first, why)];
+        }
+        Ok(Err(e)) => {
             let why = format!("the tree to verify could not be made, so nothing was run: {e:#}");
             return vec![not_run(attempt, CheckKind::Verify, first, why)];
         }

@@ -66,6 +66,7 @@ pub(super) async fn prepare(
     container: &str,
     submitted: &Path,
     pinned: &[PathBuf],
+    max_bytes: u64,
 ) -> anyhow::Result<Option<String>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
     let mut stream = Box::pin(docker::download_workspace(d, container));
@@ -80,7 +81,12 @@ pub(super) async fn prepare(
     let (submitted, pinned) = (submitted.to_path_buf(), pinned.to_vec());
     let scanning = tokio::task::spawn_blocking(move || {
         let sub = Submitted::open(&submitted)?;
-        scan(crate::collect::ChannelReader::new(rx), &sub, &pinned)
+        scan(
+            crate::collect::ChannelReader::new(rx),
+            &sub,
+            &pinned,
+            max_bytes,
+        )
     });
     let ((), scanned) = tokio::join!(pump, scanning);
     let found = scanned
@@ -113,9 +119,17 @@ fn refusal(refused: &[String]) -> String {
 }
 
 /// Reads the workspace archive (entries prefixed `workspace/`) against
-/// the submitted tree. Blocking.
-fn scan(reader: impl Read, sub: &Submitted, pinned: &[PathBuf]) -> anyhow::Result<Scan> {
+/// the submitted tree, refusing one whose files hold more than `max_bytes`
+/// (the workspace's size: only sparse files exceed it, and the archive
+/// carries their holes whole). Blocking.
+fn scan(
+    reader: impl Read,
+    sub: &Submitted,
+    pinned: &[PathBuf],
+    max_bytes: u64,
+) -> anyhow::Result<Scan> {
     let mut found = Scan::default();
+    let mut total = 0u64;
     let mut kept: Vec<Kept> = Vec::new();
     // Directories holding an `__init__.py` (packages: Python does not
     // search them for top-level modules).
@@ -123,6 +137,14 @@ fn scan(reader: impl Read, sub: &Submitted, pinned: &[PathBuf]) -> anyhow::Resul
     let mut archive = tar::Archive::new(reader);
     for entry in archive.entries()? {
         let mut entry = entry?;
+        total = total.saturating_add(entry.size());
+        if total > max_bytes {
+            anyhow::bail!(
+                "the workspace's files hold more than {} MiB (sparse files counted whole), more \
+                 than its size: remove the largest",
+                max_bytes >> 20
+            );
+        }
         let raw = entry.path_bytes().into_owned();
         let Some(rel) = relative(&raw) else { continue };
         let kind = entry.header().entry_type();

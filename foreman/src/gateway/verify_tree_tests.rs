@@ -47,7 +47,7 @@ fn the_scan_removes_what_the_patch_leaves_out_and_refuses_shadows() {
     put(&ws, "build/out/x.o", "o");
     put(&ws, "pkg/types.py", "X = 1\n");
     put(&ws, "prompt.md", "Saheeli's own\n");
-    let found = scan(&archive(&ws)[..], &sub, &pinned).unwrap();
+    let found = scan(&archive(&ws)[..], &sub, &pinned, u64::MAX).unwrap();
     assert_eq!(found.refused, Vec::<String>::new());
     let removed: Vec<&[u8]> = found.remove.iter().map(Vec::as_slice).collect();
     assert_eq!(removed, [&b"__pycache__"[..], b"build"]);
@@ -64,7 +64,7 @@ fn the_scan_removes_what_the_patch_leaves_out_and_refuses_shadows() {
     put(&ws, "tests/unittest.py", "");
     put(&ws, "evil.pth", "import os\n");
     put(&ws, "test_calc.py", "print('OK')\n");
-    let found = scan(&archive(&ws)[..], &sub, &pinned).unwrap();
+    let found = scan(&archive(&ws)[..], &sub, &pinned, u64::MAX).unwrap();
     let named: Vec<&str> = found
         .refused
         .iter()
@@ -82,6 +82,8 @@ fn the_scan_removes_what_the_patch_leaves_out_and_refuses_shadows() {
         found.refused
     );
     assert!(found.refused[3].contains("(added): named like Python's module `unittest`"));
+    let err = scan(&archive(&ws)[..], &sub, &pinned, 16).unwrap_err();
+    assert!(err.to_string().contains("more than 0 MiB"), "{err}");
     let message = refusal(&found.refused);
     assert!(
         message.starts_with("refused before running it"),

@@ -70,7 +70,10 @@ const FIX: &str = "sed -i 's/(len(values) + 1)/len(values)/' calc.py";
 
 /// HOSTILE.md N25 replayed: `unittest/__main__.py` printing unittest's
 /// "OK" beside a `.gitignore` of `*`, `calc.py` untouched. It ended
-/// `complete` ("attempt 1: passed"), the patch only "left out" lines.
+/// `complete` ("attempt 1: passed"), the patch only "left out" lines. (With
+/// an `__init__.py`, so that the planted package wins over the standard
+/// library's on the servo image's Python 3.11; without one the standard
+/// library's is imported and the real tests fail.)
 #[test]
 fn n25_a_planted_unittest_package_is_refused_and_the_patch_carries_it() {
     require_docker();
@@ -78,9 +81,11 @@ fn n25_a_planted_unittest_package_is_refused_and_the_patch_carries_it() {
     let calc_py = calc(&s);
     agent(
         &s,
-        &["mkdir -p unittest && printf '*\\n' > unittest/.gitignore && \
+        &[
+            "mkdir -p unittest && printf '*\\n' > unittest/.gitignore && : > unittest/__init__.py && \
            printf 'import sys\\nsys.stderr.write(\"Ran 3 tests in 0.001s\\\\n\\\\nOK\\\\n\")\\n' \
-           > unittest/__main__.py && echo planted"],
+           > unittest/__main__.py && echo planted",
+        ],
     );
     let t = run(&s, 1);
     assert_eq!(t["state"], "incomplete", "{t}");
@@ -96,7 +101,11 @@ fn n25_a_planted_unittest_package_is_refused_and_the_patch_carries_it() {
     );
     let patch = read(&dir, ".saheeli/changes.patch");
     assert!(!patch.contains("# left out"), "{patch}");
-    for added in ["unittest/.gitignore", "unittest/__main__.py"] {
+    for added in [
+        "unittest/.gitignore",
+        "unittest/__init__.py",
+        "unittest/__main__.py",
+    ] {
         assert!(
             patch.contains(&format!("diff --git a/{added} b/{added}\nnew file mode")),
             "{added}: {patch}"
@@ -132,8 +141,14 @@ fn n26_the_real_fix_passes_and_a_gitignored_change_to_a_submitted_file_is_carrie
         patch.contains("diff --git a/calc.py b/calc.py\n"),
         "{patch}"
     );
-    assert!(patch.contains("+    return sum(values) / len(values)\n"), "{patch}");
-    assert!(patch.contains("diff --git a/.gitignore b/.gitignore\n"), "{patch}");
+    assert!(
+        patch.contains("+    return sum(values) / len(values)\n"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("diff --git a/.gitignore b/.gitignore\n"),
+        "{patch}"
+    );
     assert!(!patch.contains("calc.py (ignored)"), "{patch}");
     // Bytecode (the agent's test run's, removed before verify ran, then
     // verify's own): left out as ignored, by Saheeli's defaults.
