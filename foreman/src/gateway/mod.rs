@@ -31,7 +31,10 @@
 //! - `capability`: the tools of the task's granted MCP capabilities, and
 //!   calls to them (refused, and recorded, when not granted).
 //! - `verify`, `assess`: checking `task_complete` (verify commands run in
-//!   the task's container, the assessor's LLM call through this gateway).
+//!   a fresh container on the task's workspace, the assessor's LLM call
+//!   through this gateway); `verify_tree`, `shadow`, `python_modules`: the
+//!   workspace made what `changes.patch` delivers, and what shadows the
+//!   commands refused.
 //! - `socket`: the run directory and socket permissions; `redact`: keys out.
 //! - `warm`: a warm servo's socket (issue 28): idle, it serves only the
 //!   claim long poll; claimed, the task's own routes; released, its launch.
@@ -76,6 +79,7 @@ mod pricing;
 pub(crate) mod probe;
 mod provider_call;
 mod providers;
+mod python_modules;
 pub(crate) mod record;
 #[cfg(test)]
 mod recorded;
@@ -84,6 +88,7 @@ mod remote;
 mod replay;
 mod retry;
 mod server;
+mod shadow;
 mod shape;
 mod socket;
 mod steps;
@@ -92,6 +97,7 @@ mod synthesis;
 mod upstream;
 mod usage;
 mod verify;
+mod verify_tree;
 mod warm;
 
 use handler::{

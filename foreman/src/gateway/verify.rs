@@ -2,7 +2,9 @@
 //! foreman checks. One attempt: a fresh container is made from the task's
 //! image with the task's workspace volume (`docker::VerifyBox`: a new
 //! `/tmp` and `$HOME`, the task's hardening, `env:` and limits, no gateway
-//! socket) while the task's own container is paused; `verify_files` are
+//! socket) while the task's own container is paused; the workspace is made
+//! what `changes.patch` delivers and changes that shadow what the commands
+//! run are refused (`verify_tree`, `shadow`); `verify_files` are
 //! restored in it from the submitted workspace, each `verify` command runs
 //! in it (`docker exec`, the servo's user, /workspace, `verify_timeout`,
 //! output capped), and it is removed. Then, with `assess: true`, an LLM
@@ -43,6 +45,9 @@ pub(crate) struct VerifyLink {
     pub scratch: PathBuf,
     pub commands: Vec<String>,
     pub files: Vec<PathBuf>,
+    /// The most the workspace's files may hold when it is read to be
+    /// compared with the submitted one (its size).
+    pub max_workspace: u64,
     pub timeout: Duration,
     pub max_attempts: u32,
     pub assess: bool,
@@ -94,6 +99,7 @@ impl VerifyLink {
             scratch: state_dir.join("assess"),
             commands: spec.verify.clone(),
             files: spec.verify_files.clone(),
+            max_workspace: spec.disk.unwrap_or(64 << 30),
             timeout: Duration::from_secs(spec.verify_timeout_s.max(1)),
             max_attempts: spec.max_verify_attempts(),
             assess: spec.assess,
@@ -274,8 +280,9 @@ pub(super) async fn run_commands(
     }
 }
 
-/// Restores `verify_files` in the verify container, then runs each
-/// command until one fails.
+/// Makes the verify container's /workspace what `changes.patch` delivers
+/// and refuses what shadows the commands (`verify_tree`), restores
+/// `verify_files`, then runs each command until one fails.
 async fn checks_in(
     d: &Docker,
     container: &str,
@@ -284,6 +291,28 @@ async fn checks_in(
     attempt: u32,
 ) -> Vec<Check> {
     let first = commands[0].as_str();
+    let prepared = verify_tree::prepare(
+        d,
+        container,
+        &link.submitted,
+        &link.files,
+        link.max_workspace,
+    );
+    match tokio::time::timeout(link.timeout, prepared).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(why))) => return vec![not_run(attempt, CheckKind::Verify, first, why)],
+        Err(_) => {
+            let why = format!(
+                "the workspace could not be read within `verify_timeout` ({}), so nothing was run",
+                humantime::format_duration(link.timeout)
+            );
+            return vec![not_run(attempt, CheckKind::Verify, first, why)];
+        }
+        Ok(Err(e)) => {
+            let why = format!("the tree to verify could not be made, so nothing was run: {e:#}");
+            return vec![not_run(attempt, CheckKind::Verify, first, why)];
+        }
+    }
     if !link.files.is_empty()
         && let Err(e) = restore(d, link, container).await
     {

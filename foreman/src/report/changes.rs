@@ -4,9 +4,12 @@
 //! `git apply`: binary files are git binary patches, and what cannot or
 //! should not be in it is left out and named in comment lines at its top
 //! (`# left out of this patch: PATH (WHY)`, which `git apply` skips):
-//! paths the workspace's own `.gitignore` files (nested ones too, as git
-//! reads them) or `ignored::DEFAULT_IGNORED` name (bytecode, tool caches),
-//! and files over [`MAX_DIFF_FILE`].
+//! paths the agent added that the submitted workspace's `.gitignore` files
+//! (nested ones too, as git reads them; never one the agent wrote or
+//! changed) or `ignored::DEFAULT_IGNORED` name (bytecode, tool caches),
+//! and files over [`MAX_DIFF_FILE`]. A change to a submitted path is never
+//! left out as ignored (git carries a change to a tracked file). A verify
+//! attempt checks the same tree (`gateway::verify_tree`).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -34,7 +37,7 @@ pub(crate) fn write_changes(results: &Path, submitted: Option<&Path>) -> anyhow:
     let new = dir_tree(results)
         .with_context(|| format!("reading the collected workspace `{}`", results.display()))?;
     let files = Files { tar: tar.as_ref() };
-    let ignored = Ignored::of(results, &new);
+    let ignored = Ignored::of(&files, &old);
     replace_file(results, PATCH, |w| {
         write_patch(w, &files, &old, &new, &ignored)
     })
@@ -70,7 +73,8 @@ fn write_patch(
         }
         let large =
             |e: Option<&Entry>| e.is_some_and(|e| e.kind != Kind::Link && e.size > MAX_DIFF_FILE);
-        let plan = if ignored.ignores(path) {
+        // Only what the agent added: a submitted path is tracked.
+        let plan = if o.is_none() && ignored.ignores(path) {
             Plan::LeftOut(Why::Ignored)
         } else if large(o) || large(n) {
             Plan::LeftOut(Why::TooLarge)
@@ -179,6 +183,7 @@ mod tests {
     fn workspaces(d: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
         let (sub, col) = (d.join("submitted"), d.join("collected"));
         for root in [&sub, &col] {
+            put(root, ".gitignore", b"scratch/\n");
             put(root, "keep.txt", b"same\n");
             put(root, "edit.py", b"a\nb\nc\nd\ne\nf\ng\nh\n");
             put(root, "gone.txt", b"bye\n");
@@ -205,7 +210,6 @@ mod tests {
         std::fs::remove_file(col.join("gone.bin")).unwrap();
         // What a test run leaves, and what the workspace's .gitignore names.
         put(&col, "__pycache__/m.cpython-311.pyc", &[0x0d, 0x0d, 0, 1]);
-        put(&col, ".gitignore", b"scratch/\n");
         put(&col, "scratch/out.txt", b"x\n");
         put(&col, "huge.bin", &vec![0u8; (MAX_DIFF_FILE + 1) as usize]);
         let mode = std::fs::Permissions::from_mode(0o755);
@@ -338,45 +342,81 @@ mod tests {
         }
     }
 
-    #[test]
-    fn hostile_gitignores_are_not_followed_waited_on_or_read_whole() {
-        let d = tempfile::tempdir().unwrap();
-        let col = d.path().join("col");
-        put(&col, ".saheeli/task.json", b"{}");
-        for path in ["a.txt", "sub/f.x", "big/f.x", "dev/f.txt"] {
-            put(&col, path, b"kept\n");
+    /// The submitted workspace `files` packed to `tar` (ignored files
+    /// are not packed, as `submit` does), then copied to `col`.
+    fn submitted(d: &Path, files: &[(&str, &str)]) -> (std::path::PathBuf, std::path::PathBuf) {
+        let (sub, col) = (d.join("sub"), d.join("col"));
+        for (path, text) in files {
+            put(&sub, path, text.as_bytes());
+            put(&col, path, text.as_bytes());
         }
-        // A link to a host file that would ignore everything, a FIFO
-        // nobody writes to, one whose pattern lies past the size cap, and
-        // a link to /dev/zero.
+        let tar = d.join("t.tar");
+        let opts = PackOptions {
+            max_bytes: u64::MAX,
+            ..Default::default()
+        };
+        pack_workspace(&sub, &tar, &opts).unwrap();
+        (col, tar)
+    }
+
+    #[test]
+    fn gitignores_the_agent_wrote_or_changed_hide_nothing() {
+        // HOSTILE.md N25: a planted `unittest/` beside a `.gitignore` of
+        // `*` was five "left out" lines; N26: `calc.py` appended to
+        // `.gitignore` after editing it left its change out.
+        let d = tempfile::tempdir().unwrap();
+        let (col, tar) = submitted(
+            d.path(),
+            &[
+                (".gitignore", "*.log\n"),
+                ("calc.py", "def add(a, b):\n    return a - b\n"),
+                ("sub/keep.txt", "k\n"),
+            ],
+        );
+        put(&col, "calc.py", b"def add(a, b):\n    return a + b\n");
+        put(&col, ".gitignore", b"*.log\ncalc.py\nunittest/\nsub/\n");
+        put(&col, "unittest/.gitignore", b"*\n");
+        put(&col, "unittest/__main__.py", b"print('OK')\n");
+        put(&col, "sub/keep.txt", b"changed\n");
+        put(&col, "debug.log", b"the submitted rules still apply\n");
+        // A link to a host file and a FIFO the agent made: never read.
         let host = d.path().join("host-rules");
         std::fs::write(&host, "*\n").unwrap();
-        std::os::unix::fs::symlink(&host, col.join(".gitignore")).unwrap();
-        let fifo = std::ffi::CString::new(
-            col.join("sub/.gitignore")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )
-        .unwrap();
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let mut big = vec![b'#'; (super::super::ignored::MAX_GITIGNORE + 1) as usize];
-        big.extend_from_slice(b"\n*.x\n");
-        put(&col, "big/.gitignore", &big);
-        std::os::unix::fs::symlink("/dev/zero", col.join("dev/.gitignore")).unwrap();
-        write_changes(&col, None).unwrap();
+        symlink(&host, col.join("sub/.gitignore")).unwrap();
+        write_changes(&col, Some(&tar)).unwrap();
         let patch = std::fs::read_to_string(col.join(PATCH)).unwrap();
-        for kept in ["a.txt", "sub/f.x", "big/f.x", "dev/f.txt"] {
+        assert!(
+            patch.starts_with("# left out of this patch: debug.log (ignored)\ndiff --git "),
+            "{patch}"
+        );
+        assert_eq!(patch.matches("# left out").count(), 1, "{patch}");
+        for carried in [
+            ".gitignore",
+            "calc.py",
+            "sub/.gitignore",
+            "sub/keep.txt",
+            "unittest/.gitignore",
+            "unittest/__main__.py",
+        ] {
             assert!(
-                !patch.contains(&format!("# left out of this patch: {kept}")),
-                "{kept} was left out by a hostile .gitignore:\n{patch}"
+                patch.contains(&format!("diff --git a/{carried} b/{carried}\n")),
+                "{carried}: {patch}"
             );
         }
+        assert!(patch.contains("+    return a + b\n"), "{patch}");
     }
 
     #[test]
     fn nested_gitignores_apply_below_their_directory_as_git_reads_them() {
         let d = tempfile::tempdir().unwrap();
-        let col = d.path().join("col");
+        // The rules are the submitted ones (`sub/build/.gitignore` is in an
+        // ignored directory: not packed, so it says nothing).
+        let rules = [
+            (".gitignore", "*.tmp\n"),
+            ("sub/.gitignore", "*.log\nbuild/\n!keep.tmp\n"),
+            ("sub/deeper/.gitignore", "!y.log\n"),
+        ];
+        let (col, tar) = submitted(d.path(), &rules);
         let files = [
             (".saheeli/task.json", "{}"),
             (".gitignore", "*.tmp\n"),
@@ -394,7 +434,7 @@ mod tests {
         for (path, text) in files {
             put(&col, path, text.as_bytes());
         }
-        write_changes(&col, None).unwrap();
+        write_changes(&col, Some(&tar)).unwrap();
         let patch = std::fs::read_to_string(col.join(PATCH)).unwrap();
         let left_out: Vec<&str> = patch
             .lines()

@@ -1,14 +1,18 @@
-//! Which paths `changes.patch` leaves out as ignored: [`DEFAULT_IGNORED`]
-//! (bytecode, tools' caches) and every `.gitignore` in the collected
-//! workspace, read as git reads them. A `.gitignore` applies to the
-//! directory it is in and below, its patterns relative to that directory;
-//! the deepest one that says anything about a path decides (so a nested
-//! `!pattern` re-includes what a shallower file ignored); and a path in an
-//! ignored directory is ignored whatever a deeper file says.
+//! Which paths `changes.patch` leaves out as ignored (and a verify attempt
+//! removes before it runs, `gateway::verify_tree`): [`DEFAULT_IGNORED`]
+//! (bytecode, tools' caches) and every `.gitignore` of the **submitted**
+//! workspace, as submitted, read as git reads them. A `.gitignore` the
+//! agent wrote or changed says nothing (HOSTILE.md N25, N26: a `*` beside
+//! a planted module hid it, and `calc.py` appended to `.gitignore` hid the
+//! change to a submitted file). A `.gitignore` applies to the directory it
+//! is in and below, its patterns relative to that directory; the deepest
+//! one that says anything about a path decides (so a nested `!pattern`
+//! re-includes what a shallower file ignored); and a path in an ignored
+//! directory is ignored whatever a deeper file says. Only added paths are
+//! ever left out: a submitted path is tracked, as git tracks its index.
 
 use std::borrow::Cow;
 use std::ffi::OsStr;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -16,8 +20,8 @@ use std::sync::LazyLock;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use super::patch::Kind;
-use super::tree::Tree;
+use super::patch::{Content, Kind};
+use super::tree::{Files, Tree};
 
 /// What a patch leaves out whatever the workspace's `.gitignore` says:
 /// bytecode and tools' caches, which a task's test run leaves behind.
@@ -32,24 +36,20 @@ pub(crate) const DEFAULT_IGNORED: &[&str] = &[
     ".DS_Store",
 ];
 
-/// Largest `.gitignore` read (the agent's file: read without following a
-/// link, and capped).
-pub(super) const MAX_GITIGNORE: u64 = 1 << 20;
-
 /// Most `.gitignore` files read from one workspace.
 const MAX_GITIGNORES: usize = 1000;
 
-/// The rules of one collected workspace.
-pub(super) struct Ignored {
+/// The rules of one submitted workspace.
+pub(crate) struct Ignored {
     /// Each directory with a `.gitignore` (relative; "" is the top, which
     /// also holds [`DEFAULT_IGNORED`], below its own lines), deepest first.
     rules: Vec<(PathBuf, Cow<'static, Gitignore>)>,
 }
 
 impl Ignored {
-    /// The rules of the workspace collected in `results`, whose files are
-    /// `tree` (where its `.gitignore` files are found).
-    pub fn of(results: &Path, tree: &Tree) -> Ignored {
+    /// The rules of the submitted workspace `tree` (its `.gitignore` files
+    /// read from `files`, the submitted tar; a link is never followed).
+    pub fn of(files: &Files<'_>, tree: &Tree) -> Ignored {
         let mut dirs: Vec<PathBuf> = tree
             .iter()
             .filter(|(_, e)| matches!(e.kind, Kind::File { .. }))
@@ -67,22 +67,29 @@ impl Ignored {
         let rules = dirs
             .into_iter()
             .map(|dir| {
-                let rules = read_rules(results, &dir);
+                let rules = read_rules(files, tree, &dir);
                 (dir, rules)
             })
             .collect();
         Ignored { rules }
     }
 
-    /// Whether the patch leaves `path` out (a file or link, relative).
+    /// Whether the patch leaves `path` out if it is added (a file or
+    /// link, relative).
     pub fn ignores(&self, path: &[u8]) -> bool {
+        self.ignores_as(path, false)
+    }
+
+    /// Whether the rules ignore `path`, a directory when `is_dir` (and so
+    /// everything below it), a file or link otherwise.
+    pub fn ignores_as(&self, path: &[u8], is_dir: bool) -> bool {
         let path = Path::new(OsStr::from_bytes(path));
         let mut prefix = PathBuf::new();
         let parts: Vec<_> = path.components().collect();
         for (i, part) in parts.iter().enumerate() {
             prefix.push(part);
             // Each leading directory first: an ignored one hides all below.
-            let dir = i + 1 < parts.len();
+            let dir = i + 1 < parts.len() || is_dir;
             if self.decides(&prefix, dir) == Some(true) {
                 return true;
             }
@@ -122,30 +129,36 @@ static DEFAULTS_ONLY: LazyLock<Gitignore> = LazyLock::new(|| {
     b.build().unwrap_or_else(|_| Gitignore::empty())
 });
 
-/// The `.gitignore` of `dir` in `results` (the top's after
+/// The `.gitignore` of `dir` in the submitted `tree` (the top's after
 /// [`DEFAULT_IGNORED`]); a line git would refuse is skipped, as git skips
-/// it. Paths are matched relative to `dir`, so the rules do not depend on
-/// where `results` is.
-fn read_rules(results: &Path, dir: &Path) -> Cow<'static, Gitignore> {
+/// it. Paths are matched relative to `dir`.
+fn read_rules(files: &Files<'_>, tree: &Tree, dir: &Path) -> Cow<'static, Gitignore> {
     let top = dir.as_os_str().is_empty();
-    let root = results.join(dir);
-    let file = match crate::collect::open_regular(&root.join(".gitignore")) {
-        Ok(Some(f)) => Some(f),
-        _ if top => return Cow::Borrowed(&DEFAULTS_ONLY),
-        _ => None,
+    let key = dir.join(".gitignore").into_os_string().into_encoded_bytes();
+    let text = tree
+        .get(&key)
+        .filter(|e| matches!(e.kind, Kind::File { .. }))
+        .and_then(|e| files.side(e).ok())
+        .and_then(|side| match side.content {
+            Content::Text(t) => Some(t),
+            Content::Binary(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            Content::TooLarge(_) => None,
+        });
+    let Some(text) = text else {
+        return if top {
+            Cow::Borrowed(&DEFAULTS_ONLY)
+        } else {
+            Cow::Owned(Gitignore::empty())
+        };
     };
     let defaults: &[&str] = if top { DEFAULT_IGNORED } else { &[] };
-    let mut b = GitignoreBuilder::new(&root);
+    // Matched with paths relative to `dir`: no root to strip.
+    let mut b = GitignoreBuilder::new("");
     for rule in defaults {
         let _ = b.add_line(None, rule);
     }
-    if let Some(f) = file {
-        let mut text = String::new();
-        if f.take(MAX_GITIGNORE).read_to_string(&mut text).is_ok() {
-            for line in text.lines() {
-                let _ = b.add_line(None, line);
-            }
-        }
+    for line in text.lines() {
+        let _ = b.add_line(None, line);
     }
     Cow::Owned(b.build().unwrap_or_else(|_| Gitignore::empty()))
 }

@@ -15,6 +15,8 @@
 //!   `children`: a parent's section linking its children's reports.
 //! - `verification`: the report's section on verify and assess, and
 //!   `.saheeli/verify-N.log`, one per attempt.
+//! - `submitted`: the submitted workspace's paths and ignore rules, for
+//!   the tree a verify attempt checks (`gateway::verify_tree`).
 //! - `evidence`: changed files and a capped patch for the assessor.
 //! - `write`: writing files into a results directory the agent filled
 //!   (nothing is written through its links).
@@ -29,6 +31,7 @@ mod ignored;
 mod markdown;
 mod patch;
 mod steps;
+mod submitted;
 mod tree;
 mod verification;
 mod write;
@@ -37,5 +40,6 @@ pub(crate) use changes::write_changes;
 pub(crate) use children::append_children;
 pub(crate) use evidence::evidence;
 pub(crate) use facts::{tool_counts, write_report};
+pub(crate) use submitted::{MAX_COMPARED, Submitted, is_saheelis};
 pub(crate) use verification::write_verify_logs;
 pub(crate) use write::{PATCH, REPORT, remove};

@@ -57,7 +57,7 @@ fn excluded(top: &[u8]) -> bool {
 }
 
 /// Whether `path` (relative) is one of Saheeli's own, or below one.
-fn is_saheelis(path: &[u8]) -> bool {
+pub(crate) fn is_saheelis(path: &[u8]) -> bool {
     let top = path.split(|&c| c == b'/').next().unwrap_or(path);
     excluded(top)
 }

@@ -69,6 +69,7 @@ mod templates;
 mod think;
 mod verify;
 mod verify_fresh;
+mod verify_shadow;
 mod web;
 mod web_browser;
 mod webhooks;

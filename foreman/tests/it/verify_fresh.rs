@@ -259,6 +259,14 @@ fn a_foreman_killed_mid_verify_leaves_nothing_its_successor_does_not_undo() {
     });
     let verify = containers(&id, "label=saheeli.role=verify");
     assert_eq!(verify.len(), 1, "{verify:?}");
+    // The command has begun (the workspace is read and compared with the
+    // submitted one first, `verify_tree`).
+    wait_for("the verify command to start", limit, || {
+        std::process::Command::new("docker")
+            .args(["exec", &verify[0], "test", "-e", ".slow"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
     first.kill().unwrap();
     first.wait().unwrap();
     // What the dead foreman left: a paused servo, a verify container.
