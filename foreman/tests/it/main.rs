@@ -35,6 +35,7 @@ mod event_pages;
 mod fencing;
 mod gateway;
 mod gateway_attack;
+mod gateway_fetch;
 mod gateway_guard;
 mod gateway_native;
 mod hardening;
