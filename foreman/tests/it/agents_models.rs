@@ -120,3 +120,29 @@ fn claude_code_on_its_default_model_completes() {
 fn claude_code_on_the_newest_opus_completes() {
     claude_code_on("claude-opus-5-5");
 }
+
+/// mini-swe-agent (through litellm) on `gpt-5.5`: litellm shapes a
+/// request for a GPT-5 model its own way; the gateway's typed chat still
+/// takes it, and the task completes.
+#[test]
+fn mini_swe_agent_on_gpt_5_5_completes() {
+    crate::agents::require_mini();
+    let llm = FakeLlm::start_matching(vec![], crate::agents::turns(None));
+    let s = crate::agents::project(&llm);
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-5.5\nagent: mini-swe-agent\ntimeout: 5m\n---\nWrite hello.txt.\n",
+    );
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
+    assert_eq!(t["state"], "complete", "{t}");
+    let results = Path::new(t["results"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(results.join("hello.txt")).unwrap(),
+        "hello from mini\n"
+    );
+    let seen = llm.seen();
+    assert!(seen.len() >= 2, "{}", seen.len());
+    for c in &seen {
+        assert_eq!(c.body["model"], "gpt-5.5", "{}", c.body);
+    }
+}
