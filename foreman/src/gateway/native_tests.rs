@@ -246,7 +246,7 @@ fn content_parts_pass_by_allow_list() {
             user(
                 json!([{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": url}}]),
             ),
-            Some("`messages[0].content[1]` is a `image_url` part"),
+            Some("`messages[0].content[1]` (type `image_url`)"),
         ),
         (
             Api::Chat,
@@ -312,7 +312,7 @@ fn content_parts_pass_by_allow_list() {
         (
             Api::Responses,
             input(json!([{"type": "input_image", "image_url": url}])),
-            Some("`input[0].content[0]` is a `input_image` part"),
+            Some("`input[0].content[0]` (type `input_image`)"),
         ),
         (
             Api::Responses,
@@ -378,7 +378,7 @@ fn content_parts_pass_by_allow_list() {
         (
             Api::Responses,
             json!({"input": [{"type": "tool_search_output", "call_id": "s1", "tools": [{"type": "mcp", "server_url": url}]}]}),
-            Some("`input[0].tools[0]` is a `mcp` part"),
+            Some("`input[0].tools[0]` (type `mcp`)"),
         ),
         // Anthropic Messages.
         (
@@ -389,7 +389,7 @@ fn content_parts_pass_by_allow_list() {
         (
             Api::Messages,
             json!({"system": [{"type": "image", "source": b64.clone()}]}),
-            Some("`system[0]` is a `image` part"),
+            Some("`system[0]` (type `image`)"),
         ),
         (
             Api::Messages,
@@ -401,7 +401,7 @@ fn content_parts_pass_by_allow_list() {
         (
             Api::Messages,
             user(json!([{"type": "image", "source": {"type": "url", "url": url}}])),
-            Some("`messages[0].content[0].source` is a `url` part"),
+            Some("`messages[0].content[0].source` (type `url`)"),
         ),
         (
             Api::Messages,

@@ -41,7 +41,7 @@ type Checked = Result<(), String>;
 /// A part or item refused: where it is, what it is and why.
 fn refused(at: &At<'_>, kind: &str, why: &str) -> String {
     format!(
-        "`{}` is a `{kind}` part, refused by the gateway: {why}",
+        "`{}` (type `{kind}`) is refused by the gateway: {why}",
         at.render()
     )
 }
@@ -50,11 +50,11 @@ const REMOTE: &str = "the provider would fetch a remote URL itself, outside the 
                       budget; send the content inline (a `data:` URL or base64)";
 const STORED: &str = "it names a file stored at the provider, which the request does not carry \
                       and the budget cannot bound; send the content inline (base64)";
-const AUDIO: &str = "audio is billed as audio tokens, outside the task's price table";
+const AUDIO: &str = "audio is billed as audio tokens, outside the task's price table; send text";
 const UNKNOWN: &str = "only text, inline images and documents, and the agent's own tool calls \
-                       and results are allowed";
+                       and results are allowed; remove it";
 const PROVIDER_TOOL: &str = "it is the call or result of a tool the provider runs itself, which \
-                             the gateway refuses";
+                             the gateway refuses; remove it";
 
 /// Checks every content part of `body` for `api`.
 pub(crate) fn check(api: Api, body: &Map<String, Value>) -> Checked {

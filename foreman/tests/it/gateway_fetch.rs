@@ -213,14 +213,14 @@ fn an_openai_agent_cannot_make_the_provider_fetch() {
         out["resp-image-url-s"][1]
             .as_str()
             .unwrap()
-            .contains("`input[0].content[1]` is a `input_image` part"),
+            .contains("`input[0].content[1]` (type `input_image`)"),
         "{out:#}"
     );
     assert!(
         out["chat-image-url-s"][1]
             .as_str()
             .unwrap()
-            .contains("`messages[0].content[1]` is a `image_url` part"),
+            .contains("`messages[0].content[1]` (type `image_url`)"),
         "{out:#}"
     );
     let seen = provider_saw(
@@ -263,10 +263,7 @@ fn an_anthropic_agent_cannot_make_the_provider_fetch() {
         let body = out[case][1].as_str().unwrap();
         assert!(body.contains(want), "{case}: {body}");
     };
-    named(
-        "img-url-s",
-        "`messages[0].content[1].source` is a `url` part",
-    );
+    named("img-url-s", "`messages[0].content[1].source` (type `url`)");
     named("doc-file-w", "stored at the provider");
     named("file-beta-s", "`files-api-2025-04-14`");
     named("context-1m-w", "`context-1m-2025-08-07`");
