@@ -267,6 +267,16 @@ fn content_parts_pass_by_allow_list() {
         ),
         (
             Api::Chat,
+            user(json!([{"type": "file", "file": {"file_data": "https://exfil.invalid/a.pdf"}}])),
+            Some("remote URL"),
+        ),
+        (
+            Api::Responses,
+            input(json!([{"type": "input_file", "file_data": "http://exfil.invalid/a.pdf"}])),
+            Some("remote URL"),
+        ),
+        (
+            Api::Chat,
             user(json!([{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}])),
             Some("audio tokens"),
         ),

@@ -133,6 +133,12 @@ fn inline_url(url: Option<&Value>) -> bool {
         .is_some_and(|u| u.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:")))
 }
 
+/// Inline file data: base64 or a `data:` URL, never a URL to fetch.
+fn inline_data(data: Option<&Value>) -> bool {
+    data.and_then(Value::as_str)
+        .is_some_and(|d| !d.get(..16).unwrap_or(d).contains("://"))
+}
+
 fn has(part: &Value, key: &str) -> bool {
     part.get(key).is_some_and(|v| !v.is_null())
 }
@@ -168,10 +174,12 @@ fn chat_part(p: &Value, at: &At<'_>) -> Checked {
         }
         "file" => {
             let file = p.get("file").unwrap_or(&Value::Null);
-            if has(file, "file_id") || !has(file, "file_data") {
+            if has(file, "file_id") {
                 Err(refused(at, k, STORED))
-            } else {
+            } else if inline_data(file.get("file_data")) {
                 Ok(())
+            } else {
+                Err(refused(at, k, REMOTE))
             }
         }
         "input_audio" => Err(refused(at, k, AUDIO)),
@@ -247,7 +255,7 @@ fn responses_part(p: &Value, at: &At<'_>) -> Checked {
         "input_file" => {
             if has(p, "file_id") {
                 Err(refused(at, k, STORED))
-            } else if has(p, "file_url") || !has(p, "file_data") {
+            } else if has(p, "file_url") || !inline_data(p.get("file_data")) {
                 Err(refused(at, k, REMOTE))
             } else {
                 Ok(())
