@@ -139,6 +139,15 @@ pub(super) async fn chat_completions(
             );
         }
     };
+    if let Some(why) = shape::foreign_tool(&req) {
+        live().refusal(Refusal::InvalidRequest);
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            gateway_error::BAD_REQUEST,
+            &why,
+        );
+    }
     // A replay task's turns come from its script: it has no business
     // upstream, and its gateway must not spend the operator's key for
     // whoever posts here (case 26).

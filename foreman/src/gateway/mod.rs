@@ -50,6 +50,8 @@
 //!   third-party agents (issue 25): Anthropic Messages, Chat Completions
 //!   streamed, OpenAI Responses, vetted, passed through with the task's
 //!   key and metered from the usage they report, streams included;
+//!   `parts`: their content parts and items, by allow list (no remote
+//!   URL or stored file for the provider to fetch);
 //!   `record`: what they saw, for `saheeli task trajectory`.
 //! - `synthesis`: `report: synthesized`, one metered call after the task
 //!   ends for the report's findings section (issue 29).
@@ -74,6 +76,7 @@ mod limits;
 mod live;
 mod meter;
 mod native;
+mod parts;
 mod passthrough;
 mod pricing;
 pub(crate) mod probe;

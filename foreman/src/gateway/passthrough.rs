@@ -116,7 +116,10 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
             "this task's model is a `replay:` script: its gateway makes no LLM call",
         );
     }
-    let vetted = match native::vet(api, &body, gw.task_model()) {
+    // Headers by allow list too: of the agent's, only `anthropic-version`
+    // and known `anthropic-beta` features go on (`send`).
+    let beta = headers.get("anthropic-beta").and_then(|v| v.to_str().ok());
+    let vetted = match native::vet(api, &body, beta, gw.task_model()) {
         Ok(v) => v,
         Err(why) => {
             live().refusal(Refusal::InvalidRequest);
@@ -330,7 +333,7 @@ async fn send(
                 "anthropic-version",
                 native::anthropic_version(sent("anthropic-version")),
             );
-            if let Some(beta) = native::anthropic_beta(sent("anthropic-beta")) {
+            if let Ok(Some(beta)) = native::anthropic_beta(sent("anthropic-beta")) {
                 req = req.header("anthropic-beta", beta);
             }
         }

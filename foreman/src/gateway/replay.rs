@@ -78,7 +78,12 @@ fn turns_so_far(api: Api, request: &Value) -> usize {
             let call = |item: &Value| {
                 matches!(
                     item["type"].as_str(),
-                    Some("function_call" | "custom_tool_call" | "local_shell_call")
+                    Some(
+                        "function_call"
+                            | "custom_tool_call"
+                            | "local_shell_call"
+                            | "tool_search_call"
+                    )
                 )
             };
             let mut runs = 0;

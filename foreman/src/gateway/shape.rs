@@ -34,6 +34,31 @@ pub(super) fn conservative(req: &mut ChatRequest) {
     }
 }
 
+/// Why a typed chat (the servo's own route, and a third-party agent's
+/// whole chat) is refused for a tool or tool call that is not a
+/// `function`: a provider-run tool would otherwise go on under its own
+/// `type` (the streamed routes check theirs in `native`).
+pub(super) fn foreign_tool(req: &ChatRequest) -> Option<String> {
+    let tool = req
+        .tools
+        .iter()
+        .position(|t| t.kind != "function")
+        .map(|i| (format!("tools[{i}]"), &req.tools[i].kind));
+    let call = || {
+        req.messages.iter().enumerate().find_map(|(m, msg)| {
+            let c = msg.tool_calls.iter().position(|c| c.kind != "function")?;
+            Some((
+                format!("messages[{m}].tool_calls[{c}]"),
+                &msg.tool_calls[c].kind,
+            ))
+        })
+    };
+    let (at, kind) = tool.or_else(call)?;
+    Some(format!(
+        "`{at}` has type `{kind}`; this route takes `function` tools only, which the agent runs"
+    ))
+}
+
 /// The most output tokens one call may ask for before the budget has its
 /// say: the provider's `max_output_tokens`, else `llm.max_output_tokens`
 /// (and for Anthropic no more than `llm.anthropic_max_tokens`), lowered to
@@ -180,6 +205,25 @@ mod tests {
         let mut req: ChatRequest = serde_json::from_value(whole.clone()).unwrap();
         conservative(&mut req);
         assert_eq!(serde_json::to_value(&req).unwrap(), whole);
+    }
+
+    /// Issue 47: a typed chat's tools and tool calls are `function`s only.
+    #[test]
+    fn a_typed_chat_takes_function_tools_only() {
+        let base: ChatRequest =
+            serde_json::from_value(sent("llama-server", "tool-turn.json")).unwrap();
+        assert_eq!(foreign_tool(&base), None);
+        let mut hosted = base.clone();
+        hosted.tools[0].kind = "web_search_preview".into();
+        let why = foreign_tool(&hosted).unwrap();
+        assert!(
+            why.contains("`tools[0]`") && why.contains("`web_search_preview`"),
+            "{why}"
+        );
+        let mut call = base;
+        call.messages[2].tool_calls[0].kind = "mcp".into();
+        let why = foreign_tool(&call).unwrap();
+        assert!(why.contains("`messages[2].tool_calls[0]`"), "{why}");
     }
 
     /// Issue 27 item 5: every call carries a cap, the caller's lower one

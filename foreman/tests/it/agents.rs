@@ -23,7 +23,7 @@ fn mini_image() -> String {
 }
 
 /// Fails (never skips) without the agent image.
-fn require_mini() {
+pub(crate) fn require_mini() {
     require_docker();
     let img = Command::new("docker")
         .args(["image", "inspect", &mini_image()])
@@ -40,7 +40,7 @@ fn require_mini() {
 
 const KEY: &str = "sk-real-key-i25-Q7vXw2LmP9";
 
-fn project(llm: &FakeLlm) -> Saheeli {
+pub(crate) fn project(llm: &FakeLlm) -> Saheeli {
     Saheeli::with_config(&format!("agents:\n  mini-swe-agent: {}\n", mini_image()))
         .env("OPENAI_API_KEY", KEY)
         .env("OPENAI_BASE_URL", &llm.base_url())
@@ -61,7 +61,9 @@ fn bash(command: &str) -> Reply {
 /// crash gets the same turn. Turn one creates a file and runs a command
 /// (and records every environment the agent's shell can read); turn two
 /// submits.
-fn turns(slow_second: Option<Duration>) -> impl Fn(&Value) -> Option<Reply> + Send + 'static {
+pub(crate) fn turns(
+    slow_second: Option<Duration>,
+) -> impl Fn(&Value) -> Option<Reply> + Send + 'static {
     move |body| {
         Some(match messages(body) {
             0..=2 => bash(

@@ -55,6 +55,11 @@ pub(crate) const CODEX: Cli = Cli {
 };
 
 impl Cli {
+    /// The same CLI on another model name.
+    pub fn with_model(self, model: &'static str) -> Cli {
+        Cli { model, ..self }
+    }
+
     pub fn image(self) -> String {
         std::env::var(self.image_env).unwrap_or_else(|_| self.default_image.into())
     }

@@ -183,6 +183,16 @@ fn response_items(t: &Turn) -> Vec<Value> {
         );
     }
     for (i, (name, args)) in t.calls.iter().enumerate() {
+        // Codex's `tool_search` (a `tool_search` tool, run by the client)
+        // is called with an item of its own, its arguments an object.
+        if name == "tool_search" {
+            items.push(
+                json!({"type": "tool_search_call", "id": format!("ts_{}_{i}", t.n),
+                "call_id": format!("call_{}_{i}", t.n), "execution": "client",
+                "arguments": args, "status": "completed"}),
+            );
+            continue;
+        }
         items.push(
             json!({"type": "function_call", "id": format!("fc_{}_{i}", t.n),
             "call_id": format!("call_{}_{i}", t.n), "name": name,
@@ -235,7 +245,12 @@ pub fn responses(t: &Turn) -> Vec<String> {
         let id = item["id"].clone();
         let mut started = item.clone();
         started["status"] = json!("in_progress");
-        if item["type"] == "function_call" {
+        if item["type"] == "tool_search_call" {
+            out.push(ev(
+                "response.output_item.added",
+                json!({"output_index": index, "item": started}),
+            ));
+        } else if item["type"] == "function_call" {
             started["arguments"] = json!("");
             out.push(ev(
                 "response.output_item.added",
