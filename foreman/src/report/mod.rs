@@ -16,6 +16,8 @@
 //! - `verification`: the report's section on verify and assess, and
 //!   `.saheeli/verify-N.log`, one per attempt.
 //! - `evidence`: changed files and a capped patch for the assessor.
+//! - `sanitize`: the synthesized section's Markdown made inert (no HTML,
+//!   images, links but web ones as text, or headings above `###`).
 //! - `write`: writing files into a results directory the agent filled
 //!   (nothing is written through its links).
 
@@ -28,6 +30,7 @@ mod facts;
 mod ignored;
 mod markdown;
 mod patch;
+mod sanitize;
 mod steps;
 mod tree;
 mod verification;
