@@ -170,6 +170,15 @@ fn demote(body: &str) -> String {
 /// alt text, links as their text (and address when it is a web one),
 /// every other `[` escaped.
 fn inline(s: &str) -> String {
+    inline_at(s, 0)
+}
+
+/// Links nested deeper than this are left as escaped text: the recursion
+/// (and its scans) stay bounded whatever the answer nests.
+const MAX_NESTING: usize = 4;
+
+/// [`inline`] of a link's text nested `depth` links deep.
+fn inline_at(s: &str, depth: usize) -> String {
     let c: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
@@ -190,9 +199,9 @@ fn inline(s: &str) -> String {
                 out.push_str("&lt;");
                 i += 1;
             }
-            '!' if c.get(i + 1) == Some(&'[') => match link_at(&c, i + 1) {
+            '!' if c.get(i + 1) == Some(&'[') && depth < MAX_NESTING => match link_at(&c, i + 1) {
                 Some((text, _, end)) => {
-                    out.push_str(&inline(&text));
+                    out.push_str(&inline_at(&text, depth + 1));
                     i = end;
                 }
                 None => {
@@ -200,9 +209,9 @@ fn inline(s: &str) -> String {
                     i += 1;
                 }
             },
-            '[' => match link_at(&c, i) {
+            '[' => match link_at(&c, i).filter(|_| depth < MAX_NESTING) {
                 Some((text, dest, end)) => {
-                    out.push_str(&inline(&text));
+                    out.push_str(&inline_at(&text, depth + 1));
                     if let Some(url) = web(&dest) {
                         out.push_str(" (");
                         out.push_str(url);
@@ -347,6 +356,8 @@ mod tests {
             ("[ref]: javascript:alert(1)", "\\[ref]: javascript:alert(1)"),
             ("[a][ref]", "\\[a]\\[ref]"),
             ("\\[escaped]", "\\[escaped]"),
+            // Nesting is bounded: deeper links stay escaped text.
+            ("[[[[[x](a)](b)](c)](d)](e)", "\\[x](a)"),
             // Control characters are escaped first.
             ("bell\u{7}", "bell\\u{7}"),
             ("- none", "- none"),
