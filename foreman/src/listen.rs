@@ -10,9 +10,19 @@
 //! to the dashboard, took the foreman to its file-descriptor limit and
 //! made another task's launch fail (hostile cases 18 and 52).
 //!
+//! The dashboard also caps the connections of each client address below
+//! the global cap (`http.max_connections_per_client`): one client holding
+//! 400 unfinished heads made 57 of 60 others' requests fail, before any of
+//! its requests could be checked for a token (hostile case 52). Now it
+//! holds its own share and is closed at once past it; the others keep the
+//! rest.
+//!
 //! Also the file-descriptor budget: what the caps may take of the process's
 //! limit at most, so that launches always keep a reserve ([`FdBudget`]).
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -47,6 +57,11 @@ pub(crate) trait Accept: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     type Addr: Clone + Send + Sync + 'static;
     fn accept(&mut self) -> impl Future<Output = std::io::Result<(Self::Io, Self::Addr)>> + Send;
+    /// The client a connection's address counts against (None: one
+    /// client only, as on a task's own socket).
+    fn client(_addr: &Self::Addr) -> Option<IpAddr> {
+        None
+    }
 }
 
 impl Accept for tokio::net::TcpListener {
@@ -54,6 +69,73 @@ impl Accept for tokio::net::TcpListener {
     type Addr = std::net::SocketAddr;
     async fn accept(&mut self) -> std::io::Result<(Self::Io, Self::Addr)> {
         tokio::net::TcpListener::accept(self).await
+    }
+    fn client(addr: &Self::Addr) -> Option<IpAddr> {
+        Some(client_of(addr.ip()))
+    }
+}
+
+/// The client an address counts as: an IPv4 address (mapped ones too), or
+/// an IPv6 address's /64, which one host usually holds whole.
+pub(crate) fn client_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(bits))
+            }
+        },
+    }
+}
+
+/// Connections open per client, each held by a [`Held`] that gives its
+/// place back when dropped.
+#[derive(Clone)]
+struct Clients {
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    cap: usize,
+}
+
+/// One client's open connection.
+struct Held {
+    clients: Clients,
+    ip: IpAddr,
+}
+
+impl Clients {
+    fn new(cap: usize) -> Clients {
+        Clients {
+            open: Arc::default(),
+            cap,
+        }
+    }
+
+    /// A place for one more connection of `ip`, or None at its cap.
+    fn take(&self, ip: IpAddr) -> Option<Held> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(Held {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -111,11 +193,25 @@ impl Refusals {
 /// Serves `app` on `listener` until `shutdown`, then lets the open
 /// connections finish what they are answering and returns.
 pub(crate) async fn serve<L: Accept>(
-    mut listener: L,
+    listener: L,
     app: Router,
     doors: Doors,
     shutdown: CancellationToken,
 ) {
+    serve_per_client(listener, app, doors, None, shutdown).await
+}
+
+/// [`serve`], with at most `per_client` connections of one client address
+/// open at once (checked before the global cap, so a client past its own
+/// share takes nothing of it).
+pub(crate) async fn serve_per_client<L: Accept>(
+    mut listener: L,
+    app: Router,
+    doors: Doors,
+    per_client: Option<usize>,
+    shutdown: CancellationToken,
+) {
+    let clients = per_client.map(Clients::new);
     let permits = std::sync::Arc::new(Semaphore::new(doors.max_connections));
     let conns = TaskTracker::new();
     let mut refusals = Refusals {
@@ -151,6 +247,17 @@ pub(crate) async fn serve<L: Accept>(
                 continue;
             }
         };
+        let held = match (&clients, L::client(&addr)) {
+            (Some(c), Some(ip)) => match c.take(ip) {
+                Some(h) => Some(h),
+                None => {
+                    drop(io);
+                    refusals.count();
+                    continue;
+                }
+            },
+            _ => None,
+        };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             drop(io);
             refusals.count();
@@ -160,7 +267,7 @@ pub(crate) async fn serve<L: Accept>(
         let stop = shutdown.clone();
         let header_timeout = doors.header_timeout;
         conns.spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, held);
             let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(ConnectInfo(addr.clone()));
@@ -247,6 +354,35 @@ pub(crate) fn open_files_limit() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_client_holds_its_own_share_and_gives_it_back() {
+        let c = Clients::new(2);
+        let (a, b): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
+        let held: Vec<Held> = (0..2).map(|_| c.take(a).unwrap()).collect();
+        assert!(c.take(a).is_none(), "past its share");
+        assert!(c.take(b).is_some(), "another client is not held");
+        drop(held);
+        assert!(c.take(a).is_some());
+        assert_eq!(
+            c.open.lock().unwrap().len(),
+            0,
+            "nothing kept for closed clients"
+        );
+        // One host's IPv6 /64 is one client; a mapped IPv4 is the IPv4.
+        for (given, client) in [
+            ("2001:db8::1", "2001:db8::"),
+            ("2001:db8::ffff:1:2", "2001:db8::"),
+            ("::ffff:192.0.2.7", "192.0.2.7"),
+            ("192.0.2.7", "192.0.2.7"),
+        ] {
+            assert_eq!(
+                client_of(given.parse().unwrap()),
+                client.parse::<IpAddr>().unwrap(),
+                "{given}"
+            );
+        }
+    }
 
     #[test]
     fn the_gateway_cap_is_lowered_to_keep_the_reserve_or_refused() {

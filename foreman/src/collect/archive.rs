@@ -83,7 +83,9 @@ impl io::Write for ChannelWriter {
 
 /// Extracts a workspace tar into `dest`, writing first to a sibling
 /// `.partial` directory and redacting `secrets` (variable, value) there.
-/// An existing `dest` is replaced.
+/// An existing `dest` is replaced. Past the size cap the stream is still
+/// read to its end, for the servo's own evidence wherever it comes
+/// (`evidence`); everything else is named in the marker, not written.
 pub(crate) fn extract(
     reader: impl Read,
     dest: &Path,
@@ -91,7 +93,7 @@ pub(crate) fn extract(
     max_bytes: u64,
 ) -> anyhow::Result<Collected> {
     collect_into(dest, secrets, max_bytes, |partial| {
-        extract_into(reader, partial, max_bytes)
+        extract_into(reader, partial, max_bytes, &super::evidence::names(dest))
     })
 }
 
@@ -108,11 +110,15 @@ pub(super) fn extract_into(
     reader: impl Read,
     root: &Dir,
     max_bytes: u64,
+    evidence: &[String],
 ) -> anyhow::Result<Collected> {
+    use super::evidence::{EVIDENCE_MAX, is_evidence};
     let mut archive = tar::Archive::new(reader);
     let mut out = Collected::default();
     let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut last: Option<(PathBuf, Dir)> = None;
+    // What counts against `max_bytes`: all but the evidence.
+    let mut counted = 0u64;
     for entry in archive.entries().context("reading the workspace archive")? {
         let mut entry = entry.context("reading the workspace archive")?;
         let raw = entry.path().context("reading an archive entry's path")?;
@@ -126,6 +132,13 @@ pub(super) fn extract_into(
             continue; // the workspace directory itself
         };
         let kind = entry.header().entry_type();
+        let is_evidence = parent.as_os_str().is_empty() && is_evidence(evidence, name);
+        if out.truncated && !is_evidence {
+            if kind != tar::EntryType::Directory {
+                out.cut.add(shown_rel(&rel));
+            }
+            continue;
+        }
         match kind {
             tar::EntryType::Directory => {
                 if let Err(e) = root.walk(&rel, true) {
@@ -134,9 +147,22 @@ pub(super) fn extract_into(
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.header().size().unwrap_or(0);
-                if out.bytes + size > max_bytes {
-                    out.truncated = true;
-                    break;
+                // The evidence has its own cap and takes nothing of the results'.
+                let room = match is_evidence {
+                    true => EVIDENCE_MAX,
+                    false => max_bytes - counted,
+                };
+                if size > room {
+                    match is_evidence {
+                        true => out.skipped.push(format!(
+                            "{shown}: over the {EVIDENCE_MAX}-byte cap of the servo's own files"
+                        )),
+                        false => {
+                            out.truncated = true;
+                            out.cut.add(shown_rel(&rel));
+                        }
+                    }
+                    continue;
                 }
                 // One component at a time, each opened O_NOFOLLOW; the
                 // last directory is kept (a tar lists a directory's files
@@ -159,7 +185,7 @@ pub(super) fn extract_into(
                     }
                 };
                 // Bounded even if the header lied about the size.
-                let n = sparse::copy_stream(&mut entry, &file, max_bytes - out.bytes)
+                let n = sparse::copy_stream(&mut entry, &file, room)
                     .with_context(|| format!("writing `{shown}`"))?;
                 if let Ok(mode) = entry.header().mode()
                     && mode & 0o111 != 0
@@ -170,9 +196,11 @@ pub(super) fn extract_into(
                 }
                 out.files += 1;
                 out.bytes += n;
-                if out.bytes > max_bytes {
-                    out.truncated = true;
-                    break;
+                if !is_evidence {
+                    counted += n;
+                    if counted > max_bytes {
+                        out.truncated = true;
+                    }
                 }
             }
             tar::EntryType::Symlink => {
@@ -187,6 +215,11 @@ pub(super) fn extract_into(
     }
     make_links(root, symlinks, &mut out);
     Ok(out)
+}
+
+/// A path cut by the cap, as the marker names it.
+fn shown_rel(rel: &Path) -> String {
+    rel.display().to_string()
 }
 
 /// Creates symlinks (each `rel` below `root`, pointing at its target)

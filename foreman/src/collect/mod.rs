@@ -20,6 +20,7 @@
 
 mod archive;
 mod dir;
+mod evidence;
 mod read;
 mod redact;
 mod results;

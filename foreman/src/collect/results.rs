@@ -20,6 +20,8 @@ pub(crate) struct Collected {
     /// The size cap was reached: what was collected is partial, and the
     /// results directory holds `RESULTS_TRUNCATED.txt` saying so.
     pub truncated: bool,
+    /// What the size cap left out, named in the marker.
+    pub cut: super::evidence::Cut,
 }
 
 /// The marker left in a results directory cut short by the size cap.
@@ -62,7 +64,8 @@ pub(super) fn collect_into(
             Dir::open(&partial).with_context(|| format!("opening `{}`", partial.display()))?;
         let mut collected = fill(&root)?;
         if collected.truncated {
-            mark_truncated(&root, max_bytes).context("marking truncated results")?;
+            mark_truncated(&root, max_bytes, &collected.cut)
+                .context("marking truncated results")?;
         }
         for (var, files) in redact_tree(&root, secrets)? {
             collected.redacted.push(format!("{var} in {files} files"));
@@ -84,7 +87,7 @@ pub(super) fn collect_into(
 /// its name (a link to a host file, a directory) is removed first, and the
 /// marker made afresh (`O_EXCL | O_NOFOLLOW`), so nothing is written
 /// through a link.
-fn mark_truncated(root: &Dir, max_bytes: u64) -> anyhow::Result<()> {
+fn mark_truncated(root: &Dir, max_bytes: u64, cut: &super::evidence::Cut) -> anyhow::Result<()> {
     use std::io::Write;
     let name = std::ffi::OsStr::new(TRUNCATED_MARKER);
     root.remove(name)
@@ -92,10 +95,13 @@ fn mark_truncated(root: &Dir, max_bytes: u64) -> anyhow::Result<()> {
     let mut f = root
         .create_file(name, 0o644)
         .with_context(|| format!("creating `{TRUNCATED_MARKER}`"))?;
-    writeln!(
+    write!(
         f,
         "Collection stopped at the results size cap ({max_bytes} bytes, \
-         `max_results_size` in config.yaml): this directory is partial."
+         `max_results_size` in config.yaml): this directory is partial. The servo's \
+         own files (complete.json, its audit log and session) are collected first and \
+         outside the cap.\n{}",
+        cut.lines()
     )
     .with_context(|| format!("writing `{TRUNCATED_MARKER}`"))
 }

@@ -18,12 +18,14 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
+use super::evidence::{self, EVIDENCE_MAX};
 use super::{Collected, Dir, collect_into, sparse};
 
 /// Copies a stopped task's volume from its directory on this host (what
 /// the archive API would stream, without mounting the container). Links
 /// are never followed; FIFOs, sockets and devices are skipped. A sparse
-/// file keeps its holes and counts its data, not its length.
+/// file keeps its holes and counts its data, not its length. The servo's
+/// own evidence at the root is copied first, outside the cap (`evidence`).
 pub(crate) fn copy_volume(
     src: &Path,
     dest: &Path,
@@ -36,6 +38,8 @@ pub(crate) fn copy_volume(
     collect_into(dest, secrets, max_bytes, |partial| {
         let mut walk = Walk {
             max_bytes,
+            counted: 0,
+            evidence: evidence::names(dest),
             out: Collected::default(),
             links: Vec::new(),
         };
@@ -51,6 +55,10 @@ fn dir_flags() -> OFlags {
 
 struct Walk {
     max_bytes: u64,
+    /// What counts against `max_bytes`: all but the evidence.
+    counted: u64,
+    /// The evidence files' names at the root.
+    evidence: Vec<String>,
     out: Collected,
     /// Links to create once every file is written (relative path, target).
     links: Vec<(PathBuf, PathBuf)>,
@@ -78,12 +86,19 @@ impl Walk {
             names.push((name.to_vec(), entry.file_type()));
         }
         names.sort_by(|a, b| a.0.cmp(&b.0));
+        if depth == 0 {
+            evidence::evidence_first(&self.evidence, &mut names);
+        }
         for (name, mut kind) in names {
-            if self.out.truncated {
-                return Ok(());
-            }
             let os = OsStr::from_bytes(&name).to_os_string();
             let shown = rel.join(&os);
+            let is_evidence = depth == 0 && evidence::is_evidence(&self.evidence, &os);
+            if self.out.truncated && !is_evidence {
+                // Past the cap: named, not walked.
+                let slash = if kind == FileType::Directory { "/" } else { "" };
+                self.out.cut.add(format!("{}{slash}", shown.display()));
+                continue;
+            }
             let cname = std::ffi::CString::new(name).expect("directory entries hold no NUL");
             if kind == FileType::Unknown {
                 // Some filesystems do not say in the listing: ask, without following.
@@ -115,7 +130,7 @@ impl Walk {
                     Ok(target) => self.links.push((shown, bytes_path(&target))),
                     Err(e) => self.out.skipped.push(format!("{}: {e}", shown.display())),
                 },
-                FileType::RegularFile => self.file(fd, &cname, dst, &os, &shown)?,
+                FileType::RegularFile => self.file(fd, &cname, dst, &os, &shown, is_evidence)?,
                 _ => self.out.skipped.push(format!(
                     "{}: not a regular file, directory or link",
                     shown.display()
@@ -132,6 +147,7 @@ impl Walk {
         dst: &Dir,
         to: &OsStr,
         shown: &Path,
+        is_evidence: bool,
     ) -> anyhow::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         // O_NOFOLLOW and O_NONBLOCK: never a link, never a FIFO that blocks.
@@ -150,26 +166,42 @@ impl Walk {
                 .push(format!("{}: not a regular file", shown.display()));
             return Ok(());
         }
-        let out = &mut self.out;
+        // The evidence has its own cap and takes nothing of the results'.
+        let room = match is_evidence {
+            true => EVIDENCE_MAX,
+            false => self.max_bytes - self.counted,
+        };
         // What the file occupies, not its length: a hole costs nothing.
-        if out.bytes + sparse::allocated(&meta) > self.max_bytes {
-            out.truncated = true;
+        if sparse::allocated(&meta) > room {
+            match is_evidence {
+                true => self.out.skipped.push(format!(
+                    "{}: over the {EVIDENCE_MAX}-byte cap of the servo's own files",
+                    shown.display()
+                )),
+                false => {
+                    self.out.truncated = true;
+                    self.out.cut.add(shown.display().to_string());
+                }
+            }
             return Ok(());
         }
         let w = dst
             .create_file(to, 0o644)
             .with_context(|| format!("writing `{}`", shown.display()))?;
-        let n = sparse::copy_file(&file, meta.len(), &w, self.max_bytes - out.bytes)
+        let n = sparse::copy_file(&file, meta.len(), &w, room)
             .with_context(|| format!("copying `{}`", shown.display()))?;
         let mode = meta.permissions().mode();
         if mode & 0o111 != 0 {
             // Keep the executable bits, never setuid/setgid/sticky.
             let _ = rustix::fs::fchmod(&w, Mode::from_raw_mode((mode & 0o777) | 0o600));
         }
-        out.files += 1;
-        out.bytes += n;
-        if out.bytes > self.max_bytes {
-            out.truncated = true;
+        self.out.files += 1;
+        self.out.bytes += n;
+        if !is_evidence {
+            self.counted += n;
+            if self.counted > self.max_bytes {
+                self.out.truncated = true;
+            }
         }
         Ok(())
     }

@@ -205,6 +205,10 @@ pub(crate) struct HttpConfig {
     /// Connections open at once (live event streams included); one more
     /// is closed at once.
     pub max_connections: usize,
+    /// Connections one client address may hold open at once (an IPv6
+    /// address's /64 counts as one); one more is closed at once, before
+    /// the global cap is touched.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for HttpConfig {
@@ -214,6 +218,7 @@ impl Default for HttpConfig {
             token_env: "SAHEELI_HTTP_TOKEN".into(),
             header_timeout: Duration::from_secs(10),
             max_connections: 256,
+            max_connections_per_client: 64,
         }
     }
 }

@@ -81,14 +81,9 @@ fn synthesis_section(s: &Result<String, String>) -> String {
                 "_Written by one LLM call from the audit log and the verification \
                  (`report: synthesized`): the model's reading, not checked facts._\n\n",
             );
-            for line in text.lines() {
-                // Its headings stay below the report's own (`##`).
-                let demoted = match line.starts_with('#') && !line.starts_with("###") {
-                    true => format!("##{line}"),
-                    false => line.to_string(),
-                };
-                let _ = writeln!(out, "{}", printable(&demoted));
-            }
+            // Its headings stay below the report's own (`##`); no HTML,
+            // images or links but plain web addresses (hostile case N27).
+            out.push_str(&super::sanitize::synthesized(text));
             out
         }
         Err(why) => format!("No synthesis: {}.\n", printable(why.trim_end_matches('.'))),

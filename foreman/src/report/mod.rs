@@ -18,6 +18,8 @@
 //! - `submitted`: the submitted workspace's paths and ignore rules, for
 //!   the tree a verify attempt checks (`gateway::verify_tree`).
 //! - `evidence`: changed files and a capped patch for the assessor.
+//! - `sanitize`: the synthesized section's Markdown made inert (no HTML,
+//!   images, links but web ones as text, or headings above `###`).
 //! - `write`: writing files into a results directory the agent filled
 //!   (nothing is written through its links).
 
@@ -30,6 +32,7 @@ mod facts;
 mod ignored;
 mod markdown;
 mod patch;
+mod sanitize;
 mod steps;
 mod submitted;
 mod tree;

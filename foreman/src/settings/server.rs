@@ -174,4 +174,8 @@ pub(super) const SERVER: &[Setting] = &[
         .default("256")
         .doc("Connections open at once (live event streams included).")
         .config("http.max_connections"),
+    Setting::new("http.max_connections_per_client", "integer")
+        .default("64")
+        .doc("Connections one client address (an IPv6 /64) may hold open at once, below `http.max_connections`: one client cannot take the others' share. Behind a reverse proxy every client is the proxy's address: raise it to `http.max_connections`.")
+        .config("http.max_connections_per_client"),
 ];

@@ -70,10 +70,14 @@ impl HttpSettings {
             );
         }
         let http = &cfg.file.http;
-        if http.max_connections == 0 || http.header_timeout.is_zero() {
+        if http.max_connections == 0
+            || http.max_connections_per_client == 0
+            || http.header_timeout.is_zero()
+        {
             bail!(
-                "`http.max_connections` and `http.header_timeout` in config.yaml must be more \
-                 than 0 (defaults: 256 and 10s)"
+                "`http.max_connections`, `http.max_connections_per_client` and \
+                 `http.header_timeout` in config.yaml must be more than 0 (defaults: 256, 64 \
+                 and 10s)"
             );
         }
         Ok(Some(HttpSettings {
@@ -165,8 +169,16 @@ pub(crate) async fn start(
         max_connections: ctx.cfg.file.http.max_connections,
         header_timeout: ctx.cfg.file.http.header_timeout,
     };
-    Ok(tokio::spawn(crate::listen::serve(
-        listener, app, doors, shutdown,
+    // A client's share is below the global cap: one client holding
+    // unfinished heads cannot take everyone's (hostile case 52).
+    let http = &ctx.cfg.file.http;
+    let per_client = http.max_connections_per_client.min(http.max_connections);
+    Ok(tokio::spawn(crate::listen::serve_per_client(
+        listener,
+        app,
+        doors,
+        Some(per_client),
+        shutdown,
     )))
 }
 

@@ -468,3 +468,73 @@ fn the_default_run_dir_is_not_one_another_user_can_take() {
     let run = runtime.path().join("saheeli");
     assert_eq!(mode(&run), 0o700);
 }
+
+/// `n` unfinished request heads to `addr` from the loopback address `from`
+/// (a client other than the test's own 127.0.0.1); those the server closes
+/// at once are closed here too.
+fn half_open_from(addr: &str, from: &str, n: usize) -> Vec<TcpStream> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let to: std::net::SocketAddr = addr.parse().unwrap();
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    (0..n)
+        .filter_map(|_| {
+            let s = rt.block_on(async {
+                let sock = tokio::net::TcpSocket::new_v4().ok()?;
+                sock.bind(from).ok()?;
+                sock.connect(to).await.ok()
+            })?;
+            let mut s = s.into_std().ok()?;
+            s.set_nonblocking(false).ok()?;
+            s.write_all(b"GET /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .ok()?;
+            Some(s)
+        })
+        .collect()
+}
+
+/// One `GET /api/tasks` from 127.0.0.1: its status, or None when the
+/// connection was closed or failed before an answer.
+fn try_get(addr: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    s.write_all(format!("GET /api/tasks HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let raw = String::from_utf8_lossy(&raw);
+    raw.split(' ').nth(1)?.parse().ok()
+}
+
+/// Case 52's second half: one client holding 400 unfinished request heads
+/// (from 127.0.0.2) made 57 of 60 other requests fail. Now it holds its
+/// own share (`http.max_connections_per_client`, 64 by default) and the
+/// rest of the 256 stay free: all 60 requests from 127.0.0.1 are answered.
+#[test]
+fn one_client_holding_unfinished_heads_cannot_take_the_others_share() {
+    require_docker();
+    // Long enough that every head is still held while the 60 are asked.
+    let s = Saheeli::with_config("http:\n  header_timeout: 60s\n");
+    let w = WebServe::start(&s, "127.0.0.1:0", &[]);
+    let mut held = half_open_from(&w.addr, "127.0.0.2", 400);
+    assert!(held.len() >= 300, "only {} connected", held.len());
+    std::thread::sleep(Duration::from_millis(300));
+    let answered = (0..60).filter(|_| try_get(&w.addr) == Some(200)).count();
+    assert_eq!(
+        answered, 60,
+        "of 60 requests while one client holds 400 heads"
+    );
+    // The flooding client kept only its share open.
+    let mut open = 0;
+    for c in &mut held {
+        c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        if !closed_within(c, Duration::from_millis(40)) {
+            open += 1;
+        }
+    }
+    assert_eq!(open, 64, "the flooding client's connections still open");
+    let log = w.serve.log();
+    assert!(log.contains("listener=\"dashboard\" refused="), "{log}");
+}

@@ -276,3 +276,54 @@ fn issue23_a_sparse_file_is_collected_whole_and_stays_sparse() {
     assert_eq!(&tail, b"tail");
     assert!(leftovers(t["id"].as_str().unwrap()).is_empty());
 }
+
+/// Hostile case N31: at the results cap, a 70 MB `big.bin` that sorts
+/// before the servo's files cuts itself, not complete.json, the audit log
+/// or the session, on both collection paths; report.md reads them, and the
+/// marker names what was cut.
+#[test]
+fn n31_a_big_file_sorting_first_cannot_push_out_the_servos_evidence() {
+    require_docker();
+    for collection in ["auto", "archive"] {
+        let s = Saheeli::with_config(&format!(
+            "max_results_size: 50m\ncollection: {collection}\n"
+        ));
+        s.write(
+            "big.json",
+            &script(&[
+                (
+                    "execute_shell",
+                    json!({"command": "head -c 70000000 /dev/urandom > big.bin && echo small > small.txt"}),
+                ),
+                ("task_complete", json!({"message": "left a big file"})),
+            ]),
+        );
+        s.write("p.md", &replay_prompt("big.json", ""));
+        let t = s.expect_json(&["run", "p.md", "--json"], 1);
+        assert_eq!(t["reason"], "results_too_large", "{collection}: {t}");
+        let id = t["id"].as_str().unwrap();
+        let results = PathBuf::from(t["results"].as_str().unwrap());
+        for name in [
+            "complete.json".to_string(),
+            format!("servo-{id}-audit.log"),
+            format!("servo-{id}-session.json"),
+        ] {
+            let meta = std::fs::symlink_metadata(results.join(&name));
+            assert!(
+                meta.is_ok_and(|m| m.is_file() && m.len() > 0),
+                "{collection}: {name} not collected"
+            );
+        }
+        assert!(!results.join("big.bin").exists(), "{collection}");
+        let marker = std::fs::read_to_string(results.join("RESULTS_TRUNCATED.txt")).unwrap();
+        assert!(marker.contains("- big.bin\n"), "{collection}: {marker}");
+        let report = std::fs::read_to_string(results.join("report.md")).unwrap();
+        assert!(
+            !report.contains("left no audit log"),
+            "{collection}: {report}"
+        );
+        for part in ["`execute_shell`", "left a big file"] {
+            assert!(report.contains(part), "{collection}: {part}\n{report}");
+        }
+    }
+}

@@ -328,3 +328,25 @@ fn a_serving_foreman_answers_get_metrics() {
         );
     }
 }
+
+/// A serving foreman's warm pool sitting idle, no task submitted: its
+/// `saheeli_pool_idle` gauge shows the idle servo without any task waking
+/// the loop. Waits on the gauge itself (bounded), never a sleep.
+#[test]
+fn an_idle_pool_shows_in_get_metrics_with_no_task() {
+    crate::util::require_docker();
+    let s = crate::util::Saheeli::with_config("pool:\n  - { size: 1, max_idle: 10m }\n");
+    let w = crate::web::WebServe::start(&s, "127.0.0.1:0", &[]);
+    let mut last = String::new();
+    let idle = crate::lifecycle::wait_for(std::time::Duration::from_secs(90), || {
+        let res = crate::web::get(&w.addr, "/metrics");
+        assert_eq!(res.status, 200, "{}", res.body);
+        last = res.body;
+        parse(&last).get(&("saheeli_pool_idle".to_string(), BTreeMap::new())) == Some(&1.0)
+    });
+    assert!(
+        idle,
+        "no `saheeli_pool_idle 1` while the pool is up:\n{last}"
+    );
+    drop(w);
+}
