@@ -146,6 +146,22 @@ fn a_childs_retries_stay_within_its_carve_and_the_tree_counts_them() {
     assert_eq!(children(&t)[0]["tokens"], json!(spent), "{t:#}");
     let tree = s.expect(&["task", "status", &id, "--tree"], 0);
     assert!(tree.contains(&format!(", {spent} tokens,")), "{tree}");
+    let results = std::path::PathBuf::from(t["results"].as_str().unwrap());
+    let report = std::fs::read_to_string(results.join("report.md")).unwrap();
+    assert!(report.contains(&format!(" | {spent} | $")), "{report}");
+    // A retry by hand goes on from what the chain used: the carve again
+    // is not given.
+    let child = children(&t)[0]["id"].as_str().unwrap().to_string();
+    let out = s.expect(&["task", "retry", &child, "--json"], 0);
+    let again: Value = serde_json::from_str(&out).unwrap();
+    let used: i64 = db
+        .query_row(
+            "SELECT json_extract(spec, '$.chain.used.tokens') FROM tasks WHERE id = ?1",
+            [again["id"].as_str().unwrap()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(used, spent);
 }
 
 /// N19: a template that names its workspace from a parameter, spawned
