@@ -147,3 +147,66 @@ fn a_checked_steps_check_runs_at_most_five_times() {
         "{text}"
     );
 }
+
+/// N15 from a third-party agent's shell: a custom agent (a Python script
+/// in the servo image) posts `step_done` straight to the servo's loopback
+/// MCP route, as the hostile run's `evil.py` did.
+#[test]
+fn an_agents_shell_gets_the_same_gates_through_the_forwarder() {
+    require_docker();
+    let llm = crate::fake_llm::FakeLlm::start(vec![]);
+    let s = crate::human::project(&llm, "");
+    s.write(
+        "ws/evil.py",
+        r#"import json, os, urllib.request
+base = os.environ["OPENAI_BASE_URL"].rsplit("/v1", 1)[0]
+def call(name, args):
+    body = json.dumps({"name": name, "arguments": args}).encode()
+    req = urllib.request.Request(base + "/saheeli/mcp/call", data=body,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.load(r)
+said = [call("step_done", {"name": n, "evidence": n + " done"}) for n in ["a", "b", "c"]]
+open("said.json", "w").write(json.dumps(said))
+"#,
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\nworkspace: ws\npark_after: 60s\n\
+         agent: { command: [python3, /workspace/evil.py], api: openai-chat }\nsteps:\n\
+         \x20 - { name: a, description: Ship it, approve: true }\n\
+         \x20 - { name: b, description: Then this, breakpoint: before }\n\
+         \x20 - { name: c, description: Never true, done_when: { verify: \"false\" } }\n---\nGo.\n",
+    );
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let t = until(&s, &id, &serve, "the approval gate", |t| {
+        t["state"] == "waiting_human"
+    });
+    assert_eq!(t["waiting_for"]["tool"], "step_done", "{t:#}");
+    assert!(!done(&t, "a"), "{t:#}");
+    s.expect(&["task", "approve", &id], 0);
+    let ended = |t: &Value| {
+        ["complete", "incomplete", "failed"].contains(&t["state"].as_str().unwrap_or(""))
+    };
+    let mut t = until(&s, &id, &serve, "ended or paused", |t| {
+        ended(t) || t["state"] == "paused"
+    });
+    if t["state"] == "paused" {
+        s.expect(&["task", "resume", &id], 0);
+        t = until(&s, &id, &serve, "ended", ended);
+    }
+    assert!(done(&t, "a") && !done(&t, "b") && !done(&t, "c"), "{t:#}");
+    assert!(started(&t, "b"), "{t:#}");
+    let results = std::path::Path::new(t["results"].as_str().unwrap());
+    let said: Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("said.json")).unwrap()).unwrap();
+    let text = |i: usize| said[i]["content"][0]["text"].as_str().unwrap().to_string();
+    assert_eq!(said[0]["isError"], false, "{said:#}");
+    assert!(text(0).contains("Step `a` marked done"), "{said:#}");
+    assert_eq!(said[1]["isError"], true, "{said:#}");
+    assert!(text(1).contains("It is not done yet"), "{said:#}");
+    assert_eq!(said[2]["isError"], true, "{said:#}");
+    assert!(!text(2).contains("marked done"), "{said:#}");
+    assert!(text(2).contains("Step `c` is not done"), "{said:#}");
+}
