@@ -5,8 +5,9 @@
 //! `step_done` of a step with `breakpoint: before` starts it and pauses
 //! there, leaving it open. A checked step's command runs at most
 //! `MAX_CHECKS_PER_STEP` (5) times in an attempt; past it the model is
-//! refused, and no verify container starts. Real Docker, a real
-//! `saheeli serve`, replay scripts.
+//! refused, and no verify container starts. The same holds for a
+//! third-party agent's shell posting to the servo's MCP route. Real
+//! Docker, a real `saheeli serve`, replay scripts and a custom agent.
 
 use serde_json::{Value, json};
 
