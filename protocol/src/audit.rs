@@ -210,6 +210,10 @@ pub struct Session {
     /// The plan gate was passed (a plan was approved).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_approved: bool,
+    /// The template's steps this servo heard start (a gated step's
+    /// `step_done` asks for an approval unless its step is here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps_started: Vec<String>,
     /// Every compaction, in order (issue 26): what the model was sent
     /// instead of `messages` after each. The last one is in force; a
     /// replay of this session answers its summary calls from them.

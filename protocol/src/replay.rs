@@ -193,6 +193,7 @@ mod tests {
             active_ms: 0,
             notes: vec![],
             plan_approved: false,
+            steps_started: vec![],
             compactions: vec![],
         };
         let text = serde_json::to_string(&session).unwrap();

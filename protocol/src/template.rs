@@ -232,6 +232,43 @@ pub struct StepsDone {
     /// this is what the model is told (the command and its output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_failed: Option<String>,
+    /// The step had not started, and its start stops there first: not
+    /// recorded as done (see [`StepHeld`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<StepHeld>,
+}
+
+/// Why a `step_done` of a step that had not started was not recorded: the
+/// call that reaches a step first is its start, so its approval gate and
+/// its breakpoint before apply to it as to a `step_start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepHeld {
+    /// The step has `approve: true` and no approval of its start (of a
+    /// `step_start` or a `step_done` naming it) is on record: a person
+    /// must approve first.
+    NeedsApproval,
+    /// The call started the step and a breakpoint before it pauses the
+    /// task now, before its work; call `step_done` again afterwards.
+    BreakpointBefore,
+}
+
+impl StepHeld {
+    /// What the model (or agent) is told, for step `name`.
+    pub fn told(self, name: &str) -> String {
+        match self {
+            StepHeld::NeedsApproval => format!(
+                "[saheeli] Step `{name}` is not done: it needs a person's approval before it \
+                 starts, and none is on record. Call step_start with its name (it waits for \
+                 the approval), do its work, then call step_done again."
+            ),
+            StepHeld::BreakpointBefore => format!(
+                "[saheeli] Step `{name}` had not started, so this call started it, and a \
+                 breakpoint before it pauses the task here for a person. It is not done yet: \
+                 once the task goes on, do its work (or check it) and call step_done again."
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

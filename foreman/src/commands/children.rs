@@ -20,7 +20,7 @@ use super::*;
 pub(crate) async fn submit_child(
     cfg: &Config,
     prompt: &Path,
-    spec: TaskSpec,
+    mut spec: TaskSpec,
     args: &PromptArgs,
     parent: &str,
 ) -> Result<TaskId, CommandError> {
@@ -37,7 +37,7 @@ pub(crate) async fn submit_child(
         }
         Err(e) => return Err(e.into()),
     };
-    let packed = pack_submitted(cfg, prompt, &spec, args, id).await?;
+    let packed = pack_submitted(cfg, prompt, &mut spec, args, id).await?;
     let ask = SpawnAsk {
         parent: parent_row.id,
         call_id: None,

@@ -188,14 +188,14 @@ pub(super) async fn submit_prompt(
 pub(crate) async fn submit_spec(
     cfg: &Config,
     prompt: &Path,
-    spec: TaskSpec,
+    mut spec: TaskSpec,
     args: &PromptArgs,
 ) -> Result<TaskId, CommandError> {
     let id = TaskId::new();
     crate::spec::require_image(cfg, prompt, &spec.agent).await?;
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.
-    let packed = pack_submitted(cfg, prompt, &spec, args, id).await?;
+    let packed = pack_submitted(cfg, prompt, &mut spec, args, id).await?;
     let queued = open_store(cfg)
         .map_err(CommandError::Internal)
         .and_then(|mut store| {
@@ -209,35 +209,42 @@ pub(crate) async fn submit_spec(
 }
 
 /// Checks the path of `spec`'s workspace, if it has one, and packs it as
-/// task `id`'s (off the async threads); returns the tar.
+/// task `id`'s (off the async threads); returns the tar. The bounds it was
+/// checked against go into the spec, for a retry that copies it again.
 pub(super) async fn pack_submitted(
     cfg: &Config,
     prompt: &Path,
-    spec: &TaskSpec,
+    spec: &mut TaskSpec,
     args: &PromptArgs,
     id: TaskId,
 ) -> Result<Option<PathBuf>, CommandError> {
     let Some(ws) = &spec.workspace else {
         return Ok(None);
     };
-    // A path the prompt named that is not fit to be a workspace.
-    inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)
+    let bounds = inputs::Bounds::of_prompt(prompt, args.allow_workspace_outside)
         .map_err(CommandError::Refused)?;
+    spec.workspace_under = Some(bounds.under.clone().unwrap_or_else(|| "/".into()));
     let (cfg, ws) = (cfg.clone(), ws.clone());
     let include_ignored = spec.workspace_include_ignored;
-    let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, include_ignored))
+    let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, &bounds, id, include_ignored))
         .await
         .map_err(|e| CommandError::panicked("packing", e))??;
     Ok(Some(tar))
 }
 
-/// Packs `ws` as task `id`'s submitted workspace; returns the tar. Blocking.
+/// Packs `ws` as task `id`'s submitted workspace; returns the tar.
+/// Blocking. Every pack goes through here, and `ws` is checked against
+/// `bounds` first (not the whole host, not a home, under its prompt's
+/// directory unless a person allowed it outside), whoever asks.
 pub(crate) fn pack(
     cfg: &Config,
     ws: &Path,
+    bounds: &inputs::Bounds,
     id: TaskId,
     include_ignored: bool,
 ) -> Result<PathBuf, CommandError> {
+    // A path that is not fit to be a workspace.
+    inputs::check_within(bounds, ws).map_err(CommandError::Refused)?;
     let opts = pack_options(cfg, include_ignored);
     let tar = inputs::new_workspace_tar(&cfg.state_dir(), id)
         .with_context(|| {

@@ -308,8 +308,9 @@ async fn submit_missing(
                 Some(ws) => {
                     let (cfg, ws) = (cfg.clone(), ws.clone());
                     let inc = spec.workspace_include_ignored;
+                    let bounds = crate::inputs::Bounds::of_prompt(suite_path, false)?;
                     Some(
-                        tokio::task::spawn_blocking(move || pack(&cfg, &ws, id, inc))
+                        tokio::task::spawn_blocking(move || pack(&cfg, &ws, &bounds, id, inc))
                             .await
                             .context("packing thread panicked")?
                             .with_context(|| {

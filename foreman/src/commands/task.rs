@@ -432,10 +432,21 @@ pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> Result<Retri
             .map_err(|e| CommandError::panicked("copying", e))?
             .map_err(CommandError::Internal)?;
     } else if let Some(ws) = &old.spec.workspace {
+        if ws.is_relative() {
+            // A child's files, sent by its parent: packed at spawn, and
+            // named by no directory (`spawned-by-…`).
+            return Err(CommandError::Refused(anyhow::anyhow!(
+                "task `{}` was spawned with files from its parent, and its copy of them is \
+                 gone now that it has run; spawn it again from its parent",
+                old.id
+            )));
+        }
         // The submitted copy is deleted once a task's workspace is
-        // collected: copy the directory again, under the same rules.
+        // collected: copy the directory again, under the same rules, and
+        // within the same bounds it was checked against then (N19).
+        let bounds = inputs::bounds_of(&old.spec).map_err(CommandError::Refused)?;
         let (cfg2, ws2, include) = (cfg.clone(), ws.clone(), old.spec.workspace_include_ignored);
-        tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, id, include))
+        tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, &bounds, id, include))
             .await
             .map_err(|e| CommandError::panicked("packing", e))??;
         note = Some(format!(

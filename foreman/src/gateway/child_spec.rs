@@ -7,7 +7,9 @@
 //!   model (or `model`), not the parent's grants.
 //! - `template` names a prompt file beside the parent's (on the host,
 //!   written by a person): relative, without `..`, no link on the way, a
-//!   regular file under a size cap.
+//!   regular file under a size cap. `params` fill only the parameters it
+//!   declares, never a setting; the child never names a host directory
+//!   as its workspace (`workspace:` of the template is left out).
 //! - `workspace` files: relative paths of plain components, counts and
 //!   sizes capped, written into a fresh private directory and packed as
 //!   any submitted workspace is (keys refused).
@@ -35,6 +37,13 @@ pub(super) fn child_spec(cfg: &Config, parent: &TaskSpec, req: &Spawn) -> anyhow
     let quoted = serde_json::to_string(&model).expect("strings serialize");
     let mut spec = match (&req.prompt, &req.template) {
         (Some(prompt), None) => {
+            if let Some(key) = req.params.keys().next() {
+                bail!(
+                    "`params.{}`: `params` fill a template's parameters; give them with \
+                     `template`, not `prompt`",
+                    crate::output::clean(&key.chars().take(100).collect::<String>())
+                );
+            }
             if prompt.trim().is_empty() || prompt.len() > MAX_PROMPT {
                 bail!("`prompt` must be 1 to {} KiB of text", MAX_PROMPT / 1024);
             }
@@ -46,9 +55,9 @@ pub(super) fn child_spec(cfg: &Config, parent: &TaskSpec, req: &Spawn) -> anyhow
         (None, Some(template)) => {
             let path = confined(&dir, template)?;
             let text = read_template(&path)?;
-            let own = saheeli_protocol::PromptFile::parse(&path, &text)?
-                .front_matter
-                .model;
+            let fm = saheeli_protocol::PromptFile::parse(&path, &text)?.front_matter;
+            only_declared(template, &fm.parameters, &req.params)?;
+            let own = fm.model;
             let text = match (own, &req.model) {
                 (Some(_), Some(_)) => {
                     bail!("template `{template}` names its own model; leave `model` out")
@@ -66,6 +75,39 @@ pub(super) fn child_spec(cfg: &Config, parent: &TaskSpec, req: &Spawn) -> anyhow
     };
     spec.no_human |= parent.no_human;
     Ok(spec)
+}
+
+/// `params` name only parameters the template declares (case N18): a
+/// setting (`budget_per_attempt`, `retries`, `retry_from`, `timeout`,
+/// `verify`, `workspace`, …) is the template's, written by a person, and
+/// the child's budget is spawn_task's `max_tokens` and `max_cost`.
+fn only_declared(
+    template: &str,
+    declared: &[saheeli_protocol::template::Parameter],
+    params: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let Some(key) = params
+        .keys()
+        .find(|k| !declared.iter().any(|p| &p.name == *k))
+    else {
+        return Ok(());
+    };
+    let key = crate::output::clean(&key.chars().take(100).collect::<String>());
+    let names: Vec<&str> = declared.iter().map(|p| p.name.as_str()).collect();
+    let theirs = if names.is_empty() {
+        "it declares no parameters".to_string()
+    } else {
+        format!("its parameters are {}", names.join(", "))
+    };
+    let budget = if ["max_tokens", "max_cost"].contains(&key.as_str()) {
+        format!(" (give `{key}` to spawn_task itself: it is carved out of this task's budget)")
+    } else {
+        String::new()
+    };
+    bail!(
+        "`params.{key}`: template `{template}` declares no parameter `{key}`; {theirs}. \
+         `params` fill only a template's parameters, never its settings{budget}"
+    )
 }
 
 /// A prompt file's text with `model: quoted` first in its front-matter.
@@ -162,7 +204,13 @@ pub(super) fn child_workspace(
         std::fs::write(&dest, &f.content)
             .with_context(|| format!("workspace file `{}`", f.path))?;
     }
-    let tar = crate::commands::pack(cfg, &staging.0, id, true)?;
+    // Saheeli's own private directory: only the whole host and homes are
+    // refused.
+    let bounds = crate::inputs::Bounds {
+        named_by: staging.0.clone(),
+        under: None,
+    };
+    let tar = crate::commands::pack(cfg, &staging.0, &bounds, id, true)?;
     Ok(Some(tar))
 }
 
@@ -230,6 +278,36 @@ mod tests {
         assert!(check_files(&[file("src/a.rs"), file("b.txt")]).is_ok());
         let many: Vec<File> = (0..=MAX_FILES).map(|i| file(&format!("f{i}"))).collect();
         assert!(check_files(&many).is_err());
+    }
+
+    #[test]
+    fn params_fill_only_declared_parameters() {
+        let declared: [saheeli_protocol::template::Parameter; 1] =
+            [serde_json::from_value(serde_json::json!({"name": "lang"})).unwrap()];
+        let params = |k: &str| [(k.to_string(), "x".to_string())].into_iter().collect();
+        assert!(only_declared("w.md", &declared, &params("lang")).is_ok());
+        for key in [
+            "budget_per_attempt",
+            "retries",
+            "workspace",
+            "verify",
+            "max_tokens",
+        ] {
+            let e = only_declared("w.md", &declared, &params(key)).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(
+                e.contains(&format!(
+                    "`params.{key}`: template `w.md` declares no parameter"
+                )),
+                "{e}"
+            );
+            assert!(e.contains("its parameters are lang"), "{e}");
+        }
+        let e = only_declared("w.md", &[], &params("max_tokens")).unwrap_err();
+        assert!(
+            format!("{e}").contains("give `max_tokens` to spawn_task itself"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -25,6 +25,10 @@ use crate::store::{ChildRow, ParentBudget, SpawnAsk, Spawned, WaitState};
 
 use super::*;
 
+/// A spawned child's `workspace` names no directory: it is this, then
+/// its parent's id (its files were packed at spawn).
+pub(crate) const SPAWNED_BY: &str = "spawned-by-";
+
 /// How often a wait looks at its children.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -121,9 +125,11 @@ pub(super) async fn spawn(
             );
         }
     };
-    if tar.is_some() {
-        spec.workspace = Some(format!("spawned-by-{parent}").into());
-    }
+    // The child's workspace is the files sent, never a host directory (a
+    // template's `workspace:`, say): a retry would copy that in (N19).
+    spec.workspace = tar
+        .is_some()
+        .then(|| format!("{SPAWNED_BY}{parent}").into());
     let ask = SpawnAsk {
         parent,
         call_id: Some(req.call_id.clone()),

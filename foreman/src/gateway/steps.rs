@@ -4,21 +4,33 @@
 //! `store::step_control`). The agent's shell can reach
 //! this route too: it can only mark a step its own task declares, as the
 //! model could, and nothing it sends decides the task's outcome.
+//!
+//! Whichever call reaches a step first starts it: a `step_done` of a step
+//! never started meets the step's approval gate and its breakpoint before
+//! as a `step_start` would, and is not recorded until they let it (a
+//! gated step is never done without its approval used). A checked step's
+//! command runs at most [`MAX_CHECKS_PER_STEP`] times.
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use saheeli_protocol::template::{StepDone, StepStart, StepsDone};
+use saheeli_protocol::template::{StepDone, StepHeld, StepStart, StepsDone};
 
-use crate::store::StepStarted;
+use crate::store::{StepMarked, StepStarted};
 use tracing::{debug, info};
 
 use super::*;
 
 /// Longest evidence kept; the rest is cut with a note.
 const MAX_EVIDENCE: usize = 16 * 1024;
+
+/// How many times one step's check (`done_when: { verify }`) may run in
+/// an attempt: each run is a fresh verify container (case N16: a model
+/// looping `step_done` ran 8 in 2.3 s). Past it, `step_done` of that step
+/// is answered with a refusal the model reads, and no container starts.
+pub(crate) const MAX_CHECKS_PER_STEP: u32 = 5;
 
 /// Step checks' verify containers are numbered from here (a task's own
 /// verify attempts are few: `1 + verify_retries`).
@@ -66,20 +78,18 @@ pub(super) async fn step_done(
     };
     let mut evidence = desk::capped_to(&step.evidence, MAX_EVIDENCE);
     let id = gw.task_id;
+    // The call that reaches a step first is its start: its approval and
+    // its breakpoint before come first (case N15), before any check runs.
+    let name = step.name.clone();
+    match gw.desk_db(move |s, l| s.reach_step(id, l, &name)).await {
+        Ok(Some(held)) => return not_done(&gw, &step.name, Held::Start(held)).await,
+        Ok(None) => {}
+        Err(resp) => return resp,
+    }
     if let Some((_, command)) = gw.desk.step_checks.iter().find(|(n, _)| *n == step.name) {
         match check(&gw, &step.name, command).await {
             Ok(Checked::Passed(how)) => evidence.push_str(&format!("\n\n{how}")),
-            Ok(Checked::Failed(why)) => {
-                let done = match gw.desk_db(move |s, _| s.steps_done(id)).await {
-                    Ok(rows) => rows.into_iter().map(|r| r.name).collect(),
-                    Err(resp) => return resp,
-                };
-                let answer = StepsDone {
-                    done,
-                    check_failed: Some(why),
-                };
-                return json_response(&gw, StatusCode::OK, &answer);
-            }
+            Ok(Checked::Failed(why)) => return not_done(&gw, &step.name, Held::Check(why)).await,
             Err(resp) => return *resp,
         }
     }
@@ -88,16 +98,49 @@ pub(super) async fn step_done(
         .desk_db(move |s, l| s.step_done(id, l, &name, &evidence))
         .await;
     match r {
-        Ok(done) => {
+        Ok(StepMarked::Done(done)) => {
             debug!(task_id = %id, step = %step.name, "step done");
             let answer = StepsDone {
                 done,
-                check_failed: None,
+                ..StepsDone::default()
             };
             json_response(&gw, StatusCode::OK, &answer)
         }
+        Ok(StepMarked::Held(held)) => not_done(&gw, &step.name, Held::Start(held)).await,
         Err(resp) => resp,
     }
+}
+
+/// Why a `step_done` left its step open.
+enum Held {
+    /// Its start stops first (an approval, a breakpoint before).
+    Start(StepHeld),
+    /// Its check failed or may not run again: what the model is told.
+    Check(String),
+}
+
+/// The answer to a `step_done` that did not mark its step: the steps done
+/// so far and why this one is not.
+async fn not_done(gw: &Arc<GatewayState>, name: &str, held: Held) -> Response {
+    let id = gw.task_id;
+    let done = match gw.desk_db(move |s, _| s.steps_done(id)).await {
+        Ok(rows) => rows.into_iter().map(|r| r.name).collect(),
+        Err(resp) => return resp,
+    };
+    debug!(task_id = %id, step = %name, "step not done");
+    let answer = match held {
+        Held::Start(h) => StepsDone {
+            done,
+            check_failed: None,
+            held: Some(h),
+        },
+        Held::Check(why) => StepsDone {
+            done,
+            check_failed: Some(why),
+            held: None,
+        },
+    };
+    json_response(gw, StatusCode::OK, &answer)
 }
 
 /// How a checked step's command ended.
@@ -127,6 +170,17 @@ async fn check(
     };
     let _one = link.one_at_a_time.lock().await;
     let id = gw.task_id;
+    let step = name.to_string();
+    let ran = gw.desk_db(move |s, _| s.step_checks_of(id, &step)).await;
+    if ran.map_err(Box::new)? >= MAX_CHECKS_PER_STEP {
+        return Ok(Checked::Failed(format!(
+            "[saheeli] Step `{name}` is not done, and its check `{command}` will not run \
+             again: it ran {MAX_CHECKS_PER_STEP} times, the most one step's check may run in \
+             an attempt (each run is a fresh verify container). Do not call step_done for it \
+             again. Go on with the rest of the task, or ask for help with ask_user; a person \
+             can mark the step done with `saheeli task step-override`."
+        )));
+    }
     let run = gw.desk_db(move |s, _| s.step_checks_run(id)).await;
     // Verify containers are named by attempt: step checks count apart.
     let attempt = STEP_CHECK_ATTEMPTS + run.map_err(Box::new)? + 1;
@@ -181,7 +235,7 @@ pub(super) async fn step_start(
             debug!(task_id = %id, step = %step.name, "step started");
             let answer = StepsDone {
                 done,
-                check_failed: None,
+                ..StepsDone::default()
             };
             json_response(&gw, StatusCode::OK, &answer)
         }

@@ -67,8 +67,8 @@ pub(crate) fn family(store: &Store, t: &TaskRow) -> Result<Family, StoreError> {
                 state: l.state.to_string(),
                 reason: l.reason.clone(),
                 steps: l.steps,
-                tokens: l.input_tokens + l.output_tokens,
-                cost_usd: l.cost_usd,
+                tokens: c.tokens,
+                cost_usd: c.cost,
                 finished_at: l.finished_at.map(super::json::time),
                 received_at: c.delivered_at.map(super::json::time),
                 waiting_for: l.waiting_for.clone(),
@@ -78,13 +78,20 @@ pub(crate) fn family(store: &Store, t: &TaskRow) -> Result<Family, StoreError> {
     Ok((parent, Some(views), Some(totals(store, t)?)))
 }
 
-/// The totals of `t` and every descendant (each one's last attempt).
+/// The totals of `t` and every descendant: one task each (its last
+/// attempt's state), and what every attempt of it spent (case N18: a
+/// child's retries counted).
 pub(crate) fn totals(store: &Store, t: &TaskRow) -> Result<TreeTotals, StoreError> {
     let mut sum = TreeTotals::default();
     sum.add(t);
     for (id, _) in store.descendants(t.id)? {
-        if let Some(last) = store.attempts(id)?.pop() {
+        let mut chain = store.attempts(id)?;
+        if let Some(last) = chain.pop() {
             sum.add(&last);
+        }
+        for earlier in &chain {
+            sum.tokens += earlier.input_tokens + earlier.output_tokens;
+            sum.cost_usd += earlier.cost_usd;
         }
     }
     Ok(sum)

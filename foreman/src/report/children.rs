@@ -56,8 +56,8 @@ fn section(results: &Path, children: &[ChildRow]) -> String {
             "| {id} | {} | {}{reason} | {} | ${:.4} |",
             printable(&l.title).replace('|', "\\|"),
             l.state,
-            l.input_tokens + l.output_tokens,
-            l.cost_usd
+            c.tokens,
+            c.cost
         );
     }
     s

@@ -49,6 +49,13 @@ pub(crate) struct TaskSpec {
     pub replay: Option<ReplayScript>,
     /// The host directory named by `workspace:`, copied at submit time.
     pub workspace: Option<PathBuf>,
+    /// The directory `workspace` had to stay under when it was first
+    /// copied (its prompt's, absolute; `/` when a person allowed it
+    /// outside with `--allow-workspace-outside`). A retry that copies the
+    /// workspace again checks it against this (None: its prompt's
+    /// directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_under: Option<PathBuf>,
     /// Pack what `.gitignore` names too (front-matter or config).
     #[serde(default)]
     pub workspace_include_ignored: bool,
@@ -336,6 +343,7 @@ impl TaskSpec {
             max_output_bytes: d.max_output_bytes,
             replay,
             workspace,
+            workspace_under: None,
             workspace_include_ignored: fm
                 .workspace_include_ignored
                 .unwrap_or(d.workspace_include_ignored),

@@ -14,9 +14,9 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::delegate::{Delegate, MAX_TREE};
 
 use crate::spec::TaskSpec;
-use crate::state::TaskState;
 
 use super::carve::{Carved, ParentBudget, carve};
+use super::carved::carved;
 use super::*;
 
 /// What a spawn asks of the tree.
@@ -57,6 +57,10 @@ pub(crate) struct ChildRow {
     pub id: TaskId,
     /// Its last attempt (retries followed): the outcome that counts.
     pub last: TaskRow,
+    /// What every attempt of it spent (tokens, cost): the chain the
+    /// parent's carve covers.
+    pub tokens: i64,
+    pub cost: f64,
     pub delivered_call: Option<String>,
     /// When its parent received its outcome (ms since the epoch).
     pub delivered_at: Option<i64>,
@@ -128,6 +132,9 @@ impl Store {
             };
         spec.max_tokens = max_tokens;
         spec.max_cost = max_cost;
+        // The carve covers the child's whole chain of attempts: a retry
+        // gets what the chain has left, never a budget of its own (N18).
+        spec.budget_per_attempt = false;
         insert_task(&tx, id, &spec, priority, None, 1)?;
         tx.exec_cached(
             "INSERT INTO children (child_id, parent_id, root_id, depth, call_id)
@@ -184,13 +191,18 @@ impl Store {
         let mut out = Vec::with_capacity(links.len());
         for (child, delivered_call, delivered_at) in links {
             let id: TaskId = child.parse().expect("stored ids are UUIDs");
-            let last = self
-                .attempts(id)?
-                .pop()
+            let chain = self.attempts(id)?;
+            let tokens = chain.iter().map(|a| a.input_tokens + a.output_tokens).sum();
+            let cost = chain.iter().map(|a| a.cost_usd).sum();
+            let last = chain
+                .into_iter()
+                .next_back()
                 .expect("a task is its own first attempt");
             out.push(ChildRow {
                 id,
                 last,
+                tokens,
+                cost,
                 delivered_call,
                 delivered_at,
             });
@@ -374,39 +386,6 @@ fn limits(
     }
     // The parent keeps a share too: it goes on after spawning.
     Ok(Ok(d.max_children - spawned + 1))
-}
-
-/// What `parent`'s children hold of its budget (see [`Carved`]).
-fn carved(tx: &rusqlite::Transaction<'_>, parent: TaskId) -> Result<Carved> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT t.state, t.spec, t.input_tokens + t.output_tokens, t.cost_usd,
-                (SELECT COUNT(*) FROM tasks r WHERE r.retry_of = t.id)
-         FROM children c JOIN tasks t ON t.id = c.child_id WHERE c.parent_id = ?1",
-    )?;
-    let rows = stmt.query_map(params![parent.to_string()], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get::<_, f64>(3)?,
-            r.get::<_, i64>(4)?,
-        ))
-    })?;
-    let mut c = Carved::default();
-    for row in rows {
-        let (state, spec, used, cost, retried) = row?;
-        c.children += 1;
-        let ended = state.parse::<TaskState>().is_ok_and(|s| s.is_terminal()) && retried == 0;
-        if ended {
-            c.tokens += used.max(0) as u64;
-            c.cost += cost;
-        } else {
-            let spec: Option<TaskSpec> = serde_json::from_str(&spec).ok();
-            c.tokens += spec.as_ref().and_then(|s| s.max_tokens).unwrap_or(0);
-            c.cost += spec.and_then(|s| s.max_cost).unwrap_or(0.0);
-        }
-    }
-    Ok(c)
 }
 
 /// Records a refusal on the parent (`spawn_refused`) and returns it.

@@ -12,6 +12,7 @@
 mod admission;
 mod blocked;
 mod carve;
+mod carved;
 mod children;
 mod desk;
 mod error;
@@ -57,6 +58,7 @@ pub(crate) use schema::wait_when_busy;
 pub(crate) use schema::{ExecCached, Store};
 pub(crate) use step_control::StepStarted;
 pub(crate) use step_override::StepOverride;
+pub(crate) use steps::StepMarked;
 #[cfg(test)]
 pub(crate) use steps::StepRow;
 #[cfg(test)]

@@ -73,8 +73,19 @@ impl Store {
             read_row,
         )?;
         // A retry by hand starts afresh: no chain of attempts behind it.
+        // A child's goes on from what its chain used: its budget is what
+        // is left of the carve (N18), never the carve again.
         let mut spec = row.spec.clone();
         spec.chain = None;
+        if let Some(used) = super::carved::child_chain_used(&tx, old)? {
+            spec.budget_per_attempt = false;
+            spec.chain = Some(crate::spec::Chain {
+                from: old,
+                mode: saheeli_protocol::attempt::RetryFrom::Scratch,
+                note: String::new(),
+                used,
+            });
+        }
         insert_task(&tx, new, &spec, row.priority, Some(old), row.attempt + 1)?;
         tx.commit()?;
         Ok(row)

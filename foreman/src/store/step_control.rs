@@ -13,7 +13,7 @@
 use rusqlite::{TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::human::Waiting;
-use saheeli_protocol::template::{Position, Step};
+use saheeli_protocol::template::{Position, Step, StepHeld};
 
 use crate::state::TaskState;
 
@@ -103,12 +103,19 @@ fn pause_here(tx: &rusqlite::Transaction<'_>, id: TaskId, detail: &str) -> Resul
     Ok(())
 }
 
-/// Takes (marks used) an approval of `step_start` for step `name`.
+/// The tools whose approval starts a gated step: `step_start`, and
+/// `step_done` of a step not started yet (the call that reaches a step
+/// first is its start).
+const STARTS_A_STEP: [&str; 2] = ["step_start", "step_done"];
+
+/// Takes (marks used) an approval of a call in [`STARTS_A_STEP`] for step
+/// `name`.
 fn take_step_approval(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str) -> Result<bool> {
     let rows: Vec<(i64, String)> = {
         let mut stmt = tx.prepare_cached(
             "SELECT id, waiting FROM asks WHERE task_id = ?1 AND decision = 'approve'
-               AND used_at IS NULL AND waiting LIKE '%\"tool\":\"step_start\"%' ORDER BY id",
+               AND used_at IS NULL AND (waiting LIKE '%\"tool\":\"step_start\"%'
+                 OR waiting LIKE '%\"tool\":\"step_done\"%') ORDER BY id",
         )?;
         stmt.query_map(params![id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?
@@ -120,7 +127,7 @@ fn take_step_approval(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str) ->
         let named = serde_json::from_str::<serde_json::Value>(&arguments)
             .ok()
             .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string));
-        if tool == "step_start" && named.as_deref().map(str::trim) == Some(name) {
+        if STARTS_A_STEP.contains(&tool.as_str()) && named.as_deref().map(str::trim) == Some(name) {
             tx.exec_cached(
                 "UPDATE asks SET used_at = ?2 WHERE id = ?1",
                 params![row, now_ms()],
@@ -129,6 +136,61 @@ fn take_step_approval(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str) ->
         }
     }
     Ok(false)
+}
+
+/// Whether step `name` of task `id` has started (a `step_start`, or a
+/// `step_done` that reached it first).
+fn has_started(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str) -> Result<bool> {
+    Ok(tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM step_starts WHERE task_id = ?1 AND name = ?2)",
+        params![id.to_string(), name],
+        |r| r.get(0),
+    )?)
+}
+
+/// Records the start of step `name` (its first: an event and the
+/// `step.started` webhook); true when a breakpoint before it holds, and
+/// then the task pauses before its next LLM call.
+fn record_start(tx: &rusqlite::Transaction<'_>, id: TaskId, name: &str) -> Result<bool> {
+    let inserted = tx.exec_cached(
+        "INSERT OR IGNORE INTO step_starts (task_id, name, at) VALUES (?1, ?2, ?3)",
+        params![id.to_string(), name, now_ms()],
+    )?;
+    if inserted == 1 {
+        note_event(tx, id, "step_started", None, name)?;
+        let event = tx.last_insert_rowid();
+        enqueue_webhooks(tx, id, event, "step.started", now_ms())?;
+    }
+    // Each start of a step with a breakpoint before it stops there
+    // (a step started again after a denial or a restart, too).
+    let stop = holds(tx, id, name, Position::Before)?;
+    if stop {
+        pause_here(tx, id, &format!("breakpoint before step `{name}`"))?;
+    }
+    Ok(stop)
+}
+
+/// A `step_done` of step `name` (in its transaction, before anything is
+/// recorded): a step that has not started starts here, its approval gate
+/// and its breakpoint before applying as to a `step_start` (case N15: a
+/// gated step marked done with no approval, a breakpoint never stopped
+/// at). None: it has started, and may be marked done.
+pub(super) fn reach_by_done(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    name: &str,
+) -> Result<Option<StepHeld>> {
+    if has_started(tx, id, name)? {
+        return Ok(None);
+    }
+    let gated = declared(tx, id)?
+        .iter()
+        .any(|s| s.name == name && s.approve);
+    if gated && !take_step_approval(tx, id, name)? {
+        super::guard::count_refusal(tx, id)?;
+        return Ok(Some(StepHeld::NeedsApproval));
+    }
+    Ok(record_start(tx, id, name)?.then_some(StepHeld::BreakpointBefore))
 }
 
 /// After a step is first marked done (in `step_done`'s transaction): a
@@ -171,20 +233,7 @@ impl Store {
             tx.commit()?;
             return Ok(StepStarted::NeedsApproval);
         }
-        let inserted = tx.exec_cached(
-            "INSERT OR IGNORE INTO step_starts (task_id, name, at) VALUES (?1, ?2, ?3)",
-            params![id.to_string(), name, now_ms()],
-        )?;
-        if inserted == 1 {
-            note_event(&tx, id, "step_started", None, name)?;
-            let event = tx.last_insert_rowid();
-            enqueue_webhooks(&tx, id, event, "step.started", now_ms())?;
-        }
-        // Each start of a step with a breakpoint before it stops there
-        // (a step started again after a denial or a restart, too).
-        if holds(&tx, id, name, Position::Before)? {
-            pause_here(&tx, id, &format!("breakpoint before step `{name}`"))?;
-        }
+        record_start(&tx, id, name)?;
         let done = {
             let mut stmt =
                 tx.prepare_cached("SELECT name FROM steps WHERE task_id = ?1 ORDER BY at, name")?;

@@ -4,7 +4,7 @@
 
 use rusqlite::{TransactionBehavior, params};
 use saheeli_protocol::TaskId;
-use saheeli_protocol::template::Step;
+use saheeli_protocol::template::{Step, StepHeld};
 
 use super::desk::note_event;
 use super::*;
@@ -99,23 +99,57 @@ pub(crate) fn step_status_with(
         .collect()
 }
 
+/// What became of a `step_done`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum StepMarked {
+    /// Recorded: the names of every step done so far.
+    Done(Vec<String>),
+    /// Not recorded: the step had not started, and its start stops there
+    /// first (its approval gate, its breakpoint before).
+    Held(StepHeld),
+}
+
 impl Store {
+    /// A `step_done` of step `name` reaches it (fenced): a step not
+    /// started starts now, as a `step_start` would start it; Some when
+    /// that start stops there (an approval not given, a breakpoint
+    /// before). The gateway asks before it runs a checked step's command.
+    pub fn reach_step(
+        &mut self,
+        id: TaskId,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<Option<StepHeld>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        held_state(&tx, id, lease)?;
+        let held = super::step_control::reach_by_done(&tx, id, name)?;
+        tx.commit()?;
+        Ok(held)
+    }
+
     /// Marks step `name` of task `id` done (fenced: only the holder's
-    /// gateway). Marking it again replaces its evidence (the row, capped
-    /// by the gateway) but writes no second event and sends no second
-    /// `step.done` webhook (case 20: 300 posts were 300 webhooks).
-    /// Returns the names of every step done so far.
+    /// gateway), once it has started ([`Store::reach_step`]; a gated step
+    /// never without its approval used). Marking it again replaces its
+    /// evidence (the row, capped by the gateway) but writes no second
+    /// event and sends no second `step.done` webhook (case 20: 300 posts
+    /// were 300 webhooks).
     pub fn step_done(
         &mut self,
         id: TaskId,
         lease: &Lease,
         name: &str,
         evidence: &str,
-    ) -> Result<Vec<String>> {
+    ) -> Result<StepMarked> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         held_state(&tx, id, lease)?;
+        if let Some(held) = super::step_control::reach_by_done(&tx, id, name)? {
+            tx.commit()?;
+            return Ok(StepMarked::Held(held));
+        }
         let known: bool = tx.query_row(
             "SELECT EXISTS (SELECT 1 FROM steps WHERE task_id = ?1 AND name = ?2)",
             params![id.to_string(), name],
@@ -147,7 +181,7 @@ impl Store {
                 .collect::<rusqlite::Result<Vec<String>>>()?
         };
         tx.commit()?;
-        Ok(done)
+        Ok(StepMarked::Done(done))
     }
 
     /// How many step checks (`done_when: { verify }`) task `id` has run:
@@ -156,6 +190,18 @@ impl Store {
         Ok(self.conn.query_row(
             "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND kind = 'step_check'",
             params![id.to_string()],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// How many times step `name`'s check ran in task `id` (its
+    /// `step_check` events, whose detail starts with the step's name).
+    pub fn step_checks_of(&self, id: TaskId, name: &str) -> Result<u32> {
+        let prefix = format!("step `{name}`:");
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM events WHERE task_id = ?1 AND kind = 'step_check'
+               AND substr(detail, 1, length(?2)) = ?2",
+            params![id.to_string(), prefix],
             |r| r.get(0),
         )?)
     }

@@ -28,6 +28,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         max_output_bytes: 1000,
         replay: None,
         workspace: None,
+        workspace_under: None,
         workspace_include_ignored: false,
         gates: vec![],
         pause_on_tool_error: false,
@@ -914,8 +915,10 @@ fn a_step_done_again_updates_its_evidence_and_is_fenced() {
     s.transition(id, &lease(), TaskState::Running, None, None)
         .unwrap();
     let done = s.step_done(id, &lease(), "fix", "first").unwrap();
-    assert_eq!(done, ["fix"]);
-    let done = s.step_done(id, &lease(), "check", "ran it").unwrap();
+    assert_eq!(done, StepMarked::Done(vec!["fix".into()]));
+    let StepMarked::Done(done) = s.step_done(id, &lease(), "check", "ran it").unwrap() else {
+        panic!("not done")
+    };
     assert_eq!(done.len(), 2);
     s.step_done(id, &lease(), "fix", "second").unwrap();
     let rows = s.steps_done(id).unwrap();
@@ -936,6 +939,66 @@ fn a_step_done_again_updates_its_evidence_and_is_fenced() {
         .filter(|e| e.kind.as_deref() == Some("step_done"))
         .count();
     assert_eq!(kinds, 2, "one event per step, however often it is marked");
+}
+
+#[test]
+fn a_step_done_reaching_a_step_first_meets_its_gate_and_its_breakpoint() {
+    // Case N15: `step_done` of a step never started is its start.
+    use saheeli_protocol::human::Waiting;
+    use saheeli_protocol::template::{Position, Step, StepHeld};
+    let (_d, mut s) = store();
+    let id = TaskId::new();
+    let mut sp = spec("t");
+    sp.steps = vec![
+        Step {
+            name: "a".into(),
+            approve: true,
+            ..Step::default()
+        },
+        Step {
+            name: "b".into(),
+            breakpoint: Some(Position::Before),
+            ..Step::default()
+        },
+    ];
+    s.submit(id, &sp, 0, None, 1).unwrap();
+    s.claim_next(None, &lease()).unwrap().unwrap();
+    s.transition(id, &lease(), TaskState::Running, None, None)
+        .unwrap();
+    let held = s.step_done(id, &lease(), "a", "shipped").unwrap();
+    assert_eq!(held, StepMarked::Held(StepHeld::NeedsApproval));
+    assert!(s.steps_done(id).unwrap().is_empty());
+    assert!(s.step_starts(id).unwrap().is_empty());
+    // The step's approval, given to the `step_done` that reached it.
+    let waiting = Waiting::Approval {
+        tool: "step_done".into(),
+        arguments: r#"{"name":"a","evidence":"shipped"}"#.into(),
+    };
+    s.ask(id, &lease(), "c1", &waiting, None, 60_000).unwrap();
+    s.reply(id, &HumanAct::Approve(None), "pat").unwrap();
+    let done = s.step_done(id, &lease(), "a", "shipped").unwrap();
+    assert_eq!(done, StepMarked::Done(vec!["a".into()]));
+    // Used once: `a` has started, so marking it again needs nothing.
+    assert!(matches!(
+        s.step_done(id, &lease(), "a", "again").unwrap(),
+        StepMarked::Done(_)
+    ));
+    // `b`: started by the call, paused before its work, not done.
+    let held = s.step_done(id, &lease(), "b", "did b").unwrap();
+    assert_eq!(held, StepMarked::Held(StepHeld::BreakpointBefore));
+    assert_eq!(s.steps_done(id).unwrap().len(), 1);
+    let starts: Vec<String> = s
+        .step_starts(id)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(starts, ["a", "b"]);
+    assert!(s.get(&id.to_string()).unwrap().unwrap().pause_requested);
+    assert!(matches!(
+        s.step_done(id, &lease(), "b", "did b").unwrap(),
+        StepMarked::Done(_)
+    ));
 }
 
 mod verify {

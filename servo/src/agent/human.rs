@@ -159,6 +159,13 @@ impl Agent {
                     arguments: args.to_string(),
                 }
             }
+            // So does one whose `step_done` reaches it first (case N15).
+            "step_done" if crate::tools::step_done_needs_approval(&self.tools, args) => {
+                Waiting::Approval {
+                    tool: name.to_string(),
+                    arguments: args.to_string(),
+                }
+            }
             _ if self.gates.holds(name, args) => Waiting::Approval {
                 tool: name.to_string(),
                 arguments: args.to_string(),

@@ -151,6 +151,7 @@ impl Agent {
                 desk: Some(desk.clone()),
                 shell: Arc::default(),
                 shell_reset: Arc::default(),
+                steps_started: Arc::default(),
                 runner: Some(runner),
             },
             specs,

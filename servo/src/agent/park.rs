@@ -65,6 +65,7 @@ impl Agent {
         self.usage = session.usage;
         self.notes = session.notes;
         self.plan_approved = session.plan_approved;
+        *self.tools.steps_started.lock().unwrap() = session.steps_started.into_iter().collect();
         self.context = session.compactions.last().cloned().unwrap_or_default();
         self.compactions = session.compactions;
         self.active_before = Duration::from_millis(session.active_ms);

@@ -60,6 +60,14 @@ impl Agent {
             active_ms: self.active().as_millis() as u64,
             notes: self.notes.clone(),
             plan_approved: self.plan_approved,
+            steps_started: self
+                .tools
+                .steps_started
+                .lock()
+                .unwrap()
+                .iter()
+                .cloned()
+                .collect(),
             compactions: self.compactions.clone(),
         };
         let t0 = Instant::now();

@@ -9,14 +9,16 @@
 //! back as the tool's result (a final failure ends the task).
 //!
 //! The agent's own shell can call these routes too: it gains nothing it
-//! was not given through MCP.
+//! was not given through MCP. A `step_done` is the foreman's to decide: a
+//! gated step waits for a person's approval, a breakpoint before a step
+//! stops there, and a failed check leaves the step open.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use saheeli_protocol::human::{Ask, Replied, Waiting};
-use saheeli_protocol::template::{Step, StepDone};
+use saheeli_protocol::human::{Ask, Decision, Replied, Reply, Waiting};
+use saheeli_protocol::template::{Step, StepDone, StepHeld, StepsDone};
 use saheeli_protocol::verify::{Check, VerifyRequest};
 use saheeli_protocol::{ServoExit, ServoTask};
 use serde_json::{Value, json};
@@ -67,6 +69,28 @@ fn cut(s: &str) -> String {
         end -= 1;
     }
     s[..end].to_string()
+}
+
+/// What the agent is told of a `step_done`'s answer: done only when the
+/// foreman recorded it (case N15: a failed check was told "marked done").
+fn told(name: &str, answer: Result<StepsDone, crate::desk::Refused>) -> Value {
+    match answer {
+        Ok(StepsDone {
+            held: Some(held), ..
+        }) => text(held.told(name), true),
+        Ok(StepsDone {
+            check_failed: Some(why),
+            ..
+        }) => text(why, true),
+        Ok(d) => text(
+            format!(
+                "Step `{name}` marked done. Steps done so far: {}.",
+                d.done.join(", ")
+            ),
+            false,
+        ),
+        Err(e) => text(format!("error: the step was not recorded: {}", e.0), true),
+    }
 }
 
 /// `arguments[key]` as a non-empty string.
@@ -177,17 +201,7 @@ impl Own {
                     name: step.trim().to_string(),
                     evidence: cut(evidence),
                 };
-                match desk.step_done(&done).await {
-                    Ok(d) => text(
-                        format!(
-                            "Step `{}` marked done. Steps done so far: {}.",
-                            done.name,
-                            d.done.join(", ")
-                        ),
-                        false,
-                    ),
-                    Err(e) => text(format!("error: the step was not recorded: {}", e.0), true),
-                }
+                self.step_done(desk, id, done).await
             }
             other => text(
                 format!(
@@ -200,10 +214,31 @@ impl Own {
 
     async fn ask_user(&self, desk: &Desk, call_id: String, question: String) -> Value {
         info!(call = %call_id, "ask_user: waiting for a human");
+        match self
+            .wait_for_human(desk, call_id, Waiting::Answer { question })
+            .await
+        {
+            Ok(Some(r)) => text(
+                format!("{} answered: {}", r.by, r.text.unwrap_or_default()),
+                false,
+            ),
+            Ok(None) => text("error: the question got no answer", true),
+            Err(why) => text(format!("error: nobody could be asked: {why}"), true),
+        }
+    }
+
+    /// Asks the desk and waits for the reply (None: the wait was refused);
+    /// Err: nobody could be asked.
+    async fn wait_for_human(
+        &self,
+        desk: &Desk,
+        call_id: String,
+        waiting: Waiting,
+    ) -> Result<Option<Reply>, String> {
         let t0 = Instant::now();
         let ask = Ask {
             call_id: call_id.clone(),
-            waiting: Waiting::Answer { question },
+            waiting,
         };
         let reply = match desk.ask(&ask).await {
             Ok(Some(r)) => Some(r),
@@ -217,16 +252,52 @@ impl Own {
                     }
                 }
             },
-            Err(e) => return text(format!("error: nobody could be asked: {}", e.0), true),
+            Err(e) => return Err(e.0),
         };
         *self.waited.lock().unwrap() += t0.elapsed();
-        match reply {
-            Some(r) => text(
-                format!("{} answered: {}", r.by, r.text.unwrap_or_default()),
-                false,
-            ),
-            None => text("error: the question got no answer", true),
+        Ok(reply)
+    }
+
+    /// `step_done`: the step is marked only as the foreman says. A gated
+    /// step not started waits for a person's approval of this call first
+    /// (the call that reaches a step first is its start); a failed check,
+    /// or a breakpoint before the step, leaves it open, and the agent is
+    /// told so, never that it is done.
+    async fn step_done(&self, desk: &Desk, call_id: String, done: StepDone) -> Value {
+        let mut answer = desk.step_done(&done).await;
+        if let Ok(StepsDone {
+            held: Some(StepHeld::NeedsApproval),
+            ..
+        }) = &answer
+        {
+            info!(call = %call_id, step = %done.name, "step_done: waiting for an approval");
+            let arguments = json!({"name": done.name, "evidence": done.evidence}).to_string();
+            let waiting = Waiting::Approval {
+                tool: "step_done".into(),
+                arguments,
+            };
+            match self.wait_for_human(desk, call_id, waiting).await {
+                Ok(Some(r)) if r.decision == Decision::Approve => {
+                    answer = desk.step_done(&done).await;
+                }
+                Ok(Some(r)) => {
+                    let note = r
+                        .text
+                        .map(|t| format!(" Their note: {t}"))
+                        .unwrap_or_default();
+                    return text(
+                        format!(
+                            "error: {} denied step `{}`, so it was not done.{note}",
+                            r.by, done.name
+                        ),
+                        true,
+                    );
+                }
+                Ok(None) => return text("error: the approval got no answer", true),
+                Err(why) => return text(format!("error: nobody could be asked: {why}"), true),
+            }
         }
+        told(&done.name, answer)
     }
 
     async fn task_complete(&self, desk: &Desk, call_id: String, message: String) -> Value {
@@ -309,5 +380,50 @@ impl Own {
     /// Whether the task was verified (or asked for no verification).
     pub fn verify(&self) -> bool {
         self.verify
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_told_done_only_when_the_foreman_recorded_it() {
+        let answer = |check_failed: Option<&str>, held| {
+            Ok(StepsDone {
+                done: vec!["a".into()],
+                check_failed: check_failed.map(str::to_string),
+                held,
+            })
+        };
+        let failed = told(
+            "b",
+            answer(Some("[saheeli] Step `b` is not done: exit 1"), None),
+        );
+        assert_eq!(failed["isError"], true);
+        let said = failed["content"][0]["text"].as_str().unwrap();
+        assert!(!said.contains("marked done"), "{said}");
+        assert!(said.contains("is not done"), "{said}");
+        let held = told("b", answer(None, Some(StepHeld::BreakpointBefore)));
+        assert_eq!(held["isError"], true);
+        assert!(
+            held["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("not done yet")
+        );
+        let gated = told("b", answer(None, Some(StepHeld::NeedsApproval)));
+        assert!(
+            gated["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("approval")
+        );
+        let done = told("a", answer(None, None));
+        assert_eq!(done["isError"], false);
+        assert_eq!(
+            done["content"][0]["text"],
+            "Step `a` marked done. Steps done so far: a."
+        );
     }
 }

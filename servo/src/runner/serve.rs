@@ -121,6 +121,7 @@ async fn serve(args: Args) -> ExitCode {
         desk: None,
         shell: Arc::default(),
         shell_reset: Arc::default(),
+        steps_started: Arc::default(),
         runner: None,
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<Reply>();

@@ -26,7 +26,10 @@ use crate::desk::Desk;
 use crate::workspace::Workspace;
 
 pub(crate) use output::ToolOutput;
-pub(crate) use step_done::{instructions as step_instructions, spec_for as step_spec};
+pub(crate) use step_done::{
+    instructions as step_instructions, needs_approval as step_done_needs_approval,
+    spec_for as step_spec,
+};
 pub(crate) use step_start::{named as step_named, spec_for as step_start_spec};
 
 /// What tools need to know.
@@ -41,6 +44,11 @@ pub(crate) struct Toolbox {
     pub steps: Vec<Step>,
     /// Where `step_done` records a step (the foreman's gateway).
     pub desk: Option<Arc<Desk>>,
+    /// The steps this task has started, as far as this servo heard (a
+    /// `step_start`, or a `step_done` that reached the step): a gated
+    /// step's `step_done` waits for an approval unless its step is here.
+    /// The foreman decides either way; this only asks at the right time.
+    pub steps_started: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// The persistent shell `execute_shell` runs in, started at its first
     /// call (None until then, and while a command runs).
     pub shell: Arc<tokio::sync::Mutex<Option<shell::Shell>>>,
@@ -123,6 +131,15 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: &str) -> Result<T, ToolOutp
 }
 
 impl Toolbox {
+    /// Whether this servo heard step `name` start.
+    pub fn started(&self, name: &str) -> bool {
+        self.steps_started.lock().unwrap().contains(name)
+    }
+
+    pub fn mark_started(&self, name: &str) {
+        self.steps_started.lock().unwrap().insert(name.to_string());
+    }
+
     /// Runs one tool call. Whatever the model sent, the answer is text for
     /// it; the output is capped at `max_output` bytes.
     pub async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
@@ -236,6 +253,7 @@ mod tests {
             desk: None,
             shell: Arc::default(),
             shell_reset: Arc::default(),
+            steps_started: Arc::default(),
             runner: None,
         };
         (d, tb)

@@ -7,7 +7,7 @@
 //! evidence.
 
 use saheeli_protocol::chat::ToolSpec;
-use saheeli_protocol::template::{Step, StepDone};
+use saheeli_protocol::template::{Step, StepDone, StepHeld};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -67,6 +67,18 @@ pub(crate) fn instructions(steps: &[Step]) -> Option<String> {
     Some(s)
 }
 
+/// Whether a `step_done` call with `arguments` waits for a person's
+/// approval first: it names a step with `approve: true` that this servo
+/// has not heard start (the call that reaches a step first is its start;
+/// the foreman refuses it without the approval whatever this says).
+pub(crate) fn needs_approval(tb: &Toolbox, arguments: &str) -> bool {
+    let Ok(a) = serde_json::from_str::<StepDoneArgs>(arguments) else {
+        return false;
+    };
+    let name = a.name.trim();
+    tb.steps.iter().any(|s| s.name == name && s.approve) && !tb.started(name)
+}
+
 pub(crate) async fn run(tb: &Toolbox, a: StepDoneArgs) -> ToolOutput {
     let names: Vec<&str> = tb.steps.iter().map(|s| s.name.as_str()).collect();
     let Some(step) = tb.steps.iter().find(|s| s.name == a.name.trim()) else {
@@ -90,10 +102,18 @@ pub(crate) async fn run(tb: &Toolbox, a: StepDoneArgs) -> ToolOutput {
         })
         .await
     {
-        Ok(d) => match d.check_failed {
-            Some(why) => return ToolOutput::error(why),
-            None => d.done,
-        },
+        Ok(d) => {
+            // Reached: the foreman started the step, unless it waits for
+            // an approval.
+            if d.held != Some(StepHeld::NeedsApproval) {
+                tb.mark_started(&step.name);
+            }
+            match (d.held, d.check_failed) {
+                (Some(held), _) => return ToolOutput::error(held.told(&step.name)),
+                (None, Some(why)) => return ToolOutput::error(why),
+                (None, None) => d.done,
+            }
+        }
         Err(e) => return ToolOutput::error(format!("the step was not recorded: {}", e.0)),
     };
     ToolOutput::ok(progress(&tb.steps, &step.name, &done))

@@ -62,6 +62,7 @@ pub(crate) async fn run(tb: &Toolbox, a: StepStartArgs) -> ToolOutput {
     if let Err(e) = desk.step_start(&start).await {
         return ToolOutput::error(format!("the step was not recorded: {}", e.0));
     }
+    tb.mark_started(&step.name);
     ToolOutput::ok(told(step, i, tb.steps.len()))
 }
 
