@@ -11,6 +11,8 @@
 //!   (its message is the agent's final answer) and exits 0;
 //! - it exits non-zero (or 0 without an answer): exit
 //!   [`ServoExit::AgentFailed`], the code in the audit log's detail;
+//! - a message a person injects reaches the agent's next LLM call, and
+//!   a pause holds that call (`notes`);
 //! - the time budget runs out, or SIGTERM (the foreman's timeout, a
 //!   cancel): the group gets SIGTERM, then SIGKILL after part of
 //!   `stop_grace`.
@@ -22,6 +24,7 @@
 mod answer;
 pub(crate) mod helpers;
 pub(crate) mod mcp;
+mod notes;
 mod own;
 mod plan;
 mod proxy;
@@ -126,7 +129,9 @@ async fn supervise(
         ));
     };
     let own = std::sync::Arc::new(own::Own::new(task, gateway));
-    let port = proxy::start(PathBuf::from(socket), own.clone())
+    let audit_path = root.join(paths::audit_log(&task.task_id));
+    let notes = std::sync::Arc::new(notes::Notes::new(gateway, &audit_path, own.clone()));
+    let port = proxy::start(PathBuf::from(socket), own.clone(), notes)
         .await
         .map_err(|e| format!("opening the agent's loopback listener: {e}"))?;
     let home = Path::new(HOME);
