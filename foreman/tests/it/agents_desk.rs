@@ -3,10 +3,11 @@
 //! one that fails is told by its own exit code and last words in status
 //! and the report, as in the audit log; a message injected into its task
 //! reaches the model in the agent's next call (chat and Anthropic shapes)
-//! and stays in place on the next, with a `noted` event.
+//! and stays in place on the next, with a `noted` event; so it does with
+//! the real Claude Code (Anthropic Messages) and Codex (Responses).
 //!
-//! The agents are small Python scripts in the servo image, calling the
-//! loopback URL their servo gives them; the fake LLM shows what arrived.
+//! The custom agents are small Python scripts in the servo image, calling
+//! the loopback URL their servo gives them; the fake LLM shows what arrived.
 
 use std::path::Path;
 
@@ -289,4 +290,54 @@ fn the_database_state_dir_and_trajectories_are_private() {
     if wal.exists() {
         assert_eq!(mode(&wal), 0o600, "saheeli.db-wal");
     }
+}
+
+/// The same with a real CLI (its pinned wheel, the fake LLM streaming):
+/// every call of its conversation carries the message, the first as a
+/// new user text and the later ones (the CLI's own history lacks it) in
+/// the same place, and it is noted once.
+fn inject_reaches_a_real_cli(cli: crate::agents_cli::Cli) {
+    cli.require();
+    let llm = FakeLlm::start_matching(vec![], crate::agents_cli::turns(cli, None));
+    let s = cli.project(&llm);
+    s.write("p.md", &cli.prompt(""));
+    let id = s.submit("p.md");
+    s.expect(&["task", "inject", &id, "NOTE-47-weak: use tabs"], 0);
+    s.drain();
+    let t = s.task(&id);
+    assert_eq!(t["state"], "complete", "{t}");
+    let seen = llm.seen();
+    let turns: Vec<&Value> = seen
+        .iter()
+        .map(|c| &c.body)
+        .filter(|b| b.to_string().contains("Write hello.txt"))
+        .collect();
+    assert!(
+        turns.len() >= 2,
+        "{} calls of its conversation",
+        turns.len()
+    );
+    for (i, b) in turns.iter().enumerate() {
+        assert!(
+            b.to_string().contains("NOTE-47-weak: use tabs"),
+            "{}: call {i} of its conversation lacks the message: {b}",
+            cli.name
+        );
+    }
+    let log = audit(&t);
+    let noted = log
+        .lines()
+        .filter(|l| l.contains("\"event\":\"noted\""))
+        .count();
+    assert_eq!(noted, 1, "{log}");
+}
+
+#[test]
+fn inject_reaches_claude_code() {
+    inject_reaches_a_real_cli(crate::agents_cli::CLAUDE);
+}
+
+#[test]
+fn inject_reaches_codex() {
+    inject_reaches_a_real_cli(crate::agents_cli::CODEX);
 }

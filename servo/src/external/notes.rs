@@ -62,9 +62,10 @@ impl Api {
 /// A message told to the model, kept for the agent's later calls.
 #[derive(Clone, Debug, PartialEq)]
 struct Told {
-    /// Chat, Responses: the index it was inserted at; Messages: the index
-    /// of the user turn it was added to.
+    /// The index it was inserted at, or of the user turn it joined.
     at: usize,
+    /// It joined a user turn (Anthropic's) rather than being one.
+    joins: bool,
     /// The conversation's first item, hashed: another conversation (a
     /// sub-agent's) does not get it.
     first: u64,
@@ -246,9 +247,20 @@ fn conversation(api: Api, body: &mut Value) -> Option<&mut Vec<Value>> {
     obj.get_mut(key)?.as_array_mut()
 }
 
+/// An item's role and text, hashed: what an agent resends unchanged,
+/// whatever it moves around it (Claude Code's `cache_control` marks).
 fn hash_of(v: &Value) -> u64 {
     let mut h = DefaultHasher::new();
-    v.to_string().hash(&mut h);
+    v["role"].as_str().unwrap_or("").hash(&mut h);
+    match &v["content"] {
+        Value::String(s) => s.hash(&mut h),
+        Value::Array(blocks) => {
+            for b in blocks {
+                b["text"].as_str().unwrap_or("").hash(&mut h);
+            }
+        }
+        other => other.to_string().hash(&mut h),
+    }
     h.finish()
 }
 
@@ -263,28 +275,36 @@ fn user_item(api: Api, text: &str) -> Value {
 /// to `first`); where it was told.
 fn add(api: Api, items: &mut Vec<Value>, first: u64, text: &str) -> Option<Option<Told>> {
     let at = items.len();
-    if api == Api::Messages {
-        // A turn must follow the other's: the text joins the user turn
-        // the call ends on (after its tool results). After an assistant
-        // turn (a prefill) it is a turn of its own, told this once.
-        let last = items.last_mut()?;
-        if last["role"] != "user" {
-            items.push(json!({"role": "user", "content": [{"type": "text", "text": text}]}));
-            return Some(None);
-        }
-        append_text(last, text);
-        return Some(Some(Told {
-            at: at - 1,
+    let role = items.last()?["role"].as_str().unwrap_or("").to_string();
+    let told = |at, joins| {
+        Some(Some(Told {
+            at,
+            joins,
             first,
             text: text.to_string(),
-        }));
+        }))
+    };
+    if api == Api::Messages {
+        match role.as_str() {
+            // Turns alternate: the text joins the user turn the call ends
+            // on (after its tool results).
+            "user" => {
+                append_text(items.last_mut()?, text);
+                return told(at - 1, true);
+            }
+            // After an assistant turn (a prefill) it is a turn of its own,
+            // told this once: on the next call that place is the answer's.
+            "assistant" => {
+                items.push(user_item(api, text));
+                return Some(None);
+            }
+            // After a turn of another kind (Claude Code's `system` turns),
+            // a user turn of its own, kept in place.
+            _ => {}
+        }
     }
     items.push(user_item(api, text));
-    Some(Some(Told {
-        at,
-        first,
-        text: text.to_string(),
-    }))
+    told(at, false)
 }
 
 fn append_text(turn: &mut Value, text: &str) {
@@ -312,38 +332,44 @@ fn put_back(api: Api, items: &mut Vec<Value>, first: Option<u64>, told: &[Told])
             continue;
         }
         let at = t.at + shift;
-        if !fits(api, items, at) {
-            continue;
-        }
-        match api {
-            Api::Messages => append_text(&mut items[at], &t.text),
-            Api::Chat | Api::Responses => {
-                items.insert(at, user_item(api, &t.text));
-                shift += 1;
+        if t.joins {
+            if items.get(at).is_none_or(|u| u["role"] != "user") {
+                continue;
             }
+            append_text(&mut items[at], &t.text);
+        } else {
+            if !fits(api, items, at) {
+                continue;
+            }
+            items.insert(at, user_item(api, &t.text));
+            shift += 1;
         }
         put += 1;
     }
     put
 }
 
-/// Whether a user turn can go at `at`: nothing is put between a tool
-/// call and its result. Messages: `at` is the user turn it joins.
+/// Whether a user turn can be inserted at `at`: after something, and
+/// never between a tool call and its result.
 fn fits(api: Api, items: &[Value], at: usize) -> bool {
+    let Some(before) = at.checked_sub(1).and_then(|i| items.get(i)) else {
+        return false;
+    };
+    if at > items.len() {
+        return false;
+    }
+    let next = items.get(at);
     match api {
-        Api::Messages => items.get(at).is_some_and(|t| t["role"] == "user"),
+        // A user turn right after an assistant's would split its tool
+        // uses from their results, or its answer from the next turn.
+        Api::Messages => before["role"] != "assistant",
         Api::Chat => {
-            let before = at.checked_sub(1).and_then(|i| items.get(i));
-            at <= items.len()
-                && before.is_some_and(|b| b.get("tool_calls").is_none_or(Value::is_null))
-                && items.get(at).is_none_or(|n| n["role"] != "tool")
+            before.get("tool_calls").is_none_or(Value::is_null)
+                && next.is_none_or(|n| n["role"] != "tool")
         }
         Api::Responses => {
             let kind = |v: &Value| v["type"].as_str().unwrap_or("").to_string();
-            let before = at.checked_sub(1).and_then(|i| items.get(i));
-            at <= items.len()
-                && before.is_some_and(|b| !kind(b).ends_with("_call"))
-                && items.get(at).is_none_or(|n| !kind(n).ends_with("_output"))
+            !kind(before).ends_with("_call") && next.is_none_or(|n| !kind(n).ends_with("_output"))
         }
     }
 }
@@ -409,8 +435,24 @@ mod tests {
         let mut next = items.clone();
         next[2]["content"].as_array_mut().unwrap().pop();
         next.push(json!({"role": "assistant", "content": "heard"}));
+        // Claude Code moves its cache marks between calls: the same turn.
+        next[0] = json!({"role": "user", "content": [
+            {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}]});
         assert_eq!(back(Api::Messages, &mut next, &[t]), 1);
         assert_eq!(next[2]["content"][1]["text"], "NOTE");
+        // After Claude Code's `system` turn: a user turn of its own, kept
+        // in place before the answer on the next call.
+        let mut sys = vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "system", "content": "env"}),
+        ];
+        let t = told(Api::Messages, &mut sys);
+        assert_eq!(sys[2]["role"], "user");
+        let mut next = sys[..2].to_vec();
+        next.push(json!({"role": "assistant", "content": "heard"}));
+        assert_eq!(back(Api::Messages, &mut next, &[t]), 1);
+        assert_eq!(next[2]["content"], "NOTE");
+        assert_eq!(next[3]["role"], "assistant");
         // A string first turn becomes blocks.
         let mut one = vec![json!({"role": "user", "content": "go"})];
         told(Api::Messages, &mut one);
