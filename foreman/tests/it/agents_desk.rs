@@ -341,3 +341,46 @@ fn inject_reaches_claude_code() {
 fn inject_reaches_codex() {
     inject_reaches_a_real_cli(crate::agents_cli::CODEX);
 }
+
+/// `task pause` holds a third-party agent's next LLM call (the task is
+/// `paused`, nothing reaches the provider) until `task resume`; a message
+/// injected meanwhile goes with that call.
+#[test]
+fn a_pause_holds_a_custom_agent_s_next_call_until_resumed() {
+    use crate::human::{Serve, until};
+    require_docker();
+    let llm = FakeLlm::start(vec![
+        Reply::Text("heard you".into(), (40, 5)),
+        Reply::Text("fine".into(), (60, 5)),
+    ]);
+    let s = project(&llm);
+    s.write("ws/agent.py", TWO_CALLS);
+    s.write(
+        "p.md",
+        &agent_prompt(
+            "gpt-test",
+            "[python3, /workspace/agent.py, chat]",
+            "openai-chat",
+        ),
+    );
+    let id = s.submit("p.md");
+    s.expect(&["task", "pause", &id], 0);
+    let serve = Serve::start(&s, &[]);
+    until(&s, &id, &serve, "paused", |t| t["state"] == "paused");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(llm.seen().is_empty(), "a call went out while paused");
+    s.expect(&["task", "inject", &id, "NOTE-47-weak: while paused"], 0);
+    s.expect(&["task", "resume", &id], 0);
+    let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
+    let seen = llm.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(note_at(&seen[0].body["messages"]), Some(2));
+    let log = audit(&t);
+    for event in [
+        "\"event\":\"paused\"",
+        "\"event\":\"resumed\"",
+        "\"event\":\"noted\"",
+    ] {
+        assert!(log.contains(event), "{event}: {log}");
+    }
+}
