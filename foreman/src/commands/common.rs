@@ -40,11 +40,15 @@ pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
 }
 
 /// Takes from `path`'s mode what `mode` does not allow (never adds to
-/// it); an absent file is left absent, a link is not followed.
+/// it); an absent file is left absent, a link is not followed, and a file
+/// of another user (a group member's `task status` under `file_access:
+/// group`) is not this process's to change.
 pub(crate) fn narrow(path: &Path, mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid only reads the process's effective uid.
+    let me = unsafe { libc::geteuid() };
     let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => return Ok(()),
+        Ok(m) if m.file_type().is_symlink() || m.uid() != me => return Ok(()),
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e).with_context(|| format!("reading `{}`", path.display())),
@@ -345,4 +349,44 @@ pub(super) fn known_secrets(cfg: &Config) -> Vec<(String, String)> {
     out.sort();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// HOSTILE.md 57: a world-readable file is closed as far as the mode
+    /// says, never opened up; an absent file stays absent and a link is
+    /// not followed.
+    #[test]
+    fn narrow_only_takes_away() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("db");
+        // (mode before, mode allowed, mode after)
+        let cases = [
+            (0o644, 0o600, 0o600),
+            (0o666, 0o640, 0o640),
+            (0o600, 0o644, 0o600),
+            (0o755, 0o700, 0o700),
+            (0o400, 0o600, 0o400),
+        ];
+        std::fs::write(&f, "").unwrap();
+        for (before, allowed, after) in cases {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(before)).unwrap();
+            narrow(&f, allowed).unwrap();
+            assert_eq!(mode(&f), after, "{before:o} under {allowed:o}");
+        }
+        narrow(&d.path().join("absent"), 0o600).unwrap();
+        assert!(!d.path().join("absent").exists());
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        narrow(&link, 0o600).unwrap();
+        assert_eq!(mode(&f), 0o644, "the link's target is left alone");
+    }
 }
