@@ -219,6 +219,27 @@ pub(crate) struct AuditTotals {
     pub outcome: Option<String>,
     /// The servo's `compacted` events (issue 26).
     pub compactions: u32,
+    /// Its `finish` event's detail (a third-party agent's exit code and
+    /// last words), on one line, capped at [`MAX_FINISH_DETAIL`] bytes.
+    pub detail: Option<String>,
+}
+
+/// The longest `finish` detail kept for the task's own detail.
+pub(crate) const MAX_FINISH_DETAIL: usize = 2048;
+
+/// `text` on one line (control characters become spaces), cut at `max`
+/// bytes on a character boundary.
+fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.trim().chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if out.len() + c.len_utf8() > max {
+            out.push('…');
+            break;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Steps, token usage and the servo's outcome from the audit log of a
@@ -247,6 +268,7 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
                 steps: s,
                 usage: u,
                 outcome,
+                detail,
                 ..
             }) => {
                 return Ok(AuditTotals {
@@ -254,6 +276,9 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
                     usage: u,
                     outcome: Some(outcome),
                     compactions,
+                    detail: detail
+                        .map(|d| one_line(&d, MAX_FINISH_DETAIL))
+                        .filter(|d| !d.is_empty()),
                 });
             }
             _ => {}
@@ -264,6 +289,7 @@ pub(crate) fn audit_totals(dir: &Path, id: TaskId) -> Result<AuditTotals, ReadEr
         usage,
         outcome: None,
         compactions,
+        detail: None,
     })
 }
 
@@ -365,6 +391,39 @@ mod tests {
             audit_totals(d.path(), id),
             Err(ReadError::NotRegular(_))
         ));
+    }
+
+    /// A third-party agent's last words reach the task's detail on one
+    /// line and capped (they are the agent's text).
+    #[test]
+    fn the_finish_detail_is_one_capped_line() {
+        let d = tempfile::tempdir().unwrap();
+        let id = TaskId::new();
+        let finish = |detail: &str| AuditEvent::Finish {
+            ts: "t".into(),
+            outcome: "agent_failed".into(),
+            steps: 0,
+            usage: Usage::default(),
+            detail: Some(detail.into()),
+            timings: None,
+        };
+        let line =
+            serde_json::to_string(&finish("agent exited with code 7;\x1b[2J boom\n")).unwrap();
+        fs::write(d.path().join(paths::audit_log(&id)), format!("{line}\n")).unwrap();
+        let t = audit_totals(d.path(), id).unwrap();
+        assert_eq!(
+            t.detail.as_deref(),
+            Some("agent exited with code 7; [2J boom")
+        );
+        let long = serde_json::to_string(&finish(&"é".repeat(MAX_FINISH_DETAIL))).unwrap();
+        fs::write(d.path().join(paths::audit_log(&id)), format!("{long}\n")).unwrap();
+        let t = audit_totals(d.path(), id).unwrap();
+        let cut = t.detail.unwrap();
+        assert!(
+            cut.len() <= MAX_FINISH_DETAIL + 3 && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
     }
 
     #[test]

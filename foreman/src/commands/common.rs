@@ -25,12 +25,67 @@ pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
             .with_context(|| format!("creating database directory `{}`", dir.display()))?;
     }
     create_db_file(&path, cfg.file.file_access)?;
-    Store::open(&path).with_context(|| format!("opening database `{}`", path.display()))
+    let store =
+        Store::open(&path).with_context(|| format!("opening database `{}`", path.display()))?;
+    // One made before (by an older saheeli, by hand) is closed to others
+    // as `file_access` says, and so are SQLite's `-wal` and `-shm`
+    // (HOSTILE.md case 57): they hold prompts, answers and messages.
+    let access = cfg.file.file_access;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.clone().into_os_string();
+        name.push(suffix);
+        narrow(Path::new(&name), access.file_mode())?;
+    }
+    Ok(store)
+}
+
+/// Takes from `path`'s mode what `mode` does not allow (never adds to
+/// it); an absent file is left absent, a link is not followed, and a file
+/// of another user (a group member's `task status` under `file_access:
+/// group`) is not this process's to change.
+pub(crate) fn narrow(path: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid only reads the process's effective uid.
+    let me = unsafe { libc::geteuid() };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() || m.uid() != me => return Ok(()),
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading `{}`", path.display())),
+    };
+    let now = meta.permissions().mode() & 0o7777;
+    if now & !mode == 0 {
+        return Ok(());
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(now & mode))
+        .with_context(|| format!("setting the mode of `{}`", path.display()))
+}
+
+/// Creates `state_dir` (trajectories, workspaces waiting to launch,
+/// parked work) with `file_access`'s directory mode, and closes an
+/// existing one as far as that mode says.
+pub(crate) fn prepare_state_dir(cfg: &Config) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = cfg.state_dir();
+    let mode = cfg.file.file_access.dir_mode();
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating `{}`", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("creating state directory `{}`", dir.display()));
+        }
+    }
+    narrow(&dir, mode)?;
+    narrow(&dir.join("trajectories"), 0o700)
 }
 
 /// Creates an absent database file empty, with `access`'s mode whatever
 /// the umask (SQLite then gives its `-wal` and `-shm` the same mode). An
-/// existing one is left as it is.
+/// existing one is narrowed to that mode once opened (`open_store`).
 fn create_db_file(path: &Path, access: FileAccess) -> anyhow::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let created = std::fs::OpenOptions::new()
@@ -301,4 +356,44 @@ pub(super) fn known_secrets(cfg: &Config) -> Vec<(String, String)> {
     out.sort();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// HOSTILE.md 57: a world-readable file is closed as far as the mode
+    /// says, never opened up; an absent file stays absent and a link is
+    /// not followed.
+    #[test]
+    fn narrow_only_takes_away() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("db");
+        // (mode before, mode allowed, mode after)
+        let cases = [
+            (0o644, 0o600, 0o600),
+            (0o666, 0o640, 0o640),
+            (0o600, 0o644, 0o600),
+            (0o755, 0o700, 0o700),
+            (0o400, 0o600, 0o400),
+        ];
+        std::fs::write(&f, "").unwrap();
+        for (before, allowed, after) in cases {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(before)).unwrap();
+            narrow(&f, allowed).unwrap();
+            assert_eq!(mode(&f), after, "{before:o} under {allowed:o}");
+        }
+        narrow(&d.path().join("absent"), 0o600).unwrap();
+        assert!(!d.path().join("absent").exists());
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        narrow(&link, 0o600).unwrap();
+        assert_eq!(mode(&f), 0o644, "the link's target is left alone");
+    }
 }

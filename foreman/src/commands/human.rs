@@ -96,6 +96,12 @@ pub(crate) fn steer(
         Steer::Inject(text) => {
             let text = joined(&[text]).map_err(CommandError::Refused)?;
             match store.inject(id, &text, by)? {
+                // A third-party agent keeps its own conversation: its servo
+                // adds the message to the agent's next call (HOSTILE.md N33).
+                Some(_) if !t.spec.agent.is_builtin() => format!(
+                    "message queued for {id}: the servo adds it as a user message to the \
+                     agent's next LLM call, and to its later calls at that place"
+                ),
                 Some(_) => {
                     format!("message queued for {id}: the model reads it before its next LLM call")
                 }

@@ -123,6 +123,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     };
     let store = open_store(cfg)?;
     prepare_results_dir(cfg)?;
+    super::common::prepare_state_dir(cfg)?;
     let metrics = crate::metrics::Metrics::new(
         cfg.database(),
         upstream.providers.clone(),

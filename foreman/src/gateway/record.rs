@@ -83,8 +83,13 @@ pub(crate) fn path(dir: &std::path::Path, task_id: &str) -> PathBuf {
 /// Appends a call's line (from a blocking thread). Failures are logged:
 /// the record is for show, never a reason to fail a call.
 pub(crate) fn append(dir: PathBuf, task_id: String, text: String) {
+    // The full LLM traffic of a task: this user's only (HOSTILE.md 57).
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(&dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
         let p = path(&dir, &task_id);
         if std::fs::metadata(&p).is_ok_and(|m| m.len() > MAX_FILE) {
             return Ok(());
@@ -92,6 +97,7 @@ pub(crate) fn append(dir: PathBuf, task_id: String, text: String) {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&p)?;
         writeln!(f, "{text}")
     };

@@ -64,7 +64,15 @@ pub(crate) fn pack_workspace(src: &Path, dest: &Path, opts: &PackOptions) -> Res
         source,
     };
     let dir = dest.parent().expect("a workspace tar has a directory");
-    std::fs::create_dir_all(dir).map_err(io_err)?;
+    {
+        // Below `state_dir`: this user's only (HOSTILE.md 57).
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_err)?;
+    }
     let tmp = TempFile(dest.with_extension("tar.tmp"));
     let file = {
         use std::os::unix::fs::OpenOptionsExt;

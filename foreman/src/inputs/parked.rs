@@ -79,7 +79,13 @@ pub(crate) fn move_tree(
         std::fs::remove_dir_all(dest).with_context(|| format!("removing `{}`", dest.display()))?;
     }
     if let Some(parent) = dest.parent() {
-        std::fs::create_dir_all(parent)
+        // A parent made here is this user's only (HOSTILE.md 57): `state_dir`'s
+        // parked tree, or results_dir, which serve makes first as `file_access` says.
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
             .with_context(|| format!("creating `{}`", parent.display()))?;
     }
     let collected = match std::fs::rename(src, dest) {

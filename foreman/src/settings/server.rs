@@ -32,7 +32,7 @@ pub(super) const SERVER: &[Setting] = &[
         .config("results_dir"),
     Setting::new("file_access", "owner | group | all")
         .default("owner")
-        .doc("Who else may read the database and results as they are created (0600/0700, 0640/0750, 0644/0755).")
+        .doc("Who else may read the database, `state_dir` and results (0600/0700, 0640/0750, 0644/0755); an existing database or `state_dir` more open than this is narrowed.")
         .config("file_access"),
     Setting::new("state_dir", "path")
         .default(".saheeli")

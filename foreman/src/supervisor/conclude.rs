@@ -48,7 +48,7 @@ pub(super) async fn conclude(
         synthesis,
         ..Default::default()
     };
-    count_usage(id, &dest, &mut outcome).await;
+    let servo_said = count_usage(id, &dest, &mut outcome).await;
 
     let collected = match collected {
         Ok(c) => c,
@@ -68,7 +68,8 @@ pub(super) async fn conclude(
         }
     };
     let cap = ctx.cfg.file.max_results_size.0;
-    let mut detail = describe(id, &watched.ended, &collected, collect_ms, &dest, cap);
+    let ended = ending_words(&watched.ended, servo_said.as_deref());
+    let mut detail = describe(id, ended, &collected, collect_ms, &dest, cap);
     // A servo that could not run its task says why (never the agent: the
     // file is in the servo's own directory).
     if watched.exit() == Some(i64::from(ServoExit::BadTask.code()))
@@ -136,8 +137,13 @@ async fn verified(ctx: &Ctx, id: TaskId, exit: Option<i64>) -> Option<bool> {
 }
 
 /// Steps and tokens from the collected audit log (the servo's account;
-/// the gateway's, when there is one, replaces the tokens later).
-pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mut Outcome) {
+/// the gateway's, when there is one, replaces the tokens later); the
+/// detail of its `finish` event.
+pub(super) async fn count_usage(
+    id: TaskId,
+    dest: &std::path::Path,
+    outcome: &mut Outcome,
+) -> Option<String> {
     let dest = dest.to_path_buf();
     match tokio::task::spawn_blocking(move || collect::audit_totals(&dest, id)).await {
         Ok(Ok(t)) => {
@@ -147,9 +153,30 @@ pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mu
             outcome.cache_read_tokens = t.usage.cache_read_tokens as i64;
             outcome.cache_write_tokens = t.usage.cache_write_tokens as i64;
             outcome.compactions = t.compactions.into();
+            t.detail
         }
-        Ok(Err(e)) => warn!(task_id = %id, error = %e, "audit log not counted"),
-        Err(e) => error!(task_id = %id, error = %e, "audit log reader panicked"),
+        Ok(Err(e)) => {
+            warn!(task_id = %id, error = %e, "audit log not counted");
+            None
+        }
+        Err(e) => {
+            error!(task_id = %id, error = %e, "audit log reader panicked");
+            None
+        }
+    }
+}
+
+/// How the servo ended, for people. A third-party agent that failed is
+/// told by the servo's account in its audit log (the agent's own exit
+/// code and last words), not by the servo's exit code: status, the
+/// report and the dashboard then say what the audit log says.
+fn ending_words(exit: &Ended, servo_said: Option<&str>) -> String {
+    let agent_failed = i64::from(ServoExit::AgentFailed.code());
+    match (exit, servo_said) {
+        (Ended::Exited(code), Some(said)) if *code == agent_failed => said.to_string(),
+        (Ended::Exited(code), _) => format!("exit {code}"),
+        (Ended::WaitFailed(e), _) => format!("wait failed: {e:#}"),
+        (Ended::Lost(why), _) => format!("lost: {why}"),
     }
 }
 
@@ -157,7 +184,7 @@ pub(super) async fn count_usage(id: TaskId, dest: &std::path::Path, outcome: &mu
 /// collected, what was redacted), logging what an operator should know.
 fn describe(
     id: TaskId,
-    exit: &Ended,
+    exit_desc: String,
     collected: &collect::Collected,
     collect_ms: u128,
     dest: &std::path::Path,
@@ -166,11 +193,6 @@ fn describe(
     if !collected.skipped.is_empty() {
         warn!(task_id = %id, skipped = collected.skipped.len(), first = %collected.skipped[0], "unsafe entries not collected");
     }
-    let exit_desc = match exit {
-        Ended::Exited(code) => format!("exit {code}"),
-        Ended::WaitFailed(e) => format!("wait failed: {e:#}"),
-        Ended::Lost(why) => format!("lost: {why}"),
-    };
     let mut detail = format!(
         "{exit_desc}; collected {} files, {} bytes in {collect_ms} ms into {}",
         collected.files,
@@ -185,4 +207,25 @@ fn describe(
         warn!(task_id = %id, cap, "results over the size cap; collection stopped");
     }
     detail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_agent_is_told_by_its_own_exit_and_last_words() {
+        let said = "agent `custom (sh)` exited with code 7; its last words: boom";
+        let cases = [
+            (Ended::Exited(10), Some(said), said),
+            (Ended::Exited(10), None, "exit 10"),
+            // Another ending keeps the servo's code.
+            (Ended::Exited(1), Some("max steps"), "exit 1"),
+            (Ended::Exited(0), None, "exit 0"),
+            (Ended::Lost("gone".into()), Some(said), "lost: gone"),
+        ];
+        for (exit, servo_said, want) in cases {
+            assert_eq!(ending_words(&exit, servo_said), want, "{exit:?}");
+        }
+    }
 }

@@ -70,7 +70,7 @@ pub(crate) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
         results_path: Some(dest.display().to_string()),
         ..Default::default()
     };
-    count_usage(id, &dest, &mut outcome).await;
+    let _ = count_usage(id, &dest, &mut outcome).await;
     if task.input_tokens + task.output_tokens > 0 {
         outcome.input_tokens = task.input_tokens;
         outcome.output_tokens = task.output_tokens;

@@ -14,6 +14,7 @@ mod util;
 mod admission;
 mod agents;
 mod agents_cli;
+mod agents_desk;
 mod agents_models;
 mod agents_offline;
 mod assess_limited;

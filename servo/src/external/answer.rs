@@ -13,7 +13,8 @@ const MAX_MESSAGE: usize = 64 * 1024;
 /// The largest answer file read.
 const MAX_FILE: u64 = 32 << 20;
 
-/// The answer, or why there is none.
+/// The answer, or why there is none. An empty answer is none: an agent
+/// that exits 0 having said nothing did not finish (HOSTILE.md N13).
 pub(super) fn read(answer: &Answer, stdout: &str) -> Result<String, String> {
     let text = match answer {
         Answer::StdoutTail => last_lines(stdout, 40),
@@ -21,7 +22,16 @@ pub(super) fn read(answer: &Answer, stdout: &str) -> Result<String, String> {
         Answer::ClaudeJson => claude(stdout)?,
         Answer::MiniTrajectory(p) => mini(&read_capped(p)?)?,
     };
-    Ok(cap(text.trim()))
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(match answer {
+            Answer::StdoutTail => "printed nothing (its answer is its output)".to_string(),
+            Answer::File(p) => format!("left `{}` empty", p.display()),
+            Answer::ClaudeJson => "gave an empty result".to_string(),
+            Answer::MiniTrajectory(_) => "gave an empty answer".to_string(),
+        });
+    }
+    Ok(cap(text))
 }
 
 fn cap(text: &str) -> String {
@@ -136,10 +146,17 @@ mod tests {
                 .contains("API Error")
         );
         assert!(read(&Answer::ClaudeJson, "plain").is_err());
+        // Nothing said is no answer (N13).
+        let e = read(&Answer::StdoutTail, "\n  \n").unwrap_err();
+        assert!(e.contains("printed nothing"), "{e}");
+        let empty = r#"{"type":"result","is_error":false,"result":"  "}"#;
+        assert!(read(&Answer::ClaudeJson, empty).is_err());
 
         let last = dir.path().join("last.txt");
         std::fs::write(&last, "  the end  ").unwrap();
-        assert_eq!(read(&Answer::File(last), "").unwrap(), "the end");
+        assert_eq!(read(&Answer::File(last.clone()), "").unwrap(), "the end");
+        std::fs::write(&last, "\n").unwrap();
+        assert!(read(&Answer::File(last), "").unwrap_err().contains("empty"));
         let many: String = (0..100).map(|i| format!("line {i}\n")).collect();
         let tail = read(&Answer::StdoutTail, &many).unwrap();
         assert!(

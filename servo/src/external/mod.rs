@@ -11,6 +11,8 @@
 //!   (its message is the agent's final answer) and exits 0;
 //! - it exits non-zero (or 0 without an answer): exit
 //!   [`ServoExit::AgentFailed`], the code in the audit log's detail;
+//! - a message a person injects reaches the agent's next LLM call, and
+//!   a pause holds that call (`notes`);
 //! - the time budget runs out, or SIGTERM (the foreman's timeout, a
 //!   cancel): the group gets SIGTERM, then SIGKILL after part of
 //!   `stop_grace`.
@@ -22,6 +24,7 @@
 mod answer;
 pub(crate) mod helpers;
 pub(crate) mod mcp;
+mod notes;
 mod own;
 mod plan;
 mod proxy;
@@ -126,7 +129,9 @@ async fn supervise(
         ));
     };
     let own = std::sync::Arc::new(own::Own::new(task, gateway));
-    let port = proxy::start(PathBuf::from(socket), own.clone())
+    let audit_path = root.join(paths::audit_log(&task.task_id));
+    let notes = std::sync::Arc::new(notes::Notes::new(gateway, &audit_path, own.clone()));
+    let port = proxy::start(PathBuf::from(socket), own.clone(), notes)
         .await
         .map_err(|e| format!("opening the agent's loopback listener: {e}"))?;
     let home = Path::new(HOME);
@@ -215,26 +220,8 @@ async fn supervise(
     signal_group(mode, pgid, "KILL").await;
     let stdout = tail.await.unwrap_or_default();
     if status.code() != Some(0) {
-        let how = match status.code() {
-            Some(c) => format!("exited with code {c}"),
-            None => format!("was killed ({status})"),
-        };
-        let mut said: Vec<String> = err_tail.lock().unwrap().iter().cloned().collect();
-        let out: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
-        said.extend(
-            out[out.len().saturating_sub(3)..]
-                .iter()
-                .map(|l| l.chars().take(300).collect::<String>()),
-        );
-        let last = if said.is_empty() {
-            String::new()
-        } else {
-            format!("; its last words: {}", said.join(" | "))
-        };
-        return Ok((
-            ServoExit::AgentFailed,
-            Some(format!("agent `{}` {how}{last}", agent.label())),
-        ));
+        let said = failed(agent, status, &err_tail, &stdout);
+        return Ok((ServoExit::AgentFailed, Some(said)));
     }
     let said = std::mem::take(&mut *own.said.lock().unwrap());
     if let Some((exit, why)) = said.end {
@@ -271,6 +258,34 @@ async fn supervise(
     crate::agent::write_atomic(&root.join("complete.json"), &bytes)
         .map_err(|e| format!("writing complete.json: {e}"))?;
     Ok((ServoExit::Complete, None))
+}
+
+/// How an agent that exited non-zero (or was killed) failed, with its
+/// last words: its last lines of stderr and of stdout. The foreman shows
+/// this as the task's detail (status, report, dashboard).
+fn failed(
+    agent: &Agent,
+    status: std::process::ExitStatus,
+    err_tail: &ErrTail,
+    stdout: &str,
+) -> String {
+    let how = match status.code() {
+        Some(c) => format!("exited with code {c}"),
+        None => format!("was killed ({status})"),
+    };
+    let mut said: Vec<String> = err_tail.lock().unwrap().iter().cloned().collect();
+    let out: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    said.extend(
+        out[out.len().saturating_sub(3)..]
+            .iter()
+            .map(|l| l.chars().take(300).collect::<String>()),
+    );
+    let last = if said.is_empty() {
+        String::new()
+    } else {
+        format!("; its last words: {}", said.join(" | "))
+    };
+    format!("agent `{}` {how}{last}", agent.label())
 }
 
 /// The home, made by the servo in /tmp (sticky: the agent cannot swap

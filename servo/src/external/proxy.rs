@@ -9,7 +9,9 @@
 //! here that it was not given. The key is added by the gateway on the
 //! host; the agent holds a placeholder. Saheeli's own tools
 //! (`/saheeli/mcp/tools`, `/saheeli/mcp/call`, for `servo mcp`) are
-//! answered here by the servo itself ([`super::own`]).
+//! answered here by the servo itself ([`super::own`]). Messages a person
+//! injected are added to the agent's model calls on the way
+//! ([`super::notes`]).
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixStream};
 use tracing::{debug, warn};
 
+use super::notes::{self, Notes};
 use super::own::Own;
 
 /// The largest body of a call to Saheeli's own tools.
@@ -43,7 +46,11 @@ pub(crate) fn allowed(method: &Method, path: &str) -> bool {
 
 /// Opens the listener on `127.0.0.1:0`; returns its port. Connections are
 /// served until the servo exits.
-pub(crate) async fn start(socket: PathBuf, own: Arc<Own>) -> std::io::Result<u16> {
+pub(crate) async fn start(
+    socket: PathBuf,
+    own: Arc<Own>,
+    notes: Arc<Notes>,
+) -> std::io::Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
@@ -57,15 +64,15 @@ pub(crate) async fn start(socket: PathBuf, own: Arc<Own>) -> std::io::Result<u16
                 }
             };
             let socket = socket.clone();
-            let own = own.clone();
+            let (own, notes) = (own.clone(), notes.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
-                    let (socket, own) = (socket.clone(), own.clone());
+                    let (socket, own, notes) = (socket.clone(), own.clone(), notes.clone());
                     async move {
                         if req.uri().path().starts_with("/saheeli/mcp/") {
                             return own_tools(&own, req).await;
                         }
-                        forward(socket, req).await
+                        forward(socket, req, &notes).await
                     }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -133,7 +140,11 @@ async fn own_tools(own: &Own, req: Request<Incoming>) -> Result<Response<Body>, 
     }
 }
 
-async fn forward(socket: PathBuf, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn forward(
+    socket: PathBuf,
+    req: Request<Incoming>,
+    notes: &Notes,
+) -> Result<Response<Body>, Infallible> {
     if !allowed(req.method(), req.uri().path()) {
         return Ok(refuse(
             StatusCode::NOT_FOUND,
@@ -145,6 +156,13 @@ async fn forward(socket: PathBuf, req: Request<Incoming>) -> Result<Response<Bod
             ),
         ));
     }
+    let req = match notes::Api::of(req.uri().path()) {
+        Some(api) => match notes.carry(api, req).await {
+            Ok(r) => r,
+            Err(why) => return Ok(refuse(StatusCode::BAD_REQUEST, why)),
+        },
+        None => req.map(Body::Left),
+    };
     let stream = match UnixStream::connect(&socket).await {
         Ok(s) => s,
         Err(e) => {
