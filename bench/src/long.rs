@@ -13,6 +13,13 @@
 //!   300 steps (60 with --quick) of 2 KB tool outputs to `task_complete`;
 //!   context errors that reach the task (target 0) and the tokens sent per
 //!   step before the first compaction and after it.
+//! - `budget`: a task with `max_tokens: 100000` whose steps add little
+//!   (a short shell command and its output) runs until the gateway refuses
+//!   a call for its budget; what it spent over its budget at the refusal
+//!   (target ≥ 95% and never over: a call is reserved at what the provider
+//!   billed the call before it plus one token per byte added, issue 47;
+//!   reserved at one per byte, a long task was refused with a quarter of
+//!   its budget left unspent).
 //!
 //! The turn a task is at is counted by the server (a compacted
 //! conversation no longer shows every turn); a request without tools is a
@@ -66,6 +73,12 @@ fn model_shape(model: &str) -> Option<(usize, u64)> {
 /// The tool call of turn `turn` (1-based) of `steps`.
 fn tool_turn(model: &str, turn: usize, steps: usize) -> (&'static str, Value) {
     let length = model.contains("-length-");
+    if model.contains("-budget-") {
+        return (
+            "execute_shell",
+            json!({"command": format!("echo step {turn}")}),
+        );
+    }
     if turn >= steps {
         ("task_complete", json!({"message": "done"}))
     } else if turn == 1 {
@@ -311,7 +324,55 @@ async fn measure(p: &Project, fake: &Fake, quick: bool) -> anyhow::Result<Vec<Fi
             .details
             .insert("first_summary_call".into(), i as f64 + 1.0);
     }
-    Ok(vec![cost, length])
+    Ok(vec![cost, length, budget(p, fake).await?])
+}
+
+/// The budget a task can spend: `max_tokens` against what it was billed
+/// when the gateway refused its next call.
+const BUDGET: u64 = 100_000;
+
+async fn budget(p: &Project, fake: &Fake) -> anyhow::Result<Figure> {
+    progress(&format!(
+        "budget: short steps until max_tokens {BUDGET} refuses a call"
+    ));
+    let model = "claude-bench-budget-100000-1000000";
+    let file = prompt(
+        p,
+        "budget",
+        model,
+        &format!(
+            "max_tokens: {BUDGET}
+cache: off
+"
+        ),
+    )?;
+    // It ends incomplete (exit 1): its JSON is read whatever the status.
+    let out = p.run(&["run", &file, "--json"])?;
+    let task: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "the budget task printed no JSON: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })?;
+    let (calls, _) = fake.take();
+    let spent = task["tokens"].as_u64().unwrap_or(0);
+    let share = spent as f64 / BUDGET as f64;
+    let refused = task["reason"] == "budget";
+    let mut f = Figure::new("budget: spent at the refusal", "share", &[share]);
+    f.target = "≥ 0.95 of max_tokens, never over".into();
+    f.met = Some(refused && share >= 0.95 && spent <= BUDGET);
+    f.note = format!(
+        "{spent} of {BUDGET} tokens in {} calls, then {}",
+        calls.len(),
+        if refused {
+            "refused for the budget".to_string()
+        } else {
+            format!("ended {} ({})", task["state"], task["reason"])
+        }
+    );
+    f.details.insert("tokens_spent".into(), spent as f64);
+    f.details.insert("calls".into(), calls.len() as f64);
+    Ok(f)
 }
 
 #[cfg(test)]
@@ -331,6 +392,11 @@ mod tests {
         assert_eq!(
             tool_turn("claude-bench-cost-5m-3-1", 3, 3).0,
             "task_complete"
+        );
+        // A budget task never completes: the budget ends it.
+        assert_eq!(
+            tool_turn("claude-bench-budget-3-1", 3, 3).0,
+            "execute_shell"
         );
         let (name, args) = tool_turn("claude-bench-cost-5m-3-1", 1, 3);
         assert_eq!(name, "create_file");

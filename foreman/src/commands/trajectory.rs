@@ -56,7 +56,8 @@ pub(crate) async fn trajectory(cfg: &Config, args: TrajectoryArgs) -> anyhow::Re
         TrajectoryFormat::Atif => atif(&t.id.to_string(), &t.spec.model, &conv),
         TrajectoryFormat::Openai => openai(&t.spec.model, &conv),
     };
-    println!("{}", serde_json::to_string_pretty(&doc)?);
+    let doc = crate::gateway::redact_keys(cfg, &serde_json::to_string_pretty(&doc)?);
+    println!("{doc}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use super::probe::{ServerInfo, probe, with_key};
+use super::Redactor;
+use super::probe::{ServerInfo, capped, probe, with_key};
 use super::providers::Provider;
 use crate::config::ProviderKind;
 
@@ -57,11 +58,55 @@ impl Check {
         self.fix = Some(fix.into());
         self
     }
+
+    /// Safe to print: the provider's key redacted (a provider may echo it)
+    /// and control characters shown escaped, never sent to the terminal
+    /// (an answer's OSC/CSI sequences set titles, clear the screen, write
+    /// the clipboard).
+    fn cleaned(mut self, redactor: &Redactor) -> Check {
+        self.said = printable(&redactor.redact(&self.said));
+        self.fix = self.fix.map(|f| printable(&redactor.redact(&f)));
+        self
+    }
+}
+
+/// `text` with every control character but a newline escaped.
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' => c.to_string(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// A provider's checks, in order: model, tools, usage, streaming, window
 /// (and llama-server's template).
 pub(crate) async fn run(
+    client: &reqwest::Client,
+    provider: &Provider,
+    model: Option<String>,
+    configured_window: Option<u64>,
+) -> Vec<Check> {
+    let secrets: Vec<(String, String)> = provider
+        .key
+        .iter()
+        .map(|k| {
+            let var = provider.key_env.clone().unwrap_or_else(|| "KEY".into());
+            (var, k.0.clone())
+        })
+        .filter(|(_, k)| k.len() >= 8)
+        .collect();
+    let redactor = Redactor::new(&secrets);
+    checks(client, provider, model, configured_window)
+        .await
+        .into_iter()
+        .map(|c| c.cleaned(&redactor))
+        .collect()
+}
+
+async fn checks(
     client: &reqwest::Client,
     provider: &Provider,
     model: Option<String>,
@@ -200,7 +245,16 @@ async fn send(client: &reqwest::Client, provider: &Provider, body: &Value) -> Re
         ))
     })?;
     let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
+    let text = match capped(resp).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(why) => {
+            return Err(check(
+                "tools",
+                Status::Fail,
+                format!("HTTP {status}: {why}"),
+            ));
+        }
+    };
     if status != 200 {
         let snippet: String = text.chars().take(300).collect();
         return Err(
@@ -328,7 +382,10 @@ async fn streaming(client: &reqwest::Client, provider: &Provider, model: &str) -
         Err(e) => return check("streaming", Status::Fail, format!("no answer: {e}")),
     };
     let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
+    let text = match capped(resp).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(why) => return check("streaming", Status::Fail, format!("HTTP {status}: {why}")),
+    };
     if status != 200 {
         let snippet: String = text.chars().take(300).collect();
         return check(

@@ -156,3 +156,21 @@ fn llama_cpp_python_recorded_answers_are_read_right() {
     assert_eq!(w.status, Status::Warn);
     assert!(w.fix.unwrap().contains("context_window"));
 }
+
+/// Issue 47 (hostile N29): what a provider said is printed with its key
+/// redacted and its terminal escapes shown, not obeyed.
+#[test]
+fn what_a_provider_said_is_printed_redacted_without_escapes() {
+    let r = Redactor::new(&[("K".into(), "sk-doctor-0123456789".into())]);
+    let c = check(
+        "tools",
+        Status::Fail,
+        "HTTP 401: Bearer sk-doctor-0123456789 \u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m",
+    )
+    .fix("line one\nline two")
+    .cleaned(&r);
+    assert!(!c.said.contains("sk-doctor"), "{}", c.said);
+    assert!(!c.said.chars().any(char::is_control), "{:?}", c.said);
+    assert!(c.said.contains("\\u{1b}]0;pwned"), "{}", c.said);
+    assert_eq!(c.fix.as_deref(), Some("line one\nline two"));
+}

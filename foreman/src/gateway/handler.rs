@@ -194,11 +194,6 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     if route.provider.kind == ProviderKind::Openai && gw.budget.cache != Cache::Off {
         up.prompt_cache_key = Some(gw.task_id.to_string());
     }
-    // The input this call sends, bounded from above: no tokenizer makes
-    // more tokens than bytes, so the request's size in bytes is a safe
-    // estimate (bytes / 4 under-counted dense text 2x, case 25). The meter
-    // settles the real count after the call.
-    let input = serde_json::to_vec(&up).map_or(0, |b| b.len()) as u64;
     // Every call carries an output cap, budget or not (issue 27).
     let want = shape::output_cap(
         &gw.upstream.policy,
@@ -206,6 +201,34 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         route.provider.max_output_tokens,
         asked,
     );
+    let completion_field = req.max_completion_tokens.is_some();
+    let body_at = |max: u64| -> Value {
+        match route.provider.kind {
+            ProviderKind::Openai => {
+                let mut up = up.clone();
+                // Keep the field the caller used: newer models refuse the other.
+                if completion_field {
+                    up.max_completion_tokens = Some(max);
+                } else {
+                    up.max_tokens = Some(max);
+                }
+                serde_json::to_value(&up).expect("requests serialize")
+            }
+            ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache),
+        }
+    };
+    // The input this call sends, bounded from above (`input_bound`): what
+    // the provider billed an earlier call of this conversation plus one
+    // token per byte added, or the request's bytes (no tokenizer makes
+    // more tokens than bytes; bytes / 4 under-counted dense text 2x, case
+    // 25). The meter settles the real count after the call.
+    let upstream_body = body_at(want);
+    let sent = serde_json::to_vec(&upstream_body).map_or(0, |b| b.len()) as u64;
+    let call_shape = match &upstream_body {
+        Value::Object(map) => input_bound::Shape::of(map, sent),
+        _ => input_bound::Shape::bytes_only(sent),
+    };
+    let input = gw.meter.input_bound(&call_shape);
     let grant = match gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)) {
         Ok(g) => g,
         Err(why) => {
@@ -221,18 +244,18 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         }
     };
     let max = grant.max_output.unwrap_or(want).max(1);
-    let upstream_body: Value = match route.provider.kind {
-        ProviderKind::Openai => {
-            // Keep the field the caller used: newer models refuse the other.
-            if req.max_completion_tokens.is_some() {
-                up.max_completion_tokens = Some(max);
-            } else {
-                up.max_tokens = Some(max);
-            }
-            serde_json::to_value(&up).expect("requests serialize")
-        }
-        ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache),
+    let upstream_body = if max == want {
+        upstream_body
+    } else {
+        body_at(max)
     };
+    if route.provider.kind == ProviderKind::Openai {
+        if completion_field {
+            up.max_completion_tokens = Some(max);
+        } else {
+            up.max_tokens = Some(max);
+        }
+    }
     // Streamed, so that the text is shown as it comes (issue 29); read
     // back into the whole answer (`assemble`).
     let mut upstream_body = upstream_body;
@@ -256,6 +279,9 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     let billed = usage.map(|u| (u.prompt_tokens, u.completion_tokens));
     let response = record::chat_call(gw, call_id.clone(), up, response, billed).await;
     let grant = pending.grant.take().expect("settled once");
+    if let Some(u) = usage {
+        gw.meter.counted(call_shape, u.prompt_tokens);
+    }
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
     ledger(gw, move |l| {

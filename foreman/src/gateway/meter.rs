@@ -1,10 +1,13 @@
 //! A task's budget and what it spent, with reservations: each call holds
 //! its estimate (input, plus the output cap it is given) until its real
 //! usage is known, so parallel calls cannot all pass one check. The input
-//! estimate is an upper bound (the request's bytes: no tokenizer makes
-//! more tokens than bytes) and the output is capped to what is left, so
-//! what a task is billed never passes `max_tokens` (case 25).
+//! estimate is an upper bound (`input_bound`: what an earlier call of the
+//! same conversation was billed plus one token per byte added, else the
+//! request's bytes: no tokenizer makes more tokens than bytes) and the
+//! output is capped to what is left, so what a task is billed never
+//! passes `max_tokens` (case 25, issue 47).
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,6 +15,7 @@ use saheeli_protocol::Reason;
 use saheeli_protocol::chat::ChatUsage;
 use saheeli_protocol::context::Cache;
 
+use super::input_bound::{self, Counted, Shape};
 use super::pricing::Rates;
 
 /// A task's limits, checked before every call.
@@ -51,7 +55,14 @@ pub(crate) struct Meter {
     /// Held by calls in flight. Reserving and settling take this lock, so
     /// the check and the reservation are one step.
     reserved: Mutex<Reserved>,
+    /// The last calls settled with a reported input count, newest last:
+    /// what bounds the next call's input (`input_bound`).
+    counted: Mutex<VecDeque<Counted>>,
 }
+
+/// How many settled calls are kept to bound the next one's input: an
+/// agent's main conversation and a few side ones (titles, sub-agents).
+const COUNTED_KEPT: usize = 4;
 
 #[derive(Debug, Default)]
 struct Reserved {
@@ -129,6 +140,26 @@ impl Meter {
         held.carved_micro_usd = (cost_usd * 1e6).round() as u64;
     }
 
+    /// The most input tokens a request of `shape` can be billed, from the
+    /// calls settled before it (`input_bound::bound`).
+    pub fn input_bound(&self, shape: &Shape) -> u64 {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        input_bound::bound(shape, counted.make_contiguous())
+    }
+
+    /// Keeps what a settled call of `shape` was billed for its input (cached
+    /// tokens included), to bound the calls after it.
+    pub fn counted(&self, shape: Shape, input_tokens: u64) {
+        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        if counted.len() == COUNTED_KEPT {
+            counted.pop_front();
+        }
+        counted.push_back(Counted {
+            shape,
+            tokens: input_tokens,
+        });
+    }
+
     /// Reserves a call sending at most `input` tokens and asking for up to
     /// `want_output` (None: no limit asked). The output cap is cut to what
     /// the budget leaves; a call for which less than [`MIN_OUTPUT`] is left
@@ -148,8 +179,8 @@ impl Meter {
             if left < input + MIN_OUTPUT {
                 return Err(format!(
                     "token budget: {used} of {max} used and {} held by calls in flight; this call \
-                     sends up to {input} tokens (one per byte, the most it can be) and needs room \
-                     for {MIN_OUTPUT} more",
+                     sends up to {input} tokens (the most it can be: an earlier call's count plus \
+                     one per byte added, or one per byte) and needs room for {MIN_OUTPUT} more",
                     held.tokens
                 ));
             }

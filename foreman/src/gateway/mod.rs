@@ -21,7 +21,8 @@
 //!
 //! # Layout
 //!
-//! - `meter`: budget, usage and reservations; `ledger`: the same per call
+//! - `meter`: budget, usage and reservations; `input_bound`: the most
+//!   input tokens a call can be billed (issue 47); `ledger`: the same per call
 //!   in SQLite, for a foreman that adopts a task.
 //! - `desk`: humans in the loop, through the same socket; `steps`: a
 //!   template's steps marked done (`step_done`).
@@ -35,7 +36,9 @@
 //!   through this gateway); `verify_tree`, `shadow`, `python_modules`: the
 //!   workspace made what `changes.patch` delivers, and what shadows the
 //!   commands refused.
-//! - `socket`: the run directory and socket permissions; `redact`: keys out.
+//! - `socket`: the run directory and socket permissions; `redact`: keys
+//!   out; `splice`: keys out of a stream whose text is split between
+//!   events (issue 47).
 //! - `warm`: a warm servo's socket (issue 28): idle, it serves only the
 //!   claim long poll; claimed, the task's own routes; released, its launch.
 //! - `remote`: one TCP listener for servos on other hosts (Swarm), a
@@ -70,6 +73,7 @@ mod children;
 mod desk;
 pub(crate) mod doctor;
 mod handler;
+mod input_bound;
 mod ledger;
 mod limit_headers;
 mod limits;
@@ -94,6 +98,7 @@ mod server;
 mod shadow;
 mod shape;
 mod socket;
+mod splice;
 mod steps;
 mod stream;
 mod synthesis;
@@ -120,6 +125,6 @@ pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
 pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 pub(crate) use server::{Gateway, GatewayPlan, Way};
-pub(crate) use upstream::{Upstream, trajectories_dir};
+pub(crate) use upstream::{Upstream, redact_keys, trajectories_dir};
 pub(crate) use verify::VerifyLink;
 pub(crate) use warm::{WarmSocket, WarmTask};

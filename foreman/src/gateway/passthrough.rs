@@ -143,8 +143,10 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
         );
     }
     let route = &gw.route;
-    // The request's bytes bound its input from above (`handler::forward`).
-    let input = body.len() as u64;
+    // Its input bounded from above (`input_bound`): an earlier call's count
+    // plus one token per byte added, or the request's bytes.
+    let call_shape = input_bound::Shape::of(&vetted.body, body.len() as u64);
+    let input = gw.meter.input_bound(&call_shape);
     let want = shape::output_cap(
         &gw.upstream.policy,
         route.provider.kind,
@@ -183,6 +185,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
             streamed,
             ..record::Call::default()
         },
+        shape: Some(call_shape),
     };
     ledger(&gw, move |l| l.reserve(task, &id, tokens, cost)).await;
     let started = Instant::now();

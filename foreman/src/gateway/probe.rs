@@ -26,6 +26,10 @@ use super::providers::Provider;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// At most this many Ollama models are asked for their window.
 const OLLAMA_MODELS: usize = 32;
+/// Longest answer read from a provider's server: a probe's or the
+/// doctor's answer is small; a hostile one is cut here, never held whole
+/// (issue 47: a 1 GiB answer took 2.7 GB).
+pub(crate) const MAX_ANSWER: usize = 4 * 1024 * 1024;
 /// A window below this is not believed (the smallest `context.window`).
 const MIN_WINDOW: u64 = 1024;
 
@@ -91,7 +95,26 @@ async fn get_json(client: &reqwest::Client, url: &str, provider: &Provider) -> O
     if !resp.status().is_success() {
         return None;
     }
-    resp.json().await.ok()
+    serde_json::from_slice(&capped(resp).await.ok()?).ok()
+}
+
+/// The answer's body, read up to [`MAX_ANSWER`]; longer, or cut off:
+/// why, to be shown.
+pub(crate) async fn capped(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) if out.len() + chunk.len() > MAX_ANSWER => {
+                return Err(format!(
+                    "the answer is longer than {} MiB: not read further",
+                    MAX_ANSWER >> 20
+                ));
+            }
+            Ok(Some(chunk)) => out.extend_from_slice(&chunk),
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(format!("the answer was cut off: {}", e.without_url())),
+        }
+    }
 }
 
 /// The provider's key, as the gateway sends it (none when it has none).
@@ -199,7 +222,11 @@ async fn ollama(client: &reqwest::Client, provider: &Provider, base: &str) -> Op
         let Ok(resp) = with_key(req, provider).send().await else {
             continue;
         };
-        let Ok(show) = resp.json::<Value>().await else {
+        let Some(show) = capped(resp)
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
             continue;
         };
         if let Some(w) = ollama_window(&show) {

@@ -40,6 +40,22 @@ impl Redactor {
         self.patterns.first().map_or(0, |(n, _)| n.len())
     }
 
+    /// The longest end of `text` (in bytes) that begins some form of a
+    /// key without completing it (0: none): a stream must hold it back
+    /// until the next piece shows whether the key goes on (`splice`).
+    pub fn partial_tail(&self, text: &str) -> usize {
+        self.patterns
+            .iter()
+            .filter_map(|(needle, _)| {
+                (1..needle.len().min(text.len() + 1))
+                    .rev()
+                    .filter(|l| needle.is_char_boundary(*l))
+                    .find(|l| text.ends_with(&needle[..*l]))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for (needle, mark) in &self.patterns {
@@ -111,6 +127,11 @@ mod tests {
             "key [REDACTED:OPENAI_API_KEY]!"
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+        // The start of a key at the end of a text is held back; a whole
+        // key or an end that starts none is not.
+        assert_eq!(r.partial_tail("say sk-te"), 5);
+        assert_eq!(r.partial_tail(&format!("{key} ok")), 0);
+        assert_eq!(r.partial_tail(""), 0);
     }
 
     /// Hostile case 38, kept honest: only the literal key and its base64

@@ -237,6 +237,9 @@ pub(super) async fn relay(
     // What the agent writes, to the task's live followers (issue 29).
     let mut listener = super::assemble::Listener::new(api);
     let mut speaker = super::live::Speaker::new(&gw);
+    // Redaction across events: a key split between two reaches no one.
+    let mut splice = super::splice::Splice::new(api);
+    let redactor = gw.upstream.redactor.clone();
     'read: loop {
         while let Some((len, sep)) = boundary(&buf) {
             let block: Vec<u8> = buf.drain(..len + sep).take(len).collect();
@@ -256,7 +259,10 @@ pub(super) async fn relay(
                      ends with reason `budget`",
                     usage.total()
                 );
-                let end = error_event(api, gateway_error::BUDGET, &msg);
+                let mut end = error_event(api, gateway_error::BUDGET, &msg);
+                if let Some(text) = splice.finish(&redactor) {
+                    end = text + "\n\n" + &end;
+                }
                 held.saw(&end);
                 held.call.ended = Some(msg);
                 let _ = tx.send(Ok(end.into())).await;
@@ -265,11 +271,13 @@ pub(super) async fn relay(
                 held.settle(settled_by).await;
                 return;
             }
-            let out = gw.upstream.redactor.redact(&text).into_owned() + "\n\n";
-            held.saw(&out);
-            if tx.send(Ok(out.into())).await.is_err() {
-                info!(task_id = %gw.task_id, "the agent closed a stream: settled at its reservation");
-                break 'read;
+            for out in splice.push(&redactor, &text) {
+                let out = out + "\n\n";
+                held.saw(&out);
+                if tx.send(Ok(out.into())).await.is_err() {
+                    info!(task_id = %gw.task_id, "the agent closed a stream: settled at its reservation");
+                    break 'read;
+                }
             }
             if event.last {
                 if event.failed {
@@ -303,7 +311,10 @@ pub(super) async fn relay(
     if let Some(why) = cut {
         let why = gw.upstream.redactor.redact(&why).into_owned();
         warn!(task_id = %gw.task_id, error = %why, "stream cut: settled at its reservation");
-        let end = error_event(api, gateway_error::UNAVAILABLE, &why);
+        let mut end = error_event(api, gateway_error::UNAVAILABLE, &why);
+        if let Some(text) = splice.finish(&redactor) {
+            end = text + "\n\n" + &end;
+        }
         held.saw(&end);
         held.call.ended = Some(why);
         let _ = tx.send(Ok(end.into())).await;
@@ -318,6 +329,9 @@ pub(super) struct Held {
     pub(super) grant: Option<meter::Grant>,
     /// What `task trajectory` gets of the call (`record`).
     pub(super) call: record::Call,
+    /// The request's shape: with the input count reported, it bounds the
+    /// next call's input (`input_bound`).
+    pub(super) shape: Option<super::input_bound::Shape>,
 }
 
 impl Held {
@@ -345,6 +359,9 @@ impl Held {
         };
         let usage = u.usage();
         let gw = &self.gw;
+        if let (Some(input), Some(shape)) = (u.input, self.shape.take()) {
+            gw.meter.counted(shape, input);
+        }
         let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
         let id = self.call.call_id.clone();
         ledger(gw, move |l| l.settle(&id, &usage, cost_micro as f64 / 1e6)).await;

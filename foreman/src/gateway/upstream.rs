@@ -145,6 +145,16 @@ pub(crate) fn trajectories_dir(cfg: &Config) -> std::path::PathBuf {
     cfg.state_dir().join("trajectories")
 }
 
+/// Redacts `text` for every key this configuration holds, as the gateway
+/// does: for what an operator's command prints of a task's LLM traffic
+/// (`task trajectory`), whose record may hold a key split between the
+/// events of a stream (issue 47).
+pub(crate) fn redact_keys(cfg: &Config, text: &str) -> String {
+    Redactor::new(&Providers::from_config(cfg).secrets())
+        .redact(text)
+        .into_owned()
+}
+
 /// Each task gateway's connection cap under this process's open-files
 /// limit: every task's gateway at its cap and the dashboard at its own
 /// must leave `listen::FD_RESERVE` descriptors for launches. Lowered to
