@@ -15,7 +15,9 @@
 //! 400 unfinished heads made 57 of 60 others' requests fail, before any of
 //! its requests could be checked for a token (hostile case 52). Now it
 //! holds its own share and is closed at once past it; the others keep the
-//! rest.
+//! rest. And at the global cap the oldest connection that has not sent a
+//! whole head is closed to let a new one in, so heads held open from many
+//! addresses cannot keep out a request the router would check.
 //!
 //! Also the file-descriptor budget: what the caps may take of the process's
 //! limit at most, so that launches always keep a reserve ([`FdBudget`]).
@@ -160,6 +162,71 @@ struct Refusals {
 /// must not become a flood of log lines.
 const REPORT_EVERY: Duration = Duration::from_secs(60);
 
+/// How long the accept loop waits for an evicted connection to give its
+/// place back (its task only has to notice the cancel and drop).
+const EVICTED_WITHIN: Duration = Duration::from_millis(200);
+
+/// The connections that have not yet sent a whole request head, oldest
+/// first. At the cap the oldest of them is closed to let a new one in:
+/// a head held open is the only thing a client can hold without making a
+/// request the router checks (for a token, say), so it is what gives way.
+#[derive(Clone, Default)]
+struct Heads(Arc<Mutex<HeadsInner>>);
+
+#[derive(Default)]
+struct HeadsInner {
+    next: u64,
+    waiting: std::collections::BTreeMap<u64, CancellationToken>,
+}
+
+/// One connection's place among [`Heads`] until its first head arrives.
+struct Head {
+    heads: Heads,
+    id: u64,
+}
+
+impl Heads {
+    /// A new connection, waiting for its first head; the token is
+    /// cancelled when it is evicted.
+    fn wait(&self) -> (Head, CancellationToken) {
+        let token = CancellationToken::new();
+        let mut inner = self.0.lock().expect("heads lock");
+        let id = inner.next;
+        inner.next += 1;
+        inner.waiting.insert(id, token.clone());
+        let head = Head {
+            heads: self.clone(),
+            id,
+        };
+        (head, token)
+    }
+
+    /// Closes the oldest connection still waiting for its first head;
+    /// false when every connection has sent one.
+    fn evict_oldest(&self) -> bool {
+        let oldest = self.0.lock().expect("heads lock").waiting.pop_first();
+        oldest.map(|(_, token)| token.cancel()).is_some()
+    }
+}
+
+impl Head {
+    /// Its head came: from now on the connection is never evicted.
+    fn arrived(&self) {
+        self.heads
+            .0
+            .lock()
+            .expect("heads lock")
+            .waiting
+            .remove(&self.id);
+    }
+}
+
+impl Drop for Head {
+    fn drop(&mut self) {
+        self.arrived();
+    }
+}
+
 impl Refusals {
     fn count(&mut self) {
         self.unreported += 1;
@@ -203,7 +270,8 @@ pub(crate) async fn serve<L: Accept>(
 
 /// [`serve`], with at most `per_client` connections of one client address
 /// open at once (checked before the global cap, so a client past its own
-/// share takes nothing of it).
+/// share takes nothing of it), and at the global cap the oldest connection
+/// that has not sent a whole request head closed to make room.
 pub(crate) async fn serve_per_client<L: Accept>(
     mut listener: L,
     app: Router,
@@ -213,6 +281,7 @@ pub(crate) async fn serve_per_client<L: Accept>(
 ) {
     let clients = per_client.map(Clients::new);
     let permits = std::sync::Arc::new(Semaphore::new(doors.max_connections));
+    let heads = Heads::default();
     let conns = TaskTracker::new();
     let mut refusals = Refusals {
         doors: doors.clone(),
@@ -258,17 +327,38 @@ pub(crate) async fn serve_per_client<L: Accept>(
             },
             _ => None,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            drop(io);
-            refusals.count();
-            continue;
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            // Full: on the dashboard, the oldest connection that never
+            // sent a whole head makes room, so heads held open (from
+            // however many addresses) cannot keep out a client who sends
+            // its request. A task's gateway has one client, its servo.
+            Err(_) => match per_client.is_some() && heads.evict_oldest() {
+                true => match tokio::time::timeout(EVICTED_WITHIN, permits.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(p)) => p,
+                    _ => {
+                        drop(io);
+                        refusals.count();
+                        continue;
+                    }
+                },
+                false => {
+                    drop(io);
+                    refusals.count();
+                    continue;
+                }
+            },
         };
         let app = app.clone();
         let stop = shutdown.clone();
         let header_timeout = doors.header_timeout;
+        let (head, evicted) = heads.wait();
         conns.spawn(async move {
             let _permit = (permit, held);
             let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                head.arrived();
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(ConnectInfo(addr.clone()));
                 app.clone().oneshot(req)
@@ -281,6 +371,8 @@ pub(crate) async fn serve_per_client<L: Accept>(
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,
+                // Made room for a newer connection before its head came.
+                _ = evicted.cancelled() => return,
                 _ = stop.cancelled() => conn.as_mut().graceful_shutdown(),
             }
             let _ = conn.await;
@@ -354,6 +446,21 @@ pub(crate) fn open_files_limit() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_oldest_connection_without_a_head_gives_way() {
+        let heads = Heads::default();
+        let (first, first_gone) = heads.wait();
+        let (_second, second_gone) = heads.wait();
+        let (third, third_gone) = heads.wait();
+        first.arrived();
+        assert!(heads.evict_oldest(), "the second still waits");
+        assert!(!first_gone.is_cancelled(), "its head came: never evicted");
+        assert!(second_gone.is_cancelled());
+        drop(third);
+        assert!(!third_gone.is_cancelled(), "closed on its own");
+        assert!(!heads.evict_oldest(), "none waits any more");
+    }
 
     #[test]
     fn each_client_holds_its_own_share_and_gives_it_back() {

@@ -472,6 +472,27 @@ fn the_default_run_dir_is_not_one_another_user_can_take() {
 /// `n` unfinished request heads to `addr` from the loopback address `from`
 /// (a client other than the test's own 127.0.0.1); those the server closes
 /// at once are closed here too.
+#[test]
+fn heads_held_from_many_addresses_give_way_to_whole_requests() {
+    require_docker();
+    // Five addresses, each within its own share (64), hold 300 unfinished
+    // heads between them: past the global cap of 256. The oldest head
+    // makes room for each newer connection, so every whole request from
+    // a sixth address is answered (before, none of 60 was).
+    let s = Saheeli::with_config("http:\n  header_timeout: 60s\n");
+    let w = WebServe::start(&s, "127.0.0.1:0", &[]);
+    let held: Vec<TcpStream> = (2..7)
+        .flat_map(|i| half_open_from(&w.addr, &format!("127.0.0.{i}"), 60))
+        .collect();
+    assert!(held.len() >= 280, "only {} connected", held.len());
+    std::thread::sleep(Duration::from_millis(300));
+    let answered = (0..60).filter(|_| try_get(&w.addr) == Some(200)).count();
+    assert_eq!(
+        answered, 60,
+        "of 60 requests while five clients hold 300 heads"
+    );
+}
+
 fn half_open_from(addr: &str, from: &str, n: usize) -> Vec<TcpStream> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
