@@ -25,11 +25,13 @@
 //!   `override_outcome` (a person's verdict on an ended task), the human
 //!   desk's rows, a template's steps marked done, and each serving
 //!   foreman's admission state (what `task status` and metrics show).
+//! - `admission`: the limit of `concurrency: auto` and the circuit
+//!   breaker, pure (the loop asks, the supervisors report, metrics name
+//!   the breaker's states).
 //! - `reconciler/`: `saheeli serve`, the loop: claims, take-overs,
 //!   cancels passed on, lease renewal, sweep, a control channel per task,
-//!   and admission (`admission`: the limit of `concurrency: auto` and the
-//!   circuit breaker, pure; `gate`: the loop's side of it, its log lines
-//!   and the `admission` row).
+//!   and `gate`: the loop's side of admission, its log lines and the
+//!   `admission` row.
 //! - `supervisor/`: one task's life, written once for every engine:
 //!   launch, the watch loop, collect, outcome (a pure function into
 //!   `protocol::Reason`), finish and the retry policy, adopt, park; its
@@ -87,6 +89,7 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+mod admission;
 mod backend;
 mod capability;
 pub mod cli;

@@ -138,9 +138,9 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         upstream,
         desk_store: Arc::new(Mutex::new(open_store(cfg)?)),
         metrics,
-        admission: Mutex::new(reconciler::Admission::new(
+        admission: Mutex::new(crate::admission::Admission::new(
             cfg.file.concurrency,
-            reconciler::Tuning::default(),
+            crate::admission::Tuning::default(),
         )),
     }))
 }

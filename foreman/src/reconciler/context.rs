@@ -29,7 +29,7 @@ pub(crate) struct Ctx {
     /// What `GET /metrics` renders (`metrics.scrape()`).
     pub metrics: crate::metrics::Metrics,
     /// How many tasks may run now, and the circuit breaker.
-    pub admission: Mutex<super::Admission>,
+    pub admission: Mutex<crate::admission::Admission>,
 }
 
 impl Ctx {

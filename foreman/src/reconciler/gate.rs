@@ -14,8 +14,8 @@ use tracing::{debug, info, warn};
 
 use crate::store::{AdmissionRow, Store, now_ms};
 
-use super::admission::{Admission, Change, Report, Snapshot};
 use super::context::Ctx;
+use crate::admission::{Admission, Breaker, Change, Report, Snapshot};
 
 /// The admission row is rewritten at least this often while serving (a
 /// reader takes a row older than `metrics::ADMISSION_FRESH_MS` for a
@@ -53,7 +53,7 @@ impl Ctx {
     /// [`refill_allowed`]).
     pub(super) fn may_refill(&self, drain: &QueueWatch) -> bool {
         let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
-        let closed = a.breaker(Instant::now()).0 == super::Breaker::Closed;
+        let closed = a.breaker(Instant::now()).0 == Breaker::Closed;
         refill_allowed(closed, drain.draining, drain.nothing_queued())
     }
 

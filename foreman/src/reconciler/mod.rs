@@ -8,7 +8,6 @@
 //! cancel` sets a flag it reads when the database's doorbell rings: see
 //! `bell`).
 
-mod admission;
 mod bell;
 mod context;
 mod control;
@@ -17,7 +16,9 @@ mod lease;
 mod serve;
 mod sweep;
 
-pub(crate) use admission::{Admission, Breaker, Report, Tuning};
+/// Read by `gateway/upstream.rs` (the auto connection ceiling) until that
+/// takes it from `crate::admission` (plan step B1).
+pub(crate) use crate::admission::Tuning;
 pub(crate) use context::{Ctx, Joined, MAX_REQUEUES, ServeOptions};
 pub(crate) use control::{Command, Inbox};
 #[cfg(test)]

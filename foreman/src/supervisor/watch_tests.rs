@@ -53,9 +53,9 @@ impl Rig {
                 upstream.providers.clone(),
                 crate::metrics::Source::Foreman,
             ),
-            admission: Mutex::new(crate::reconciler::Admission::new(
+            admission: Mutex::new(crate::admission::Admission::new(
                 cfg.file.concurrency,
-                crate::reconciler::Tuning::default(),
+                crate::admission::Tuning::default(),
             )),
             upstream,
             cfg,

@@ -33,7 +33,8 @@
 //! long (at most [`Tuning::max_open_for`]).
 //!
 //! Everything here is a pure function of the reports and the time passed
-//! in; the serve loop asks and the supervisors report.
+//! in; the serve loop asks (`reconciler::gate`) and the supervisors
+//! report. It sits below both, and below `metrics` (the breaker's states).
 
 use std::time::Duration;
 
