@@ -34,8 +34,10 @@
 //!   `admission` row.
 //! - `supervisor/`: one task's life, written once for every engine:
 //!   launch, the watch loop, collect, outcome (a pure function into
-//!   `protocol::Reason`), finish and the retry policy, adopt, park; its
-//!   module doc has the lifecycle diagram and who writes state.
+//!   `protocol::Reason`), finish and the retry policy, adopt, park; the
+//!   context the loop shares with it (`Ctx`), the per-task control
+//!   channel and letting go of a lost lease; its module doc has the
+//!   lifecycle diagram and who writes state.
 //! - `events/`: the bus every transition is published on, fed from the
 //!   event trail; subscribers (progress today; webhooks, metrics and the
 //!   dashboard next) never touch the loop.

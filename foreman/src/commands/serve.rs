@@ -10,8 +10,9 @@ use crate::cli::ServeArgs;
 use crate::config::Config;
 use crate::docker;
 use crate::gateway::Upstream;
-use crate::reconciler::{self, Ctx, ServeOptions};
+use crate::reconciler::{self, ServeOptions};
 use crate::state::TaskState;
+use crate::supervisor::Ctx;
 
 use super::*;
 

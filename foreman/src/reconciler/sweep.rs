@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tracing::info;
 
-use super::context::Ctx;
 use super::serve::Handles;
+use crate::supervisor::Ctx;
 
 /// Removes what ended tasks left behind (a foreman that died mid-cleanup,
 /// a node that was Down).

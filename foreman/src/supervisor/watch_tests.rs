@@ -11,9 +11,9 @@ use super::*;
 use crate::backend::{Engine, Fake, Phase, Servo, Stop};
 use crate::config::{Config, ConfigFile};
 use crate::gateway::Meter;
-use crate::reconciler::{Control, Ctx, Inbox, channel};
 use crate::state::TaskState;
 use crate::store::{Lease, Store, TaskRow};
+use crate::supervisor::{Control, Ctx, Inbox, channel};
 
 /// A foreman's context on a temporary directory, its engine `fake`.
 struct Rig {

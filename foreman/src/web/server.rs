@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::events::Bus;
-use crate::reconciler::Ctx;
 use crate::store::{DbError, Store};
+use crate::supervisor::Ctx;
 
 use super::error::ApiError;
 use super::{api, assets, auth, files, sse};

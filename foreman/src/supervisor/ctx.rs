@@ -1,10 +1,14 @@
-//! What a serve loop shares with the supervisors it spawns.
+//! What a serve loop shares with the supervisors it spawns: the context,
+//! what a supervisor hands back, and its reports to admission.
 
 use std::sync::{Arc, Mutex};
 
 use crate::docker::Docker;
 use saheeli_protocol::TaskId;
+use tokio::time::Instant;
+use tracing::debug;
 
+use crate::admission::{Report, log_change};
 use crate::backend::TaskEngine;
 use crate::config::Config;
 use crate::gateway::Upstream;
@@ -91,25 +95,19 @@ impl Ctx {
         .await??;
         Ok(r)
     }
-}
 
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ServeOptions {
-    /// Return once nothing is queued or running.
-    pub drain: bool,
-    /// Run only this task and return when it ends (`saheeli run`).
-    pub only: Option<TaskId>,
-}
-
-/// What a serve loop did.
-#[derive(Debug, Default)]
-pub(crate) struct ServeSummary {
-    pub finished: Vec<(TaskId, TaskState)>,
-}
-
-impl ServeSummary {
-    pub fn all_complete(&self) -> bool {
-        self.finished.iter().all(|(_, s)| *s == TaskState::Complete)
+    /// What one launch told about the daemon.
+    pub fn report_launch(&self, id: TaskId, report: Report) {
+        if let Report::DaemonFailed(fault) = report {
+            crate::metrics::live().launch_failed(fault.into());
+        }
+        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let before = a.limit();
+        if let Some(c) = a.report(Instant::now(), report) {
+            log_change(&a, c);
+        } else if a.limit() != before {
+            debug!(task_id = %id, limit = a.limit(), "admission: limit raised");
+        }
     }
 }
 
