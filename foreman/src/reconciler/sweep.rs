@@ -51,7 +51,7 @@ pub(super) async fn sweep_pool(ctx: Arc<Ctx>) {
     let seen = ctx
         .db(move |s| {
             let live = s.serving_owners(since)?;
-            let in_use = s.warm_in_use(crate::backend::local::POOL_PREFIX)?;
+            let in_use = s.warm_in_use(crate::backend::POOL_PREFIX)?;
             Ok((live, in_use))
         })
         .await;

@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::docker::Docker;
 use saheeli_protocol::TaskId;
 use tokio::time::Instant;
 use tracing::debug;
@@ -20,8 +19,7 @@ pub(crate) struct Ctx {
     pub cfg: Config,
     /// This foreman's lease on the tasks it runs.
     pub lease: crate::store::Lease,
-    pub docker: Docker,
-    /// Where the servos run (a swarm's manager is also `docker`).
+    /// Where the servos run.
     pub engine: crate::backend::Engine,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,

@@ -43,7 +43,6 @@ impl Rig {
         let upstream = Arc::new(crate::gateway::Upstream::from_config(&cfg).unwrap());
         let ctx = Ctx {
             lease: Lease::new(Duration::from_millis(1)),
-            docker: fake.docker(),
             engine: Engine::Fake(fake.clone()),
             store: Arc::new(Mutex::new(Store::open(&cfg.database()).unwrap())),
             bus: crate::events::Bus::new(16),

@@ -89,7 +89,8 @@ pub(super) struct Web {
     /// The web's own connection: never queued behind the loop's.
     pub store: Arc<Mutex<Store>>,
     pub bus: Bus,
-    pub docker: bollard::Docker,
+    /// Where the servos run (their logs are followed live).
+    pub engine: crate::backend::Engine,
     pub auth: auth::Auth,
     /// Ends the live streams when the server stops.
     pub shutdown: CancellationToken,
@@ -144,7 +145,7 @@ pub(crate) async fn start(
         cfg: ctx.cfg.clone(),
         store: Arc::new(Mutex::new(store)),
         bus: ctx.bus.clone(),
-        docker: ctx.docker.clone(),
+        engine: ctx.engine.clone(),
         auth: auth::Auth::new(settings.token.clone()),
         shutdown: shutdown.clone(),
         metrics: ctx.metrics.clone(),
