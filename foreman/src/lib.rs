@@ -23,8 +23,10 @@
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
 //!   `override_outcome` (a person's verdict on an ended task), the human
-//!   desk's rows, a template's steps marked done, and each serving
-//!   foreman's admission state (what `task status` and metrics show).
+//!   desk's rows, a template's steps marked done, each serving
+//!   foreman's admission state (what `task status` and metrics show), and
+//!   the LLM call ledger's SQL (`ledger`, run on the gateway's own
+//!   connection).
 //! - `admission`: the limit of `concurrency: auto` and the circuit
 //!   breaker, pure (the loop asks, the supervisors report, metrics name
 //!   the breaker's states).
