@@ -19,7 +19,9 @@
 //!   from which `--param`, the environment overrides, `--dry-run` and the
 //!   book's settings page derive; `docs` (tests only) writes and checks
 //!   the book's generated pages (CLI and settings) and its links.
-//! - `state`: the task lifecycle (one enum, one table of allowed moves).
+//! - `state`: the task lifecycle (one enum, one table of allowed moves);
+//!   `text`: text made safe for a terminal, a wait in one line, RFC 3339
+//!   times (below every module that shows text; `output` re-exports it).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
 //!   `override_outcome` (a person's verdict on an ended task), the human
@@ -117,6 +119,7 @@ mod spec;
 mod state;
 mod store;
 mod supervisor;
+mod text;
 mod web;
 
 use backend::{disk, docker};
