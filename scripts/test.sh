@@ -12,8 +12,9 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 cargo fmt --all --check
 cargo clippy --quiet --all-targets -- -D warnings
 # The supervisor and the loop never name an engine (docs: supervisor/mod.rs).
-if grep -rn "handles_swarm\|Backend::Swarm\|bollard" foreman/src/supervisor foreman/src/reconciler; then
-  echo "error: supervisor/ and reconciler/ must not name an engine or bollard; ask backend::Engine" >&2
+if grep -rn "handles_swarm\|Backend::Swarm\|bollard\|crate::docker\|backend::local\|backend::swarm" \
+  foreman/src/supervisor foreman/src/reconciler; then
+  echo "error: supervisor/ and reconciler/ must not name an engine, crate::docker, backend::local, backend::swarm or bollard; ask backend::Engine" >&2
   exit 1
 fi
 # mod.rs declares its modules and names what it takes from them: no

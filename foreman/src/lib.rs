@@ -19,21 +19,29 @@
 //!   from which `--param`, the environment overrides, `--dry-run` and the
 //!   book's settings page derive; `docs` (tests only) writes and checks
 //!   the book's generated pages (CLI and settings) and its links.
-//! - `state`: the task lifecycle (one enum, one table of allowed moves).
+//! - `state`: the task lifecycle (one enum, one table of allowed moves);
+//!   `text`: text made safe for a terminal, a wait in one line, RFC 3339
+//!   times (below every module that shows text; `output` re-exports it).
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
 //!   `override_outcome` (a person's verdict on an ended task), the human
-//!   desk's rows, a template's steps marked done, and each serving
-//!   foreman's admission state (what `task status` and metrics show).
+//!   desk's rows, a template's steps marked done, each serving
+//!   foreman's admission state (what `task status` and metrics show), and
+//!   the LLM call ledger's SQL (`ledger`, run on the gateway's own
+//!   connection).
+//! - `admission`: the limit of `concurrency: auto` and the circuit
+//!   breaker, pure (the loop asks, the supervisors report, metrics name
+//!   the breaker's states).
 //! - `reconciler/`: `saheeli serve`, the loop: claims, take-overs,
 //!   cancels passed on, lease renewal, sweep, a control channel per task,
-//!   and admission (`admission`: the limit of `concurrency: auto` and the
-//!   circuit breaker, pure; `gate`: the loop's side of it, its log lines
-//!   and the `admission` row).
+//!   and `gate`: the loop's side of admission, its log lines and the
+//!   `admission` row.
 //! - `supervisor/`: one task's life, written once for every engine:
 //!   launch, the watch loop, collect, outcome (a pure function into
-//!   `protocol::Reason`), finish and the retry policy, adopt, park; its
-//!   module doc has the lifecycle diagram and who writes state.
+//!   `protocol::Reason`), finish and the retry policy, adopt, park; the
+//!   context the loop shares with it (`Ctx`), the per-task control
+//!   channel and letting go of a lost lease; its module doc has the
+//!   lifecycle diagram and who writes state.
 //! - `events/`: the bus every transition is published on, fed from the
 //!   event trail; subscribers (progress today; webhooks, metrics and the
 //!   dashboard next) never touch the loop.
@@ -87,6 +95,7 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+mod admission;
 mod backend;
 mod capability;
 pub mod cli;
@@ -110,6 +119,7 @@ mod spec;
 mod state;
 mod store;
 mod supervisor;
+mod text;
 mod web;
 
 use backend::{disk, docker};

@@ -29,5 +29,5 @@ pub(crate) use engine::TaskEngine;
 pub(crate) use facts::{EngineError, Found, Phase, Prepared, Reach, Servo, Stop, Workspace};
 #[cfg(test)]
 pub(crate) use fake::Fake;
-pub(crate) use local::{ORPHAN_SLOT_AGE, Pace, remove_warm, slot_of};
-pub(crate) use seam::Engine;
+pub(crate) use local::{ORPHAN_SLOT_AGE, POOL_PREFIX, Pace, remove_warm, slot_of};
+pub(crate) use seam::{Engine, ServoLog};

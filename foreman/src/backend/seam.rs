@@ -9,6 +9,8 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use saheeli_protocol::TaskId;
 
 use super::TaskEngine;
@@ -19,6 +21,10 @@ use super::local::{Local, LocalLeftovers, LocalPhases};
 use super::swarm::{Swarm, SwarmLeftovers, SwarmPhases};
 use crate::gateway::Gateway;
 use crate::spec::TaskSpec;
+
+/// A servo container's log, followed until the container ends (or the
+/// daemon stops answering): the servo mirrors its audit lines to stdout.
+pub(crate) type ServoLog = BoxStream<'static, bytes::Bytes>;
 
 /// The engine a foreman runs its tasks on (`backend:` in config.yaml).
 #[derive(Clone)]
@@ -351,6 +357,34 @@ impl Engine {
             (Engine::Swarm(s), Leftovers::Swarm(left)) => s.remove_leftovers(left, ended).await,
             _ => {}
         }
+    }
+
+    /// The logs of task `id`'s servo containers, oldest first, each with
+    /// its container's id (a parked task's next container comes after).
+    /// A log asks the daemon nothing until it is polled.
+    pub async fn servo_logs(&self, id: TaskId) -> anyhow::Result<Vec<(String, ServoLog)>> {
+        let docker = match self {
+            Engine::Local(l) => l.docker.clone(),
+            Engine::Swarm(s) => s.manager.clone(),
+            #[cfg(test)]
+            Engine::Fake(f) => f.docker(),
+        };
+        let ids = super::docker::task_containers_in_order(&docker, id).await?;
+        Ok(ids
+            .into_iter()
+            .map(|cid| {
+                let opts = bollard::query_parameters::LogsOptionsBuilder::default()
+                    .stdout(true)
+                    .follow(true)
+                    .build();
+                let log = docker
+                    .logs(&cid, Some(opts))
+                    .take_while(|r| std::future::ready(r.is_ok()))
+                    .filter_map(|r| std::future::ready(r.ok().map(|c| c.into_bytes())))
+                    .boxed();
+                (cid, log)
+            })
+            .collect())
     }
 }
 

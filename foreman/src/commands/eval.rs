@@ -362,7 +362,8 @@ async fn follow_and_serve(
         }
     } else {
         let ctx = context(cfg).await?;
-        crate::docker::require_image(&ctx.docker, &cfg.file.image).await?;
+        // The image is here (or, on a swarm, pulled on every node ahead).
+        ctx.engine.check_image().await?;
         // The loop drains once every case has ended (or on Ctrl-C).
         let ending = {
             let (done, drain) = (done.clone(), drain.clone());

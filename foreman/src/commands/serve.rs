@@ -10,8 +10,9 @@ use crate::cli::ServeArgs;
 use crate::config::Config;
 use crate::docker;
 use crate::gateway::Upstream;
-use crate::reconciler::{self, Ctx, ServeOptions};
+use crate::reconciler::{self, ServeOptions};
 use crate::state::TaskState;
+use crate::supervisor::Ctx;
 
 use super::*;
 
@@ -72,7 +73,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     upstream.probe_servers().await;
     let upstream = Arc::new(upstream);
     let secrets = upstream.providers.secrets();
-    let (docker, engine) = match &cfg.file.swarm {
+    let engine = match &cfg.file.swarm {
         Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {
             if let Some(problem) = cfg.file.swarm_image_problem() {
                 anyhow::bail!("{}: {problem}", cfg.describe_source());
@@ -91,7 +92,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
                 .await?;
             let key = crate::backend::swarm::token_key(&cfg.state_dir())?;
             let parts = crate::backend::swarm::SwarmParts {
-                manager: manager.clone(),
+                manager,
                 manager_addr,
                 network: swarm.network.clone(),
                 gateway_url: format!("http://{}", swarm.gateway_listen),
@@ -99,7 +100,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
                 key,
             };
             let engine = crate::backend::swarm::Swarm::new(parts, cfg.clone(), secrets);
-            (manager, crate::backend::Engine::Swarm(engine))
+            crate::backend::Engine::Swarm(engine)
         }
         _ => {
             match cfg.file.limits.disk_enforcement {
@@ -109,8 +110,8 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
                 ),
             }
             let docker = docker::connect().await?;
-            let engine = crate::backend::local::Local::new(docker.clone(), cfg.clone(), secrets);
-            (docker, crate::backend::Engine::Local(engine))
+            let engine = crate::backend::local::Local::new(docker, cfg.clone(), secrets);
+            crate::backend::Engine::Local(engine)
         }
     };
     let lease = crate::store::Lease::new(cfg.file.lease);
@@ -132,16 +133,15 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
         lease,
-        docker,
         engine,
         store: Arc::new(Mutex::new(store)),
         bus: crate::events::Bus::new(1024),
         upstream,
         desk_store: Arc::new(Mutex::new(open_store(cfg)?)),
         metrics,
-        admission: Mutex::new(reconciler::Admission::new(
+        admission: Mutex::new(crate::admission::Admission::new(
             cfg.file.concurrency,
-            reconciler::Tuning::default(),
+            crate::admission::Tuning::default(),
         )),
     }))
 }

@@ -8,16 +8,16 @@
 //! its reservation) and seeds the task's meter from settled usage plus lost
 //! reservations. The gateway keeps its own connection to the database file
 //! (WAL, 10 s busy timeout, `BEGIN IMMEDIATE` for writes) and is called
-//! from blocking threads only.
+//! from blocking threads only. The SQL is the store's (`store::ledger`).
 
 use std::path::Path;
 use std::sync::Mutex;
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::chat::ChatUsage;
 
-use crate::store::ExecCached;
+use crate::store::ledger::{self, Spent};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LedgerError {
@@ -26,20 +26,6 @@ pub(crate) enum LedgerError {
         path: String,
         source: rusqlite::Error,
     },
-}
-
-/// What a task spent according to the ledger.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Spent {
-    pub calls: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost_usd: f64,
-    /// Calls a dead foreman left in flight, now counted at their reservation.
-    pub lost: u64,
-    /// Parts of `input_tokens` read from and written to the provider's cache.
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
 }
 
 pub(crate) struct Ledger {
@@ -51,10 +37,6 @@ impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ledger").field("path", &self.path).finish()
     }
-}
-
-fn now_ms() -> i64 {
-    crate::store::now_ms()
 }
 
 impl Ledger {
@@ -104,138 +86,39 @@ impl Ledger {
         tokens: u64,
         cost_usd: f64,
     ) -> Result<(), LedgerError> {
-        self.write(|tx| {
-            tx.exec_cached(
-                "INSERT INTO llm_calls (call_id, task_id, state, reserved_tokens, reserved_cost, started_at)
-                 VALUES (?1, ?2, 'in_flight', ?3, ?4, ?5)",
-                params![call, task.to_string(), tokens as i64, cost_usd, now_ms()],
-            )?;
-            Ok(())
-        })
+        self.write(|tx| ledger::reserve(tx, task, call, tokens, cost_usd))
     }
 
     /// Records what the call really cost (zero when nothing was billed).
     pub fn settle(&self, call: &str, usage: &ChatUsage, cost_usd: f64) -> Result<(), LedgerError> {
-        self.write(|tx| {
-            tx.exec_cached(
-                "UPDATE llm_calls SET state = 'settled', input_tokens = ?2, output_tokens = ?3,
-                        cost_usd = ?4, settled_at = ?5, cache_read_tokens = ?6,
-                        cache_write_tokens = ?7
-                 WHERE call_id = ?1 AND state = 'in_flight'",
-                params![
-                    call,
-                    usage.prompt_tokens as i64,
-                    usage.completion_tokens as i64,
-                    cost_usd,
-                    now_ms(),
-                    usage.cache_read_tokens as i64,
-                    usage.cache_write_tokens as i64
-                ],
-            )?;
-            Ok(())
-        })
+        self.write(|tx| ledger::settle(tx, call, usage, cost_usd))
     }
 
     /// Until when a call of `task` waits for its turn in the provider's
     /// rate limit (None: no longer), for `task status`.
     pub fn rate_wait(&self, task: TaskId, until_ms: Option<i64>) -> Result<(), LedgerError> {
-        self.write(|tx| {
-            tx.exec_cached(
-                "UPDATE tasks SET rate_wait_until = ?2 WHERE id = ?1",
-                params![task.to_string(), until_ms],
-            )?;
-            Ok(())
-        })
+        self.write(|tx| ledger::rate_wait(tx, task, until_ms))
     }
 
     /// Settles a call cut off before its answer (the servo killed, the
     /// request dropped) at its reservation, counted as input: what the
     /// provider billed is unknown, and it may have billed it all.
     pub fn settle_cut(&self, call: &str) -> Result<(), LedgerError> {
-        self.write(|tx| {
-            tx.exec_cached(
-                "UPDATE llm_calls SET state = 'settled', input_tokens = reserved_tokens,
-                        output_tokens = 0, cost_usd = reserved_cost, settled_at = ?2
-                 WHERE call_id = ?1 AND state = 'in_flight'",
-                params![call, now_ms()],
-            )?;
-            Ok(())
-        })
+        self.write(|tx| ledger::settle_cut(tx, call))
     }
 
     /// When a task's gateway stops: every call of the task still in flight
     /// is settled at its reservation, so none stays `in_flight` forever
     /// (issue 27). Returns how many there were.
     pub fn settle_all_cut(&self, task: TaskId) -> Result<usize, LedgerError> {
-        self.write(|tx| {
-            tx.exec_cached(
-                "UPDATE llm_calls SET state = 'settled', input_tokens = reserved_tokens,
-                        output_tokens = 0, cost_usd = reserved_cost, settled_at = ?2
-                 WHERE task_id = ?1 AND state = 'in_flight'",
-                params![task.to_string(), now_ms()],
-            )
-        })
+        self.write(|tx| ledger::settle_all_cut(tx, task))
     }
 
     /// Takes a task over: calls left in flight become `lost` (counted once,
     /// at their reservation), and the task's total spend is returned. None
     /// when the ledger knows no call of the task.
     pub fn adopt(&self, task: TaskId) -> Result<Option<Spent>, LedgerError> {
-        self.write(|tx| {
-            let id = task.to_string();
-            let lost = tx.exec_cached(
-                "UPDATE llm_calls SET state = 'lost', settled_at = ?2
-                 WHERE task_id = ?1 AND state = 'in_flight'",
-                params![id, now_ms()],
-            )?;
-            let (calls, input, output, cost, reserved, reserved_cost, read, write): (
-                i64,
-                i64,
-                i64,
-                f64,
-                i64,
-                f64,
-                i64,
-                i64,
-            ) = tx.query_row(
-                "SELECT count(*),
-                        coalesce(sum(CASE state WHEN 'settled' THEN input_tokens END), 0),
-                        coalesce(sum(CASE state WHEN 'settled' THEN output_tokens END), 0),
-                        coalesce(sum(CASE state WHEN 'settled' THEN cost_usd END), 0.0),
-                        coalesce(sum(CASE state WHEN 'lost' THEN reserved_tokens END), 0),
-                        coalesce(sum(CASE state WHEN 'lost' THEN reserved_cost END), 0.0),
-                        coalesce(sum(CASE state WHEN 'settled' THEN cache_read_tokens END), 0),
-                        coalesce(sum(CASE state WHEN 'settled' THEN cache_write_tokens END), 0)
-                     FROM llm_calls WHERE task_id = ?1",
-                [&id],
-                |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                    ))
-                },
-            )?;
-            if calls == 0 {
-                return Ok(None);
-            }
-            // A lost call's reservation is counted as input: which part of
-            // it the provider billed as output is unknown.
-            Ok(Some(Spent {
-                calls: calls as u64,
-                input_tokens: (input + reserved) as u64,
-                output_tokens: output as u64,
-                cost_usd: cost + reserved_cost,
-                lost: lost as u64,
-                cache_read_tokens: read as u64,
-                cache_write_tokens: write as u64,
-            }))
-        })
+        self.write(|tx| ledger::adopt(tx, task))
     }
 }
 

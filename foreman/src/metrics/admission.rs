@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use strum::IntoEnumIterator;
 
-use crate::reconciler::Breaker;
+use crate::admission::Breaker;
 use crate::store::AdmissionRow;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,11 +1,10 @@
 //! Tasks as `--json` prints them: the shapes scripts rely on.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use serde::Serialize;
 
 use crate::state::TaskState;
 use crate::store::{EventRow, Override, TaskRow, now_ms};
+use crate::text::time;
 
 /// A task as `--json` prints it.
 #[derive(Debug, Serialize)]
@@ -183,10 +182,6 @@ pub(crate) fn hit_rate(read: i64, input: i64) -> f64 {
         return 0.0;
     }
     ((read.max(0) as f64 / input as f64).min(1.0) * 10_000.0).round() / 10_000.0
-}
-
-pub(crate) fn time(ms: i64) -> String {
-    saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
 }
 
 pub(super) fn duration_ms(t: &TaskRow) -> Option<i64> {

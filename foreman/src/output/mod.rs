@@ -14,15 +14,17 @@ mod text;
 mod tree;
 mod waits;
 
-use json::{duration_ms, time};
+use crate::text::time;
+use json::duration_ms;
 
+pub(crate) use crate::text::{clean, printable, waiting_line};
 pub(crate) use admission::admission_line;
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use ended::log_finished;
-pub(crate) use json::{AttemptView, TaskView, hit_rate, time as time_of};
+pub(crate) use json::{AttemptView, TaskView, hit_rate};
 pub(crate) use recoverable::recoverable;
 pub(crate) use steps::{StepView, steps_text};
 pub(crate) use table::{detail, how_to_reply, override_line, short_duration, table};
-pub(crate) use text::{audit_line, clean, printable, waiting_line};
+pub(crate) use text::audit_line;
 pub(crate) use tree::{ChildView, TreeTotals, family, family_lines, tree_text};
 pub(crate) use waits::waits_line;

@@ -204,7 +204,7 @@ pub(crate) fn detail(
         } else {
             " (passed)".to_string()
         };
-        let _ = writeln!(s, "deadline:  {}{when}", super::json::time(at));
+        let _ = writeln!(s, "deadline:  {}{when}", crate::text::time(at));
     }
     if let Some(r) = &t.retry_of {
         let _ = writeln!(s, "retry of:  {r}");

@@ -3,34 +3,7 @@
 
 use saheeli_protocol::AuditEvent;
 
-/// Text from a prompt or the agent, made safe for a terminal: control
-/// characters (newlines, escape sequences) are shown escaped, so a title
-/// cannot break a table row or drive the terminal.
-pub(crate) fn clean(text: &str) -> String {
-    printable(text).into_owned()
-}
-
-/// `text` with control characters (C0 but tab, DEL, C1) and bidi overrides
-/// shown as `\u{..}` escapes: what an agent wrote never drives the terminal.
-pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    fn unsafe_char(c: char) -> bool {
-        (c.is_control() && c != '\t')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    }
-    if !text.chars().any(unsafe_char) {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| {
-            if unsafe_char(c) {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
-}
+use crate::text::{printable, waiting_line};
 
 /// One audit event as a line for people.
 pub(super) fn describe(ev: &AuditEvent) -> String {
@@ -224,23 +197,6 @@ pub(crate) fn audit_line(line: &str) -> String {
     }
 }
 
-/// What a task waits for, in one line.
-pub(crate) fn waiting_line(w: &saheeli_protocol::human::Waiting) -> String {
-    use saheeli_protocol::human::Waiting;
-    match w {
-        Waiting::Answer { question } => format!("question: {question}"),
-        Waiting::Approval { tool, arguments } => {
-            let mut args: String = arguments.chars().take(200).collect();
-            if args.len() < arguments.len() {
-                args.push('…');
-            }
-            format!("approve {tool} {args}")
-        }
-        Waiting::Plan { plan } => format!("approve plan: {}", plan.join(" / ")),
-        Waiting::Blocked { reason, needed } => format!("blocked: {reason}; needs: {needed}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,11 +213,5 @@ mod tests {
             line.starts_with("[not an audit event] \\u{1b}[31m"),
             "{line}"
         );
-    }
-
-    #[test]
-    fn control_characters_are_escaped() {
-        assert_eq!(clean("plain title"), "plain title");
-        assert_eq!(clean("a\nb\x1b[2Jc"), "a\\nb\\u{1b}[2Jc");
     }
 }

@@ -69,8 +69,8 @@ pub(crate) fn family(store: &Store, t: &TaskRow) -> Result<Family, StoreError> {
                 steps: l.steps,
                 tokens: c.tokens,
                 cost_usd: c.cost,
-                finished_at: l.finished_at.map(super::json::time),
-                received_at: c.delivered_at.map(super::json::time),
+                finished_at: l.finished_at.map(crate::text::time),
+                received_at: c.delivered_at.map(crate::text::time),
                 waiting_for: l.waiting_for.clone(),
             }
         })

@@ -8,14 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use saheeli_protocol::TaskId;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::store::{AdmissionRow, Store, now_ms};
 
-use super::admission::{Admission, Change, Report, Snapshot};
-use super::context::Ctx;
+use crate::admission::{Breaker, Snapshot, log_change};
+use crate::supervisor::Ctx;
 
 /// The admission row is rewritten at least this often while serving (a
 /// reader takes a row older than `metrics::ADMISSION_FRESH_MS` for a
@@ -25,91 +24,50 @@ const HEARTBEAT: Duration = Duration::from_secs(2);
 /// Changes are written no more often than this.
 const SETTLE: Duration = Duration::from_millis(250);
 
-impl Ctx {
-    /// Whether the loop may claim one more task with `busy` holding a slot.
-    pub(super) fn may_launch(&self, busy: usize) -> bool {
-        let wait = self.upstream.rate_wait();
-        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
-        let held = a.held_for_rate();
-        a.provider_wait(wait);
-        if a.held_for_rate() != held {
-            info!(
-                wait_s = wait.as_secs_f64().round(),
-                held = !held,
-                "admission: a provider's rate limit {} launches",
-                if held { "no longer holds" } else { "holds" }
-            );
-        }
-        let (ok, change) = a.may_launch(Instant::now(), busy);
-        if let Some(c) = change {
-            log_change(&a, c);
-        }
-        ok
+/// Whether the loop may claim one more task with `busy` holding a slot.
+pub(super) fn may_launch(ctx: &Ctx, busy: usize) -> bool {
+    let wait = ctx.upstream.rate_wait();
+    let mut a = ctx.admission.lock().unwrap_or_else(|p| p.into_inner());
+    let held = a.held_for_rate();
+    a.provider_wait(wait);
+    if a.held_for_rate() != held {
+        info!(
+            wait_s = wait.as_secs_f64().round(),
+            held = !held,
+            "admission: a provider's rate limit {} launches",
+            if held { "no longer holds" } else { "holds" }
+        );
     }
-
-    /// Whether the pool may make warm servos now: only while the breaker
-    /// is closed (a failing daemon gets no refills either), and, for a
-    /// drain whose queue has nothing left to claim, not at all (see
-    /// [`refill_allowed`]).
-    pub(super) fn may_refill(&self, drain: &QueueWatch) -> bool {
-        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
-        let closed = a.breaker(Instant::now()).0 == super::Breaker::Closed;
-        refill_allowed(closed, drain.draining, drain.nothing_queued())
+    let (ok, change) = a.may_launch(Instant::now(), busy);
+    if let Some(c) = change {
+        log_change(&a, c);
     }
-
-    /// The loop claimed a task to launch.
-    pub(super) fn admitted(&self) {
-        self.admission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .admitted();
-    }
-
-    /// What one launch told about the daemon.
-    pub(crate) fn report_launch(&self, id: TaskId, report: Report) {
-        if let Report::DaemonFailed(fault) = report {
-            crate::metrics::live().launch_failed(fault.into());
-        }
-        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
-        let before = a.limit();
-        if let Some(c) = a.report(Instant::now(), report) {
-            log_change(&a, c);
-        } else if a.limit() != before {
-            debug!(task_id = %id, limit = a.limit(), "admission: limit raised");
-        }
-    }
-
-    fn admission_snapshot(&self) -> Snapshot {
-        self.admission
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .snapshot(Instant::now())
-    }
+    ok
 }
 
-fn log_change(a: &Admission, change: Change) {
-    let s = a.snapshot(Instant::now());
-    let latency_ms = s.latency_ms.map(|v| v.round());
-    let baseline_ms = s.baseline_ms.map(|v| v.round());
-    match change {
-        Change::Opened { for_, failures } => warn!(
-            breaker = "open",
-            failures,
-            pause_s = for_.as_secs_f64(),
-            limit = s.limit,
-            "admission: Docker daemon failing; no launches for a while"
-        ),
-        Change::HalfOpened => info!(breaker = "half_open", "admission: trying one launch"),
-        Change::Closed => info!(
-            breaker = "closed",
-            limit = s.limit,
-            "admission: Docker daemon answers again; launching"
-        ),
-        Change::Shrunk { limit } => info!(
-            limit,
-            latency_ms, baseline_ms, "admission: Docker slowing down; limit lowered"
-        ),
-    }
+/// Whether the pool may make warm servos now: only while the breaker
+/// is closed (a failing daemon gets no refills either), and, for a
+/// drain whose queue has nothing left to claim, not at all (see
+/// [`refill_allowed`]).
+pub(super) fn may_refill(ctx: &Ctx, drain: &QueueWatch) -> bool {
+    let mut a = ctx.admission.lock().unwrap_or_else(|p| p.into_inner());
+    let closed = a.breaker(Instant::now()).0 == Breaker::Closed;
+    refill_allowed(closed, drain.draining, drain.nothing_queued())
+}
+
+/// The loop claimed a task to launch.
+pub(super) fn admitted(ctx: &Ctx) {
+    ctx.admission
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admitted();
+}
+
+fn admission_snapshot(ctx: &Ctx) -> Snapshot {
+    ctx.admission
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .snapshot(Instant::now())
 }
 
 /// Writes the admission row when it changed (or now and then), on a
@@ -124,7 +82,7 @@ pub(super) struct Publisher {
 impl Publisher {
     /// A failed write is logged, never fatal: the row is only for show.
     pub(super) async fn publish(&mut self, ctx: &Arc<Ctx>, running: usize) {
-        let s = ctx.admission_snapshot();
+        let s = admission_snapshot(ctx);
         let pool_idle = ctx.engine.pool_idle();
         let key = (s.limit, s.breaker.as_str(), running, pool_idle);
         let due = match self.written {

@@ -16,12 +16,11 @@ use crate::state::TaskState;
 use crate::store::Store;
 
 use super::bell;
-use super::context::{Ctx, Joined, ServeOptions, ServeSummary};
-use super::control::{Control, channel};
-use super::gate::Publisher;
+use super::gate::{self, Publisher};
 use super::lease::renew_leases;
+use super::options::{ServeOptions, ServeSummary};
 use super::sweep::{sweep, sweep_pool};
-use crate::supervisor;
+use crate::supervisor::{self, Control, Ctx, Joined, channel};
 
 /// How often the loop looks for new work (a cheap `PRAGMA data_version`)
 /// when no doorbell rings (no inotify): the bell wakes it at once on any
@@ -93,10 +92,10 @@ pub(crate) async fn run(
     // admission; `saheeli run` has none (one task would never claim one).
     // A drain (the first Ctrl-C, `--drain`'s end) stops it too.
     let keeper_stop = drain.child_token();
-    let queue = super::gate::QueueWatch::new(opts.drain);
+    let queue = gate::QueueWatch::new(opts.drain);
     let keeper = opts.only.is_none().then(|| {
         let (c, pace_ctx, queue) = (ctx.clone(), ctx.clone(), queue.clone());
-        let pace: crate::backend::Pace = Arc::new(move || pace_ctx.may_refill(&queue));
+        let pace: crate::backend::Pace = Arc::new(move || gate::may_refill(&pace_ctx, &queue));
         let stop = keeper_stop.clone();
         tokio::spawn(async move { c.engine.keep_warm(pace, stop).await })
     });
@@ -196,7 +195,7 @@ pub(super) fn record(
 pub(super) async fn serve_loop(
     ctx: &Arc<Ctx>,
     opts: ServeOptions,
-    queue: &super::gate::QueueWatch,
+    queue: &gate::QueueWatch,
     drain: &CancellationToken,
     stop: &CancellationToken,
     running: &mut JoinSet<Joined>,
@@ -248,7 +247,10 @@ pub(super) async fn serve_loop(
 
         // Tasks waiting for a human hold no slot; admission sets the
         // limit (fixed or `auto`) and may pause launching (its breaker).
-        while look_for_work && !drain.is_cancelled() && ctx.may_launch(busy(running, handles)) {
+        while look_for_work
+            && !drain.is_cancelled()
+            && gate::may_launch(ctx, busy(running, handles))
+        {
             let lease = ctx.lease.clone();
             let claimed = ctx.db(move |s| s.claim_next(only, &lease)).await?;
             queue.found(claimed.is_some());
@@ -256,7 +258,7 @@ pub(super) async fn serve_loop(
                 look_for_work = false;
                 break;
             };
-            ctx.admitted();
+            gate::admitted(ctx);
             info!(task_id = %task.id, title = %task.title, "task claimed");
             let (control, inbox) = channel();
             handles.lock().unwrap().insert(task.id, control);

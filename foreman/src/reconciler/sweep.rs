@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tracing::info;
 
-use super::context::Ctx;
 use super::serve::Handles;
+use crate::supervisor::Ctx;
 
 /// Removes what ended tasks left behind (a foreman that died mid-cleanup,
 /// a node that was Down).
@@ -51,7 +51,7 @@ pub(super) async fn sweep_pool(ctx: Arc<Ctx>) {
     let seen = ctx
         .db(move |s| {
             let live = s.serving_owners(since)?;
-            let in_use = s.warm_in_use(crate::backend::local::POOL_PREFIX)?;
+            let in_use = s.warm_in_use(crate::backend::POOL_PREFIX)?;
             Ok((live, in_use))
         })
         .await;

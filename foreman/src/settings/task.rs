@@ -65,7 +65,7 @@ pub(super) const TASK: &[Setting] = &[
         .doc("An absolute time the task must end by (`2026-12-01T17:00:00Z`), beside `timeout`: it ends `timeout` then, waits for a human included; the model is told it. Unset: none.")
         .front(|f| f.deadline.is_some())
         .param()
-        .shown(|s, _| json!(s.deadline_ms.map(crate::output::time_of))),
+        .shown(|s, _| json!(s.deadline_ms.map(crate::text::time))),
     Setting::new("priority", "integer")
         .default("0")
         .doc("Higher runs first; `--priority` (or the API's `priority`) wins over it.")

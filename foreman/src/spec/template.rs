@@ -278,7 +278,7 @@ fn check_steps(path: &Path, text: &str, steps: &[Step]) -> anyhow::Result<()> {
                 "{}: step name `{}` must be 1 to {MAX_STEP_NAME} characters, without control \
                  characters or spaces around it",
                 at(path, text, &s.name),
-                crate::output::clean(&s.name)
+                crate::text::clean(&s.name)
             );
         }
         if !seen.insert(name) {

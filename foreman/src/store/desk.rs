@@ -230,13 +230,7 @@ impl Store {
             params![id.to_string(), call_id, text, now],
         )?;
         if inserted == 1 {
-            note_event(
-                &tx,
-                id,
-                "asked",
-                None,
-                &crate::output::waiting_line(waiting),
-            )?;
+            note_event(&tx, id, "asked", None, &crate::text::waiting_line(waiting))?;
             if let Some(r) = auto {
                 write_reply(&tx, id, call_id, r)?;
             }
@@ -258,7 +252,7 @@ impl Store {
                 id,
                 state,
                 to,
-                Some(&crate::output::waiting_line(waiting)),
+                Some(&crate::text::waiting_line(waiting)),
             )?;
             tx.exec_cached(
                 "UPDATE tasks SET human_deadline = ?2 WHERE id = ?1",

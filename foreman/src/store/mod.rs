@@ -19,6 +19,7 @@ mod error;
 mod eval;
 mod guard;
 mod lease;
+pub(crate) mod ledger;
 mod lifecycle;
 mod lookup;
 mod metrics;

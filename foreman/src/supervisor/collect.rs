@@ -10,9 +10,9 @@ use super::outcome::{nothing_collected, parked_exit};
 use super::park::record_park;
 use super::record::record_changes;
 use super::watch::{Ended, Metered, Watched};
+use super::{Ctx, Joined, abandon, still_held};
 use crate::backend::{Servo, Workspace};
 use crate::gateway::Gateway;
-use crate::reconciler::{Ctx, Joined, abandon, still_held};
 use crate::store::{Outcome, TaskRow, now_ms};
 
 /// Collects a watched servo's workspace and concludes its task.

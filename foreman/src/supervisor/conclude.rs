@@ -8,8 +8,8 @@ use tracing::{error, warn};
 use super::finish::finish;
 use super::outcome::{Completion, Ending, classify};
 use super::watch::{Ended, Metered, Watched};
+use super::{Ctx, Joined};
 use crate::collect;
-use crate::reconciler::{Ctx, Joined};
 use crate::state::TaskState;
 use crate::store::Outcome;
 

@@ -10,8 +10,8 @@ use tracing::{error, info, warn};
 
 use super::record::record_report;
 use super::retry::{Ended, plan, requeue_delay, should_retry};
+use super::{Ctx, Joined, MAX_REQUEUES, lease_lost};
 use crate::inputs;
-use crate::reconciler::{Ctx, Joined, MAX_REQUEUES, lease_lost};
 use crate::state::TaskState;
 use crate::store::{Outcome, Retry, TaskRow, now_ms};
 

@@ -1,7 +1,9 @@
 //! One task's life, written once for every engine. The serve loop
 //! (`reconciler`) claims a task and hands it here; the supervisor asks the
 //! [`Engine`](crate::backend::Engine) for facts and decides what they mean
-//! for the task.
+//! for the task. The loop imports this module, never the other way: what
+//! the two share (`Ctx`), the control channel and what a lost lease means
+//! live here, and admission (`crate::admission`) below both.
 //!
 //! ```text
 //!  reconciler::serve ── claim ──▶ run ─────────────────────────────┐
@@ -42,6 +44,14 @@
 //!
 //! # Layout
 //!
+//! - `ctx`: what a serve loop shares with its supervisors (`Ctx`: config,
+//!   lease, engine, stores, upstream, bus, metrics, admission), what a
+//!   supervisor hands back (`Joined`), its reports to admission.
+//! - `control`: the per-task channel (`Control` the loop's end, `Inbox`
+//!   the supervisor's): stop requests, the waiting flag, a lost lease.
+//! - `lease`: letting go of a task another foreman holds now
+//!   (`lease_lost`, `still_held`, `abandon`, `let_go`); the renewal is the
+//!   loop's (`reconciler::lease`).
 //! - `run`: prepare → launch → watch → collect → conclude; launch failures.
 //! - `watch`: the one loop while a servo runs.
 //! - `collect`: after the watch (lost, parked, collected).
@@ -56,7 +66,10 @@
 mod adopt;
 mod collect;
 mod conclude;
+mod control;
+mod ctx;
 mod finish;
+mod lease;
 mod outcome;
 mod park;
 mod record;
@@ -66,5 +79,8 @@ mod synthesis;
 mod watch;
 
 pub(crate) use adopt::adopt;
+pub(crate) use control::{Command, Control, Inbox, channel};
+pub(crate) use ctx::{Ctx, Joined, MAX_REQUEUES};
+pub(crate) use lease::{abandon, lease_lost, let_go, still_held};
 pub(crate) use park::end_parked;
 pub(crate) use run::run;

@@ -14,8 +14,8 @@ use tracing::{error, info};
 
 use super::conclude::count_usage;
 use super::finish::finish;
+use super::{Ctx, Joined, lease_lost};
 use crate::inputs;
-use crate::reconciler::{Ctx, Joined, lease_lost};
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow};
 

@@ -14,7 +14,7 @@ use crate::report;
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow, now_ms};
 
-use crate::reconciler::Ctx;
+use super::Ctx;
 
 /// Writes `.saheeli/changes.patch` into the collected `dest` of task `id`
 /// (`has_workspace`: its spec named a `workspace:`). Call it before the

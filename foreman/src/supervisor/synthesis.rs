@@ -11,10 +11,10 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::verify::Check;
 use tracing::info;
 
+use super::Ctx;
 use crate::collect::{self, Line};
 use crate::gateway::Gateway;
 use crate::output;
-use crate::reconciler::Ctx;
 use crate::store::TaskRow;
 
 /// How much of the audit log's end the call reads.

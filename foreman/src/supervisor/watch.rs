@@ -9,8 +9,8 @@ use std::time::Duration;
 use saheeli_protocol::{Reason, TaskId};
 use tracing::{info, warn};
 
+use super::{Command, Ctx, Inbox, lease_lost, still_held};
 use crate::backend::{Engine, EngineError, Phase, Servo, Stop};
-use crate::reconciler::{Command, Ctx, Inbox, lease_lost, still_held};
 use crate::store::{TaskRow, now_ms};
 
 /// How a watched servo ended.

@@ -11,9 +11,9 @@ use super::*;
 use crate::backend::{Engine, Fake, Phase, Servo, Stop};
 use crate::config::{Config, ConfigFile};
 use crate::gateway::Meter;
-use crate::reconciler::{Control, Ctx, Inbox, channel};
 use crate::state::TaskState;
 use crate::store::{Lease, Store, TaskRow};
+use crate::supervisor::{Control, Ctx, Inbox, channel};
 
 /// A foreman's context on a temporary directory, its engine `fake`.
 struct Rig {
@@ -43,7 +43,6 @@ impl Rig {
         let upstream = Arc::new(crate::gateway::Upstream::from_config(&cfg).unwrap());
         let ctx = Ctx {
             lease: Lease::new(Duration::from_millis(1)),
-            docker: fake.docker(),
             engine: Engine::Fake(fake.clone()),
             store: Arc::new(Mutex::new(Store::open(&cfg.database()).unwrap())),
             bus: crate::events::Bus::new(16),
@@ -53,9 +52,9 @@ impl Rig {
                 upstream.providers.clone(),
                 crate::metrics::Source::Foreman,
             ),
-            admission: Mutex::new(crate::reconciler::Admission::new(
+            admission: Mutex::new(crate::admission::Admission::new(
                 cfg.file.concurrency,
-                crate::reconciler::Tuning::default(),
+                crate::admission::Tuning::default(),
             )),
             upstream,
             cfg,

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::events::Bus;
-use crate::reconciler::Ctx;
 use crate::store::{DbError, Store};
+use crate::supervisor::Ctx;
 
 use super::error::ApiError;
 use super::{api, assets, auth, files, sse};
@@ -93,7 +93,8 @@ pub(super) struct Web {
     /// The web's own connection: never queued behind the loop's.
     pub store: Arc<Mutex<Store>>,
     pub bus: Bus,
-    pub docker: bollard::Docker,
+    /// Where the servos run (their logs are followed live).
+    pub engine: crate::backend::Engine,
     pub auth: auth::Auth,
     /// Ends the live streams when the server stops.
     pub shutdown: CancellationToken,
@@ -148,7 +149,7 @@ pub(crate) async fn start(
         cfg: ctx.cfg.clone(),
         store: Arc::new(Mutex::new(store)),
         bus: ctx.bus.clone(),
-        docker: ctx.docker.clone(),
+        engine: ctx.engine.clone(),
         auth: auth::Auth::new(settings.token.clone()),
         shutdown: shutdown.clone(),
         metrics: ctx.metrics.clone(),

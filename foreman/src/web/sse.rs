@@ -32,7 +32,6 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinSet;
 
 use crate::collect::{self, Line};
-use crate::docker;
 use crate::events::TaskEvent;
 use crate::output;
 use crate::state::TaskState;
@@ -202,15 +201,11 @@ impl TaskFeed {
                 break state;
             }
             if state != TaskState::Queued
-                && let Ok(cids) = docker::task_containers_in_order(&self.web.docker, self.id).await
+                && let Ok(logs) = self.web.engine.servo_logs(self.id).await
             {
-                for cid in cids {
-                    if followed.insert(cid.clone()) {
-                        followers.spawn(follow_container(
-                            self.web.docker.clone(),
-                            cid,
-                            line_tx.clone(),
-                        ));
+                for (cid, log) in logs {
+                    if followed.insert(cid) {
+                        followers.spawn(follow_container(log, line_tx.clone()));
                     }
                 }
             }

@@ -5,6 +5,7 @@
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::backend::ServoLog;
 use crate::output;
 
 /// The longest live line kept (longer ones are reported, not sent).
@@ -136,17 +137,12 @@ impl AuditLine {
 
 /// Sends a container's log lines (the servo mirrors its audit lines to
 /// stdout), numbered, until the log ends.
-pub(super) async fn follow_container(d: bollard::Docker, cid: String, tx: mpsc::Sender<AuditLine>) {
-    let opts = bollard::query_parameters::LogsOptionsBuilder::default()
-        .stdout(true)
-        .follow(true)
-        .build();
-    let mut stream = d.logs(&cid, Some(opts));
+pub(super) async fn follow_container(mut stream: ServoLog, tx: mpsc::Sender<AuditLine>) {
     let mut pos = Positions::default();
     let mut pending: Vec<u8> = Vec::new();
     let mut skipping = false;
-    while let Some(Ok(chunk)) = stream.next().await {
-        pending.extend_from_slice(&chunk.into_bytes());
+    while let Some(chunk) = stream.next().await {
+        pending.extend_from_slice(&chunk);
         while let Some(i) = memchr::memchr(b'\n', &pending) {
             let raw: Vec<u8> = pending.drain(..=i).collect();
             if std::mem::take(&mut skipping) {

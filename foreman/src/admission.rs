@@ -33,11 +33,13 @@
 //! long (at most [`Tuning::max_open_for`]).
 //!
 //! Everything here is a pure function of the reports and the time passed
-//! in; the serve loop asks and the supervisors report.
+//! in; the serve loop asks (`reconciler::gate`) and the supervisors
+//! report. It sits below both, and below `metrics` (the breaker's states).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::{info, warn};
 
 use crate::backend::docker::DaemonFault;
 use crate::config::Concurrency;
@@ -351,6 +353,33 @@ impl Admission {
                 .open_until
                 .map(|t| t.saturating_duration_since(now).as_millis() as u64),
         }
+    }
+}
+
+/// The log line a change is worth (the loop's gate and the supervisors'
+/// reports both write it).
+pub(crate) fn log_change(a: &Admission, change: Change) {
+    let s = a.snapshot(Instant::now());
+    let latency_ms = s.latency_ms.map(|v| v.round());
+    let baseline_ms = s.baseline_ms.map(|v| v.round());
+    match change {
+        Change::Opened { for_, failures } => warn!(
+            breaker = "open",
+            failures,
+            pause_s = for_.as_secs_f64(),
+            limit = s.limit,
+            "admission: Docker daemon failing; no launches for a while"
+        ),
+        Change::HalfOpened => info!(breaker = "half_open", "admission: trying one launch"),
+        Change::Closed => info!(
+            breaker = "closed",
+            limit = s.limit,
+            "admission: Docker daemon answers again; launching"
+        ),
+        Change::Shrunk { limit } => info!(
+            limit,
+            latency_ms, baseline_ms, "admission: Docker slowing down; limit lowered"
+        ),
     }
 }
 

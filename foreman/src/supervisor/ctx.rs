@@ -1,10 +1,13 @@
-//! What a serve loop shares with the supervisors it spawns.
+//! What a serve loop shares with the supervisors it spawns: the context,
+//! what a supervisor hands back, and its reports to admission.
 
 use std::sync::{Arc, Mutex};
 
-use crate::docker::Docker;
 use saheeli_protocol::TaskId;
+use tokio::time::Instant;
+use tracing::debug;
 
+use crate::admission::{Report, log_change};
 use crate::backend::TaskEngine;
 use crate::config::Config;
 use crate::gateway::Upstream;
@@ -16,8 +19,7 @@ pub(crate) struct Ctx {
     pub cfg: Config,
     /// This foreman's lease on the tasks it runs.
     pub lease: crate::store::Lease,
-    pub docker: Docker,
-    /// Where the servos run (a swarm's manager is also `docker`).
+    /// Where the servos run.
     pub engine: crate::backend::Engine,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,
@@ -29,7 +31,7 @@ pub(crate) struct Ctx {
     /// What `GET /metrics` renders (`metrics.scrape()`).
     pub metrics: crate::metrics::Metrics,
     /// How many tasks may run now, and the circuit breaker.
-    pub admission: Mutex<super::Admission>,
+    pub admission: Mutex<crate::admission::Admission>,
 }
 
 impl Ctx {
@@ -91,25 +93,19 @@ impl Ctx {
         .await??;
         Ok(r)
     }
-}
 
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ServeOptions {
-    /// Return once nothing is queued or running.
-    pub drain: bool,
-    /// Run only this task and return when it ends (`saheeli run`).
-    pub only: Option<TaskId>,
-}
-
-/// What a serve loop did.
-#[derive(Debug, Default)]
-pub(crate) struct ServeSummary {
-    pub finished: Vec<(TaskId, TaskState)>,
-}
-
-impl ServeSummary {
-    pub fn all_complete(&self) -> bool {
-        self.finished.iter().all(|(_, s)| *s == TaskState::Complete)
+    /// What one launch told about the daemon.
+    pub fn report_launch(&self, id: TaskId, report: Report) {
+        if let Report::DaemonFailed(fault) = report {
+            crate::metrics::live().launch_failed(fault.into());
+        }
+        let mut a = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let before = a.limit();
+        if let Some(c) = a.report(Instant::now(), report) {
+            log_change(&a, c);
+        } else if a.limit() != before {
+            debug!(task_id = %id, limit = a.limit(), "admission: limit raised");
+        }
     }
 }
 
