@@ -8,8 +8,8 @@ use saheeli_protocol::TaskId;
 use crate::spec::TaskSpec;
 use crate::state::TaskState;
 
+use super::Result;
 use super::carve::Carved;
-use super::*;
 
 /// What `parent`'s children hold of its budget (see [`Carved`]), each
 /// child's whole chain of attempts counted (case N18: a child counted at
