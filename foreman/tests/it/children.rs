@@ -54,11 +54,11 @@ fn spawn(name: &str) -> (String, Value) {
     )
 }
 
-fn children(t: &Value) -> Vec<Value> {
+pub(crate) fn children(t: &Value) -> Vec<Value> {
     t["children"].as_array().cloned().unwrap_or_default()
 }
 
-fn events_of(t: &Value, kind: &str) -> Vec<String> {
+pub(crate) fn events_of(t: &Value, kind: &str) -> Vec<String> {
     t["events"]
         .as_array()
         .unwrap()

@@ -10,23 +10,10 @@
 
 use serde_json::{Value, json};
 
+use crate::children::{children, events_of};
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::human::{Serve, project, until};
 use crate::util::{Saheeli, require_docker, script};
-
-fn events_of(t: &Value, kind: &str) -> Vec<String> {
-    t["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == kind)
-        .map(|e| e["detail"].as_str().unwrap_or("").to_string())
-        .collect()
-}
-
-fn children(t: &Value) -> Vec<Value> {
-    t["children"].as_array().cloned().unwrap_or_default()
-}
 
 fn ended(t: &Value) -> bool {
     ["complete", "incomplete", "failed", "cancelled"].contains(&t["state"].as_str().unwrap_or(""))

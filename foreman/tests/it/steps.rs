@@ -16,7 +16,7 @@ use crate::util::{Saheeli, require_docker, script};
 use crate::web::{WebServe, post, until_api};
 use crate::webhooks::{Receiver, SECRET};
 
-fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
     t["template_steps"]
         .as_array()
         .unwrap()
@@ -25,11 +25,11 @@ fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no step {name}: {t:#}"))
 }
 
-fn started(t: &Value, name: &str) -> bool {
+pub(crate) fn started(t: &Value, name: &str) -> bool {
     step(t, name)["started_at"].is_string()
 }
 
-fn done(t: &Value, name: &str) -> bool {
+pub(crate) fn done(t: &Value, name: &str) -> bool {
     step(t, name)["state"] == "completed"
 }
 

@@ -11,35 +11,10 @@
 
 use serde_json::{Value, json};
 
+use crate::children::events_of;
 use crate::human::{Serve, until};
+use crate::steps::{done, started};
 use crate::util::{Saheeli, require_docker, script};
-
-fn step<'a>(t: &'a Value, name: &str) -> &'a Value {
-    t["template_steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no step {name}: {t:#}"))
-}
-
-fn started(t: &Value, name: &str) -> bool {
-    step(t, name)["started_at"].is_string()
-}
-
-fn done(t: &Value, name: &str) -> bool {
-    step(t, name)["state"] == "completed"
-}
-
-fn events_of(t: &Value, kind: &str) -> Vec<String> {
-    t["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == kind)
-        .map(|e| e["detail"].as_str().unwrap_or("").to_string())
-        .collect()
-}
 
 fn session(t: &Value) -> String {
     let dir = std::path::Path::new(t["results"].as_str().unwrap());
