@@ -26,7 +26,7 @@ fn project(s: &Saheeli) {
 }
 
 /// `saheeli run PROMPT --json`, asserting the exit code.
-fn run(s: &Saheeli, prompt: &str, code: i32) -> Value {
+pub(crate) fn run(s: &Saheeli, prompt: &str, code: i32) -> Value {
     let out = s.run(&["run", prompt, "--json"]);
     assert_eq!(
         out.status.code(),
@@ -38,7 +38,7 @@ fn run(s: &Saheeli, prompt: &str, code: i32) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn results(t: &Value) -> PathBuf {
+pub(crate) fn results(t: &Value) -> PathBuf {
     PathBuf::from(t["results"].as_str().unwrap())
 }
 

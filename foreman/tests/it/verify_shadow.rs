@@ -6,11 +6,12 @@
 //! refused with the path named. The shipped calc example, whose `mean`
 //! divides by n + 1.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Value, json};
 
 use crate::util::{Saheeli, require_docker, script};
+use crate::verify::{results, run};
 
 /// The calc example in `calc/`, with the front matter HOSTILE.md used;
 /// the original `calc.py`.
@@ -44,23 +45,6 @@ fn agent(s: &Saheeli, commands: &[&str]) {
     s.write("s.json", &script(&steps));
 }
 
-/// `saheeli run p.md --json`, asserting the exit code; the task.
-fn run(s: &Saheeli, code: i32) -> Value {
-    let out = s.run(&["run", "p.md", "--json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn results(t: &Value) -> PathBuf {
-    PathBuf::from(t["results"].as_str().unwrap())
-}
-
 fn read(dir: &Path, rel: &str) -> String {
     std::fs::read_to_string(dir.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
@@ -87,7 +71,7 @@ fn n25_a_planted_unittest_package_is_refused_and_the_patch_carries_it() {
            > unittest/__main__.py && echo planted",
         ],
     );
-    let t = run(&s, 1);
+    let t = run(&s, "p.md", 1);
     assert_eq!(t["state"], "incomplete", "{t}");
     assert_eq!(t["reason"], "verification_failed", "{t}");
     let dir = results(&t);
@@ -131,7 +115,7 @@ fn n26_the_real_fix_passes_and_a_gitignored_change_to_a_submitted_file_is_carrie
             "printf 'calc.py\\n' >> .gitignore && echo hidden",
         ],
     );
-    let t = run(&s, 0);
+    let t = run(&s, "p.md", 0);
     assert_eq!(t["state"], "complete", "{t}");
     let dir = results(&t);
     let v = read(&dir, ".saheeli/verify-1.log");
@@ -172,7 +156,7 @@ fn a_sitecustomize_and_a_pth_beside_the_fix_are_refused_and_named() {
             "echo 'import os' > sitecustomize.py && echo 'import os' > zz-hostile.pth && echo ok",
         ],
     );
-    let t = run(&s, 1);
+    let t = run(&s, "p.md", 1);
     assert_eq!(t["reason"], "verification_failed", "{t}");
     let v = read(&results(&t), ".saheeli/verify-1.log");
     assert!(v.contains("refused before running it"), "{v}");
