@@ -221,7 +221,8 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     // the provider billed an earlier call of this conversation plus one
     // token per byte added, or the request's bytes (no tokenizer makes
     // more tokens than bytes; bytes / 4 under-counted dense text 2x, case
-    // 25). The meter settles the real count after the call.
+    // 25); when that bound would refuse the call, the provider's own
+    // count (`count`). The meter settles the real count after the call.
     let upstream_body = body_at(want);
     let sent = serde_json::to_vec(&upstream_body).map_or(0, |b| b.len()) as u64;
     let call_shape = match &upstream_body {
@@ -229,7 +230,15 @@ pub(super) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         _ => input_bound::Shape::bytes_only(sent),
     };
     let input = gw.meter.input_bound(&call_shape);
-    let grant = match gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)) {
+    let api = match route.provider.kind {
+        ProviderKind::Openai => native::Api::Chat,
+        ProviderKind::Anthropic => native::Api::Messages,
+    };
+    let reserved = match &upstream_body {
+        Value::Object(map) => count::reserve(gw, api, map, input, want).await,
+        _ => gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)),
+    };
+    let grant = match reserved {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");

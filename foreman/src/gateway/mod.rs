@@ -22,7 +22,8 @@
 //! # Layout
 //!
 //! - `meter`: budget, usage and reservations; `input_bound`: the most
-//!   input tokens a call can be billed (issue 47); `ledger`: the same per call
+//!   input tokens a call can be billed (issue 47), and `count` the
+//!   provider's own count where that bound would refuse it; `ledger`: the same per call
 //!   in SQLite, for a foreman that adopts a task.
 //! - `desk`: humans in the loop, through the same socket; `steps`: a
 //!   template's steps marked done (`step_done`).
@@ -70,6 +71,7 @@ mod assess;
 mod capability;
 mod child_spec;
 mod children;
+mod count;
 mod desk;
 pub(crate) mod doctor;
 mod handler;

@@ -119,7 +119,10 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
     // Headers by allow list too: of the agent's, only `anthropic-version`
     // and known `anthropic-beta` features go on (`send`).
     let beta = headers.get("anthropic-beta").and_then(|v| v.to_str().ok());
-    let vetted = match native::vet(api, &body, beta, gw.task_model()) {
+    let vet_started = Instant::now();
+    let vetted = native::vet(api, &body, beta, gw.task_model());
+    let vet_us = vet_started.elapsed().as_micros() as u64;
+    let vetted = match vetted {
         Ok(v) => v,
         Err(why) => {
             live().refusal(Refusal::InvalidRequest);
@@ -144,7 +147,8 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
     }
     let route = &gw.route;
     // Its input bounded from above (`input_bound`): an earlier call's count
-    // plus one token per byte added, or the request's bytes.
+    // plus one token per byte added, or the request's bytes; when that
+    // would refuse the call, the provider's own count (`count`).
     let call_shape = input_bound::Shape::of(&vetted.body, body.len() as u64);
     let input = gw.meter.input_bound(&call_shape);
     let want = shape::output_cap(
@@ -153,7 +157,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
         route.provider.max_output_tokens,
         vetted.asked,
     );
-    let grant = match gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)) {
+    let grant = match count::reserve(&gw, api, &vetted.body, input, want).await {
         Ok(g) => g,
         Err(why) => {
             info!(task_id = %gw.task_id, %why, "call refused");
@@ -183,6 +187,7 @@ async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes
             at_ms: crate::store::now_ms(),
             request: upstream_body.to_vec(),
             streamed,
+            vet_us,
             ..record::Call::default()
         },
         shape: Some(call_shape),

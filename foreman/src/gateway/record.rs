@@ -31,6 +31,10 @@ pub(crate) struct Call {
     pub usage: Option<(u64, u64)>,
     /// Why the call ended early (cut, budget), if it did.
     pub ended: Option<String>,
+    /// Microseconds the gateway took to read and vet the request (its
+    /// JSON, fields, content parts and caps: `native::vet`); what the
+    /// bench reports as the vetting's cost per call.
+    pub vet_us: u64,
 }
 
 /// A part as JSON when it parses and fits, else its capped text.
@@ -71,6 +75,7 @@ pub(crate) fn line(call: &Call, redactor: &Redactor) -> String {
         "response": response,
         "usage": call.usage.map(|(i, o)| json!({"input_tokens": i, "output_tokens": o})),
         "ended": call.ended,
+        "vet_us": call.vet_us,
     });
     redactor.redact(&v.to_string()).into_owned()
 }
@@ -139,6 +144,8 @@ pub(super) async fn chat_call(
                 streamed: false,
                 usage,
                 ended,
+                // The servo's own request is typed, not vetted by parts.
+                vet_us: 0,
             };
             append(dir, task, line(&call, &redactor));
         });

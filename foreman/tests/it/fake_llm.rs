@@ -2,7 +2,9 @@
 //! formats (OpenAI chat completions with tool calls and usage at
 //! `/v1/chat/completions`, Anthropic Messages with tool_use at
 //! `/v1/messages`, OpenAI Responses at `/v1/responses`; each streamed when
-//! the request asks, see `fake_stream`), and real failures (429 with
+//! the request asks, see `fake_stream`; their input counted at
+//! `/v1/messages/count_tokens` and `/v1/responses/input_tokens` when the
+//! test gives a count, else 404 as a local server), and real failures (429 with
 //! Retry-After, 500, 401, malformed JSON, a truncated body, slow answers,
 //! streams cut).
 
@@ -80,6 +82,9 @@ pub struct Seen {
 /// Picks the reply for a request body before the script is consulted.
 type Matcher = Box<dyn Fn(&Value) -> Option<Reply> + Send>;
 
+/// Counts the input tokens of a count request's body.
+type Counter = Box<dyn Fn(&Value) -> u64 + Send>;
+
 #[derive(Default)]
 struct Inner {
     script: VecDeque<Reply>,
@@ -91,6 +96,10 @@ struct Inner {
     cache: Option<crate::fake_cache::PromptCache>,
     /// Set: a provider's rate limit is enforced (`fake_limit`).
     limiter: Option<crate::fake_limit::Limiter>,
+    /// Set: the count endpoints answer with this count.
+    counter: Option<Counter>,
+    /// The count requests received.
+    counts: Vec<Seen>,
 }
 
 pub struct FakeLlm {
@@ -128,6 +137,8 @@ impl FakeLlm {
             billed: vec![],
             cache: None,
             limiter: None,
+            counter: None,
+            counts: vec![],
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -142,6 +153,8 @@ impl FakeLlm {
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
             .route("/v1/responses", post(responses))
+            .route("/v1/messages/count_tokens", post(count))
+            .route("/v1/responses/input_tokens", post(count))
             .with_state(inner.clone());
         runtime.spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -151,6 +164,17 @@ impl FakeLlm {
             inner,
             _runtime: runtime,
         }
+    }
+
+    /// From now on the count endpoints answer with `counter`'s count of
+    /// the request's body (before, they answer 404 as a local server).
+    pub fn count_with(&self, counter: impl Fn(&Value) -> u64 + Send + 'static) {
+        self.inner.lock().unwrap().counter = Some(Box::new(counter));
+    }
+
+    /// The count requests received, in order.
+    pub fn counts(&self) -> Vec<Seen> {
+        self.inner.lock().unwrap().counts.clone()
     }
 
     /// The base URL as the OpenAI SDKs expect it (ending in /v1).
@@ -235,6 +259,44 @@ impl Format {
             Format::Responses => "/v1/responses",
         }
     }
+}
+
+/// A count endpoint of either API: `{"input_tokens": N}` (OpenAI's with
+/// its object name), or 404 when the test gave no count.
+async fn count(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return error(400, None);
+    };
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let mut g = inner.lock().unwrap();
+    g.counts.push(Seen {
+        at: Instant::now(),
+        path: uri.path().into(),
+        authorization: header("authorization"),
+        api_key: header("x-api-key"),
+        body: body.clone(),
+        billed: None,
+        beta: header("anthropic-beta"),
+    });
+    let Some(n) = g.counter.as_ref().map(|c| c(&body)) else {
+        return error(404, None);
+    };
+    let answer = if uri.path().starts_with("/v1/responses") {
+        json!({"object": "response.input_tokens", "input_tokens": n})
+    } else {
+        json!({"input_tokens": n})
+    };
+    axum::Json(answer).into_response()
 }
 
 async fn openai(state: State<Arc<Mutex<Inner>>>, headers: HeaderMap, body: Bytes) -> Response {
