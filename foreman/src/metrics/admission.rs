@@ -47,7 +47,7 @@ pub(super) fn register(reg: &mut Registry, row: Option<&AdmissionRow>) {
         idle.set(n);
         reg.register(
             "pool_idle",
-            "Warm servos started and idle in the serving foreman's pool, waiting for a task (issue 28)",
+            "Warm servos started and idle in the pools of every serving foreman, waiting for a task (issue 28)",
             idle,
         );
     }

@@ -59,13 +59,17 @@ impl Store {
         Ok(())
     }
 
-    /// The freshest admission state written since `since_ms`, if any.
+    /// The freshest admission state written since `since_ms`, if any, with
+    /// the warm servos idle in every fresh foreman's pool: a `saheeli run`
+    /// beside a serving foreman writes a row of its own, with no pool, and
+    /// the freshest row alone hid the serving foreman's pool half the time.
     pub fn admission_since(&self, since_ms: i64) -> Result<Option<AdmissionRow>> {
         Ok(self
             .conn
             .query_row(
                 "SELECT owner, concurrency, lim, running, breaker, failures, latency_ms,
-                        baseline_ms, open_for_ms, updated_at, pool_idle
+                        baseline_ms, open_for_ms, updated_at,
+                        (SELECT SUM(pool_idle) FROM admission WHERE updated_at >= ?1)
                  FROM admission WHERE updated_at >= ?1 ORDER BY updated_at DESC LIMIT 1",
                 params![since_ms],
                 |r| {

@@ -202,6 +202,47 @@ fn admission_rows_are_read_while_fresh() {
     assert_eq!(s.admission_since(0).unwrap(), None);
 }
 
+/// Issue 47: a `saheeli run` beside a serving foreman writes a fresher
+/// row with no pool; the serving foreman's idle pool still shows, and
+/// two pools add up.
+#[test]
+fn every_fresh_foremans_pool_counts_toward_the_idle_servos() {
+    let (_d, mut s) = store();
+    let serving = crate::store::AdmissionRow {
+        owner: "serve".into(),
+        concurrency: "4".into(),
+        limit: 4,
+        running: 0,
+        breaker: "closed".into(),
+        failures: 0,
+        latency_ms: None,
+        baseline_ms: None,
+        open_for_ms: None,
+        updated_at: 1_000,
+        pool_idle: Some(2),
+    };
+    let run = crate::store::AdmissionRow {
+        owner: "run".into(),
+        running: 1,
+        updated_at: 1_100,
+        pool_idle: None,
+        ..serving.clone()
+    };
+    s.put_admission(&serving).unwrap();
+    s.put_admission(&run).unwrap();
+    let row = s.admission_since(900).unwrap().unwrap();
+    assert_eq!((row.owner.as_str(), row.pool_idle), ("run", Some(2)));
+    s.put_admission(&crate::store::AdmissionRow {
+        owner: "serve2".into(),
+        pool_idle: Some(3),
+        ..serving.clone()
+    })
+    .unwrap();
+    assert_eq!(s.admission_since(900).unwrap().unwrap().pool_idle, Some(5));
+    // A stale foreman's pool is gone with it.
+    assert_eq!(s.admission_since(1_050).unwrap().unwrap().pool_idle, None);
+}
+
 /// Issue 9 §2: a foreman whose task was taken over writes nothing.
 #[test]
 fn writes_are_fenced_by_the_lease() {
