@@ -8,6 +8,9 @@
 //! `execute_shell {"command": "true"}`; the last calls `task_complete`.
 //! It records when each request arrived and when its answer was ready,
 //! so the bench can tell the server's own time from the path's.
+//!
+//! At `/v1/responses` it answers any request with a short text turn (the
+//! vetting figure's third-party agent, which reads no answer).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -47,6 +50,7 @@ impl FakeLlm {
         let log = Log::default();
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
+            .route("/v1/responses", post(respond))
             .with_state(log.clone());
         // A provider's server does not hold small answers back (Nagle).
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -130,6 +134,35 @@ async fn complete(State(log): State<Log>, body: Bytes) -> Response {
     log.lock().unwrap().push(Seen {
         handler_us: t0.elapsed().as_secs_f64() * 1e6,
     });
+    ([(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+/// A whole Responses answer: one text turn, usage at a token for four
+/// bytes of the request.
+async fn respond(body: Bytes) -> Response {
+    let input = body.len() as u64 / 4;
+    let text = json!({
+        "id": "resp_bench",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": "bench",
+        "output": [{
+            "type": "message",
+            "id": "msg_bench",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok", "annotations": []}]
+        }],
+        "usage": {
+            "input_tokens": input,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 2,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input + 2
+        }
+    })
+    .to_string();
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 

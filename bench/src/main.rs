@@ -29,6 +29,8 @@
 //!   against the same call straight to it.
 //! - `pool`: the warm pool (issue 28): first request warm and cold,
 //!   a burst, its idle cost (and `thousand` with the pool on).
+//! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
+//!   requests, per call, against parsing them alone.
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -67,6 +69,7 @@ mod steps;
 mod swarm;
 mod thousand;
 mod throughput;
+mod vetting;
 mod wide;
 
 use std::path::PathBuf;
@@ -98,6 +101,7 @@ const MEASUREMENTS: &[&str] = &[
     "auto",
     "swarm",
     "local",
+    "vetting",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -130,7 +134,9 @@ struct Args {
     /// the pool on), rates, auto, swarm (not in `--quick` unless named: it
     /// starts a 3-node swarm), local (issue 27: one call through Saheeli to
     /// a real llama-server against the same call straight to it; needs
-    /// `scripts/setup.sh llama`).
+    /// `scripts/setup.sh llama`), vetting (issue 47: the gateway's
+    /// reading and vetting of a third-party agent's request of 10, 100 and
+    /// 400 KB against parsing it alone).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -389,6 +395,10 @@ async fn run(
     if args.only.iter().any(|o| o == "swarm") || (args.only.is_empty() && !args.quick) {
         quiet_check("swarm", busy).await;
         figures.extend(swarm::swarm(env, &servo, args.quick).await?);
+    }
+    if want("vetting") {
+        quiet_check("vetting", busy).await;
+        figures.extend(vetting::vetting(env).await?);
     }
     if want("local") {
         quiet_check("local", busy).await;
