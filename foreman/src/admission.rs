@@ -23,7 +23,7 @@
 //!
 //! With `auto`, no task is launched while a new call to a provider would
 //! wait longer than [`Tuning::serve_soon`] for its turn in the provider's
-//! rate limit (`gateway::limits`), unless nothing runs: its first call
+//! rate limit (`llm::limits`), unless nothing runs: its first call
 //! could not be served soon.
 //!
 //! A circuit breaker, in every mode: after [`Tuning::trip_after`] daemon
@@ -81,7 +81,7 @@ impl Default for Tuning {
         Tuning {
             initial: 4.0,
             min: 1.0,
-            max: 512.0,
+            max: crate::config::AUTO_CEILING as f64,
             grow_below: 1.5,
             shrink_above: 2.0,
             shrink_by: 0.75,
@@ -194,7 +194,7 @@ impl Admission {
     }
 
     /// How long a new LLM call would wait now for its turn in a
-    /// provider's rate limit (`gateway::Upstream::rate_wait`).
+    /// provider's rate limit (`llm::Upstream::rate_wait`).
     pub fn provider_wait(&mut self, wait: Duration) {
         self.rate_wait = wait;
     }

@@ -55,12 +55,18 @@
 //!   sizes capped, keys redacted).
 //! - `report/`: what a user takes away from an ended task besides its
 //!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
-//! - `gateway/`: the per-task LLM endpoint on a unix socket, or for swarm
-//!   servos one TCP listener with a per-task token (`remote`) (keys, budgets,
-//!   the call ledger, providers, retries), the human desk, and the verify
-//!   route (`verify` commands run by `docker exec` in a fresh container
-//!   beside the paused task container, the assessor's call through the
-//!   same budget).
+//! - `door/`: how a servo reaches its task's gateway: a unix socket per
+//!   task, a warm servo's socket, or for swarm servos one TCP listener
+//!   with a per-task token (`remote`).
+//! - `llm/`: the LLM proxy (keys, budgets, the call ledger, retries,
+//!   metering, redaction) and `llm/vendor/`, the vendors' own APIs for
+//!   third-party agents.
+//! - `routes/`: the servo's task routes: the human desk, steps, the verify
+//!   route (`verify` commands in a fresh container beside the paused task
+//!   container, the assessor's call through the same budget),
+//!   capabilities, children.
+//! - `gateway/`: one task's gateway put together from the three, opened,
+//!   adopted and stopped; `providers`: where a model's calls go.
 //! - `capability/`: MCP servers run outside the containers (`rmcp`),
 //!   whose tools a granted task calls as `name__tool` through its gateway.
 //! - `notify/`: webhooks: an outbox row per event and URL (written with
@@ -104,16 +110,19 @@ mod commands;
 mod config;
 #[cfg(test)]
 mod docs;
+mod door;
 mod eval;
 mod events;
 mod gateway;
 mod inputs;
 mod listen;
+mod llm;
 mod metrics;
 mod notify;
 mod output;
 mod reconciler;
 mod report;
+mod routes;
 mod settings;
 mod spec;
 mod state;

@@ -85,7 +85,7 @@ pub(crate) enum Reach {
     Socket,
     /// The shared TCP listener, by the launch's token.
     Remote {
-        hub: crate::gateway::Hub,
+        hub: crate::door::Hub,
         token: String,
     },
     /// A warm servo's socket: the servo runs already (issue 28).
@@ -101,7 +101,7 @@ pub(crate) struct Warm {
     pub name: String,
     /// Its socket as the pool bound it; None when found again after a
     /// foreman stopped (adoption binds it again in the same directory).
-    pub socket: Option<crate::gateway::WarmSocket>,
+    pub socket: Option<crate::door::WarmSocket>,
     /// When it was claimed (the claim latency runs to the release).
     pub claimed: std::time::Instant,
     /// Its workspace's size (the task's: kept if the task parks).

@@ -19,7 +19,7 @@ use super::facts::*;
 use super::fake::{Fake, FakePhases};
 use super::local::{Local, LocalLeftovers, LocalPhases};
 use super::swarm::{Swarm, SwarmLeftovers, SwarmPhases};
-use crate::gateway::Gateway;
+use crate::door::UploadFrom;
 use crate::spec::TaskSpec;
 
 /// A servo container's log, followed until the container ends (or the
@@ -196,7 +196,7 @@ impl Engine {
     pub async fn collect(
         &self,
         servo: &Servo,
-        gateway: Option<&Gateway>,
+        upload: Option<&UploadFrom>,
         dest: &Path,
         parked: bool,
         verifies: bool,
@@ -205,7 +205,7 @@ impl Engine {
         let oom = may_be_oom(exit);
         match self {
             Engine::Local(l) => l.collect(servo, dest, parked, verifies, oom).await,
-            Engine::Swarm(s) => s.collect(servo, gateway, parked, oom).await,
+            Engine::Swarm(s) => s.collect(servo, upload, parked, oom).await,
             #[cfg(test)]
             Engine::Fake(f) => f.collect(),
         }

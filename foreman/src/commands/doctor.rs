@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use crate::cli::DoctorArgs;
 use crate::config::Config;
 use crate::gateway::Providers;
-use crate::gateway::doctor::{Status, run};
+use crate::llm::doctor::{Status, run};
 
 pub(crate) async fn doctor(cfg: &Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let providers = Providers::from_config(cfg);
@@ -29,7 +29,7 @@ pub(crate) async fn doctor(cfg: &Config, args: DoctorArgs) -> anyhow::Result<Exi
     let mut failed = false;
     for p in providers.all() {
         let builtin = !cfg.file.providers.contains_key(&p.name);
-        if builtin && p.key.is_none() && crate::gateway::probe::is_hosted(p) {
+        if builtin && p.key.is_none() && crate::llm::probe::is_hosted(p) {
             outln!(
                 "{}: not configured (${} is unset)",
                 p.name,

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::ServeArgs;
 use crate::config::Config;
 use crate::docker;
-use crate::gateway::Upstream;
+use crate::llm::Upstream;
 use crate::reconciler::{self, ServeOptions};
 use crate::state::TaskState;
 use crate::supervisor::Ctx;
@@ -86,7 +86,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
                     "`swarm.manager` is a unix socket: no node's engine can be reached from it, so `verify`, OOM detection, live logs and removing Docker 20.10's leftovers on the nodes will not work; use the manager's `tcp://` address"
                 );
             }
-            let hub = crate::gateway::Hub::default();
+            let hub = crate::door::Hub::default();
             // Lives as long as this process: servos call it until they end.
             hub.listen(&swarm.gateway_listen, CancellationToken::new())
                 .await?;

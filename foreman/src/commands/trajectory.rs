@@ -1,5 +1,5 @@
 //! `saheeli task trajectory ID [--format atif|openai]`: what a task's
-//! gateway saw of a third-party agent's LLM calls (`gateway::record`), as
+//! gateway saw of a third-party agent's LLM calls (`llm::record`), as
 //! one JSON document. `atif` is Harbor's Agent Trajectory Interchange
 //! Format (v1.4: a system and a user step, then one agent step per call
 //! with its tool calls, the tool results the next request carried as its
@@ -25,8 +25,8 @@ const MAX_FILE: u64 = 80 * 1024 * 1024;
 pub(crate) async fn trajectory(cfg: &Config, args: TrajectoryArgs) -> anyhow::Result<ExitCode> {
     let store = open_existing_store(cfg)?;
     let t = store.require(&args.id)?;
-    let dir = crate::gateway::trajectories_dir(cfg);
-    let path = crate::gateway::record::path(&dir, &t.id.to_string());
+    let dir = crate::llm::trajectories_dir(cfg);
+    let path = crate::llm::record::path(&dir, &t.id.to_string());
     let text = match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_file() => {
             let mut s = String::new();
@@ -56,7 +56,7 @@ pub(crate) async fn trajectory(cfg: &Config, args: TrajectoryArgs) -> anyhow::Re
         TrajectoryFormat::Atif => atif(&t.id.to_string(), &t.spec.model, &conv),
         TrajectoryFormat::Openai => openai(&t.spec.model, &conv),
     };
-    let doc = crate::gateway::redact_keys(cfg, &serde_json::to_string_pretty(&doc)?);
+    let doc = crate::llm::redact_keys(cfg, &serde_json::to_string_pretty(&doc)?);
     println!("{doc}");
     Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,11 @@ use std::str::FromStr;
 use serde::Deserialize;
 use serde::de::{self, Visitor};
 
+/// The most tasks `concurrency: auto` ever runs at once: the admission
+/// controller's ceiling, and what each gateway's connection cap is sized
+/// for under the open-files limit.
+pub(crate) const AUTO_CEILING: usize = 512;
+
 /// How many tasks a foreman runs at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Concurrency {

@@ -269,7 +269,7 @@ pub(crate) struct Price {
     pub output_per_mtok: f64,
     // --- long tasks (issue 26) ---
     /// Input read from the provider's prompt cache; unset: the provider's
-    /// published ratio (`gateway::pricing`).
+    /// published ratio (`llm::pricing`).
     #[serde(default)]
     pub cache_read_per_mtok: Option<f64>,
     /// Input written to the prompt cache; unset: the provider's ratio.

@@ -14,7 +14,7 @@ mod pool;
 mod tests;
 pub(crate) mod windows;
 
-pub(crate) use concurrency::Concurrency;
+pub(crate) use concurrency::{AUTO_CEILING, Concurrency};
 pub(crate) use defaults::{GateDefault, REQUEUE_BACKOFF, RETRYABLE, TaskDefaults};
 #[cfg(test)]
 pub(crate) use file::HttpConfig;

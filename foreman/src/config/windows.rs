@@ -8,7 +8,7 @@
 //! then the built-in table of known models below. A task is resolved when
 //! it is submitted, before any server is asked (`served` None); when none
 //! of these knows, the window its provider's server reported at `serve`
-//! start (`gateway::probe`) is filled in at launch. None: unknown, and the
+//! start (`llm::probe`) is filled in at launch. None: unknown, and the
 //! servo compacts only when the provider answers that the context is too
 //! long.
 

@@ -106,7 +106,7 @@ async fn post(client: &reqwest::Client, d: &Delivery, secret: Option<&str>) -> R
     match req.body(body).send().await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!("HTTP {}", r.status())),
-        Err(e) => Err(crate::gateway::error_chain(&e)),
+        Err(e) => Err(crate::text::error_chain(&e)),
     }
 }
 

@@ -18,8 +18,5 @@ mod options;
 mod serve;
 mod sweep;
 
-/// Read by `gateway/upstream.rs` (the auto connection ceiling) until that
-/// takes it from `crate::admission` (plan step B1).
-pub(crate) use crate::admission::Tuning;
 pub(crate) use options::ServeOptions;
 pub(crate) use serve::run;

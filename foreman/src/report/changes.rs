@@ -9,7 +9,7 @@
 //! changed) or `ignored::DEFAULT_IGNORED` name (bytecode, tool caches),
 //! and files over [`MAX_DIFF_FILE`]. A change to a submitted path is never
 //! left out as ignored (git carries a change to a tracked file). A verify
-//! attempt checks the same tree (`gateway::verify_tree`).
+//! attempt checks the same tree (`routes::verify_tree`).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};

@@ -1,5 +1,5 @@
 //! Which paths `changes.patch` leaves out as ignored (and a verify attempt
-//! removes before it runs, `gateway::verify_tree`): [`DEFAULT_IGNORED`]
+//! removes before it runs, `routes::verify_tree`): [`DEFAULT_IGNORED`]
 //! (bytecode, tools' caches) and every `.gitignore` of the **submitted**
 //! workspace, as submitted, read as git reads them. A `.gitignore` the
 //! agent wrote or changed says nothing (HOSTILE.md N25, N26: a `*` beside

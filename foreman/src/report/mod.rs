@@ -16,7 +16,7 @@
 //! - `verification`: the report's section on verify and assess, and
 //!   `.saheeli/verify-N.log`, one per attempt.
 //! - `submitted`: the submitted workspace's paths and ignore rules, for
-//!   the tree a verify attempt checks (`gateway::verify_tree`).
+//!   the tree a verify attempt checks (`routes::verify_tree`).
 //! - `evidence`: changed files and a capped patch for the assessor.
 //! - `sanitize`: the synthesized section's Markdown made inert (no HTML,
 //!   images, links but web ones as text, or headings above `###`).

@@ -1,7 +1,7 @@
 //! The submitted workspace as a verify attempt sees it: its paths and the
 //! ignore rules `changes.patch` follows (`ignored`), so that the tree a
 //! verify command runs in is what the patch delivers
-//! (`gateway::verify_tree`).
+//! (`routes::verify_tree`).
 
 use std::fs::File;
 use std::io;

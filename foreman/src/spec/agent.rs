@@ -47,7 +47,7 @@ pub(super) fn resolve(
     }
     if replay {
         // The gateway answers the agent's own API from the script
-        // (`gateway::replay`): no provider is involved.
+        // (`llm::vendor::replay`): no provider is involved.
         return Ok(agent);
     }
     let route = crate::gateway::Providers::from_config(cfg).route(model);

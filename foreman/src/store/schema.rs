@@ -56,7 +56,7 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
         "ALTER TABLE tasks ADD COLUMN detail TEXT;
          CREATE INDEX tasks_by_retry_of ON tasks(retry_of);",
     ),
-    // The gateway's per-call ledger (gateway/ledger.rs): each call's
+    // The gateway's per-call ledger (llm/ledger.rs): each call's
     // reservation, then its real usage; `lost` when a foreman died with
     // the call in flight.
     M::up(
@@ -292,7 +292,7 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
             WHERE call_id IS NOT NULL;",
     ),
     // Issue 26, rate limits: until when a call of the task waits for its
-    // turn in the provider's shared budget (gateway/limits.rs); NULL or
+    // turn in the provider's shared budget (llm/limits.rs); NULL or
     // past: not waiting.
     M::up("ALTER TABLE tasks ADD COLUMN rate_wait_until INTEGER;"),
 ];

@@ -13,13 +13,13 @@ use saheeli_protocol::Reason;
 use tracing::{error, info, warn};
 
 use super::finish::{finish, requeue_or_fail};
+use super::gateway::{Gateway, GatewayPlan};
 use super::park::record_park;
 use super::record::record_changes;
 use super::run::{supervise, way};
 use super::{Ctx, Inbox, Joined, MAX_REQUEUES, lease_lost, let_go};
 use crate::backend::{Found, Servo};
 use crate::collect;
-use crate::gateway::{Gateway, GatewayPlan};
 use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow, now_ms};

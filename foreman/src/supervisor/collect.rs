@@ -6,13 +6,13 @@ use saheeli_protocol::Reason;
 
 use super::conclude::{Seen, conclude};
 use super::finish::{finish, requeue_or_fail};
+use super::gateway::Gateway;
 use super::outcome::{nothing_collected, parked_exit};
 use super::park::record_park;
 use super::record::record_changes;
 use super::watch::{Ended, Metered, Watched};
 use super::{Ctx, Joined, abandon, still_held};
 use crate::backend::{Servo, Workspace};
-use crate::gateway::Gateway;
 use crate::store::{Outcome, TaskRow, now_ms};
 
 /// Collects a watched servo's workspace and concludes its task.
@@ -41,7 +41,7 @@ pub(super) async fn collect(
     let collected = engine
         .collect(
             &servo,
-            gateway.as_ref(),
+            gateway.as_ref().and_then(|g| g.upload_from()).as_ref(),
             &dest,
             parked,
             verifies,

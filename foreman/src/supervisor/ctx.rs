@@ -10,7 +10,7 @@ use tracing::debug;
 use crate::admission::{Report, log_change};
 use crate::backend::TaskEngine;
 use crate::config::Config;
-use crate::gateway::Upstream;
+use crate::llm::Upstream;
 use crate::state::TaskState;
 use crate::store::{DbError, Store};
 
@@ -44,14 +44,14 @@ impl Ctx {
         waiting: Arc<std::sync::atomic::AtomicBool>,
         engine: TaskEngine,
         priority: i64,
-    ) -> crate::gateway::DeskLink {
-        crate::gateway::DeskLink {
-            verify: crate::gateway::VerifyLink::of(spec, id, engine, &self.cfg.state_dir()),
+    ) -> crate::routes::DeskLink {
+        crate::routes::DeskLink {
+            verify: crate::routes::VerifyLink::of(spec, id, engine, &self.cfg.state_dir()),
             store: self.desk_store.clone(),
             lease: self.lease.clone(),
             bus: self.bus.clone(),
-            waiting: crate::gateway::WaitFlag::new(waiting),
-            policy: crate::gateway::DeskPolicy::of(spec),
+            waiting: crate::routes::WaitFlag::new(waiting),
+            policy: crate::routes::DeskPolicy::of(spec),
             steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
             step_checks: spec
                 .steps
@@ -70,7 +70,7 @@ impl Ctx {
                 .filter(|_| spec.agent.api().is_some())
                 .map(Arc::new),
             delegate: spec.delegate.map(|_| {
-                Arc::new(crate::gateway::DelegateLink {
+                Arc::new(crate::routes::DelegateLink {
                     cfg: self.cfg.clone(),
                     spec: spec.clone(),
                     priority,

@@ -4,7 +4,7 @@
 use saheeli_protocol::TaskId;
 use tracing::warn;
 
-use crate::gateway::Gateway;
+use super::gateway::Gateway;
 use crate::store::DbError;
 
 use super::ctx::{Ctx, Joined};

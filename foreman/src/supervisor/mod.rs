@@ -53,6 +53,8 @@
 //!   (`lease_lost`, `still_held`, `abandon`, `let_go`); the renewal is the
 //!   loop's (`reconciler::lease`).
 //! - `run`: prepare → launch → watch → collect → conclude; launch failures.
+//! - `gateway`: the task's gateway put together from `door`, `llm` and
+//!   `routes`, opened (or adopted with what it spent) and stopped.
 //! - `watch`: the one loop while a servo runs.
 //! - `collect`: after the watch (lost, parked, collected).
 //! - `conclude`, `outcome`: what was observed → state and reason (pure).
@@ -69,6 +71,7 @@ mod conclude;
 mod control;
 mod ctx;
 mod finish;
+mod gateway;
 mod lease;
 mod outcome;
 mod park;

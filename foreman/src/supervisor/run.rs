@@ -10,11 +10,12 @@ use tracing::{error, info, warn};
 
 use super::collect::collect;
 use super::finish::{finish, requeue_or_fail};
+use super::gateway::{Gateway, GatewayPlan, Way};
 use super::watch::watch;
 use super::{Ctx, Inbox, Joined, abandon, lease_lost, still_held};
 use crate::admission::Report;
 use crate::backend::{EngineError, Prepared, Reach, Servo};
-use crate::gateway::{Gateway, GatewayPlan, RemoteTask, WarmSocket, WarmTask, Way};
+use crate::door::{RemoteTask, WarmSocket, WarmTask};
 use crate::state::TaskState;
 use crate::store::{DbError, Outcome, TaskRow, now_ms};
 

@@ -12,8 +12,8 @@ use saheeli_protocol::verify::Check;
 use tracing::info;
 
 use super::Ctx;
+use super::gateway::Gateway;
 use crate::collect::{self, Line};
-use crate::gateway::Gateway;
 use crate::output;
 use crate::store::TaskRow;
 
@@ -48,7 +48,7 @@ pub(super) async fn synthesize(
     let evidence = evidence(task, message.as_deref(), &checks, &audit, &nonce());
     // A replay's script answers (`synthesis:`); None there: it has none.
     let replay = task.spec.replay.as_ref().map(|r| r.synthesis.clone());
-    let r = gateway.synthesize(evidence, replay).await;
+    let r = crate::routes::synthesis::synthesize(gateway.llm(), evidence, replay).await;
     match &r {
         Ok(t) => info!(task_id = %id, bytes = t.len(), "report synthesis written"),
         Err(why) => info!(task_id = %id, %why, "no report synthesis"),

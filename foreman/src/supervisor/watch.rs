@@ -50,7 +50,7 @@ pub(super) async fn watch(
     ctx: &Ctx,
     task: &TaskRow,
     servo: &Servo,
-    meter: Option<&crate::gateway::Meter>,
+    meter: Option<&crate::llm::Meter>,
     started_ms: i64,
     mut running: bool,
     mut inbox: Inbox,
@@ -229,7 +229,7 @@ pub(super) struct Metered {
 }
 
 impl Metered {
-    pub(super) fn read(m: &crate::gateway::Meter) -> Metered {
+    pub(super) fn read(m: &crate::llm::Meter) -> Metered {
         use std::sync::atomic::Ordering::Relaxed;
         Metered {
             calls: m.calls.load(Relaxed) as i64,

@@ -10,7 +10,7 @@ use saheeli_protocol::{Reason, TaskId};
 use super::*;
 use crate::backend::{Engine, Fake, Phase, Servo, Stop};
 use crate::config::{Config, ConfigFile};
-use crate::gateway::Meter;
+use crate::llm::Meter;
 use crate::state::TaskState;
 use crate::store::{Lease, Store, TaskRow};
 use crate::supervisor::{Control, Ctx, Inbox, channel};
@@ -40,7 +40,7 @@ impl Rig {
             set_keys: Default::default(),
         };
         let fake = Fake::new();
-        let upstream = Arc::new(crate::gateway::Upstream::from_config(&cfg).unwrap());
+        let upstream = Arc::new(crate::llm::Upstream::from_config(&cfg).unwrap());
         let ctx = Ctx {
             lease: Lease::new(Duration::from_millis(1)),
             engine: Engine::Fake(fake.clone()),

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use super::Local;
 use super::pool::{Idle, ORPHAN_SLOT_AGE, Pool, remove_warm, slot_name, slot_of, socket_name};
 use crate::docker;
-use crate::gateway::WarmSocket;
+use crate::door::WarmSocket;
 
 /// Whether admission lets the pool make servos now.
 pub(crate) type Pace = Arc<dyn Fn() -> bool + Send + Sync>;

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::backend::facts::Warm;
 use crate::config::{Concurrency, WarmClass, WarmNeeds, class_for};
 use crate::docker;
-use crate::gateway::WarmSocket;
+use crate::door::WarmSocket;
 
 /// Container and volume names of warm servos start with this.
 pub(crate) const POOL_PREFIX: &str = "saheeli-pool-";

@@ -18,7 +18,8 @@ use super::Swarm;
 use super::watch::parts;
 use crate::backend::facts::{Collected, Seen, Servo, Workspace};
 use crate::collect;
-use crate::gateway::{Gateway, Uploaded};
+use crate::door::UploadFrom;
+use crate::door::Uploaded;
 use crate::inputs;
 
 impl Swarm {
@@ -27,15 +28,15 @@ impl Swarm {
     pub async fn collect(
         &self,
         servo: &Servo,
-        gateway: Option<&Gateway>,
+        upload: Option<&UploadFrom>,
         parked: bool,
         ask_oom: bool,
     ) -> Collected {
         let id = servo.task;
         let started = Instant::now();
         let grace = self.cfg.file.stop_grace;
-        let uploaded = match gateway {
-            Some(g) => g.upload(grace + Duration::from_secs(5)).await,
+        let uploaded = match upload {
+            Some(u) => u.wait(grace + Duration::from_secs(5)).await,
             None => None,
         };
         // Asked of its node's engine before the container is removed.

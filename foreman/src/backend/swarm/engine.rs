@@ -20,7 +20,7 @@ pub(crate) struct Swarm {
     pub manager_addr: super::Endpoint,
     pub(super) network: String,
     pub(super) gateway_url: String,
-    pub(super) hub: crate::gateway::Hub,
+    pub(super) hub: crate::door::Hub,
     /// What launch tokens are derived from (`token_key`).
     pub(super) key: Arc<Vec<u8>>,
     /// Removals of ended launches, run after their slot is free; `serve`
@@ -38,7 +38,7 @@ pub(crate) struct SwarmParts {
     pub manager_addr: super::Endpoint,
     pub network: String,
     pub gateway_url: String,
-    pub hub: crate::gateway::Hub,
+    pub hub: crate::door::Hub,
     pub key: Vec<u8>,
 }
 

@@ -2,7 +2,7 @@
 //! the swarm picks, reached through the manager's API.
 //!
 //! The servo cannot mount the foreman's socket on another host, so it
-//! reaches its gateway over TCP (`gateway::Hub`) with a token delivered as
+//! reaches its gateway over TCP (`door::Hub`) with a token delivered as
 //! a Swarm secret mounted into that task only, fetches its launch and
 //! workspace from there and uploads its workspace there at the end.
 //! Nothing is ever read from a node's disk by path.

@@ -1,0 +1,260 @@
+//! The built-in loop's route, `POST /v1/chat/completions`: only a typed
+//! request built here goes on, the budget reserved before it is forwarded
+//! and settled after, the answer and errors redacted.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use saheeli_protocol::Reason;
+use saheeli_protocol::chat::{ChatRequest, ChatUsage, gateway_error};
+use saheeli_protocol::context::Cache;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::config::ProviderKind;
+use crate::llm::GatewayState;
+use crate::llm::anthropic;
+use crate::llm::assemble;
+use crate::llm::count;
+use crate::llm::input_bound;
+use crate::llm::meter;
+use crate::llm::provider_call::call;
+use crate::llm::record;
+use crate::llm::shape;
+use crate::llm::task::error_response;
+use crate::llm::task::ledger;
+use crate::llm::vendor::native;
+use crate::llm::vendor::passthrough;
+use crate::metrics::{Refusal, live};
+
+pub(crate) async fn chat_completions(
+    State(gw): State<Arc<GatewayState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    // A streamed chat is a third-party agent's (issue 25): passed through
+    // as the agent wrote it, metered from the stream; so is every chat of
+    // an agent answered by a `replay:` script.
+    let streamed = serde_json::from_slice::<Value>(&body)
+        .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true)));
+    if streamed || gw.replay.is_some() {
+        return passthrough::chat_native(gw, &headers, body).await;
+    }
+    let req: ChatRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            live().refusal(Refusal::InvalidRequest);
+            return error_response(
+                &gw,
+                StatusCode::BAD_REQUEST,
+                gateway_error::BAD_REQUEST,
+                &format!("request is not a chat completion: {e}"),
+            );
+        }
+    };
+    if let Some(why) = shape::foreign_tool(&req) {
+        live().refusal(Refusal::InvalidRequest);
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            gateway_error::BAD_REQUEST,
+            &why,
+        );
+    }
+    // A replay task's turns come from its script: it has no business
+    // upstream, and its gateway must not spend the operator's key for
+    // whoever posts here (case 26).
+    if gw.route.model.starts_with("replay:") {
+        live().refusal(Refusal::InvalidRequest);
+        return error_response(
+            &gw,
+            StatusCode::FORBIDDEN,
+            gateway_error::BAD_REQUEST,
+            "this task's model is a `replay:` script: its gateway makes no LLM call, and nothing \
+             was sent to any provider",
+        );
+    }
+    if !req.model.is_empty() && !gw.task_model().is(&req.model) {
+        live().refusal(Refusal::InvalidRequest);
+        let why = gw.task_model().refusal(&format!("`{}`", req.model));
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            gateway_error::BAD_REQUEST,
+            &why,
+        );
+    }
+    forward(&gw, req).await
+}
+
+/// Forwards a typed request for the task, within its budget: reserved
+/// first, settled with the billed usage, written to the ledger. Used by
+/// the servo's calls and by the assessor's (`verify`).
+pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
+    let route = &gw.route;
+    // The request forwarded is built here, from typed fields only: the
+    // task's model, one choice, no stream, and the output cap set below.
+    let asked = req.max_completion_tokens.or(req.max_tokens);
+    let mut up = ChatRequest {
+        model: route.model.clone(),
+        messages: req.messages,
+        tools: req.tools,
+        ..Default::default()
+    };
+    shape::conservative(&mut up);
+    // One task's calls share a cache key, so OpenAI routes them to where
+    // their prefix is cached (issue 26).
+    if route.provider.kind == ProviderKind::Openai && gw.budget.cache != Cache::Off {
+        up.prompt_cache_key = Some(gw.task_id.to_string());
+    }
+    // Every call carries an output cap, budget or not (issue 27).
+    let want = shape::output_cap(
+        &gw.upstream.policy,
+        route.provider.kind,
+        route.provider.max_output_tokens,
+        asked,
+    );
+    let completion_field = req.max_completion_tokens.is_some();
+    let body_at = |max: u64| -> Value {
+        match route.provider.kind {
+            ProviderKind::Openai => {
+                let mut up = up.clone();
+                // Keep the field the caller used: newer models refuse the other.
+                if completion_field {
+                    up.max_completion_tokens = Some(max);
+                } else {
+                    up.max_tokens = Some(max);
+                }
+                serde_json::to_value(&up).expect("requests serialize")
+            }
+            ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache),
+        }
+    };
+    // The input this call sends, bounded from above (`input_bound`): what
+    // the provider billed an earlier call of this conversation plus one
+    // token per byte added, or the request's bytes (no tokenizer makes
+    // more tokens than bytes; bytes / 4 under-counted dense text 2x, case
+    // 25); when that bound would refuse the call, the provider's own
+    // count (`count`). The meter settles the real count after the call.
+    let upstream_body = body_at(want);
+    let sent = serde_json::to_vec(&upstream_body).map_or(0, |b| b.len()) as u64;
+    let call_shape = match &upstream_body {
+        Value::Object(map) => input_bound::Shape::of(map, sent),
+        _ => input_bound::Shape::bytes_only(sent),
+    };
+    let input = gw.meter.input_bound(&call_shape);
+    let api = match route.provider.kind {
+        ProviderKind::Openai => native::Api::Chat,
+        ProviderKind::Anthropic => native::Api::Messages,
+    };
+    let reserved = match &upstream_body {
+        Value::Object(map) => count::reserve(gw, api, map, input, want).await,
+        _ => gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)),
+    };
+    let grant = match reserved {
+        Ok(g) => g,
+        Err(why) => {
+            info!(task_id = %gw.task_id, %why, "call refused");
+            live().refusal(Refusal::Budget);
+            gw.meter.set_fatal(Reason::Budget);
+            return error_response(
+                gw,
+                StatusCode::PAYMENT_REQUIRED,
+                gateway_error::BUDGET,
+                &why,
+            );
+        }
+    };
+    let max = grant.max_output.unwrap_or(want).max(1);
+    let upstream_body = if max == want {
+        upstream_body
+    } else {
+        body_at(max)
+    };
+    if route.provider.kind == ProviderKind::Openai {
+        if completion_field {
+            up.max_completion_tokens = Some(max);
+        } else {
+            up.max_tokens = Some(max);
+        }
+    }
+    // Streamed, so that the text is shown as it comes (issue 29); read
+    // back into the whole answer (`assemble`).
+    let mut upstream_body = upstream_body;
+    if gw.upstream.policy.stream {
+        assemble::ask_streamed(&mut upstream_body, route.provider.kind);
+    }
+    let upstream_body: Bytes = upstream_body.to_string().into();
+    let call_id = uuid::Uuid::now_v7().to_string();
+    let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
+    // Armed before the reservation is written: a drop from here on
+    // releases the grant (the gateway's stop settles a row written late).
+    let mut pending = Pending {
+        gw,
+        grant: Some(grant),
+        call_id: call_id.clone(),
+    };
+    ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    let started = Instant::now();
+    let (response, usage) = call(gw, upstream_body).await;
+    live().llm_call(&route.provider.name, started.elapsed());
+    let billed = usage.map(|u| (u.prompt_tokens, u.completion_tokens));
+    let response = record::chat_call(gw, call_id.clone(), up, response, billed).await;
+    let grant = pending.grant.take().expect("settled once");
+    if let Some(u) = usage {
+        gw.meter.counted(call_shape, u.prompt_tokens);
+    }
+    let usage = usage.unwrap_or_default();
+    let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
+    ledger(gw, move |l| {
+        l.settle(&call_id, &usage, cost_micro as f64 / 1e6)
+    })
+    .await;
+    response
+}
+
+/// A call reserved and not yet settled. Dropped unsettled (the servo
+/// killed mid-call drops the request's future), it is settled at its
+/// reservation, counted as input in the task's meter and ledger: its row
+/// stayed `in_flight` and its tokens were missing from usage (issue 27).
+struct Pending<'a> {
+    gw: &'a GatewayState,
+    grant: Option<meter::Grant>,
+    call_id: String,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            cut_off(self.gw, &grant, &self.call_id);
+        }
+    }
+}
+
+/// Settles a call cut off (its request dropped, its stream cut, its
+/// usage never reported) at its reservation, counted as input in the
+/// task's meter and ledger (issue 27).
+pub(crate) fn cut_off(gw: &GatewayState, grant: &meter::Grant, call_id: &str) {
+    let usage = ChatUsage {
+        prompt_tokens: grant.tokens,
+        completion_tokens: 0,
+        total_tokens: grant.tokens,
+        ..Default::default()
+    };
+    gw.meter.settle(grant, usage, gw.rates);
+    let (l, id) = (gw.upstream.ledger.clone(), call_id.to_string());
+    let task_id = gw.task_id;
+    // The gateway's stop settles whatever this cannot write in time.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn_blocking(move || {
+            if let Err(e) = l.settle_cut(&id) {
+                warn!(%task_id, error = %e, "a call cut off not settled");
+            }
+        });
+    }
+    info!(%task_id, %call_id, "call cut off: settled at its reservation");
+}

@@ -1,0 +1,51 @@
+//! The servo's task routes on its gateway, beside the LLM proxy: the
+//! human desk (`desk`: questions, replies, messages, pauses, the session
+//! key), a template's steps (`steps`), checking `task_complete` (`verify`,
+//! `assess`; `verify_tree`, `shadow`, `python_modules`: the workspace made
+//! what `changes.patch` delivers, and what shadows the commands refused),
+//! the granted MCP capabilities (`capability`), child tasks (`children`,
+//! `child_spec`: `spawn_task`, `wait_tasks`, issue 30) and the report's
+//! synthesis call (`synthesis`, issue 29). Nothing of a request is
+//! trusted: the agent's shell reaches the socket too.
+//!
+//! Each route is served with [`Ctx`]: the task's LLM side (budget, meter,
+//! redaction: `llm::GatewayState`) and its desk link, the settings the
+//! routes take from the task's spec.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::llm::GatewayState;
+
+pub(crate) mod assess;
+pub(crate) mod capability;
+pub(crate) mod child_spec;
+pub(crate) mod children;
+pub(crate) mod desk;
+pub(crate) mod python_modules;
+pub(crate) mod shadow;
+pub(crate) mod steps;
+pub(crate) mod synthesis;
+pub(crate) mod verify;
+pub(crate) mod verify_tree;
+
+pub(crate) use children::DelegateLink;
+pub(crate) use desk::{DeskLink, DeskPolicy, WaitFlag};
+pub(crate) use verify::VerifyLink;
+
+/// What a task's routes are served with.
+pub(crate) struct Ctx {
+    /// The task's LLM side: its budget and meter, and the redactor every
+    /// answer goes through.
+    pub(crate) llm: Arc<GatewayState>,
+    pub(crate) desk: DeskLink,
+}
+
+/// The routes read the task's id, budget and meter as the LLM side's.
+impl Deref for Ctx {
+    type Target = GatewayState;
+
+    fn deref(&self) -> &GatewayState {
+        &self.llm
+    }
+}

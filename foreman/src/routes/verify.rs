@@ -1,0 +1,488 @@
+//! `POST /saheeli/v1/verify`: the servo's `task_complete` asks, the
+//! foreman checks. One attempt: a fresh container is made from the task's
+//! image with the task's workspace volume (`docker::VerifyBox`: a new
+//! `/tmp` and `$HOME`, the task's hardening, `env:` and limits, no gateway
+//! socket) while the task's own container is paused; the workspace is made
+//! what `changes.patch` delivers and changes that shadow what the commands
+//! run are refused (`verify_tree`, `shadow`); `verify_files` are
+//! restored in it from the submitted workspace, each `verify` command runs
+//! in it (`docker exec`, the servo's user, /workspace, `verify_timeout`,
+//! output capped), and it is removed. Then, with `assess: true`, an LLM
+//! judges the work against the objective (`assess`). The checks are
+//! rows in SQLite (fenced by the lease); the foreman counts the attempts,
+//! so neither the servo nor the agent's shell, which can reach this route
+//! too, can get more than `1 + verify_retries`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use bollard::Docker;
+use saheeli_protocol::TaskId;
+use saheeli_protocol::verify::{Check, CheckKind, Verdict, VerifyRequest};
+use tracing::{info, warn};
+
+use crate::backend::TaskEngine;
+use crate::docker;
+use crate::inputs;
+use crate::llm::task::error_response;
+use crate::llm::task::json_response;
+use crate::routes::Ctx;
+use crate::routes::assess;
+use crate::routes::verify_tree;
+
+/// Output kept of one verify command (head and tail).
+pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
+
+/// Output of a failed command quoted back to the model (head and tail).
+const FEEDBACK_CAP: usize = 8 * 1024;
+
+/// What the verify route needs to check a task's work.
+pub(crate) struct VerifyLink {
+    /// Where the task's container is found at verify time.
+    pub engine: TaskEngine,
+    /// The submitted workspace (`verify_files` come from it).
+    pub submitted: PathBuf,
+    /// Where the assessor's copy of the workspace is made.
+    pub scratch: PathBuf,
+    pub commands: Vec<String>,
+    pub files: Vec<PathBuf>,
+    /// The most the workspace's files may hold when it is read to be
+    /// compared with the submitted one (its size).
+    pub max_workspace: u64,
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub assess: bool,
+    /// What the assessor judges against.
+    pub objective: String,
+    /// One attempt at a time (the servo and the agent's shell may both ask).
+    pub one_at_a_time: tokio::sync::Mutex<()>,
+    /// What the verify container takes from the task.
+    pub sandbox: docker::Sandbox,
+}
+
+impl VerifyLink {
+    /// The link of a task whose spec verifies or has checked steps (None
+    /// otherwise).
+    pub fn of(
+        spec: &crate::spec::TaskSpec,
+        id: TaskId,
+        engine: TaskEngine,
+        state_dir: &std::path::Path,
+    ) -> Option<Arc<VerifyLink>> {
+        let checked = spec
+            .steps
+            .iter()
+            .any(|s| s.done_when.as_ref().is_some_and(|w| w.command().is_some()));
+        if !spec.verifies() && !checked {
+            return None;
+        }
+        let objective = spec
+            .objective
+            .clone()
+            .unwrap_or_else(|| format!("{}\n\n{}", spec.title, spec.body.trim_end()));
+        let network = match &engine {
+            TaskEngine::Local(_) | TaskEngine::Container(..) => {
+                docker::VerifyNetwork::Declared(spec.network)
+            }
+            TaskEngine::Swarm { .. } => docker::VerifyNetwork::OfTask,
+        };
+        let sandbox = docker::Sandbox {
+            env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+            network,
+        };
+        Some(Arc::new(VerifyLink {
+            engine,
+            sandbox,
+            submitted: inputs::workspace_tar(state_dir, id),
+            scratch: state_dir.join("assess"),
+            commands: spec.verify.clone(),
+            files: spec.verify_files.clone(),
+            max_workspace: spec.disk.unwrap_or(64 << 30),
+            timeout: Duration::from_secs(spec.verify_timeout_s.max(1)),
+            max_attempts: spec.max_verify_attempts(),
+            assess: spec.assess,
+            objective,
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        }))
+    }
+}
+
+pub(crate) async fn verify(
+    axum::extract::State(gw): axum::extract::State<Arc<Ctx>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: VerifyRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("not a verify request: {e}");
+            return error_response(&gw, StatusCode::BAD_REQUEST, "bad_request", &why);
+        }
+    };
+    if req.call_id.is_empty() || req.call_id.len() > 256 {
+        let why = "call_id must be 1 to 256 bytes";
+        return error_response(&gw, StatusCode::BAD_REQUEST, "bad_request", why);
+    }
+    let Some(link) = gw
+        .desk
+        .verify
+        .clone()
+        .filter(|l| !l.commands.is_empty() || l.assess)
+    else {
+        let why = "this task has no `verify` or `assess`: task_complete needs no check";
+        return error_response(&gw, StatusCode::FORBIDDEN, "not_allowed", why);
+    };
+    let _one = link.one_at_a_time.lock().await;
+    let id = gw.task_id;
+    let call = req.call_id.clone();
+    let known = gw
+        .desk_db(move |s, l| {
+            s.hold(id, l)?;
+            Ok((s.verify_attempt_of(id, &call)?, s.verify_attempts(id)?))
+        })
+        .await;
+    let (attempt, checks) = match known {
+        Err(resp) => return resp,
+        // Asked again (the gateway was away): the same verdict.
+        Ok((Some(known), _)) => known,
+        Ok((None, made)) if made >= link.max_attempts => {
+            let why = format!(
+                "no verification attempt is left ({made} of {} made)",
+                link.max_attempts
+            );
+            return error_response(&gw, StatusCode::CONFLICT, "no_attempts_left", &why);
+        }
+        Ok((None, made)) => {
+            let attempt = made + 1;
+            let t0 = std::time::Instant::now();
+            let checks = run_attempt(&gw, link.clone(), attempt, &req.message).await;
+            let ms = t0.elapsed().as_millis() as u64;
+            info!(task_id = %id, attempt, ms, "verification attempt ran");
+            let (rows, call) = (checks.clone(), req.call_id.clone());
+            let recorded = gw
+                .desk_db(move |s, l| s.record_verify(id, l, &call, attempt, &rows))
+                .await;
+            if let Err(resp) = recorded {
+                return resp;
+            }
+            (attempt, checks)
+        }
+    };
+    let all = match gw.desk_db(move |s, _| s.verify_checks(id)).await {
+        Ok(all) => all,
+        Err(resp) => return resp,
+    };
+    let verdict = verdict(attempt, link.max_attempts, &checks, all, link.timeout);
+    info!(task_id = %id, attempt, passed = verdict.passed, "verified");
+    json_response(&gw, StatusCode::OK, &verdict)
+}
+
+/// One attempt: the verify commands (stopping at the first failure),
+/// then the assessment when they passed (or there are none).
+async fn run_attempt(gw: &Ctx, link: Arc<VerifyLink>, attempt: u32, message: &str) -> Vec<Check> {
+    let mut checks = Vec::new();
+    if !link.commands.is_empty() {
+        let commands = link.commands.clone();
+        checks = run_commands(gw.task_id, link.clone(), commands, attempt).await;
+    }
+    if link.assess && checks.iter().all(|c| c.passed) {
+        checks.push(assess::assess(gw, &link, attempt, message, &checks).await);
+    }
+    checks
+}
+
+/// A check that could not run: failed, saying why.
+fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
+    Check {
+        attempt,
+        kind,
+        command: command.to_string(),
+        exit_code: None,
+        duration_ms: 0,
+        passed: false,
+        output: why,
+        limited: false,
+        findings: Vec::new(),
+    }
+}
+
+/// Runs the commands in a verify container beside the task's (paused)
+/// container, and removes it. Spawned: a request dropped midway (the
+/// foreman stopping, a caller gone) still removes the verify container
+/// and lets the task's container run again.
+pub(crate) async fn run_commands(
+    id: TaskId,
+    link: Arc<VerifyLink>,
+    commands: Vec<String>,
+    attempt: u32,
+) -> Vec<Check> {
+    let first = commands[0].clone();
+    let shown = first.clone();
+    let ran = tokio::spawn(async move {
+        let (d, task_container) = match link.engine.container(id).await {
+            Ok(found) => found,
+            Err(e) => {
+                return vec![not_run(
+                    attempt,
+                    CheckKind::Verify,
+                    &first,
+                    format!("{e:#}"),
+                )];
+            }
+        };
+        let t0 = std::time::Instant::now();
+        let opened = docker::VerifyBox::open(&d, id, &task_container, &link.sandbox, attempt);
+        let vbox = match opened.await {
+            Ok(b) => b,
+            Err(e) => {
+                let why = format!("the verify container could not be made: {e:#}");
+                return vec![not_run(attempt, CheckKind::Verify, &first, why)];
+            }
+        };
+        // The task's container stopping (its timeout, a cancel) ends the
+        // check: nothing waits for its verdict any more.
+        let stopped = async {
+            match docker::wait(&d, &task_container).await {
+                Ok(_) => (),
+                Err(_) => std::future::pending().await,
+            }
+        };
+        let open_ms = t0.elapsed().as_millis() as u64;
+        let checks = tokio::select! {
+            checks = checks_in(&d, vbox.container(), &link, &commands, attempt) => checks,
+            () = stopped => {
+                let why = "the task's container stopped during verification (its timeout, or a cancel)";
+                vec![not_run(attempt, CheckKind::Verify, &first, why.to_string())]
+            }
+        };
+        let t1 = std::time::Instant::now();
+        if let Err(e) = vbox.close().await {
+            warn!(task_id = %id, error = %format!("{e:#}"), "the verify container was not undone");
+        }
+        let close_ms = t1.elapsed().as_millis() as u64;
+        info!(task_id = %id, attempt, open_ms, close_ms, "verify container removed");
+        checks
+    });
+    match ran.await {
+        Ok(checks) => checks,
+        Err(e) => vec![not_run(
+            attempt,
+            CheckKind::Verify,
+            &shown,
+            format!("the verify run failed: {e}"),
+        )],
+    }
+}
+
+/// Makes the verify container's /workspace what `changes.patch` delivers
+/// and refuses what shadows the commands (`verify_tree`), restores
+/// `verify_files`, then runs each command until one fails.
+async fn checks_in(
+    d: &Docker,
+    container: &str,
+    link: &VerifyLink,
+    commands: &[String],
+    attempt: u32,
+) -> Vec<Check> {
+    let first = commands[0].as_str();
+    let prepared = verify_tree::prepare(
+        d,
+        container,
+        &link.submitted,
+        &link.files,
+        link.max_workspace,
+    );
+    match tokio::time::timeout(link.timeout, prepared).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(why))) => return vec![not_run(attempt, CheckKind::Verify, first, why)],
+        Err(_) => {
+            let why = format!(
+                "the workspace could not be read within `verify_timeout` ({}), so nothing was run",
+                humantime::format_duration(link.timeout)
+            );
+            return vec![not_run(attempt, CheckKind::Verify, first, why)];
+        }
+        Ok(Err(e)) => {
+            let why = format!("the tree to verify could not be made, so nothing was run: {e:#}");
+            return vec![not_run(attempt, CheckKind::Verify, first, why)];
+        }
+    }
+    if !link.files.is_empty()
+        && let Err(e) = restore(d, link, container).await
+    {
+        let why = format!("`verify_files` could not be restored, so nothing was run: {e:#}");
+        return vec![not_run(attempt, CheckKind::Verify, first, why)];
+    }
+    let mut checks = Vec::new();
+    for command in commands {
+        let ran = docker::exec_shell(d, container, command, link.timeout, OUTPUT_CAP).await;
+        let check = match ran {
+            Ok(r) => Check {
+                attempt,
+                kind: CheckKind::Verify,
+                command: command.clone(),
+                exit_code: r.exit_code,
+                duration_ms: r.duration.as_millis() as u64,
+                passed: r.exit_code == Some(0),
+                output: r.output,
+                limited: false,
+                findings: Vec::new(),
+            },
+            Err(e) => not_run(
+                attempt,
+                CheckKind::Verify,
+                command,
+                format!("could not be run: {e:#}"),
+            ),
+        };
+        let passed = check.passed;
+        checks.push(check);
+        if !passed {
+            break;
+        }
+    }
+    checks
+}
+
+/// Puts `verify_files` back as submitted, in the verify container: what
+/// is at those paths now (and a link or file where one of their
+/// directories goes) is removed by the servo's user, then the submitted
+/// entries are uploaded.
+async fn restore(d: &Docker, link: &VerifyLink, container: &str) -> anyhow::Result<()> {
+    let (paths, parents) = inputs::workspace_args(&link.files);
+    if !parents.is_empty() {
+        let mut argv = vec!["find".to_string()];
+        argv.extend(parents);
+        argv.extend(["-maxdepth", "0", "!", "-type", "d", "-delete"].map(String::from));
+        // Parents that are missing are fine: the upload makes them.
+        docker::exec_quiet(d, container, argv).await?;
+    }
+    let mut argv = vec!["rm".to_string(), "-rf".into(), "--".into()];
+    argv.extend(paths);
+    let ran = docker::exec_quiet(d, container, argv).await?;
+    if ran.exit_code != Some(0) {
+        anyhow::bail!(
+            "removing what is at those paths failed: {}",
+            ran.output.trim()
+        );
+    }
+    let (submitted, files) = (link.submitted.clone(), link.files.clone());
+    let tar =
+        tokio::task::spawn_blocking(move || inputs::restore_tar(&submitted, &files)).await??;
+    docker::upload(d, container, tar.into()).await
+}
+
+/// The verdict of `attempt` (its `checks`) for the servo, with every check
+/// so far (`all`).
+pub(crate) fn verdict(
+    attempt: u32,
+    max_attempts: u32,
+    checks: &[Check],
+    all: Vec<Check>,
+    timeout: Duration,
+) -> Verdict {
+    let passed = !checks.is_empty() && checks.iter().all(|c| c.passed);
+    let limited = !passed && checks.iter().any(|c| c.limited);
+    let feedback = match checks.iter().find(|c| !c.passed) {
+        None => String::new(),
+        Some(c) if limited => format!(
+            "[saheeli] Attempt {attempt} of {max_attempts}: the assessor found that more \
+             attempts cannot help (limited). Its feedback:\n{}\n\nThe task ends as incomplete \
+             (limited), with the findings in its report.",
+            c.output.trim_end()
+        ),
+        Some(c) => feedback(c, attempt, max_attempts, timeout),
+    };
+    Verdict {
+        passed,
+        attempt,
+        max_attempts,
+        feedback,
+        checks: all,
+        limited,
+    }
+}
+
+/// What the model is told of a checked step's failed command.
+pub(crate) fn step_feedback(c: &Check, timeout: Duration) -> String {
+    what_failed(c, timeout).replacen("verification failed: ", "its check ", 1)
+}
+
+/// What the model is told of a failed check.
+fn feedback(c: &Check, attempt: u32, max_attempts: u32, timeout: Duration) -> String {
+    let what = what_failed(c, timeout);
+    let left = max_attempts.saturating_sub(attempt);
+    let next = if left == 0 {
+        "No attempt is left: the task ends as verification_failed.".to_string()
+    } else {
+        format!(
+            "Fix the problem, check your work, then call task_complete again \
+             ({left} more attempt{} allowed).",
+            if left == 1 { "" } else { "s" }
+        )
+    };
+    format!("[saheeli] Attempt {attempt} of {max_attempts}: {what}\n\n{next}")
+}
+
+/// What failed in a check, with its output.
+fn what_failed(c: &Check, timeout: Duration) -> String {
+    match (c.kind, c.exit_code) {
+        (CheckKind::Assess, _) => format!(
+            "assessment failed: the objective is not met. The assessor's feedback:\n{}",
+            c.output.trim_end()
+        ),
+        (CheckKind::Verify, Some(code)) => format!(
+            "verification failed: `{}` exited with code {code}. Its output:\n{}",
+            c.command,
+            fenced(&cut(&c.output, FEEDBACK_CAP))
+        ),
+        (CheckKind::Verify, None) if c.duration_ms >= timeout.as_millis() as u64 => format!(
+            "verification failed: `{}` did not finish within {} and was stopped. Its output:\n{}",
+            c.command,
+            humantime::format_duration(timeout),
+            fenced(&cut(&c.output, FEEDBACK_CAP))
+        ),
+        (CheckKind::Verify, None) => {
+            format!(
+                "verification failed: `{}`: {}",
+                c.command,
+                c.output.trim_end()
+            )
+        }
+    }
+}
+
+/// `text` cut to about `cap` bytes: its head and tail.
+fn cut(text: &str, cap: usize) -> String {
+    if text.len() <= cap {
+        return text.to_string();
+    }
+    let half = cap / 2;
+    let mut a = half;
+    while !text.is_char_boundary(a) {
+        a -= 1;
+    }
+    let mut b = text.len() - half;
+    while !text.is_char_boundary(b) {
+        b += 1;
+    }
+    format!(
+        "{}\n[… {} bytes not shown …]\n{}",
+        &text[..a],
+        b - a,
+        &text[b..]
+    )
+}
+
+fn fenced(text: &str) -> String {
+    format!("```\n{}\n```", text.trim_end())
+}
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;
