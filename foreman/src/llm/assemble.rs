@@ -9,10 +9,10 @@ use axum::body::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 
-use super::live::Speaker;
-use super::vendor::stream::{MAX_EVENT, boundary};
+use super::live::{Speaker, Tell};
 use crate::config::ProviderKind;
 use crate::llm::GatewayState;
+use crate::llm::sse::{MAX_EVENT, boundary};
 use crate::text::error_chain;
 
 /// Asks for the answer streamed, in the provider's own words (OpenAI
@@ -28,7 +28,7 @@ pub(crate) fn ask_streamed(body: &mut Value, kind: ProviderKind) {
 /// the model writes as it comes: the whole body, or why the stream failed
 /// (cut, ended early, an error event), which is worth another try.
 pub(crate) async fn read(gw: &GatewayState, resp: reqwest::Response) -> Result<Bytes, String> {
-    let mut live = Speaker::new(gw);
+    let mut live = Speaker::new(&gw.live, &gw.upstream.redactor);
     let mut a = Assembler::new(gw.route.provider.kind);
     let mut chunks = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
@@ -78,12 +78,6 @@ pub(crate) async fn read(gw: &GatewayState, resp: reqwest::Response) -> Result<B
     Ok(serde_json::to_vec(&a.body())
         .expect("bodies serialize")
         .into())
-}
-
-/// Who hears what the model writes as it comes (`live::Speaker`).
-pub(crate) trait Tell {
-    fn text(&mut self, piece: &str);
-    fn tool(&mut self, name: &str);
 }
 
 /// One streamed answer being put back together.
@@ -332,13 +326,13 @@ impl Assembler {
 /// What an agent's stream (`stream::relay`) says as it passes, told to
 /// the followers; the stream itself is passed on untouched.
 pub(crate) struct Listener {
-    api: super::vendor::native::Api,
+    api: crate::llm::api::Api,
     a: Assembler,
 }
 
 impl Listener {
-    pub fn new(api: super::vendor::native::Api) -> Listener {
-        use super::vendor::native::Api;
+    pub fn new(api: crate::llm::api::Api) -> Listener {
+        use crate::llm::api::Api;
         let kind = match api {
             Api::Messages => ProviderKind::Anthropic,
             Api::Chat | Api::Responses => ProviderKind::Openai,
@@ -350,7 +344,7 @@ impl Listener {
     }
 
     pub fn event(&mut self, block: &str, live: &mut impl Tell) {
-        if self.api != super::vendor::native::Api::Responses {
+        if self.api != crate::llm::api::Api::Responses {
             // Only what it tells is wanted: the text is not kept.
             self.a.event(block, live);
             self.a.text.clear();

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use saheeli_protocol::Reason;
@@ -27,23 +26,13 @@ use crate::llm::record;
 use crate::llm::shape;
 use crate::llm::task::error_response;
 use crate::llm::task::ledger;
-use crate::llm::vendor::native;
-use crate::llm::vendor::passthrough;
 use crate::metrics::{Refusal, live};
 
-pub(crate) async fn chat_completions(
-    State(gw): State<Arc<GatewayState>>,
-    headers: axum::http::HeaderMap,
-    body: Bytes,
-) -> Response {
-    // A streamed chat is a third-party agent's (issue 25): passed through
-    // as the agent wrote it, metered from the stream; so is every chat of
-    // an agent answered by a `replay:` script.
-    let streamed = serde_json::from_slice::<Value>(&body)
-        .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true)));
-    if streamed || gw.replay.is_some() {
-        return passthrough::chat_native(gw, &headers, body).await;
-    }
+/// The servo's own call: its typed request, checked, then forwarded
+/// (`forward`). A streamed chat, or any chat of an agent answered by a
+/// `replay:` script, is a third-party agent's and is passed through
+/// instead (`vendor::passthrough::chat_completions` decides).
+pub(crate) async fn typed(gw: Arc<GatewayState>, body: Bytes) -> Response {
     let req: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -148,8 +137,8 @@ pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     };
     let input = gw.meter.input_bound(&call_shape);
     let api = match route.provider.kind {
-        ProviderKind::Openai => native::Api::Chat,
-        ProviderKind::Anthropic => native::Api::Messages,
+        ProviderKind::Openai => crate::llm::api::Api::Chat,
+        ProviderKind::Anthropic => crate::llm::api::Api::Messages,
     };
     let reserved = match &upstream_body {
         Value::Object(map) => count::reserve(gw, api, map, input, want).await,

@@ -22,8 +22,8 @@ use tracing::info;
 
 use super::GatewayState;
 use super::meter::Grant;
-use super::vendor::native::Api;
 use crate::config::ProviderKind;
+use crate::llm::api::Api;
 
 /// How long the count may take: it stands before a call the task waits on.
 const PATIENCE: Duration = Duration::from_secs(10);

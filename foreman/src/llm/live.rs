@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::llm::GatewayState;
 use crate::llm::Redactor;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -58,17 +57,26 @@ impl LiveBus {
     }
 }
 
+/// Who hears what the model writes as it comes (`Speaker`; the tests'
+/// listeners).
+pub(crate) trait Tell {
+    fn text(&mut self, piece: &str);
+    fn tool(&mut self, name: &str);
+}
+
 /// One answer's text on its way to the followers: pieces gathered and
 /// redacted, sent at each `flush`.
 pub(crate) struct Speaker<'a> {
-    gw: &'a GatewayState,
+    live: &'a LiveBus,
+    redactor: &'a Redactor,
     pending: String,
 }
 
 impl<'a> Speaker<'a> {
-    pub fn new(gw: &'a GatewayState) -> Speaker<'a> {
+    pub fn new(live: &'a LiveBus, redactor: &'a Redactor) -> Speaker<'a> {
         Speaker {
-            gw,
+            live,
+            redactor,
             pending: String::new(),
         }
     }
@@ -76,13 +84,13 @@ impl<'a> Speaker<'a> {
     /// A note of the gateway's own (a stream cut and asked again).
     pub fn note(&mut self, note: &str) {
         self.finish();
-        self.gw.live.publish(&LiveLine::note(note));
+        self.live.publish(&LiveLine::note(note));
     }
 
     /// Sends what has come, but the characters that could still be the
     /// start of a key split with the next piece.
     pub fn flush(&mut self) {
-        let hold = self.gw.upstream.redactor.longest().saturating_sub(1);
+        let hold = self.redactor.longest().saturating_sub(1);
         self.send(hold);
     }
 
@@ -92,9 +100,9 @@ impl<'a> Speaker<'a> {
     }
 
     fn send(&mut self, hold: usize) {
-        let redactor = &self.gw.upstream.redactor;
+        let redactor = self.redactor;
         if let Some(out) = take_safe(redactor, &mut self.pending, hold) {
-            self.gw.live.publish(&LiveLine::text(out));
+            self.live.publish(&LiveLine::text(out));
         }
     }
 }
@@ -114,7 +122,7 @@ fn take_safe(redactor: &Redactor, pending: &mut String, hold: usize) -> Option<S
     (cut > 0).then(|| redacted[..cut].to_string())
 }
 
-impl super::assemble::Tell for Speaker<'_> {
+impl Tell for Speaker<'_> {
     /// A piece of the model's text.
     fn text(&mut self, piece: &str) {
         self.pending.push_str(piece);
@@ -123,8 +131,8 @@ impl super::assemble::Tell for Speaker<'_> {
     /// The model started a tool call: the text before it goes first.
     fn tool(&mut self, name: &str) {
         self.finish();
-        let name = self.gw.upstream.redactor.redact(name);
-        self.gw.live.publish(&LiveLine::tool(name));
+        let name = self.redactor.redact(name);
+        self.live.publish(&LiveLine::tool(name));
     }
 }
 
@@ -136,9 +144,9 @@ impl Drop for Speaker<'_> {
 
 /// `GET /saheeli/v1/live`: the task's live lines as they come, for
 /// [`FOLLOW`]; lines a slow follower missed are counted in a note.
-pub(crate) async fn follow(State(gw): State<Arc<GatewayState>>) -> Response {
-    let rx = gw.live.tx.subscribe();
-    let closed = gw.live.closed.clone();
+pub(crate) async fn follow(State(bus): State<Arc<LiveBus>>) -> Response {
+    let rx = bus.tx.subscribe();
+    let closed = bus.closed.clone();
     let until = tokio::time::Instant::now() + FOLLOW;
     let lines = futures_util::stream::unfold(rx, move |mut rx| {
         let closed = closed.clone();

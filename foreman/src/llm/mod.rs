@@ -10,6 +10,8 @@
 //!
 //! # Layout
 //!
+//! - `api`: the wire format of a route and the model an agent may name;
+//!   `sse`: where a provider's event ends.
 //! - `task`: one task's side (`GatewayState`): route, budget, meter, live
 //!   followers, replay script; JSON answers and errors, redacted.
 //! - `chat`: the built-in loop's route; `provider_call`: its call to the
@@ -33,6 +35,7 @@
 //! - `vendor`: the vendors' own APIs for third-party agents (issue 25).
 
 pub(crate) mod anthropic;
+pub(crate) mod api;
 pub(crate) mod assemble;
 pub(crate) mod chat;
 pub(crate) mod count;
@@ -53,6 +56,7 @@ pub(crate) mod redact;
 pub(crate) mod retry;
 pub(crate) mod shape;
 pub(crate) mod splice;
+pub(crate) mod sse;
 pub(crate) mod task;
 pub(crate) mod upstream;
 pub(crate) mod usage;

@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::Redactor;
-use super::vendor::native::Api;
+use crate::llm::api::Api;
 
 /// One text delta event, its text already redacted.
 #[derive(Debug)]

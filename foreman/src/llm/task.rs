@@ -19,8 +19,8 @@ use super::meter::Budget;
 use super::meter::Meter;
 use super::pricing;
 use super::upstream::Upstream;
-use super::vendor::native::TaskModel;
 use crate::gateway::Route;
+use crate::llm::api::TaskModel;
 use crate::metrics::{Refusal, live};
 
 pub(crate) struct GatewayState {

@@ -10,10 +10,10 @@
 
 use std::time::Instant;
 
+use super::ctx::Ctx;
+use super::verify_link::VerifyLink;
 use crate::llm::chat::forward;
 use crate::llm::provider_call::error_text;
-use crate::routes::Ctx;
-use crate::routes::VerifyLink;
 use axum::http::StatusCode;
 use saheeli_protocol::chat::{ChatMessage, ChatRequest, ChatResponse};
 use saheeli_protocol::verify::{AssessVerdict, Assessment, Check, CheckKind};

@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::ctx::Ctx;
+use super::desk;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
-use crate::routes::Ctx;
-use crate::routes::desk;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -19,10 +19,10 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::delegate::{ChildOutcome, MAX_MESSAGE, MAX_PATCH, Spawn, Wait, Waited};
 use tracing::{info, warn};
 
+use super::ctx::Ctx;
 use crate::config::Config;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
-use crate::routes::Ctx;
 use crate::spec::TaskSpec;
 use crate::store::{ChildRow, ParentBudget, SpawnAsk, Spawned, WaitState};
 

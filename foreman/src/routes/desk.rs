@@ -23,9 +23,9 @@ use saheeli_protocol::human::{
 use serde::Deserialize;
 use tracing::info;
 
+use super::ctx::Ctx;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
-use crate::routes::Ctx;
 use crate::state::TaskState;
 use crate::store::{Lease, Store, StoreError};
 
@@ -53,7 +53,7 @@ pub(crate) struct DeskLink {
     /// How `task_complete` is checked: set when the task has `verify:` or
     /// `assess: true` (only then is the verify route open), or checked
     /// steps (their commands run as `verify` runs its own).
-    pub verify: Option<Arc<super::verify::VerifyLink>>,
+    pub verify: Option<Arc<super::verify_link::VerifyLink>>,
     /// The checked steps (`done_when: { verify: COMMAND }`): name, command.
     pub step_checks: Arc<[(String, String)]>,
     /// The capabilities the task was granted (`capabilities:`).

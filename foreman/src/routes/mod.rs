@@ -12,40 +12,21 @@
 //! redaction: `llm::GatewayState`) and its desk link, the settings the
 //! routes take from the task's spec.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
-use crate::llm::GatewayState;
-
 pub(crate) mod assess;
 pub(crate) mod capability;
 pub(crate) mod child_spec;
 pub(crate) mod children;
+pub(crate) mod ctx;
 pub(crate) mod desk;
 pub(crate) mod python_modules;
 pub(crate) mod shadow;
 pub(crate) mod steps;
 pub(crate) mod synthesis;
 pub(crate) mod verify;
+pub(crate) mod verify_link;
 pub(crate) mod verify_tree;
 
 pub(crate) use children::DelegateLink;
+pub(crate) use ctx::Ctx;
 pub(crate) use desk::{DeskLink, DeskPolicy, WaitFlag};
-pub(crate) use verify::VerifyLink;
-
-/// What a task's routes are served with.
-pub(crate) struct Ctx {
-    /// The task's LLM side: its budget and meter, and the redactor every
-    /// answer goes through.
-    pub(crate) llm: Arc<GatewayState>,
-    pub(crate) desk: DeskLink,
-}
-
-/// The routes read the task's id, budget and meter as the LLM side's.
-impl Deref for Ctx {
-    type Target = GatewayState;
-
-    fn deref(&self) -> &GatewayState {
-        &self.llm
-    }
-}
+pub(crate) use verify_link::VerifyLink;

@@ -18,11 +18,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use saheeli_protocol::template::{StepDone, StepHeld, StepStart, StepsDone};
 
+use super::ctx::Ctx;
+use super::desk;
+use super::verify;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
-use crate::routes::Ctx;
-use crate::routes::desk;
-use crate::routes::verify;
 use crate::store::{StepMarked, StepStarted};
 use tracing::{debug, info};
 

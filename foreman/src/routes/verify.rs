@@ -13,7 +13,6 @@
 //! so neither the servo nor the agent's shell, which can reach this route
 //! too, can get more than `1 + verify_retries`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,94 +23,20 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::verify::{Check, CheckKind, Verdict, VerifyRequest};
 use tracing::{info, warn};
 
-use crate::backend::TaskEngine;
+use super::assess;
+use super::ctx::Ctx;
+use super::verify_link::VerifyLink;
+use super::verify_tree;
 use crate::docker;
 use crate::inputs;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
-use crate::routes::Ctx;
-use crate::routes::assess;
-use crate::routes::verify_tree;
 
 /// Output kept of one verify command (head and tail).
 pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
 
 /// Output of a failed command quoted back to the model (head and tail).
 const FEEDBACK_CAP: usize = 8 * 1024;
-
-/// What the verify route needs to check a task's work.
-pub(crate) struct VerifyLink {
-    /// Where the task's container is found at verify time.
-    pub engine: TaskEngine,
-    /// The submitted workspace (`verify_files` come from it).
-    pub submitted: PathBuf,
-    /// Where the assessor's copy of the workspace is made.
-    pub scratch: PathBuf,
-    pub commands: Vec<String>,
-    pub files: Vec<PathBuf>,
-    /// The most the workspace's files may hold when it is read to be
-    /// compared with the submitted one (its size).
-    pub max_workspace: u64,
-    pub timeout: Duration,
-    pub max_attempts: u32,
-    pub assess: bool,
-    /// What the assessor judges against.
-    pub objective: String,
-    /// One attempt at a time (the servo and the agent's shell may both ask).
-    pub one_at_a_time: tokio::sync::Mutex<()>,
-    /// What the verify container takes from the task.
-    pub sandbox: docker::Sandbox,
-}
-
-impl VerifyLink {
-    /// The link of a task whose spec verifies or has checked steps (None
-    /// otherwise).
-    pub fn of(
-        spec: &crate::spec::TaskSpec,
-        id: TaskId,
-        engine: TaskEngine,
-        state_dir: &std::path::Path,
-    ) -> Option<Arc<VerifyLink>> {
-        let checked = spec
-            .steps
-            .iter()
-            .any(|s| s.done_when.as_ref().is_some_and(|w| w.command().is_some()));
-        if !spec.verifies() && !checked {
-            return None;
-        }
-        let objective = spec
-            .objective
-            .clone()
-            .unwrap_or_else(|| format!("{}\n\n{}", spec.title, spec.body.trim_end()));
-        let network = match &engine {
-            TaskEngine::Local(_) | TaskEngine::Container(..) => {
-                docker::VerifyNetwork::Declared(spec.network)
-            }
-            TaskEngine::Swarm { .. } => docker::VerifyNetwork::OfTask,
-        };
-        let sandbox = docker::Sandbox {
-            env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-            memory: spec.memory,
-            cpus: spec.cpus,
-            pids: spec.pids,
-            network,
-        };
-        Some(Arc::new(VerifyLink {
-            engine,
-            sandbox,
-            submitted: inputs::workspace_tar(state_dir, id),
-            scratch: state_dir.join("assess"),
-            commands: spec.verify.clone(),
-            files: spec.verify_files.clone(),
-            max_workspace: spec.disk.unwrap_or(64 << 30),
-            timeout: Duration::from_secs(spec.verify_timeout_s.max(1)),
-            max_attempts: spec.max_verify_attempts(),
-            assess: spec.assess,
-            objective,
-            one_at_a_time: tokio::sync::Mutex::new(()),
-        }))
-    }
-}
 
 pub(crate) async fn verify(
     axum::extract::State(gw): axum::extract::State<Arc<Ctx>>,

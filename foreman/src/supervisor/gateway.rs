@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::door::{self, Hub, RemoteTask, UploadFrom, WarmSocket, WarmTask, socket};
-use crate::llm::chat::chat_completions;
 use crate::llm::ledger::Ledger;
 use crate::llm::live::{self, LiveBus};
 use crate::llm::task::not_found;
@@ -341,16 +340,18 @@ impl Gateway {
         });
         use saheeli_protocol::human::routes as desk_routes;
         let llm = Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/chat/completions", post(passthrough::chat_completions))
             .route("/v1/messages", post(passthrough::messages))
             .route("/v1/messages/count_tokens", post(passthrough::count_tokens))
             .route("/v1/responses", post(passthrough::responses))
+            .fallback(not_found)
+            .with_state(state.clone());
+        let followers = Router::new()
             .route(
                 saheeli_protocol::live::routes::LIVE,
                 axum::routing::get(live::follow),
             )
-            .fallback(not_found)
-            .with_state(state.clone());
+            .with_state(live.clone());
         let task = Router::new()
             .route(desk_routes::ASK, post(desk::ask))
             .route("/saheeli/v1/ask/{call_id}", axum::routing::get(desk::reply))
@@ -390,7 +391,7 @@ impl Gateway {
                 post(children::wait),
             )
             .with_state(ctx);
-        let app = llm.merge(task);
+        let app = llm.merge(followers).merge(task);
         (meter, state, app)
     }
 

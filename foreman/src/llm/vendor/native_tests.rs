@@ -1,6 +1,7 @@
 //! Tests of `native`.
 
 use super::*;
+use crate::config::ProviderKind;
 
 const TASK: TaskModel<'static> = TaskModel {
     provider: "local",

@@ -71,6 +71,23 @@ pub(crate) async fn chat_native(
     serve(gw, Api::Chat, headers, body).await
 }
 
+/// `POST /v1/chat/completions`: a streamed chat is a third-party
+/// agent's (issue 25), passed through as the agent wrote it and metered
+/// from the stream; so is every chat of an agent answered by a `replay:`
+/// script. Any other is the servo's own typed call (`llm::chat`).
+pub(crate) async fn chat_completions(
+    State(gw): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let streamed = serde_json::from_slice::<Value>(&body)
+        .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true)));
+    if streamed || gw.replay.is_some() {
+        return chat_native(gw, &headers, body).await;
+    }
+    crate::llm::chat::typed(gw, body).await
+}
+
 /// `POST /v1/messages/count_tokens`: estimated here, nothing forwarded.
 pub(crate) async fn count_tokens(State(gw): State<Arc<GatewayState>>, body: Bytes) -> Response {
     if gw.replay.is_none() && !Api::Messages.served_by(gw.route.provider.kind) {

@@ -26,12 +26,10 @@ use crate::llm::meter;
 use crate::llm::meter::Meter;
 use crate::llm::pricing::Rates;
 use crate::llm::record;
+use crate::llm::sse::{MAX_EVENT, boundary};
 use crate::llm::task::ledger;
 use crate::metrics::{Refusal, live};
 use crate::text::error_chain;
-
-/// Longest event relayed; a longer one ends the stream with an error.
-pub(crate) const MAX_EVENT: usize = 4 * 1024 * 1024;
 
 /// Usage as far as a body or a stream has reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,19 +210,6 @@ pub(crate) fn error_event(api: Api, kind: &str, message: &str) -> String {
     }
 }
 
-/// Where the first event in `buf` ends: its length and the separator's.
-pub(crate) fn boundary(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
 /// Passes a stream on event by event, reading its usage; see `stream`.
 pub(crate) async fn relay(
     api: Api,
@@ -242,7 +227,7 @@ pub(crate) async fn relay(
     let mut cut: Option<String> = None;
     // What the agent writes, to the task's live followers (issue 29).
     let mut listener = crate::llm::assemble::Listener::new(api);
-    let mut speaker = crate::llm::live::Speaker::new(&gw);
+    let mut speaker = crate::llm::live::Speaker::new(&gw.live, &gw.upstream.redactor);
     // Redaction across events: a key split between two reaches no one.
     let mut splice = crate::llm::splice::Splice::new(api);
     let redactor = gw.upstream.redactor.clone();
