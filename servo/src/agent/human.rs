@@ -9,17 +9,33 @@ use std::time::{Duration, Instant};
 
 use saheeli_protocol::AuditEvent;
 use saheeli_protocol::chat::{ChatMessage, ToolCall};
-use saheeli_protocol::human::{Ask, BLOCKED, Decision, Replied, Reply, Waiting};
+use saheeli_protocol::human::{Ask, Decision, Replied, Reply, Waiting};
 use serde::Deserialize;
 use tracing::{info, warn};
 
 use super::{Agent, End};
 use crate::audit::now;
+use crate::tools::{Builtin, Human, Tool};
 
-/// Whether `name` acts (changes the workspace or ends the task): behind
-/// the plan gate until a plan is approved.
-fn acts(name: &str) -> bool {
-    saheeli_protocol::tools::built_in(name).is_some_and(|t| t.acts)
+/// What stands in front of a tool call.
+pub(super) enum Flow {
+    /// Nothing: it runs.
+    Go,
+    /// It is not run; the model is told why.
+    Refuse(&'static str),
+    /// It waits for a human: an answer, a plan's approval, the call's
+    /// approval, or an unblocking.
+    Ask(Waiting),
+    /// A plan-only run's plan: the task ends with it.
+    PlanOnly(Vec<String>),
+}
+
+/// A gated call, as the human sees it.
+fn approval(tool: &Tool) -> Waiting {
+    Waiting::Approval {
+        tool: tool.name().to_string(),
+        arguments: tool.arguments().to_string(),
+    }
 }
 
 /// Waits until the (movable) deadline has passed.
@@ -53,7 +69,7 @@ struct Blocked {
 }
 
 /// What the model hears of the calls of its turn after `task_blocked`.
-const NOT_RUN_BLOCKED: &str =
+pub(super) const NOT_RUN_BLOCKED: &str =
     "not run: task_blocked ended the turn; call it again once you are unblocked, if still needed";
 
 impl Agent {
@@ -63,116 +79,97 @@ impl Agent {
         *self.deadline.lock().unwrap() += d;
     }
 
-    /// What a pending call waits for, rebuilt from the call (None: the call
-    /// cannot be parsed any more; then nothing waits).
-    pub(super) fn waiting_for(&self, call: &ToolCall) -> Option<Waiting> {
-        let args = &call.function.arguments;
-        Some(match call.function.name.as_str() {
-            "ask_user" => Waiting::Answer {
+    /// What a pending call waits for, rebuilt from its tool (None: the
+    /// call cannot be parsed any more; then nothing waits).
+    pub(super) fn waiting_for(&self, tool: &Tool) -> Option<Waiting> {
+        let args = tool.arguments();
+        Some(match tool {
+            Tool::Human {
+                tool: Human::Ask, ..
+            } => Waiting::Answer {
                 question: serde_json::from_str::<Question>(args).ok()?.question,
             },
-            "propose_plan" => Waiting::Plan {
+            Tool::Human {
+                tool: Human::Plan, ..
+            } => Waiting::Plan {
                 plan: serde_json::from_str::<Plan>(args).ok()?.steps,
             },
-            BLOCKED => {
+            Tool::Human {
+                tool: Human::Blocked,
+                ..
+            } => {
                 let b = serde_json::from_str::<Blocked>(args).ok()?;
                 Waiting::Blocked {
                     reason: b.reason,
                     needed: b.needed,
                 }
             }
-            tool => Waiting::Approval {
-                tool: tool.to_string(),
-                arguments: args.clone(),
-            },
+            _ => approval(tool),
         })
     }
 
-    /// One tool call with whatever stands in front of it (a question, a
-    /// plan, a gate); `rest` are the turn's later calls, saved on a park.
-    pub(super) async fn handle_call(
-        &mut self,
-        step: u32,
-        call: ToolCall,
-        rest: &mut std::vec::IntoIter<ToolCall>,
-    ) -> Option<End> {
-        let name = call.function.name.as_str();
-        let args = call.function.arguments.as_str();
-        let waiting = match name {
-            "ask_user" => match serde_json::from_str::<Question>(args) {
-                Ok(q) if !q.question.trim().is_empty() => Waiting::Answer {
+    /// What stands in front of a call: a question, a plan, a gate, or
+    /// nothing (it runs).
+    pub(super) fn gate(&self, tool: &Tool) -> Flow {
+        let plan_gate = (self.gates.plan || self.task.plan_only) && !self.plan_approved;
+        match tool {
+            Tool::Human {
+                tool: Human::Ask,
+                arguments,
+            } => match serde_json::from_str::<Question>(arguments) {
+                Ok(q) if !q.question.trim().is_empty() => Flow::Ask(Waiting::Answer {
                     question: q.question,
-                },
+                }),
                 _ => {
-                    return self.refuse(
-                        step,
-                        call,
-                        "ask_user needs {\"question\": \"...\"} with a non-empty question",
-                    );
+                    Flow::Refuse("ask_user needs {\"question\": \"...\"} with a non-empty question")
                 }
             },
-            BLOCKED => match serde_json::from_str::<Blocked>(args) {
+            Tool::Human {
+                tool: Human::Blocked,
+                arguments,
+            } => match serde_json::from_str::<Blocked>(arguments) {
                 Ok(b) if !b.reason.trim().is_empty() && !b.needed.trim().is_empty() => {
-                    // It ends the turn: the turn's later calls are not run
-                    // (and are not saved to run after a park).
-                    for c in rest.by_ref() {
-                        self.refuse(step, c, NOT_RUN_BLOCKED);
-                    }
-                    Waiting::Blocked {
+                    Flow::Ask(Waiting::Blocked {
                         reason: b.reason,
                         needed: b.needed,
-                    }
+                    })
                 }
-                _ => {
-                    return self.refuse(
-                        step,
-                        call,
-                        "task_blocked needs {\"reason\": \"...\", \"needed\": \"...\"}, both non-empty",
-                    );
-                }
+                _ => Flow::Refuse(
+                    "task_blocked needs {\"reason\": \"...\", \"needed\": \"...\"}, both non-empty",
+                ),
             },
-            "propose_plan" => match serde_json::from_str::<Plan>(args) {
-                Ok(p) if !p.steps.is_empty() => {
-                    if self.task.plan_only {
-                        return Some(self.plan_only(step, call, p.steps));
-                    }
-                    Waiting::Plan { plan: p.steps }
-                }
-                _ => {
-                    return self.refuse(
-                        step,
-                        call,
-                        "propose_plan needs {\"steps\": [\"...\", ...]} with at least one step",
-                    );
-                }
+            Tool::Human {
+                tool: Human::Plan,
+                arguments,
+            } => match serde_json::from_str::<Plan>(arguments) {
+                Ok(p) if !p.steps.is_empty() && self.task.plan_only => Flow::PlanOnly(p.steps),
+                Ok(p) if !p.steps.is_empty() => Flow::Ask(Waiting::Plan { plan: p.steps }),
+                _ => Flow::Refuse(
+                    "propose_plan needs {\"steps\": [\"...\", ...]} with at least one step",
+                ),
             },
-            _ if (self.gates.plan || self.task.plan_only) && !self.plan_approved && acts(name) => {
-                let why = "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.";
-                return self.refuse(step, call, why);
-            }
+            _ if plan_gate && tool.acts() => Flow::Refuse(
+                "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.",
+            ),
             // A step with `approve: true` starts on a person's approval.
-            "step_start"
-                if crate::tools::step_named(&self.task.steps, args).is_some_and(|s| s.approve) =>
+            Tool::Builtin {
+                tool: Builtin::StepStart,
+                arguments,
+            } if crate::tools::step_named(&self.task.steps, arguments)
+                .is_some_and(|s| s.approve) =>
             {
-                Waiting::Approval {
-                    tool: name.to_string(),
-                    arguments: args.to_string(),
-                }
+                Flow::Ask(approval(tool))
             }
             // So does one whose `step_done` reaches it first (case N15).
-            "step_done" if crate::tools::step_done_needs_approval(&self.tools, args) => {
-                Waiting::Approval {
-                    tool: name.to_string(),
-                    arguments: args.to_string(),
-                }
+            Tool::Builtin {
+                tool: Builtin::StepDone,
+                arguments,
+            } if crate::tools::step_done_needs_approval(&self.tools, arguments) => {
+                Flow::Ask(approval(tool))
             }
-            _ if self.gates.holds(name, args) => Waiting::Approval {
-                tool: name.to_string(),
-                arguments: args.to_string(),
-            },
-            _ => return self.run_call(step, call).await,
-        };
-        self.ask_human(step, call, waiting, rest).await
+            _ if self.gates.holds(tool) => Flow::Ask(approval(tool)),
+            _ => Flow::Go,
+        }
     }
 
     /// A call that is not run: the model is told why.
@@ -194,7 +191,7 @@ impl Agent {
     }
 
     /// `--plan-only`: the plan is the result.
-    fn plan_only(&mut self, step: u32, call: ToolCall, plan: Vec<String>) -> End {
+    pub(super) fn plan_only(&mut self, step: u32, call: ToolCall, plan: Vec<String>) -> End {
         let text: String = plan
             .iter()
             .enumerate()
@@ -222,10 +219,11 @@ impl Agent {
     }
 
     /// Asks the desk and waits for the reply (parking when it is long).
-    async fn ask_human(
+    pub(super) async fn ask_human(
         &mut self,
         step: u32,
         call: ToolCall,
+        tool: Tool,
         waiting: Waiting,
         rest: &mut std::vec::IntoIter<ToolCall>,
     ) -> Option<End> {
@@ -252,7 +250,7 @@ impl Agent {
                 return self.refuse(step, call, &why);
             }
         };
-        self.apply_reply(step, call, waiting, reply).await
+        self.apply_reply(step, call, tool, waiting, reply).await
     }
 
     /// The reply, waited for up to `park_after` (None: park now), with
@@ -290,6 +288,7 @@ impl Agent {
         &mut self,
         step: u32,
         call: ToolCall,
+        tool: Tool,
         waiting: Waiting,
         (reply, asked): (Reply, Option<Waiting>),
     ) -> Option<End> {
@@ -311,7 +310,7 @@ impl Agent {
         let text = reply.text.clone().unwrap_or_default();
         let result = match (waiting, reply.decision) {
             (Waiting::Approval { .. }, Decision::Approve) => {
-                return self.run_call(step, call).await;
+                return self.run_call(step, call, &tool).await;
             }
             (Waiting::Approval { .. }, _) => format!(
                 "[saheeli] {} denied this call, so it was not run.{} Do something else, or ask with ask_user.",

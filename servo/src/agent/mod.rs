@@ -9,6 +9,7 @@
 //! session and exits, and a new servo on the same workspace goes on.
 
 mod budget;
+mod calls;
 mod capability;
 mod compact;
 mod context;
@@ -398,65 +399,5 @@ impl Agent {
             }
         };
         Some((exit, Some(e.to_string())))
-    }
-
-    /// Runs a turn's tool calls in order, auditing each; Some when one of
-    /// them ended the task (`task_complete`) or the servo parked.
-    async fn run_tools(
-        &mut self,
-        step: u32,
-        calls: Vec<saheeli_protocol::chat::ToolCall>,
-    ) -> Option<End> {
-        let mut calls = calls.into_iter();
-        while let Some(call) = calls.next() {
-            if let Some(end) = self.handle_call(step, call, &mut calls).await {
-                return Some(end);
-            }
-        }
-        None
-    }
-
-    /// Runs one tool call (no gate in front of it): dispatch, audit, the
-    /// result for the model; Some when it ended the task.
-    async fn run_call(&mut self, step: u32, call: saheeli_protocol::chat::ToolCall) -> Option<End> {
-        {
-            let t0 = Instant::now();
-            let out = match self.delegate_call(&call).await {
-                Some(out) => out,
-                None => {
-                    self.dispatch(&call.function.name, &call.function.arguments)
-                        .await
-                }
-            };
-            let took = t0.elapsed();
-            self.clock.tools += took;
-            let duration_ms = took.as_millis() as u64;
-            debug!(step, tool = %call.function.name, ok = out.ok, duration_ms, "tool call");
-            self.audit.log(&AuditEvent::ToolCall {
-                ts: now(),
-                step,
-                tool: call.function.name.clone(),
-                arguments: call.function.arguments.clone(),
-                ok: out.ok,
-                exit_code: out.exit_code,
-                result_bytes: out.text.len(),
-                truncated: out.truncated,
-                duration_ms,
-            });
-            if let Some(message) = out.complete {
-                if self.task.verify {
-                    return self.verify(step, call.id, message).await;
-                }
-                self.messages
-                    .push(ChatMessage::tool_result(call.id, out.text));
-                return Some(self.complete(message, Vec::new()));
-            }
-            self.messages
-                .push(ChatMessage::tool_result(call.id, out.text.clone()));
-            if !out.ok && self.task.pause_on_tool_error {
-                self.breakpoint(&call.function.name, &out.text).await;
-            }
-        }
-        None
     }
 }

@@ -10,6 +10,7 @@ use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
 
 use super::{Agent, End};
 use crate::audit::now;
+use crate::tools::Tool;
 
 /// The default of `park_after`.
 const PARK_AFTER: Duration = Duration::from_secs(10);
@@ -56,7 +57,7 @@ impl Agent {
             .messages
             .iter()
             .flat_map(|m| &m.tool_calls)
-            .any(|c| c.function.name == "execute_shell");
+            .any(|c| Tool::from_call(c).is_some_and(|t| t.is_shell()));
         if used_shell {
             self.tools.note_fresh_shell();
         }
@@ -94,12 +95,13 @@ impl Agent {
                     },
                 };
                 let mut rest = rest.into_iter();
-                let waiting = self.waiting_for(&call)?;
+                let tool = Tool::from_call(&call)?;
+                let waiting = self.waiting_for(&tool)?;
                 let reply = match self.await_reply(&call.id).await {
                     Some(r) => r,
                     None => return Some(self.park_on(step, &call, rest.collect())),
                 };
-                if let Some(end) = self.apply_reply(step, call, waiting, reply).await {
+                if let Some(end) = self.apply_reply(step, call, tool, waiting, reply).await {
                     return Some(end);
                 }
                 while let Some(c) = rest.next() {

@@ -20,6 +20,7 @@ use saheeli_protocol::{Session, paths};
 use tracing::{info, warn};
 
 use super::Agent;
+use crate::tools::Tool;
 
 /// The largest session file read.
 pub(super) const MAX_SESSION: u64 = 256 << 20;
@@ -120,7 +121,7 @@ impl Agent {
         let used_shell = messages
             .iter()
             .flat_map(|m| &m.tool_calls)
-            .any(|c| c.function.name == "execute_shell");
+            .any(|c| Tool::from_call(c).is_some_and(|t| t.is_shell()));
         if used_shell {
             self.tools.note_fresh_shell();
         }
