@@ -1,5 +1,5 @@
 //! A turn's tool calls: each parsed once into a [`Tool`], through its
-//! gate (`human`), run by the one dispatch here, and answered: audited,
+//! gate (`Human::gate`), run by the one dispatch here, and answered: audited,
 //! its result added to the conversation.
 
 use std::time::Instant;
@@ -10,7 +10,8 @@ use saheeli_protocol::human::Waiting;
 use saheeli_protocol::tools::allowed_by;
 use tracing::debug;
 
-use super::human::{Flow, NOT_RUN_BLOCKED};
+use super::ask::NOT_RUN_BLOCKED;
+use super::human::Flow;
 use super::{Agent, End};
 use crate::audit::now;
 use crate::tools::{Tool, ToolOutput, unknown_tool};
@@ -41,7 +42,7 @@ impl Agent {
             Ok(tool) => tool,
             Err(out) => return self.answer(step, call, out, t0).await,
         };
-        match self.gate(&tool) {
+        match self.human.gate(&tool, &self.tools) {
             Flow::Go => self.run_call(step, call, &tool).await,
             Flow::Refuse(why) => self.refuse(step, call, why),
             Flow::PlanOnly(plan) => Some(self.plan_only(step, call, plan)),

@@ -127,7 +127,7 @@ impl Agent {
                 Err(e) => break Err(e),
             }
         };
-        self.waited_for(t0.elapsed());
+        self.human.waited_for(t0.elapsed());
         match answer {
             Ok(w) => ToolOutput::ok(outcomes(&w.children)),
             Err(e) => ToolOutput::error(format!("waiting for the children failed: {}", e.0)),

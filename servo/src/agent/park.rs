@@ -12,17 +12,7 @@ use super::{Agent, End};
 use crate::audit::now;
 use crate::tools::Tool;
 
-/// The default of `park_after`.
-const PARK_AFTER: Duration = Duration::from_secs(10);
-
 impl Agent {
-    pub(super) fn park_after(&self) -> Duration {
-        self.task
-            .park_after_ms
-            .map(Duration::from_millis)
-            .unwrap_or(PARK_AFTER)
-    }
-
     /// Reads the session a parked servo left, if there is one.
     pub(super) fn load_parked_session(&mut self) -> Result<(), String> {
         let path = self.root.join(paths::session(&self.task.task_id));
@@ -64,19 +54,19 @@ impl Agent {
         self.messages = session.messages;
         self.steps = session.steps;
         self.usage = session.usage;
-        self.notes = session.notes;
-        self.plan_approved = session.plan_approved;
+        self.human.notes = session.notes;
+        self.human.plan_approved = session.plan_approved;
         *self.tools.steps_started.lock().unwrap() = session.steps_started.into_iter().collect();
         self.context = session.compactions.last().cloned().unwrap_or_default();
         self.compactions = session.compactions;
         self.active_before = Duration::from_millis(session.active_ms);
-        self.parked = session.parked;
+        self.human.parked = session.parked;
         Ok(())
     }
 
     /// A parked servo goes on with what it was waiting for.
     pub(super) async fn unpark(&mut self) -> Option<End> {
-        let parked = self.parked.take()?;
+        let parked = self.human.parked.take()?;
         let step = self.steps;
         match parked {
             Parked::Pause => self.pause(step).await,
@@ -96,8 +86,8 @@ impl Agent {
                 };
                 let mut rest = rest.into_iter();
                 let tool = Tool::from_call(&call)?;
-                let waiting = self.waiting_for(&tool)?;
-                let reply = match self.await_reply(&call.id).await {
+                let waiting = self.human.waiting_for(&tool)?;
+                let reply = match self.human.await_reply(&call.id).await {
                     Some(r) => r,
                     None => return Some(self.park_on(step, &call, rest.collect())),
                 };
@@ -128,7 +118,7 @@ impl Agent {
     }
 
     pub(super) fn park(&mut self, step: u32, parked: Parked) -> End {
-        self.parked = Some(parked);
+        self.human.parked = Some(parked);
         self.save_session();
         self.audit.log(&AuditEvent::Parked { ts: now(), step });
         (ServoExit::Parked, None)

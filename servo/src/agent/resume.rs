@@ -65,7 +65,7 @@ impl Agent {
         let Some(resume) = self.task.resume.clone() else {
             return;
         };
-        if self.parked.is_some() {
+        if self.human.parked.is_some() {
             return;
         }
         let path = self.root.join(paths::session(&resume.from));
@@ -126,7 +126,7 @@ impl Agent {
             self.tools.note_fresh_shell();
         }
         self.messages = messages;
-        self.plan_approved = plan_approved;
+        self.human.plan_approved = plan_approved;
         self.context = compactions.last().cloned().unwrap_or_default();
         self.compactions = compactions;
     }
