@@ -58,6 +58,6 @@ impl Agent {
 
     /// Time spent working, over every start: waits for humans excluded.
     pub(super) fn active(&self) -> Duration {
-        self.active_before + self.started.elapsed().saturating_sub(self.waited)
+        self.active_before + self.started.elapsed().saturating_sub(self.human.waited)
     }
 }

@@ -3,7 +3,7 @@
 //! them through the gateway socket. And `tools:`, which narrows the
 //! built-in tools the model is offered.
 
-use saheeli_protocol::capability::{Call, SEP};
+use saheeli_protocol::capability::Call;
 use saheeli_protocol::tools::allowed_by;
 use tracing::warn;
 
@@ -39,27 +39,21 @@ impl Agent {
         }
     }
 
-    /// Runs a tool call: a capability's through the gateway, a built-in
-    /// one here (unless `tools:` left it out).
-    pub(super) async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
-        if name.contains(SEP) && self.capability_tools.iter().any(|t| t == name) {
-            let call = Call {
-                tool: name.to_string(),
-                arguments: arguments.to_string(),
-            };
-            return match self.desk.capability(&call).await {
-                Ok(r) if r.ok => ToolOutput::ok(r.text),
-                Ok(r) => ToolOutput::error(r.text),
-                Err(e) => ToolOutput::error(e.0),
-            };
+    /// Whether the task was granted the capability tool `name`.
+    pub(super) fn granted(&self, name: &str) -> bool {
+        self.capability_tools.iter().any(|t| t == name)
+    }
+
+    /// Runs a granted capability's tool through the gateway.
+    pub(super) async fn capability(&self, name: &str, arguments: &str) -> ToolOutput {
+        let call = Call {
+            tool: name.to_string(),
+            arguments: arguments.to_string(),
+        };
+        match self.desk.capability(&call).await {
+            Ok(r) if r.ok => ToolOutput::ok(r.text),
+            Ok(r) => ToolOutput::error(r.text),
+            Err(e) => ToolOutput::error(e.0),
         }
-        if !self.specs.iter().any(|t| t.function.name == name) {
-            return crate::tools::unknown_tool(name, &self.specs);
-        }
-        let narrowed = !allowed_by(self.task.tools.as_deref(), name);
-        if narrowed || (name.contains(SEP) && !self.capability_tools.iter().any(|t| t == name)) {
-            return ToolOutput::error(format!("`{name}` is not one of this task's tools"));
-        }
-        self.tools.dispatch(name, arguments).await
     }
 }

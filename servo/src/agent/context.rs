@@ -13,6 +13,8 @@
 use saheeli_protocol::chat::{ChatMessage, Role};
 use saheeli_protocol::context::{ContextPlan, ContextState, Summary};
 
+use crate::tools::Tool;
+
 /// Bytes per token assumed when estimating a request's size: fewer than
 /// any tokenizer averages on code and JSON, so the estimate runs high and
 /// the servo compacts a little early rather than late.
@@ -168,16 +170,7 @@ pub(crate) fn decide(
 fn files_touched(messages: &[ChatMessage]) -> Vec<String> {
     let mut files: Vec<String> = Vec::new();
     for c in messages.iter().flat_map(|m| &m.tool_calls) {
-        if !matches!(
-            c.function.name.as_str(),
-            "create_file" | "edit_file" | "read_file"
-        ) {
-            continue;
-        }
-        let path = serde_json::from_str::<serde_json::Value>(&c.function.arguments)
-            .ok()
-            .and_then(|v| v.get("path")?.as_str().map(String::from));
-        if let Some(p) = path
+        if let Some(p) = Tool::from_call(c).and_then(|t| t.path())
             && !files.contains(&p)
             && files.len() < 50
         {

@@ -10,12 +10,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::TaskId;
-use saheeli_protocol::chat::ToolCall;
 use saheeli_protocol::delegate::{ChildOutcome, Spawn, Wait};
 use serde::Deserialize;
 
 use super::{Agent, delegate_files};
-use crate::tools::ToolOutput;
+use crate::tools::{Delegate, ToolOutput};
 
 /// One long poll of the wait route; the servo asks again until done.
 const WAIT_POLL: Duration = Duration::from_secs(30);
@@ -41,27 +40,27 @@ struct WaitArgs {
 }
 
 impl Agent {
-    /// Runs `spawn_task` or `wait_tasks` when the task may delegate; None
-    /// for any other call.
-    pub(super) async fn delegate_call(&mut self, call: &ToolCall) -> Option<ToolOutput> {
-        // Only a task granted `delegate:` has these tools.
-        self.task.delegate?;
-        let args = match call.function.arguments.trim() {
+    /// Runs `spawn_task` or `wait_tasks` (the task may delegate).
+    pub(super) async fn delegate(
+        &mut self,
+        call_id: &str,
+        tool: Delegate,
+        arguments: &str,
+    ) -> ToolOutput {
+        let args = match arguments.trim() {
             "" => "{}",
             a => a,
         };
-        let out = match call.function.name.as_str() {
-            "spawn_task" => match serde_json::from_str::<SpawnArgs>(args) {
-                Ok(a) => self.spawn(&call.id, a).await,
-                Err(e) => bad_args("spawn_task", e),
+        match tool {
+            Delegate::Spawn => match serde_json::from_str::<SpawnArgs>(args) {
+                Ok(a) => self.spawn(call_id, a).await,
+                Err(e) => bad_args(tool.name(), e),
             },
-            "wait_tasks" => match serde_json::from_str::<WaitArgs>(args) {
-                Ok(a) => self.wait_children(&call.id, a).await,
-                Err(e) => bad_args("wait_tasks", e),
+            Delegate::Wait => match serde_json::from_str::<WaitArgs>(args) {
+                Ok(a) => self.wait_children(call_id, a).await,
+                Err(e) => bad_args(tool.name(), e),
             },
-            _ => return None,
-        };
-        Some(self.tools.capped(out))
+        }
     }
 
     async fn spawn(&mut self, call_id: &str, a: SpawnArgs) -> ToolOutput {
@@ -128,7 +127,7 @@ impl Agent {
                 Err(e) => break Err(e),
             }
         };
-        self.waited_for(t0.elapsed());
+        self.human.waited_for(t0.elapsed());
         match answer {
             Ok(w) => ToolOutput::ok(outcomes(&w.children)),
             Err(e) => ToolOutput::error(format!("waiting for the children failed: {}", e.0)),

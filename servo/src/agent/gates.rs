@@ -3,6 +3,8 @@
 
 use saheeli_protocol::human::{Gate, PLAN};
 
+use crate::tools::Tool;
+
 /// The task's approval gates, compiled.
 pub(crate) struct Gates {
     pub plan: bool,
@@ -33,12 +35,12 @@ impl Gates {
     }
 
     /// Whether this call waits for a human's approval.
-    pub fn holds(&self, tool: &str, arguments: &str) -> bool {
+    pub fn holds(&self, tool: &Tool) -> bool {
         self.tools.iter().any(|(t, re)| {
-            t == tool
+            t == tool.name()
                 && match re {
                     None => true,
-                    Some(re) => re.is_match(&main_argument(tool, arguments)),
+                    Some(re) => re.is_match(&main_argument(tool)),
                 }
         })
     }
@@ -46,12 +48,9 @@ impl Gates {
 
 /// What a gate's pattern is matched against: the command of
 /// `execute_shell`, the path of a file tool, else the raw arguments.
-fn main_argument(tool: &str, arguments: &str) -> String {
-    let key = if tool == "execute_shell" {
-        "command"
-    } else {
-        "path"
-    };
+fn main_argument(tool: &Tool) -> String {
+    let arguments = tool.arguments();
+    let key = if tool.is_shell() { "command" } else { "path" };
     serde_json::from_str::<serde_json::Value>(arguments)
         .ok()
         .and_then(|v| v.get(key).and_then(|s| s.as_str()).map(str::to_string))

@@ -1,25 +1,70 @@
-//! The agent's side of humans in the loop: `ask_user`, `task_blocked`,
-//! approval gates and the plan gate (compiled in `gates`), the reply
-//! awaited and applied. Injected messages, pauses and `pause_on:
-//! [tool_error]` are in `pause`; parking (saving the session and exiting
-//! while a human takes their time) in `park`.
+//! The human in the loop: `Human` holds what the agent knows of them
+//! (the desk, the approval and plan gates compiled in `gates`, the plan's
+//! approval, what a parked servo waits for, injected messages, the wait
+//! clock) and decides what stands in front of a tool call (`gate`). The
+//! agent's side (asking, applying the reply) is in `ask`; injected
+//! messages, pauses and `pause_on: [tool_error]` in `pause`; parking
+//! (saving the session and exiting while a human takes their time) in `park`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use saheeli_protocol::AuditEvent;
-use saheeli_protocol::chat::{ChatMessage, ToolCall};
-use saheeli_protocol::human::{Ask, BLOCKED, Decision, Replied, Reply, Waiting};
+use saheeli_protocol::ServoTask;
+use saheeli_protocol::human::{Note, Parked, Replied, Reply, Waiting};
 use serde::Deserialize;
-use tracing::{info, warn};
+use tracing::warn;
 
-use super::{Agent, End};
-use crate::audit::now;
+use super::gates::Gates;
+use crate::desk::Desk;
+use crate::tools::{self, Builtin, Tool, Toolbox};
 
-/// Whether `name` acts (changes the workspace or ends the task): behind
-/// the plan gate until a plan is approved.
-fn acts(name: &str) -> bool {
-    saheeli_protocol::tools::built_in(name).is_some_and(|t| t.acts)
+/// The default of `park_after`.
+const PARK_AFTER: Duration = Duration::from_secs(10);
+
+/// The human in the loop, as the agent sees them: their desk (asked,
+/// answered, messages and pauses), the task's gates, the plan's approval,
+/// what a parked servo waits for, and the wait clock (waits for humans,
+/// and for children, are not working time).
+pub(crate) struct Human {
+    /// The foreman's desk (the agent holds the same handle, for the
+    /// gateway's other routes).
+    pub desk: Arc<Desk>,
+    gates: Gates,
+    /// A plan-only run: the plan is the result.
+    plan_only: bool,
+    pub plan_approved: bool,
+    /// What a parked servo was waiting for when it stopped.
+    pub parked: Option<Parked>,
+    /// Injected messages already in the conversation.
+    pub notes: Vec<i64>,
+    /// When the time budget runs out; pushed back by waits for humans.
+    pub deadline: Arc<Mutex<tokio::time::Instant>>,
+    /// Waits of this start.
+    pub waited: Duration,
+    /// How long a wait lasts before the servo parks.
+    pub park_after: Duration,
+}
+
+/// What stands in front of a tool call.
+#[derive(Debug, PartialEq)]
+pub(super) enum Flow {
+    /// Nothing: it runs.
+    Go,
+    /// It is not run; the model is told why.
+    Refuse(&'static str),
+    /// It waits for a human: an answer, a plan's approval, the call's
+    /// approval, or an unblocking.
+    Ask(Waiting),
+    /// A plan-only run's plan: the task ends with it.
+    PlanOnly(Vec<String>),
+}
+
+/// A gated call, as the human sees it.
+fn approval(tool: &Tool) -> Waiting {
+    Waiting::Approval {
+        tool: tool.name().to_string(),
+        arguments: tool.arguments().to_string(),
+    }
 }
 
 /// Waits until the (movable) deadline has passed.
@@ -52,214 +97,134 @@ struct Blocked {
     needed: String,
 }
 
-/// What the model hears of the calls of its turn after `task_blocked`.
-const NOT_RUN_BLOCKED: &str =
-    "not run: task_blocked ended the turn; call it again once you are unblocked, if still needed";
+impl Human {
+    pub fn new(desk: Arc<Desk>, gates: Gates, task: &ServoTask) -> Human {
+        Human {
+            desk,
+            gates,
+            plan_only: task.plan_only,
+            plan_approved: false,
+            parked: None,
+            notes: Vec::new(),
+            deadline: Arc::new(Mutex::new(tokio::time::Instant::now())),
+            waited: Duration::ZERO,
+            park_after: task
+                .park_after_ms
+                .map(Duration::from_millis)
+                .unwrap_or(PARK_AFTER),
+        }
+    }
 
-impl Agent {
+    /// Whether the model is offered `propose_plan`.
+    pub fn plans(&self) -> bool {
+        self.gates.plan || self.plan_only
+    }
+
     /// A wait for a human is not working time: the deadline moves back.
-    pub(super) fn waited_for(&mut self, d: Duration) {
+    pub fn waited_for(&mut self, d: Duration) {
         self.waited += d;
         *self.deadline.lock().unwrap() += d;
     }
 
-    /// What a pending call waits for, rebuilt from the call (None: the call
-    /// cannot be parsed any more; then nothing waits).
-    pub(super) fn waiting_for(&self, call: &ToolCall) -> Option<Waiting> {
-        let args = &call.function.arguments;
-        Some(match call.function.name.as_str() {
-            "ask_user" => Waiting::Answer {
+    /// What a pending call waits for, rebuilt from its tool (None: the
+    /// call cannot be parsed any more; then nothing waits).
+    pub fn waiting_for(&self, tool: &Tool) -> Option<Waiting> {
+        let args = tool.arguments();
+        Some(match tool {
+            Tool::Human {
+                tool: tools::Human::Ask,
+                ..
+            } => Waiting::Answer {
                 question: serde_json::from_str::<Question>(args).ok()?.question,
             },
-            "propose_plan" => Waiting::Plan {
+            Tool::Human {
+                tool: tools::Human::Plan,
+                ..
+            } => Waiting::Plan {
                 plan: serde_json::from_str::<Plan>(args).ok()?.steps,
             },
-            BLOCKED => {
+            Tool::Human {
+                tool: tools::Human::Blocked,
+                ..
+            } => {
                 let b = serde_json::from_str::<Blocked>(args).ok()?;
                 Waiting::Blocked {
                     reason: b.reason,
                     needed: b.needed,
                 }
             }
-            tool => Waiting::Approval {
-                tool: tool.to_string(),
-                arguments: args.clone(),
-            },
+            _ => approval(tool),
         })
     }
 
-    /// One tool call with whatever stands in front of it (a question, a
-    /// plan, a gate); `rest` are the turn's later calls, saved on a park.
-    pub(super) async fn handle_call(
-        &mut self,
-        step: u32,
-        call: ToolCall,
-        rest: &mut std::vec::IntoIter<ToolCall>,
-    ) -> Option<End> {
-        let name = call.function.name.as_str();
-        let args = call.function.arguments.as_str();
-        let waiting = match name {
-            "ask_user" => match serde_json::from_str::<Question>(args) {
-                Ok(q) if !q.question.trim().is_empty() => Waiting::Answer {
+    /// What stands in front of a call: a question, a plan, a gate, or
+    /// nothing (it runs).
+    /// `tools` answers whether a step waits for an approval.
+    pub fn gate(&self, tool: &Tool, tools: &Toolbox) -> Flow {
+        let plan_gate = (self.gates.plan || self.plan_only) && !self.plan_approved;
+        match tool {
+            Tool::Human {
+                tool: tools::Human::Ask,
+                arguments,
+            } => match serde_json::from_str::<Question>(arguments) {
+                Ok(q) if !q.question.trim().is_empty() => Flow::Ask(Waiting::Answer {
                     question: q.question,
-                },
+                }),
                 _ => {
-                    return self.refuse(
-                        step,
-                        call,
-                        "ask_user needs {\"question\": \"...\"} with a non-empty question",
-                    );
+                    Flow::Refuse("ask_user needs {\"question\": \"...\"} with a non-empty question")
                 }
             },
-            BLOCKED => match serde_json::from_str::<Blocked>(args) {
+            Tool::Human {
+                tool: tools::Human::Blocked,
+                arguments,
+            } => match serde_json::from_str::<Blocked>(arguments) {
                 Ok(b) if !b.reason.trim().is_empty() && !b.needed.trim().is_empty() => {
-                    // It ends the turn: the turn's later calls are not run
-                    // (and are not saved to run after a park).
-                    for c in rest.by_ref() {
-                        self.refuse(step, c, NOT_RUN_BLOCKED);
-                    }
-                    Waiting::Blocked {
+                    Flow::Ask(Waiting::Blocked {
                         reason: b.reason,
                         needed: b.needed,
-                    }
+                    })
                 }
-                _ => {
-                    return self.refuse(
-                        step,
-                        call,
-                        "task_blocked needs {\"reason\": \"...\", \"needed\": \"...\"}, both non-empty",
-                    );
-                }
+                _ => Flow::Refuse(
+                    "task_blocked needs {\"reason\": \"...\", \"needed\": \"...\"}, both non-empty",
+                ),
             },
-            "propose_plan" => match serde_json::from_str::<Plan>(args) {
-                Ok(p) if !p.steps.is_empty() => {
-                    if self.task.plan_only {
-                        return Some(self.plan_only(step, call, p.steps));
-                    }
-                    Waiting::Plan { plan: p.steps }
-                }
-                _ => {
-                    return self.refuse(
-                        step,
-                        call,
-                        "propose_plan needs {\"steps\": [\"...\", ...]} with at least one step",
-                    );
-                }
+            Tool::Human {
+                tool: tools::Human::Plan,
+                arguments,
+            } => match serde_json::from_str::<Plan>(arguments) {
+                Ok(p) if !p.steps.is_empty() && self.plan_only => Flow::PlanOnly(p.steps),
+                Ok(p) if !p.steps.is_empty() => Flow::Ask(Waiting::Plan { plan: p.steps }),
+                _ => Flow::Refuse(
+                    "propose_plan needs {\"steps\": [\"...\", ...]} with at least one step",
+                ),
             },
-            _ if (self.gates.plan || self.task.plan_only) && !self.plan_approved && acts(name) => {
-                let why = "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.";
-                return self.refuse(step, call, why);
-            }
+            _ if plan_gate && tool.acts() => Flow::Refuse(
+                "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.",
+            ),
             // A step with `approve: true` starts on a person's approval.
-            "step_start"
-                if crate::tools::step_named(&self.task.steps, args).is_some_and(|s| s.approve) =>
-            {
-                Waiting::Approval {
-                    tool: name.to_string(),
-                    arguments: args.to_string(),
-                }
+            Tool::Builtin {
+                tool: Builtin::StepStart,
+                arguments,
+            } if crate::tools::step_named(&tools.steps, arguments).is_some_and(|s| s.approve) => {
+                Flow::Ask(approval(tool))
             }
             // So does one whose `step_done` reaches it first (case N15).
-            "step_done" if crate::tools::step_done_needs_approval(&self.tools, args) => {
-                Waiting::Approval {
-                    tool: name.to_string(),
-                    arguments: args.to_string(),
-                }
+            Tool::Builtin {
+                tool: Builtin::StepDone,
+                arguments,
+            } if crate::tools::step_done_needs_approval(tools, arguments) => {
+                Flow::Ask(approval(tool))
             }
-            _ if self.gates.holds(name, args) => Waiting::Approval {
-                tool: name.to_string(),
-                arguments: args.to_string(),
-            },
-            _ => return self.run_call(step, call).await,
-        };
-        self.ask_human(step, call, waiting, rest).await
-    }
-
-    /// A call that is not run: the model is told why.
-    pub(super) fn refuse(&mut self, step: u32, call: ToolCall, why: &str) -> Option<End> {
-        self.audit.log(&AuditEvent::ToolCall {
-            ts: now(),
-            step,
-            tool: call.function.name.clone(),
-            arguments: call.function.arguments.clone(),
-            ok: false,
-            exit_code: None,
-            result_bytes: why.len(),
-            truncated: false,
-            duration_ms: 0,
-        });
-        self.messages
-            .push(ChatMessage::tool_result(call.id, format!("error: {why}")));
-        None
-    }
-
-    /// `--plan-only`: the plan is the result.
-    fn plan_only(&mut self, step: u32, call: ToolCall, plan: Vec<String>) -> End {
-        let text: String = plan
-            .iter()
-            .enumerate()
-            .map(|(i, s)| format!("{}. {s}\n", i + 1))
-            .collect();
-        self.audit.log(&AuditEvent::ToolCall {
-            ts: now(),
-            step,
-            tool: call.function.name.clone(),
-            arguments: call.function.arguments.clone(),
-            ok: true,
-            exit_code: None,
-            result_bytes: 0,
-            truncated: false,
-            duration_ms: 0,
-        });
-        self.messages.push(ChatMessage::tool_result(
-            call.id,
-            "Plan recorded (plan-only run: nothing is carried out).",
-        ));
-        self.complete(
-            format!("Plan (plan-only run, nothing was carried out):\n{text}"),
-            Vec::new(),
-        )
-    }
-
-    /// Asks the desk and waits for the reply (parking when it is long).
-    async fn ask_human(
-        &mut self,
-        step: u32,
-        call: ToolCall,
-        waiting: Waiting,
-        rest: &mut std::vec::IntoIter<ToolCall>,
-    ) -> Option<End> {
-        self.audit.log(&AuditEvent::Asked {
-            ts: now(),
-            step,
-            call_id: call.id.clone(),
-            waiting: waiting.clone(),
-        });
-        info!(step, call = %call.id, "waiting for a human");
-        let ask = Ask {
-            call_id: call.id.clone(),
-            waiting: waiting.clone(),
-        };
-        let reply = match self.desk.ask(&ask).await {
-            // Answered at once: the reply to what was just asked.
-            Ok(Some(r)) => (r, None),
-            Ok(None) => match self.await_reply(&call.id).await {
-                Some(r) => r,
-                None => return Some(self.park_on(step, &call, rest.collect())),
-            },
-            Err(e) => {
-                let why = format!("nobody could be asked: {}", e.0);
-                return self.refuse(step, call, &why);
-            }
-        };
-        self.apply_reply(step, call, waiting, reply).await
+            _ if self.gates.holds(tool) => Flow::Ask(approval(tool)),
+            _ => Flow::Go,
+        }
     }
 
     /// The reply, waited for up to `park_after` (None: park now), with
     /// what the foreman recorded as asked.
-    pub(super) async fn await_reply(&mut self, call_id: &str) -> Option<(Reply, Option<Waiting>)> {
+    pub async fn await_reply(&mut self, call_id: &str) -> Option<(Reply, Option<Waiting>)> {
         let t0 = Instant::now();
-        let park_at = t0 + self.park_after();
+        let park_at = t0 + self.park_after;
         loop {
             let left = park_at.saturating_duration_since(Instant::now());
             let r = self.desk.reply(call_id, left).await;
@@ -282,71 +247,24 @@ impl Agent {
         }
     }
 
-    /// What the model hears of a reply; an approved call runs now, if it
-    /// is the call the human saw: `asked` (the foreman's record) must match
-    /// what this servo's session says it waits for, which the workspace's
-    /// owner could have rewritten while it was parked (case 39).
-    pub(super) async fn apply_reply(
-        &mut self,
-        step: u32,
-        call: ToolCall,
-        waiting: Waiting,
-        (reply, asked): (Reply, Option<Waiting>),
-    ) -> Option<End> {
-        if let Some(asked) = asked
-            && !same_ask(&asked, &waiting)
-        {
-            warn!(call = %call.id, "the reply is for another call than the session's; not run");
-            let why = "not run: the call the human replied to differs from this one (the \
-                       saved session was changed); ask again if it is still needed";
-            return self.refuse(step, call, why);
-        }
-        self.audit.log(&AuditEvent::Replied {
-            ts: now(),
-            step,
-            call_id: call.id.clone(),
-            reply: reply.clone(),
-            waited_ms: 0,
-        });
-        let text = reply.text.clone().unwrap_or_default();
-        let result = match (waiting, reply.decision) {
-            (Waiting::Approval { .. }, Decision::Approve) => {
-                return self.run_call(step, call).await;
-            }
-            (Waiting::Approval { .. }, _) => format!(
-                "[saheeli] {} denied this call, so it was not run.{} Do something else, or ask with ask_user.",
-                reply.by,
-                reason_sentence(&text)
-            ),
-            (Waiting::Plan { .. }, Decision::Approve) => {
-                self.plan_approved = true;
-                format!(
-                    "[saheeli] {} approved the plan. Carry it out.{}",
-                    reply.by,
-                    reason_sentence(&text)
-                )
-            }
-            (Waiting::Plan { .. }, _) => format!(
-                "[saheeli] {} rejected the plan.{} Revise the plan and propose it again with propose_plan.",
-                reply.by,
-                feedback_sentence(&text)
-            ),
-            (Waiting::Answer { .. }, _) => format!("{} answered: {text}", reply.by),
-            (Waiting::Blocked { .. }, _) => {
-                format!("[saheeli] {} unblocked the task: {text}", reply.by)
-            }
-        };
-        self.messages
-            .push(ChatMessage::tool_result(call.id, result));
-        self.save_session();
-        None
+    /// The newest injected message in the conversation (0: none).
+    pub fn newest_note(&self) -> i64 {
+        self.notes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The injected messages not yet in the conversation.
+    pub fn unseen(&self, notes: Vec<Note>) -> Vec<Note> {
+        notes
+            .into_iter()
+            .filter(|n| !self.notes.contains(&n.id))
+            .collect()
     }
 }
 
 /// Whether the foreman's record of a question is this one. The desk
 /// keeps at most 64 KiB of each text, the cut stated as
 /// `…[N more bytes not shown]`: a cut text matches the one it was cut from.
-fn same_ask(asked: &Waiting, waiting: &Waiting) -> bool {
+pub(super) fn same_ask(asked: &Waiting, waiting: &Waiting) -> bool {
     match (asked, waiting) {
         (
             Waiting::Approval { tool, arguments },
@@ -382,31 +300,121 @@ fn same_text(kept: &str, full: &str) -> bool {
     full.starts_with(head) && tail == format!("…[{} more bytes not shown]", full.len() - head.len())
 }
 
-fn reason_sentence(text: &str) -> String {
-    if text.trim().is_empty() {
-        String::new()
-    } else {
-        format!(" Their note: {text}")
-    }
-}
-
-fn feedback_sentence(text: &str) -> String {
-    if text.trim().is_empty() {
-        String::new()
-    } else {
-        format!(" Their feedback: {text}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use saheeli_protocol::human::{Gate, PLAN};
 
     fn approval(arguments: &str) -> Waiting {
         Waiting::Approval {
             tool: "execute_shell".into(),
             arguments: arguments.into(),
         }
+    }
+
+    fn human(gates: &[(&str, Option<&str>)], plan_only: bool) -> Human {
+        let gates: Vec<Gate> = gates
+            .iter()
+            .map(|(tool, pattern)| Gate {
+                tool: tool.to_string(),
+                pattern: pattern.map(str::to_string),
+            })
+            .collect();
+        let task: ServoTask = serde_json::from_value(serde_json::json!({
+            "task_id": saheeli_protocol::TaskId::new(),
+            "title": "t", "model": "m", "max_steps": 5, "timeout_s": 60,
+            "max_output_bytes": 1024, "plan_only": plan_only,
+        }))
+        .unwrap();
+        let desk = Arc::new(Desk::new("http://127.0.0.1:1").unwrap());
+        Human::new(desk, Gates::new(&gates).unwrap(), &task)
+    }
+
+    fn tool(name: &str, arguments: &str) -> Tool {
+        let call = saheeli_protocol::chat::ToolCall {
+            id: "c".into(),
+            kind: "function".into(),
+            function: saheeli_protocol::chat::FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
+        };
+        Tool::from_call(&call).unwrap()
+    }
+
+    /// What stands in front of each call: the human tools' own checks
+    /// first, then the plan gate, then approval gates.
+    #[test]
+    fn gates_in_their_order() {
+        let d = tempfile::tempdir().unwrap();
+        let tb = Toolbox {
+            ws: crate::workspace::Workspace::new(d.path()).unwrap(),
+            max_output: 4096,
+            shell_timeout: Duration::from_secs(10),
+            steps: Vec::new(),
+            desk: None,
+            shell: Arc::default(),
+            shell_reset: Arc::default(),
+            steps_started: Arc::default(),
+            runner: None,
+        };
+        let rm = r#"{"command":"rm -rf x"}"#;
+        let planned = human(&[(PLAN, None), ("execute_shell", Some("rm"))], false);
+        let plan_first = "not run: a plan must be approved first. Propose one with propose_plan {\"steps\": [...]} and wait for the answer.";
+        let cases = [
+            (
+                &planned,
+                tool("execute_shell", rm),
+                Flow::Refuse(plan_first),
+            ),
+            (&planned, tool("read_file", "{}"), Flow::Go),
+            (
+                &planned,
+                tool("ask_user", "{}"),
+                Flow::Refuse("ask_user needs {\"question\": \"...\"} with a non-empty question"),
+            ),
+            (
+                &planned,
+                tool("ask_user", r#"{"question":"which?"}"#),
+                Flow::Ask(Waiting::Answer {
+                    question: "which?".into(),
+                }),
+            ),
+            (
+                &planned,
+                tool("propose_plan", r#"{"steps":["a"]}"#),
+                Flow::Ask(Waiting::Plan {
+                    plan: vec!["a".into()],
+                }),
+            ),
+        ];
+        for (h, t, want) in cases {
+            assert_eq!(h.gate(&t, &tb), want, "{t:?}");
+        }
+        let mut approved = human(&[(PLAN, None), ("execute_shell", Some("rm"))], false);
+        approved.plan_approved = true;
+        assert_eq!(
+            approved.gate(&tool("execute_shell", r#"{"command":"ls"}"#), &tb),
+            Flow::Go
+        );
+        assert_eq!(
+            approved.gate(&tool("execute_shell", rm), &tb),
+            Flow::Ask(approval(rm))
+        );
+        // Bad arguments are shown to the human as the model sent them.
+        assert!(matches!(
+            approved.gate(&tool("execute_shell", "rm{"), &tb),
+            Flow::Ask(_)
+        ));
+        let plan_only = human(&[], true);
+        assert_eq!(
+            plan_only.gate(&tool("propose_plan", r#"{"steps":["a"]}"#), &tb),
+            Flow::PlanOnly(vec!["a".into()])
+        );
+        assert_eq!(
+            plan_only.gate(&tool("create_file", "{}"), &tb),
+            Flow::Refuse(plan_first)
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! A servo waiting for a human parks instead (`human`, `park`): it saves its
 //! session and exits, and a new servo on the same workspace goes on.
 
+mod ask;
 mod budget;
+mod calls;
 mod capability;
 mod compact;
 mod context;
@@ -24,7 +26,7 @@ mod resume;
 mod verify;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::chat::{ChatMessage, ToolSpec};
@@ -37,6 +39,7 @@ use crate::desk::Desk;
 use crate::llm::{Gateway, LlmError, Provider, Replay, Waiting};
 use crate::tools::{self, Toolbox};
 use crate::workspace::Workspace;
+use human::Human;
 
 pub(crate) use record::write_atomic;
 
@@ -60,19 +63,14 @@ pub(crate) struct Agent {
     messages: Vec<ChatMessage>,
     usage: Usage,
     steps: u32,
+    /// The gateway's routes: capabilities, children, verification (the
+    /// human's desk is the same handle).
     desk: Arc<Desk>,
-    /// When the time budget runs out; pushed back by waits for humans.
-    deadline: Arc<Mutex<tokio::time::Instant>>,
-    /// Working time of earlier starts (a parked servo's), and waits of this one.
+    /// The human in the loop, and the time budget's movable deadline.
+    human: Human,
+    /// Working time of earlier starts (a parked servo's).
     active_before: Duration,
-    waited: Duration,
     started: Instant,
-    /// What a parked servo was waiting for when it stopped.
-    parked: Option<saheeli_protocol::human::Parked>,
-    /// Injected messages already in the conversation.
-    notes: Vec<i64>,
-    plan_approved: bool,
-    gates: gates::Gates,
     clock: Clock,
     /// Seals the session file (a key only the servo and foreman hold).
     seal: crate::seal::Seal,
@@ -127,14 +125,15 @@ impl Agent {
             .map_err(|e| format!("opening `{}`: {e}", audit_path.display()))?;
         let root = ws.root().to_path_buf();
         let gates = gates::Gates::new(&task.gates)?;
+        let desk = Arc::new(Desk::new(gateway)?);
+        let human = Human::new(desk.clone(), gates, &task);
         let mut specs = tools::specs();
-        specs.extend(tools::human_specs(gates.plan || task.plan_only));
+        specs.extend(tools::human_specs(human.plans()));
         specs.extend(tools::step_start_spec(&task.steps));
         specs.extend(tools::step_spec(&task.steps));
         if task.delegate.is_some() {
             specs.extend(tools::delegate_specs());
         }
-        let desk = Arc::new(Desk::new(gateway)?);
         let max_output = task.max_output_bytes.max(1024);
         let runner = Arc::new(crate::runner::Link::new(
             mode,
@@ -165,14 +164,9 @@ impl Agent {
             usage: Usage::default(),
             steps: 0,
             desk,
-            deadline: Arc::new(Mutex::new(tokio::time::Instant::now())),
+            human,
             active_before: Duration::ZERO,
-            waited: Duration::ZERO,
             started: Instant::now(),
-            parked: None,
-            notes: Vec::new(),
-            plan_approved: false,
-            gates,
             clock: Clock::default(),
             seal,
             context: Default::default(),
@@ -191,8 +185,8 @@ impl Agent {
     pub async fn run(mut self) -> ServoExit {
         self.started = Instant::now();
         let left = self.budget().saturating_sub(self.active_before);
-        *self.deadline.lock().unwrap() = tokio::time::Instant::from_std(self.started + left);
-        let deadline = self.deadline.clone();
+        *self.human.deadline.lock().unwrap() = tokio::time::Instant::from_std(self.started + left);
+        let deadline = self.human.deadline.clone();
         let by_deadline = self.until_deadline();
         let mut term = signal(SignalKind::terminate()).ok();
         let terminated = async move {
@@ -204,7 +198,7 @@ impl Agent {
             }
         };
         tokio::pin!(terminated);
-        if self.parked.is_some() {
+        if self.human.parked.is_some() {
             self.audit.log(&AuditEvent::Unparked {
                 ts: now(),
                 step: self.steps,
@@ -248,7 +242,7 @@ impl Agent {
         }
         loop {
             let t0 = Instant::now();
-            let before = self.before_llm_call().await;
+            let before = self.before_turn().await;
             self.clock.inbox += t0.elapsed();
             if let Some(end) = before {
                 return end;
@@ -264,11 +258,9 @@ impl Agent {
             self.steps += 1;
             let step = self.steps;
             if let Some(ready) = self.live_ready.take() {
-                // The first call's text is followed from its start; the
-                // follow was opened at the servo's start, beside the
-                // inbox's first look, and a gateway that does not serve
-                // live lines delays nothing for long.
-                let _ = tokio::time::timeout(Duration::from_secs(5), ready).await;
+                // The first call's text is followed from its start (the
+                // follow was opened at the servo's start).
+                live_followed(ready).await;
             }
             let t0 = Instant::now();
             let turn = self.ask(step).await;
@@ -288,33 +280,7 @@ impl Agent {
                     None => continue,
                 },
             };
-            self.context_errors = 0;
-            self.usage.add(turn.usage);
-            // The turn's text, once, capped (issue 29): what streamed live.
-            let said = turn
-                .message
-                .content
-                .as_deref()
-                .filter(|t| !t.trim().is_empty())
-                .map(saheeli_protocol::live::capped);
-            self.audit.log(&AuditEvent::LlmCall {
-                ts: now(),
-                step,
-                model: self.task.model.clone(),
-                latency_ms,
-                usage: turn.usage,
-                error: None,
-                text_cut: said.as_ref().map(|s| s.1 as u64).filter(|n| *n > 0),
-                text: said.map(|s| s.0),
-            });
-            debug!(
-                step,
-                latency_ms,
-                input_tokens = turn.usage.input_tokens,
-                output_tokens = turn.usage.output_tokens,
-                tool_calls = turn.message.tool_calls.len(),
-                "LLM call"
-            );
+            self.heard(step, latency_ms, &turn);
             let calls = turn.message.tool_calls.clone();
             let had_calls = !calls.is_empty();
             self.messages.push(turn.message);
@@ -341,6 +307,37 @@ impl Agent {
             self.note_budget();
             self.save_session();
         }
+    }
+
+    /// A turn arrived: its usage counted, the call audited.
+    fn heard(&mut self, step: u32, latency_ms: u64, turn: &crate::llm::Turn) {
+        self.context_errors = 0;
+        self.usage.add(turn.usage);
+        // The turn's text, once, capped (issue 29): what streamed live.
+        let said = turn
+            .message
+            .content
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .map(saheeli_protocol::live::capped);
+        self.audit.log(&AuditEvent::LlmCall {
+            ts: now(),
+            step,
+            model: self.task.model.clone(),
+            latency_ms,
+            usage: turn.usage,
+            error: None,
+            text_cut: said.as_ref().map(|s| s.1 as u64).filter(|n| *n > 0),
+            text: said.map(|s| s.0),
+        });
+        debug!(
+            step,
+            latency_ms,
+            input_tokens = turn.usage.input_tokens,
+            output_tokens = turn.usage.output_tokens,
+            tool_calls = turn.message.tool_calls.len(),
+            "LLM call"
+        );
     }
 
     /// One LLM call; waits for an unreachable gateway are audited.
@@ -399,64 +396,10 @@ impl Agent {
         };
         Some((exit, Some(e.to_string())))
     }
+}
 
-    /// Runs a turn's tool calls in order, auditing each; Some when one of
-    /// them ended the task (`task_complete`) or the servo parked.
-    async fn run_tools(
-        &mut self,
-        step: u32,
-        calls: Vec<saheeli_protocol::chat::ToolCall>,
-    ) -> Option<End> {
-        let mut calls = calls.into_iter();
-        while let Some(call) = calls.next() {
-            if let Some(end) = self.handle_call(step, call, &mut calls).await {
-                return Some(end);
-            }
-        }
-        None
-    }
-
-    /// Runs one tool call (no gate in front of it): dispatch, audit, the
-    /// result for the model; Some when it ended the task.
-    async fn run_call(&mut self, step: u32, call: saheeli_protocol::chat::ToolCall) -> Option<End> {
-        {
-            let t0 = Instant::now();
-            let out = match self.delegate_call(&call).await {
-                Some(out) => out,
-                None => {
-                    self.dispatch(&call.function.name, &call.function.arguments)
-                        .await
-                }
-            };
-            let took = t0.elapsed();
-            self.clock.tools += took;
-            let duration_ms = took.as_millis() as u64;
-            debug!(step, tool = %call.function.name, ok = out.ok, duration_ms, "tool call");
-            self.audit.log(&AuditEvent::ToolCall {
-                ts: now(),
-                step,
-                tool: call.function.name.clone(),
-                arguments: call.function.arguments.clone(),
-                ok: out.ok,
-                exit_code: out.exit_code,
-                result_bytes: out.text.len(),
-                truncated: out.truncated,
-                duration_ms,
-            });
-            if let Some(message) = out.complete {
-                if self.task.verify {
-                    return self.verify(step, call.id, message).await;
-                }
-                self.messages
-                    .push(ChatMessage::tool_result(call.id, out.text));
-                return Some(self.complete(message, Vec::new()));
-            }
-            self.messages
-                .push(ChatMessage::tool_result(call.id, out.text.clone()));
-            if !out.ok && self.task.pause_on_tool_error {
-                self.breakpoint(&call.function.name, &out.text).await;
-            }
-        }
-        None
-    }
+/// Waits (a little) until the gateway's live lines are followed: a
+/// gateway that does not serve them delays nothing for long.
+async fn live_followed(ready: tokio::sync::oneshot::Receiver<()>) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), ready).await;
 }

@@ -10,18 +10,9 @@ use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
 
 use super::{Agent, End};
 use crate::audit::now;
-
-/// The default of `park_after`.
-const PARK_AFTER: Duration = Duration::from_secs(10);
+use crate::tools::Tool;
 
 impl Agent {
-    pub(super) fn park_after(&self) -> Duration {
-        self.task
-            .park_after_ms
-            .map(Duration::from_millis)
-            .unwrap_or(PARK_AFTER)
-    }
-
     /// Reads the session a parked servo left, if there is one.
     pub(super) fn load_parked_session(&mut self) -> Result<(), String> {
         let path = self.root.join(paths::session(&self.task.task_id));
@@ -56,26 +47,26 @@ impl Agent {
             .messages
             .iter()
             .flat_map(|m| &m.tool_calls)
-            .any(|c| c.function.name == "execute_shell");
+            .any(|c| Tool::from_call(c).is_some_and(|t| t.is_shell()));
         if used_shell {
             self.tools.note_fresh_shell();
         }
         self.messages = session.messages;
         self.steps = session.steps;
         self.usage = session.usage;
-        self.notes = session.notes;
-        self.plan_approved = session.plan_approved;
+        self.human.notes = session.notes;
+        self.human.plan_approved = session.plan_approved;
         *self.tools.steps_started.lock().unwrap() = session.steps_started.into_iter().collect();
         self.context = session.compactions.last().cloned().unwrap_or_default();
         self.compactions = session.compactions;
         self.active_before = Duration::from_millis(session.active_ms);
-        self.parked = session.parked;
+        self.human.parked = session.parked;
         Ok(())
     }
 
     /// A parked servo goes on with what it was waiting for.
     pub(super) async fn unpark(&mut self) -> Option<End> {
-        let parked = self.parked.take()?;
+        let parked = self.human.parked.take()?;
         let step = self.steps;
         match parked {
             Parked::Pause => self.pause(step).await,
@@ -94,12 +85,13 @@ impl Agent {
                     },
                 };
                 let mut rest = rest.into_iter();
-                let waiting = self.waiting_for(&call)?;
-                let reply = match self.await_reply(&call.id).await {
+                let tool = Tool::from_call(&call)?;
+                let waiting = self.human.waiting_for(&tool)?;
+                let reply = match self.human.await_reply(&call.id).await {
                     Some(r) => r,
                     None => return Some(self.park_on(step, &call, rest.collect())),
                 };
-                if let Some(end) = self.apply_reply(step, call, waiting, reply).await {
+                if let Some(end) = self.apply_reply(step, call, tool, waiting, reply).await {
                     return Some(end);
                 }
                 while let Some(c) = rest.next() {
@@ -126,7 +118,7 @@ impl Agent {
     }
 
     pub(super) fn park(&mut self, step: u32, parked: Parked) -> End {
-        self.parked = Some(parked);
+        self.human.parked = Some(parked);
         self.save_session();
         self.audit.log(&AuditEvent::Parked { ts: now(), step });
         (ServoExit::Parked, None)

@@ -15,8 +15,8 @@ use crate::audit::now;
 impl Agent {
     /// Before an LLM call: injected messages reach the model, and a pause
     /// asked for is honoured.
-    pub(super) async fn before_llm_call(&mut self) -> Option<End> {
-        let inbox = self.desk.inbox_now(self.newest_note()).await?;
+    pub(super) async fn before_turn(&mut self) -> Option<End> {
+        let inbox = self.human.desk.inbox_now(self.human.newest_note()).await?;
         self.take_notes(inbox.notes).await;
         if inbox.pause {
             return self.pause(self.steps).await;
@@ -30,21 +30,26 @@ impl Agent {
         self.audit.log(&AuditEvent::Paused { ts: now(), step });
         info!(step, "paused");
         let t0 = Instant::now();
-        let park_at = t0 + self.park_after();
+        let park_at = t0 + self.human.park_after;
         loop {
             let left = park_at.saturating_duration_since(Instant::now());
-            let inbox = match self.desk.inbox_wait(left, self.newest_note()).await {
+            let inbox = match self
+                .human
+                .desk
+                .inbox_wait(left, self.human.newest_note())
+                .await
+            {
                 Ok(i) => i,
                 Err(e) => {
                     warn!(error = %e.0, "the desk refused the pause; going on");
-                    self.waited_for(t0.elapsed());
+                    self.human.waited_for(t0.elapsed());
                     return None;
                 }
             };
             self.take_notes(inbox.notes).await;
             if !inbox.pause {
                 let waited = t0.elapsed();
-                self.waited_for(waited);
+                self.human.waited_for(waited);
                 self.audit.log(&AuditEvent::Resumed {
                     ts: now(),
                     step,
@@ -53,25 +58,17 @@ impl Agent {
                 return None;
             }
             if Instant::now() >= park_at {
-                self.waited_for(t0.elapsed());
+                self.human.waited_for(t0.elapsed());
                 return Some(self.park(step, Parked::Pause));
             }
         }
-    }
-
-    /// The newest injected message in the conversation (0: none).
-    pub(super) fn newest_note(&self) -> i64 {
-        self.notes.iter().copied().max().unwrap_or(0)
     }
 
     /// Adds new injected messages to the conversation, saves the session,
     /// then tells the desk they are delivered (a crash in between delivers
     /// nothing twice: the session knows their ids).
     pub(super) async fn take_notes(&mut self, notes: Vec<Note>) {
-        let new: Vec<Note> = notes
-            .into_iter()
-            .filter(|n| !self.notes.contains(&n.id))
-            .collect();
+        let new = self.human.unseen(notes);
         if new.is_empty() {
             return;
         }
@@ -88,10 +85,10 @@ impl Agent {
                 "[saheeli] A message from {} (a human watching this task): {}",
                 n.by, n.text
             )));
-            self.notes.push(n.id);
+            self.human.notes.push(n.id);
         }
         self.save_session();
-        if let Err(e) = self.desk.delivered(ids).await {
+        if let Err(e) = self.human.desk.delivered(ids).await {
             warn!(error = %e.0, "could not mark messages delivered");
         }
     }
@@ -103,7 +100,7 @@ impl Agent {
             tool: tool.to_string(),
             error: error.chars().take(2000).collect(),
         };
-        if let Err(e) = self.desk.breakpoint(&bp).await {
+        if let Err(e) = self.human.desk.breakpoint(&bp).await {
             warn!(error = %e.0, "the breakpoint was refused");
         }
     }

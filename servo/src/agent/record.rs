@@ -56,10 +56,10 @@ impl Agent {
             steps: self.steps,
             usage: self.usage,
             messages: self.messages.clone(),
-            parked: self.parked.clone(),
+            parked: self.human.parked.clone(),
             active_ms: self.active().as_millis() as u64,
-            notes: self.notes.clone(),
-            plan_approved: self.plan_approved,
+            notes: self.human.notes.clone(),
+            plan_approved: self.human.plan_approved,
             steps_started: self
                 .tools
                 .steps_started

@@ -20,6 +20,7 @@ use saheeli_protocol::{Session, paths};
 use tracing::{info, warn};
 
 use super::Agent;
+use crate::tools::Tool;
 
 /// The largest session file read.
 pub(super) const MAX_SESSION: u64 = 256 << 20;
@@ -64,7 +65,7 @@ impl Agent {
         let Some(resume) = self.task.resume.clone() else {
             return;
         };
-        if self.parked.is_some() {
+        if self.human.parked.is_some() {
             return;
         }
         let path = self.root.join(paths::session(&resume.from));
@@ -120,12 +121,12 @@ impl Agent {
         let used_shell = messages
             .iter()
             .flat_map(|m| &m.tool_calls)
-            .any(|c| c.function.name == "execute_shell");
+            .any(|c| Tool::from_call(c).is_some_and(|t| t.is_shell()));
         if used_shell {
             self.tools.note_fresh_shell();
         }
         self.messages = messages;
-        self.plan_approved = plan_approved;
+        self.human.plan_approved = plan_approved;
         self.context = compactions.last().cloned().unwrap_or_default();
         self.compactions = compactions;
     }

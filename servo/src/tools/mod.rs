@@ -2,6 +2,7 @@
 //! its implementation. A bad call (unknown tool, invalid JSON, missing or
 //! extra argument) becomes an error text for the model, never a crash.
 
+mod call;
 mod create_file;
 mod edit_file;
 mod execute_shell;
@@ -25,6 +26,7 @@ use serde::de::DeserializeOwned;
 use crate::desk::Desk;
 use crate::workspace::Workspace;
 
+pub(crate) use call::{Builtin, Delegate, Human, Tool};
 pub(crate) use output::ToolOutput;
 pub(crate) use step_done::{
     instructions as step_instructions, needs_approval as step_done_needs_approval,
@@ -140,50 +142,61 @@ impl Toolbox {
         self.steps_started.lock().unwrap().insert(name.to_string());
     }
 
-    /// Runs one tool call. Whatever the model sent, the answer is text for
-    /// it; the output is capped at `max_output` bytes.
+    /// Runs one tool call by name (the tool runner's requests, tests).
     pub async fn dispatch(&self, name: &str, arguments: &str) -> ToolOutput {
+        match Builtin::named(name) {
+            Some(tool) => self.run(tool, arguments).await,
+            None => self.capped(unknown_tool(name, &specs())),
+        }
+    }
+
+    /// Runs one of the toolbox's tools. Whatever the model sent, the
+    /// answer is text for it; the output is capped at `max_output` bytes.
+    pub async fn run(&self, tool: Builtin, arguments: &str) -> ToolOutput {
+        let name = tool.name();
         if let Some(runner) = &self.runner
-            && saheeli_protocol::tools::built_in(name).is_some_and(|t| t.in_runner)
+            && tool.row().in_runner
         {
             return self.capped(runner.call(name, arguments).await);
         }
-        let out = match name {
-            "execute_shell" => match parse(name, arguments) {
+        let out = match tool {
+            Builtin::Shell => match parse(name, arguments) {
                 Ok(a) => execute_shell::run(self, a).await,
                 Err(e) => e,
             },
-            "create_file" => match parse(name, arguments) {
+            Builtin::CreateFile => match parse(name, arguments) {
                 Ok(a) => self.off_runtime(move |tb| create_file::run(tb, a)).await,
                 Err(e) => e,
             },
-            "read_file" => match parse(name, arguments) {
+            Builtin::ReadFile => match parse(name, arguments) {
                 Ok(a) => self.off_runtime(move |tb| read_file::run(tb, a)).await,
                 Err(e) => e,
             },
-            "edit_file" => match parse(name, arguments) {
+            Builtin::EditFile => match parse(name, arguments) {
                 Ok(a) => self.off_runtime(move |tb| edit_file::run(tb, a)).await,
                 Err(e) => e,
             },
-            "list_files" => match parse(name, arguments) {
+            Builtin::ListFiles => match parse(name, arguments) {
                 Ok(a) => self.off_runtime(move |tb| list_files::run(tb, a)).await,
                 Err(e) => e,
             },
-            "task_complete" => match parse(name, arguments) {
+            Builtin::Complete => match parse(name, arguments) {
                 Ok(a) => task_complete::run(a),
                 Err(e) => e,
             },
-            "step_done" if !self.steps.is_empty() => match parse(name, arguments) {
+            // The agent answers a tool it did not offer before this (with
+            // the offered list); here only a step tool of a task without steps.
+            Builtin::StepDone | Builtin::StepStart if self.steps.is_empty() => {
+                unknown_tool(name, &specs())
+            }
+            Builtin::StepDone => match parse(name, arguments) {
                 Ok(a) => step_done::run(self, a).await,
                 Err(e) => e,
             },
-            "step_start" if !self.steps.is_empty() => match parse(name, arguments) {
+            Builtin::StepStart => match parse(name, arguments) {
                 Ok(a) => step_start::run(self, a).await,
                 Err(e) => e,
             },
-            // The agent answers a tool it did not offer before this (with
-            // the offered list); here only a step_done of a task without steps.
-            other => unknown_tool(other, &specs()),
         };
         self.capped(out)
     }
