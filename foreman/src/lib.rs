@@ -8,7 +8,8 @@
 //!   group (task, serve, run, eval, gc, build); `output/`: `--json` shapes,
 //!   tables, terminal-safe text.
 //! - `config/`: config.yaml (every key, `limits:`, `concurrency` as a
-//!   number or `auto`) and `.env`; `spec/`: a prompt file, its
+//!   number or `auto`), `.env`, and `providers` (which server a model's
+//!   calls go to, and with which key); `spec/`: a prompt file, its
 //!   front-matter and `--param` checked into a `TaskSpec` (a template's
 //!   parameters resolved and `{{ name }}` replaced, its steps checked),
 //!   where each setting came from and the tools the model gets (what
@@ -57,7 +58,7 @@
 //!   workspace: `.saheeli/changes.patch` (git format) and `report.md`.
 //! - `gateway/`: the per-task LLM endpoint on a unix socket, or for swarm
 //!   servos one TCP listener with a per-task token (`remote`) (keys, budgets,
-//!   the call ledger, providers, retries), the human desk, and the verify
+//!   the call ledger, retries), the human desk, and the verify
 //!   route (`verify` commands run by `docker exec` in a fresh container
 //!   beside the paused task container, the assessor's call through the
 //!   same budget).

@@ -87,7 +87,10 @@ mod passthrough;
 mod pricing;
 pub(crate) mod probe;
 mod provider_call;
-mod providers;
+/// Moved to `config::providers` (issue 48, A2); re-exported for the gateway's files.
+mod providers {
+    pub(crate) use crate::config::providers::*;
+}
 mod python_modules;
 pub(crate) mod record;
 #[cfg(test)]
@@ -123,7 +126,6 @@ pub(crate) use children::DelegateLink;
 pub(crate) use desk::{DeskLink, DeskPolicy, WaitFlag};
 pub(crate) use handler::error_chain;
 pub(crate) use meter::{Budget, Meter};
-pub(crate) use providers::header_vars;
 pub(crate) use providers::{Providers, Route};
 pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 pub(crate) use server::{Gateway, GatewayPlan, Way};

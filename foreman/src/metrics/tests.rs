@@ -9,8 +9,7 @@ use openmetrics_parser::{MetricNumber, OpenMetricsType, OpenMetricsValue};
 use saheeli_protocol::TaskId;
 
 use super::*;
-use crate::config::{Config, ConfigFile};
-use crate::gateway::Providers;
+use crate::config::{Config, ConfigFile, Providers};
 use crate::state::TaskState;
 use crate::store::{Lease, Outcome, Store};
 

@@ -50,7 +50,7 @@ pub(super) fn resolve(
         // (`gateway::replay`): no provider is involved.
         return Ok(agent);
     }
-    let route = crate::gateway::Providers::from_config(cfg).route(model);
+    let route = crate::config::Providers::from_config(cfg).route(model);
     let anthropic = route.provider.kind == ProviderKind::Anthropic;
     if api.needs_anthropic() != anthropic {
         let (wants, has) = if api.needs_anthropic() {

@@ -379,7 +379,7 @@ impl TaskSpec {
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
-        let secrets = crate::gateway::Providers::from_config(cfg).secrets();
+        let secrets = crate::config::Providers::from_config(cfg).secrets();
         spec.redact(&secrets)?;
         Ok(spec)
     }
