@@ -5,6 +5,7 @@
 
 mod agent;
 mod bounds;
+mod budget;
 mod chain;
 mod checks;
 mod params;
@@ -28,6 +29,7 @@ use template::{check_declarations, check_placeholders, render_all, resolve, spli
 use verification::Verification;
 
 pub(crate) use agent::{image_for, require_image};
+pub(crate) use budget::Budget;
 pub(crate) use chain::{Chain, Used};
 pub(crate) use prompt::{SpecError, front_matter};
 pub(crate) use sources::{Effective, Source, effective};

@@ -446,9 +446,9 @@ impl TaskSpec {
     }
 
     /// The gateway's budget: what the chain of attempts has left.
-    pub fn budget(&self) -> crate::gateway::Budget {
+    pub fn budget(&self) -> Budget {
         let left = self.left();
-        crate::gateway::Budget {
+        Budget {
             max_tokens: left.tokens,
             max_cost: left.cost,
             // The built-in loop counts its own steps; a third-party
