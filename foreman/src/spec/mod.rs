@@ -28,7 +28,7 @@ use params::{apply_params, default_title};
 use template::{check_declarations, check_placeholders, render_all, resolve, split_params};
 use verification::Verification;
 
-pub(crate) use agent::{image_for, require_image};
+pub(crate) use agent::image_for;
 pub(crate) use budget::Budget;
 pub(crate) use chain::{Chain, Used};
 pub(crate) use prompt::{SpecError, front_matter};
