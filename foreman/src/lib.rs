@@ -23,6 +23,10 @@
 //! - `state`: the task lifecycle (one enum, one table of allowed moves);
 //!   `text`: text made safe for a terminal, a wait in one line, RFC 3339
 //!   times (below every module that shows text; `output` re-exports it).
+//! - `task`: a task as queued (`TaskSpec`'s fields, its chain of attempts
+//!   and what their budgets have left, a template's parameter values):
+//!   plain data below the store, which keeps it as JSON, and `spec/`,
+//!   which builds and checks it.
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
 //!   `override_outcome` (a person's verdict on an ended task), the human
@@ -120,6 +124,7 @@ mod spec;
 mod state;
 mod store;
 mod supervisor;
+mod task;
 mod text;
 mod web;
 
