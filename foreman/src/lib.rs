@@ -23,6 +23,9 @@
 //! - `state`: the task lifecycle (one enum, one table of allowed moves);
 //!   `text`: text made safe for a terminal, a wait in one line, RFC 3339
 //!   times (below every module that shows text; `output` re-exports it).
+//! - `fault`: why a Docker call failed for the daemon's sake
+//!   (`DaemonFault`), which the backend sorts, admission counts and
+//!   metrics label.
 //! - `task`: a task as queued (`TaskSpec`'s fields, its chain of attempts
 //!   and what their budgets have left, a template's parameter values):
 //!   plain data below the store, which keeps it as JSON, and `spec/`,
@@ -111,6 +114,7 @@ mod config;
 mod docs;
 mod eval;
 mod events;
+mod fault;
 mod gateway;
 mod inputs;
 mod listen;

@@ -589,7 +589,7 @@ fn launch_failures_are_counted_by_cause() {
     drop(Store::open(&db).unwrap());
     let m = Metrics::new(db, providers(), Source::Foreman);
     let (_, before) = parse(&m.render().unwrap());
-    live().launch_failed(crate::docker::DaemonFault::ServerError.into());
+    live().launch_failed(crate::fault::DaemonFault::ServerError.into());
     let (_, after) = parse(&m.render().unwrap());
     let name = "saheeli_launch_failures_total";
     let delta = |c| value(&after, name, &[("cause", c)]) - value(&before, name, &[("cause", c)]);
