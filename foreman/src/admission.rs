@@ -41,8 +41,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::backend::docker::DaemonFault;
 use crate::config::Concurrency;
+use crate::fault::DaemonFault;
 
 /// The controller's constants.
 #[derive(Clone, Debug)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::backend::docker::DaemonFault;
 use crate::config::Concurrency;
+use crate::fault::DaemonFault;
 
 const FAST: Report = Report::Launched(Duration::from_millis(100));
 const SLOW: Report = Report::Launched(Duration::from_millis(400));

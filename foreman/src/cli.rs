@@ -276,6 +276,12 @@ pub(crate) struct SubmitArgs {
     pub parent: Option<String>,
 }
 
+/// Events a view of one task shows unless asked for others (`task status
+/// ID --events`, the API's task view). Why a page: a task's trail can be
+/// long (a flood wrote 2,458 events, 285 MB, before the gateway's caps),
+/// and a view must not load it whole.
+pub(crate) const EVENTS_SHOWN: usize = 200;
+
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// A task id or a unique prefix of one.
@@ -294,7 +300,7 @@ pub(crate) struct StatusArgs {
     pub limit: usize,
     /// With an ID: how many of its events to show, the newest (the JSON
     /// gives `events_total`, and `events_before` when older ones exist).
-    #[arg(long, value_name = "N", default_value_t = crate::commands::EventPage::DEFAULT_LIMIT,
+    #[arg(long, value_name = "N", default_value_t = EVENTS_SHOWN,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub events: usize,
     /// With an ID: show the events older than event SEQ (`seq` in the JSON).

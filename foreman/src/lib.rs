@@ -8,7 +8,8 @@
 //!   group (task, serve, run, eval, gc, build); `output/`: `--json` shapes,
 //!   tables, terminal-safe text.
 //! - `config/`: config.yaml (every key, `limits:`, `concurrency` as a
-//!   number or `auto`) and `.env`; `spec/`: a prompt file, its
+//!   number or `auto`), `.env`, and `providers` (which server a model's
+//!   calls go to, and with which key); `spec/`: a prompt file, its
 //!   front-matter and `--param` checked into a `TaskSpec` (a template's
 //!   parameters resolved and `{{ name }}` replaced, its steps checked),
 //!   where each setting came from and the tools the model gets (what
@@ -22,6 +23,13 @@
 //! - `state`: the task lifecycle (one enum, one table of allowed moves);
 //!   `text`: text made safe for a terminal, a wait in one line, RFC 3339
 //!   times (below every module that shows text; `output` re-exports it).
+//! - `fault`: why a Docker call failed for the daemon's sake
+//!   (`DaemonFault`), which the backend sorts, admission counts and
+//!   metrics label.
+//! - `task`: a task as queued (`TaskSpec`'s fields, its chain of attempts
+//!   and what their budgets have left, a template's parameter values):
+//!   plain data below the store, which keeps it as JSON, and `spec/`,
+//!   which builds and checks it.
 //! - `store/`: the SQLite queue: schema and migrations, submit and claim,
 //!   `move_state` (the one place a state changes), fenced leases, lookups,
 //!   `override_outcome` (a person's verdict on an ended task), the human
@@ -65,8 +73,7 @@
 //!   route (`verify` commands in a fresh container beside the paused task
 //!   container, the assessor's call through the same budget),
 //!   capabilities, children.
-//! - `gateway/`: one task's gateway put together from the three, opened,
-//!   adopted and stopped; `providers`: where a model's calls go.
+//!   They are put together per task in `supervisor/gateway.rs`.
 //! - `capability/`: MCP servers run outside the containers (`rmcp`),
 //!   whose tools a granted task calls as `name__tool` through its gateway.
 //! - `notify/`: webhooks: an outbox row per event and URL (written with
@@ -113,7 +120,7 @@ mod docs;
 mod door;
 mod eval;
 mod events;
-mod gateway;
+mod fault;
 mod inputs;
 mod listen;
 mod llm;
@@ -128,6 +135,7 @@ mod spec;
 mod state;
 mod store;
 mod supervisor;
+mod task;
 mod text;
 mod web;
 

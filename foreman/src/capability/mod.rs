@@ -255,7 +255,7 @@ async fn start(name: &str, cfg: &CapabilityConfig) -> Result<Server, String> {
 /// `${VAR}` in a header template, from the environment.
 fn expand(template: &str) -> Result<String, String> {
     let mut out = template.to_string();
-    for var in crate::gateway::header_vars(template) {
+    for var in crate::config::header_vars(template) {
         let v = std::env::var(&var)
             .map_err(|_| format!("`${{{var}}}` is not set in the environment"))?;
         out = out.replace(&format!("${{{var}}}"), &v);

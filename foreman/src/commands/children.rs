@@ -25,7 +25,7 @@ pub(crate) async fn submit_child(
     parent: &str,
 ) -> Result<TaskId, CommandError> {
     let id = TaskId::new();
-    crate::spec::require_image(cfg, prompt, &spec.agent).await?;
+    require_image(cfg, prompt, &spec.agent).await?;
     let parent_row = match open_store(cfg)
         .map_err(CommandError::Internal)?
         .require(parent)

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use saheeli_protocol::TaskId;
+use saheeli_protocol::{Agent, TaskId};
 
+use crate::backend::EngineError;
 use crate::cli::PromptArgs;
 use crate::config::{Config, FileAccess};
 use crate::inputs;
-use crate::spec::{SpecError, TaskSpec, ask_line, check_value};
+use crate::spec::{SpecError, TaskSpec, ask_line, check_value, image_for};
 use crate::state::TaskState;
 use crate::store::Store;
 use saheeli_protocol::template::Parameter;
@@ -237,6 +238,43 @@ pub(super) async fn submit_prompt(
     Ok(submit_spec(cfg, prompt, spec, args).await?)
 }
 
+/// Fails, naming the key and what to do, when an agent's image is not in Docker.
+pub(super) async fn require_image(
+    cfg: &Config,
+    prompt: &Path,
+    agent: &Agent,
+) -> Result<(), EngineError> {
+    if agent.is_builtin() {
+        return Ok(());
+    }
+    let image = image_for(cfg, agent);
+    let docker = crate::docker::connect().await.map_err(EngineError::of)?;
+    if let Err(e) = crate::docker::require_image(&docker, &image).await {
+        let build = match agent {
+            Agent::Named(n) => format!("build it with `saheeli build-servo --agent {n}`"),
+            Agent::Custom(_) => "build it, or set `agent.image`".to_string(),
+        };
+        let told = |e: &dyn std::fmt::Display| {
+            anyhow::anyhow!(
+                "{}: `agent` is `{}`, whose image `{image}` is not available ({e:#}); {build}",
+                prompt.display(),
+                agent.label()
+            )
+        };
+        // Sorted by the cause (the image is missing, or the daemon failed),
+        // told in the prompt's words.
+        return Err(match EngineError::of(e) {
+            EngineError::ImageMissing(e) => EngineError::ImageMissing(told(&e)),
+            EngineError::Unreachable { fault, error } => EngineError::Unreachable {
+                fault,
+                error: told(&error),
+            },
+            other => EngineError::Other(told(&other)),
+        });
+    }
+    Ok(())
+}
+
 /// Queues a checked task from the prompt `prompt` (the CLI's file, or the
 /// HTTP API's text as if it were a file): its workspace is packed first,
 /// under the same rules. Returns the new id.
@@ -247,7 +285,7 @@ pub(crate) async fn submit_spec(
     args: &PromptArgs,
 ) -> Result<TaskId, CommandError> {
     let id = TaskId::new();
-    crate::spec::require_image(cfg, prompt, &spec.agent).await?;
+    require_image(cfg, prompt, &spec.agent).await?;
     // Copied before the row exists (and the database is opened): a failure
     // here queues nothing and leaves nothing behind.
     let packed = pack_submitted(cfg, prompt, &mut spec, args, id).await?;

@@ -6,8 +6,7 @@
 use std::process::ExitCode;
 
 use crate::cli::DoctorArgs;
-use crate::config::Config;
-use crate::gateway::Providers;
+use crate::config::{Config, Providers};
 use crate::llm::doctor::{Status, run};
 
 pub(crate) async fn doctor(cfg: &Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {

@@ -39,7 +39,7 @@ pub(super) async fn dry_run(
     view.image = spec::image_for(cfg, &spec.agent);
     view.image_present = image_present(&view.image).await;
     view.workspace = workspace;
-    view.provider_keys = crate::gateway::Providers::from_config(cfg)
+    view.provider_keys = crate::config::Providers::from_config(cfg)
         .keys()
         .into_iter()
         .collect();

@@ -2,8 +2,7 @@
 
 use std::process::ExitCode;
 
-use crate::config::Config;
-use crate::gateway::Providers;
+use crate::config::{Config, Providers};
 use crate::metrics::{Metrics, Source};
 
 use super::*;

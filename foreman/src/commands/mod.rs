@@ -27,7 +27,8 @@ mod task;
 mod trajectory;
 
 use common::{
-    exit_for, open_existing_store, pack_options, pack_submitted, spec_for, submit_prompt,
+    exit_for, open_existing_store, pack_options, pack_submitted, require_image, spec_for,
+    submit_prompt,
 };
 use dry_run::dry_run;
 use serve::{context, signals};

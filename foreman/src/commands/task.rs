@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use futures_util::StreamExt;
 use saheeli_protocol::{TaskId, paths};
 
-use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArgs};
+use crate::cli::{EVENTS_SHOWN, IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArgs};
 use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
@@ -159,10 +159,8 @@ pub(crate) struct EventPage {
 }
 
 impl EventPage {
-    /// Events a view shows unless asked for others. Why a page: a task's
-    /// trail can be long (a flood wrote 2,458 events, 285 MB, before the
-    /// gateway's caps), and a view must not load it whole.
-    pub const DEFAULT_LIMIT: usize = 200;
+    /// Events a view shows unless asked for others ([`EVENTS_SHOWN`]).
+    pub const DEFAULT_LIMIT: usize = EVENTS_SHOWN;
 
     /// The newest [`EventPage::DEFAULT_LIMIT`] events.
     pub fn newest() -> EventPage {

@@ -3,6 +3,8 @@
 //!
 //! The file is optional. Relative paths in it are relative to the file's own
 //! directory, so `saheeli` behaves the same from any working directory.
+//! `providers`: which server a model's calls go to, with which key (built
+//! from the config, read by the gateway, specs, metrics and commands).
 
 mod concurrency;
 mod defaults;
@@ -10,6 +12,7 @@ mod file;
 mod limits;
 mod load;
 mod pool;
+pub(crate) mod providers;
 #[cfg(test)]
 mod tests;
 pub(crate) mod windows;
@@ -25,3 +28,4 @@ pub(crate) use file::{
 pub(crate) use limits::{DiskEnforcement, Limits};
 pub(crate) use load::{Config, SetKeys};
 pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};
+pub(crate) use providers::{Providers, header_vars};

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::Redactor;
 use super::probe::{ServerInfo, capped, probe, with_key};
 use crate::config::ProviderKind;
-use crate::gateway::providers::Provider;
+use crate::config::providers::Provider;
 
 /// The output cap of the doctor's calls: a tool call fits.
 const MAX_TOKENS: u64 = 96;

@@ -13,25 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use saheeli_protocol::Reason;
 use saheeli_protocol::chat::ChatUsage;
-use saheeli_protocol::context::Cache;
 
 use super::input_bound::{self, Counted, Shape};
 use super::pricing::Rates;
 
-/// A task's limits, checked before every call.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Budget {
-    pub max_tokens: Option<u64>,
-    pub max_cost: Option<f64>,
-    /// For a third-party agent (issue 25), its `max_steps`: the gateway
-    /// refuses an LLM call after this many. None for Saheeli's own loop,
-    /// which counts its steps itself.
-    pub max_calls: Option<u64>,
-    /// The prompt caching the task asked for (`cache:`): it sets the
-    /// breakpoints sent and what a cache write costs, so the budget's
-    /// checks depend on it.
-    pub cache: Cache,
-}
+pub(crate) use crate::spec::Budget;
 
 /// Fewest output tokens a call is allowed: below this no tool call fits,
 /// and the call is refused instead of being cut to nothing.
@@ -238,6 +224,8 @@ impl Meter {
 
 #[cfg(test)]
 mod tests {
+    use saheeli_protocol::context::Cache;
+
     use super::*;
 
     #[test]

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::gateway::providers::Provider;
+use crate::config::providers::Provider;
 
 /// How long one probe request may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);

@@ -19,7 +19,7 @@ use super::meter::Budget;
 use super::meter::Meter;
 use super::pricing;
 use super::upstream::Upstream;
-use crate::gateway::Route;
+use crate::config::providers::Route;
 use crate::llm::api::TaskModel;
 use crate::metrics::{Refusal, live};
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::config::Providers;
 use crate::config::{Config, LlmConfig};
 use crate::door::socket;
-use crate::gateway::Providers;
 use crate::llm::Redactor;
 use crate::llm::ledger::Ledger;
 

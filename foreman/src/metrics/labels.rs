@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use prometheus_client::encoding::EncodeLabelSet;
 
-use crate::gateway::Providers;
+use crate::config::Providers;
 
 /// Distinct (provider, model) label pairs before new ones become `other`.
 pub(crate) const MAX_MODELS: usize = 50;

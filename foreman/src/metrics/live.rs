@@ -233,7 +233,7 @@ impl Live {
                 cause: cause.into(),
             });
         }
-        for fault in crate::docker::DaemonFault::iter() {
+        for fault in crate::fault::DaemonFault::iter() {
             let _ = live.launch_failures.get_or_create(&CauseLabels {
                 cause: fault.into(),
             });
@@ -350,7 +350,7 @@ impl Live {
     }
 
     /// A launch failed for the Docker daemon's sake (`cause`: a
-    /// [`crate::docker::DaemonFault`]); the task went back to the queue.
+    /// [`crate::fault::DaemonFault`]); the task went back to the queue.
     pub fn launch_failed(&self, cause: &'static str) {
         self.launch_failures
             .get_or_create(&CauseLabels { cause })

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use super::labels::Models;
 use super::live::live;
 use super::tally::Tally;
-use crate::gateway::Providers;
+use crate::config::Providers;
 use crate::store::{Store, now_ms};
 
 /// The content type of [`Metrics::render`]'s text, for `GET /metrics`.

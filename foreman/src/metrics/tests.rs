@@ -9,8 +9,7 @@ use openmetrics_parser::{MetricNumber, OpenMetricsType, OpenMetricsValue};
 use saheeli_protocol::TaskId;
 
 use super::*;
-use crate::config::{Config, ConfigFile};
-use crate::gateway::Providers;
+use crate::config::{Config, ConfigFile, Providers};
 use crate::state::TaskState;
 use crate::store::{Lease, Outcome, Store};
 
@@ -590,7 +589,7 @@ fn launch_failures_are_counted_by_cause() {
     drop(Store::open(&db).unwrap());
     let m = Metrics::new(db, providers(), Source::Foreman);
     let (_, before) = parse(&m.render().unwrap());
-    live().launch_failed(crate::docker::DaemonFault::ServerError.into());
+    live().launch_failed(crate::fault::DaemonFault::ServerError.into());
     let (_, after) = parse(&m.render().unwrap());
     let name = "saheeli_launch_failures_total";
     let delta = |c| value(&after, name, &[("cause", c)]) - value(&before, name, &[("cause", c)]);

@@ -37,8 +37,7 @@ mod tests;
 use saheeli_protocol::front_matter::FrontMatter;
 use serde_json::Value;
 
-use crate::config::Config;
-use crate::spec::TaskSpec;
+use crate::task::TaskSpec;
 
 /// One setting.
 #[derive(Debug)]
@@ -61,7 +60,16 @@ pub(crate) struct Setting {
     pub param: bool,
     /// Its effective value for a task, as a front-matter would write it
     /// (None: `--dry-run` does not list it).
-    pub value: Option<fn(&TaskSpec, &Config) -> Value>,
+    pub value: Option<fn(&TaskSpec, &Derived) -> Value>,
+}
+
+/// What a task's effective settings show besides its spec: values worked
+/// out from config.yaml when the task runs, which `spec::effective` (above
+/// config and this table) fills in.
+#[derive(Debug)]
+pub(crate) struct Derived {
+    /// The image the task's agent runs in (`spec::image_for`).
+    pub image: String,
 }
 
 impl Setting {
@@ -103,7 +111,7 @@ impl Setting {
         self
     }
 
-    const fn shown(mut self, value: fn(&TaskSpec, &Config) -> Value) -> Setting {
+    const fn shown(mut self, value: fn(&TaskSpec, &Derived) -> Value) -> Setting {
         self.value = Some(value);
         self
     }

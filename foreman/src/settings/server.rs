@@ -9,7 +9,7 @@ pub(super) const SERVER: &[Setting] = &[
         .default("saheeli-servo:latest")
         .doc("The servo image tasks run in (`saheeli build-servo` builds it; on a swarm, a registry reference).")
         .config("image")
-        .shown(|s, c| json!(crate::spec::image_for(c, &s.agent))),
+        .shown(|_, d| json!(d.image)),
     Setting::new("agents", "map")
         .default("{}")
         .doc("Third-party agents' images by name (`claude-code: saheeli-servo-claude-code:0.1.0`); `build-servo --agent NAME` builds them.")

@@ -5,15 +5,14 @@
 //! (Anthropic Messages from an Anthropic provider, OpenAI's from an
 //! OpenAI-compatible one) or a `replay:` script (the gateway answers any
 //! of the three from it), and
-//! its image ([`image_for`]), which [`require_image`] looks for in Docker
-//! before anything is queued.
+//! its image ([`image_for`]), which the submitting command looks for in
+//! Docker before anything is queued.
 
 use std::path::Path;
 
 use anyhow::bail;
 use saheeli_protocol::{Agent, AgentName};
 
-use crate::backend::EngineError;
 use crate::config::{Config, ProviderKind};
 
 /// The agent a task runs with, checked; `fm` is the front-matter's `agent`.
@@ -50,7 +49,7 @@ pub(super) fn resolve(
         // (`llm::vendor::replay`): no provider is involved.
         return Ok(agent);
     }
-    let route = crate::gateway::Providers::from_config(cfg).route(model);
+    let route = crate::config::Providers::from_config(cfg).route(model);
     let anthropic = route.provider.kind == ProviderKind::Anthropic;
     if api.needs_anthropic() != anthropic {
         let (wants, has) = if api.needs_anthropic() {
@@ -90,43 +89,6 @@ pub(crate) fn image_for(cfg: &Config, agent: &Agent) -> String {
 /// `saheeli-servo-NAME:<version>`, what `build-servo --agent NAME` tags by default.
 pub(crate) fn default_image(name: AgentName) -> String {
     format!("saheeli-servo-{name}:{}", env!("CARGO_PKG_VERSION"))
-}
-
-/// Fails, naming the key and what to do, when an agent's image is not in Docker.
-pub(crate) async fn require_image(
-    cfg: &Config,
-    prompt: &Path,
-    agent: &Agent,
-) -> Result<(), EngineError> {
-    if agent.is_builtin() {
-        return Ok(());
-    }
-    let image = image_for(cfg, agent);
-    let docker = crate::docker::connect().await.map_err(EngineError::of)?;
-    if let Err(e) = crate::docker::require_image(&docker, &image).await {
-        let build = match agent {
-            Agent::Named(n) => format!("build it with `saheeli build-servo --agent {n}`"),
-            Agent::Custom(_) => "build it, or set `agent.image`".to_string(),
-        };
-        let told = |e: &dyn std::fmt::Display| {
-            anyhow::anyhow!(
-                "{}: `agent` is `{}`, whose image `{image}` is not available ({e:#}); {build}",
-                prompt.display(),
-                agent.label()
-            )
-        };
-        // Sorted by the cause (the image is missing, or the daemon failed),
-        // told in the prompt's words.
-        return Err(match EngineError::of(e) {
-            EngineError::ImageMissing(e) => EngineError::ImageMissing(told(&e)),
-            EngineError::Unreachable { fault, error } => EngineError::Unreachable {
-                fault,
-                error: told(&error),
-            },
-            other => EngineError::Other(told(&other)),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ pub(super) fn context_plan(
 ) -> anyhow::Result<saheeli_protocol::context::ContextPlan> {
     let mut s = fm.unwrap_or_default().or(cfg.file.task.context);
     if s.window.is_none() {
-        let route = crate::gateway::Providers::from_config(cfg).route(model);
+        let route = crate::config::Providers::from_config(cfg).route(model);
         s.window = crate::config::windows::window(
             &cfg.file.windows,
             route.provider.context_window,
@@ -110,7 +110,7 @@ pub(super) fn check_max_cost(
         );
     }
     if !replay
-        && crate::gateway::Providers::from_config(cfg)
+        && crate::config::Providers::from_config(cfg)
             .route(model)
             .price
             .is_none()

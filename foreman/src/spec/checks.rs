@@ -104,7 +104,7 @@ pub(super) fn check_model(cfg: &Config, prompt: &Path, model: &str) -> anyhow::R
             prompt.display()
         );
     }
-    let providers = crate::gateway::Providers::from_config(cfg);
+    let providers = crate::config::Providers::from_config(cfg);
     if let Some((prefix, rest)) = model.split_once('/') {
         let known =
             prefix == "openai" || prefix == "anthropic" || cfg.file.providers.contains_key(prefix);

@@ -5,7 +5,7 @@
 
 mod agent;
 mod bounds;
-mod chain;
+mod budget;
 mod checks;
 mod params;
 mod placeholders;
@@ -27,10 +27,11 @@ use params::{apply_params, default_title};
 use template::{check_declarations, check_placeholders, render_all, resolve, split_params};
 use verification::Verification;
 
-pub(crate) use agent::{image_for, require_image};
-pub(crate) use chain::{Chain, Used};
+pub(crate) use crate::task::ParamValue;
+pub(crate) use crate::task::{Chain, TaskSpec, Used};
+pub(crate) use agent::image_for;
+pub(crate) use budget::Budget;
 pub(crate) use prompt::{SpecError, front_matter};
 pub(crate) use sources::{Effective, Source, effective};
-pub(crate) use task::TaskSpec;
-pub(crate) use template::{MissingParameters, ParamValue, ask_line, check_value};
+pub(crate) use template::{MissingParameters, ask_line, check_value};
 pub(crate) use tools::tools_for;

@@ -9,9 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Config, SetKeys};
-use crate::settings::{self, Setting};
+use crate::settings::{self, Derived, Setting};
 
-use super::TaskSpec;
+use super::{TaskSpec, image_for};
 
 /// The layer a setting's value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -90,11 +90,14 @@ pub(crate) fn effective(
     fm: &FrontMatter,
     params: &[String],
 ) -> Vec<Effective> {
+    let derived = Derived {
+        image: image_for(cfg, &spec.agent),
+    };
     settings::all()
         .filter_map(|s| {
             Some(Effective {
                 key: s.key,
-                value: (s.value?)(spec, cfg),
+                value: (s.value?)(spec, &derived),
                 source: source_of(s, &cfg.set_keys, fm, params),
             })
         })

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::bail;
 use saheeli_protocol::front_matter::FrontMatter;
 use saheeli_protocol::template::{DoneWhen, ParamType, Parameter, Step};
-use serde::{Deserialize, Serialize};
+
+use crate::task::{ParamSource, ParamValue};
 
 use super::placeholders::{first_unknown, is_name, render};
 
@@ -20,40 +21,6 @@ use super::placeholders::{first_unknown, is_name, render};
 const MAX_PARAMETERS: usize = 100;
 const MAX_STEPS: usize = 100;
 const MAX_STEP_NAME: usize = 100;
-
-/// Where a parameter's value came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum ParamSource {
-    #[serde(rename = "--param")]
-    Param,
-    #[serde(rename = "default")]
-    Default,
-    /// Typed in on a terminal when the submit asked for it.
-    #[serde(rename = "asked")]
-    Asked,
-    /// Optional, with no default and no value: `{{ name }}` is empty.
-    #[serde(rename = "unset")]
-    Unset,
-}
-
-impl ParamSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ParamSource::Param => "--param",
-            ParamSource::Default => "default",
-            ParamSource::Asked => "asked",
-            ParamSource::Unset => "unset",
-        }
-    }
-}
-
-/// A parameter's value, as the task was queued with it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ParamValue {
-    pub name: String,
-    pub value: String,
-    pub source: ParamSource,
-}
 
 /// Required parameters nobody gave a value. On a terminal the command asks
 /// for them ([`ask_line`]); otherwise this is the error (exit 2).

@@ -1,8 +1,8 @@
 //! Unit tests of turning prompts into task specs.
 
 use super::*;
+use crate::task::ParamSource;
 use std::path::{Path, PathBuf};
-use template::ParamSource;
 
 use crate::config::Config;
 use crate::config::ConfigFile;

@@ -5,8 +5,8 @@
 use rusqlite::params;
 use saheeli_protocol::TaskId;
 
-use crate::spec::TaskSpec;
 use crate::state::TaskState;
+use crate::task::TaskSpec;
 
 use super::Result;
 use super::carve::Carved;
@@ -60,7 +60,7 @@ pub(super) fn carved(tx: &rusqlite::Transaction<'_>, parent: TaskId) -> Result<C
 pub(super) fn child_chain_used(
     tx: &rusqlite::Transaction<'_>,
     id: TaskId,
-) -> Result<Option<crate::spec::Used>> {
+) -> Result<Option<crate::task::Used>> {
     let first: String = tx.query_row(
         "WITH RECURSIVE up(id, before) AS (
             SELECT id, retry_of FROM tasks WHERE id = ?1
@@ -90,7 +90,7 @@ pub(super) fn child_chain_used(
         params![first],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    Ok(Some(crate::spec::Used {
+    Ok(Some(crate::task::Used {
         steps: 0,
         tokens: tokens.max(0) as u64,
         cost: cost.max(0.0),

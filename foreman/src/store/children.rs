@@ -13,7 +13,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::delegate::{Delegate, MAX_TREE};
 
-use crate::spec::TaskSpec;
+use crate::task::TaskSpec;
 
 use super::carve::{Carved, ParentBudget, carve};
 use super::carved::carved;

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
 use super::*;
-use crate::spec::TaskSpec;
+use crate::task::TaskSpec;
 
 /// One row of `eval_runs`.
 #[derive(Clone, Debug)]

@@ -3,8 +3,8 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
-use crate::spec::TaskSpec;
 use crate::state::TaskState;
+use crate::task::TaskSpec;
 
 use super::*;
 
@@ -79,7 +79,7 @@ impl Store {
         spec.chain = None;
         if let Some(used) = super::carved::child_chain_used(&tx, old)? {
             spec.budget_per_attempt = false;
-            spec.chain = Some(crate::spec::Chain {
+            spec.chain = Some(crate::task::Chain {
                 from: old,
                 mode: saheeli_protocol::attempt::RetryFrom::Scratch,
                 note: String::new(),

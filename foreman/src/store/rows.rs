@@ -4,8 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use saheeli_protocol::TaskId;
 
-use crate::spec::TaskSpec;
 use crate::state::TaskState;
+use crate::task::TaskSpec;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {

@@ -1,8 +1,8 @@
 //! Unit tests of the store on real SQLite files.
 
 use super::*;
-use crate::spec::TaskSpec;
 use crate::state::TaskState;
+use crate::task::TaskSpec;
 use saheeli_protocol::TaskId;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -315,7 +315,7 @@ fn a_retry_waits_out_its_backoff() {
     s.submit(id, &spec("t"), 0, None, 1).unwrap();
     s.claim_next(Some(id), &l).unwrap().unwrap();
     let mut chained = spec("t");
-    chained.chain = Some(crate::spec::Chain {
+    chained.chain = Some(crate::task::Chain {
         from: id,
         mode: saheeli_protocol::attempt::RetryFrom::Session,
         note: "n".into(),

@@ -5,6 +5,8 @@ use std::time::Duration;
 use anyhow::Context;
 use bollard::Docker;
 
+use crate::fault::DaemonFault;
+
 /// Connects to the local daemon (honouring `DOCKER_HOST`) and negotiates the API version.
 pub(crate) async fn connect() -> anyhow::Result<Docker> {
     let hint = connect_hint();
@@ -60,20 +62,6 @@ pub(crate) async fn await_daemon(docker: &Docker, limit: Duration) -> bool {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(5));
     }
-}
-
-/// Why a Docker call failed for the daemon's sake, not the task's: the
-/// launch is worth another try once the daemon is well, and says nothing
-/// against the task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
-#[strum(serialize_all = "snake_case")]
-pub(crate) enum DaemonFault {
-    /// No answer: the socket is gone, the connection was refused or cut.
-    Unreachable,
-    /// The daemon answered with a 5xx (its own failure).
-    ServerError,
-    /// The call timed out.
-    Timeout,
 }
 
 /// The daemon's part in an error from a Docker call, if it was the daemon's

@@ -15,13 +15,14 @@ mod timed;
 mod verify;
 mod volume;
 
+pub(crate) use crate::fault::DaemonFault;
 pub(crate) use bollard::Docker;
 pub(crate) use container::{
     CONTAINER_CAPS, ServoContainer, create_container, create_servo, download_workspace, hardened,
     has_started, kill, oom_killed, remove_container, running, start, stop, upload, upload_file,
     wait,
 };
-pub(crate) use daemon::{DaemonFault, await_daemon, connect, daemon_fault};
+pub(crate) use daemon::{await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell};
 pub(crate) use image::{BuildProgress, ImageMissing, build_image, require_image};
 pub(crate) use labels::task_labels;

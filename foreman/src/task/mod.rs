@@ -1,0 +1,13 @@
+//! A task as it is queued (issue 48, layer 0): [`TaskSpec`]'s fields, a
+//! chain of attempts and what its budgets have left, a template's
+//! parameter values. Plain data and arithmetic over it, below the store
+//! (which keeps it as JSON) and `spec/` (which builds it from a prompt,
+//! config.yaml and `--param`, and re-exports it).
+
+mod chain;
+mod params;
+mod task_spec;
+
+pub(crate) use chain::{Chain, Used};
+pub(crate) use params::{ParamSource, ParamValue};
+pub(crate) use task_spec::TaskSpec;

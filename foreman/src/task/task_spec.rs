@@ -1,0 +1,168 @@
+//! `TaskSpec`'s fields: what a task was queued with, the JSON of the
+//! store's `spec` column. How one is made from a prompt file, config.yaml
+//! and `--param` (and checked) is `spec/`'s `impl TaskSpec`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use saheeli_protocol::ReplayScript;
+use saheeli_protocol::front_matter::NetworkMode;
+use saheeli_protocol::human::Gate;
+use saheeli_protocol::template::Step;
+use serde::{Deserialize, Serialize};
+
+use super::chain::Chain;
+use super::params::ParamValue;
+
+/// A task as stored in the queue (JSON in the `spec` column).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TaskSpec {
+    pub title: String,
+    /// The prompt file as given, for display.
+    pub prompt_path: String,
+    /// The prompt body (front-matter removed).
+    pub body: String,
+    pub model: String,
+    pub max_steps: u32,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_cost: Option<f64>,
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default)]
+    pub retry_on: Vec<String>,
+    pub timeout_s: u64,
+    pub network: NetworkMode,
+    pub memory: u64,
+    pub cpus: f64,
+    pub pids: i64,
+    /// Size of /workspace in bytes (None in tasks queued before it existed).
+    #[serde(default)]
+    pub disk: Option<u64>,
+    pub env: BTreeMap<String, String>,
+    pub max_output_bytes: usize,
+    /// The script for `replay:` models, read at submit time.
+    pub replay: Option<ReplayScript>,
+    /// The host directory named by `workspace:`, copied at submit time.
+    pub workspace: Option<PathBuf>,
+    /// The directory `workspace` had to stay under when it was first
+    /// copied (its prompt's, absolute; `/` when a person allowed it
+    /// outside with `--allow-workspace-outside`). A retry that copies the
+    /// workspace again checks it against this (None: its prompt's
+    /// directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_under: Option<PathBuf>,
+    /// Pack what `.gitignore` names too (front-matter or config).
+    #[serde(default)]
+    pub workspace_include_ignored: bool,
+    /// Approval gates (`approve:`).
+    #[serde(default)]
+    pub gates: Vec<Gate>,
+    /// `pause_on: [tool_error]`.
+    #[serde(default)]
+    pub pause_on_tool_error: bool,
+    /// How long a human may take to reply before the task ends `no_answer`.
+    #[serde(default = "default_human_timeout_s")]
+    pub human_timeout_s: u64,
+    /// How long a waiting servo keeps its container before it parks.
+    #[serde(default = "default_park_after_ms")]
+    pub park_after_ms: u64,
+    /// Nobody will answer: questions get an immediate reply, gates follow
+    /// `no_human_approves`.
+    #[serde(default)]
+    pub no_human: bool,
+    #[serde(default)]
+    pub no_human_approves: bool,
+    /// Stop once the model has proposed its plan (`--plan-only`).
+    #[serde(default)]
+    pub plan_only: bool,
+    /// Webhooks: config.yaml's `notify`, then the front-matter's.
+    #[serde(default)]
+    pub notify: Vec<saheeli_protocol::front_matter::Notify>,
+    /// Granted MCP capabilities (`capabilities:`).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// The built-in tools offered (`tools:`); None: all.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// Parent and child tasks (`delegate:`, issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate: Option<saheeli_protocol::delegate::Delegate>,
+    /// A template's parameters, with their values and where each came from.
+    #[serde(default)]
+    pub parameters: Vec<ParamValue>,
+    /// A template's steps (`step_done` marks them done).
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// Commands run after `task_complete`, in a fresh container with the
+    /// task's workspace (`docker::VerifyBox`).
+    #[serde(default)]
+    pub verify: Vec<String>,
+    /// Paths below /workspace restored from the submitted workspace
+    /// before verify runs.
+    #[serde(default)]
+    pub verify_files: Vec<PathBuf>,
+    /// Further attempts after a failed verify or assessment.
+    #[serde(default = "default_verify_retries")]
+    pub verify_retries: u32,
+    /// Limit on each verify command, in seconds.
+    #[serde(default = "default_verify_timeout_s")]
+    pub verify_timeout_s: u64,
+    /// An LLM judges whether the objective is met after verify.
+    #[serde(default)]
+    pub assess: bool,
+    /// What the assessor judges against (None: the title and the body).
+    #[serde(default)]
+    pub objective: Option<String>,
+    /// What report.md holds (`report:`; issue 29).
+    #[serde(default)]
+    pub report: saheeli_protocol::front_matter::ReportMode,
+    // --- long tasks (issue 26) ---
+    /// The provider's prompt cache (`cache:`).
+    #[serde(default)]
+    pub cache: saheeli_protocol::context::Cache,
+    /// The conversation's window and compaction (`context:`), resolved.
+    #[serde(default)]
+    pub context: saheeli_protocol::context::ContextPlan,
+    // --- end long tasks ---
+    /// Who runs the task (issue 25; `agent`).
+    #[serde(default)]
+    pub agent: saheeli_protocol::Agent,
+    /// `deadline:`, Unix milliseconds: the task ends `timeout` by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+    /// `priority:` in the front-matter (`--priority` wins over it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    // --- issue 30: retries that go on ---
+    /// Where a retry by policy starts from (None: by the reason).
+    #[serde(default)]
+    pub retry_from: Option<saheeli_protocol::attempt::RetryFrom>,
+    /// How long a retry by policy waits in the queue first.
+    #[serde(default)]
+    pub retry_backoff: saheeli_protocol::attempt::Backoff,
+    /// Budgets are each attempt's own instead of the chain's.
+    #[serde(default)]
+    pub budget_per_attempt: bool,
+    /// Set on a retry by policy: what it goes on from, what the chain used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<Chain>,
+    // --- end issue 30 ---
+}
+
+fn default_verify_retries() -> u32 {
+    saheeli_protocol::verify::DEFAULT_RETRIES
+}
+
+fn default_verify_timeout_s() -> u64 {
+    600
+}
+
+fn default_human_timeout_s() -> u64 {
+    24 * 3600
+}
+
+fn default_park_after_ms() -> u64 {
+    10_000
+}
