@@ -9,14 +9,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, On};
 use super::desk;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
+use crate::spec::TaskSpec;
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
+use axum::routing::{get, post};
 use saheeli_protocol::capability::{Call, CallResult, SEP, Tools};
 use saheeli_protocol::human::Gate;
 use tracing::{debug, info, warn};
@@ -24,15 +27,15 @@ use tracing::{debug, info, warn};
 /// Limit on one capability call.
 const CALL_LIMIT: Duration = Duration::from_secs(120);
 
-pub(crate) async fn tools(State(gw): State<Arc<Ctx>>) -> Response {
-    let granted: Vec<String> = gw.desk.capabilities.to_vec();
+pub(crate) async fn tools(State(gw): State<Arc<On<Link>>>) -> Response {
+    let granted: Vec<String> = gw.link.capabilities.to_vec();
     match gw.upstream.broker.tools(&granted).await {
         Ok(tools) => json_response(&gw, StatusCode::OK, &Tools { tools }),
         Err(e) => error_response(&gw, StatusCode::SERVICE_UNAVAILABLE, "capability", &e),
     }
 }
 
-pub(crate) async fn call(State(gw): State<Arc<Ctx>>, body: Bytes) -> Response {
+pub(crate) async fn call(State(gw): State<Arc<On<Link>>>, body: Bytes) -> Response {
     let call: Call = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => {
@@ -52,19 +55,19 @@ pub(crate) async fn call(State(gw): State<Arc<Ctx>>, body: Bytes) -> Response {
             "a capability tool is named `capability__tool`",
         );
     };
-    if !gw.desk.capabilities.iter().any(|c| c == cap) {
+    if !gw.link.capabilities.iter().any(|c| c == cap) {
         let why = format!("this task was not granted capability `{cap}`");
         let detail = format!("{cap}{SEP}{tool}: capability `{cap}` not granted");
         return refuse(&gw, "capability_refused", "not_granted", detail, &why).await;
     }
-    if gated(&gw.desk.gates, &call.tool, &call.arguments) {
+    if gated(&gw.link.gates, &call.tool, &call.arguments) {
         // As the desk stored the ask (its texts capped the same way).
         let (id, t, a) = (
             gw.task_id,
             desk::capped(&call.tool),
             desk::capped(&call.arguments),
         );
-        match gw.desk_db(move |s, l| s.use_approval(id, l, &t, &a)).await {
+        match gw.db(move |s, l| s.use_approval(id, l, &t, &a)).await {
             Ok(true) => {}
             Ok(false) => {
                 let why = format!(
@@ -96,25 +99,19 @@ pub(crate) async fn call(State(gw): State<Arc<Ctx>>, body: Bytes) -> Response {
         },
     };
     info!(task_id = %gw.task_id, capability = cap, tool, ok = result.ok, bytes = result.text.len(), ms, "capability call");
-    let (id, store) = (gw.task_id, gw.desk.store.clone());
+    let (id, store) = (gw.task_id, gw.store.clone());
     let _ = tokio::task::spawn_blocking(move || {
         let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
         s.count_capability_call(id)
     })
     .await;
-    json_response(&gw, StatusCode::OK, &capped(result, gw.desk.max_output))
+    json_response(&gw, StatusCode::OK, &capped(result, gw.link.max_output))
 }
 
 /// A capability call refused: counted; the first few logged and recorded
 /// as an event `kind` of the task, the rest only counted.
-async fn refuse(
-    gw: &Arc<Ctx>,
-    kind: &'static str,
-    code: &str,
-    detail: String,
-    why: &str,
-) -> Response {
-    let (id, store) = (gw.task_id, gw.desk.store.clone());
+async fn refuse(gw: &Ctx, kind: &'static str, code: &str, detail: String, why: &str) -> Response {
+    let (id, store) = (gw.task_id, gw.store.clone());
     let recorded = tokio::task::spawn_blocking(move || {
         let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
         s.refuse_capability(id, kind, &detail)
@@ -170,4 +167,34 @@ fn capped(mut r: CallResult, max: usize) -> CallResult {
         );
     }
     r
+}
+
+/// What the capability routes take from the task's spec.
+pub(crate) struct Link {
+    /// The capabilities the task was granted (`capabilities:`).
+    pub capabilities: Arc<[String]>,
+    /// The task's approval gates (`approve:`): a gated capability call
+    /// runs only on a human's approval of that exact call.
+    pub gates: Arc<[Gate]>,
+    /// Largest capability result handed back, in bytes.
+    pub max_output: usize,
+}
+
+impl Link {
+    pub fn of(spec: &TaskSpec) -> Link {
+        Link {
+            capabilities: spec.capabilities.iter().cloned().collect(),
+            gates: spec.gates.iter().cloned().collect(),
+            max_output: spec.max_output_bytes,
+        }
+    }
+}
+
+/// The granted capabilities' tools, and calls to them.
+pub(crate) fn routes(ctx: &Arc<Ctx>, spec: &TaskSpec) -> Router {
+    use saheeli_protocol::capability::routes as r;
+    Router::new()
+        .route(r::TOOLS, get(tools))
+        .route(r::CALL, post(call))
+        .with_state(On::new(ctx, Link::of(spec)))
 }

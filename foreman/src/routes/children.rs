@@ -19,12 +19,14 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::delegate::{ChildOutcome, MAX_MESSAGE, MAX_PATCH, Spawn, Wait, Waited};
 use tracing::{info, warn};
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, On};
 use crate::config::Config;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
 use crate::spec::TaskSpec;
 use crate::store::{ChildRow, ParentBudget, SpawnAsk, Spawned, WaitState};
+use axum::Router;
+use axum::routing::post;
 
 /// A spawned child's `workspace` names no directory: it is this, then
 /// its parent's id (its files were packed at spawn).
@@ -48,16 +50,16 @@ fn refused(gw: &Ctx, status: StatusCode, kind: &str, why: &str) -> Response {
 /// The request's body, or the refusal (a task without `delegate:` is
 /// recorded as refused).
 async fn body_of<T: serde::de::DeserializeOwned>(
-    gw: &Ctx,
+    gw: &On<Option<Arc<DelegateLink>>>,
     body: &[u8],
     what: &str,
 ) -> Result<(T, Arc<DelegateLink>), Box<Response>> {
-    let Some(link) = gw.desk.delegate.clone() else {
+    let Some(link) = gw.link.clone() else {
         let why =
             "this task was not granted `delegate:`; it cannot spawn or wait for tasks".to_string();
         let id = gw.task_id;
         let note = why.clone();
-        let _ = gw.desk_db(move |s, _| s.spawn_refused(id, &note)).await;
+        let _ = gw.db(move |s, _| s.spawn_refused(id, &note)).await;
         return Err(Box::new(refused(
             gw,
             StatusCode::FORBIDDEN,
@@ -80,7 +82,10 @@ fn call_id_ok(id: &str) -> bool {
     !id.is_empty() && id.len() <= 256
 }
 
-pub(crate) async fn spawn(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> Response {
+pub(crate) async fn spawn(
+    State(gw): State<Arc<On<Option<Arc<DelegateLink>>>>>,
+    body: axum::body::Bytes,
+) -> Response {
     let (req, link): (Spawn, _) = match body_of(&gw, &body, "spawn").await {
         Ok(r) => r,
         Err(resp) => return *resp,
@@ -111,7 +116,7 @@ pub(crate) async fn spawn(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -
         Ok(Err(e)) => {
             let why = format!("{e:#}");
             let note = why.clone();
-            let _ = gw.desk_db(move |s, _| s.spawn_refused(parent, &note)).await;
+            let _ = gw.db(move |s, _| s.spawn_refused(parent, &note)).await;
             return refused(&gw, StatusCode::BAD_REQUEST, "spawn_refused", &why);
         }
         Err(e) => {
@@ -143,7 +148,7 @@ pub(crate) async fn spawn(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -
     };
     let priority = link.priority;
     let r = gw
-        .desk_db(move |s, _| {
+        .db(move |s, _| {
             let spawned = s.spawn_child(child, spec, priority, &ask)?;
             Ok((spawned, s.carved(parent)?))
         })
@@ -188,7 +193,10 @@ pub(crate) async fn spawn(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -
     }
 }
 
-pub(crate) async fn wait(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> Response {
+pub(crate) async fn wait(
+    State(gw): State<Arc<On<Option<Arc<DelegateLink>>>>>,
+    body: axum::body::Bytes,
+) -> Response {
     let (req, link): (Wait, _) = match body_of(&gw, &body, "wait").await {
         Ok(r) => r,
         Err(resp) => return *resp,
@@ -205,11 +213,11 @@ pub(crate) async fn wait(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) ->
     let until = tokio::time::Instant::now() + patience;
     let parent = gw.task_id;
     // Waiting for children is not holding a slot, nor working time.
-    gw.desk.waiting.children(true);
+    gw.waiting.children(true);
     let answer = loop {
         let (call, ids) = (req.call_id.clone(), req.ids.clone());
         let r = gw
-            .desk_db(move |s, _| s.wait_children(parent, &call, ids.as_deref()))
+            .db(move |s, _| s.wait_children(parent, &call, ids.as_deref()))
             .await;
         match r {
             Ok(WaitState::Done(rows)) => {
@@ -218,7 +226,7 @@ pub(crate) async fn wait(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) ->
                     .iter()
                     .map(|c| outcome(&results, c, &req.call_id))
                     .collect();
-                if let Ok(c) = gw.desk_db(move |s, _| s.carved(parent)).await {
+                if let Ok(c) = gw.db(move |s, _| s.carved(parent)).await {
                     gw.meter.set_carved(c.tokens, c.cost);
                 }
                 break json_response(
@@ -255,7 +263,7 @@ pub(crate) async fn wait(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) ->
             Err(resp) => break resp,
         }
     };
-    gw.desk.waiting.children(false);
+    gw.waiting.children(false);
     answer
 }
 
@@ -314,4 +322,14 @@ fn cut(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}\n[… cut at {} KiB]", &text[..end], max / 1024)
+}
+
+/// `spawn_task` and `wait_tasks`; a task not granted `delegate:` is
+/// refused at each.
+pub(crate) fn routes(ctx: &Arc<Ctx>, delegate: Option<Arc<DelegateLink>>) -> Router {
+    use saheeli_protocol::delegate::routes as r;
+    Router::new()
+        .route(r::SPAWN, post(spawn))
+        .route(r::WAIT, post(wait))
+        .with_state(On::new(ctx, delegate))
 }

@@ -8,14 +8,14 @@
 //! decides anything: replies come only from humans (the CLI) or from the
 //! task's no-human policy, and every write is fenced by this foreman's lease.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::human::{
     Ask, Asked, Breakpoint, Decision, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, Waiting,
@@ -23,11 +23,10 @@ use saheeli_protocol::human::{
 use serde::Deserialize;
 use tracing::info;
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, On};
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
-use crate::state::TaskState;
-use crate::store::{Lease, Store, StoreError};
+use crate::spec::TaskSpec;
 
 /// Largest text kept of a question, a plan step or a gated call's arguments.
 const MAX_TEXT: usize = 64 * 1024;
@@ -37,38 +36,6 @@ pub(crate) const NO_HUMAN_ANSWER: &str = "No human is available to answer (this 
 
 /// What the no-human policy answers to `task_blocked`.
 pub(crate) const NO_HUMAN_UNBLOCK: &str = "No human is available to unblock this task (it runs without one). Go on as far as you can without what you need, or end with task_complete saying what is missing.";
-
-/// How a task's gateway reaches the desk.
-#[derive(Clone)]
-pub(crate) struct DeskLink {
-    pub store: Arc<Mutex<Store>>,
-    pub lease: Lease,
-    pub bus: crate::events::Bus,
-    /// Whether the task waits (for a human, or for its children): it then
-    /// holds no concurrency slot and the wait is not working time.
-    pub waiting: WaitFlag,
-    pub policy: DeskPolicy,
-    /// The names of the task's template steps (`step_done` marks them).
-    pub steps: Arc<[String]>,
-    /// How `task_complete` is checked: set when the task has `verify:` or
-    /// `assess: true` (only then is the verify route open), or checked
-    /// steps (their commands run as `verify` runs its own).
-    pub verify: Option<Arc<super::verify_link::VerifyLink>>,
-    /// The checked steps (`done_when: { verify: COMMAND }`): name, command.
-    pub step_checks: Arc<[(String, String)]>,
-    /// The capabilities the task was granted (`capabilities:`).
-    pub capabilities: Arc<[String]>,
-    /// The task's approval gates (`approve:`): a gated capability call
-    /// runs only on a human's approval of that exact call.
-    pub gates: Arc<[saheeli_protocol::human::Gate]>,
-    /// Largest capability result handed back, in bytes.
-    pub max_output: usize,
-    /// Set when the task was granted `delegate:` (issue 30).
-    pub delegate: Option<Arc<super::children::DelegateLink>>,
-    /// A third-party agent's `replay:` script: the gateway answers its
-    /// calls from it instead of a provider (`llm::vendor::replay`).
-    pub replay: Option<Arc<saheeli_protocol::ReplayScript>>,
-}
 
 /// The task's human settings, from its spec.
 #[derive(Clone, Copy, Debug)]
@@ -80,7 +47,7 @@ pub(crate) struct DeskPolicy {
 }
 
 impl DeskPolicy {
-    pub fn of(spec: &crate::spec::TaskSpec) -> DeskPolicy {
+    pub fn of(spec: &TaskSpec) -> DeskPolicy {
         DeskPolicy {
             no_human: spec.no_human,
             no_human_approves: spec.no_human_approves,
@@ -114,51 +81,6 @@ impl DeskPolicy {
     }
 }
 
-/// Whether a task waits, as its supervisor and the serve loop read it
-/// (`Inbox::waiting`: a flag, read every tick without a query).
-///
-/// "Waits for a human" has one source, the task's state in SQLite
-/// (`TaskState::is_waiting`). This flag caches it, and its one writer is
-/// the task's gateway: after each desk call that can move the state (an
-/// ask, a reply taken, the inbox), `Ctx::desk_moved` reads the
-/// state back under the same hold of the store and the flag follows it.
-/// A wait for children (`wait_tasks`) is no state of its own; it is kept
-/// apart and the flag is set while either wait lasts.
-#[derive(Clone)]
-pub(crate) struct WaitFlag {
-    /// What the readers see: `human || children`.
-    shared: Arc<AtomicBool>,
-    human: Arc<AtomicBool>,
-    children: Arc<AtomicBool>,
-}
-
-impl WaitFlag {
-    pub fn new(shared: Arc<AtomicBool>) -> WaitFlag {
-        WaitFlag {
-            shared,
-            human: Arc::default(),
-            children: Arc::default(),
-        }
-    }
-
-    /// The task's state after a desk call: a waiting state sets the flag.
-    fn follow(&self, state: TaskState) {
-        self.human.store(state.is_waiting(), Ordering::Relaxed);
-        self.publish();
-    }
-
-    /// The task's servo waits for its children (`wait_tasks`), or not.
-    pub(crate) fn children(&self, waiting: bool) {
-        self.children.store(waiting, Ordering::Relaxed);
-        self.publish();
-    }
-
-    fn publish(&self) {
-        let waits = self.human.load(Ordering::Relaxed) || self.children.load(Ordering::Relaxed);
-        self.shared.store(waits, Ordering::Relaxed);
-    }
-}
-
 #[derive(Deserialize)]
 pub(crate) struct Wait {
     #[serde(default)]
@@ -166,92 +88,6 @@ pub(crate) struct Wait {
     /// The inbox: the newest note the servo has in its session.
     #[serde(default)]
     after: Option<i64>,
-}
-
-impl Ctx {
-    /// A desk call that can move the task's state, then the state read
-    /// back under the same hold of the store: the waiting flag follows it
-    /// (its one writer; see [`WaitFlag`]).
-    async fn desk_moved<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, Response> {
-        let id = self.task_id;
-        let (t, state) = self
-            .desk_db(move |s, l| {
-                let t = f(s, l)?;
-                Ok((t, s.state_of(id)?))
-            })
-            .await?;
-        self.desk.waiting.follow(state);
-        Ok(t)
-    }
-
-    pub(crate) async fn desk_db<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Store, &Lease) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, Response> {
-        let store = self.desk.store.clone();
-        let lease = self.desk.lease.clone();
-        let r = tokio::task::spawn_blocking(move || {
-            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut s, &lease)
-        })
-        .await;
-        match r {
-            Ok(Ok(t)) => Ok(t),
-            Ok(Err(StoreError::LeaseLost(_))) => Err(error_response(
-                self,
-                StatusCode::CONFLICT,
-                "lease_lost",
-                "another foreman holds this task now",
-            )),
-            Ok(Err(e @ StoreError::AskOpen { .. })) => Err(error_response(
-                self,
-                StatusCode::CONFLICT,
-                "ask_open",
-                &e.to_string(),
-            )),
-            Ok(Err(e @ StoreError::GatewayCap(_))) => Err(error_response(
-                self,
-                StatusCode::TOO_MANY_REQUESTS,
-                "gateway_cap",
-                &e.to_string(),
-            )),
-            Ok(Err(e)) => Err(error_response(
-                self,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "desk",
-                &format!("the desk could not be read: {e}"),
-            )),
-            Err(e) => Err(error_response(
-                self,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "desk",
-                &format!("desk thread failed: {e}"),
-            )),
-        }
-    }
-
-    /// Waits until this task's trail moves or `until` (never past it).
-    async fn trail_moves(
-        &self,
-        rx: &mut tokio::sync::broadcast::Receiver<crate::events::TaskEvent>,
-        until: tokio::time::Instant,
-    ) {
-        let id = self.task_id;
-        loop {
-            tokio::select! {
-                ev = rx.recv() => match ev {
-                    Ok(e) if e.task_id == id => return,
-                    Ok(_) => {}
-                    // Missed events, or no bus: look again.
-                    Err(_) => return,
-                },
-                _ = tokio::time::sleep_until(until) => return,
-            }
-        }
-    }
 }
 
 pub(crate) fn capped(text: &str) -> String {
@@ -297,7 +133,10 @@ fn deadline(wait_ms: u64) -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_millis(wait_ms.min(MAX_WAIT_MS))
 }
 
-pub(crate) async fn ask(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> Response {
+pub(crate) async fn ask(
+    State(gw): State<Arc<On<DeskPolicy>>>,
+    body: axum::body::Bytes,
+) -> Response {
     let ask: Ask = match serde_json::from_slice(&body) {
         Ok(a) => a,
         Err(e) => {
@@ -318,12 +157,12 @@ pub(crate) async fn ask(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> 
         );
     }
     let waiting = capped_waiting(ask.waiting);
-    let auto = gw.desk.policy.auto_reply(&waiting);
-    let timeout = gw.desk.policy.human_timeout_ms;
+    let auto = gw.link.auto_reply(&waiting);
+    let timeout = gw.link.human_timeout_ms;
     let id: TaskId = gw.task_id;
     let call = ask.call_id.clone();
     let r = gw
-        .desk_moved(move |s, l| s.ask(id, l, &call, &waiting, auto.as_ref(), timeout))
+        .moved(move |s, l| s.ask(id, l, &call, &waiting, auto.as_ref(), timeout))
         .await;
     match r {
         Ok(reply) => {
@@ -337,15 +176,15 @@ pub(crate) async fn ask(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> 
 }
 
 pub(crate) async fn reply(
-    State(gw): State<Arc<Ctx>>,
+    State(gw): State<Arc<On<DeskPolicy>>>,
     Path(call_id): Path<String>,
     Query(wait): Query<Wait>,
 ) -> Response {
     let until = deadline(wait.wait_ms);
-    let mut rx = gw.desk.bus.subscribe();
+    let mut rx = gw.bus.subscribe();
     loop {
         let (id, call) = (gw.task_id, call_id.clone());
-        match gw.desk_moved(move |s, l| s.take_reply(id, l, &call)).await {
+        match gw.moved(move |s, l| s.take_reply(id, l, &call)).await {
             Ok(Some((reply, waiting))) => {
                 let replied = Replied {
                     reply: Some(reply),
@@ -369,17 +208,17 @@ pub(crate) async fn reply(
     }
 }
 
-pub(crate) async fn inbox(State(gw): State<Arc<Ctx>>, Query(wait): Query<Wait>) -> Response {
+pub(crate) async fn inbox(
+    State(gw): State<Arc<On<DeskPolicy>>>,
+    Query(wait): Query<Wait>,
+) -> Response {
     let until = deadline(wait.wait_ms);
-    let mut rx = gw.desk.bus.subscribe();
-    let timeout = gw.desk.policy.human_timeout_ms;
+    let mut rx = gw.bus.subscribe();
+    let timeout = gw.link.human_timeout_ms;
     let after = wait.after;
     loop {
         let id = gw.task_id;
-        let (notes, pause) = match gw
-            .desk_moved(move |s, l| s.inbox(id, l, timeout, after))
-            .await
-        {
+        let (notes, pause) = match gw.moved(move |s, l| s.inbox(id, l, timeout, after)).await {
             Ok(r) => r,
             Err(resp) => return resp,
         };
@@ -392,17 +231,23 @@ pub(crate) async fn inbox(State(gw): State<Arc<Ctx>>, Query(wait): Query<Wait>) 
     }
 }
 
-pub(crate) async fn delivered(State(gw): State<Arc<Ctx>>, Json(d): Json<Delivered>) -> Response {
+pub(crate) async fn delivered(
+    State(gw): State<Arc<On<DeskPolicy>>>,
+    Json(d): Json<Delivered>,
+) -> Response {
     let id = gw.task_id;
     let ids: Vec<i64> = d.ids.into_iter().take(1000).collect();
-    match gw.desk_db(move |s, l| s.delivered(id, l, &ids)).await {
+    match gw.db(move |s, l| s.delivered(id, l, &ids)).await {
         Ok(()) => json_response(&gw, StatusCode::OK, &serde_json::json!({})),
         Err(resp) => resp,
     }
 }
 
-pub(crate) async fn breakpoint(State(gw): State<Arc<Ctx>>, Json(b): Json<Breakpoint>) -> Response {
-    if !gw.desk.policy.pause_on_tool_error {
+pub(crate) async fn breakpoint(
+    State(gw): State<Arc<On<DeskPolicy>>>,
+    Json(b): Json<Breakpoint>,
+) -> Response {
+    if !gw.link.pause_on_tool_error {
         return error_response(
             &gw,
             StatusCode::FORBIDDEN,
@@ -416,7 +261,7 @@ pub(crate) async fn breakpoint(State(gw): State<Arc<Ctx>>, Json(b): Json<Breakpo
         capped(&b.tool),
         capped(&b.error).chars().take(500).collect::<String>()
     );
-    match gw.desk_db(move |s, l| s.breakpoint(id, l, &detail)).await {
+    match gw.db(move |s, l| s.breakpoint(id, l, &detail)).await {
         Ok(()) => json_response(&gw, StatusCode::OK, &serde_json::json!({})),
         Err(resp) => resp,
     }
@@ -427,10 +272,10 @@ pub(crate) async fn breakpoint(State(gw): State<Arc<Ctx>>, Json(b): Json<Breakpo
 /// socket is its uid's alone (a remote servo presents its token).
 /// A retry that goes on from the attempt before it (issue 30) is given
 /// that attempt's key too, to check its session file.
-pub(crate) async fn session_key(State(gw): State<Arc<Ctx>>) -> Response {
+pub(crate) async fn session_key(State(gw): State<Arc<On<DeskPolicy>>>) -> Response {
     let id = gw.task_id.to_string();
     let resumes = match gw
-        .desk_db(move |s, _| s.require(&id).map(|t| t.spec.resume().map(|r| r.from)))
+        .db(move |s, _| s.require(&id).map(|t| t.spec.resume().map(|r| r.from)))
         .await
     {
         Ok(r) => r,
@@ -443,28 +288,16 @@ pub(crate) async fn session_key(State(gw): State<Arc<Ctx>>) -> Response {
     (StatusCode::OK, axum::Json(key)).into_response()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_flag_follows_the_state_and_a_wait_for_children() {
-        let shared = Arc::new(AtomicBool::new(false));
-        let flag = WaitFlag::new(shared.clone());
-        let now = || shared.load(Ordering::Relaxed);
-        for state in TaskState::WAITING {
-            flag.follow(state);
-            assert!(now(), "{state}");
-        }
-        flag.follow(TaskState::Running);
-        assert!(!now());
-        flag.children(true);
-        assert!(now(), "waiting for children");
-        // The human wait ends; the children's goes on.
-        flag.follow(TaskState::WaitingHuman);
-        flag.follow(TaskState::Running);
-        assert!(now());
-        flag.children(false);
-        assert!(!now());
-    }
+/// The desk's routes: questions and their replies, the inbox, delivered
+/// messages, breakpoints, the session key.
+pub(crate) fn routes(ctx: &Arc<Ctx>, spec: &TaskSpec) -> Router {
+    use saheeli_protocol::human::routes as r;
+    Router::new()
+        .route(r::ASK, post(ask))
+        .route("/saheeli/v1/ask/{call_id}", get(reply))
+        .route(r::INBOX, get(inbox))
+        .route(r::DELIVERED, post(delivered))
+        .route(r::BREAKPOINT, post(breakpoint))
+        .route(r::SESSION_KEY, get(session_key))
+        .with_state(On::new(ctx, DeskPolicy::of(spec)))
 }

@@ -8,9 +8,11 @@
 //! synthesis call (`synthesis`, issue 29). Nothing of a request is
 //! trusted: the agent's shell reaches the socket too.
 //!
-//! Each route is served with [`Ctx`]: the task's LLM side (budget, meter,
-//! redaction: `llm::GatewayState`) and its desk link, the settings the
-//! routes take from the task's spec.
+//! Each route file exports its routes and builds its own link from the
+//! task's spec (`Link::of`); each is served with what every route shares
+//! ([`Ctx`]: the task's LLM side, the desk's store, the lease, the bus,
+//! the waiting flag) and its link ([`ctx::On`]). [`app`] puts them
+//! together; the loop's context knows none of their settings.
 
 pub(crate) mod assess;
 pub(crate) mod capability;
@@ -26,7 +28,63 @@ pub(crate) mod verify;
 pub(crate) mod verify_link;
 pub(crate) mod verify_tree;
 
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+
+use crate::backend::TaskEngine;
+use crate::config::Config;
+use crate::llm::GatewayState;
+use crate::spec::TaskSpec;
+use crate::store::{Lease, Store};
+
 pub(crate) use children::DelegateLink;
 pub(crate) use ctx::Ctx;
-pub(crate) use desk::{DeskLink, DeskPolicy, WaitFlag};
+pub(crate) use ctx::WaitFlag;
 pub(crate) use verify_link::VerifyLink;
+
+/// What a task's routes are built from: the pieces every route shares and
+/// the task's spec, from which each route builds its own link.
+pub(crate) struct Plan {
+    /// The desk's own store connection, and the lease fencing its writes.
+    pub store: Arc<Mutex<Store>>,
+    pub lease: Lease,
+    pub bus: crate::events::Bus,
+    /// The flag the supervisor and the serve loop read (`WaitFlag`).
+    pub waiting: Arc<AtomicBool>,
+    pub spec: TaskSpec,
+    /// Where the task's container is found at verify time.
+    pub engine: TaskEngine,
+    pub cfg: Config,
+    /// Its children's priority (`delegate:`).
+    pub priority: i64,
+}
+
+/// Every route of a task on its LLM side `llm`, each with its own link
+/// from the spec: the desk, the steps, verify, capabilities, children.
+pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Router {
+    let id = llm.task_id;
+    let ctx = Arc::new(Ctx {
+        llm,
+        store: plan.store,
+        lease: plan.lease,
+        bus: plan.bus,
+        waiting: WaitFlag::new(plan.waiting),
+    });
+    let spec = &plan.spec;
+    let verify = VerifyLink::of(spec, id, plan.engine, &plan.cfg.state_dir());
+    let delegate = spec.delegate.map(|_| {
+        Arc::new(DelegateLink {
+            cfg: plan.cfg.clone(),
+            spec: spec.clone(),
+            priority: plan.priority,
+        })
+    });
+    Router::new()
+        .merge(desk::routes(&ctx, spec))
+        .merge(steps::routes(&ctx, steps::Link::of(spec, verify.clone())))
+        .merge(verify::routes(&ctx, verify))
+        .merge(capability::routes(&ctx, spec))
+        .merge(children::routes(&ctx, delegate))
+}

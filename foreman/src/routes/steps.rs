@@ -18,12 +18,16 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use saheeli_protocol::template::{StepDone, StepHeld, StepStart, StepsDone};
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, On};
 use super::desk;
 use super::verify;
+use super::verify_link::VerifyLink;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
+use crate::spec::TaskSpec;
 use crate::store::{StepMarked, StepStarted};
+use axum::Router;
+use axum::routing::post;
 use tracing::{debug, info};
 
 /// Longest evidence kept; the rest is cut with a note.
@@ -42,7 +46,7 @@ const STEP_CHECK_ATTEMPTS: u32 = 10_000;
 /// A step request's body (`what`, for the error) naming one of the
 /// task's steps, or the refusal to answer.
 fn of_this_task<T: serde::de::DeserializeOwned>(
-    gw: &Ctx,
+    gw: &On<Link>,
     body: &[u8],
     what: &str,
     name: impl Fn(&T) -> &String,
@@ -56,8 +60,8 @@ fn of_this_task<T: serde::de::DeserializeOwned>(
         ))
     })?;
     let asked = name(&step);
-    if !gw.desk.steps.contains(asked) {
-        let names = gw.desk.steps.join(", ");
+    if !gw.link.steps.contains(asked) {
+        let names = gw.link.steps.join(", ");
         return Err(Box::new(error_response(
             gw,
             StatusCode::BAD_REQUEST,
@@ -71,7 +75,10 @@ fn of_this_task<T: serde::de::DeserializeOwned>(
     Ok(step)
 }
 
-pub(crate) async fn step_done(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> Response {
+pub(crate) async fn step_done(
+    State(gw): State<Arc<On<Link>>>,
+    body: axum::body::Bytes,
+) -> Response {
     let step: StepDone = match of_this_task(&gw, &body, "step_done", |s: &StepDone| &s.name) {
         Ok(s) => s,
         Err(refused) => return *refused,
@@ -81,12 +88,12 @@ pub(crate) async fn step_done(State(gw): State<Arc<Ctx>>, body: axum::body::Byte
     // The call that reaches a step first is its start: its approval and
     // its breakpoint before come first (case N15), before any check runs.
     let name = step.name.clone();
-    match gw.desk_db(move |s, l| s.reach_step(id, l, &name)).await {
+    match gw.db(move |s, l| s.reach_step(id, l, &name)).await {
         Ok(Some(held)) => return not_done(&gw, &step.name, Held::Start(held)).await,
         Ok(None) => {}
         Err(resp) => return resp,
     }
-    if let Some((_, command)) = gw.desk.step_checks.iter().find(|(n, _)| *n == step.name) {
+    if let Some((_, command)) = gw.link.step_checks.iter().find(|(n, _)| *n == step.name) {
         match check(&gw, &step.name, command).await {
             Ok(Checked::Passed(how)) => evidence.push_str(&format!("\n\n{how}")),
             Ok(Checked::Failed(why)) => return not_done(&gw, &step.name, Held::Check(why)).await,
@@ -95,7 +102,7 @@ pub(crate) async fn step_done(State(gw): State<Arc<Ctx>>, body: axum::body::Byte
     }
     let name = step.name.clone();
     let r = gw
-        .desk_db(move |s, l| s.step_done(id, l, &name, &evidence))
+        .db(move |s, l| s.step_done(id, l, &name, &evidence))
         .await;
     match r {
         Ok(StepMarked::Done(done)) => {
@@ -121,9 +128,9 @@ enum Held {
 
 /// The answer to a `step_done` that did not mark its step: the steps done
 /// so far and why this one is not.
-async fn not_done(gw: &Arc<Ctx>, name: &str, held: Held) -> Response {
+async fn not_done(gw: &On<Link>, name: &str, held: Held) -> Response {
     let id = gw.task_id;
-    let done = match gw.desk_db(move |s, _| s.steps_done(id)).await {
+    let done = match gw.db(move |s, _| s.steps_done(id)).await {
         Ok(rows) => rows.into_iter().map(|r| r.name).collect(),
         Err(resp) => return resp,
     };
@@ -154,8 +161,8 @@ enum Checked {
 /// Runs a checked step's command as `verify` runs its commands (a verify
 /// container beside the task's, `verify_files` restored, the servo's user,
 /// `verify_timeout`, output capped), and records a `step_check` event.
-async fn check(gw: &Arc<Ctx>, name: &str, command: &str) -> Result<Checked, Box<Response>> {
-    let Some(link) = gw.desk.verify.clone() else {
+async fn check(gw: &On<Link>, name: &str, command: &str) -> Result<Checked, Box<Response>> {
+    let Some(link) = gw.link.verify.clone() else {
         let why = "this task's checked steps have no verify link (a foreman fault)";
         return Err(Box::new(error_response(
             gw,
@@ -167,7 +174,7 @@ async fn check(gw: &Arc<Ctx>, name: &str, command: &str) -> Result<Checked, Box<
     let _one = link.one_at_a_time.lock().await;
     let id = gw.task_id;
     let step = name.to_string();
-    let ran = gw.desk_db(move |s, _| s.step_checks_of(id, &step)).await;
+    let ran = gw.db(move |s, _| s.step_checks_of(id, &step)).await;
     if ran.map_err(Box::new)? >= MAX_CHECKS_PER_STEP {
         return Ok(Checked::Failed(format!(
             "[saheeli] Step `{name}` is not done, and its check `{command}` will not run \
@@ -177,7 +184,7 @@ async fn check(gw: &Arc<Ctx>, name: &str, command: &str) -> Result<Checked, Box<
              can mark the step done with `saheeli task step-override`."
         )));
     }
-    let run = gw.desk_db(move |s, _| s.step_checks_run(id)).await;
+    let run = gw.db(move |s, _| s.step_checks_run(id)).await;
     // Verify containers are named by attempt: step checks count apart.
     let attempt = STEP_CHECK_ATTEMPTS + run.map_err(Box::new)? + 1;
     let checks = verify::run_commands(id, link.clone(), vec![command.to_string()], attempt).await;
@@ -197,7 +204,7 @@ async fn check(gw: &Arc<Ctx>, name: &str, command: &str) -> Result<Checked, Box<
         "step `{name}`: `{command}` {}: {how}",
         if c.passed { "passed" } else { "failed" }
     );
-    gw.desk_db(move |s, l| s.record_step_check(id, l, &detail))
+    gw.db(move |s, l| s.record_step_check(id, l, &detail))
         .await
         .map_err(Box::new)?;
     info!(task_id = %id, step = %name, passed = c.passed, "step check ran");
@@ -216,14 +223,17 @@ async fn check(gw: &Arc<Ctx>, name: &str, command: &str) -> Result<Checked, Box<
 /// `step_start`: the servo begins a step. A step with `approve: true` is
 /// recorded only on an unused approval of that `step_start` (the agent's
 /// shell posting here directly is refused, 403, and counted).
-pub(crate) async fn step_start(State(gw): State<Arc<Ctx>>, body: axum::body::Bytes) -> Response {
+pub(crate) async fn step_start(
+    State(gw): State<Arc<On<Link>>>,
+    body: axum::body::Bytes,
+) -> Response {
     let step: StepStart = match of_this_task(&gw, &body, "step_start", |s: &StepStart| &s.name) {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
     let id = gw.task_id;
     let name = step.name.clone();
-    match gw.desk_db(move |s, l| s.step_start(id, l, &name)).await {
+    match gw.db(move |s, l| s.step_start(id, l, &name)).await {
         Ok(StepStarted::Started(done)) => {
             debug!(task_id = %id, step = %step.name, "step started");
             let answer = StepsDone {
@@ -243,4 +253,40 @@ pub(crate) async fn step_start(State(gw): State<Arc<Ctx>>, body: axum::body::Byt
         ),
         Err(resp) => resp,
     }
+}
+
+/// What the step routes take from the task's spec.
+pub(crate) struct Link {
+    /// The names of the task's template steps (`step_done` marks them).
+    pub steps: Arc<[String]>,
+    /// The checked steps (`done_when: { verify: COMMAND }`): name, command.
+    pub step_checks: Arc<[(String, String)]>,
+    /// How a checked step's command runs (as `verify` runs its own).
+    pub verify: Option<Arc<VerifyLink>>,
+}
+
+impl Link {
+    pub fn of(spec: &TaskSpec, verify: Option<Arc<VerifyLink>>) -> Link {
+        Link {
+            steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
+            step_checks: spec
+                .steps
+                .iter()
+                .filter_map(|s| {
+                    let command = s.done_when.as_ref()?.command()?;
+                    Some((s.name.clone(), command.to_string()))
+                })
+                .collect(),
+            verify,
+        }
+    }
+}
+
+/// `step_start` and `step_done`.
+pub(crate) fn routes(ctx: &Arc<Ctx>, link: Link) -> Router {
+    use saheeli_protocol::template::routes as r;
+    Router::new()
+        .route(r::STEP_DONE, post(step_done))
+        .route(r::STEP_START, post(step_start))
+        .with_state(On::new(ctx, link))
 }

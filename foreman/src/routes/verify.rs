@@ -24,13 +24,15 @@ use saheeli_protocol::verify::{Check, CheckKind, Verdict, VerifyRequest};
 use tracing::{info, warn};
 
 use super::assess;
-use super::ctx::Ctx;
+use super::ctx::{Ctx, On};
 use super::verify_link::VerifyLink;
 use super::verify_tree;
 use crate::docker;
 use crate::inputs;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;
+use axum::Router;
+use axum::routing::post;
 
 /// Output kept of one verify command (head and tail).
 pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
@@ -39,7 +41,7 @@ pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
 const FEEDBACK_CAP: usize = 8 * 1024;
 
 pub(crate) async fn verify(
-    axum::extract::State(gw): axum::extract::State<Arc<Ctx>>,
+    axum::extract::State(gw): axum::extract::State<Arc<On<Option<Arc<VerifyLink>>>>>,
     body: axum::body::Bytes,
 ) -> Response {
     let req: VerifyRequest = match serde_json::from_slice(&body) {
@@ -54,8 +56,7 @@ pub(crate) async fn verify(
         return error_response(&gw, StatusCode::BAD_REQUEST, "bad_request", why);
     }
     let Some(link) = gw
-        .desk
-        .verify
+        .link
         .clone()
         .filter(|l| !l.commands.is_empty() || l.assess)
     else {
@@ -66,7 +67,7 @@ pub(crate) async fn verify(
     let id = gw.task_id;
     let call = req.call_id.clone();
     let known = gw
-        .desk_db(move |s, l| {
+        .db(move |s, l| {
             s.hold(id, l)?;
             Ok((s.verify_attempt_of(id, &call)?, s.verify_attempts(id)?))
         })
@@ -90,7 +91,7 @@ pub(crate) async fn verify(
             info!(task_id = %id, attempt, ms, "verification attempt ran");
             let (rows, call) = (checks.clone(), req.call_id.clone());
             let recorded = gw
-                .desk_db(move |s, l| s.record_verify(id, l, &call, attempt, &rows))
+                .db(move |s, l| s.record_verify(id, l, &call, attempt, &rows))
                 .await;
             if let Err(resp) = recorded {
                 return resp;
@@ -98,7 +99,7 @@ pub(crate) async fn verify(
             (attempt, checks)
         }
     };
-    let all = match gw.desk_db(move |s, _| s.verify_checks(id)).await {
+    let all = match gw.db(move |s, _| s.verify_checks(id)).await {
         Ok(all) => all,
         Err(resp) => return resp,
     };
@@ -406,6 +407,14 @@ fn cut(text: &str, cap: usize) -> String {
 
 fn fenced(text: &str) -> String {
     format!("```\n{}\n```", text.trim_end())
+}
+
+/// The verify route, open when the task verifies (`link`: None answers
+/// that it does not).
+pub(crate) fn routes(ctx: &Arc<Ctx>, link: Option<Arc<VerifyLink>>) -> Router {
+    Router::new()
+        .route(saheeli_protocol::verify::routes::VERIFY, post(verify))
+        .with_state(On::new(ctx, link))
 }
 
 #[cfg(test)]

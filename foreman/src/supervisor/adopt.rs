@@ -173,8 +173,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
             error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
         }
     }
-    let desk = ctx.desk_link(
-        id,
+    let routes = ctx.route_plan(
         &task.spec,
         inbox.waiting(),
         ctx.engine.task_engine(id, &servo.prepared),
@@ -188,7 +187,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
                 upstream: ctx.upstream.clone(),
                 model: task.spec.model.clone(),
                 budget: task.spec.budget(),
-                desk,
+                routes,
                 way,
                 adopted: Some((
                     task.input_tokens as u64,

@@ -35,47 +35,24 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// How a task's gateway reaches the human desk (and, for `verify`,
-    /// the task's container on `engine`).
-    pub fn desk_link(
+    /// What a task's routes are built from (each route takes its own
+    /// settings from the spec: `routes::app`).
+    pub fn route_plan(
         &self,
-        id: TaskId,
         spec: &crate::spec::TaskSpec,
         waiting: Arc<std::sync::atomic::AtomicBool>,
         engine: TaskEngine,
         priority: i64,
-    ) -> crate::routes::DeskLink {
-        crate::routes::DeskLink {
-            verify: crate::routes::VerifyLink::of(spec, id, engine, &self.cfg.state_dir()),
+    ) -> crate::routes::Plan {
+        crate::routes::Plan {
             store: self.desk_store.clone(),
             lease: self.lease.clone(),
             bus: self.bus.clone(),
-            waiting: crate::routes::WaitFlag::new(waiting),
-            policy: crate::routes::DeskPolicy::of(spec),
-            steps: spec.steps.iter().map(|s| s.name.clone()).collect(),
-            step_checks: spec
-                .steps
-                .iter()
-                .filter_map(|s| {
-                    let command = s.done_when.as_ref()?.command()?;
-                    Some((s.name.clone(), command.to_string()))
-                })
-                .collect(),
-            capabilities: spec.capabilities.iter().cloned().collect(),
-            gates: spec.gates.iter().cloned().collect(),
-            max_output: spec.max_output_bytes,
-            replay: spec
-                .replay
-                .clone()
-                .filter(|_| spec.agent.api().is_some())
-                .map(Arc::new),
-            delegate: spec.delegate.map(|_| {
-                Arc::new(crate::routes::DelegateLink {
-                    cfg: self.cfg.clone(),
-                    spec: spec.clone(),
-                    priority,
-                })
-            }),
+            waiting,
+            spec: spec.clone(),
+            engine,
+            cfg: self.cfg.clone(),
+            priority,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::llm::live::{self, LiveBus};
 use crate::llm::task::not_found;
 use crate::llm::vendor::passthrough;
 use crate::llm::{Budget, GatewayState, Meter, Upstream, pricing};
-use crate::routes::{self, DeskLink, capability, children, desk, steps, verify};
+use crate::routes;
 
 /// A running gateway for one task.
 pub(crate) struct Gateway {
@@ -50,14 +50,15 @@ enum Transport {
 }
 
 /// What a task's gateway is opened with: the task, its model and budget,
-/// its desk, how its servo reaches it, and for an adopted servo what it
+/// its routes, how its servo reaches it, and for an adopted servo what it
 /// has spent so far.
 pub(crate) struct GatewayPlan {
     pub task_id: TaskId,
     pub upstream: Arc<Upstream>,
     pub model: String,
     pub budget: Budget,
-    pub desk: DeskLink,
+    /// What the task's routes are built from.
+    pub routes: routes::Plan,
     pub way: Way,
     /// A running servo whose foreman stopped: its budget goes on from the
     /// call ledger, or from this (input, output, cost) when the ledger
@@ -86,22 +87,44 @@ impl Gateway {
             upstream,
             model,
             budget,
-            desk,
+            routes: task_routes,
             way,
             adopted,
         } = plan;
         match (way, adopted) {
             (Way::Socket { run_dir }, None) => {
-                Self::start(&run_dir, task_id, upstream, &model, budget, desk).await
+                Self::start(&run_dir, task_id, upstream, &model, budget, task_routes).await
             }
             (Way::Socket { run_dir }, Some(spent)) => {
-                Self::adopt(&run_dir, task_id, upstream, &model, budget, spent, desk).await
+                Self::adopt(
+                    &run_dir,
+                    task_id,
+                    upstream,
+                    &model,
+                    budget,
+                    spent,
+                    task_routes,
+                )
+                .await
             }
             (Way::Remote { hub, task }, None) => {
-                Ok(Self::start_remote(&hub, task_id, upstream, &model, budget, desk, task).await)
+                Ok(
+                    Self::start_remote(&hub, task_id, upstream, &model, budget, task_routes, task)
+                        .await,
+                )
             }
             (Way::Remote { hub, task }, Some(spent)) => {
-                Self::adopt_remote(&hub, task_id, upstream, &model, budget, spent, desk, task).await
+                Self::adopt_remote(
+                    &hub,
+                    task_id,
+                    upstream,
+                    &model,
+                    budget,
+                    spent,
+                    task_routes,
+                    task,
+                )
+                .await
             }
             (Way::Warm { socket, task }, adopted) => {
                 let ledger = upstream.ledger.clone();
@@ -112,8 +135,14 @@ impl Gateway {
                         .map(|f| upstream.session_secret.for_task(f)),
                 };
                 let session_key = serde_json::to_string(&key)?;
-                let (meter, state, app) =
-                    Self::app(task_id, upstream, &model, budget, desk, adopted.is_some());
+                let (meter, state, app) = Self::app(
+                    task_id,
+                    upstream,
+                    &model,
+                    budget,
+                    task_routes,
+                    adopted.is_some(),
+                );
                 socket.install(app, door::warm::Claimed { task, session_key });
                 let g = Gateway {
                     meter,
@@ -160,9 +189,18 @@ impl Gateway {
         upstream: Arc<Upstream>,
         model: &str,
         budget: Budget,
-        desk: DeskLink,
+        task_routes: routes::Plan,
     ) -> anyhow::Result<Gateway> {
-        Self::serve(run_dir, task_id, upstream, model, budget, desk, false).await
+        Self::serve(
+            run_dir,
+            task_id,
+            upstream,
+            model,
+            budget,
+            task_routes,
+            false,
+        )
+        .await
     }
 
     /// Serves a running servo whose foreman stopped, in the directory its
@@ -176,13 +214,13 @@ impl Gateway {
         model: &str,
         budget: Budget,
         spent: (u64, u64, f64),
-        desk: DeskLink,
+        task_routes: routes::Plan,
     ) -> anyhow::Result<Gateway> {
         let ledger = upstream.ledger.clone();
         let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
             .await
             .context("ledger thread panicked")??;
-        let g = Self::serve(run_dir, task_id, upstream, model, budget, desk, true).await?;
+        let g = Self::serve(run_dir, task_id, upstream, model, budget, task_routes, true).await?;
         match from_ledger {
             Some(s) => {
                 if s.lost > 0 {
@@ -204,12 +242,12 @@ impl Gateway {
         upstream: Arc<Upstream>,
         model: &str,
         budget: Budget,
-        desk: DeskLink,
+        task_routes: routes::Plan,
         adopt: bool,
     ) -> anyhow::Result<Gateway> {
         let upstream_cap = upstream.gateway_connections;
         let ledger = upstream.ledger.clone();
-        let (meter, state, app) = Self::app(task_id, upstream, model, budget, desk, adopt);
+        let (meter, state, app) = Self::app(task_id, upstream, model, budget, task_routes, adopt);
         let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
         let listener = match door::bind(&dir) {
             Ok(l) => l,
@@ -248,11 +286,11 @@ impl Gateway {
         upstream: Arc<Upstream>,
         model: &str,
         budget: Budget,
-        desk: DeskLink,
+        task_routes: routes::Plan,
         remote: RemoteTask,
     ) -> Gateway {
         let ledger = upstream.ledger.clone();
-        let (meter, state, app) = Self::app(task_id, upstream, model, budget, desk, false);
+        let (meter, state, app) = Self::app(task_id, upstream, model, budget, task_routes, false);
         hub.register(task_id, app, remote);
         Gateway {
             meter,
@@ -276,14 +314,15 @@ impl Gateway {
         model: &str,
         budget: Budget,
         spent: (u64, u64, f64),
-        desk: DeskLink,
+        task_routes: routes::Plan,
         remote: RemoteTask,
     ) -> anyhow::Result<Gateway> {
         let ledger = upstream.ledger.clone();
         let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
             .await
             .context("ledger thread panicked")??;
-        let g = Self::start_remote(hub, task_id, upstream, model, budget, desk, remote).await;
+        let g =
+            Self::start_remote(hub, task_id, upstream, model, budget, task_routes, remote).await;
         match from_ledger {
             Some(s) => {
                 g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
@@ -302,15 +341,16 @@ impl Gateway {
         upstream: Arc<Upstream>,
         model: &str,
         budget: Budget,
-        desk: DeskLink,
+        task_routes: routes::Plan,
         adopt: bool,
     ) -> (Arc<Meter>, Arc<GatewayState>, Router) {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
-        if desk.delegate.is_some() {
+        let spec = &task_routes.spec;
+        if spec.delegate.is_some() {
             // What its children hold (an adopted parent's): not its to spend.
-            let carved = desk
+            let carved = task_routes
                 .store
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -323,7 +363,12 @@ impl Gateway {
             .price
             .map(|p| pricing::rates(p, route.provider.kind, &route.model, budget.cache));
         let live = Arc::new(LiveBus::default());
-        let replay = desk.replay.clone();
+        // A third-party agent's `replay:` script answers its calls.
+        let replay = spec
+            .replay
+            .clone()
+            .filter(|_| spec.agent.api().is_some())
+            .map(Arc::new);
         let state = Arc::new(GatewayState {
             task_id,
             upstream,
@@ -334,11 +379,6 @@ impl Gateway {
             replay,
             live: live.clone(),
         });
-        let ctx = Arc::new(routes::Ctx {
-            llm: state.clone(),
-            desk,
-        });
-        use saheeli_protocol::human::routes as desk_routes;
         let llm = Router::new()
             .route("/v1/chat/completions", post(passthrough::chat_completions))
             .route("/v1/messages", post(passthrough::messages))
@@ -352,46 +392,9 @@ impl Gateway {
                 axum::routing::get(live::follow),
             )
             .with_state(live.clone());
-        let task = Router::new()
-            .route(desk_routes::ASK, post(desk::ask))
-            .route("/saheeli/v1/ask/{call_id}", axum::routing::get(desk::reply))
-            .route(desk_routes::INBOX, axum::routing::get(desk::inbox))
-            .route(desk_routes::DELIVERED, post(desk::delivered))
-            .route(desk_routes::BREAKPOINT, post(desk::breakpoint))
-            .route(
-                desk_routes::SESSION_KEY,
-                axum::routing::get(desk::session_key),
-            )
-            .route(
-                saheeli_protocol::template::routes::STEP_DONE,
-                post(steps::step_done),
-            )
-            .route(
-                saheeli_protocol::template::routes::STEP_START,
-                post(steps::step_start),
-            )
-            .route(
-                saheeli_protocol::verify::routes::VERIFY,
-                post(verify::verify),
-            )
-            .route(
-                saheeli_protocol::capability::routes::TOOLS,
-                axum::routing::get(capability::tools),
-            )
-            .route(
-                saheeli_protocol::capability::routes::CALL,
-                post(capability::call),
-            )
-            .route(
-                saheeli_protocol::delegate::routes::SPAWN,
-                post(children::spawn),
-            )
-            .route(
-                saheeli_protocol::delegate::routes::WAIT,
-                post(children::wait),
-            )
-            .with_state(ctx);
-        let app = llm.merge(followers).merge(task);
+        let app = llm
+            .merge(followers)
+            .merge(routes::app(state.clone(), task_routes));
         (meter, state, app)
     }
 

@@ -139,8 +139,7 @@ async fn launch(
     let id = task.id;
     let engine = &ctx.engine;
     let prepared = engine.prepare(id, task.parked, &task.spec)?;
-    let desk = ctx.desk_link(
-        id,
+    let routes = ctx.route_plan(
         &task.spec,
         inbox.waiting(),
         engine.task_engine(id, &prepared),
@@ -154,7 +153,7 @@ async fn launch(
             upstream: ctx.upstream.clone(),
             model: task.spec.model.clone(),
             budget: task.spec.budget(),
-            desk,
+            routes,
             way,
             adopted: None,
         })
