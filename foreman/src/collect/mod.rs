@@ -39,6 +39,6 @@ pub(crate) use read::{
     AuditTotals, CappedLines, Line, MAX_AUDIT_LOG, audit_lines, audit_totals, open_regular,
     read_completion, servo_error,
 };
-pub(crate) use results::{Collected, TRUNCATED_MARKER};
+pub(crate) use results::{Collected, TRUNCATED_MARKER, secure_results};
 pub(crate) use sparse::{allocated, copy_file};
 pub(crate) use volume::copy_volume;

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use crate::config::Config;
+
 use super::*;
 
 /// What was collected.
@@ -104,6 +106,18 @@ fn mark_truncated(root: &Dir, max_bytes: u64, cut: &super::evidence::Cut) -> any
         cut.lines()
     )
     .with_context(|| format!("writing `{TRUNCATED_MARKER}`"))
+}
+
+/// Gives a task's freshly collected results directory `file_access`'s
+/// directory mode (never through a link).
+pub(crate) fn secure_results(cfg: &Config, dest: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+        let mode = cfg.file.file_access.dir_mode();
+        if let Err(e) = std::fs::set_permissions(dest, std::fs::Permissions::from_mode(mode)) {
+            tracing::warn!(dir = %dest.display(), error = %e, "setting the mode of a results directory");
+        }
+    }
 }
 
 /// How many `.partial` directories are in `dir` (tests: none may be left).

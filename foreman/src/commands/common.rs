@@ -121,18 +121,6 @@ pub(crate) fn prepare_results_dir(cfg: &Config) -> anyhow::Result<()> {
     }
 }
 
-/// Gives a task's freshly collected results directory `file_access`'s
-/// directory mode (never through a link).
-pub(crate) fn secure_results(cfg: &Config, dest: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
-        let mode = cfg.file.file_access.dir_mode();
-        if let Err(e) = std::fs::set_permissions(dest, std::fs::Permissions::from_mode(mode)) {
-            tracing::warn!(dir = %dest.display(), error = %e, "setting the mode of a results directory");
-        }
-    }
-}
-
 /// Opens an existing database for a command that only reads (status, logs,
 /// results): never creates one, and says where it looked.
 pub(crate) fn open_existing_store(cfg: &Config) -> anyhow::Result<Store> {
@@ -319,81 +307,11 @@ pub(super) async fn pack_submitted(
     spec.workspace_under = Some(bounds.under.clone().unwrap_or_else(|| "/".into()));
     let (cfg, ws) = (cfg.clone(), ws.clone());
     let include_ignored = spec.workspace_include_ignored;
-    let tar = tokio::task::spawn_blocking(move || pack(&cfg, &ws, &bounds, id, include_ignored))
-        .await
-        .map_err(|e| CommandError::panicked("packing", e))??;
+    let tar =
+        tokio::task::spawn_blocking(move || inputs::pack(&cfg, &ws, &bounds, id, include_ignored))
+            .await
+            .map_err(|e| CommandError::panicked("packing", e))??;
     Ok(Some(tar))
-}
-
-/// Packs `ws` as task `id`'s submitted workspace; returns the tar.
-/// Blocking. Every pack goes through here, and `ws` is checked against
-/// `bounds` first (not the whole host, not a home, under its prompt's
-/// directory unless a person allowed it outside), whoever asks.
-pub(crate) fn pack(
-    cfg: &Config,
-    ws: &Path,
-    bounds: &inputs::Bounds,
-    id: TaskId,
-    include_ignored: bool,
-) -> Result<PathBuf, CommandError> {
-    // A path that is not fit to be a workspace.
-    inputs::check_within(bounds, ws).map_err(CommandError::Refused)?;
-    let opts = pack_options(cfg, include_ignored);
-    let tar = inputs::new_workspace_tar(&cfg.state_dir(), id)
-        .with_context(|| {
-            format!(
-                "creating the inputs directory in `{}`",
-                cfg.state_dir().display()
-            )
-        })
-        .map_err(CommandError::Internal)?;
-    inputs::pack_workspace(ws, &tar, &opts)?;
-    Ok(tar)
-}
-
-/// How a workspace is packed: Saheeli's own files left out, the size cap
-/// and the keys to refuse (the same for a submit and a dry run).
-pub(super) fn pack_options(cfg: &Config, include_ignored: bool) -> inputs::PackOptions {
-    let db = cfg.database();
-    let mut exclude = vec![cfg.state_dir(), cfg.results_dir()];
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut p = db.clone().into_os_string();
-        p.push(suffix);
-        exclude.push(p.into());
-    }
-    inputs::PackOptions {
-        include_ignored,
-        exclude,
-        max_bytes: cfg.file.max_workspace_size.0,
-        secrets: known_secrets(cfg),
-    }
-}
-
-/// The value of every key variable Saheeli knows, from the environment and
-/// from `.env` beside config.yaml (where the environment may hold another).
-pub(super) fn known_secrets(cfg: &Config) -> Vec<(String, String)> {
-    let mut vars = vec![
-        "OPENAI_API_KEY".to_string(),
-        "ANTHROPIC_API_KEY".to_string(),
-    ];
-    vars.extend(
-        cfg.file
-            .providers
-            .values()
-            .filter_map(|p| p.api_key_env.clone()),
-    );
-    let mut out: Vec<(String, String)> = vars
-        .iter()
-        .filter_map(|v| Some((v.clone(), std::env::var(v).ok()?)))
-        .collect();
-    if let Ok(entries) = dotenvy::from_path_iter(cfg.base_dir.join(".env")) {
-        out.extend(entries.flatten().filter(|(k, _)| vars.contains(k)));
-    }
-    // As collection's redaction does: a short value would match by chance.
-    out.retain(|(_, v)| v.trim().len() >= 8);
-    out.sort();
-    out.dedup();
-    out
 }
 
 #[cfg(test)]

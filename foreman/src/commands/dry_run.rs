@@ -61,7 +61,7 @@ async fn check_workspace(
     args: &PromptArgs,
 ) -> anyhow::Result<DryWorkspace> {
     inputs::check_workspace_path(prompt, ws, args.allow_workspace_outside)?;
-    let opts = pack_options(cfg, spec.workspace_include_ignored);
+    let opts = inputs::pack_options(cfg, spec.workspace_include_ignored);
     let dir = ws.to_path_buf();
     let size = tokio::task::spawn_blocking(move || inputs::check_workspace(&dir, &opts))
         .await

@@ -47,15 +47,18 @@ impl From<EngineError> for CommandError {
     }
 }
 
-/// A workspace too large or holding a key, or a file in it that is not
-/// there or cannot be read as named, is the request's; any other failure
-/// to read or write is the host's.
+/// A workspace too large, holding a key or outside its bounds, or a file
+/// in it that is not there or cannot be read as named, is the request's;
+/// any other failure to read or write (the inputs directory too) is the
+/// host's.
 impl From<PackError> for CommandError {
     fn from(e: PackError) -> CommandError {
-        let io = match &e {
+        let io = match e {
+            PackError::Outside(e) => return CommandError::Refused(e),
+            PackError::Inputs(e) => return CommandError::Internal(e),
             PackError::TooLarge { .. } | PackError::Secret { .. } => None,
-            PackError::Io { source, .. } => Some(source.kind()),
-            PackError::Walk { source, .. } => source.io_error().map(std::io::Error::kind),
+            PackError::Io { ref source, .. } => Some(source.kind()),
+            PackError::Walk { ref source, .. } => source.io_error().map(std::io::Error::kind),
         };
         if io.is_some_and(|k| !the_callers(k)) {
             CommandError::Internal(e.into())

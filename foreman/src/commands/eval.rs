@@ -310,15 +310,17 @@ async fn submit_missing(
                     let inc = spec.workspace_include_ignored;
                     let bounds = crate::inputs::Bounds::of_prompt(suite_path, false)?;
                     Some(
-                        tokio::task::spawn_blocking(move || pack(&cfg, &ws, &bounds, id, inc))
-                            .await
-                            .context("packing thread panicked")?
-                            .with_context(|| {
-                                format!(
-                                    "{}: case `{case_id}`: packing its workspace",
-                                    suite_path.display()
-                                )
-                            })?,
+                        tokio::task::spawn_blocking(move || {
+                            crate::inputs::pack(&cfg, &ws, &bounds, id, inc)
+                        })
+                        .await
+                        .context("packing thread panicked")?
+                        .with_context(|| {
+                            format!(
+                                "{}: case `{case_id}`: packing its workspace",
+                                suite_path.display()
+                            )
+                        })?,
                     )
                 }
                 None => None,

@@ -27,8 +27,7 @@ mod task;
 mod trajectory;
 
 use common::{
-    exit_for, open_existing_store, pack_options, pack_submitted, require_image, spec_for,
-    submit_prompt,
+    exit_for, open_existing_store, pack_submitted, require_image, spec_for, submit_prompt,
 };
 use dry_run::dry_run;
 use serve::{context, signals};
@@ -36,9 +35,7 @@ use serve::{context, signals};
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
 pub(crate) use children::submit_child;
-pub(crate) use common::{
-    open_store, pack, prepare_results_dir, secure_results, spec_for_text, submit_spec,
-};
+pub(crate) use common::{open_store, prepare_results_dir, spec_for_text, submit_spec};
 pub(crate) use doctor::doctor;
 pub(crate) use error::CommandError;
 pub(crate) use eval::eval;

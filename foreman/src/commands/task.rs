@@ -444,7 +444,7 @@ pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> Result<Retri
         // within the same bounds it was checked against then (N19).
         let bounds = inputs::bounds_of(&old.spec).map_err(CommandError::Refused)?;
         let (cfg2, ws2, include) = (cfg.clone(), ws.clone(), old.spec.workspace_include_ignored);
-        tokio::task::spawn_blocking(move || pack(&cfg2, &ws2, &bounds, id, include))
+        tokio::task::spawn_blocking(move || inputs::pack(&cfg2, &ws2, &bounds, id, include))
             .await
             .map_err(|e| CommandError::panicked("packing", e))??;
         note = Some(format!(

@@ -16,7 +16,7 @@ pub(crate) fn check_workspace_path(
 }
 
 /// Where a directory to pack as a workspace may be. Every pack checks it
-/// first (`commands::pack` takes one), so no caller can copy a directory
+/// first (`inputs::pack` takes one), so no caller can copy a directory
 /// nobody checked: a submit, a spawn, a retry that copies the workspace
 /// again, an eval and its resume (case N19: a child's host path copied in
 /// by `task retry`).

@@ -28,6 +28,13 @@ pub(crate) enum PackError {
     Io { dir: PathBuf, source: io::Error },
     #[error("copying workspace `{dir}`: {source}")]
     Walk { dir: PathBuf, source: ignore::Error },
+    /// (`pack` only) The path is not fit to be a workspace: the whole
+    /// host, a home, outside its prompt's directory.
+    #[error(transparent)]
+    Outside(anyhow::Error),
+    /// (`pack` only) The inputs directory in `state_dir` could not be made.
+    #[error(transparent)]
+    Inputs(anyhow::Error),
 }
 
 /// What packing leaves out and watches for.

@@ -1,10 +1,12 @@
 //! Tasks as tables and text for people.
 
 use comfy_table::presets::UTF8_BORDERS_ONLY;
+use std::fmt::Write;
+
 use comfy_table::{ContentArrangement, Table};
 
 use crate::state::TaskState;
-use crate::store::{EventRow, Override, TaskRow, now_ms};
+use crate::store::{EventRow, Override, StepStatus, TaskRow, now_ms};
 
 use super::*;
 
@@ -95,10 +97,19 @@ pub(crate) fn detail(
     t: &TaskRow,
     events: &[EventRow],
     attempts: &[TaskRow],
-    steps: &[crate::store::StepStatus],
+    steps: &[StepStatus],
 ) -> String {
-    use std::fmt::Write;
     let mut s = String::new();
+    state_lines(&mut s, t);
+    spend_lines(&mut s, t, steps);
+    time_lines(&mut s, t);
+    attempt_lines(&mut s, t, attempts);
+    event_lines(&mut s, events);
+    s
+}
+
+/// Who and where: id, title, state, what it waits for, a pause.
+fn state_lines(s: &mut String, t: &TaskRow) {
     let _ = writeln!(s, "id:        {}", t.id);
     let _ = writeln!(s, "title:     {}", clean(&t.title));
     let _ = writeln!(
@@ -139,6 +150,11 @@ pub(crate) fn detail(
             t.id
         );
     }
+}
+
+/// What it runs with and what it spent: prompt, model, steps, tokens,
+/// cost, its budget.
+fn spend_lines(s: &mut String, t: &TaskRow, steps: &[StepStatus]) {
     let _ = writeln!(s, "prompt:    {}", clean(&t.spec.prompt_path));
     let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
     if !t.spec.agent.is_builtin() {
@@ -192,6 +208,10 @@ pub(crate) fn detail(
                 .unwrap_or_else(|| "no cost limit".into())
         );
     }
+}
+
+/// How long it ran, its deadline, what it retried, where its results are.
+fn time_lines(s: &mut String, t: &TaskRow) {
     if let Some(ms) = duration_ms(t) {
         let _ = writeln!(s, "duration:  {}", short_duration(ms));
     }
@@ -212,6 +232,10 @@ pub(crate) fn detail(
     if let Some(p) = &t.results_path {
         let _ = writeln!(s, "results:   {p}");
     }
+}
+
+/// Every attempt of its chain, this one marked.
+fn attempt_lines(s: &mut String, t: &TaskRow, attempts: &[TaskRow]) {
     if attempts.len() > 1 {
         let _ = writeln!(s, "attempts:");
         for a in attempts {
@@ -230,6 +254,10 @@ pub(crate) fn detail(
             );
         }
     }
+}
+
+/// Its event history.
+fn event_lines(s: &mut String, events: &[EventRow]) {
     let _ = writeln!(s, "events:");
     for e in events {
         let what = match (&e.kind, &e.actor) {
@@ -245,7 +273,6 @@ pub(crate) fn detail(
             clean(e.detail.as_deref().unwrap_or(""))
         );
     }
-    s
 }
 
 /// The command that replies to what a task waits for.

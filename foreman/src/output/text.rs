@@ -1,7 +1,9 @@
 //! Text from prompts and agents made safe for a terminal, and audit
 //! events as lines for people.
 
-use saheeli_protocol::AuditEvent;
+use saheeli_protocol::human::Reply;
+use saheeli_protocol::verify::Check;
+use saheeli_protocol::{AuditEvent, Usage};
 
 use crate::text::{printable, waiting_line};
 
@@ -31,37 +33,14 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             latency_ms,
             usage,
             error,
-            text: Some(text),
+            text,
             text_cut,
             ..
-        } if error.is_none() => {
-            let cut = text_cut.map_or(String::new(), |n| format!(" [{n} more bytes cut]"));
-            format!(
-                "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens; said: {text}{cut}",
-                usage.input_tokens, usage.output_tokens
-            )
+        } => {
+            let said = text.as_deref().map(|t| (t, *text_cut));
+            let call = llm_call(*latency_ms, usage, error.as_deref(), said);
+            format!("{ts}  step {step:<4} {call}")
         }
-        AuditEvent::LlmCall {
-            ts,
-            step,
-            latency_ms,
-            usage,
-            error,
-            ..
-        } => match error {
-            Some(e) => format!("{ts}  step {step:<4} llm error after {latency_ms} ms: {e}"),
-            None if usage.cache_read_tokens + usage.cache_write_tokens > 0 => format!(
-                "{ts}  step {step:<4} llm {latency_ms} ms, {} in ({} cached, {} written to cache) / {} out tokens",
-                usage.input_tokens,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens,
-                usage.output_tokens
-            ),
-            None => format!(
-                "{ts}  step {step:<4} llm {latency_ms} ms, {} in / {} out tokens",
-                usage.input_tokens, usage.output_tokens
-            ),
-        },
         AuditEvent::GatewayWait { ts, step, error } => {
             format!("{ts}  step {step:<4} gateway unreachable, waiting: {error}")
         }
@@ -81,15 +60,7 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             result_bytes,
             ..
         } => {
-            let mut args: String = arguments.chars().take(100).collect();
-            if args.len() < arguments.len() {
-                args.push('…');
-            }
-            let status = match (ok, exit_code) {
-                (_, Some(c)) => format!("exit {c}"),
-                (true, None) => "ok".into(),
-                (false, None) => "error".into(),
-            };
+            let (args, status) = (short_arguments(arguments), tool_status(*ok, *exit_code));
             format!(
                 "{ts}  step {step:<4} {tool} {args} → {status}, {result_bytes} bytes, {duration_ms} ms"
             )
@@ -106,16 +77,7 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             reply,
             waited_ms,
             ..
-        } => format!(
-            "{ts}  step {step:<4} {} by {} after {waited_ms} ms{}",
-            reply.decision.as_str(),
-            reply.by,
-            reply
-                .text
-                .as_deref()
-                .map(|t| format!(": {t}"))
-                .unwrap_or_default()
-        ),
+        } => format!("{ts}  step {step:<4} {}", replied(reply, *waited_ms)),
         AuditEvent::Noted {
             ts, step, by, text, ..
         } => format!("{ts}  step {step:<4} message from {by}: {text}"),
@@ -126,24 +88,11 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
             max_attempts,
             passed,
             checks,
-        } => {
-            let what: Vec<String> = checks
-                .iter()
-                .map(|c| {
-                    let end = match (c.passed, c.exit_code) {
-                        (true, _) => "passed".to_string(),
-                        (false, Some(code)) => format!("exit {code}"),
-                        (false, None) => "failed".to_string(),
-                    };
-                    format!("{} {end}", c.command)
-                })
-                .collect();
-            format!(
-                "{ts}  step {step:<4} verify attempt {attempt}/{max_attempts} {}: {}",
-                if *passed { "passed" } else { "failed" },
-                what.join(", ")
-            )
-        }
+        } => format!(
+            "{ts}  step {step:<4} verify attempt {attempt}/{max_attempts} {}: {}",
+            if *passed { "passed" } else { "failed" },
+            checks_line(checks)
+        ),
         AuditEvent::Paused { ts, step } => format!("{ts}  step {step:<4} paused"),
         AuditEvent::Resumed {
             ts,
@@ -182,6 +131,86 @@ pub(super) fn describe(ev: &AuditEvent) -> String {
                 .unwrap_or_default()
         ),
     }
+}
+
+/// An LLM call after its step number: its error, or its tokens (and the
+/// cache's part of them) and what the model said.
+fn llm_call(
+    latency_ms: u64,
+    usage: &Usage,
+    error: Option<&str>,
+    said: Option<(&str, Option<u64>)>,
+) -> String {
+    match (error, said) {
+        (Some(e), _) => format!("llm error after {latency_ms} ms: {e}"),
+        (None, Some((text, text_cut))) => {
+            let cut = text_cut.map_or(String::new(), |n| format!(" [{n} more bytes cut]"));
+            format!(
+                "llm {latency_ms} ms, {} in / {} out tokens; said: {text}{cut}",
+                usage.input_tokens, usage.output_tokens
+            )
+        }
+        (None, None) if usage.cache_read_tokens + usage.cache_write_tokens > 0 => format!(
+            "llm {latency_ms} ms, {} in ({} cached, {} written to cache) / {} out tokens",
+            usage.input_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.output_tokens
+        ),
+        (None, None) => format!(
+            "llm {latency_ms} ms, {} in / {} out tokens",
+            usage.input_tokens, usage.output_tokens
+        ),
+    }
+}
+
+/// A tool call's arguments, their first 100 characters.
+fn short_arguments(arguments: &str) -> String {
+    let mut args: String = arguments.chars().take(100).collect();
+    if args.len() < arguments.len() {
+        args.push('…');
+    }
+    args
+}
+
+/// How a tool call ended: its exit code, else ok or error.
+fn tool_status(ok: bool, exit_code: Option<i32>) -> String {
+    match (ok, exit_code) {
+        (_, Some(c)) => format!("exit {c}"),
+        (true, None) => "ok".into(),
+        (false, None) => "error".into(),
+    }
+}
+
+/// A person's reply after its step number: the decision, who, how long
+/// the servo waited, and the text.
+fn replied(reply: &Reply, waited_ms: u64) -> String {
+    format!(
+        "{} by {} after {waited_ms} ms{}",
+        reply.decision.as_str(),
+        reply.by,
+        reply
+            .text
+            .as_deref()
+            .map(|t| format!(": {t}"))
+            .unwrap_or_default()
+    )
+}
+
+/// Each verify check and how it ended, comma-separated.
+fn checks_line(checks: &[Check]) -> String {
+    let what: Vec<String> = checks
+        .iter()
+        .map(|c| {
+            let end = match (c.passed, c.exit_code) {
+                (true, _) => "passed".to_string(),
+                (false, Some(code)) => format!("exit {code}"),
+                (false, None) => "failed".to_string(),
+            };
+            format!("{} {end}", c.command)
+        })
+        .collect();
+    what.join(", ")
 }
 
 /// One line of an audit log (or of a servo's live output) for people.

@@ -210,7 +210,7 @@ pub(crate) fn child_workspace(
         named_by: staging.0.clone(),
         under: None,
     };
-    let tar = crate::commands::pack(cfg, &staging.0, &bounds, id, true)?;
+    let tar = crate::inputs::pack(cfg, &staging.0, &bounds, id, true)?;
     Ok(Some(tar))
 }
 

@@ -4,7 +4,10 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use saheeli_protocol::front_matter::{FrontMatter, PauseOn};
+use saheeli_protocol::delegate::Delegate;
+use saheeli_protocol::front_matter::{
+    Deadline, FrontMatter, Memory, NetworkMode, PauseOn, Resources,
+};
 use saheeli_protocol::{ServoTask, TaskId};
 
 use crate::config::Config;
@@ -77,22 +80,7 @@ impl TaskSpec {
             .workspace
             .map(|ws| workspace_dir(path, dir, ws))
             .transpose()?;
-        let resources = fm.resources.unwrap_or_default();
-        let cpus = resources.cpus.unwrap_or(d.cpus);
-        if !(cpus > 0.0 && cpus.is_finite()) {
-            bail!(
-                "{}: `resources.cpus` must be greater than 0",
-                path.display()
-            );
-        }
-        let pids = resources.pids.unwrap_or(d.pids);
-        if pids < 16 {
-            bail!("{}: `resources.pids` must be at least 16", path.display());
-        }
-        let memory = resources.memory.unwrap_or(d.memory);
-        let disk = resources.disk.unwrap_or(d.disk);
-        let network = fm.network.unwrap_or(d.network);
-        check_ceilings(cfg, path, memory, cpus, pids, disk, network)?;
+        let sandbox = Sandbox::of(cfg, path, fm.resources.unwrap_or_default(), fm.network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
         let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
         let retries = fm.retries.unwrap_or(d.retries);
@@ -102,16 +90,7 @@ impl TaskSpec {
             bail!("{}: `retry_backoff`: {why}", path.display());
         }
         check_run(path, max_steps, timeout, retries, &retry_on, &fm.env)?;
-        if let Some(at) = fm.deadline
-            && std::time::SystemTime::now() >= at.0
-        {
-            bail!(
-                "{}: `deadline` {} has passed already; give a time to come",
-                path.display(),
-                String::from(at)
-            );
-        }
-        let deadline_ms = fm.deadline.map(|d| d.unix_ms());
+        let deadline_ms = deadline_ms(path, fm.deadline)?;
         let max_tokens = fm.max_tokens.or(d.max_tokens);
         let max_cost = fm.max_cost.or(d.max_cost);
         if let Some(c) = max_cost {
@@ -127,14 +106,7 @@ impl TaskSpec {
         check_tools(path, tools.as_deref())?;
         let delegate = fm.delegate;
         check_delegate(path, delegate.as_ref())?;
-        if delegate.is_some() && cfg.file.backend == crate::config::BackendKind::Swarm {
-            bail!(
-                "{}: `delegate` runs child tasks only with `backend: docker` for now (the \
-                 swarm's gateway does not serve spawn_task and wait_tasks yet); drop it or \
-                 run this task on one host",
-                path.display()
-            );
-        }
+        check_delegate_backend(cfg, path, delegate.as_ref())?;
         let gates = fm
             .approve
             .as_ref()
@@ -149,13 +121,7 @@ impl TaskSpec {
         let mut notify = cfg.file.notify.clone();
         notify.extend(fm.notify.clone().unwrap_or_default());
         check_notify(path, &notify)?;
-        let title = fm.title.unwrap_or_else(|| default_title(path, &body));
-        if title.trim().is_empty() || title.chars().count() > MAX_TITLE {
-            bail!(
-                "{}: `title` must be 1 to {MAX_TITLE} characters",
-                path.display()
-            );
-        }
+        let title = title_of(path, fm.title, &body)?;
         let checks = Verification {
             verify: fm.verify.unwrap_or_else(|| d.verify.clone()).0,
             files: fm.verify_files.unwrap_or_else(|| d.verify_files.clone()),
@@ -177,11 +143,11 @@ impl TaskSpec {
             retries,
             retry_on,
             timeout_s: timeout.as_secs().max(1),
-            network,
-            memory: memory.0,
-            cpus,
-            pids,
-            disk: Some(disk.0),
+            network: sandbox.network,
+            memory: sandbox.memory.0,
+            cpus: sandbox.cpus,
+            pids: sandbox.pids,
+            disk: Some(sandbox.disk.0),
             env: fm.env,
             max_output_bytes: d.max_output_bytes,
             replay,
@@ -300,4 +266,91 @@ impl TaskSpec {
             cache: self.cache,
         }
     }
+}
+
+/// A task's container: `resources:` and `network:` over config.yaml's
+/// `task:` defaults, held to `limits:`.
+struct Sandbox {
+    memory: Memory,
+    cpus: f64,
+    pids: i64,
+    disk: Memory,
+    network: NetworkMode,
+}
+
+impl Sandbox {
+    fn of(
+        cfg: &Config,
+        path: &Path,
+        resources: Resources,
+        network: Option<NetworkMode>,
+    ) -> anyhow::Result<Sandbox> {
+        let d = &cfg.file.task;
+        let cpus = resources.cpus.unwrap_or(d.cpus);
+        if !(cpus > 0.0 && cpus.is_finite()) {
+            bail!(
+                "{}: `resources.cpus` must be greater than 0",
+                path.display()
+            );
+        }
+        let pids = resources.pids.unwrap_or(d.pids);
+        if pids < 16 {
+            bail!("{}: `resources.pids` must be at least 16", path.display());
+        }
+        let memory = resources.memory.unwrap_or(d.memory);
+        let disk = resources.disk.unwrap_or(d.disk);
+        let network = network.unwrap_or(d.network);
+        check_ceilings(cfg, path, memory, cpus, pids, disk, network)?;
+        Ok(Sandbox {
+            memory,
+            cpus,
+            pids,
+            disk,
+            network,
+        })
+    }
+}
+
+/// `deadline:` as Unix milliseconds; one that has passed is refused.
+fn deadline_ms(path: &Path, deadline: Option<Deadline>) -> anyhow::Result<Option<i64>> {
+    if let Some(at) = deadline
+        && std::time::SystemTime::now() >= at.0
+    {
+        bail!(
+            "{}: `deadline` {} has passed already; give a time to come",
+            path.display(),
+            String::from(at)
+        );
+    }
+    Ok(deadline.map(|d| d.unix_ms()))
+}
+
+/// Child tasks run only on one host for now.
+fn check_delegate_backend(
+    cfg: &Config,
+    path: &Path,
+    delegate: Option<&Delegate>,
+) -> anyhow::Result<()> {
+    if delegate.is_some() && cfg.file.backend == crate::config::BackendKind::Swarm {
+        bail!(
+            "{}: `delegate` runs child tasks only with `backend: docker` for now (the \
+             swarm's gateway does not serve spawn_task and wait_tasks yet); drop it or \
+             run this task on one host",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// `title:`, else the body's first heading or the file's name; 1 to
+/// `MAX_TITLE` characters.
+fn title_of(path: &Path, title: Option<String>, body: &str) -> anyhow::Result<String> {
+    let title = title.unwrap_or_else(|| default_title(path, body));
+    if title.trim().is_empty() || title.chars().count() > MAX_TITLE {
+        bail!(
+            "{}: `title` must be 1 to {MAX_TITLE} characters",
+            path.display()
+        );
+    }
+    Ok(title)
 }

@@ -60,7 +60,7 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
     let Some(dest) = outcome.results_path.as_ref().map(PathBuf::from) else {
         return;
     };
-    crate::commands::secure_results(&ctx.cfg, &dest);
+    crate::collect::secure_results(&ctx.cfg, &dest);
     let read = ctx
         .db(move |s| {
             let row = s.require(&id.to_string())?;
