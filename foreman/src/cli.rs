@@ -257,6 +257,19 @@ pub(crate) struct PromptArgs {
     pub dry_run: bool,
 }
 
+impl PromptArgs {
+    /// What a submit asks besides the prompt, as `ops` takes it.
+    pub fn submit(&self) -> crate::ops::Submit {
+        crate::ops::Submit {
+            params: self.params.clone(),
+            priority: self.priority,
+            allow_workspace_outside: self.allow_workspace_outside,
+            no_human: self.no_human,
+            plan_only: self.plan_only,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct SubmitArgs {
     /// The prompt file (Markdown with optional YAML front-matter).
@@ -276,12 +289,6 @@ pub(crate) struct SubmitArgs {
     pub parent: Option<String>,
 }
 
-/// Events a view of one task shows unless asked for others (`task status
-/// ID --events`, the API's task view). Why a page: a task's trail can be
-/// long (a flood wrote 2,458 events, 285 MB, before the gateway's caps),
-/// and a view must not load it whole.
-pub(crate) const EVENTS_SHOWN: usize = 200;
-
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// A task id or a unique prefix of one.
@@ -300,7 +307,7 @@ pub(crate) struct StatusArgs {
     pub limit: usize,
     /// With an ID: how many of its events to show, the newest (the JSON
     /// gives `events_total`, and `events_before` when older ones exist).
-    #[arg(long, value_name = "N", default_value_t = EVENTS_SHOWN,
+    #[arg(long, value_name = "N", default_value_t = crate::ops::EVENTS_SHOWN,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub events: usize,
     /// With an ID: show the events older than event SEQ (`seq` in the JSON).
@@ -401,26 +408,10 @@ pub(crate) struct StepOverrideArgs {
     pub step: String,
     /// What the step becomes.
     #[arg(long, value_enum)]
-    pub state: StepOverrideState,
+    pub state: crate::ops::StepOverrideState,
     /// Why; recorded with your user name and the time, and told to the model.
     #[arg(long)]
     pub reason: String,
-}
-
-/// What `task step-override` may mark a step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum StepOverrideState {
-    Done,
-    Skipped,
-}
-
-impl StepOverrideState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepOverrideState::Done => "done",
-            StepOverrideState::Skipped => "skipped",
-        }
-    }
 }
 
 /// The outcomes `task override` may set.

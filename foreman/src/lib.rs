@@ -74,6 +74,9 @@
 //!   container, the assessor's call through the same budget),
 //!   capabilities, children.
 //!   They are put together per task in `supervisor/gateway.rs`.
+//! - `ops/`: what the CLI, the HTTP API, the routes and the supervisor do
+//!   alike (submit, steer, retry, a task's view, opening the database),
+//!   with plain request types and one error type, `ops::Error`.
 //! - `capability/`: MCP servers run outside the containers (`rmcp`),
 //!   whose tools a granted task calls as `name__tool` through its gateway.
 //! - `notify/`: webhooks: an outbox row per event and URL (written with
@@ -126,6 +129,7 @@ mod listen;
 mod llm;
 mod metrics;
 mod notify;
+mod ops;
 mod output;
 mod reconciler;
 mod report;

@@ -15,13 +15,14 @@ use saheeli_protocol::TaskId;
 
 use saheeli_protocol::template::Position;
 
-use crate::cli::{IdArgs, StepOverrideState};
+use crate::cli::IdArgs;
 use crate::config::Config;
+use crate::ops::StepOverrideState;
 use crate::output;
 use crate::store::{HumanAct, Store};
 
-use super::human::{Steer, steer, who};
 use super::*;
+use crate::ops::{Steer, steer, who};
 
 const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | skip STEP REASON | done STEP REASON | detach";
 

@@ -1,66 +1,20 @@
 //! What the command handlers share: opening the store, exit codes,
 //! submitting a prompt file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use saheeli_protocol::{Agent, TaskId};
+use saheeli_protocol::TaskId;
 
-use crate::backend::EngineError;
 use crate::cli::PromptArgs;
-use crate::config::{Config, FileAccess};
-use crate::inputs;
-use crate::spec::{SpecError, TaskSpec, ask_line, check_value, image_for};
+use crate::config::Config;
+use crate::spec::{SpecError, TaskSpec, ask_line, check_value};
 use crate::state::TaskState;
-use crate::store::Store;
 use saheeli_protocol::template::Parameter;
 
-use super::CommandError;
-
-/// Opens the database named by the config, creating its directory.
-pub(crate) fn open_store(cfg: &Config) -> anyhow::Result<Store> {
-    let path = cfg.database();
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating database directory `{}`", dir.display()))?;
-    }
-    create_db_file(&path, cfg.file.file_access)?;
-    let store =
-        Store::open(&path).with_context(|| format!("opening database `{}`", path.display()))?;
-    // One made before (by an older saheeli, by hand) is closed to others
-    // as `file_access` says, and so are SQLite's `-wal` and `-shm`
-    // (HOSTILE.md case 57): they hold prompts, answers and messages.
-    let access = cfg.file.file_access;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut name = path.clone().into_os_string();
-        name.push(suffix);
-        narrow(Path::new(&name), access.file_mode())?;
-    }
-    Ok(store)
-}
-
-/// Takes from `path`'s mode what `mode` does not allow (never adds to
-/// it); an absent file is left absent, a link is not followed, and a file
-/// of another user (a group member's `task status` under `file_access:
-/// group`) is not this process's to change.
-pub(crate) fn narrow(path: &Path, mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    // SAFETY: geteuid only reads the process's effective uid.
-    let me = unsafe { libc::geteuid() };
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() || m.uid() != me => return Ok(()),
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("reading `{}`", path.display())),
-    };
-    let now = meta.permissions().mode() & 0o7777;
-    if now & !mode == 0 {
-        return Ok(());
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(now & mode))
-        .with_context(|| format!("setting the mode of `{}`", path.display()))
-}
+use crate::ops::narrow;
+use crate::ops::submit_spec;
 
 /// Creates `state_dir` (trajectories, workspaces waiting to launch,
 /// parked work) with `file_access`'s directory mode, and closes an
@@ -84,25 +38,6 @@ pub(crate) fn prepare_state_dir(cfg: &Config) -> anyhow::Result<()> {
     narrow(&dir.join("trajectories"), 0o700)
 }
 
-/// Creates an absent database file empty, with `access`'s mode whatever
-/// the umask (SQLite then gives its `-wal` and `-shm` the same mode). An
-/// existing one is narrowed to that mode once opened (`open_store`).
-fn create_db_file(path: &Path, access: FileAccess) -> anyhow::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(access.file_mode())
-        .open(path);
-    match created {
-        Ok(f) => f
-            .set_permissions(std::fs::Permissions::from_mode(access.file_mode()))
-            .with_context(|| format!("setting the mode of database `{}`", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("creating database `{}`", path.display())),
-    }
-}
-
 /// Creates `results_dir` when absent, with `file_access`'s directory mode
 /// (an existing one is left as it is).
 pub(crate) fn prepare_results_dir(cfg: &Config) -> anyhow::Result<()> {
@@ -119,21 +54,6 @@ pub(crate) fn prepare_results_dir(cfg: &Config) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating results directory `{}`", dir.display())),
     }
-}
-
-/// Opens an existing database for a command that only reads (status, logs,
-/// results): never creates one, and says where it looked.
-pub(crate) fn open_existing_store(cfg: &Config) -> anyhow::Result<Store> {
-    let path = cfg.database();
-    if !path.exists() {
-        bail!(
-            "no database at `{}` (from {}); run this in the project directory, or pass \
-             `--config FILE`; `saheeli task submit` creates it",
-            path.display(),
-            cfg.describe_source()
-        );
-    }
-    open_store(cfg)
 }
 
 pub(super) fn exit_for(state: TaskState) -> ExitCode {
@@ -195,27 +115,6 @@ fn ask_parameter(p: &Parameter, dir: &Path) -> anyhow::Result<String> {
     }
 }
 
-/// The task a prompt's text makes, as if it were the file `prompt`
-/// (the HTTP API's submit; nothing written). A prompt that does not
-/// validate is refused.
-pub(crate) fn spec_for_text(
-    cfg: &Config,
-    prompt: &Path,
-    text: &str,
-    args: &PromptArgs,
-) -> Result<TaskSpec, CommandError> {
-    if let Some(problem) = cfg.file.swarm_image_problem() {
-        // The serving foreman's configuration, not the request's.
-        let e = anyhow::anyhow!("{}: {problem}", cfg.describe_source());
-        return Err(CommandError::Internal(e));
-    }
-    let mut spec =
-        TaskSpec::from_text(cfg, prompt, text, &args.params).map_err(CommandError::Refused)?;
-    spec.no_human |= args.no_human;
-    spec.plan_only = args.plan_only;
-    Ok(spec)
-}
-
 /// Validates and queues a prompt; returns the new id.
 pub(super) async fn submit_prompt(
     cfg: &Config,
@@ -223,95 +122,7 @@ pub(super) async fn submit_prompt(
     args: &PromptArgs,
 ) -> anyhow::Result<TaskId> {
     let spec = spec_for(cfg, prompt, args)?;
-    Ok(submit_spec(cfg, prompt, spec, args).await?)
-}
-
-/// Fails, naming the key and what to do, when an agent's image is not in Docker.
-pub(super) async fn require_image(
-    cfg: &Config,
-    prompt: &Path,
-    agent: &Agent,
-) -> Result<(), EngineError> {
-    if agent.is_builtin() {
-        return Ok(());
-    }
-    let image = image_for(cfg, agent);
-    let docker = crate::docker::connect().await.map_err(EngineError::of)?;
-    if let Err(e) = crate::docker::require_image(&docker, &image).await {
-        let build = match agent {
-            Agent::Named(n) => format!("build it with `saheeli build-servo --agent {n}`"),
-            Agent::Custom(_) => "build it, or set `agent.image`".to_string(),
-        };
-        let told = |e: &dyn std::fmt::Display| {
-            anyhow::anyhow!(
-                "{}: `agent` is `{}`, whose image `{image}` is not available ({e:#}); {build}",
-                prompt.display(),
-                agent.label()
-            )
-        };
-        // Sorted by the cause (the image is missing, or the daemon failed),
-        // told in the prompt's words.
-        return Err(match EngineError::of(e) {
-            EngineError::ImageMissing(e) => EngineError::ImageMissing(told(&e)),
-            EngineError::Unreachable { fault, error } => EngineError::Unreachable {
-                fault,
-                error: told(&error),
-            },
-            other => EngineError::Other(told(&other)),
-        });
-    }
-    Ok(())
-}
-
-/// Queues a checked task from the prompt `prompt` (the CLI's file, or the
-/// HTTP API's text as if it were a file): its workspace is packed first,
-/// under the same rules. Returns the new id.
-pub(crate) async fn submit_spec(
-    cfg: &Config,
-    prompt: &Path,
-    mut spec: TaskSpec,
-    args: &PromptArgs,
-) -> Result<TaskId, CommandError> {
-    let id = TaskId::new();
-    require_image(cfg, prompt, &spec.agent).await?;
-    // Copied before the row exists (and the database is opened): a failure
-    // here queues nothing and leaves nothing behind.
-    let packed = pack_submitted(cfg, prompt, &mut spec, args, id).await?;
-    let queued = open_store(cfg)
-        .map_err(CommandError::Internal)
-        .and_then(|mut store| {
-            let priority = args.priority.or(spec.priority).unwrap_or(0);
-            Ok(store.submit(id, &spec, priority, None, 1)?)
-        });
-    if let (Err(_), Some(tar)) = (&queued, packed) {
-        let _ = std::fs::remove_file(tar);
-    }
-    queued.map(|()| id)
-}
-
-/// Checks the path of `spec`'s workspace, if it has one, and packs it as
-/// task `id`'s (off the async threads); returns the tar. The bounds it was
-/// checked against go into the spec, for a retry that copies it again.
-pub(super) async fn pack_submitted(
-    cfg: &Config,
-    prompt: &Path,
-    spec: &mut TaskSpec,
-    args: &PromptArgs,
-    id: TaskId,
-) -> Result<Option<PathBuf>, CommandError> {
-    let Some(ws) = &spec.workspace else {
-        return Ok(None);
-    };
-    let bounds = inputs::Bounds::of_prompt(prompt, args.allow_workspace_outside)
-        .map_err(CommandError::Refused)?;
-    spec.workspace_under = Some(bounds.under.clone().unwrap_or_else(|| "/".into()));
-    let (cfg, ws) = (cfg.clone(), ws.clone());
-    let include_ignored = spec.workspace_include_ignored;
-    let tar =
-        tokio::task::spawn_blocking(move || inputs::pack(&cfg, &ws, &bounds, id, include_ignored))
-            .await
-            .map_err(|e| CommandError::panicked("packing", e))??;
-    Ok(Some(tar))
+    Ok(submit_spec(cfg, prompt, spec, &args.submit()).await?)
 }
 
 #[cfg(test)]

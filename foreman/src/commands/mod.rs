@@ -5,12 +5,10 @@
 mod attach;
 mod build;
 mod build_agent;
-mod children;
 mod common;
 mod copy;
 mod doctor;
 mod dry_run;
-mod error;
 mod eval;
 mod eval_progress;
 mod eval_runs;
@@ -22,35 +20,29 @@ mod overrides;
 mod report;
 mod run;
 mod serve;
-mod steps;
 mod task;
 mod trajectory;
 
-use common::{
-    exit_for, open_existing_store, pack_submitted, require_image, spec_for, submit_prompt,
-};
+use crate::ops::open_existing_store;
+use common::{exit_for, spec_for, submit_prompt};
 use dry_run::dry_run;
 use serve::{context, signals};
 
+pub(crate) use crate::ops::open_store;
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
-pub(crate) use children::submit_child;
-pub(crate) use common::{open_store, prepare_results_dir, spec_for_text, submit_spec};
+pub(crate) use common::prepare_results_dir;
 pub(crate) use doctor::doctor;
-pub(crate) use error::CommandError;
 pub(crate) use eval::eval;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;
 pub(crate) use human::{
-    Steer, answer, approve, breakpoint, deny, inject, pause, resume, steer, step, step_override,
-    who,
+    answer, approve, breakpoint, deny, inject, pause, resume, step, step_override,
 };
 pub(crate) use metrics::metrics;
 pub(crate) use overrides::override_outcome;
 pub(crate) use report::{diff, report};
 pub(crate) use run::run;
 pub(crate) use serve::serve;
-pub(crate) use task::{
-    EventPage, cancel, logs, results, retry, retry_task, status, submit, task_view,
-};
+pub(crate) use task::{cancel, logs, results, retry, status, submit};
 pub(crate) use trajectory::trajectory;

@@ -12,6 +12,8 @@ use crate::output::TaskView;
 use crate::reconciler::{self, ServeOptions};
 
 use super::*;
+use crate::ops::steer;
+use crate::ops::who;
 
 pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.prompt_args.dry_run {
@@ -232,15 +234,9 @@ fn prompt(cfg: &Config, id: TaskId, waiting: &saheeli_protocol::human::Waiting) 
         },
     };
     let done = open_existing_store(cfg).and_then(|mut s| {
-        let by = super::human::who();
-        let reply = super::human::Steer::Reply(act);
-        Ok(super::human::steer(
-            cfg,
-            &mut s,
-            &id.to_string(),
-            reply,
-            &by,
-        )?)
+        let by = who();
+        let reply = crate::ops::Steer::Reply(act);
+        Ok(steer(cfg, &mut s, &id.to_string(), reply, &by)?)
     });
     match done {
         Ok(msg) => eprintln!("{msg}"),

@@ -7,16 +7,19 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
-use saheeli_protocol::{TaskId, paths};
+use saheeli_protocol::paths;
 
-use crate::cli::{EVENTS_SHOWN, IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArgs};
+use crate::cli::{IdArgs, LogsArgs, ResultsArgs, RetryArgs, StatusArgs, SubmitArgs};
+use crate::collect;
 use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
-use crate::store::{StoreError, TaskRow};
-use crate::{collect, inputs};
 
 use super::*;
+use crate::ops::EventPage;
+use crate::ops::retry_task;
+use crate::ops::submit_child;
+use crate::ops::task_view;
 
 pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     if args.prompt_args.dry_run {
@@ -25,7 +28,7 @@ pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<Exi
     let id = match &args.parent {
         Some(parent) => {
             let spec = spec_for(cfg, &args.prompt, &args.prompt_args)?;
-            submit_child(cfg, &args.prompt, spec, &args.prompt_args, parent).await?
+            submit_child(cfg, &args.prompt, spec, &args.prompt_args.submit(), parent).await?
         }
         None => submit_prompt(cfg, &args.prompt, &args.prompt_args).await?,
     };
@@ -148,70 +151,6 @@ fn tree_of(store: &crate::store::Store, id: Option<&str>, limit: usize) -> anyho
         }
     };
     output::tree_text(store, &roots)
-}
-
-/// Which of a task's events a view shows: up to `limit` below `before`
-/// (None: the newest).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct EventPage {
-    pub before: Option<i64>,
-    pub limit: usize,
-}
-
-impl EventPage {
-    /// Events a view shows unless asked for others ([`EVENTS_SHOWN`]).
-    pub const DEFAULT_LIMIT: usize = EVENTS_SHOWN;
-
-    /// The newest [`EventPage::DEFAULT_LIMIT`] events.
-    pub fn newest() -> EventPage {
-        EventPage {
-            before: None,
-            limit: Self::DEFAULT_LIMIT,
-        }
-    }
-}
-
-/// One task with a page of its events and its attempts: `task status ID
-/// --json`, and the HTTP API's `GET /api/tasks/{id}`.
-pub(crate) fn task_view(
-    store: &crate::store::Store,
-    id_or_prefix: &str,
-    page: EventPage,
-) -> Result<TaskView, StoreError> {
-    let t = store.require(id_or_prefix)?;
-    let (mut events, total) = store.events_page(t.id, page.before, page.limit)?;
-    // Older ones exist when the page is full and its oldest is not the first.
-    let before = events
-        .last()
-        .map(|e| e.seq)
-        .filter(|_| events.len() == page.limit)
-        .filter(|&seq| {
-            store
-                .events_page(t.id, Some(seq), 1)
-                .is_ok_and(|(older, _)| !older.is_empty())
-        });
-    events.reverse();
-    let attempts = store.attempts(t.id)?;
-    let steps = crate::store::step_status_with(
-        &t.spec.steps,
-        &store.steps_done(t.id)?,
-        &store.step_overrides(t.id)?,
-    );
-    let mut view = TaskView::new(&t, Some(&events));
-    view.events_total = Some(total);
-    view.events_before = before;
-    view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());
-    let starts = store.step_starts(t.id)?;
-    let breakpoints = store.breakpoints(t.id, &t.spec.steps)?;
-    view.template_steps = Some(
-        steps
-            .iter()
-            .map(|s| output::StepView::new(s).with_controls(&starts, &breakpoints))
-            .collect(),
-    );
-    view.webhooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
-    (view.parent, view.children, view.tree) = output::family(store, &t)?;
-    Ok(view)
 }
 
 pub(crate) async fn logs(cfg: &Config, args: LogsArgs) -> anyhow::Result<ExitCode> {
@@ -396,70 +335,4 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
         outln!("{}", retried.id);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A task queued again by [`retry_task`].
-pub(crate) struct Retried {
-    pub id: TaskId,
-    pub retry_of: TaskId,
-    /// Something the person should know (the workspace was copied anew).
-    pub note: Option<String>,
-}
-
-/// Queues an ended task's prompt again as a new task (`task retry`, and
-/// the HTTP API's retry).
-pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> Result<Retried, CommandError> {
-    let mut store = open_existing_store(cfg).map_err(CommandError::Internal)?;
-    let old: TaskRow = store.require(id_or_prefix)?;
-    if !old.state.is_terminal() {
-        return Err(CommandError::WrongState(format!(
-            "task `{}` is {}; only an ended task can be retried (wait for it, or `saheeli task cancel {}` first)",
-            old.id,
-            old.state,
-            old.id.short()
-        )));
-    }
-    let id = TaskId::new();
-    let state_dir = cfg.state_dir();
-    let had_copy = inputs::workspace_tar(&state_dir, old.id).is_file();
-    let mut note = None;
-    if had_copy {
-        let (from, state_dir) = (old.id, state_dir.clone());
-        tokio::task::spawn_blocking(move || inputs::copy_workspace(&state_dir, from, id))
-            .await
-            .map_err(|e| CommandError::panicked("copying", e))?
-            .map_err(CommandError::Internal)?;
-    } else if let Some(ws) = &old.spec.workspace {
-        if ws.is_relative() {
-            // A child's files, sent by its parent: packed at spawn, and
-            // named by no directory (`spawned-by-…`).
-            return Err(CommandError::Refused(anyhow::anyhow!(
-                "task `{}` was spawned with files from its parent, and its copy of them is \
-                 gone now that it has run; spawn it again from its parent",
-                old.id
-            )));
-        }
-        // The submitted copy is deleted once a task's workspace is
-        // collected: copy the directory again, under the same rules, and
-        // within the same bounds it was checked against then (N19).
-        let bounds = inputs::bounds_of(&old.spec).map_err(CommandError::Refused)?;
-        let (cfg2, ws2, include) = (cfg.clone(), ws.clone(), old.spec.workspace_include_ignored);
-        tokio::task::spawn_blocking(move || inputs::pack(&cfg2, &ws2, &bounds, id, include))
-            .await
-            .map_err(|e| CommandError::panicked("packing", e))??;
-        note = Some(format!(
-            "task `{}` has run, so its submitted workspace is gone; copied `{}` again as it is now",
-            old.id,
-            ws.display()
-        ));
-    }
-    if let Err(e) = store.retry(old.id, id) {
-        inputs::remove_workspace(&state_dir, id).await;
-        return Err(e.into());
-    }
-    Ok(Retried {
-        id,
-        retry_of: old.id,
-        note,
-    })
 }

@@ -11,8 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::cli::PromptArgs;
-use crate::commands::{self, CommandError, Steer};
+use crate::ops::{self, Steer, Submit};
 use crate::output::TaskView;
 use crate::state::TaskState;
 use crate::store::HumanAct;
@@ -28,7 +27,7 @@ type ApiResult<T> = Result<T, ApiError>;
 
 /// Who acted, as the events record it: the serving user, through the web.
 fn who() -> String {
-    format!("{} (http)", commands::who())
+    format!("{} (http)", ops::who())
 }
 
 /// `GET /api/foreman`: the serving foreman's footer, as `task status`
@@ -123,19 +122,17 @@ pub(super) async fn show(
     query: Result<Query<ShowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<TaskView>> {
     let Query(q) = query.map_err(|e| ApiError::bad_input(e.body_text()))?;
-    let limit = q.limit.unwrap_or(commands::EventPage::DEFAULT_LIMIT);
+    let limit = q.limit.unwrap_or(ops::EventPage::DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_EVENTS {
         return Err(ApiError::bad_input(format!(
             "`limit` must be 1 to {MAX_EVENTS}"
         )));
     }
-    let page = commands::EventPage {
+    let page = ops::EventPage {
         before: q.events_before,
         limit,
     };
-    Ok(Json(
-        web.db(move |s| commands::task_view(s, &id, page)).await?,
-    ))
+    Ok(Json(web.db(move |s| ops::task_view(s, &id, page)).await?))
 }
 
 /// `POST /api/tasks`'s body.
@@ -195,26 +192,26 @@ pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<
         ))
     })?;
     let path = prompt_path(&web, body.name.as_deref())?;
-    let args = PromptArgs {
+    let args = Submit {
         params: body.params,
         priority: body.priority,
         no_human: body.no_human,
         plan_only: body.plan_only,
-        ..PromptArgs::default()
+        ..Submit::default()
     };
     let cfg = web.cfg.clone();
     let (path2, text) = (path.clone(), body.prompt);
     let (spec, args) = tokio::task::spawn_blocking(move || {
-        commands::spec_for_text(&cfg, &path2, &text, &args).map(|s| (s, args))
+        ops::spec_for_text(&cfg, &path2, &text, &args).map(|s| (s, args))
     })
     .await
     .map_err(|e| ApiError::internal(format!("validating thread panicked: {e}")))??;
     let id = match &body.parent {
-        Some(parent) => commands::submit_child(&web.cfg, &path, spec, &args, parent).await?,
-        None => commands::submit_spec(&web.cfg, &path, spec, &args).await?,
+        Some(parent) => ops::submit_child(&web.cfg, &path, spec, &args, parent).await?,
+        None => ops::submit_spec(&web.cfg, &path, spec, &args).await?,
     };
     let view = web
-        .db(move |s| commands::task_view(s, &id.to_string(), commands::EventPage::newest()))
+        .db(move |s| ops::task_view(s, &id.to_string(), ops::EventPage::newest()))
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -245,7 +242,7 @@ const ACTIONS: &str =
 
 /// `step-override`'s body: `{"step": NAME, "state": "done" | "skipped", "reason": TEXT}`.
 fn step_override_of(b: ActBody) -> ApiResult<Steer> {
-    use crate::cli::StepOverrideState;
+    use crate::ops::StepOverrideState;
     let step = required(b.step, "step", "step-override")?;
     let state = match b.state.as_deref() {
         Some("done") => StepOverrideState::Done,
@@ -323,10 +320,10 @@ pub(super) async fn act(
 ) -> ApiResult<Json<Value>> {
     let b: ActBody = json_body(&body)?;
     let Some(steer) = steer_of(&action, b)? else {
-        let r = commands::retry_task(&web.cfg, &id).await?;
+        let r = ops::retry_task(&web.cfg, &id).await?;
         let new = r.id.to_string();
         let view = web
-            .db(move |s| commands::task_view(s, &new, commands::EventPage::newest()))
+            .db(move |s| ops::task_view(s, &new, ops::EventPage::newest()))
             .await?;
         return Ok(Json(json!({
             "id": r.id.to_string(),
@@ -338,11 +335,8 @@ pub(super) async fn act(
     let cfg = web.cfg.clone();
     let (message, view) = web
         .db(move |s| {
-            let message = commands::steer(&cfg, s, &id, steer, &who())?;
-            Ok::<_, CommandError>((
-                message,
-                commands::task_view(s, &id, commands::EventPage::newest())?,
-            ))
+            let message = ops::steer(&cfg, s, &id, steer, &who())?;
+            Ok::<_, ops::Error>((message, ops::task_view(s, &id, ops::EventPage::newest())?))
         })
         .await?;
     Ok(Json(json!({"message": message, "task": view})))

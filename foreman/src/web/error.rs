@@ -6,14 +6,14 @@
 //! or the disk is Saheeli's, never blamed on the request.
 //!
 //! Every cause arrives typed (`StoreError`, `DbError`, `DeskError`,
-//! `commands::CommandError`, sorted where it arose); nothing here reads an
+//! `ops::Error`, sorted where it arose); nothing here reads an
 //! error's type back from a chain.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::commands::CommandError;
+use crate::ops::Error as CommandError;
 use crate::store::{DbError, DeskError, StoreError};
 
 /// One refused or failed request.
@@ -122,7 +122,7 @@ impl From<DeskError> for ApiError {
 }
 
 /// What the CLI would print as `error: …`, with the status its cause
-/// means (sorted where it arose: see `commands::CommandError`).
+/// means (sorted where it arose: see `ops::Error`).
 impl From<CommandError> for ApiError {
     fn from(e: CommandError) -> ApiError {
         match e {
@@ -233,9 +233,8 @@ mod tests {
         };
         let text = "---\nmodel: replay:missing.json\n---\nDo X.\n";
         let prompt = dir.path().join("prompt.md");
-        let args = crate::cli::PromptArgs::default();
-        let e =
-            ApiError::from(crate::commands::spec_for_text(&cfg, &prompt, text, &args).unwrap_err());
+        let args = crate::ops::Submit::default();
+        let e = ApiError::from(crate::ops::spec_for_text(&cfg, &prompt, text, &args).unwrap_err());
         assert_eq!((e.status, e.kind), (StatusCode::BAD_REQUEST, "bad_input"));
         assert!(e.message.contains("missing.json"), "{}", e.message);
     }

@@ -144,7 +144,7 @@ pub(crate) async fn start(
     ctx: &Ctx,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let store = crate::commands::open_store(&ctx.cfg)?;
+    let store = crate::ops::open_store(&ctx.cfg)?;
     let web = Arc::new(Web {
         cfg: ctx.cfg.clone(),
         store: Arc::new(Mutex::new(store)),

@@ -8,7 +8,7 @@ use crate::inputs::PackError;
 use crate::store::{DeskError, StoreError};
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CommandError {
+pub(crate) enum Error {
     /// The store refused or failed; its variant says which.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -27,22 +27,22 @@ pub(crate) enum CommandError {
     Internal(anyhow::Error),
 }
 
-impl CommandError {
+impl Error {
     /// A thread that ran part of the command died.
-    pub fn panicked(what: &str, e: tokio::task::JoinError) -> CommandError {
-        CommandError::Internal(anyhow::Error::from(e).context(format!("{what} thread panicked")))
+    pub fn panicked(what: &str, e: tokio::task::JoinError) -> Error {
+        Error::Internal(anyhow::Error::from(e).context(format!("{what} thread panicked")))
     }
 }
 
 /// A missing image an `agent:` names is the prompt's; the daemon's faults
 /// are ours.
-impl From<EngineError> for CommandError {
-    fn from(e: EngineError) -> CommandError {
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Error {
         match e {
-            EngineError::ImageMissing(e) => CommandError::Refused(e),
-            EngineError::Unreachable { error, .. } => CommandError::Internal(error),
-            EngineError::Gone(what) => CommandError::Internal(anyhow::anyhow!(what)),
-            EngineError::Other(e) => CommandError::Internal(e),
+            EngineError::ImageMissing(e) => Error::Refused(e),
+            EngineError::Unreachable { error, .. } => Error::Internal(error),
+            EngineError::Gone(what) => Error::Internal(anyhow::anyhow!(what)),
+            EngineError::Other(e) => Error::Internal(e),
         }
     }
 }
@@ -51,19 +51,19 @@ impl From<EngineError> for CommandError {
 /// in it that is not there or cannot be read as named, is the request's;
 /// any other failure to read or write (the inputs directory too) is the
 /// host's.
-impl From<PackError> for CommandError {
-    fn from(e: PackError) -> CommandError {
+impl From<PackError> for Error {
+    fn from(e: PackError) -> Error {
         let io = match e {
-            PackError::Outside(e) => return CommandError::Refused(e),
-            PackError::Inputs(e) => return CommandError::Internal(e),
+            PackError::Outside(e) => return Error::Refused(e),
+            PackError::Inputs(e) => return Error::Internal(e),
             PackError::TooLarge { .. } | PackError::Secret { .. } => None,
             PackError::Io { ref source, .. } => Some(source.kind()),
             PackError::Walk { ref source, .. } => source.io_error().map(std::io::Error::kind),
         };
         if io.is_some_and(|k| !the_callers(k)) {
-            CommandError::Internal(e.into())
+            Error::Internal(e.into())
         } else {
-            CommandError::Refused(e.into())
+            Error::Refused(e.into())
         }
     }
 }
@@ -77,10 +77,10 @@ fn the_callers(kind: std::io::ErrorKind) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
+    use crate::inputs::PackError;
     #[test]
     fn a_packing_failure_is_sorted_by_its_cause() {
-        let refused = |e: PackError| matches!(CommandError::from(e), CommandError::Refused(_));
+        let refused = |e: PackError| matches!(Error::from(e), Error::Refused(_));
         let dir = std::path::PathBuf::from("ws");
         assert!(refused(PackError::TooLarge {
             dir: dir.clone(),
@@ -96,9 +96,9 @@ mod tests {
 
     #[test]
     fn the_cli_reads_the_same_message() {
-        let e = CommandError::Refused(anyhow::anyhow!("too big").context("p.md"));
+        let e = Error::Refused(anyhow::anyhow!("too big").context("p.md"));
         assert_eq!(format!("{:#}", anyhow::Error::from(e)), "p.md: too big");
-        let e = CommandError::Store(StoreError::TaskNotFound("x".into()));
+        let e = Error::Store(StoreError::TaskNotFound("x".into()));
         assert!(
             format!("{:#}", anyhow::Error::from(e)).starts_with("no task with id `x`"),
             "as before"

@@ -9,13 +9,13 @@ use saheeli_protocol::template::Position;
 use crate::state::TaskState;
 use crate::store::{Store, TaskRow};
 
-use super::CommandError;
+use super::error::Error;
 
 /// The name of one of the task's steps, or an error listing them.
-fn known_step<'a>(t: &'a TaskRow, name: &str) -> Result<&'a str, CommandError> {
+fn known_step<'a>(t: &'a TaskRow, name: &str) -> Result<&'a str, Error> {
     let names: Vec<&str> = t.spec.steps.iter().map(|s| s.name.as_str()).collect();
     if names.is_empty() {
-        return Err(CommandError::Refused(anyhow::anyhow!(
+        return Err(Error::Refused(anyhow::anyhow!(
             "task `{}` has no template steps (its prompt declares no `steps:`)",
             t.id
         )));
@@ -25,7 +25,7 @@ fn known_step<'a>(t: &'a TaskRow, name: &str) -> Result<&'a str, CommandError> {
         .find(|n| **n == name.trim())
         .copied()
         .ok_or_else(|| {
-            CommandError::Refused(anyhow::anyhow!(
+            Error::Refused(anyhow::anyhow!(
                 "task `{}` has no step `{}`; its steps are: {}",
                 t.id,
                 crate::output::clean(name),
@@ -34,14 +34,14 @@ fn known_step<'a>(t: &'a TaskRow, name: &str) -> Result<&'a str, CommandError> {
         })
 }
 
-pub(super) fn breakpoint(
+pub(crate) fn breakpoint(
     store: &mut Store,
     t: &TaskRow,
     step: &str,
     position: Position,
     active: bool,
     by: &str,
-) -> Result<String, CommandError> {
+) -> Result<String, Error> {
     let name = known_step(t, step)?;
     store.set_breakpoint(t.id, name, position, active, by)?;
     let pos = position.as_str();
@@ -55,17 +55,17 @@ pub(super) fn breakpoint(
     })
 }
 
-pub(super) fn step_override(
+pub(crate) fn step_override(
     store: &mut Store,
     t: &TaskRow,
     step: &str,
-    state: crate::cli::StepOverrideState,
+    state: super::steer::StepOverrideState,
     reason: &str,
     by: &str,
-) -> Result<String, CommandError> {
+) -> Result<String, Error> {
     let name = known_step(t, step)?;
-    let reason = super::human::joined(&[reason.to_string()])
-        .map_err(|_| CommandError::Refused(anyhow::anyhow!("`--reason` is empty; say why")))?;
+    let reason = super::steer::joined(&[reason.to_string()])
+        .map_err(|_| Error::Refused(anyhow::anyhow!("`--reason` is empty; say why")))?;
     let was = store.step_override(t.id, name, state.as_str(), &reason, by)?;
     let told = if was == TaskState::Blocked {
         "the task is unblocked with it"
@@ -79,9 +79,9 @@ pub(super) fn step_override(
     ))
 }
 
-pub(super) fn step(store: &mut Store, t: &TaskRow, by: &str) -> Result<String, CommandError> {
+pub(crate) fn step(store: &mut Store, t: &TaskRow, by: &str) -> Result<String, Error> {
     if t.spec.steps.is_empty() {
-        return Err(CommandError::Refused(anyhow::anyhow!(
+        return Err(Error::Refused(anyhow::anyhow!(
             "task `{}` has no template steps to step through; use `saheeli task resume {}`",
             t.id,
             t.id

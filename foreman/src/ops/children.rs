@@ -7,12 +7,14 @@ use std::path::Path;
 
 use saheeli_protocol::TaskId;
 
-use crate::cli::PromptArgs;
+use super::error::Error;
+use super::submit::Submit;
 use crate::config::Config;
+use crate::ops::open_store;
+use crate::ops::pack_submitted;
+use crate::ops::require_image;
 use crate::spec::TaskSpec;
 use crate::store::{ParentBudget, SpawnAsk, Spawned, StoreError};
-
-use super::*;
 
 /// Queues `spec` (from `prompt`) as a child of `parent` (an id or a
 /// unique prefix); returns the new id. A parent that is not there, or
@@ -21,19 +23,16 @@ pub(crate) async fn submit_child(
     cfg: &Config,
     prompt: &Path,
     mut spec: TaskSpec,
-    args: &PromptArgs,
+    args: &Submit,
     parent: &str,
-) -> Result<TaskId, CommandError> {
+) -> Result<TaskId, Error> {
     let id = TaskId::new();
     require_image(cfg, prompt, &spec.agent).await?;
-    let parent_row = match open_store(cfg)
-        .map_err(CommandError::Internal)?
-        .require(parent)
-    {
+    let parent_row = match open_store(cfg).map_err(Error::Internal)?.require(parent) {
         Ok(row) => row,
         Err(e @ (StoreError::TaskNotFound(_) | StoreError::Ambiguous { .. })) => {
             let e = anyhow::Error::from(e).context(format!("the parent task `{parent}`"));
-            return Err(CommandError::Refused(e));
+            return Err(Error::Refused(e));
         }
         Err(e) => return Err(e.into()),
     };
@@ -53,11 +52,11 @@ pub(crate) async fn submit_child(
     };
     let priority = args.priority.or(spec.priority).unwrap_or(0);
     let queued = open_store(cfg)
-        .map_err(CommandError::Internal)
+        .map_err(Error::Internal)
         .and_then(|mut store| Ok(store.spawn_child(id, spec, priority, &ask)?));
     let outcome = match queued {
         Ok(Spawned::New { id, .. }) => Ok(id),
-        Ok(Spawned::Refused(why)) => Err(CommandError::Refused(anyhow::anyhow!(
+        Ok(Spawned::Refused(why)) => Err(Error::Refused(anyhow::anyhow!(
             "task {} cannot take this child: {why}",
             parent_row.id
         ))),

@@ -1,0 +1,26 @@
+//! What the CLI, the HTTP API, the task routes and the supervisor do
+//! alike, below all of them: submitting a task (`submit`, `children` for
+//! a person's child task), steering one (`steer`, `steps`), retrying one
+//! (`retry`), showing one (`view`), opening the database (`store`). Each
+//! takes plain request types (never clap's), and fails with [`Error`],
+//! sorted where it failed so that the API answers by its variant and the
+//! CLI prints it.
+
+mod children;
+mod error;
+mod retry;
+mod steer;
+mod steps;
+mod store;
+mod submit;
+mod view;
+
+pub(crate) use children::submit_child;
+pub(crate) use error::Error;
+pub(crate) use retry::retry_task;
+#[cfg(test)]
+pub(crate) use steer::user_name;
+pub(crate) use steer::{Steer, StepOverrideState, joined, os_user, steer, who};
+pub(crate) use store::{narrow, open_existing_store, open_store};
+pub(crate) use submit::{Submit, pack_submitted, require_image, spec_for_text, submit_spec};
+pub(crate) use view::{EVENTS_SHOWN, EventPage, task_view};
