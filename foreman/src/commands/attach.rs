@@ -21,7 +21,7 @@ use crate::output;
 use crate::store::{HumanAct, Store};
 
 use super::human::{Steer, steer, who};
-use super::*;
+use super::{exit_for, open_existing_store};
 
 const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | skip STEP REASON | done STEP REASON | detach";
 

@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::spec::TaskSpec;
 use crate::store::{ParentBudget, SpawnAsk, Spawned, StoreError};
 
-use super::*;
+use super::{CommandError, open_store, pack_submitted, require_image};
 
 /// Queues `spec` (from `prompt`) as a child of `parent` (an id or a
 /// unique prefix); returns the new id. A parent that is not there, or

@@ -16,7 +16,7 @@ use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{HumanAct, Store};
 
-use super::*;
+use super::{CommandError, open_existing_store};
 
 /// Who is acting: the OS user (as `task override` records it).
 pub(crate) fn who() -> String {

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
 
-use super::*;
+use super::open_existing_store;
 
 /// Longest `--reason` kept (it is shown in tables and the detail view).
 const MAX_REASON: usize = 1000;

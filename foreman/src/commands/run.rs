@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::output::TaskView;
 use crate::reconciler::{self, ServeOptions};
 
-use super::*;
+use super::{context, dry_run, exit_for, open_existing_store, open_store, signals, submit_prompt};
 
 pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.prompt_args.dry_run {

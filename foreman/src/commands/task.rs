@@ -16,7 +16,10 @@ use crate::state::TaskState;
 use crate::store::{StoreError, TaskRow};
 use crate::{collect, inputs};
 
-use super::*;
+use super::{
+    CommandError, dry_run, exit_for, open_existing_store, open_store, spec_for, submit_child,
+    submit_prompt,
+};
 
 pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     if args.prompt_args.dry_run {
