@@ -14,7 +14,7 @@ use futures_util::stream::BoxStream;
 use saheeli_protocol::TaskId;
 
 use super::TaskEngine;
-use super::facts::*;
+use super::facts::{Collected, EngineError, Found, Launched, Phase, Prepared, Reach, Servo, Stop};
 #[cfg(test)]
 use super::fake::{Fake, FakePhases};
 use super::local::{Local, LocalLeftovers, LocalPhases};

@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::Context;
 
-use super::*;
+use super::{Collected, Dir, collect_into, is_link_or_not_dir, sparse};
 
 /// Reads pieces of an archive sent from the async side.
 pub(crate) struct ChannelReader {
@@ -274,8 +274,8 @@ pub(super) fn confined(raw: &Path) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod properties {
-    use super::tests::archive;
     use super::*;
+    use crate::collect::tests::archive;
     use proptest::prelude::*;
     use std::fs;
 

@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use crate::config::Config;
 
-use super::*;
+use super::{Dir, redact_tree};
 
 /// What was collected.
 #[derive(Debug, Default)]

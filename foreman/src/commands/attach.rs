@@ -21,7 +21,8 @@ use crate::ops::StepOverrideState;
 use crate::output;
 use crate::store::{HumanAct, Store};
 
-use super::*;
+use super::exit_for;
+use crate::ops::open_existing_store;
 use crate::ops::{Steer, steer, who};
 
 const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | skip STEP REASON | done STEP REASON | detach";

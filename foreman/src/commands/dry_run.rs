@@ -16,7 +16,7 @@ use crate::output::{DryRunView, DryWorkspace};
 use crate::spec::{self, TaskSpec};
 use crate::{docker, inputs};
 
-use super::*;
+use super::spec_for;
 
 pub(super) async fn dry_run(
     cfg: &Config,

@@ -25,7 +25,7 @@ use crate::reconciler::{self, ServeOptions};
 use crate::spec::TaskSpec;
 use crate::store::{EvalRunRow, Store, now_ms};
 
-use super::*;
+use super::{context, open_existing_store, open_store, signals};
 
 /// How often the eval process renews its hold on the run, and how long
 /// a hold lasts without renewal.

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::eval::{self, Suite};
 
-use super::*;
+use super::open_store;
 
 /// How often the cases' tasks are looked at.
 const LOOK: Duration = Duration::from_millis(300);

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::eval::{self, EvalReport};
 use crate::store::{EvalRunRow, now_ms};
 
-use super::*;
+use super::{open_existing_store, open_store};
 
 /// One run as `eval list --json` prints it.
 #[derive(Debug, Serialize)]

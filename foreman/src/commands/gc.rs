@@ -6,7 +6,7 @@ use crate::cli::GcArgs;
 use crate::config::Config;
 use crate::docker;
 
-use super::*;
+use super::open_existing_store;
 
 pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
     if let (crate::config::BackendKind::Swarm, Some(swarm)) = (cfg.file.backend, &cfg.file.swarm) {

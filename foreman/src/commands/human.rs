@@ -11,9 +11,9 @@ use crate::cli::{ApproveArgs, DenyArgs, IdArgs, TextArgs};
 use crate::config::Config;
 use crate::store::HumanAct;
 
-use super::*;
 use crate::ops::Steer;
 use crate::ops::joined;
+use crate::ops::open_existing_store;
 use crate::ops::steer;
 use crate::ops::who;
 

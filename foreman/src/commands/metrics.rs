@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use crate::config::{Config, Providers};
 use crate::metrics::{Metrics, Source};
 
-use super::*;
+use super::open_existing_store;
 
 /// Prints the exposition read from the database. The in-process
 /// instruments are empty here (no foreman ran in this process); the first

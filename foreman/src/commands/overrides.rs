@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
 
-use super::*;
+use crate::ops::open_existing_store;
 use crate::ops::os_user;
 
 /// Longest `--reason` kept (it is shown in tables and the detail view).

@@ -15,7 +15,7 @@ use crate::output::printable;
 use crate::report::{PATCH, REPORT};
 use crate::store::TaskRow;
 
-use super::*;
+use super::open_existing_store;
 
 /// `task diff ID`: the task's changes as a patch for `git apply`.
 pub(crate) async fn diff(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {

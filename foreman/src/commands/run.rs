@@ -11,7 +11,13 @@ use crate::config::Config;
 use crate::output::TaskView;
 use crate::reconciler::{self, ServeOptions};
 
-use super::*;
+use super::context;
+use super::dry_run;
+use super::exit_for;
+use super::signals;
+use super::submit_prompt;
+use crate::ops::open_existing_store;
+use crate::ops::open_store;
 use crate::ops::steer;
 use crate::ops::who;
 

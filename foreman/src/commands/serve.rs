@@ -14,7 +14,7 @@ use crate::reconciler::{self, ServeOptions};
 use crate::state::TaskState;
 use crate::supervisor::Ctx;
 
-use super::*;
+use super::{open_store, prepare_results_dir};
 
 /// Raises this process's open-files limit to its hard limit. Each running
 /// task holds a few descriptors (its gateway's listener and connections,

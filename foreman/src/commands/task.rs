@@ -15,8 +15,13 @@ use crate::config::Config;
 use crate::output::{self, TaskView};
 use crate::state::TaskState;
 
-use super::*;
+use super::dry_run;
+use super::exit_for;
+use super::spec_for;
+use super::submit_prompt;
 use crate::ops::EventPage;
+use crate::ops::open_existing_store;
+use crate::ops::open_store;
 use crate::ops::retry_task;
 use crate::ops::submit_child;
 use crate::ops::task_view;

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use crate::cli::{TrajectoryArgs, TrajectoryFormat};
 use crate::config::Config;
 
-use super::*;
+use super::open_existing_store;
 
 /// Longest trajectory file read (the gateway stops writing at 64 MiB).
 const MAX_FILE: u64 = 80 * 1024 * 1024;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use saheeli_protocol::front_matter::{Memory, parse_duration_value};
 use serde::Deserialize;
 
-use super::*;
+use super::{Concurrency, Limits, PoolClass, REQUEUE_BACKOFF, TaskDefaults};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::*;
+use super::{BackendKind, ConfigFile};
 
 /// The parsed configuration, with paths made absolute.
 #[derive(Clone, Debug)]

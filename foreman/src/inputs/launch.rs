@@ -3,7 +3,7 @@
 
 use saheeli_protocol::ServoTask;
 
-use super::*;
+use super::AGENT_UID;
 
 /// `prompt.md` and `.saheeli/task.json` as a tar for /workspace.
 pub(crate) fn launch_tar(body: &str, task: &ServoTask) -> anyhow::Result<Vec<u8>> {

@@ -5,7 +5,7 @@
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::*;
+use super::AGENT_UID;
 
 /// Why a workspace was not packed.
 #[derive(Debug, thiserror::Error)]

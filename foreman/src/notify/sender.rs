@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 
 use crate::store::{Delivery, Store, now_ms};
 
-use super::*;
+use super::{body, sign};
 
 /// How often due deliveries are looked for.
 const TICK: Duration = Duration::from_millis(250);

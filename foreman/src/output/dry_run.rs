@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::spec::{Effective, ParamValue, Source, TaskSpec};
 
-use super::*;
+use super::clean;
 
 /// `--dry-run --json`.
 #[derive(Debug, Serialize)]

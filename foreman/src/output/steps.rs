@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::store::StepStatus;
 
-use super::*;
+use super::{clean, time};
 
 /// Longest evidence the text view shows of a step (`--json` has it all).
 const SHOWN_EVIDENCE: usize = 200;

@@ -8,7 +8,7 @@ use comfy_table::{ContentArrangement, Table};
 use crate::state::TaskState;
 use crate::store::{EventRow, Override, StepStatus, TaskRow, now_ms};
 
-use super::*;
+use super::{clean, duration_ms, time, waiting_line};
 
 /// `3s`, `4m`, `2h`, `5d`.
 pub(crate) fn short_duration(ms: i64) -> String {

@@ -8,7 +8,7 @@ use anyhow::bail;
 
 use crate::config::Config;
 
-use super::*;
+use super::{MAX_RETRIES, MAX_STEPS, MAX_TIMEOUT};
 
 /// Steps, time, retries and environment within their bounds.
 pub(super) fn check_run(

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use saheeli_protocol::front_matter::{FrontMatter, PromptFile};
 
-use super::*;
+use super::{
+    MissingParameters, ParamValue, apply_params, check_declarations, check_placeholders,
+    render_all, resolve, split_params,
+};
 
 /// Why a prompt does not make a task: the one cause a caller acts on
 /// (required parameters to ask for on a terminal) apart from the rest.

@@ -14,7 +14,11 @@ use crate::config::Config;
 
 use super::bounds::{check_max_cost, check_run, context_plan};
 use super::prompt::{SpecError, read_text, template, workspace_dir};
-use super::*;
+use super::{
+    Budget, MAX_TITLE, ParamValue, TaskSpec, Verification, agent, check_capabilities,
+    check_ceilings, check_delegate, check_gates, check_human, check_model, check_notify,
+    check_tools, default_title, read_replay, secret_forms,
+};
 
 impl TaskSpec {
     /// Reads and validates a prompt file. Nothing is written.

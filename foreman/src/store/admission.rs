@@ -4,7 +4,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::*;
+use super::{Result, Store};
 
 /// One foreman's admission state as last written.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,7 +11,7 @@ use saheeli_protocol::human::{Decision, Reply, Waiting};
 
 use crate::state::TaskState;
 
-use super::*;
+use super::Result;
 
 /// What `task resume` tells a blocked model.
 pub(crate) const RESUMED_TEXT: &str = "resumed without an answer: go on as far as you can, or end with task_complete saying what is missing";
@@ -61,6 +61,7 @@ mod tests {
     use super::super::tests::spec;
     use super::*;
     use crate::store::{DeskError, HumanAct};
+    use crate::store::{Lease, Store};
 
     fn lease() -> Lease {
         Lease {

@@ -17,7 +17,7 @@ use crate::task::TaskSpec;
 
 use super::carve::{Carved, ParentBudget, carve};
 use super::carved::carved;
-use super::*;
+use super::{ExecCached, Result, Store, TaskRow, current_state, insert_task, now_ms};
 
 /// What a spawn asks of the tree.
 #[derive(Clone, Debug, Default)]

@@ -11,7 +11,10 @@ use saheeli_protocol::human::{Decision, Reply, Waiting};
 
 use crate::state::TaskState;
 
-use super::*;
+use super::{
+    ExecCached, Lease, Result, Store, StoreError, current_state, enqueue_webhooks, held_state,
+    move_state, now_ms,
+};
 // Its old path, for the store's other parts.
 pub(super) use super::pause::requeue_if_parked;
 

@@ -6,7 +6,7 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
-use super::*;
+use super::{ExecCached, Result, Store, StoreError, insert_task, now_ms};
 use crate::task::TaskSpec;
 
 /// One row of `eval_runs`.

@@ -11,7 +11,7 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::human::Waiting;
 
 use super::desk::note_event;
-use super::*;
+use super::{ExecCached, Lease, Result, Store, StoreError, held_state, now_ms};
 
 /// Most event rows a task's gateway writes on its container's requests.
 /// Why this many: an honest servo writes one per question, template step

@@ -6,7 +6,7 @@ use saheeli_protocol::TaskId;
 
 use crate::state::{TaskState, sql_list};
 
-use super::*;
+use super::{Lease, Result, Store, StoreError, TaskRow, now_ms};
 
 impl Store {
     /// Confirms that this foreman still holds `id` and extends its lease;

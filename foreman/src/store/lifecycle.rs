@@ -8,7 +8,9 @@ use saheeli_protocol::TaskId;
 
 use crate::state::{TaskState, sql_list};
 
-use super::*;
+use super::{
+    ExecCached, Lease, Outcome, Result, Retry, Store, StoreError, insert_event, insert_task, now_ms,
+};
 
 impl Store {
     /// Applies a lifecycle transition of a task this foreman holds, checked

@@ -5,7 +5,7 @@ use saheeli_protocol::TaskId;
 
 use crate::state::{TaskState, sql_list};
 
-use super::*;
+use super::{COLUMNS, EventRow, Result, Store, StoreError, TaskRow, TrailRow, read_row};
 
 impl Store {
     /// A task's state now, by its full id.

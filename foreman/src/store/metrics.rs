@@ -10,7 +10,7 @@ use rusqlite::params;
 
 use crate::state::{TaskState, sql_list};
 
-use super::*;
+use super::{Result, Store};
 
 /// The end states of the lifecycle, as SQL.
 const TERMINAL: &str = "('complete', 'incomplete', 'failed', 'cancelled')";

@@ -9,7 +9,7 @@ use saheeli_protocol::human::Note;
 use crate::state::TaskState;
 
 use super::desk::{DeskError, note_event};
-use super::*;
+use super::{ExecCached, Lease, Result, Store, current_state, held_state, move_state, now_ms};
 
 impl Store {
     /// A message for the model, delivered before its next LLM call: the

@@ -8,7 +8,7 @@ use saheeli_protocol::TaskId;
 
 use crate::state::{TaskState, sql_list};
 
-use super::*;
+use super::{ExecCached, Result, Store, now_ms};
 
 /// One delivery to make, with the facts its body carries.
 #[derive(Clone, Debug, PartialEq)]

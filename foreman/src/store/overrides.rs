@@ -9,7 +9,7 @@ use saheeli_protocol::TaskId;
 
 use crate::state::TaskState;
 
-use super::*;
+use super::{ExecCached, Result, Store, StoreError, current_state, insert_event, now_ms};
 
 /// The outcomes a task may be given by hand.
 const TARGETS: &[TaskState] = &[TaskState::Complete, TaskState::Incomplete];

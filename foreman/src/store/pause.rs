@@ -9,7 +9,9 @@ use saheeli_protocol::TaskId;
 use crate::state::{TaskState, sql_list};
 
 use super::desk::{DeskError, note_event};
-use super::*;
+use super::{
+    ExecCached, Lease, Result, Store, TaskRow, current_state, held_state, move_state, now_ms,
+};
 
 impl Store {
     /// Asks the servo to pause before its next LLM call.

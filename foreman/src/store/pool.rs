@@ -6,7 +6,7 @@ use rusqlite::params;
 
 use crate::state::{TaskState, sql_list};
 
-use super::*;
+use super::{Result, Store};
 
 impl Store {
     /// Whether a task that has not ended records `container` as its own.

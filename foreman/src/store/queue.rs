@@ -6,7 +6,10 @@ use saheeli_protocol::TaskId;
 use crate::state::TaskState;
 use crate::task::TaskSpec;
 
-use super::*;
+use super::{
+    COLUMNS, ExecCached, Lease, Result, Store, StoreError, TaskRow, current_state, move_state,
+    now_ms, read_row,
+};
 
 impl Store {
     /// Queues a task and records its first event.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use rusqlite_migration::{M, Migrations};
 
-use super::*;
+use super::{Result, StoreError};
 
 pub(super) const MIGRATIONS: &[M<'static>] = &[
     M::up(

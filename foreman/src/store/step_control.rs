@@ -18,7 +18,9 @@ use saheeli_protocol::template::{Position, Step, StepHeld};
 use crate::state::TaskState;
 
 use super::desk::{DeskError, note_event, requeue_if_parked};
-use super::*;
+use super::{
+    ExecCached, Lease, Result, Store, current_state, enqueue_webhooks, held_state, now_ms,
+};
 
 /// What became of a servo's `step_start`.
 #[derive(Clone, Debug, PartialEq, Eq)]

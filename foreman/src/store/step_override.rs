@@ -10,7 +10,7 @@ use saheeli_protocol::TaskId;
 use crate::state::TaskState;
 
 use super::desk::{DeskError, note_event};
-use super::*;
+use super::{ExecCached, Result, Store, current_state, now_ms};
 
 /// One step a person overrode.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +111,7 @@ impl Store {
 mod tests {
     use super::super::tests::spec;
     use super::*;
+    use crate::store::step_status_with;
     use saheeli_protocol::template::Step;
 
     #[test]

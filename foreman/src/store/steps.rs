@@ -7,7 +7,7 @@ use saheeli_protocol::TaskId;
 use saheeli_protocol::template::{Step, StepHeld};
 
 use super::desk::note_event;
-use super::*;
+use super::{ExecCached, Lease, Result, Store, held_state, now_ms};
 
 /// A step marked done.
 #[derive(Clone, Debug, PartialEq, Eq)]

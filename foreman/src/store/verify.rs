@@ -8,7 +8,7 @@ use rusqlite::{TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::verify::{Check, CheckKind};
 
-use super::*;
+use super::{ExecCached, Lease, Result, Store, held_state, now_ms};
 
 const CHECK_COLUMNS: &str =
     "attempt, kind, command, exit_code, duration_ms, passed, output, limited, findings";

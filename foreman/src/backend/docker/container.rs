@@ -22,7 +22,7 @@ use saheeli_protocol::{TaskId, paths};
 
 use crate::spec::TaskSpec;
 
-use super::*;
+use super::{DockerOp, ImageMissing, WorkspaceMount, task_labels, timed};
 
 /// The capabilities a servo container starts with (and all it ever has).
 /// The servo keeps only CAP_SETUID/CAP_SETGID (permitted, not effective)

@@ -9,7 +9,7 @@ use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuil
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::*;
+use super::{DockerOp, timed};
 
 /// Fails with advice when the servo image is missing.
 pub(crate) async fn require_image(docker: &Docker, image: &str) -> anyhow::Result<()> {

@@ -8,7 +8,7 @@ use bollard::Docker;
 use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
 use saheeli_protocol::TaskId;
 
-use super::*;
+use super::{DockerOp, timed};
 
 /// The label every Saheeli container and volume carries.
 pub(crate) const TASK_LABEL: &str = "saheeli.task";

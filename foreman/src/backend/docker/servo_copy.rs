@@ -38,7 +38,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use tracing::{info, warn};
 
-use super::*;
+use super::{DockerOp, remove_container, timed};
 
 /// Where the servo is in every servo image (the image's entrypoint).
 pub(crate) const SERVO_PATH: &str = "/usr/local/bin/servo";

@@ -34,7 +34,7 @@ use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOpt
 use saheeli_protocol::{NetworkMode, TaskId, paths};
 use tracing::{debug, warn};
 
-use super::*;
+use super::{DockerOp, TASK_LABEL, WorkspaceMount, remove_container, task_labels, timed};
 
 /// The label saying what a container of a task is for (absent on the
 /// servo's own container).

@@ -10,7 +10,7 @@ use bollard::models::{Mount, MountType, MountVolumeOptions, VolumeCreateRequest}
 use bollard::query_parameters::RemoveVolumeOptionsBuilder;
 use saheeli_protocol::TaskId;
 
-use super::*;
+use super::{DockerOp, timed};
 
 pub(crate) fn volume_name(id: TaskId) -> String {
     format!("saheeli-{id}")
