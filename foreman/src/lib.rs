@@ -143,8 +143,6 @@ mod task;
 mod text;
 mod web;
 
-use backend::{disk, docker};
-
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -290,7 +290,7 @@ impl Engine {
     pub async fn recover_verify(&self, servo: &Servo) -> anyhow::Result<()> {
         match self {
             Engine::Local(l) => {
-                crate::docker::recover_verify(&l.docker, servo.task, &servo.id).await
+                crate::backend::docker::recover_verify(&l.docker, servo.task, &servo.id).await
             }
             Engine::Swarm(_) => {
                 self.task_engine(servo.task, &servo.prepared)

@@ -7,9 +7,9 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::backend::docker::{self, BuildProgress};
 use crate::cli::BuildServoArgs;
 use crate::config::Config;
-use crate::docker::{self, BuildProgress};
 
 /// Where the Dockerfile is: `--context`, else beside config.yaml, else `.`.
 pub(super) fn context_dir(cfg: &Config, args: &BuildServoArgs) -> anyhow::Result<PathBuf> {

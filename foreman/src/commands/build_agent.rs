@@ -14,9 +14,9 @@ use anyhow::{Context, bail};
 use saheeli_protocol::{Agent, AgentName};
 use sha2::Digest;
 
+use crate::backend::docker;
 use crate::cli::BuildServoArgs;
 use crate::config::Config;
-use crate::docker;
 
 /// The agents `which` names (`all`: every one but the built-in loop).
 fn chosen(which: &str) -> anyhow::Result<Vec<AgentName>> {

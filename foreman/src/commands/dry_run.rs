@@ -10,11 +10,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::backend::EngineError;
+use crate::backend::docker;
 use crate::cli::PromptArgs;
 use crate::config::Config;
+use crate::inputs;
 use crate::output::{DryRunView, DryWorkspace};
 use crate::spec::{self, TaskSpec};
-use crate::{docker, inputs};
 
 use super::spec_for;
 

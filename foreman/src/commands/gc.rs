@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
+use crate::backend::docker;
 use crate::cli::GcArgs;
 use crate::config::Config;
-use crate::docker;
 
 use super::open_existing_store;
 
@@ -41,14 +41,14 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
     }
     // Workspace images (bound straight into a task's container; through a
     // volume, listed above, by a foreman before issue 28's cut).
-    for (id, mnt) in crate::disk::present(&cfg.state_dir()) {
+    for (id, mnt) in crate::backend::disk::present(&cfg.state_dir()) {
         let task = id.to_string();
         if volumes.iter().any(|(_, t)| *t == task) || !ended(&task) {
             continue;
         }
         outln!("workspace image {} (task {task})", mnt.display());
         if !args.dry_run {
-            crate::disk::destroy(&mnt)?;
+            crate::backend::disk::destroy(&mnt)?;
         }
         removed += 1;
     }
@@ -65,7 +65,7 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
     // Slot workspaces whose container is gone (a minute old at least: a
     // serving foreman makes the directory just before the container).
     names.extend(
-        crate::disk::present_slots(&cfg.state_dir())
+        crate::backend::disk::present_slots(&cfg.state_dir())
             .into_iter()
             .filter(|(_, _, age)| *age >= crate::backend::ORPHAN_SLOT_AGE)
             .filter_map(|(slot, _, _)| crate::backend::slot_of(&slot)),

@@ -7,8 +7,8 @@
 
 use bollard::Docker;
 
+use crate::backend::docker;
 use crate::config::{BackendKind, Config};
-use crate::docker;
 use crate::store::TaskRow;
 
 /// How the live log of a task is reached.

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::docker;
 use crate::cli::ServeArgs;
 use crate::config::Config;
-use crate::docker;
 use crate::llm::Upstream;
 use crate::reconciler::{self, ServeOptions};
 use crate::state::TaskState;
@@ -104,7 +104,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         }
         _ => {
             match cfg.file.limits.disk_enforcement {
-                crate::config::DiskEnforcement::Loop => crate::disk::preflight()?,
+                crate::config::DiskEnforcement::Loop => crate::backend::disk::preflight()?,
                 crate::config::DiskEnforcement::Off => tracing::warn!(
                     "`limits.disk_enforcement: off`: workspaces have no size limit; an agent can fill this host's disk"
                 ),

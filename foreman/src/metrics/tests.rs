@@ -492,12 +492,13 @@ async fn docker_calls_are_timed_by_operation() {
     drop(Store::open(&db).unwrap());
     let m = Metrics::new(db, providers(), Source::Foreman);
     let (_, before) = parse(&m.scrape().await.unwrap());
-    let docker = crate::docker::connect()
+    let docker = crate::backend::docker::connect()
         .await
         .expect("these tests need a real Docker daemon");
-    let missing = crate::docker::require_image(&docker, "saheeli-metrics-test:absent").await;
+    let missing =
+        crate::backend::docker::require_image(&docker, "saheeli-metrics-test:absent").await;
     assert!(missing.is_err());
-    crate::docker::task_containers(&docker, TaskId::new())
+    crate::backend::docker::task_containers(&docker, TaskId::new())
         .await
         .unwrap();
     let (_, after) = parse(&m.scrape().await.unwrap());

@@ -57,8 +57,10 @@ pub(crate) async fn require_image(
         return Ok(());
     }
     let image = image_for(cfg, agent);
-    let docker = crate::docker::connect().await.map_err(EngineError::of)?;
-    if let Err(e) = crate::docker::require_image(&docker, &image).await {
+    let docker = crate::backend::docker::connect()
+        .await
+        .map_err(EngineError::of)?;
+    if let Err(e) = crate::backend::docker::require_image(&docker, &image).await {
         let build = match agent {
             Agent::Named(n) => format!("build it with `saheeli build-servo --agent {n}`"),
             Agent::Custom(_) => "build it, or set `agent.image`".to_string(),

@@ -27,7 +27,7 @@ use super::assess;
 use super::ctx::{Ctx, On};
 use super::verify_link::VerifyLink;
 use super::verify_tree;
-use crate::docker;
+use crate::backend::docker;
 use crate::inputs;
 use crate::llm::task::error_response;
 use crate::llm::task::json_response;

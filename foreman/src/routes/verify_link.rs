@@ -8,7 +8,7 @@ use std::time::Duration;
 use saheeli_protocol::TaskId;
 
 use crate::backend::TaskEngine;
-use crate::docker;
+use crate::backend::docker;
 use crate::inputs;
 
 /// What the verify route needs to check a task's work.

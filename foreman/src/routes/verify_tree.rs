@@ -32,7 +32,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::shadow::{self, Change, Look};
-use crate::docker;
+use crate::backend::docker;
 use crate::report::{MAX_COMPARED, Submitted, is_saheelis};
 
 /// Paths named in a refusal (the rest are counted).

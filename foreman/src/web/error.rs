@@ -257,7 +257,7 @@ mod tests {
         let e = DbError::from(StoreError::TaskNotFound("x".into()));
         assert_eq!(of(e), (StatusCode::NOT_FOUND, "not_found"));
         // A missing image an `agent:` names is the prompt's.
-        let missing = anyhow::Error::from(crate::docker::ImageMissing("x".into()));
+        let missing = anyhow::Error::from(crate::backend::docker::ImageMissing("x".into()));
         let e = CommandError::from(EngineError::of(missing));
         assert_eq!(of(e), (StatusCode::BAD_REQUEST, "bad_input"));
     }

@@ -22,7 +22,7 @@ pub(crate) enum WorkspaceMount {
     /// A named Docker volume: no size limit (`limits.disk_enforcement:
     /// off`), or one a foreman before issue 28's cut made.
     Volume(String),
-    /// The loop-mounted workspace image on this host (`crate::disk`),
+    /// The loop-mounted workspace image on this host (`crate::backend::disk`),
     /// bound directly: no volume between.
     Bind(std::path::PathBuf),
 }
@@ -126,7 +126,7 @@ pub(crate) async fn remove_volume(docker: &Docker, name: &str) -> anyhow::Result
     // leaves a labelled volume that the sweeper finds (destroying is
     // idempotent), never a mount that nothing points at any more.
     if let Some(mnt) = bound {
-        tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt))
+        tokio::task::spawn_blocking(move || crate::backend::disk::destroy(&mnt))
             .await
             .context("the workspace image thread panicked")?
             .with_context(|| format!("removing the workspace image of volume `{name}`"))?;

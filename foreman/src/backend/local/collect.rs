@@ -11,9 +11,9 @@ use saheeli_protocol::TaskId;
 use tracing::warn;
 
 use super::{DAEMON_PATIENCE, Local};
+use crate::backend::docker;
 use crate::backend::facts::{Collected, Servo, Workspace};
 use crate::collect;
-use crate::docker;
 use crate::metrics::CollectPath;
 
 impl Local {

@@ -9,8 +9,8 @@ use tracing::warn;
 use super::Local;
 use super::collect::copy_local;
 use super::pool::socket_name;
+use crate::backend::docker;
 use crate::backend::facts::{EngineError, Found, Prepared, Reach, Servo, ServoKind, Warm};
-use crate::docker;
 use crate::spec::TaskSpec;
 
 impl Local {

@@ -1,5 +1,5 @@
 //! Where a task's or warm servo's /workspace lives on this host: the
-//! loop-mounted image `crate::disk` makes, bound straight into the
+//! loop-mounted image `crate::backend::disk` makes, bound straight into the
 //! container (`limits.disk_enforcement: loop`, the default), or a named
 //! Docker volume (`off`). Either is named by the workspace's name, the
 //! task's volume name `saheeli-<id>` or the warm servo's `saheeli-pool-<hex>`,
@@ -14,8 +14,8 @@ use saheeli_protocol::TaskId;
 
 use super::Local;
 use super::pool::socket_name;
+use crate::backend::docker::{self, WorkspaceMount};
 use crate::config::{Config, DiskEnforcement};
-use crate::docker::{self, WorkspaceMount};
 
 /// The mount point of workspace `name`'s image (whether mounted or not);
 /// None: not a name of ours, or no images (`off`).
@@ -24,10 +24,10 @@ pub(super) fn image_mount(cfg: &Config, name: &str) -> Option<PathBuf> {
         return None;
     }
     let dir = match socket_name(name) {
-        Some(slot) => crate::disk::slot_dir(&cfg.state_dir(), &slot),
+        Some(slot) => crate::backend::disk::slot_dir(&cfg.state_dir(), &slot),
         None => {
             let id = name.strip_prefix("saheeli-")?.parse::<TaskId>().ok()?;
-            crate::disk::task_dir(&cfg.state_dir(), id)
+            crate::backend::disk::task_dir(&cfg.state_dir(), id)
         }
     };
     Some(dir.join("mnt"))
@@ -61,7 +61,7 @@ impl Local {
                 let dir = mnt.parent().context("a workspace mount has a parent")?;
                 let dir = dir.to_path_buf();
                 let mnt = tokio::task::spawn_blocking(move || {
-                    crate::disk::create_at(&state_dir, dir, bytes)
+                    crate::backend::disk::create_at(&state_dir, dir, bytes)
                 })
                 .await
                 .context("the workspace image thread panicked")??;
@@ -78,7 +78,7 @@ impl Local {
     /// removes its volume. Absent is fine.
     pub(super) async fn remove_home(&self, name: &str) -> anyhow::Result<()> {
         match self.image_mount(name) {
-            Some(mnt) => tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt))
+            Some(mnt) => tokio::task::spawn_blocking(move || crate::backend::disk::destroy(&mnt))
                 .await
                 .context("the workspace image thread panicked")?
                 .with_context(|| format!("removing the workspace image of `{name}`")),
@@ -91,7 +91,7 @@ impl Local {
     /// at a thousand tasks), else the volume's directory as the daemon says.
     pub(super) async fn workspace_dir(&self, name: &str) -> Option<PathBuf> {
         match self.image_mount(name) {
-            Some(mnt) => crate::disk::is_mounted(&mnt).ok()?.then_some(mnt),
+            Some(mnt) => crate::backend::disk::is_mounted(&mnt).ok()?.then_some(mnt),
             None => docker::local_volume_dir_named(&self.docker, name).await,
         }
     }

@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::Local;
 use super::pool::{Idle, ORPHAN_SLOT_AGE, Pool, remove_warm, slot_name, slot_of, socket_name};
-use crate::docker;
+use crate::backend::docker;
 use crate::door::WarmSocket;
 
 /// Whether admission lets the pool make servos now.
@@ -240,9 +240,10 @@ impl Local {
             .map(|o| (o.name, (o.owner, false)))
             .collect();
         let state_dir = self.cfg.state_dir();
-        let slots = tokio::task::spawn_blocking(move || crate::disk::present_slots(&state_dir))
-            .await
-            .unwrap_or_default();
+        let slots =
+            tokio::task::spawn_blocking(move || crate::backend::disk::present_slots(&state_dir))
+                .await
+                .unwrap_or_default();
         for (slot, _, age) in slots {
             if let Some(name) = slot_of(&slot)
                 && age >= ORPHAN_SLOT_AGE

@@ -9,9 +9,9 @@ use bollard::Docker;
 use saheeli_protocol::TaskId;
 
 use super::pool::Pool;
+use crate::backend::docker;
 use crate::backend::facts::{EngineError, Launched, Prepared, Reach, Servo, ServoKind};
 use crate::config::Config;
-use crate::docker;
 use crate::inputs;
 use crate::spec::TaskSpec;
 

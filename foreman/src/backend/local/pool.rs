@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use saheeli_protocol::TaskId;
 use tracing::{info, warn};
 
+use crate::backend::docker;
 use crate::backend::facts::Warm;
 use crate::config::{Concurrency, WarmClass, WarmNeeds, class_for};
-use crate::docker;
 use crate::door::WarmSocket;
 
 /// Container and volume names of warm servos start with this.
@@ -43,7 +43,7 @@ pub(crate) fn socket_name(name: &str) -> Option<String> {
 
 /// The warm servo's name whose socket directory (or workspace) is `slot`.
 pub(crate) fn slot_of(slot: &str) -> Option<String> {
-    crate::disk::is_slot(slot).then(|| format!("{POOL_PREFIX}{}", &slot[2..]))
+    crate::backend::disk::is_slot(slot).then(|| format!("{POOL_PREFIX}{}", &slot[2..]))
 }
 
 /// A slot's workspace is made a moment before its container: only one
@@ -250,7 +250,8 @@ pub(crate) async fn remove_warm(
     let image = socket_name(name).and_then(|_| super::home::image_mount(cfg, name));
     let images = image.is_some();
     if let Some(mnt) = image {
-        let destroyed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
+        let destroyed =
+            tokio::task::spawn_blocking(move || crate::backend::disk::destroy(&mnt)).await;
         if let Ok(Err(e)) = destroyed {
             warn!(servo = %name, error = %format!("{e:#}"), "warm servo's workspace image not removed");
         }

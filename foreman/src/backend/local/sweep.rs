@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashSet};
 use tracing::{info, warn};
 
 use super::Local;
-use crate::docker;
+use crate::backend::docker;
 
 /// What carries a task's label on this host.
 pub(crate) struct LocalLeftovers {
@@ -35,9 +35,10 @@ impl Local {
         // Workspace images not bound through a volume (every one since
         // issue 28's cut; an older foreman's went with its volume).
         let state_dir = self.cfg.state_dir();
-        let present = tokio::task::spawn_blocking(move || crate::disk::present(&state_dir))
-            .await
-            .unwrap_or_default();
+        let present =
+            tokio::task::spawn_blocking(move || crate::backend::disk::present(&state_dir))
+                .await
+                .unwrap_or_default();
         let images = present
             .into_iter()
             .filter(|(id, _)| !volumes.iter().any(|(_, t)| *t == id.to_string()))
@@ -68,7 +69,8 @@ impl Local {
                 continue;
             }
             info!(task_id = %id, "removing a leftover workspace image");
-            let removed = tokio::task::spawn_blocking(move || crate::disk::destroy(&mnt)).await;
+            let removed =
+                tokio::task::spawn_blocking(move || crate::backend::disk::destroy(&mnt)).await;
             if let Ok(Err(e)) = removed {
                 warn!(task_id = %id, error = %format!("{e:#}"), "workspace image not removed");
             }

@@ -9,8 +9,8 @@ use bollard::Docker;
 use tracing::warn;
 
 use super::{DAEMON_PATIENCE, Local};
+use crate::backend::docker;
 use crate::backend::facts::{EngineError, Phase, Servo, Stop};
-use crate::docker;
 
 /// How many times waiting is asked again after losing the daemon.
 const RECONNECTS: u32 = 5;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use bollard::Docker;
 use saheeli_protocol::TaskId;
 
-use crate::docker::TASK_LABEL;
+use crate::backend::docker::TASK_LABEL;
 
 use super::{Phase, node_engine, observe};
 
@@ -97,7 +97,7 @@ async fn running_container(d: &Docker, id: TaskId, name: &str) -> anyhow::Result
             let role = c
                 .labels
                 .as_ref()
-                .is_some_and(|l| l.contains_key(crate::docker::ROLE_LABEL));
+                .is_some_and(|l| l.contains_key(crate::backend::docker::ROLE_LABEL));
             !role
                 && c.names
                     .iter()
@@ -116,7 +116,7 @@ pub(crate) async fn oom_killed(
     container: &str,
 ) -> bool {
     match node_engine(manager, manager_addr, node).await {
-        Ok(d) => crate::docker::oom_killed(&d, container).await,
+        Ok(d) => crate::backend::docker::oom_killed(&d, container).await,
         Err(e) => {
             tracing::warn!(node, error = %format!("{e:#}"), "OOM not checked: node not reachable");
             false

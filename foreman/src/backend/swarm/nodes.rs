@@ -20,7 +20,7 @@ use bollard::query_parameters::{
 use saheeli_protocol::TaskId;
 use tracing::{debug, warn};
 
-use crate::docker::TASK_LABEL;
+use crate::backend::docker::TASK_LABEL;
 
 /// The engines of the swarm's reachable nodes, by hostname.
 pub(crate) async fn node_engines(
@@ -342,8 +342,8 @@ pub(crate) async fn remove_launch(
             format!("{TASK_LABEL}={}", l.task),
             format!(
                 "{}={}",
-                crate::docker::ROLE_LABEL,
-                crate::docker::VERIFY_ROLE
+                crate::backend::docker::ROLE_LABEL,
+                crate::backend::docker::VERIFY_ROLE
             ),
         ],
     )]);

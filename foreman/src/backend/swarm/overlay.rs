@@ -22,7 +22,7 @@ use bollard::models::{
 use bollard::query_parameters::UpdateServiceOptionsBuilder;
 use tracing::info;
 
-use crate::docker::ROLE_LABEL;
+use crate::backend::docker::ROLE_LABEL;
 
 /// Its `saheeli.role`.
 pub(crate) const OVERLAY_ROLE: &str = "overlay";

@@ -35,7 +35,7 @@ use bollard::models::{
 };
 use saheeli_protocol::remote::relay;
 
-use crate::docker::ROLE_LABEL;
+use crate::backend::docker::ROLE_LABEL;
 
 /// `swarm.network`'s value for jobs with no network.
 pub(crate) const NONE: &str = "none";

@@ -34,7 +34,7 @@ use bollard::models::{
 use saheeli_protocol::{TaskId, paths, remote};
 
 use super::LaunchObjects;
-use crate::docker::TASK_LABEL;
+use crate::backend::docker::TASK_LABEL;
 
 /// What a task's service needs besides its spec.
 pub(crate) struct ServicePlan<'a> {
@@ -181,7 +181,7 @@ pub(crate) fn service_spec(
         init: Some(true),
         capability_drop: Some(vec!["ALL".into()]),
         capability_add: Some(
-            crate::docker::CONTAINER_CAPS
+            crate::backend::docker::CONTAINER_CAPS
                 .iter()
                 .map(|c| c.to_string())
                 .collect(),

@@ -79,12 +79,15 @@ impl Swarm {
         {
             match how {
                 Stop::Term => {
-                    if crate::docker::stop(&d, &container, grace).await.is_ok() {
+                    if crate::backend::docker::stop(&d, &container, grace)
+                        .await
+                        .is_ok()
+                    {
                         return Ok(());
                     }
                 }
                 // Removing the service now would lose the upload under way.
-                Stop::Kill => return Ok(crate::docker::kill(&d, &container).await?),
+                Stop::Kill => return Ok(crate::backend::docker::kill(&d, &container).await?),
             }
         }
         self.manager
