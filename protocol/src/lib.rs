@@ -97,6 +97,12 @@ pub mod paths {
     pub fn session(task_id: &crate::TaskId) -> String {
         format!("servo-{task_id}-session.json")
     }
+
+    /// `servo-<task_id>-session.journal`: what the session gained since it
+    /// was last written whole (the servo's own; gone after a clean exit).
+    pub fn session_journal(task_id: &crate::TaskId) -> String {
+        format!("servo-{task_id}-session.journal")
+    }
 }
 
 /// Who is who inside a servo container: the servo and the agent never

@@ -69,39 +69,70 @@ impl Seal {
     }
 
     /// The session file's bytes, sealed when there is a key.
+    #[cfg(test)]
     pub fn seal(&self, session: &Session) -> Vec<u8> {
+        self.seal_head(session).0
+    }
+
+    /// The session file's bytes, and its seal ("" without a key): the head
+    /// its journal's first line chains from (`link`).
+    pub fn seal_head(&self, session: &Session) -> (Vec<u8>, String) {
         let mut value = serde_json::to_value(session).expect("sessions serialize");
-        if let (Some(key), Some(map)) = (&self.key, value.as_object_mut()) {
-            let mac = Self::mac(key, &serde_json::Value::Object(map.clone()));
-            map.insert(FIELD.into(), mac.into());
+        let mut head = String::new();
+        if let Some(key) = &self.key {
+            head = Self::mac(key, &value);
+            if let Some(map) = value.as_object_mut() {
+                map.insert(FIELD.into(), head.clone().into());
+            }
         }
-        serde_json::to_vec_pretty(&value).expect("sessions serialize")
+        let bytes = serde_json::to_vec_pretty(&value).expect("sessions serialize");
+        (bytes, head)
+    }
+
+    /// The MAC of a journal line's `body` chained to the line (or the
+    /// session file) before it, whose MAC is `head`: "-" without a key.
+    /// No line can be changed, dropped from the middle or moved.
+    pub fn link(&self, head: &str, body: &[u8]) -> String {
+        let Some(key) = &self.key else {
+            return "-".into();
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(head.as_bytes());
+        mac.update(b"\n");
+        mac.update(body);
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// Whether `mac` is `body`'s link to `head`.
+    pub fn links(&self, head: &str, body: &[u8], mac: &[u8]) -> bool {
+        same(self.link(head, body).as_bytes(), mac)
     }
 
     /// The session in `bytes`, if its seal holds (or there is no key and
     /// no seal to check).
+    #[cfg(test)]
     pub fn open(&self, bytes: &[u8]) -> Result<Session, String> {
+        self.open_head(bytes).map(|(s, _)| s)
+    }
+
+    /// The session in `bytes` and its seal ("" without a key), if it holds.
+    pub fn open_head(&self, bytes: &[u8]) -> Result<(Session, String), String> {
         let mut value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| format!("not a session: {e}"))?;
         let found = value
             .as_object_mut()
             .ok_or("not a session: not a JSON object")?
             .remove(FIELD);
+        let mut head = String::new();
         match (&self.key, found) {
             (Some(key), Some(serde_json::Value::String(mac))) => {
                 let want = Self::mac(key, &value);
-                // Both are hex of the same length; compare without an early out.
-                let same = want.len() == mac.len()
-                    && want
-                        .bytes()
-                        .zip(mac.bytes())
-                        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                        == 0;
-                if !same {
+                if !same(want.as_bytes(), mac.as_bytes()) {
                     return Err("its seal does not match: the file was changed outside the \
                                 servo, and it is not trusted"
                         .into());
                 }
+                head = mac;
             }
             (Some(_), _) => {
                 return Err(
@@ -115,8 +146,14 @@ impl Seal {
             }
             (None, None) => {}
         }
-        serde_json::from_value(value).map_err(|e| format!("not a session: {e}"))
+        let session = serde_json::from_value(value).map_err(|e| format!("not a session: {e}"))?;
+        Ok((session, head))
     }
+}
+
+/// Two hex MACs compared without an early out.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

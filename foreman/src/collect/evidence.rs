@@ -29,6 +29,7 @@ pub(super) fn names(dest: &Path) -> Vec<String> {
             "complete.json".into(),
             paths::audit_log(&id),
             paths::session(&id),
+            paths::session_journal(&id),
         ],
         None => Vec::new(),
     }
@@ -90,7 +91,7 @@ mod tests {
     fn the_evidence_sorts_first_and_the_cut_is_named() {
         let id = TaskId::new();
         let ev = names(&Path::new("/r").join(id.to_string()));
-        assert_eq!(ev.len(), 3);
+        assert_eq!(ev.len(), 4);
         assert!(names(Path::new("/r/not-an-id")).is_empty());
         let mut entries: Vec<(Vec<u8>, ())> = ["a", "big.bin", &ev[1], "complete.json", "z"]
             .iter()

@@ -48,7 +48,9 @@ pub(crate) struct Files<'a> {
 /// success signal and the collector's truncation marker.
 fn excluded(top: &[u8]) -> bool {
     let servo_file = top.starts_with(b"servo-")
-        && (top.ends_with(b"-audit.log") || top.ends_with(b"-session.json"));
+        && (top.ends_with(b"-audit.log")
+            || top.ends_with(b"-session.json")
+            || top.ends_with(b"-session.journal"));
     servo_file
         || matches!(
             top,

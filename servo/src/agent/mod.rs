@@ -18,6 +18,7 @@ mod delegate;
 mod delegate_files;
 mod gates;
 mod human;
+mod journal;
 mod park;
 mod pause;
 mod prompt;
@@ -74,6 +75,8 @@ pub(crate) struct Agent {
     clock: Clock,
     /// Seals the session file (a key only the servo and foreman hold).
     seal: crate::seal::Seal,
+    /// The session's journal between whole saves (saved through `&self`).
+    journal: std::cell::RefCell<journal::Journal>,
     /// What the model is sent of `messages` (issue 26), every compaction
     /// so far, and context-length errors in a row.
     context: saheeli_protocol::context::ContextState,
@@ -169,6 +172,7 @@ impl Agent {
             started: Instant::now(),
             clock: Clock::default(),
             seal,
+            journal: Default::default(),
             context: Default::default(),
             compactions: Vec::new(),
             context_errors: 0,

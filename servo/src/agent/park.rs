@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use saheeli_protocol::chat::ToolCall;
 use saheeli_protocol::human::Parked;
-use saheeli_protocol::{AuditEvent, ServoExit, Session, paths};
+use saheeli_protocol::{AuditEvent, ServoExit, paths};
 
 use super::{Agent, End};
 use crate::audit::now;
@@ -30,10 +30,19 @@ impl Agent {
         if !claims_parked {
             return Ok(());
         }
-        let session: Session = self
+        let (mut session, head) = self
             .seal
-            .open(&bytes)
+            .open_head(&bytes)
             .map_err(|e| format!("the parked session `{}`: {e}", path.display()))?;
+        // A start that went on from the park and was killed: its journal
+        // says so (`parked` gone), and the servo starts afresh as before.
+        let journal = self.root.join(paths::session_journal(&self.task.task_id));
+        if let Some(lines) = super::resume::read_session_file(&journal)? {
+            super::journal::apply(&mut session, head, &lines, &self.seal);
+            if session.parked.is_none() {
+                return Ok(());
+            }
+        }
         if session.parked.is_none() || session.task_id != self.task.task_id {
             return Err(format!(
                 "the parked session `{}` is not this task's",
@@ -119,7 +128,7 @@ impl Agent {
 
     pub(super) fn park(&mut self, step: u32, parked: Parked) -> End {
         self.human.parked = Some(parked);
-        self.save_session();
+        self.save_whole();
         self.audit.log(&AuditEvent::Parked { ts: now(), step });
         (ServoExit::Parked, None)
     }

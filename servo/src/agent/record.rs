@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use saheeli_protocol::{AuditEvent, Completion, ServoExit, Session, Timings, paths};
 use tracing::{info, warn};
 
+use super::journal::EntryRef;
 use super::{Agent, End};
 use crate::audit::now;
 
@@ -44,37 +45,76 @@ impl Agent {
         )
     }
 
-    /// Writes the session file whole (sealed, via a rename). The loop saves
-    /// it when a turn with tool calls arrives and after every step, so a
-    /// servo killed at any moment (OOM, `kill -9`) loses at most the step
-    /// in progress; and on every exit (SIGTERM included). Its cost per
-    /// step is in the bench's per-step figure ("audit and session writes").
+    /// Saves the session: what it gained since the last save, appended to
+    /// its journal (`journal`), or the file whole (sealed, via a rename)
+    /// when the journal cannot take it. The loop saves it when a turn with
+    /// tool calls arrives and after every step, so a servo killed at any
+    /// moment (OOM, `kill -9`) loses at most the step in progress; and
+    /// whole on every exit (SIGTERM included). Its cost per step is in the
+    /// bench's per-step figure ("audit and session writes").
     pub(super) fn save_session(&self) {
-        let session = Session {
-            task_id: self.task.task_id,
-            model: self.task.model.clone(),
-            steps: self.steps,
-            usage: self.usage,
-            messages: self.messages.clone(),
-            parked: self.human.parked.clone(),
-            active_ms: self.active().as_millis() as u64,
-            notes: self.human.notes.clone(),
-            plan_approved: self.human.plan_approved,
-            steps_started: self
-                .tools
-                .steps_started
-                .lock()
-                .unwrap()
-                .iter()
-                .cloned()
-                .collect(),
-            compactions: self.compactions.clone(),
-        };
+        self.save(false);
+    }
+
+    /// Writes the session file whole; on every exit.
+    pub(super) fn save_whole(&self) {
+        self.save(true);
+    }
+
+    fn save(&self, whole: bool) {
         let t0 = Instant::now();
-        let path = self.root.join(paths::session(&self.task.task_id));
-        let bytes = self.seal.seal(&session);
-        if let Err(e) = write_atomic(&path, &bytes) {
-            warn!(error = %e, "writing the session failed");
+        let steps_started: Vec<String> = self
+            .tools
+            .steps_started
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .collect();
+        let mut journal = self.journal.borrow_mut();
+        let appended = !whole
+            && journal.append(
+                &self.seal,
+                &self.messages,
+                self.compactions.len(),
+                EntryRef {
+                    from: 0,
+                    messages: &[],
+                    steps: self.steps,
+                    usage: self.usage,
+                    parked: self.human.parked.as_ref(),
+                    active_ms: self.active().as_millis() as u64,
+                    notes: &self.human.notes,
+                    plan_approved: self.human.plan_approved,
+                    steps_started: &steps_started,
+                },
+            );
+        if !appended {
+            let session = Session {
+                task_id: self.task.task_id,
+                model: self.task.model.clone(),
+                steps: self.steps,
+                usage: self.usage,
+                messages: self.messages.clone(),
+                parked: self.human.parked.clone(),
+                active_ms: self.active().as_millis() as u64,
+                notes: self.human.notes.clone(),
+                plan_approved: self.human.plan_approved,
+                steps_started,
+                compactions: self.compactions.clone(),
+            };
+            let path = self.root.join(paths::session(&self.task.task_id));
+            let (bytes, head) = self.seal.seal_head(&session);
+            match write_atomic(&path, &bytes) {
+                Ok(()) => journal.restart(
+                    &self.root.join(paths::session_journal(&self.task.task_id)),
+                    head,
+                    bytes.len() as u64,
+                    self.messages.len(),
+                    self.compactions.len(),
+                ),
+                Err(e) => warn!(error = %e, "writing the session failed"),
+            }
         }
         let spent = &self.clock.session;
         spent.set(spent.get() + t0.elapsed());
@@ -92,7 +132,10 @@ impl Agent {
     }
 
     pub(super) fn finish(mut self, exit: ServoExit, detail: Option<String>) -> ServoExit {
-        self.save_session();
+        self.save_whole();
+        self.journal
+            .get_mut()
+            .remove(&self.root.join(paths::session_journal(&self.task.task_id)));
         if exit == ServoExit::Parked {
             info!(steps = self.steps, "servo parked");
             return exit;
@@ -125,6 +168,11 @@ pub(super) fn micros(d: Duration) -> u64 {
 /// something planted), and renamed over `path` (which, in a separated
 /// container, the sticky workspace lets only the servo replace).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    create_atomic(path, bytes).map(drop)
+}
+
+/// `write_atomic`, keeping the file open for appending.
+pub(super) fn create_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -133,7 +181,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     for _ in 0..8 {
         let tmp = dir.join(format!(".{name}.{:016x}.tmp", fastrand::u64(..)));
         let opened = std::fs::OpenOptions::new()
-            .write(true)
+            .append(true)
             .create_new(true)
             .mode(0o644)
             .custom_flags(libc::O_NOFOLLOW)
@@ -152,7 +200,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        return written;
+        return written.map(|()| f);
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
 }

@@ -69,14 +69,20 @@ impl Agent {
             return;
         }
         let path = self.root.join(paths::session(&resume.from));
+        let journal = self.root.join(paths::session_journal(&resume.from));
         let opened = read_session_file(&path).and_then(|bytes| {
             let bytes = bytes.ok_or_else(|| format!("`{}` is not there", path.display()))?;
-            let session = self
+            let seal = self
                 .seal
                 .for_resume()
-                .ok_or("the gateway gave no key to check its seal")?
-                .open(&bytes)
+                .ok_or("the gateway gave no key to check its seal")?;
+            let (mut session, head) = seal
+                .open_head(&bytes)
                 .map_err(|e| format!("`{}`: {e}", path.display()))?;
+            // What the attempt saved after its file was last written whole.
+            if let Some(lines) = read_session_file(&journal)? {
+                super::journal::apply(&mut session, head, &lines, &seal);
+            }
             if session.task_id != resume.from {
                 return Err(format!("`{}` is not the attempt's", path.display()));
             }

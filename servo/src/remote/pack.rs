@@ -151,7 +151,9 @@ pub(super) fn servo_owned(path: &Path) -> bool {
     }
     parts.next().is_none()
         && first.starts_with("servo-")
-        && (first.ends_with("-session.json") || first.ends_with("-audit.log"))
+        && (first.ends_with("-session.json")
+            || first.ends_with("-session.journal")
+            || first.ends_with("-audit.log"))
 }
 
 /// `servo pack DIR`: the workspace as a tar on stdout (links as links),
