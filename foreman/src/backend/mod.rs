@@ -30,4 +30,4 @@ pub(crate) use facts::{EngineError, Found, Phase, Prepared, Reach, Servo, Stop, 
 #[cfg(test)]
 pub(crate) use fake::Fake;
 pub(crate) use local::{ORPHAN_SLOT_AGE, POOL_PREFIX, Pace, remove_warm, slot_of};
-pub(crate) use seam::{Engine, ServoLog};
+pub(crate) use seam::{Engine, Removal, ServoLog};

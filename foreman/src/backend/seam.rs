@@ -17,7 +17,7 @@ use super::TaskEngine;
 use super::facts::{Collected, EngineError, Found, Launched, Phase, Prepared, Reach, Servo, Stop};
 #[cfg(test)]
 use super::fake::{Fake, FakePhases};
-use super::local::{Local, LocalLeftovers, LocalPhases};
+use super::local::{Local, LocalLeftovers, LocalPhases, WarmPool};
 use super::swarm::{Swarm, SwarmLeftovers, SwarmPhases};
 use crate::door::UploadFrom;
 use crate::spec::TaskSpec;
@@ -25,6 +25,55 @@ use crate::spec::TaskSpec;
 /// A servo container's log, followed until the container ends (or the
 /// daemon stops answering): the servo mirrors its audit lines to stdout.
 pub(crate) type ServoLog = BoxStream<'static, bytes::Bytes>;
+
+/// What [`Engine::remove_task`] removes of a task's launches.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Removal<'a> {
+    /// Everything.
+    All,
+    /// All but the workspace a parked task keeps on this engine.
+    KeepWorkspace,
+    /// What a stopped foreman's launch left (`recorded`: the container
+    /// its row names); with `collect_into`, the workspace that outlived
+    /// its servo is collected there first.
+    Left {
+        collect_into: Option<&'a Path>,
+        recorded: Option<&'a str>,
+    },
+}
+
+/// What an engine is like ([`Engine::traits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Traits {
+    /// Launches report the engine's latency and faults to admission (the
+    /// local daemon's health paces launching).
+    pub paces_launches: bool,
+    /// The engine reports [`Phase::Running`] once a servo runs (a swarm
+    /// schedules it later); else a started servo runs from `start`.
+    pub reports_running: bool,
+    /// A servo's workspace outlives it (a local volume), so a stopped
+    /// foreman's task may still be collected from what it left.
+    pub workspace_outlives_servo: bool,
+}
+
+/// The removals an engine does in the background ([`Engine::removals`]).
+pub(crate) struct Removals<'a>(Option<&'a Swarm>);
+
+impl Removals<'_> {
+    /// Removes what is left of an ended launch once it is safe to.
+    pub fn later(&self, servo: Servo) {
+        if let Some(s) = self.0 {
+            s.remove_later(servo);
+        }
+    }
+
+    /// Waits (up to `patience`) for the removals [`Removals::later`] started.
+    pub async fn done(&self, patience: Duration) {
+        if let Some(s) = self.0 {
+            s.removals_done(patience).await;
+        }
+    }
+}
 
 /// The engine a foreman runs its tasks on (`backend:` in config.yaml).
 #[derive(Clone)]
@@ -56,17 +105,25 @@ impl Phases {
 }
 
 /// What carries Saheeli's labels on an engine.
-pub(crate) enum Leftovers {
-    Local(LocalLeftovers),
-    Swarm(SwarmLeftovers),
+pub(crate) enum Leftovers<'a> {
+    Local(&'a Local, LocalLeftovers),
+    Swarm(&'a Swarm, SwarmLeftovers),
 }
 
-impl Leftovers {
+impl Leftovers<'_> {
     /// The tasks (ids as labelled) something was left of.
     pub fn tasks(&self) -> std::collections::BTreeSet<String> {
         match self {
-            Leftovers::Local(l) => l.tasks(),
-            Leftovers::Swarm(l) => l.tasks(),
+            Leftovers::Local(_, l) => l.tasks(),
+            Leftovers::Swarm(_, l) => l.tasks(),
+        }
+    }
+
+    /// Removes what was left of the `ended` tasks.
+    pub async fn remove(self, ended: &HashSet<String>) {
+        match self {
+            Leftovers::Local(l, left) => l.remove_leftovers(left, ended).await,
+            Leftovers::Swarm(s, left) => s.remove_leftovers(left, ended).await,
         }
     }
 }
@@ -80,24 +137,6 @@ impl Engine {
             #[cfg(test)]
             Engine::Fake(_) => Ok(()),
         }
-    }
-
-    /// Whether launches report the engine's latency and faults to
-    /// admission (the local daemon's health paces launching).
-    pub fn paces_launches(&self) -> bool {
-        matches!(self, Engine::Local(_))
-    }
-
-    /// Whether the engine reports [`Phase::Running`] once a servo runs (a
-    /// swarm schedules it later); else a started servo runs from `start`.
-    pub fn reports_running(&self) -> bool {
-        matches!(self, Engine::Swarm(_))
-    }
-
-    /// Whether a servo's workspace outlives it (a local volume), so a
-    /// stopped foreman's task may still be collected from what it left.
-    pub fn workspace_outlives_servo(&self) -> bool {
-        matches!(self, Engine::Local(_))
     }
 
     /// How the servo of a new launch will reach its gateway (on this
@@ -211,51 +250,48 @@ impl Engine {
         }
     }
 
-    /// Removes what is left of an ended launch once it is safe to (on a
-    /// swarm in the background: see [`Engine::removals_done`]).
-    pub fn remove_later(&self, servo: Servo) {
-        match self {
-            // Collection removed the container and volume already.
-            Engine::Local(_) => {}
-            Engine::Swarm(s) => s.remove_later(servo),
+    /// Removes what the task's launches made, as `how` says.
+    pub async fn remove_task(&self, id: TaskId, how: Removal<'_>) {
+        match (self, how) {
+            (Engine::Local(l), Removal::All) => l.remove_task(id, false).await,
+            (Engine::Local(l), Removal::KeepWorkspace) => l.remove_task(id, true).await,
+            (
+                Engine::Local(l),
+                Removal::Left {
+                    collect_into,
+                    recorded,
+                },
+            ) => l.clear_left(id, collect_into, recorded).await,
+            (Engine::Swarm(s), _) => s.remove_task(id).await,
             #[cfg(test)]
-            Engine::Fake(_) => {}
+            (Engine::Fake(_), _) => {}
         }
     }
 
-    /// Waits (up to `patience`) for the removals [`Engine::remove_later`]
-    /// started.
-    pub async fn removals_done(&self, patience: Duration) {
-        if let Engine::Swarm(s) = self {
-            s.removals_done(patience).await;
+    /// What the engine is like, for the supervisor's decisions.
+    pub fn traits(&self) -> Traits {
+        Traits {
+            paces_launches: matches!(self, Engine::Local(_)),
+            reports_running: matches!(self, Engine::Swarm(_)),
+            workspace_outlives_servo: matches!(self, Engine::Local(_)),
         }
     }
 
-    /// Removes what the task's launches made (`keep_workspace`: not the
-    /// workspace a parked task has on this engine).
-    pub async fn remove_task(&self, id: TaskId, keep_workspace: bool) {
+    /// This host's warm pool (issue 28), as the serve loop and the
+    /// sweeper reach it: None on an engine with none (a swarm).
+    pub fn pool(&self) -> Option<WarmPool<'_>> {
         match self {
-            Engine::Local(l) => l.remove_task(id, keep_workspace).await,
-            Engine::Swarm(s) => s.remove_task(id).await,
-            #[cfg(test)]
-            Engine::Fake(_) => {}
+            Engine::Local(l) => Some(WarmPool(l)),
+            _ => None,
         }
     }
 
-    /// Removes what a stopped foreman's launch left (`recorded`: the
-    /// container its row names); with `collect_into`, first collects the
-    /// workspace that outlived its servo there.
-    pub async fn clear_left(
-        &self,
-        id: TaskId,
-        collect_into: Option<&Path>,
-        recorded: Option<&str>,
-    ) {
+    /// The removals an ended launch leaves to be done once it is safe to
+    /// (on a swarm in the background; collection did them on this host).
+    pub fn removals(&self) -> Removals<'_> {
         match self {
-            Engine::Local(l) => l.clear_left(id, collect_into, recorded).await,
-            Engine::Swarm(s) => s.remove_task(id).await,
-            #[cfg(test)]
-            Engine::Fake(_) => {}
+            Engine::Swarm(s) => Removals(Some(s)),
+            _ => Removals(None),
         }
     }
 
@@ -302,60 +338,13 @@ impl Engine {
         }
     }
 
-    /// Keeps the warm pool (issue 28) until `stop`, then removes its idle
-    /// servos; returns at once when there is none (a swarm has none).
-    pub async fn keep_warm(
-        &self,
-        pace: super::local::Pace,
-        stop: tokio_util::sync::CancellationToken,
-    ) {
-        if let Engine::Local(l) = self {
-            l.keep_warm(pace, stop).await;
-        }
-    }
-
-    /// Idle warm servos now (None: no pool).
-    pub fn pool_idle(&self) -> Option<usize> {
-        match self {
-            Engine::Local(l) => l.pool_idle(),
-            _ => None,
-        }
-    }
-
-    /// Every warm servo's container or volume on the engine, by name:
-    /// the owner its label names, and whether this foreman's pool knows it.
-    pub async fn pool_leftovers(
-        &self,
-    ) -> Result<std::collections::BTreeMap<String, (String, bool)>, EngineError> {
-        match self {
-            Engine::Local(l) => Ok(l.pool_leftovers().await?),
-            _ => Ok(Default::default()),
-        }
-    }
-
-    /// Removes the warm servos named (for the sweeper, `gc`).
-    pub async fn remove_pool_leftovers(&self, names: &[String]) {
-        if let Engine::Local(l) = self {
-            l.remove_pool_leftovers(names).await;
-        }
-    }
-
     /// What carries Saheeli's labels (for the sweeper).
-    pub async fn leftovers(&self) -> Result<Leftovers, EngineError> {
+    pub async fn leftovers(&self) -> Result<Leftovers<'_>, EngineError> {
         match self {
-            Engine::Local(l) => Ok(Leftovers::Local(l.leftovers().await?)),
-            Engine::Swarm(s) => Ok(Leftovers::Swarm(s.leftovers().await?)),
+            Engine::Local(l) => Ok(Leftovers::Local(l, l.leftovers().await?)),
+            Engine::Swarm(s) => Ok(Leftovers::Swarm(s, s.leftovers().await?)),
             #[cfg(test)]
             Engine::Fake(_) => Err(EngineError::Gone("a fake engine leaves nothing".into())),
-        }
-    }
-
-    /// Removes what was left of the `ended` tasks.
-    pub async fn remove_leftovers(&self, left: Leftovers, ended: &HashSet<String>) {
-        match (self, left) {
-            (Engine::Local(l), Leftovers::Local(left)) => l.remove_leftovers(left, ended).await,
-            (Engine::Swarm(s), Leftovers::Swarm(left)) => s.remove_leftovers(left, ended).await,
-            _ => {}
         }
     }
 

@@ -83,7 +83,7 @@ impl Publisher {
     /// A failed write is logged, never fatal: the row is only for show.
     pub(super) async fn publish(&mut self, ctx: &Arc<Ctx>, running: usize) {
         let s = admission_snapshot(ctx);
-        let pool_idle = ctx.engine.pool_idle();
+        let pool_idle = ctx.engine.pool().and_then(|p| p.idle());
         let key = (s.limit, s.breaker.as_str(), running, pool_idle);
         let due = match self.written {
             None => true,

@@ -97,7 +97,11 @@ pub(crate) async fn run(
         let (c, pace_ctx, queue) = (ctx.clone(), ctx.clone(), queue.clone());
         let pace: crate::backend::Pace = Arc::new(move || gate::may_refill(&pace_ctx, &queue));
         let stop = keeper_stop.clone();
-        tokio::spawn(async move { c.engine.keep_warm(pace, stop).await })
+        tokio::spawn(async move {
+            if let Some(pool) = c.engine.pool() {
+                pool.keep(pace, stop).await;
+            }
+        })
     });
     let result = serve_loop(
         &ctx,
@@ -133,7 +137,7 @@ pub(crate) async fn run(
             }
         }
     }
-    ctx.engine.removals_done(Duration::from_secs(60)).await;
+    ctx.engine.removals().done(Duration::from_secs(60)).await;
     renewer_stop.cancel();
     let _ = renewer.await;
     // The feeder publishes what is left before it stops; the sender

@@ -32,7 +32,7 @@ pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
         }
     }
     if !ended.is_empty() {
-        ctx.engine.remove_leftovers(left, &ended).await;
+        left.remove(&ended).await;
     }
 }
 
@@ -41,7 +41,10 @@ pub(super) async fn sweep(ctx: Arc<Ctx>, active: Handles) {
 /// its container (its claim: adoption takes it over). Another foreman's
 /// is left alone while that foreman serves (its admission row is fresh).
 pub(super) async fn sweep_pool(ctx: Arc<Ctx>) {
-    let Ok(left) = ctx.engine.pool_leftovers().await else {
+    let Some(pool) = ctx.engine.pool() else {
+        return;
+    };
+    let Ok(left) = pool.leftovers().await else {
         return;
     };
     if left.is_empty() {
@@ -71,7 +74,7 @@ pub(super) async fn sweep_pool(ctx: Arc<Ctx>) {
         .map(|(name, _)| name)
         .collect();
     if !remove.is_empty() {
-        ctx.engine.remove_pool_leftovers(&remove).await;
+        pool.remove(&remove).await;
     }
 }
 

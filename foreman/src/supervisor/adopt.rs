@@ -18,6 +18,7 @@ use super::park::record_park;
 use super::record::record_changes;
 use super::run::{supervise, way};
 use super::{Ctx, Inbox, Joined, MAX_REQUEUES, lease_lost, let_go};
+use crate::backend::Removal;
 use crate::backend::{Found, Servo};
 use crate::collect;
 use crate::inputs;
@@ -38,9 +39,9 @@ pub(crate) async fn adopt(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined 
         Found::NeverStarted => false,
         Found::Gone => true,
     };
-    if !ctx.engine.workspace_outlives_servo() {
+    if !ctx.engine.traits().workspace_outlives_servo {
         // Its upload went with it.
-        ctx.engine.remove_task(id, false).await;
+        ctx.engine.remove_task(id, Removal::All).await;
         let detail = "infrastructure: the foreman stopped and its job service is gone or ended";
         return requeue_or_fail(&ctx, &task, detail, Reason::Lost, false).await;
     }
@@ -50,7 +51,7 @@ pub(crate) async fn adopt(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined 
     if task.state.is_waiting() && !dest.is_dir() {
         // The servo parked and its foreman stopped before recording it:
         // the workspace is kept, the task waits on without a servo.
-        ctx.engine.remove_task(id, true).await;
+        ctx.engine.remove_task(id, Removal::KeepWorkspace).await;
         return record_park(&ctx, id, 0).await;
     }
     // No servo ran (or none is left): clear what is there. The servo ran,
@@ -58,9 +59,11 @@ pub(crate) async fn adopt(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined 
     // what outlived it still holds the workspace.
     let collect_into =
         (task.state == TaskState::Running && gone && !dest.is_dir()).then_some(dest.as_path());
-    ctx.engine
-        .clear_left(id, collect_into, task.container_id.as_deref())
-        .await;
+    let left = Removal::Left {
+        collect_into,
+        recorded: task.container_id.as_deref(),
+    };
+    ctx.engine.remove_task(id, left).await;
     if (task.state == TaskState::Running || task.state.is_waiting()) && dest.is_dir() {
         // Collected, but the foreman stopped before recording it.
         return record_collected(&ctx, &task, dest).await;
@@ -162,7 +165,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
     let id = task.id;
     info!(task_id = %id, servo = %servo.id, "adopting servo");
     // An engine that reports its servo running records it when it does.
-    let running = task.state != TaskState::Starting || !ctx.engine.reports_running();
+    let running = task.state != TaskState::Starting || !ctx.engine.traits().reports_running;
     if task.state == TaskState::Starting && running {
         let detail = format!("{} (adopted)", servo.running_detail());
         let lease = ctx.lease.clone();

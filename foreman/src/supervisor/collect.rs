@@ -12,6 +12,7 @@ use super::park::record_park;
 use super::record::record_changes;
 use super::watch::{Ended, Metered, Watched};
 use super::{Ctx, Joined, abandon, still_held};
+use crate::backend::Removal;
 use crate::backend::{Servo, Workspace};
 use crate::store::{Outcome, TaskRow, now_ms};
 
@@ -30,7 +31,7 @@ pub(super) async fn collect(
         if let Some(g) = gateway {
             g.stop().await;
         }
-        engine.remove_task(id, false).await;
+        engine.remove_task(id, Removal::All).await;
         let detail = format!("infrastructure: {why}");
         let stopping = watched.stopped.is_some();
         return requeue_or_fail(ctx, task, &detail, Reason::Lost, stopping).await;
@@ -57,7 +58,7 @@ pub(super) async fn collect(
         if let Some(g) = gateway {
             g.stop().await;
         }
-        engine.remove_later(servo);
+        engine.removals().later(servo);
         return record_park(ctx, id, active).await;
     }
     // `report: synthesized`: one more metered call, before the meter is
@@ -77,7 +78,7 @@ pub(super) async fn collect(
     let place = servo.place();
     // The slot is free once the task is concluded; what is left of this
     // launch goes meanwhile (nothing of another launch).
-    engine.remove_later(servo);
+    engine.removals().later(servo);
     if !still_held(ctx, id).await {
         return (id, None);
     }

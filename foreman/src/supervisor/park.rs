@@ -15,6 +15,7 @@ use tracing::{error, info};
 use super::conclude::count_usage;
 use super::finish::finish;
 use super::{Ctx, Joined, lease_lost};
+use crate::backend::Removal;
 use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{Outcome, TaskRow};
@@ -60,7 +61,7 @@ pub(crate) async fn end_parked(ctx: Arc<Ctx>, task: TaskRow, cancelled: bool) ->
     // is gone, and collecting again would replace the work with nothing.
     let kept = std::fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir());
     let collected = if kept {
-        ctx.engine.remove_task(id, false).await;
+        ctx.engine.remove_task(id, Removal::All).await;
         Err(anyhow::anyhow!("kept"))
     } else {
         ctx.engine.collect_kept(id, &task.spec, &dest).await

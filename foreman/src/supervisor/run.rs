@@ -14,6 +14,7 @@ use super::gateway::{Gateway, GatewayPlan, Way};
 use super::watch::watch;
 use super::{Ctx, Inbox, Joined, abandon, lease_lost, still_held};
 use crate::admission::Report;
+use crate::backend::Removal;
 use crate::backend::{EngineError, Prepared, Reach, Servo};
 use crate::door::{RemoteTask, WarmSocket, WarmTask};
 use crate::state::TaskState;
@@ -25,7 +26,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joine
     let mut gateway = None;
     let began = tokio::time::Instant::now();
     let launched = launch(&ctx, &task, &inbox, &mut gateway).await;
-    if ctx.engine.paces_launches() {
+    if ctx.engine.traits().paces_launches {
         ctx.report_launch(id, report(&launched));
     }
     match launched {
@@ -35,7 +36,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joine
             }
             // A parked task's timeout goes on from the work already done.
             let started = now_ms() - task.active_ms;
-            let paces = ctx.engine.paces_launches();
+            let paces = ctx.engine.traits().paces_launches;
             let joined =
                 supervise(ctx.clone(), task, servo, gateway, started, running, inbox).await;
             if paces {
@@ -308,12 +309,21 @@ async fn launch_failed(
         g.stop().await;
     }
     // The workspace is all a parked task has: keep it.
-    ctx.engine.remove_task(id, task.parked).await;
+    ctx.engine
+        .remove_task(
+            id,
+            if task.parked {
+                Removal::KeepWorkspace
+            } else {
+                Removal::All
+            },
+        )
+        .await;
     let stopping = inbox.stop_requested().is_some();
     // The daemon's failures are not the task's: it waits in the queue,
     // uncounted, while the admission breaker paces launches.
     if let Failed::Engine(EngineError::Unreachable { fault, .. }) = &failed
-        && ctx.engine.paces_launches()
+        && ctx.engine.traits().paces_launches
         && !stopping
     {
         let detail = format!(
