@@ -281,4 +281,49 @@ mod tests {
         apply(&mut s, head, &lines, &other);
         assert_eq!(s, s0);
     }
+
+    /// The workspace is the agent's: a link put in place of the journal
+    /// while the servo appends does not take its lines (they go to the
+    /// file it opened), and a link, a FIFO or a huge file at the journal's
+    /// name is never followed, waited on or read past the cap when a park
+    /// or a resume reads it back.
+    #[test]
+    fn an_agent_made_journal_is_not_followed_waited_on_or_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let seal = Seal::new(Some(b"k".repeat(32)));
+        let path = dir.path().join("j");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"host file").unwrap();
+        let s = session();
+        let (base, head) = seal.seal_head(&s);
+        let mut j = Journal::default();
+        j.restart(&path, head, base.len() as u64, 1, 0);
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let mut msgs = s.messages.clone();
+        msgs.push(ChatMessage::user("a"));
+        assert!(j.append(&seal, &msgs, 0, entry(1)));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"host file");
+        // Read back: the link is refused, not followed.
+        assert!(super::super::resume::read_session_file(&path).is_err());
+        // A FIFO is refused without waiting for a writer.
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates it.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(super::super::resume::read_session_file(&path).is_err());
+        // A sparse file past the cap is read up to the cap only, and its
+        // zeros apply nothing.
+        std::fs::remove_file(&path).unwrap();
+        let big = std::fs::File::create(&path).unwrap();
+        big.set_len(super::super::resume::MAX_SESSION + 4096)
+            .unwrap();
+        let bytes = super::super::resume::read_session_file(&path)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bytes.len() as u64, super::super::resume::MAX_SESSION);
+        let (mut s2, head) = seal.open_head(&base).unwrap();
+        apply(&mut s2, head, &bytes, &seal);
+        assert_eq!(s2.messages.len(), 1);
+    }
 }
