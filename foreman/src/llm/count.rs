@@ -197,12 +197,7 @@ pub(crate) async fn provider_count(
         .timeout(PATIENCE)
         .header(header::CONTENT_TYPE, "application/json")
         .body(count_body.to_string());
-    if let Some(key) = &provider.key {
-        req = match provider.kind {
-            ProviderKind::Openai => req.bearer_auth(&key.0),
-            ProviderKind::Anthropic => req.header("x-api-key", &key.0),
-        };
-    }
+    req = crate::llm::probe::with_key(req, provider);
     if provider.kind == ProviderKind::Anthropic {
         req = req.header("anthropic-version", "2023-06-01");
     }

@@ -68,12 +68,7 @@ async fn try_sending(
         .post(provider.endpoint())
         .header(header::CONTENT_TYPE, "application/json")
         .body(body.clone());
-    if let Some(key) = &provider.key {
-        req = match provider.kind {
-            ProviderKind::Openai => req.bearer_auth(&key.0),
-            ProviderKind::Anthropic => req.header("x-api-key", &key.0),
-        };
-    }
+    req = crate::llm::probe::with_key(req, provider);
     if provider.kind == ProviderKind::Anthropic {
         req = req.header("anthropic-version", "2023-06-01");
         if gw.budget.cache == Cache::OneHour {

@@ -359,12 +359,7 @@ async fn send(
         if streamed {
             req = req.header(header::ACCEPT, "text/event-stream");
         }
-        if let Some(key) = &provider.key {
-            req = match provider.kind {
-                ProviderKind::Openai => req.bearer_auth(&key.0),
-                ProviderKind::Anthropic => req.header("x-api-key", &key.0),
-            };
-        }
+        req = crate::llm::probe::with_key(req, provider);
         if provider.kind == ProviderKind::Anthropic {
             req = req.header(
                 "anthropic-version",
