@@ -25,15 +25,19 @@ pub enum AgentName {
     MiniSweAgent,
     /// aider (`aider --message … --yes`).
     Aider,
+    /// No model: the task's `solution:` (`solve.sh`) runs instead, to
+    /// check a suite is solvable before spending on it (issue 49).
+    Oracle,
 }
 
 impl AgentName {
-    pub const ALL: [AgentName; 5] = [
+    pub const ALL: [AgentName; 6] = [
         AgentName::Saheeli,
         AgentName::ClaudeCode,
         AgentName::Codex,
         AgentName::MiniSweAgent,
         AgentName::Aider,
+        AgentName::Oracle,
     ];
 
     /// The name as written in `agent:`.
@@ -44,6 +48,7 @@ impl AgentName {
             AgentName::Codex => "codex",
             AgentName::MiniSweAgent => "mini-swe-agent",
             AgentName::Aider => "aider",
+            AgentName::Oracle => "oracle",
         }
     }
 
@@ -55,7 +60,7 @@ impl AgentName {
     /// loop, which talks to the gateway itself).
     pub const fn api(self) -> Option<AgentApi> {
         match self {
-            AgentName::Saheeli => None,
+            AgentName::Saheeli | AgentName::Oracle => None,
             AgentName::ClaudeCode => Some(AgentApi::Anthropic),
             AgentName::Codex => Some(AgentApi::OpenaiResponses),
             AgentName::MiniSweAgent | AgentName::Aider => Some(AgentApi::OpenaiChat),
@@ -144,9 +149,10 @@ impl Default for Agent {
 }
 
 impl Agent {
-    /// Whether this is the servo's own loop.
+    /// Whether this is the servo's own loop (the oracle runs in it, its
+    /// turns scripted).
     pub fn is_builtin(&self) -> bool {
-        matches!(self, Agent::Named(AgentName::Saheeli))
+        matches!(self, Agent::Named(AgentName::Saheeli | AgentName::Oracle))
     }
 
     /// What status and reports show: the name, or `custom` with its program.

@@ -17,7 +17,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod bench;
 mod values;
+
+pub use bench::{AgentUser, Environment, Verify};
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
 
@@ -80,9 +83,13 @@ pub struct FrontMatter {
     /// `max_steps`, `max_tokens` and `max_cost` are each attempt's own,
     /// instead of spanning the chain of attempts.
     pub budget_per_attempt: Option<bool>,
-    /// Commands run in the task's container after `task_complete`: one,
-    /// or a list. All must exit 0, else the model hears why and goes on.
-    pub verify: Option<Commands>,
+    /// Commands run in a fresh container after `task_complete`: one, a
+    /// list, or `{ run, files, reward, timeout, env }` with the tests
+    /// hidden until then. All must pass, else the model hears why and goes on.
+    pub verify: Option<Verify>,
+    /// The reward a verify's reward file must reach for `complete`
+    /// (default 1.0).
+    pub pass_reward: Option<f64>,
     /// Paths (files or directories, relative to the workspace) restored
     /// from the submitted workspace before verify runs: the agent cannot
     /// pass by editing the checks.
@@ -138,6 +145,19 @@ pub struct FrontMatter {
     /// Who runs the task: `saheeli` (the built-in loop), `claude-code`,
     /// `codex`, `mini-swe-agent`, `aider`, or `{ command, api }`.
     pub agent: Option<crate::Agent>,
+    // --- issue 49: a benchmark's own tasks --------------------------------
+    /// The task's own image (a local tag or id); the servo is added on
+    /// top of it, once per image.
+    pub image: Option<String>,
+    /// Build the task's image from a directory with a Dockerfile.
+    pub environment: Option<Environment>,
+    /// Where the agent works (`/app`): that path is the task's workspace.
+    pub workdir: Option<String>,
+    /// Whom the agent's processes run as: `agent` (default) or `root`.
+    pub agent_user: Option<AgentUser>,
+    /// A directory with `solve.sh`: with `agent: oracle`, mounted
+    /// read-only at /solution and run instead of a model.
+    pub solution: Option<PathBuf>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

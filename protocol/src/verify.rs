@@ -53,7 +53,7 @@ impl CheckKind {
 }
 
 /// One check of one attempt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// The attempt (1-based) this check belongs to.
     pub attempt: u32,
@@ -75,10 +75,37 @@ pub struct Check {
     /// The assessor's findings (what it found, done or not).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// What a verifier graded (issue 49): its reward and test counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graded: Option<Graded>,
+}
+
+/// A verifier's grade: the reward file it wrote (or, without one, 1.0
+/// when every command exited 0, else 0.0), and the tests its output counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Graded {
+    /// The primary reward: the `reward` key, or the only one.
+    pub reward: f64,
+    /// Every key the reward file gave (`reward.txt`: `reward` alone).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rewards: std::collections::BTreeMap<String, f64>,
+    /// Where the reward came from: the file's path, or `exit_code`.
+    pub source: String,
+    /// Per-test counts, when the output has pytest's summary line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<TestCounts>,
+}
+
+/// Tests passed, failed (and errored) and skipped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestCounts {
+    pub passed: u64,
+    pub failed: u64,
+    pub skipped: u64,
 }
 
 /// The answer to a [`VerifyRequest`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     /// Every check passed: write complete.json.
     pub passed: bool,

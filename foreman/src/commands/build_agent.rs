@@ -18,10 +18,18 @@ use crate::backend::docker;
 use crate::cli::BuildServoArgs;
 use crate::config::Config;
 
-/// The agents `which` names (`all`: every one but the built-in loop).
+/// The third-party agents: every one with an image of its own.
+fn third_party() -> Vec<AgentName> {
+    AgentName::ALL
+        .into_iter()
+        .filter(|n| n.api().is_some())
+        .collect()
+}
+
+/// The agents `which` names (`all`: every third-party one).
 fn chosen(which: &str) -> anyhow::Result<Vec<AgentName>> {
     if which == "all" {
-        return Ok(AgentName::ALL[1..].to_vec());
+        return Ok(third_party());
     }
     match AgentName::parse(which) {
         Some(AgentName::Saheeli) => {
@@ -29,10 +37,16 @@ fn chosen(which: &str) -> anyhow::Result<Vec<AgentName>> {
                 "`--agent saheeli` is the servo image itself; run `saheeli build-servo` without `--agent`"
             )
         }
+        Some(AgentName::Oracle) => {
+            bail!(
+                "`--agent oracle` runs a task's `solution:` in the servo image; it needs no image \
+                 of its own: run `saheeli build-servo` without `--agent`"
+            )
+        }
         Some(n) => Ok(vec![n]),
         None => bail!(
             "unknown agent `{which}` in `--agent`; expected one of {}, or `all`",
-            AgentName::ALL[1..]
+            third_party()
                 .iter()
                 .map(|n| n.as_str())
                 .collect::<Vec<_>>()

@@ -69,9 +69,11 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         .pop()
         .expect("a task has at least one attempt");
     if args.json {
+        let tid = t.id;
+        let checks = ctx.db(move |s| s.verify_checks(tid)).await?;
         outln!(
             "{}",
-            serde_json::to_string_pretty(&TaskView::new(&t, None))?
+            serde_json::to_string_pretty(&TaskView::new(&t, None).with_grade(&checks))?
         );
     } else {
         // How it ended was printed from the event bus (`follow`).

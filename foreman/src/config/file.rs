@@ -91,6 +91,17 @@ pub(crate) struct ConfigFile {
     pub agents: BTreeMap<saheeli_protocol::AgentName, String>,
     /// Classes of warm servos (issue 28; `config::pool`): none, no pool.
     pub pool: Vec<PoolClass>,
+    /// Tasks' own images (issue 49).
+    pub images: ImagesConfig,
+}
+
+/// `images:`: what a task's `environment:` Dockerfile may start from.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ImagesConfig {
+    /// A `FROM` image Docker does not have here, mapped to one it has
+    /// (`python:3.13-slim: my-python:3.13`): there is no registry.
+    pub map: BTreeMap<String, String>,
 }
 
 /// `file_access:`: the modes the database (`saheeli.db`, and SQLite's
@@ -332,6 +343,7 @@ impl Default for ConfigFile {
             swarm: None,
             agents: BTreeMap::new(),
             pool: Vec::new(),
+            images: ImagesConfig::default(),
         }
     }
 }

@@ -113,6 +113,15 @@ pub(crate) struct TaskView {
     pub children: Option<Vec<super::ChildView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tree: Option<super::TreeTotals>,
+    /// What its last graded verify gave (issue 49; absent when none
+    /// graded): the primary reward, every key of the reward file, and
+    /// the tests its output counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reward: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewards: Option<std::collections::BTreeMap<String, f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tests: Option<saheeli_protocol::verify::TestCounts>,
 }
 
 #[derive(Debug, Serialize)]
@@ -190,6 +199,16 @@ pub(super) fn duration_ms(t: &TaskRow) -> Option<i64> {
 }
 
 impl TaskView {
+    /// With the grade of the last graded check among `checks`.
+    pub fn with_grade(mut self, checks: &[saheeli_protocol::verify::Check]) -> TaskView {
+        if let Some(g) = checks.iter().rev().find_map(|c| c.graded.as_ref()) {
+            self.reward = Some(g.reward);
+            self.rewards = Some(g.rewards.clone()).filter(|r| !r.is_empty());
+            self.tests = g.tests;
+        }
+        self
+    }
+
     pub fn new(t: &TaskRow, events: Option<&[EventRow]>) -> TaskView {
         TaskView {
             id: t.id.to_string(),
@@ -251,6 +270,9 @@ impl TaskView {
             parent: None,
             children: None,
             tree: None,
+            reward: None,
+            rewards: None,
+            tests: None,
         }
     }
 }

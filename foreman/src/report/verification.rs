@@ -69,6 +69,9 @@ fn log_text(attempt: u32, checks: &[&Check]) -> String {
         if !c.output.ends_with('\n') {
             s.push('\n');
         }
+        if let Some(g) = &c.graded {
+            let _ = writeln!(s, "reward: {} (from {})", g.reward, g.source);
+        }
         for f in &c.findings {
             let _ = writeln!(s, "finding: {f}");
         }
@@ -114,6 +117,26 @@ impl Report {
                 c.duration_ms
             );
         }
+        if let Some((c, g)) = checks
+            .iter()
+            .rev()
+            .find_map(|c| c.graded.as_ref().map(|g| (c, g)))
+        {
+            let _ = write!(s, "\nReward on attempt {}: **{}**", c.attempt, g.reward);
+            if g.rewards.len() > 1 {
+                let all: Vec<String> = g.rewards.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let _ = write!(s, " ({})", cell(&printable(&all.join(", "))));
+            }
+            let _ = write!(s, ", from {}", cell(&printable(&g.source)));
+            if let Some(t) = g.tests {
+                let _ = write!(
+                    s,
+                    "; tests: {} passed, {} failed, {} skipped",
+                    t.passed, t.failed, t.skipped
+                );
+            }
+            s.push_str(".\n");
+        }
         if let Some(a) = checks.iter().rev().find(|c| c.kind == CheckKind::Assess) {
             let _ = write!(
                 s,
@@ -158,6 +181,7 @@ mod tests {
             output: output.into(),
             limited: false,
             findings: Vec::new(),
+            graded: None,
         }
     }
 

@@ -102,6 +102,7 @@ pub(crate) async fn assess(
         output: a.feedback,
         limited: a.verdict == AssessVerdict::Limited,
         findings: a.findings,
+        graded: None,
     }
 }
 
@@ -291,6 +292,7 @@ mod tests {
             output: "ok 3 tests".into(),
             limited: false,
             findings: Vec::new(),
+            graded: None,
         };
         let p = prompt(
             "Fix add",

@@ -25,6 +25,7 @@ use tracing::{info, warn};
 
 use super::assess;
 use super::ctx::{Ctx, On};
+use super::verify_hidden;
 use super::verify_link::VerifyLink;
 use super::verify_tree;
 use crate::backend::docker;
@@ -103,6 +104,14 @@ pub(crate) async fn verify(
         Ok(all) => all,
         Err(resp) => return resp,
     };
+    // What the servo hears goes into its session and audit log, which the
+    // agent reads: with hidden tests, their command lines are not told
+    // (they may carry the tests), only what they printed.
+    let (checks, all) = if link.hidden.is_empty() {
+        (checks, all)
+    } else {
+        (hide_commands(checks), hide_commands(all))
+    };
     let verdict = verdict(attempt, link.max_attempts, &checks, all, link.timeout);
     info!(task_id = %id, attempt, passed = verdict.passed, "verified");
     json_response(&gw, StatusCode::OK, &verdict)
@@ -122,6 +131,18 @@ async fn run_attempt(gw: &Ctx, link: Arc<VerifyLink>, attempt: u32, message: &st
     checks
 }
 
+/// What a hidden test's command is shown as to the servo.
+pub(crate) const HIDDEN_COMMAND: &str = "the task's hidden tests";
+
+fn hide_commands(mut checks: Vec<Check>) -> Vec<Check> {
+    for c in &mut checks {
+        if c.kind == CheckKind::Verify {
+            c.command = HIDDEN_COMMAND.to_string();
+        }
+    }
+    checks
+}
+
 /// A check that could not run: failed, saying why.
 fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
     Check {
@@ -134,6 +155,7 @@ fn not_run(attempt: u32, kind: CheckKind, command: &str, why: String) -> Check {
         output: why,
         limited: false,
         findings: Vec::new(),
+        graded: None,
     }
 }
 
@@ -162,7 +184,21 @@ pub(crate) async fn run_commands(
             }
         };
         let t0 = std::time::Instant::now();
-        let opened = docker::VerifyBox::open(&d, id, &task_container, &link.sandbox, attempt);
+        let staged = match verify_hidden::stage_for(&link, id, attempt).await {
+            Ok(s) => s,
+            Err(e) => {
+                let why = format!("the hidden tests could not be staged: {e:#}");
+                return vec![not_run(attempt, CheckKind::Verify, &first, why)];
+            }
+        };
+        let opened = docker::VerifyBox::open(
+            &d,
+            id,
+            &task_container,
+            &link.sandbox,
+            attempt,
+            staged.as_deref(),
+        );
         let vbox = match opened.await {
             Ok(b) => b,
             Err(e) => {
@@ -191,6 +227,9 @@ pub(crate) async fn run_commands(
             warn!(task_id = %id, error = %format!("{e:#}"), "the verify container was not undone");
         }
         let close_ms = t1.elapsed().as_millis() as u64;
+        if let Some(dir) = staged {
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+        }
         info!(task_id = %id, attempt, open_ms, close_ms, "verify container removed");
         checks
     });
@@ -258,6 +297,7 @@ async fn checks_in(
                 output: r.output,
                 limited: false,
                 findings: Vec::new(),
+                graded: None,
             },
             Err(e) => not_run(
                 attempt,
@@ -271,6 +311,9 @@ async fn checks_in(
         if !passed {
             break;
         }
+    }
+    if link.grades() {
+        verify_hidden::grade(d, container, link, &mut checks).await;
     }
     checks
 }
@@ -357,6 +400,18 @@ fn feedback(c: &Check, attempt: u32, max_attempts: u32, timeout: Duration) -> St
 
 /// What failed in a check, with its output.
 fn what_failed(c: &Check, timeout: Duration) -> String {
+    if let Some(g) = &c.graded {
+        return format!(
+            "verification failed: {} gave a reward of {}, short of a pass. Its output:\n{}",
+            if c.command == HIDDEN_COMMAND {
+                HIDDEN_COMMAND.to_string()
+            } else {
+                format!("`{}`", c.command)
+            },
+            g.reward,
+            fenced(&cut(&c.output, FEEDBACK_CAP))
+        );
+    }
     match (c.kind, c.exit_code) {
         (CheckKind::Assess, _) => format!(
             "assessment failed: the objective is not met. The assessor's feedback:\n{}",

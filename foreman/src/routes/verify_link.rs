@@ -33,6 +33,20 @@ pub(crate) struct VerifyLink {
     pub one_at_a_time: tokio::sync::Mutex<()>,
     /// What the verify container takes from the task.
     pub sandbox: docker::Sandbox,
+    /// The hidden tests (issue 49), staged for each attempt under
+    /// `state_dir`, and the reward the commands leave.
+    pub hidden: Vec<PathBuf>,
+    pub reward: Option<String>,
+    pub pass_reward: f64,
+    pub state_dir: PathBuf,
+}
+
+impl VerifyLink {
+    /// Whether a reward grades the attempt (hidden tests or a reward
+    /// file named), not the exit codes alone.
+    pub fn grades(&self) -> bool {
+        !self.hidden.is_empty() || self.reward.is_some()
+    }
 }
 
 impl VerifyLink {
@@ -62,11 +76,17 @@ impl VerifyLink {
             TaskEngine::Swarm { .. } => docker::VerifyNetwork::OfTask,
         };
         let sandbox = docker::Sandbox {
-            env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            env: spec
+                .env
+                .iter()
+                .chain(spec.verify_env.iter())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
             memory: spec.memory,
             cpus: spec.cpus,
             pids: spec.pids,
             network,
+            working_dir: spec.workdir.clone(),
         };
         Some(Arc::new(VerifyLink {
             engine,
@@ -81,6 +101,10 @@ impl VerifyLink {
             assess: spec.assess,
             objective,
             one_at_a_time: tokio::sync::Mutex::new(()),
+            hidden: spec.verify_hidden.clone(),
+            reward: spec.verify_reward.clone(),
+            pass_reward: spec.pass_reward,
+            state_dir: state_dir.to_path_buf(),
         }))
     }
 }

@@ -13,6 +13,7 @@ fn check(kind: CheckKind, exit_code: Option<i64>, passed: bool, output: &str) ->
         output: output.into(),
         limited: false,
         findings: Vec::new(),
+        graded: None,
     }
 }
 

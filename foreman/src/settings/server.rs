@@ -5,15 +5,14 @@ use serde_json::json;
 use super::Setting;
 
 pub(super) const SERVER: &[Setting] = &[
-    Setting::new("image", "string")
-        .default("saheeli-servo:latest")
-        .doc("The servo image tasks run in (`saheeli build-servo` builds it; on a swarm, a registry reference).")
-        .config("image")
-        .shown(|_, d| json!(d.image)),
     Setting::new("agents", "map")
         .default("{}")
         .doc("Third-party agents' images by name (`claude-code: saheeli-servo-claude-code:0.1.0`); `build-servo --agent NAME` builds them.")
         .config("agents"),
+    Setting::new("images", "map")
+        .default("{}")
+        .doc("`map:` images a task's `environment:` Dockerfile starts `FROM` that Docker does not have here, mapped to local ones (`images: { map: { python:3.13-slim: my-python:3.13 } }`); no registry is used.")
+        .config("images"),
     Setting::new("base_image", "string")
         .default("saheeli-base:bookworm")
         .doc("The image the Dockerfile starts FROM (build arg `BASE`).")

@@ -242,13 +242,44 @@ pub(super) const TASK: &[Setting] = &[
         .config("notify")
         .front(|f| f.notify.is_some())
         .shown(|s, _| json!(s.notify.iter().map(|n| &n.url).collect::<Vec<_>>())),
-    Setting::new("verify", "command or list")
+    Setting::new("verify", "command, list or map")
         .default("[]")
-        .doc("Commands run in a fresh container after `task_complete`; all must exit 0, else the model hears why.")
+        .doc("Commands run in a fresh container after `task_complete`; all must exit 0, else the model hears why. `{ run, files, reward, timeout, env }`: `files` (the hidden tests) are copied to /tests in that container only, and the reward file graded (docs: evals).")
         .config("task.verify")
         .front(|f| f.verify.is_some())
         .param()
         .shown(|s, _| json!(s.verify)),
+    Setting::new("pass_reward", "number")
+        .default("1.0")
+        .doc("The reward a verify's reward file must reach for `complete`.")
+        .front(|f| f.pass_reward.is_some())
+        .shown(|s, _| json!(s.pass_reward)),
+    Setting::new("image", "string")
+        .default("saheeli-servo:latest")
+        .doc("config.yaml: the servo image tasks run in (`saheeli build-servo` builds it; on a swarm, a registry reference). A prompt: the task's own image (a local tag), the servo added on top once per image (docker backend).")
+        .config("image")
+        .front(|f| f.image.is_some())
+        .shown(|s, d| match &s.image {
+            Some(crate::task::TaskImage::Named(i)) => json!(i),
+            Some(crate::task::TaskImage::Dockerfile(dir)) => json!(format!("built from {}", dir.display())),
+            None => json!(d.image),
+        }),
+    Setting::new("environment", "map")
+        .doc("`{ dockerfile: DIR }`: the task's image is built from DIR's Dockerfile, cached by content (`images.map` for a `FROM` Docker lacks).")
+        .front(|f| f.environment.is_some()),
+    Setting::new("workdir", "path")
+        .doc("Where the agent works (`/app`): that path is the workspace, what the image holds there copied in first.")
+        .front(|f| f.workdir.is_some())
+        .shown(|s, _| json!(s.workdir)),
+    Setting::new("agent_user", "agent | root")
+        .default("agent")
+        .doc("Whom the agent's processes run as: `agent` (uid 1000, the default); `root` is refused for now (no capability and a read-only root would give it nothing).")
+        .front(|f| f.agent_user.is_some())
+        .shown(|s, _| json!(s.agent_user)),
+    Setting::new("solution", "path")
+        .doc("A directory with `solve.sh`: `agent: oracle` runs it (read-only at /solution) instead of a model.")
+        .front(|f| f.solution.is_some())
+        .shown(|s, _| json!(s.solution)),
     Setting::new("verify_files", "list of paths")
         .default("[]")
         .doc("Paths restored from the submitted workspace before verify runs, so the agent cannot edit the checks.")

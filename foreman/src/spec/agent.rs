@@ -75,7 +75,7 @@ pub(super) fn resolve(
 /// `image` (else the servo image).
 pub(crate) fn image_for(cfg: &Config, agent: &Agent) -> String {
     match agent {
-        Agent::Named(AgentName::Saheeli) => cfg.file.image.clone(),
+        Agent::Named(AgentName::Saheeli | AgentName::Oracle) => cfg.file.image.clone(),
         Agent::Named(n) => cfg
             .file
             .agents

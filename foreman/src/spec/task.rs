@@ -17,7 +17,7 @@ use super::prompt::{SpecError, read_text, template, workspace_dir};
 use super::{
     Budget, MAX_TITLE, ParamValue, TaskSpec, Verification, agent, check_capabilities,
     check_ceilings, check_delegate, check_gates, check_human, check_model, check_notify,
-    check_tools, default_title, read_replay, secret_forms,
+    check_tools, default_title, secret_forms,
 };
 
 impl TaskSpec {
@@ -75,18 +75,15 @@ impl TaskSpec {
     ) -> anyhow::Result<TaskSpec> {
         let d = &cfg.file.task;
 
-        let model = fm.model.unwrap_or_else(|| d.model.clone());
-        let replay = match model.strip_prefix("replay:") {
-            Some(file) => Some(read_replay(path, dir, file)?),
-            None => None,
-        };
+        let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
+        let (bench, model, replay) = super::bench::resolve(cfg, path, dir, &fm, timeout)?;
+        let verify_timeout = fm.verify.as_ref().and_then(|v| v.timeout).map(|t| t.0);
         let workspace = fm
             .workspace
             .map(|ws| workspace_dir(path, dir, ws))
             .transpose()?;
         let sandbox = Sandbox::of(cfg, path, fm.resources.unwrap_or_default(), fm.network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
-        let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
         let retries = fm.retries.unwrap_or(d.retries);
         let retry_on = fm.retry_on.unwrap_or_else(|| d.retry_on.clone());
         let retry_backoff = fm.retry_backoff.unwrap_or(d.retry_backoff);
@@ -127,10 +124,16 @@ impl TaskSpec {
         check_notify(path, &notify)?;
         let title = title_of(path, fm.title, &body)?;
         let checks = Verification {
-            verify: fm.verify.unwrap_or_else(|| d.verify.clone()).0,
+            verify: fm
+                .verify
+                .map(|v| v.run)
+                .unwrap_or_else(|| d.verify.clone())
+                .0,
             files: fm.verify_files.unwrap_or_else(|| d.verify_files.clone()),
             retries: fm.verify_retries.unwrap_or(d.verify_retries),
-            timeout: fm.verify_timeout.map(|t| t.0).unwrap_or(d.verify_timeout),
+            timeout: verify_timeout
+                .or(fm.verify_timeout.map(|t| t.0))
+                .unwrap_or(d.verify_timeout),
             assess: fm.assess.unwrap_or(d.assess),
             objective: fm.objective.or_else(|| d.objective.clone()),
         }
@@ -189,6 +192,14 @@ impl TaskSpec {
             retry_backoff,
             budget_per_attempt: fm.budget_per_attempt.unwrap_or(d.budget_per_attempt),
             chain: None,
+            image: bench.image,
+            workdir: bench.workdir,
+            agent_user: bench.agent_user,
+            verify_hidden: bench.hidden,
+            verify_reward: bench.reward,
+            verify_env: bench.env,
+            pass_reward: bench.pass_reward,
+            solution: bench.solution,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).

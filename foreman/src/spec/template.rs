@@ -403,7 +403,7 @@ fn each_text(
     if let Some(t) = fm.title.as_mut() {
         f("title", t)?;
     }
-    for c in fm.verify.iter_mut().flat_map(|c| c.0.iter_mut()) {
+    for c in fm.verify.iter_mut().flat_map(|c| c.run.0.iter_mut()) {
         f("verify", c)?;
     }
     if let Some(o) = fm.objective.as_mut() {

@@ -295,6 +295,9 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
     // turn in the provider's shared budget (llm/limits.rs); NULL or
     // past: not waiting.
     M::up("ALTER TABLE tasks ADD COLUMN rate_wait_until INTEGER;"),
+    // Issue 49, rewards: what a verifier graded (its reward file's keys
+    // and the test counts of its output, JSON); NULL: not graded.
+    M::up("ALTER TABLE verify_checks ADD COLUMN graded TEXT;"),
 ];
 
 pub(crate) struct Store {

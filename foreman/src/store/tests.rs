@@ -59,6 +59,14 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         retry_backoff: Default::default(),
         budget_per_attempt: false,
         chain: None,
+        image: None,
+        workdir: None,
+        agent_user: Default::default(),
+        verify_hidden: Vec::new(),
+        verify_reward: None,
+        verify_env: Default::default(),
+        pass_reward: 1.0,
+        solution: None,
     }
 }
 
@@ -1057,6 +1065,7 @@ mod verify {
             output: "out".into(),
             limited: false,
             findings: Vec::new(),
+            graded: None,
         }
     }
 

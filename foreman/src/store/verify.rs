@@ -11,7 +11,7 @@ use saheeli_protocol::verify::{Check, CheckKind};
 use super::{ExecCached, Lease, Result, Store, held_state, now_ms};
 
 const CHECK_COLUMNS: &str =
-    "attempt, kind, command, exit_code, duration_ms, passed, output, limited, findings";
+    "attempt, kind, command, exit_code, duration_ms, passed, output, limited, findings, graded";
 
 fn read_check(r: &rusqlite::Row<'_>) -> rusqlite::Result<Check> {
     let kind: String = r.get(1)?;
@@ -29,6 +29,9 @@ fn read_check(r: &rusqlite::Row<'_>) -> rusqlite::Result<Check> {
         output: r.get(6)?,
         limited: r.get(7)?,
         findings: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
+        graded: r
+            .get::<_, Option<String>>(9)?
+            .and_then(|g| serde_json::from_str(&g).ok()),
     })
 }
 
@@ -98,8 +101,8 @@ impl Store {
             tx.exec_cached(
                 "INSERT INTO verify_checks
                    (task_id, attempt, call_id, kind, command, exit_code, duration_ms, passed, output, at,
-                    limited, findings)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    limited, findings, graded)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     id.to_string(),
                     attempt,
@@ -112,7 +115,8 @@ impl Store {
                     c.output,
                     now,
                     c.limited,
-                    serde_json::to_string(&c.findings).unwrap_or_else(|_| "[]".into())
+                    serde_json::to_string(&c.findings).unwrap_or_else(|_| "[]".into()),
+                    c.graded.as_ref().and_then(|g| serde_json::to_string(g).ok()),
                 ],
             )?;
         }

@@ -10,4 +10,4 @@ mod task_spec;
 
 pub(crate) use chain::{Chain, Used};
 pub(crate) use params::{ParamSource, ParamValue};
-pub(crate) use task_spec::TaskSpec;
+pub(crate) use task_spec::{TaskImage, TaskSpec};

@@ -149,6 +149,50 @@ pub(crate) struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<Chain>,
     // --- end issue 30 ---
+    // --- issue 49: a benchmark's own tasks ---
+    /// The task's own image (`image:`) or the directory it is built from
+    /// (`environment:`); None: the agent's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<TaskImage>,
+    /// Where the agent works (`workdir:`), a link to /workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Whom the agent's processes run as (`agent_user:`).
+    #[serde(default, skip_serializing_if = "is_agent")]
+    pub agent_user: saheeli_protocol::front_matter::AgentUser,
+    /// The hidden tests (`verify: { files }`), absolute host paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify_hidden: Vec<PathBuf>,
+    /// The reward file the verify commands write (`verify: { reward }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_reward: Option<String>,
+    /// The verify commands' own environment (`verify: { env }`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub verify_env: BTreeMap<String, String>,
+    /// The reward a verify must reach (`pass_reward:`).
+    #[serde(default = "one")]
+    pub pass_reward: f64,
+    /// The oracle's solution directory (`solution:`), absolute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solution: Option<PathBuf>,
+}
+
+/// What a task's own image is made from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TaskImage {
+    /// An image Docker has.
+    Named(String),
+    /// A directory with a Dockerfile (absolute).
+    Dockerfile(PathBuf),
+}
+
+fn is_agent(u: &saheeli_protocol::front_matter::AgentUser) -> bool {
+    *u == saheeli_protocol::front_matter::AgentUser::Agent
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 fn default_verify_retries() -> u32 {

@@ -94,21 +94,20 @@ fn verify_is_one_command_or_a_list() {
     let fm = parse("---\nverify: sh test.sh\n---\nB\n")
         .unwrap()
         .front_matter;
-    assert_eq!(fm.verify, Some(Commands(vec!["sh test.sh".into()])));
+    assert_eq!(fm.verify.unwrap().run, Commands(vec!["sh test.sh".into()]));
     let fm = parse("---\nverify: [a, 'b c']\nverify_files: [tests/]\nverify_retries: 0\nverify_timeout: 30s\nassess: true\nobjective: O\n---\nB\n")
         .unwrap()
         .front_matter;
-    assert_eq!(fm.verify, Some(Commands(vec!["a".into(), "b c".into()])));
+    assert_eq!(
+        fm.verify.as_ref().unwrap().run,
+        Commands(vec!["a".into(), "b c".into()])
+    );
     assert_eq!(fm.verify_files, Some(vec![PathBuf::from("tests/")]));
     assert_eq!(fm.verify_retries, Some(0));
     assert_eq!(fm.verify_timeout, Some(Timeout(Duration::from_secs(30))));
     assert_eq!(fm.assess, Some(true));
     let e = parse("---\nverify: {a: b}\n---\nB\n").unwrap_err();
-    assert!(
-        e.message.contains("a command, or a list of commands"),
-        "{}",
-        e.message
-    );
+    assert!(e.message.contains("unknown field `a`"), "{}", e.message);
     assert_eq!(e.line, Some(2));
 }
 
@@ -177,4 +176,38 @@ mod properties {
         assert!(PromptFile::parse("p.md", &text).is_err());
         assert!(started.elapsed().as_secs() < 5);
     }
+}
+
+#[test]
+fn verify_may_hide_its_tests_and_name_a_reward() {
+    let fm = parse(
+        "---\nverify:\n  files: [tests/, run-tests.sh]\n  run: bash /tests/run-tests.sh\n  \
+         reward: /logs/verifier/r.txt\n  timeout: 2m\n  env: {TEST_DIR: /tests}\n\
+         pass_reward: 0.5\nimage: python:3.13\nworkdir: /app\nagent_user: root\n\
+         solution: solution/\nenvironment: {dockerfile: env/}\n---\nB\n",
+    )
+    .unwrap()
+    .front_matter;
+    let v = fm.verify.unwrap();
+    assert!(v.hides_tests());
+    assert_eq!(v.run, Commands(vec!["bash /tests/run-tests.sh".into()]));
+    assert_eq!(
+        v.files,
+        vec![PathBuf::from("tests/"), PathBuf::from("run-tests.sh")]
+    );
+    assert_eq!(v.reward.as_deref(), Some("/logs/verifier/r.txt"));
+    assert_eq!(v.timeout, Some(Timeout(Duration::from_secs(120))));
+    assert_eq!(v.env["TEST_DIR"], "/tests");
+    assert_eq!(fm.pass_reward, Some(0.5));
+    assert_eq!(fm.image.as_deref(), Some("python:3.13"));
+    assert_eq!(fm.workdir.as_deref(), Some("/app"));
+    assert_eq!(fm.agent_user, Some(super::AgentUser::Root));
+    assert_eq!(fm.solution, Some(PathBuf::from("solution/")));
+    assert_eq!(fm.environment.unwrap().dockerfile, PathBuf::from("env/"));
+    let one = parse("---\nverify: {files: t.tar.gz, run: x}\n---\nB\n")
+        .unwrap()
+        .front_matter;
+    assert_eq!(one.verify.unwrap().files, vec![PathBuf::from("t.tar.gz")]);
+    let e = parse("---\nverify: {files: t/}\n---\nB\n").unwrap_err();
+    assert!(e.message.contains("missing field `run`"), "{}", e.message);
 }

@@ -94,7 +94,7 @@ pub(crate) fn plan(i: &Inputs) -> Option<Plan> {
         Agent::Custom(c) => return custom(i, c, env),
     };
     Some(match named {
-        AgentName::Saheeli => return None,
+        AgentName::Saheeli | AgentName::Oracle => return None,
         AgentName::MiniSweAgent => mini_swe_agent(i, env),
         AgentName::Aider => aider(i, env),
         AgentName::ClaudeCode => claude_code(i, env),

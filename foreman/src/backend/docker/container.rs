@@ -68,6 +68,12 @@ pub(crate) async fn create_container(
             memory: spec.memory,
             cpus: spec.cpus,
             pids: spec.pids,
+            binds: spec
+                .solution
+                .iter()
+                .map(|s| (s.clone(), "/solution".to_string()))
+                .collect(),
+            working_dir: spec.workdir.clone(),
         },
     )
     .await
@@ -90,6 +96,11 @@ pub(crate) struct ServoContainer<'a> {
     pub memory: u64,
     pub cpus: f64,
     pub pids: i64,
+    /// Host paths bound read-only at container paths (the oracle's
+    /// `/solution`).
+    pub binds: Vec<(std::path::PathBuf, String)>,
+    /// Where its processes start (`workdir:`; else /workspace).
+    pub working_dir: Option<String>,
 }
 
 /// Creates a hardened servo container; does not start it.
@@ -105,6 +116,8 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         memory,
         cpus,
         pids,
+        binds,
+        working_dir,
     } = c;
     let mut mounts = vec![workspace.mount(Some(labels.clone()), false)];
     let read_only_bind = |source: &Path, target: &str| Mount {
@@ -116,6 +129,9 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
     };
     if let Some(dir) = gateway_dir {
         mounts.push(read_only_bind(dir, paths::GATEWAY_DIR));
+    }
+    for (source, target) in &binds {
+        mounts.push(read_only_bind(source, target));
     }
     if let Some(copy) = &image.servo {
         // The tag it was launched as, beside the id `Config.Image` shows.
@@ -154,7 +170,7 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         image: Some(image.image.clone()),
         // Root only until the servo separates itself (see cap_add).
         user: Some("0:0".into()),
-        working_dir: Some(paths::WORKSPACE.into()),
+        working_dir: Some(working_dir.unwrap_or_else(|| paths::WORKSPACE.into())),
         env: Some(env),
         labels: Some(labels),
         network_disabled: Some(network == saheeli_protocol::NetworkMode::None),
@@ -380,7 +396,10 @@ pub(crate) fn hardened(memory: u64, cpus: f64, pids: i64) -> HostConfig {
         readonly_rootfs: Some(true),
         tmpfs: Some(HashMap::from([(
             "/tmp".to_string(),
-            "rw,nosuid,nodev,size=256m".to_string(),
+            // `exec`: Docker's tmpfs is noexec unless asked, and tasks build
+            // and run programs there (Go's GOTMPDIR, a test's scratch
+            // binary); the workspace can run them anyway.
+            "rw,exec,nosuid,nodev,size=256m".to_string(),
         )])),
         memory: Some(memory),
         memory_swap: Some(memory),

@@ -11,6 +11,7 @@ mod exec;
 mod image;
 mod labels;
 mod servo_copy;
+mod task_image;
 mod timed;
 mod verify;
 mod volume;
@@ -31,6 +32,7 @@ pub(crate) use labels::{
     task_containers, task_containers_in_order, task_volumes,
 };
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
+pub(crate) use task_image::{TaskBase, seed_workspace, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
     ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,

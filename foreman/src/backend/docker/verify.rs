@@ -40,6 +40,9 @@ use super::{DockerOp, TASK_LABEL, WorkspaceMount, remove_container, task_labels,
 /// servo's own container).
 pub(crate) const ROLE_LABEL: &str = "saheeli.role";
 
+/// Where a verify container sees the task's hidden tests.
+pub(crate) const TESTS_DIR: &str = "/tests";
+
 /// [`ROLE_LABEL`]'s value on a verify container.
 pub(crate) const VERIFY_ROLE: &str = "verify";
 
@@ -52,6 +55,8 @@ pub(crate) struct Sandbox {
     pub cpus: f64,
     pub pids: i64,
     pub network: VerifyNetwork,
+    /// Where the commands start (`workdir:`; else /workspace).
+    pub working_dir: Option<String>,
 }
 
 /// The network a verify container gets.
@@ -84,16 +89,17 @@ impl VerifyBox {
         task_container: &str,
         sandbox: &Sandbox,
         attempt: u32,
+        tests: Option<&std::path::Path>,
     ) -> anyhow::Result<VerifyBox> {
         let (image, volume) = task_image_and_volume(docker, task_container).await?;
         let container = create(
             docker,
             id,
             task_container,
-            &image,
-            &volume,
+            (&image, &volume),
             sandbox,
             attempt,
+            tests,
         )
         .await?;
         let b = VerifyBox {
@@ -172,14 +178,32 @@ async fn create(
     docker: &Docker,
     id: TaskId,
     task_container: &str,
-    image: &str,
-    volume: &WorkspaceMount,
+    (image, volume): (&str, &WorkspaceMount),
     sandbox: &Sandbox,
     attempt: u32,
+    tests: Option<&std::path::Path>,
 ) -> anyhow::Result<String> {
     // The workspace exists: an emptied one must stay empty, not be filled
     // with the image's /workspace.
-    let mount = volume.mount(None, true);
+    let mut mounts = vec![volume.mount(None, true)];
+    // The hidden tests (issue 49): read-only, in this container only.
+    if let Some(dir) = tests {
+        mounts.push(bollard::models::Mount {
+            target: Some(TESTS_DIR.into()),
+            source: Some(dir.display().to_string()),
+            typ: Some(bollard::models::MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    let mut hardened = super::hardened(sandbox.memory, sandbox.cpus, sandbox.pids);
+    // Where a verifier writes its reward (Harbor's /logs/verifier).
+    if let Some(t) = hardened.tmpfs.as_mut() {
+        t.insert(
+            "/logs/verifier".to_string(),
+            "rw,nosuid,nodev,size=64m,mode=1777".to_string(),
+        );
+    }
     let mut env = sandbox.env.clone();
     env.push("HOME=/tmp".into());
     let (network_mode, disabled) = match sandbox.network {
@@ -188,21 +212,26 @@ async fn create(
     };
     let host_config = HostConfig {
         network_mode: Some(network_mode),
-        mounts: Some(vec![mount]),
+        mounts: Some(mounts),
         // Output is read through the exec, never the container's log: a
         // command writing to /proc/1/fd/1 fills no file on the host.
         log_config: Some(HostConfigLogConfig {
             typ: Some("none".into()),
             config: None,
         }),
-        ..super::hardened(sandbox.memory, sandbox.cpus, sandbox.pids)
+        ..hardened
     };
     let body = ContainerCreateBody {
         image: Some(image.into()),
         entrypoint: Some(vec!["sleep".into()]),
         cmd: Some(vec!["infinity".into()]),
         user: Some("1000:1000".into()),
-        working_dir: Some(paths::WORKSPACE.into()),
+        working_dir: Some(
+            sandbox
+                .working_dir
+                .clone()
+                .unwrap_or_else(|| paths::WORKSPACE.into()),
+        ),
         env: Some(env),
         labels: Some(verify_labels(id)),
         network_disabled: Some(disabled),

@@ -157,6 +157,8 @@ impl Local {
                     memory: c.memory,
                     cpus: c.cpus,
                     pids: c.pids,
+                    binds: Vec::new(),
+                    working_dir: None,
                 },
             )
             .await?;

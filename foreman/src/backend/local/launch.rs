@@ -14,6 +14,7 @@ use crate::backend::facts::{EngineError, Launched, Prepared, Reach, Servo, Servo
 use crate::config::Config;
 use crate::inputs;
 use crate::spec::TaskSpec;
+use crate::task::TaskImage;
 
 /// This host's engine and what it needs of the configuration.
 #[derive(Clone)]
@@ -28,6 +29,9 @@ pub(crate) struct Local {
     /// (`docker::ServoCopies`): when the daemon is on this host, as the
     /// workspace images say it is (`limits.disk_enforcement: loop`).
     pub(super) servos: Option<Arc<docker::ServoCopies>>,
+    /// One task image built at a time: a suite's cases that share an
+    /// image build it once.
+    pub(super) builds: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Local {
@@ -47,6 +51,7 @@ impl Local {
             secrets: Arc::new(secrets),
             pool: None,
             servos,
+            builds: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -77,7 +82,9 @@ impl Local {
         let Some(pool) = &self.pool else {
             return Prepared::socket();
         };
-        if parked {
+        // A task in its own image, or with the oracle's solution bound
+        // in, is never a warm servo's: those run the servo image as is.
+        if parked || spec.image.is_some() || spec.solution.is_some() {
             pool.missed();
             return Prepared::socket();
         }
@@ -96,6 +103,24 @@ impl Local {
             },
             None => Prepared::socket(),
         }
+    }
+
+    /// The image a task's container is made of: its agent's, or its own
+    /// with the servo added (built once, then cached).
+    async fn task_image(&self, spec: &TaskSpec) -> Result<String, EngineError> {
+        let agents = crate::spec::image_for(&self.cfg, &spec.agent);
+        let base = match &spec.image {
+            None => return Ok(agents),
+            Some(TaskImage::Named(name)) => docker::TaskBase::Named(name),
+            Some(TaskImage::Dockerfile(dir)) => docker::TaskBase::Built {
+                dir,
+                map: &self.cfg.file.images.map,
+            },
+        };
+        let _one = self.builds.lock().await;
+        docker::task_image(&self.docker, &base, &agents, spec.workdir.as_deref())
+            .await
+            .map_err(|e| EngineError::of(e.context("the task's image could not be made")))
     }
 
     /// Idle warm servos now (None: no pool).
@@ -160,9 +185,12 @@ impl Local {
         // Small launches travel in the environment: no upload before start.
         let launch_json = serde_json::to_string(launch).map_err(anyhow::Error::from)?;
         let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
+        let input = inputs::start_tar(&self.cfg.state_dir(), id);
         let creating = Instant::now();
-        // A third-party agent runs in its own image (issue 25).
-        let image = crate::spec::image_for(&self.cfg, &spec.agent);
+        // A third-party agent runs in its own image (issue 25); a
+        // benchmark's task in its own, with the servo added (issue 49).
+        let image = self.task_image(spec).await?;
+        lap("image ready");
         let run = self.servo_image(&image).await;
         let container = docker::create_container(
             d,
@@ -176,9 +204,13 @@ impl Local {
         .await?;
         let engine_time = creating.elapsed();
         lap("container created");
+        // What the task's image holds at `workdir:` starts its workspace
+        // (a retry that goes on from a collected workspace has it already).
+        if spec.workdir.is_some() && spec.image.is_some() && !parked && !input.is_file() {
+            docker::seed_workspace(d, &container).await?;
+        }
         // A retry that goes on from the attempt before it starts on that
         // attempt's collected workspace (issue 30).
-        let input = inputs::start_tar(&self.cfg.state_dir(), id);
         if input.is_file() && !parked {
             docker::upload_file(d, &container, &input).await?;
         }
