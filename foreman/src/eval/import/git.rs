@@ -92,14 +92,13 @@ impl Drop for Scratch {
     }
 }
 
+/// A file a patch touched: its path and its bytes after (`None`: deleted).
+pub(crate) type Patched = (String, Option<Vec<u8>>);
+
 /// The files `patch` touches (see [`touched`]) after applying it to their
 /// state at `commit`: `(path, Some(bytes))`, or `None` for one it deletes.
 /// `Err`: it does not apply (git's message).
-pub(crate) fn patched(
-    repo: &Path,
-    commit: &str,
-    patch: &str,
-) -> Result<Vec<(String, Option<Vec<u8>>)>, String> {
+pub(crate) fn patched(repo: &Path, commit: &str, patch: &str) -> Result<Vec<Patched>, String> {
     let scratch = Scratch::new().map_err(|e| format!("making a scratch directory: {e}"))?;
     let root = &scratch.0;
     let mut c = git();

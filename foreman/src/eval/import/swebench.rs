@@ -261,7 +261,7 @@ fn hidden_tests(
     task: &mut ImportedTask,
     inst: &Instance,
     test_cmd: &str,
-    files: Vec<(String, Option<Vec<u8>>)>,
+    files: Vec<git::Patched>,
     f2p: &[String],
     p2p: &[String],
 ) {
