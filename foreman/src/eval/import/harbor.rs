@@ -12,7 +12,9 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::dockerfile::{self, is_root};
-use super::model::{Ids, ImportedTask, Limits, Place, Problem, TaskImage, Verify, whole_secs};
+use super::model::{
+    Ids, ImportedTask, Limits, Place, Problem, TaskImage, Verify, fetch_note, whole_secs,
+};
 
 /// `task.toml`, the parts an import reads.
 #[derive(Debug, Default, Deserialize)]
@@ -272,7 +274,7 @@ fn environment(
             ));
         }
     }
-    network(cfg, task, problems);
+    network(dir, cfg, task, problems);
     task.env = env.env.clone();
     host_vars(&id, "[environment].env", &task.env, problems);
     if env.healthcheck.is_some() {
@@ -315,7 +317,7 @@ fn legacy_mb(s: &str) -> Option<u64> {
 
 /// `no-network` (or `allow_internet = false`) is `network: none`; Harbor's
 /// default `public` and `allowlist` run offline until egress rules land.
-fn network(cfg: &TaskToml, task: &mut ImportedTask, problems: &mut Vec<Problem>) {
+fn network(dir: &Path, cfg: &TaskToml, task: &mut ImportedTask, problems: &mut Vec<Problem>) {
     let env = &cfg.environment;
     let base = env
         .network_mode
@@ -345,7 +347,10 @@ fn network(cfg: &TaskToml, task: &mut ImportedTask, problems: &mut Vec<Problem>)
     };
     problems.push(Problem::warning(
         &task.id,
-        format!("{phases} (Harbor's default is `public`): runs offline until egress rules land"),
+        format!(
+            "{phases} (Harbor's default is `public`): runs offline until egress rules land{}",
+            fetch_note(&dir.join("tests/test.sh"), "tests/test.sh")
+        ),
     ));
 }
 

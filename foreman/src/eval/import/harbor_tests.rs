@@ -111,6 +111,11 @@ fn public_network_is_a_warning_not_a_refusal() {
     let tmp = tempfile::tempdir().unwrap();
     // No network_mode: Harbor's default is public.
     let dir = harbor_task(tmp.path(), "online", "schema_version = \"1.4\"\n");
+    put(
+        &dir,
+        "tests/test.sh",
+        "#!/bin/bash\npip install pytest\npytest /tests -rA\n",
+    );
     let (task, problems) = read(&dir);
     let task = task.expect("a public task still runs, offline");
     assert!(!task.network_none);

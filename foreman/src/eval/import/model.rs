@@ -256,3 +256,43 @@ impl Ids {
 pub(crate) fn whole_secs(secs: f64) -> Option<u64> {
     (secs.is_finite() && secs > 0.0).then(|| secs.ceil().max(1.0) as u64)
 }
+
+/// What a test script fetches from the network, by the commands it runs
+/// (`apt-get`, `curl`, `pip`, …): the words, for a warning that it will
+/// fail offline. Empty when it names none (or the file cannot be read).
+pub(crate) fn fetches(script: &std::path::Path) -> Vec<&'static str> {
+    const FETCHERS: &[(&str, &str)] = &[
+        ("apt-get ", "apt-get"),
+        ("apt install", "apt"),
+        ("apk add", "apk"),
+        ("curl ", "curl"),
+        ("wget ", "wget"),
+        ("pip install", "pip"),
+        ("uv add", "uv"),
+        ("uv pip install", "uv"),
+        ("uv sync", "uv"),
+        ("npm install", "npm"),
+        ("cargo install", "cargo"),
+        ("go get", "go"),
+        ("go install", "go"),
+    ];
+    let Ok(text) = std::fs::read_to_string(script) else {
+        return Vec::new();
+    };
+    let mut found: Vec<&'static str> = Vec::new();
+    for (needle, word) in FETCHERS {
+        if text.contains(needle) && !found.contains(word) {
+            found.push(word);
+        }
+    }
+    found
+}
+
+/// `" (`tests/test.sh` fetches with curl, uv)"`, or `""`.
+pub(crate) fn fetch_note(script: &std::path::Path, name: &str) -> String {
+    let words = fetches(script);
+    if words.is_empty() {
+        return String::new();
+    }
+    format!("; `{name}` fetches with {}", words.join(", "))
+}

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 use super::dockerfile::{self, is_root};
-use super::model::{Generated, Ids, ImportedTask, Place, Problem, TaskImage, Verify, whole_secs};
+use super::model::{
+    Generated, Ids, ImportedTask, Place, Problem, TaskImage, Verify, fetch_note, whole_secs,
+};
 
 /// `task.yaml`, the parts an import reads (TB1's defaults: 360 s for the
 /// agent, 60 s for the tests).
@@ -82,7 +84,11 @@ pub(crate) fn import_task(
     }
     let image = match (&client.build, &client.image) {
         (Some((context, file)), _) => {
-            let context = dir.join(context);
+            let context = if context == Path::new(".") {
+                dir.to_path_buf()
+            } else {
+                dir.join(context)
+            };
             if file != "Dockerfile" {
                 refused.push(format!(
                     "the client service builds `{file}`; only a file named `Dockerfile` is built"
@@ -153,6 +159,14 @@ pub(crate) fn import_task(
         timeout_secs: whole_secs(cfg.max_test_timeout_sec.unwrap_or(60.0)),
         env: BTreeMap::from([("TEST_DIR".to_string(), "/tests".to_string())]),
     };
+    // TB1 containers are on Docker's default network in both phases.
+    problems.push(Problem::warning(
+        &task.id,
+        format!(
+            "TB1 runs tasks online: runs offline until egress rules land{}",
+            fetch_note(&dir.join("run-tests.sh"), "run-tests.sh")
+        ),
+    ));
     if let Some(parser) = cfg.parser_name.as_deref().filter(|p| *p != "pytest") {
         problems.push(Problem::warning(
             &task.id,

@@ -1,9 +1,21 @@
 use super::*;
 use crate::eval::import::fixtures::{TB1_YAML, put, tb1_task};
 
+/// The task and its problems but the warning every TB1 task gets (TB1
+/// runs online), which is checked here.
 fn read(dir: &Path) -> (Option<ImportedTask>, Vec<Problem>) {
     let mut problems = Vec::new();
     let task = import_task(dir, &mut Ids::default(), &mut problems).unwrap();
+    if task.is_some() {
+        let online = problems.remove(0);
+        assert!(!online.refused);
+        assert!(
+            online
+                .what
+                .starts_with("TB1 runs tasks online: runs offline until egress rules land"),
+            "{online}"
+        );
+    }
     (task, problems)
 }
 
@@ -20,7 +32,7 @@ fn a_tb1_task_maps_to_the_contract_keys() {
         task.text,
         "Create /app/hello.txt holding \"Hello, world!\"."
     );
-    assert_eq!(task.image, TaskImage::Build(Place::Source(dir.join("."))));
+    assert_eq!(task.image, TaskImage::Build(Place::Source(dir.clone())));
     assert_eq!(task.workdir.as_deref(), Some("/app"));
     assert!(task.root, "TB1 runs as the image's root");
     assert_eq!(task.timeout_secs, Some(360), "TB1's default agent limit");
@@ -138,7 +150,7 @@ fn other_parsers_and_same_shell_are_warned() {
     let (task, problems) = read(&dir);
     assert_eq!(
         task.unwrap().image,
-        TaskImage::Build(Place::Source(dir.join("."))),
+        TaskImage::Build(Place::Source(dir.clone())),
         "no compose file: TB1's template, the task's Dockerfile"
     );
     assert!(
@@ -160,5 +172,25 @@ fn a_bad_task_yaml_names_the_file() {
     assert!(
         msg.contains("bad/task.yaml") && msg.contains("instruction"),
         "{msg}"
+    );
+}
+
+#[test]
+fn what_run_tests_fetches_is_named_in_the_network_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tb1_task(tmp.path(), "fetching", TB1_YAML);
+    put(
+        &dir,
+        "run-tests.sh",
+        "apt-get update\napt-get install -y curl\ncurl -LsSf https://astral.sh/uv/install.sh | sh\n\
+         uv add pytest\nuv run pytest $TEST_DIR/test_outputs.py -rA\n",
+    );
+    let mut problems = Vec::new();
+    import_task(&dir, &mut Ids::default(), &mut problems).unwrap();
+    assert!(
+        problems[0]
+            .what
+            .ends_with("; `run-tests.sh` fetches with apt-get, curl, uv"),
+        "{problems:?}"
     );
 }
