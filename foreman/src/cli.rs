@@ -58,8 +58,39 @@ pub(crate) enum Command {
     Metrics,
     /// Run an evaluation suite: every case as a task, scored; a JSON and an HTML report.
     Eval(EvalArgs),
+    /// Write a suite from Harbor or Terminal-Bench task directories or SWE-bench instances.
+    Import(ImportArgs),
     /// Call each configured provider once with a tiny tool-calling request; print what works and the fix for what does not.
     Doctor(DoctorArgs),
+}
+
+/// `saheeli import SRC... --out DIR`.
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    /// Task directories, folders of them (datasets), or SWE-bench instances (`*.jsonl`).
+    #[arg(value_name = "SRC", required = true)]
+    pub srcs: Vec<PathBuf>,
+    /// The suite directory to write: `DIR/suite.yaml` and what the tasks need generated.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The format of every SRC (default: `task.toml` → harbor, `task.yaml` → tb1, `*.jsonl` → swebench).
+    #[arg(long, value_enum)]
+    pub format: Option<crate::eval::import::Format>,
+    /// SWE-bench: the folder of local clones, `DIR/<owner>__<name>` or `DIR/<name>`.
+    #[arg(long, value_name = "DIR")]
+    pub repos: Option<PathBuf>,
+    /// SWE-bench: the test command of instances without `test_cmd` (default: `python3 -m pytest -rA`).
+    #[arg(long, value_name = "CMD")]
+    pub test_cmd: Option<String>,
+    /// SWE-bench: the image of instances without `image` (default: SWE-bench's `sweb.eval.x86_64.<id>:latest`).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// The suite's name (default: the first SRC's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Write into a non-empty --out: suite.yaml and the imported cases' folders are replaced.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `saheeli doctor [--model MODEL]...`.

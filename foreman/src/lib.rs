@@ -156,7 +156,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet_default = match &cli.command {
         Command::Serve(_) | Command::Run(_) | Command::BuildServo(_) | Command::Gc(_) => "info",
-        Command::Task(_) | Command::Metrics | Command::Eval(_) | Command::Doctor(_) => "warn",
+        Command::Task(_)
+        | Command::Metrics
+        | Command::Eval(_)
+        | Command::Doctor(_)
+        | Command::Import(_) => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -239,6 +243,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gc(args) => commands::gc(&cfg, args).await,
         Command::Metrics => commands::metrics(&cfg).await,
         Command::Doctor(args) => commands::doctor(&cfg, args).await,
+        Command::Import(args) => commands::import(args),
         Command::Eval(args) => match args.command {
             Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
             Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,

@@ -14,6 +14,7 @@ mod eval_progress;
 mod eval_runs;
 mod gc;
 mod human;
+mod import;
 mod live;
 mod metrics;
 mod overrides;
@@ -39,6 +40,7 @@ pub(crate) use gc::gc;
 pub(crate) use human::{
     answer, approve, breakpoint, deny, inject, pause, resume, step, step_override,
 };
+pub(crate) use import::import;
 pub(crate) use metrics::metrics;
 pub(crate) use overrides::override_outcome;
 pub(crate) use report::{diff, report};

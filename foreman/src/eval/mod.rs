@@ -8,12 +8,14 @@
 //! - `report`: `report.json` (per case and repeat, and totals).
 //! - `html`, `charts`: `report.html`, one self-contained page.
 //! - `compare`: two runs side by side.
+//! - `import`: Harbor, Terminal-Bench 1 and SWE-bench tasks as a suite.
 
 mod charts;
 mod checked;
 mod compare;
 mod expect;
 mod html;
+pub(crate) mod import;
 mod prepare;
 mod report;
 mod score;

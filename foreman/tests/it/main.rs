@@ -47,6 +47,7 @@ mod hardening;
 mod hostile_collect;
 mod hostile_files;
 mod human;
+mod import;
 mod input;
 mod lifecycle;
 mod local_server;
