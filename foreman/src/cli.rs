@@ -107,7 +107,7 @@ pub(crate) struct DoctorArgs {
 pub(crate) struct EvalArgs {
     #[command(subcommand)]
     pub command: Option<EvalCommand>,
-    /// The suite file (YAML: `name`, `pass_threshold`, `defaults`, `cases`).
+    /// The suite file (YAML: `name`, `pass_threshold`, `defaults`, `cases`), or a Harbor or Terminal-Bench task directory, a folder of them or a SWE-bench JSONL, imported first.
     #[arg(value_name = "SUITE", required_unless_present = "resume")]
     pub suite: Option<PathBuf>,
     /// Finish an interrupted run: submit only the cases without a task; finished ones are kept.

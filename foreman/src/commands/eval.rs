@@ -63,6 +63,7 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
             if repeat == 0 {
                 bail!("`--repeat` must be at least 1");
             }
+            let path = imported_suite(&cfg, &path)?;
             let (text, digest) = read_suite(&path)?;
             let suite = eval::parse(&path, &text)?;
             let opts = RunOptions {
@@ -236,6 +237,34 @@ fn resumed(
     }
     let suite = eval::parse(&path, &text)?;
     Ok((run, opts, path, suite, text))
+}
+
+/// The suite to run: `path` itself when it is a suite file; a Harbor or
+/// Terminal-Bench task directory, a folder of them or a SWE-bench JSONL
+/// is imported first (as `saheeli import` would, with its defaults) into
+/// `<state_dir>/imports/`, its problems printed.
+fn imported_suite(cfg: &Config, path: &Path) -> anyhow::Result<PathBuf> {
+    let is_suite = path.is_file() && path.extension().is_some_and(|e| e == "yaml" || e == "yml");
+    if is_suite {
+        return Ok(path.to_path_buf());
+    }
+    let out = cfg
+        .state_dir()
+        .join("imports")
+        .join(TaskId::new().to_string());
+    let opts = crate::eval::import::Options::default();
+    let (suite, problems) = crate::eval::import::import_to(&[path.to_path_buf()], &opts, &out)
+        .with_context(|| {
+            format!(
+                "`{}` is not a suite file (.yaml), so it was read as a benchmark to import",
+                path.display()
+            )
+        })?;
+    for line in crate::eval::import::problem_lines(&problems) {
+        eprintln!("{line}");
+    }
+    eprintln!("imported `{}` as {}", path.display(), suite.display());
+    Ok(suite)
 }
 
 /// A suite file's text and the SHA-256 of its bytes.

@@ -1,7 +1,5 @@
 //! The foreman's own settings: config.yaml keys a prompt cannot set.
 
-use serde_json::json;
-
 use super::Setting;
 
 pub(super) const SERVER: &[Setting] = &[

@@ -232,9 +232,10 @@ pub(super) const TASK: &[Setting] = &[
         }),
     Setting::new("agent", "name or map")
         .default("saheeli")
-        .doc("Who runs the task: `saheeli` (the built-in loop), `claude-code`, `codex`, `mini-swe-agent`, `aider`, or `{ command, api }` (docs: agents).")
+        .doc("Who runs the task: `saheeli` (the built-in loop), `claude-code`, `codex`, `mini-swe-agent`, `aider`, `oracle` (runs `solution:` instead of a model), or `{ command, api }` (docs: agents).")
         .config("task.agent")
         .front(|f| f.agent.is_some())
+        .param()
         .shown(|s, _| json!(s.agent)),
     Setting::new("notify", "list of webhooks")
         .default("[]")

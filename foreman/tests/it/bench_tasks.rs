@@ -245,3 +245,35 @@ fn a_missing_image_or_solution_is_refused_at_submit_naming_it() {
         "{err}"
     );
 }
+
+/// The shipped examples (evals/benchmarks: a Harbor task and a
+/// Terminal-Bench 1 task, each with its own Dockerfile on the local base
+/// image) run with one command each, offline, with the oracle: imported on
+/// the fly, every case passes with reward 1.
+#[test]
+fn the_shipped_harbor_and_terminal_bench_tasks_pass_with_the_oracle() {
+    require_docker();
+    let s = Saheeli::new();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../evals/benchmarks");
+    let dir = dir.canonicalize().unwrap();
+    let out = s.run(&[
+        "eval",
+        dir.to_str().unwrap(),
+        "--param",
+        "agent=oracle",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("runs offline until egress rules land"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = report.to_string();
+    assert!(
+        text.contains("harbor-hello") && text.contains("tb1-hello"),
+        "{report}"
+    );
+    assert_eq!(report["pass_rate"], 1.0, "{report}");
+}

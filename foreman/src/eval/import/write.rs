@@ -234,9 +234,9 @@ fn case(t: &ImportedTask, out: &Path) -> Value {
     if let Some(w) = &t.workdir {
         put("workdir", w.clone().into());
     }
-    if t.root {
-        put("agent_user", "root".into());
-    }
+    // A task written to run as root (Harbor's and Terminal-Bench's
+    // default) runs as the agent's user, which owns the workspace and the
+    // workdir: `agent_user: root` is not supported yet (spec/bench.rs).
     if let Some(s) = t.timeout_secs {
         put("timeout", format!("{s}s").into());
     }
