@@ -321,23 +321,6 @@ impl Engine {
         }
     }
 
-    /// Undoes a verify attempt a stopped foreman left midway (the servo
-    /// paused, a verify container beside it).
-    pub async fn recover_verify(&self, servo: &Servo) -> anyhow::Result<()> {
-        match self {
-            Engine::Local(l) => {
-                crate::backend::docker::recover_verify(&l.docker, servo.task, &servo.id).await
-            }
-            Engine::Swarm(_) => {
-                self.task_engine(servo.task, &servo.prepared)
-                    .recover_verify(servo.task)
-                    .await
-            }
-            #[cfg(test)]
-            Engine::Fake(_) => Ok(()),
-        }
-    }
-
     /// What carries Saheeli's labels (for the sweeper).
     pub async fn leftovers(&self) -> Result<Leftovers<'_>, EngineError> {
         match self {

@@ -68,6 +68,8 @@ pub(super) fn signals() -> (CancellationToken, CancellationToken) {
 
 pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     raise_open_files_limit();
+    // A planted run directory stops `serve` before any task.
+    let sockets = crate::door::Sockets::from_config(cfg)?;
     let mut upstream = Upstream::from_config(cfg)?;
     // Local servers' windows (llama-server, vLLM, Ollama), for compaction.
     upstream.probe_servers().await;
@@ -137,6 +139,7 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         store: Arc::new(Mutex::new(store)),
         bus: crate::events::Bus::new(1024),
         upstream,
+        sockets,
         desk_store: Arc::new(Mutex::new(open_store(cfg)?)),
         metrics,
         admission: Mutex::new(crate::admission::Admission::new(
@@ -170,7 +173,7 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
         drain = args.drain,
         open_files = crate::listen::open_files_limit(),
         fd_reserve = crate::listen::FD_RESERVE,
-        gateway_connections = ctx.upstream.gateway_connections,
+        gateway_connections = ctx.sockets.connections,
         dashboard_connections = cfg.file.http.max_connections,
         "serving"
     );

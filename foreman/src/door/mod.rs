@@ -17,6 +17,7 @@ pub(crate) mod warm;
 
 pub(crate) use remote::{Hub, RemoteTask, Uploaded};
 use saheeli_protocol::TaskId;
+pub(crate) use socket::{Served, Sockets};
 pub(crate) use warm::{WarmSocket, WarmTask};
 
 /// A request's head must reach the gateway within this, and a connection

@@ -17,6 +17,13 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use axum::Router;
+use saheeli_protocol::TaskId;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::config::Config;
+use crate::listen::{FdBudget, GATEWAY_CONNECTIONS, open_files_limit};
 
 /// The uid (and gid) the servo runs as in its container; the agent's
 /// processes run as another (`protocol::uids`) and cannot open the socket.
@@ -25,6 +32,107 @@ pub(crate) const SERVO_UID: u32 = saheeli_protocol::uids::SERVO;
 fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// Where the task sockets live and how many connections each serves:
+/// settled once when `serve` starts (a planted run directory, or an
+/// open-files limit too low for a fixed `concurrency`, stops it before
+/// any task).
+#[derive(Clone, Debug)]
+pub(crate) struct Sockets {
+    pub run_dir: PathBuf,
+    /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
+    /// logs it).
+    pub connections: usize,
+}
+
+/// A task's socket being served: its directory, and how to stop it.
+pub(crate) struct Served {
+    pub dir: PathBuf,
+    pub stop: CancellationToken,
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+impl Sockets {
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Sockets> {
+        let run_dir = cfg.run_dir();
+        prepare_run_dir(&run_dir)?;
+        if euid() != 0 {
+            warn!(
+                "serve is not running as root: the gateway sockets cannot be given to the \
+                 servo's uid alone, so a task's own shell can reach its gateway; the gateway \
+                 still checks every request, but run serve as root for the full separation"
+            );
+        }
+        Ok(Sockets {
+            run_dir,
+            connections: connections(cfg)?,
+        })
+    }
+
+    /// Serves `app` on `<run_dir>/<task_id>/gateway.sock`: a fresh
+    /// directory, or (`adopt`) the one a running servo's container has
+    /// mounted.
+    pub fn serve(&self, task_id: TaskId, app: Router, adopt: bool) -> anyhow::Result<Served> {
+        let dir = task_dir(&self.run_dir, &task_id.to_string(), adopt)?;
+        let listener = match super::bind(&dir) {
+            Ok(l) => l,
+            Err(e) => {
+                // A fresh directory is ours to remove (an adopted one is
+                // the running container's mount): no failed launch leaves
+                // its directory behind.
+                if !adopt && let Err(rm) = std::fs::remove_dir_all(&dir) {
+                    warn!(task_id = %task_id, dir = %dir.display(), error = %rm, "removing the gateway directory of a failed launch");
+                }
+                return Err(e);
+            }
+        };
+        let stop = CancellationToken::new();
+        let doors = crate::listen::Doors {
+            name: "gateway",
+            task_id: Some(task_id),
+            max_connections: self.connections,
+            header_timeout: super::HEADER_TIMEOUT,
+        };
+        let server = tokio::spawn(crate::listen::serve(listener, app, doors, stop.clone()));
+        Ok(Served { dir, stop, server })
+    }
+}
+
+/// Each task gateway's connection cap under this process's open-files
+/// limit: every task's gateway at its cap and the dashboard at its own
+/// must leave `listen::FD_RESERVE` descriptors for launches. Lowered to
+/// fit with a warning; a fixed `concurrency` that cannot fit is refused.
+fn connections(cfg: &Config) -> anyhow::Result<usize> {
+    use crate::config::Concurrency;
+    let limit = open_files_limit();
+    let web = cfg.file.http.max_connections;
+    let (tasks, fixed) = match cfg.file.concurrency {
+        Concurrency::Fixed(n) => (n, true),
+        Concurrency::Auto => (crate::config::AUTO_CEILING, false),
+    };
+    let budget = match FdBudget::new(limit, tasks, web) {
+        Ok(b) => b,
+        Err(e) if fixed => bail!("{e}"),
+        Err(e) => {
+            warn!(
+                "{e} (with `concurrency: auto`, counted at its ceiling of {tasks} tasks); each gateway keeps 4 connections"
+            );
+            FdBudget {
+                limit,
+                per_gateway: 4,
+            }
+        }
+    };
+    if budget.per_gateway < GATEWAY_CONNECTIONS {
+        warn!(
+            limit,
+            tasks,
+            per_gateway = budget.per_gateway,
+            "the open-files limit is low: each task's gateway takes fewer connections than the usual {GATEWAY_CONNECTIONS}"
+        );
+    }
+    Ok(budget.per_gateway)
 }
 
 /// Creates `run_dir` (0700) when absent; refuses one that is a link, not

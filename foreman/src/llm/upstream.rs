@@ -7,7 +7,6 @@ use anyhow::Context;
 
 use crate::config::Providers;
 use crate::config::{Config, LlmConfig};
-use crate::door::socket;
 use crate::llm::Redactor;
 use crate::llm::ledger::Ledger;
 
@@ -28,9 +27,6 @@ pub(crate) struct Upstream {
     pub(crate) trajectories: std::path::PathBuf,
     /// The providers' rate limits, shared by every task (`limits`).
     pub(crate) limits: super::limits::Limits,
-    /// Each task gateway's connection cap (`listen::FdBudget`; `serve`
-    /// logs it).
-    pub gateway_connections: usize,
     /// What each local provider's server said its window is (`probe`),
     /// asked at `serve` start.
     pub served: super::probe::ServedWindows,
@@ -63,18 +59,8 @@ impl SessionSecret {
 }
 
 impl Upstream {
-    /// Needs the database migrated (the store opens it first) and checks
-    /// the run directory, so a planted one stops `serve` before any task.
+    /// Needs the database migrated (the store opens it first).
     pub fn from_config(cfg: &Config) -> anyhow::Result<Upstream> {
-        socket::prepare_run_dir(&cfg.run_dir())?;
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            tracing::warn!(
-                "serve is not running as root: the gateway sockets cannot be given to the \
-                 servo's uid alone, so a task's own shell can reach its gateway; the gateway \
-                 still checks every request, but run serve as root for the full separation"
-            );
-        }
         let client = reqwest::Client::builder()
             .timeout(cfg.file.llm.request_timeout)
             .connect_timeout(Duration::from_secs(10))
@@ -82,7 +68,6 @@ impl Upstream {
             .context("building the HTTP client for LLM providers")?;
         let providers = Providers::from_config(cfg);
         let redactor = Redactor::new(&providers.secrets());
-        let gateway_connections = gateway_connections(cfg)?;
         Ok(Upstream {
             providers,
             client,
@@ -91,7 +76,6 @@ impl Upstream {
             ledger: Arc::new(Ledger::open(&cfg.database())?),
             broker: Arc::new(crate::capability::Broker::new(cfg)),
             session_secret: SessionSecret(crate::backend::swarm::token_key(&cfg.state_dir())?),
-            gateway_connections,
             limits: Default::default(),
             trajectories: trajectories_dir(cfg),
             served: Default::default(),
@@ -156,41 +140,4 @@ pub(crate) fn redact_keys(cfg: &Config, text: &str) -> String {
     Redactor::new(&Providers::from_config(cfg).secrets())
         .redact(text)
         .into_owned()
-}
-
-/// Each task gateway's connection cap under this process's open-files
-/// limit: every task's gateway at its cap and the dashboard at its own
-/// must leave `listen::FD_RESERVE` descriptors for launches. Lowered to
-/// fit with a warning; a fixed `concurrency` that cannot fit is refused.
-fn gateway_connections(cfg: &Config) -> anyhow::Result<usize> {
-    use crate::config::Concurrency;
-    use crate::listen::{FdBudget, GATEWAY_CONNECTIONS, open_files_limit};
-    let limit = open_files_limit();
-    let web = cfg.file.http.max_connections;
-    let (tasks, fixed) = match cfg.file.concurrency {
-        Concurrency::Fixed(n) => (n, true),
-        Concurrency::Auto => (crate::config::AUTO_CEILING, false),
-    };
-    let budget = match FdBudget::new(limit, tasks, web) {
-        Ok(b) => b,
-        Err(e) if fixed => anyhow::bail!("{e}"),
-        Err(e) => {
-            tracing::warn!(
-                "{e} (with `concurrency: auto`, counted at its ceiling of {tasks} tasks); each gateway keeps 4 connections"
-            );
-            FdBudget {
-                limit,
-                per_gateway: 4,
-            }
-        }
-    };
-    if budget.per_gateway < GATEWAY_CONNECTIONS {
-        tracing::warn!(
-            limit,
-            tasks,
-            per_gateway = budget.per_gateway,
-            "the open-files limit is low: each task's gateway takes fewer connections than the usual {GATEWAY_CONNECTIONS}"
-        );
-    }
-    Ok(budget.per_gateway)
 }

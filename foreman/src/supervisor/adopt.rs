@@ -176,10 +176,13 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
             error!(task_id = %id, error = %format!("{e:#}"), "adopting failed");
         }
     }
+    // What acts on the servo's container: the verify route, and the
+    // undoing of a verify attempt left midway (below), alike.
+    let task_engine = ctx.engine.task_engine(id, &servo.prepared);
     let routes = ctx.route_plan(
         &task.spec,
         inbox.waiting(),
-        ctx.engine.task_engine(id, &servo.prepared),
+        task_engine.clone(),
         task.priority,
     );
     let opened = match way(&ctx, &task, &servo.prepared) {
@@ -211,7 +214,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
     };
     // A verify attempt its foreman left midway: the servo is paused. It
     // runs again once its gateway answers, and asks again.
-    if let Err(e) = ctx.engine.recover_verify(&servo).await {
+    if let Err(e) = task_engine.recover_verify(id).await {
         warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
     }
     let started = if task.active_ms > 0 {

@@ -23,6 +23,8 @@ pub(crate) struct Ctx {
     pub engine: crate::backend::Engine,
     pub store: Arc<Mutex<Store>>,
     pub upstream: Arc<Upstream>,
+    /// Where the task sockets are served, and each one's connection cap.
+    pub sockets: crate::door::Sockets,
     /// Every transition, for subscribers (fed from the event trail).
     pub bus: crate::events::Bus,
     /// The gateways' connection for the human desk: its own, so that the

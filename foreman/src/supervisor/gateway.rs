@@ -3,7 +3,7 @@
 //! its LLM side (`llm::GatewayState`: budget, meter, ledger) and its task
 //! routes (`routes`); opened, adopted after a foreman restart, stopped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,10 +12,9 @@ use anyhow::Context;
 use axum::Router;
 use axum::routing::post;
 use saheeli_protocol::TaskId;
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::door::{self, Hub, RemoteTask, UploadFrom, WarmSocket, WarmTask, socket};
+use crate::door::{self, Hub, RemoteTask, Served, Sockets, UploadFrom, WarmSocket, WarmTask};
 use crate::llm::ledger::Ledger;
 use crate::llm::live::{self, LiveBus};
 use crate::llm::task::not_found;
@@ -38,11 +37,7 @@ pub(crate) struct Gateway {
 /// How the servo reaches its gateway.
 enum Transport {
     /// A unix socket in a directory mounted into the container.
-    Socket {
-        dir: PathBuf,
-        stop: CancellationToken,
-        server: tokio::task::JoinHandle<()>,
-    },
+    Socket(Served),
     /// A route of the shared TCP listener, selected by the task's token.
     Remote { hub: Hub, task_id: TaskId },
     /// A warm servo's socket, claimed for this task (issue 28).
@@ -69,7 +64,7 @@ pub(crate) struct GatewayPlan {
 /// How the servo reaches its gateway.
 pub(crate) enum Way {
     /// `<run_dir>/<task_id>/gateway.sock`, mounted into its container.
-    Socket { run_dir: PathBuf },
+    Socket { sockets: Sockets },
     /// The shared TCP listener, by token; what the servo fetches and where
     /// its upload goes.
     Remote { hub: Hub, task: RemoteTask },
@@ -80,7 +75,10 @@ pub(crate) enum Way {
 }
 
 impl Gateway {
-    /// Opens the gateway of one launch, new or adopted, on either way.
+    /// Opens the gateway of one launch, new or adopted, on any of the
+    /// three ways: one path, the door the only difference. An adopted
+    /// servo's meter is seeded before its door opens, so its first call
+    /// meets the budget already spent.
     pub async fn open(plan: GatewayPlan) -> anyhow::Result<Gateway> {
         let GatewayPlan {
             task_id,
@@ -91,248 +89,44 @@ impl Gateway {
             way,
             adopted,
         } = plan;
-        match (way, adopted) {
-            (Way::Socket { run_dir }, None) => {
-                Self::start(&run_dir, task_id, upstream, &model, budget, task_routes).await
+        let ledger = upstream.ledger.clone();
+        let (meter, state, app) = Self::app(
+            task_id,
+            upstream,
+            &model,
+            budget,
+            task_routes,
+            adopted.is_some(),
+        );
+        if let Some(spent) = adopted {
+            seed_adopted(&meter, &ledger, task_id, spent).await?;
+        }
+        let transport = match way {
+            Way::Socket { sockets } => {
+                Transport::Socket(sockets.serve(task_id, app, adopted.is_some())?)
             }
-            (Way::Socket { run_dir }, Some(spent)) => {
-                Self::adopt(
-                    &run_dir,
-                    task_id,
-                    upstream,
-                    &model,
-                    budget,
-                    spent,
-                    task_routes,
-                )
-                .await
+            Way::Remote { hub, task } => {
+                hub.register(task_id, app, task);
+                Transport::Remote { hub, task_id }
             }
-            (Way::Remote { hub, task }, None) => {
-                Ok(
-                    Self::start_remote(&hub, task_id, upstream, &model, budget, task_routes, task)
-                        .await,
-                )
-            }
-            (Way::Remote { hub, task }, Some(spent)) => {
-                Self::adopt_remote(
-                    &hub,
-                    task_id,
-                    upstream,
-                    &model,
-                    budget,
-                    spent,
-                    task_routes,
-                    task,
-                )
-                .await
-            }
-            (Way::Warm { socket, task }, adopted) => {
-                let ledger = upstream.ledger.clone();
-                let key = saheeli_protocol::human::SessionKey {
-                    key: upstream.session_secret.for_task(task_id),
-                    resume_key: task
-                        .resume_from
-                        .map(|f| upstream.session_secret.for_task(f)),
-                };
-                let session_key = serde_json::to_string(&key)?;
-                let (meter, state, app) = Self::app(
-                    task_id,
-                    upstream,
-                    &model,
-                    budget,
-                    task_routes,
-                    adopted.is_some(),
-                );
+            Way::Warm { socket, task } => {
+                let session_key = session_key(&state.upstream, task_id, &task)?;
                 socket.install(app, door::warm::Claimed { task, session_key });
-                let g = Gateway {
-                    meter,
-                    state,
-                    transport: Transport::Warm {
-                        socket: socket.clone(),
-                    },
-                    ledger,
-                    task_id,
-                };
-                if let Some(spent) = adopted {
-                    g.seed_adopted(spent).await?;
+                if adopted.is_some() {
                     // Its foreman recorded the claim and stopped: the
                     // servo may still be waiting for its launch.
                     socket.release();
                 }
-                Ok(g)
-            }
-        }
-    }
-
-    /// An adopted warm servo's meter goes on from the ledger, or `spent`.
-    async fn seed_adopted(&self, spent: (u64, u64, f64)) -> anyhow::Result<()> {
-        let (ledger, task_id) = (self.ledger.clone(), self.task_id);
-        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
-            .await
-            .context("ledger thread panicked")??;
-        match from_ledger {
-            Some(s) => {
-                self.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
-                self.meter
-                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
-                self.meter.calls.store(s.calls, Ordering::Relaxed);
-            }
-            None => self.meter.seed(spent.0, spent.1, spent.2),
-        }
-        Ok(())
-    }
-
-    /// Serves `<run_dir>/<task_id>/gateway.sock` for a new task using `model`.
-    async fn start(
-        run_dir: &Path,
-        task_id: TaskId,
-        upstream: Arc<Upstream>,
-        model: &str,
-        budget: Budget,
-        task_routes: routes::Plan,
-    ) -> anyhow::Result<Gateway> {
-        Self::serve(
-            run_dir,
-            task_id,
-            upstream,
-            model,
-            budget,
-            task_routes,
-            false,
-        )
-        .await
-    }
-
-    /// Serves a running servo whose foreman stopped, in the directory its
-    /// container has mounted. Its meter starts from the ledger (calls the
-    /// dead foreman left in flight counted once, at their reservation), or
-    /// from `spent` (input, output, cost) when the ledger knows no call.
-    async fn adopt(
-        run_dir: &Path,
-        task_id: TaskId,
-        upstream: Arc<Upstream>,
-        model: &str,
-        budget: Budget,
-        spent: (u64, u64, f64),
-        task_routes: routes::Plan,
-    ) -> anyhow::Result<Gateway> {
-        let ledger = upstream.ledger.clone();
-        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
-            .await
-            .context("ledger thread panicked")??;
-        let g = Self::serve(run_dir, task_id, upstream, model, budget, task_routes, true).await?;
-        match from_ledger {
-            Some(s) => {
-                if s.lost > 0 {
-                    warn!(task_id = %task_id, lost = s.lost, "calls cut off by a foreman's death counted at their reservation");
-                }
-                g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
-                g.meter
-                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
-                g.meter.calls.store(s.calls, Ordering::Relaxed);
-            }
-            None => g.meter.seed(spent.0, spent.1, spent.2),
-        }
-        Ok(g)
-    }
-
-    async fn serve(
-        run_dir: &Path,
-        task_id: TaskId,
-        upstream: Arc<Upstream>,
-        model: &str,
-        budget: Budget,
-        task_routes: routes::Plan,
-        adopt: bool,
-    ) -> anyhow::Result<Gateway> {
-        let upstream_cap = upstream.gateway_connections;
-        let ledger = upstream.ledger.clone();
-        let (meter, state, app) = Self::app(task_id, upstream, model, budget, task_routes, adopt);
-        let dir = socket::task_dir(run_dir, &task_id.to_string(), adopt)?;
-        let listener = match door::bind(&dir) {
-            Ok(l) => l,
-            Err(e) => {
-                // A fresh directory is ours to remove (an adopted one is
-                // the running container's mount): no failed launch leaves
-                // its directory behind.
-                if !adopt && let Err(rm) = std::fs::remove_dir_all(&dir) {
-                    warn!(task_id = %task_id, dir = %dir.display(), error = %rm, "removing the gateway directory of a failed launch");
-                }
-                return Err(e);
+                Transport::Warm { socket }
             }
         };
-        let stop = CancellationToken::new();
-        let doors = crate::listen::Doors {
-            name: "gateway",
-            task_id: Some(task_id),
-            max_connections: upstream_cap,
-            header_timeout: door::HEADER_TIMEOUT,
-        };
-        let server = tokio::spawn(crate::listen::serve(listener, app, doors, stop.clone()));
         Ok(Gateway {
             meter,
             state,
-            transport: Transport::Socket { dir, stop, server },
+            transport,
             ledger,
             task_id,
         })
-    }
-
-    /// Serves a remote servo (Swarm) through `hub`: its requests carry
-    /// `token`; `remote` is what it fetches and where its upload goes.
-    async fn start_remote(
-        hub: &Hub,
-        task_id: TaskId,
-        upstream: Arc<Upstream>,
-        model: &str,
-        budget: Budget,
-        task_routes: routes::Plan,
-        remote: RemoteTask,
-    ) -> Gateway {
-        let ledger = upstream.ledger.clone();
-        let (meter, state, app) = Self::app(task_id, upstream, model, budget, task_routes, false);
-        hub.register(task_id, app, remote);
-        Gateway {
-            meter,
-            state,
-            transport: Transport::Remote {
-                hub: hub.clone(),
-                task_id,
-            },
-            ledger,
-            task_id,
-        }
-    }
-
-    /// Serves again a remote servo whose foreman stopped: its meter
-    /// starts from the ledger (or `spent`), as `adopt`'s.
-    #[allow(clippy::too_many_arguments)]
-    async fn adopt_remote(
-        hub: &Hub,
-        task_id: TaskId,
-        upstream: Arc<Upstream>,
-        model: &str,
-        budget: Budget,
-        spent: (u64, u64, f64),
-        task_routes: routes::Plan,
-        remote: RemoteTask,
-    ) -> anyhow::Result<Gateway> {
-        let ledger = upstream.ledger.clone();
-        let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
-            .await
-            .context("ledger thread panicked")??;
-        let g =
-            Self::start_remote(hub, task_id, upstream, model, budget, task_routes, remote).await;
-        match from_ledger {
-            Some(s) => {
-                g.meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
-                g.meter
-                    .seed_cached(s.cache_read_tokens, s.cache_write_tokens);
-                g.meter.calls.store(s.calls, Ordering::Relaxed);
-            }
-            None => g.meter.seed(spent.0, spent.1, spent.2),
-        }
-        Ok(g)
     }
 
     /// One task's routes: the same handlers whatever the transport.
@@ -401,7 +195,7 @@ impl Gateway {
     /// The host directory to mount on /run/saheeli (none for a remote servo).
     pub fn dir(&self) -> Option<&Path> {
         match &self.transport {
-            Transport::Socket { dir, .. } => Some(dir),
+            Transport::Socket(served) => Some(&served.dir),
             Transport::Warm { socket } => Some(socket.dir()),
             Transport::Remote { .. } => None,
         }
@@ -414,7 +208,7 @@ impl Gateway {
                 hub: hub.clone(),
                 task_id: *task_id,
             }),
-            Transport::Socket { .. } | Transport::Warm { .. } => None,
+            Transport::Socket(_) | Transport::Warm { .. } => None,
         }
     }
 
@@ -433,7 +227,7 @@ impl Gateway {
     pub async fn abandon(self) {
         self.state.live.close();
         match self.transport {
-            Transport::Socket { stop, server, .. } => {
+            Transport::Socket(Served { stop, server, .. }) => {
                 stop.cancel();
                 let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
             }
@@ -446,7 +240,7 @@ impl Gateway {
     pub async fn stop(self) {
         self.state.live.close();
         match self.transport {
-            Transport::Socket { dir, stop, server } => {
+            Transport::Socket(Served { dir, stop, server }) => {
                 stop.cancel();
                 let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
                 if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -468,4 +262,42 @@ impl Gateway {
             Err(e) => warn!(%task_id, error = %e, "call ledger thread failed"),
         }
     }
+}
+
+/// What a warm servo fetches with its task to seal its session with.
+fn session_key(upstream: &Upstream, task_id: TaskId, task: &WarmTask) -> anyhow::Result<String> {
+    let key = saheeli_protocol::human::SessionKey {
+        key: upstream.session_secret.for_task(task_id),
+        resume_key: task
+            .resume_from
+            .map(|f| upstream.session_secret.for_task(f)),
+    };
+    Ok(serde_json::to_string(&key)?)
+}
+
+/// An adopted servo's meter goes on from the call ledger (calls a dead
+/// foreman left in flight counted once, at their reservation), or from
+/// `spent` (input, output, cost) when the ledger knows no call.
+async fn seed_adopted(
+    meter: &Meter,
+    ledger: &Arc<Ledger>,
+    task_id: TaskId,
+    spent: (u64, u64, f64),
+) -> anyhow::Result<()> {
+    let ledger = ledger.clone();
+    let from_ledger = tokio::task::spawn_blocking(move || ledger.adopt(task_id))
+        .await
+        .context("ledger thread panicked")??;
+    match from_ledger {
+        Some(s) => {
+            if s.lost > 0 {
+                warn!(task_id = %task_id, lost = s.lost, "calls cut off by a foreman's death counted at their reservation");
+            }
+            meter.seed(s.input_tokens, s.output_tokens, s.cost_usd);
+            meter.seed_cached(s.cache_read_tokens, s.cache_write_tokens);
+            meter.calls.store(s.calls, Ordering::Relaxed);
+        }
+        None => meter.seed(spent.0, spent.1, spent.2),
+    }
+    Ok(())
 }

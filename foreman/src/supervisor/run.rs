@@ -232,7 +232,7 @@ fn servo_launch(ctx: &Ctx, task: &TaskRow) -> saheeli_protocol::Launch {
 pub(super) fn way(ctx: &Ctx, task: &TaskRow, prepared: &Prepared) -> anyhow::Result<Way> {
     Ok(match &prepared.reach {
         Reach::Socket => Way::Socket {
-            run_dir: ctx.cfg.run_dir(),
+            sockets: ctx.sockets.clone(),
         },
         Reach::Remote { hub, token } => Way::Remote {
             hub: hub.clone(),

@@ -57,6 +57,7 @@ impl Rig {
                 crate::admission::Tuning::default(),
             )),
             upstream,
+            sockets: crate::door::Sockets::from_config(&cfg).unwrap(),
             cfg,
         };
         Rig {
