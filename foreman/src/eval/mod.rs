@@ -5,7 +5,8 @@
 //!   `checked`: its deserialization helpers; `expect`: a case's `expect:`.
 //! - `prepare`: a case into a `TaskSpec` through `spec/`.
 //! - `score`: a case's verdict from its task and collected workspace.
-//! - `report`: `report.json` (per case and repeat, and totals).
+//! - `report`: `report.json` (per case and repeat, and totals); `pass_at_k`
+//!   the unbiased estimator over repeats.
 //! - `html`, `charts`: `report.html`, one self-contained page.
 //! - `compare`: two runs side by side.
 //! - `import`: Harbor, Terminal-Bench 1 and SWE-bench tasks as a suite.
@@ -16,6 +17,7 @@ mod compare;
 mod expect;
 mod html;
 pub(crate) mod import;
+mod pass_at_k;
 mod prepare;
 mod report;
 mod score;

@@ -40,6 +40,9 @@ pub(crate) struct EvalReport {
     pub unfinished: usize,
     /// The mean over cases of each case's pass fraction.
     pub pass_at_1: f64,
+    /// pass@k for k = 1 to `repeat`, the unbiased estimator (issue 49).
+    #[serde(default)]
+    pub pass_at_k: BTreeMap<u32, f64>,
     pub case_pass_fraction: BTreeMap<String, f64>,
     pub by_category: BTreeMap<String, Tally>,
     pub latency_ms: Latency,
@@ -309,9 +312,11 @@ pub(crate) fn totals(
     };
     let mut by_category: BTreeMap<String, Tally> = BTreeMap::new();
     let mut case_pass_fraction = BTreeMap::new();
+    let mut passes = Vec::new();
     for case in &suite.cases {
         let mine: Vec<&CaseResult> = cases.iter().filter(|c| c.id == case.id).collect();
         let p = mine.iter().filter(|c| c.passed).count();
+        passes.push(p.min(repeat as usize) as u32);
         case_pass_fraction.insert(case.id.clone(), p as f64 / repeat.max(1) as f64);
         let t = by_category.entry(case.category.clone()).or_default();
         t.passed += p;
@@ -364,6 +369,7 @@ pub(crate) fn totals(
         failed,
         unfinished,
         pass_at_1,
+        pass_at_k: super::pass_at_k::suite_pass_at_k(repeat, &passes),
         case_pass_fraction,
         by_category,
         latency_ms: Latency {

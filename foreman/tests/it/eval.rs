@@ -329,6 +329,7 @@ fn repeat_gives_k_results_per_case_and_compare_finds_a_planted_regression() {
         assert_eq!(ids.len(), 3, "{id}: a task per repeat");
     }
     assert_eq!(a["pass_at_1"].as_f64(), Some(1.0));
+    assert_eq!(a["pass_at_k"], json!({"1": 1.0, "2": 1.0, "3": 1.0}));
     assert_eq!(
         a["case_pass_fraction"],
         json!({"calc-add": 1.0, "say-done": 1.0})
