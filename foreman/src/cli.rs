@@ -142,6 +142,19 @@ pub(crate) enum EvalCommand {
     Compare(EvalCompareArgs),
     /// Past runs: id, suite, started, state (an interrupted run can be resumed), pass rate.
     List(EvalListArgs),
+    /// Verify each result's collected workspace again, without the agent; show old against new.
+    Regrade(EvalRegradeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EvalRegradeArgs {
+    /// The run (an id or a unique prefix).
+    pub run: String,
+    /// Hidden tests to use instead of each task's own (a directory, a file or a .tar/.tar.gz; copied to /tests).
+    #[arg(long, value_name = "DIR")]
+    pub tests: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

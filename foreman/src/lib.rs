@@ -247,6 +247,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Eval(args) => match args.command {
             Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
             Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,
+            Some(EvalCommand::Regrade(a)) => commands::eval_regrade(&cfg, a).await,
             None => commands::eval(&cfg, args).await,
         },
         Command::Task(cmd) => match cmd {

@@ -11,6 +11,7 @@ mod doctor;
 mod dry_run;
 mod eval;
 mod eval_progress;
+mod eval_regrade;
 mod eval_runs;
 mod gc;
 mod human;
@@ -35,6 +36,7 @@ pub(crate) use build::build_servo;
 pub(crate) use common::prepare_results_dir;
 pub(crate) use doctor::doctor;
 pub(crate) use eval::eval;
+pub(crate) use eval_regrade::eval_regrade;
 pub(crate) use eval_runs::{eval_compare, eval_list};
 pub(crate) use gc::gc;
 pub(crate) use human::{

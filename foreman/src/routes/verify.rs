@@ -313,7 +313,8 @@ async fn checks_in(
         }
     }
     if link.grades() {
-        verify_hidden::grade(d, container, link, &mut checks).await;
+        let reward = link.reward.as_deref();
+        verify_hidden::grade(d, container, reward, link.pass_reward, &mut checks).await;
     }
     checks
 }

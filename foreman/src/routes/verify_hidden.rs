@@ -229,13 +229,19 @@ pub(crate) async fn stage_for(
 /// `verify.reward` names, else Harbor's), read in the verify container and
 /// capped; without one, 1.0 when every command exited 0, else 0.0. The
 /// last check carries the grade and passes when it reaches `pass_reward`.
-pub(crate) async fn grade(d: &Docker, container: &str, link: &VerifyLink, checks: &mut [Check]) {
+pub(crate) async fn grade(
+    d: &Docker,
+    container: &str,
+    reward: Option<&str>,
+    pass_reward: f64,
+    checks: &mut [Check],
+) {
     let Some(last) = checks.last_mut() else {
         return;
     };
     let ran_all = last.exit_code.is_some();
-    let paths: Vec<&str> = match &link.reward {
-        Some(r) => vec![r.as_str()],
+    let paths: Vec<&str> = match reward {
+        Some(r) => vec![r],
         None => HARBOR_REWARDS.to_vec(),
     };
     let mut graded = None;
@@ -271,7 +277,7 @@ pub(crate) async fn grade(d: &Docker, container: &str, link: &VerifyLink, checks
         },
     };
     g.tests = test_counts(&last.output);
-    last.passed = g.reward >= link.pass_reward;
+    last.passed = g.reward >= pass_reward;
     last.graded = Some(g);
 }
 

@@ -277,3 +277,61 @@ fn the_shipped_harbor_and_terminal_bench_tasks_pass_with_the_oracle() {
     );
     assert_eq!(report["pass_rate"], 1.0, "{report}");
 }
+
+/// A suite whose hidden test is wrong fails the right solution; `eval
+/// regrade --tests` with the fixed test verifies the recorded workspace
+/// again, without the agent, and flips the result (the run is unchanged).
+#[test]
+fn regrade_with_a_fixed_test_flips_a_result() {
+    require_docker();
+    let s = Saheeli::new();
+    task(&s, "sed -i 's/a - b/a + b/' calc.py");
+    // The wrong test expects add(2, 3) == 6.
+    s.write(
+        "t/tests/test.sh",
+        "#!/bin/bash\ncd /app\nif python3 -c 'import calc; assert calc.add(2, 3) == 6'; then r=1; \
+         else r=0; fi\necho $r > /logs/verifier/reward.txt\n",
+    );
+    s.write(
+        "fixed/test.sh",
+        "#!/bin/bash\ncd /app\nif python3 -c 'import calc; assert calc.add(2, 3) == 5'; then r=1; \
+         else r=0; fi\necho $r > /logs/verifier/reward.txt\n",
+    );
+    s.write(
+        "suite.yaml",
+        "name: regrade\ncases:\n  - id: add\n    text: Fix add in /app/calc.py.\n\
+         \x20   agent: oracle\n    environment: { dockerfile: t/env/ }\n    workdir: /app\n\
+         \x20   solution: t/solution/\n    verify_retries: 0\n\
+         \x20   verify: { files: t/tests/, run: bash /tests/test.sh }\n",
+    );
+    let out = s.run(&["eval", "suite.yaml", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["pass_rate"], 0.0, "{report}");
+    let run = report["run_id"].as_str().unwrap();
+    let out = s.run(&["eval", "regrade", run, "--tests", "fixed", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["case"], "add", "{rows}");
+    assert_eq!(rows[0]["old_passed"], false, "{rows}");
+    assert_eq!(rows[0]["old_reward"], 0.0, "{rows}");
+    assert_eq!(rows[0]["new_passed"], true, "{rows}");
+    assert_eq!(rows[0]["new_reward"], 1.0, "{rows}");
+    // Without --tests, the task's own (wrong) test gives the old grade.
+    let out = s.run(&["eval", "regrade", run]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("add #1: fail (0) -> fail (0)"), "{text}");
+    assert!(text.contains("0 changed"), "{text}");
+    // What the regrade made is gone.
+    let id = rows[0]["task_id"].as_str().unwrap();
+    assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+}

@@ -10,6 +10,7 @@ mod daemon;
 mod exec;
 mod image;
 mod labels;
+mod regrade;
 mod servo_copy;
 mod task_image;
 mod timed;
@@ -31,11 +32,12 @@ pub(crate) use labels::{
     TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
     task_containers, task_containers_in_order, task_volumes,
 };
+pub(crate) use regrade::RegradeBox;
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
 pub(crate) use task_image::{TaskBase, seed_workspace, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
-    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,
+    ROLE_LABEL, Sandbox, TESTS_DIR, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,
     remove_verify_containers,
 };
 pub(crate) use volume::{
