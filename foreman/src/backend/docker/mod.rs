@@ -34,7 +34,7 @@ pub(crate) use labels::{
 };
 pub(crate) use regrade::RegradeBox;
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
-pub(crate) use task_image::{TaskBase, seed_workspace, task_image};
+pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
     ROLE_LABEL, Sandbox, TESTS_DIR, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,

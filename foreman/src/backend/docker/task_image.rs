@@ -273,9 +273,10 @@ pub(crate) fn map_froms(
     (out, froms)
 }
 
-/// Copies what the task's image kept at `workdir:` ([`SEED_DIR`]) into the
-/// created (not started) container's /workspace. Nothing to copy is fine.
-pub(crate) async fn seed_workspace(docker: &Docker, container: &str) -> anyhow::Result<()> {
+/// What the task's image kept at `workdir:` ([`SEED_DIR`]), as a tar for
+/// /workspace, read from a created (not started) container of it; None
+/// when it kept nothing.
+pub(crate) async fn read_seed(docker: &Docker, container: &str) -> anyhow::Result<Option<Bytes>> {
     let opts = DownloadFromContainerOptionsBuilder::default()
         .path(SEED_DIR)
         .build();
@@ -286,7 +287,7 @@ pub(crate) async fn seed_workspace(docker: &Docker, container: &str) -> anyhow::
             Ok(c) => c,
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
-            }) => return Ok(()),
+            }) => return Ok(None),
             Err(e) => return Err(e).context("reading the image's working directory"),
         };
         tar.extend_from_slice(&chunk);
@@ -298,7 +299,7 @@ pub(crate) async fn seed_workspace(docker: &Docker, container: &str) -> anyhow::
         }
     }
     let inner = tokio::task::spawn_blocking(move || strip_first(&tar)).await??;
-    super::upload(docker, container, Bytes::from(inner)).await
+    Ok(Some(Bytes::from(inner)))
 }
 
 /// The archive with each entry's first path component (the directory's

@@ -32,6 +32,9 @@ pub(crate) struct Local {
     /// One task image built at a time: a suite's cases that share an
     /// image build it once.
     pub(super) builds: Arc<tokio::sync::Mutex<()>>,
+    /// Each task image's seed (`read_seed`), by its content-named tag.
+    pub(super) seeds:
+        Arc<std::sync::Mutex<std::collections::HashMap<String, Option<bytes::Bytes>>>>,
 }
 
 impl Local {
@@ -52,6 +55,7 @@ impl Local {
             pool: None,
             servos,
             builds: Arc::new(tokio::sync::Mutex::new(())),
+            seeds: Arc::default(),
         }
     }
 
@@ -121,6 +125,32 @@ impl Local {
         docker::task_image(&self.docker, &base, &agents, spec.workdir.as_deref())
             .await
             .map_err(|e| EngineError::of(e.context("the task's image could not be made")))
+    }
+
+    /// Copies the seed of `image` (what it kept at `workdir:`) into the
+    /// created `container`'s workspace: read from the first container of
+    /// the image, kept in memory for the next (the tag names its content).
+    async fn seed(&self, image: &str, container: &str) -> anyhow::Result<()> {
+        let known = self.seeds.lock().expect("seeds lock").get(image).cloned();
+        let seed = match known {
+            Some(s) => s,
+            None => {
+                let read = docker::read_seed(&self.docker, container).await?;
+                // Small seeds are kept (a suite's /app); a large one (a
+                // repository) is read again rather than held.
+                if read.as_ref().is_none_or(|b| b.len() <= 64 << 20) {
+                    self.seeds
+                        .lock()
+                        .expect("seeds lock")
+                        .insert(image.to_string(), read.clone());
+                }
+                read
+            }
+        };
+        match seed {
+            Some(tar) => docker::upload(&self.docker, container, tar).await,
+            None => Ok(()),
+        }
     }
 
     /// Idle warm servos now (None: no pool).
@@ -207,7 +237,7 @@ impl Local {
         // What the task's image holds at `workdir:` starts its workspace
         // (a retry that goes on from a collected workspace has it already).
         if spec.workdir.is_some() && spec.image.is_some() && !parked && !input.is_file() {
-            docker::seed_workspace(d, &container).await?;
+            self.seed(&image, &container).await?;
         }
         // A retry that goes on from the attempt before it starts on that
         // attempt's collected workspace (issue 30).
