@@ -158,6 +158,9 @@ pub struct FrontMatter {
     /// A directory with `solve.sh`: with `agent: oracle`, mounted
     /// read-only at /solution and run instead of a model.
     pub solution: Option<PathBuf>,
+    /// Commands run before the agent, in a container of the task's image
+    /// on its workspace (offline, the agent's user, the workdir).
+    pub setup: Option<Commands>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

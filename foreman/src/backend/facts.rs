@@ -27,6 +27,10 @@ pub(crate) enum EngineError {
     /// What the launch needs is gone (a parked workspace): final.
     #[error("{0}")]
     Gone(String),
+    /// The task's own environment could not be made: its image did not
+    /// build, a `setup:` command failed. Final: no retry helps.
+    #[error("{0:#}")]
+    Setup(anyhow::Error),
     #[error("{0:#}")]
     Other(anyhow::Error),
 }
@@ -46,9 +50,21 @@ impl EngineError {
         EngineError::Other(error)
     }
 
+    /// Sorts an error making the task's own environment: the daemon's
+    /// faults stay the daemon's, everything else is the task's.
+    pub fn of_setup(error: anyhow::Error) -> EngineError {
+        match EngineError::of(error) {
+            EngineError::Other(e) | EngineError::ImageMissing(e) => EngineError::Setup(e),
+            other => other,
+        }
+    }
+
     /// Whether another launch later may go better.
     pub fn is_final(&self) -> bool {
-        matches!(self, EngineError::ImageMissing(_) | EngineError::Gone(_))
+        matches!(
+            self,
+            EngineError::ImageMissing(_) | EngineError::Gone(_) | EngineError::Setup(_)
+        )
     }
 }
 

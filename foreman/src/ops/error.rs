@@ -39,7 +39,7 @@ impl Error {
 impl From<EngineError> for Error {
     fn from(e: EngineError) -> Error {
         match e {
-            EngineError::ImageMissing(e) => Error::Refused(e),
+            EngineError::ImageMissing(e) | EngineError::Setup(e) => Error::Refused(e),
             EngineError::Unreachable { error, .. } => Error::Internal(error),
             EngineError::Gone(what) => Error::Internal(anyhow::anyhow!(what)),
             EngineError::Other(e) => Error::Internal(e),

@@ -277,6 +277,10 @@ pub(super) const TASK: &[Setting] = &[
         .doc("Whom the agent's processes run as: `agent` (uid 1000, the default); `root` is refused for now (no capability and a read-only root would give it nothing).")
         .front(|f| f.agent_user.is_some())
         .shown(|s, _| json!(s.agent_user)),
+    Setting::new("setup", "command or list")
+        .doc("Commands run before the agent, in a container of the task's image on its workspace (offline, the agent's user, the workdir; each within `timeout`); one failing fails the launch, reason `launch`.")
+        .front(|f| f.setup.is_some())
+        .shown(|s, _| json!(s.setup)),
     Setting::new("solution", "path")
         .doc("A directory with `solve.sh`: `agent: oracle` runs it (read-only at /solution) instead of a model.")
         .front(|f| f.solution.is_some())

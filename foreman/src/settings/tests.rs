@@ -223,12 +223,14 @@ fn the_environment_overrides_config_values() {
 #[test]
 fn param_keys_are_the_ones_it_always_took() {
     // `cache` (issue 26), `deadline` (issue 29), `retry_from` and
-    // `budget_per_attempt` (issue 30) joined them.
+    // `budget_per_attempt` (issue 30) joined them; `agent` (issue 49: an
+    // eval's `--param agent=oracle`).
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
         keys,
         [
+            "agent",
             "assess",
             "budget_per_attempt",
             "cache",

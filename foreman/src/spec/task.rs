@@ -200,6 +200,7 @@ impl TaskSpec {
             verify_env: bench.env,
             pass_reward: bench.pass_reward,
             solution: bench.solution,
+            setup: bench.setup,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).

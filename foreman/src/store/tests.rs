@@ -67,6 +67,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         verify_env: Default::default(),
         pass_reward: 1.0,
         solution: None,
+        setup: Vec::new(),
     }
 }
 

@@ -175,6 +175,9 @@ pub(crate) struct TaskSpec {
     /// The oracle's solution directory (`solution:`), absolute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solution: Option<PathBuf>,
+    /// Commands run before the agent (`setup:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<String>,
 }
 
 /// What a task's own image is made from.

@@ -335,3 +335,46 @@ fn regrade_with_a_fixed_test_flips_a_result() {
     let id = rows[0]["task_id"].as_str().unwrap();
     assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
 }
+
+/// `setup:` runs before the agent on its workspace (the image's /app
+/// already in it); one failing fails the launch, naming the command and
+/// its output, and nothing is left behind.
+#[test]
+fn setup_runs_before_the_agent_and_a_failing_one_fails_the_launch() {
+    require_docker();
+    let s = Saheeli::new();
+    task(
+        &s,
+        "cat prepared.txt > out.txt && sed -i 's/a - b/a + b/' calc.py",
+    );
+    let prompt = |setup: &str| {
+        format!(
+            "---\nagent: oracle\nenvironment: {{ dockerfile: t/env/ }}\nworkdir: /app\n\
+             solution: t/solution/\ntimeout: 3m\nverify_retries: 0\nsetup: {setup}\n\
+             verify: {{ files: t/tests/, run: bash /tests/test.sh }}\n---\nFix it.\n"
+        )
+    };
+    s.write(
+        "ok.md",
+        &prompt("[\"test -f calc.py\", \"echo prepared-$(id -u) > prepared.txt\"]"),
+    );
+    let t = run(&s, "ok.md", 0);
+    assert_eq!(t["state"], "complete", "{t}");
+    let dir = results(&t);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out.txt")).unwrap(),
+        "prepared-1000\n"
+    );
+    s.write("bad.md", &prompt("\"echo broken-env >&2; exit 3\""));
+    let t = run(&s, "bad.md", 1);
+    assert_eq!(t["state"], "failed", "{t}");
+    assert_eq!(t["reason"], "launch", "{t}");
+    let detail = t["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("set-up command `echo broken-env >&2; exit 3` exited with code 3"),
+        "{t}"
+    );
+    assert!(detail.contains("broken-env"), "{t}");
+    let id = t["id"].as_str().unwrap();
+    assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+}

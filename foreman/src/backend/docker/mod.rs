@@ -12,6 +12,7 @@ mod image;
 mod labels;
 mod regrade;
 mod servo_copy;
+mod setup;
 mod task_image;
 mod timed;
 mod verify;
@@ -34,6 +35,7 @@ pub(crate) use labels::{
 };
 pub(crate) use regrade::RegradeBox;
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
+pub(crate) use setup::run_setup;
 pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{

@@ -124,7 +124,7 @@ impl Local {
         let _one = self.builds.lock().await;
         docker::task_image(&self.docker, &base, &agents, spec.workdir.as_deref())
             .await
-            .map_err(|e| EngineError::of(e.context("the task's image could not be made")))
+            .map_err(|e| EngineError::of_setup(e.context("the task's image could not be made")))
     }
 
     /// Copies the seed of `image` (what it kept at `workdir:`) into the
@@ -236,7 +236,8 @@ impl Local {
         lap("container created");
         // What the task's image holds at `workdir:` starts its workspace
         // (a retry that goes on from a collected workspace has it already).
-        if spec.workdir.is_some() && spec.image.is_some() && !parked && !input.is_file() {
+        let resumes = inputs::resume_tar(&self.cfg.state_dir(), id).is_file();
+        if spec.workdir.is_some() && spec.image.is_some() && !parked && !resumes {
             self.seed(&image, &container).await?;
         }
         // A retry that goes on from the attempt before it starts on that
@@ -249,6 +250,14 @@ impl Local {
             docker::upload(d, &container, tar.into()).await?;
         }
         lap("uploaded");
+        // `setup:` runs on the workspace as it now is, before the agent
+        // (not again for a parked task or a retry that goes on).
+        if !spec.setup.is_empty() && !parked && !resumes {
+            docker::run_setup(d, id, &run.image, spec, &workspace)
+                .await
+                .map_err(EngineError::of_setup)?;
+            lap("set up");
+        }
         Ok(Launched {
             servo: Servo {
                 task: id,
