@@ -28,9 +28,6 @@ use crate::task::TaskImage;
 
 use super::open_existing_store;
 
-/// The most a collected workspace may hold to be regraded.
-const MAX_WORKSPACE_BYTES: u64 = 8 << 30;
-
 /// One result, old against new.
 #[derive(Debug, Serialize)]
 struct Regraded {
@@ -189,8 +186,17 @@ async fn regrade_one(
         let (h, to) = (hidden.clone(), staged.clone());
         tokio::task::spawn_blocking(move || verify_hidden::stage(&h, &to)).await??;
     }
-    let dir = results.to_path_buf();
-    let tar = tokio::task::spawn_blocking(move || workspace_tar(&dir)).await??;
+    let (dir, max) = (results.to_path_buf(), cfg.file.max_results_size.0);
+    let tar_path = staged.with_extension("tar");
+    std::fs::create_dir_all(tar_path.parent().expect("under state_dir"))?;
+    let file = std::fs::File::create(&tar_path)
+        .with_context(|| format!("writing `{}`", tar_path.display()))?;
+    let made = tokio::task::spawn_blocking(move || workspace_tar(&dir, max, file)).await?;
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&tar_path);
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(e);
+    }
     let sandbox = docker::Sandbox {
         env: spec
             .env
@@ -205,7 +211,8 @@ async fn regrade_one(
         working_dir: spec.workdir.clone(),
     };
     let tests_dir = (!hidden.is_empty()).then_some(staged.as_path());
-    let opened = docker::RegradeBox::open(d, id, &image, &sandbox, tests_dir, tar.into()).await;
+    let opened = docker::RegradeBox::open(d, id, &image, &sandbox, tests_dir, &tar_path).await;
+    let _ = std::fs::remove_file(&tar_path);
     let vbox = match opened {
         Ok(b) => b,
         Err(e) => {
@@ -263,8 +270,10 @@ fn foremans_own(name: &str) -> bool {
 
 /// The collected workspace as a tar for /workspace: the agent's user owns
 /// every entry; links are archived as links, never followed.
-fn workspace_tar(dir: &Path) -> anyhow::Result<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::new());
+/// At most `max` bytes of files (`max_results_size`: what collection
+/// brought home fits), written to `out`.
+fn workspace_tar<W: std::io::Write>(dir: &Path, max: u64, out: W) -> anyhow::Result<W> {
+    let mut b = tar::Builder::new(out);
     b.follow_symlinks(false);
     let mut total = 0u64;
     let walk = walkdir::WalkDir::new(dir).follow_links(false).min_depth(1);
@@ -279,11 +288,10 @@ fn workspace_tar(dir: &Path) -> anyhow::Result<Vec<u8>> {
         }
         let meta = e.path().symlink_metadata()?;
         total += meta.len();
-        if total > MAX_WORKSPACE_BYTES {
+        if total > max {
             bail!(
-                "`{}` holds more than {} GiB",
-                dir.display(),
-                MAX_WORKSPACE_BYTES >> 30
+                "`{}` holds more than `max_results_size` ({max} bytes)",
+                dir.display()
             );
         }
         let mut h = tar::Header::new_gnu();
@@ -327,7 +335,8 @@ mod tests {
             std::fs::write(p.join(f), "x").unwrap();
         }
         std::os::unix::fs::symlink("/etc/passwd", p.join("link")).unwrap();
-        let tar = workspace_tar(p).unwrap();
+        let tar = workspace_tar(p, 1 << 20, Vec::new()).unwrap();
+        assert!(workspace_tar(p, 2, Vec::new()).is_err());
         let mut a = tar::Archive::new(tar.as_slice());
         let mut names: Vec<(String, u64, bool)> = a
             .entries()

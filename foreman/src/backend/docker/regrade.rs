@@ -11,7 +11,6 @@ use std::path::Path;
 use anyhow::Context;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
-use bytes::Bytes;
 use saheeli_protocol::TaskId;
 use tracing::warn;
 
@@ -31,7 +30,7 @@ pub(crate) struct RegradeBox {
 }
 
 impl RegradeBox {
-    /// Makes a volume holding `workspace` (a tar) and a started container
+    /// Makes a volume holding `workspace` (a tar file) and a started container
     /// of `image` on it.
     pub async fn open(
         docker: &Docker,
@@ -39,7 +38,7 @@ impl RegradeBox {
         image: &str,
         sandbox: &Sandbox,
         tests: Option<&Path>,
-        workspace: Bytes,
+        workspace: &Path,
     ) -> anyhow::Result<RegradeBox> {
         let mut labels = task_labels(id);
         labels.insert(ROLE_LABEL.to_string(), REGRADE_ROLE.to_string());
@@ -107,7 +106,7 @@ impl RegradeBox {
             volume,
         };
         let ready = async {
-            super::upload(docker, &b.container, workspace).await?;
+            super::upload_file(docker, &b.container, workspace).await?;
             timed(DockerOp::Start, async {
                 docker
                     .start_container(&b.container, None)
