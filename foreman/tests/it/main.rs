@@ -36,6 +36,7 @@ mod ending_wins;
 mod eval;
 mod eval_browser;
 mod eval_example;
+mod eval_export;
 mod event_pages;
 mod fencing;
 mod gateway;
