@@ -74,6 +74,7 @@ mod swarm_certs;
 mod swarm_park;
 mod swarm_relay;
 mod swarm_verify;
+mod swe_bench;
 mod synthesis;
 mod templates;
 mod think;
