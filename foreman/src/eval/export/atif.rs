@@ -147,7 +147,7 @@ fn observe(steps: &mut [Map<String, Value>], call_id: Option<&str>, text: String
     };
     let Some(i) = steps
         .iter()
-        .rposition(|s| names(s))
+        .rposition(&names)
         .or_else(|| steps.iter().rposition(|s| s["source"] == "agent"))
     else {
         return;
