@@ -4,6 +4,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod eval;
+
+pub(crate) use eval::{
+    EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
+};
+
 /// Run coding agents at scale, safely: each task in its own hardened servo container.
 #[derive(Debug, Parser)]
 #[command(name = "saheeli", version, propagate_version = true)]
@@ -134,46 +140,6 @@ pub(crate) struct EvalArgs {
     /// Do not run tasks here: a running `saheeli serve` does; wait for them.
     #[arg(long)]
     pub no_serve: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum EvalCommand {
-    /// Cases that went from pass to fail and back between two runs; pass-rate and cost deltas.
-    Compare(EvalCompareArgs),
-    /// Past runs: id, suite, started, state (an interrupted run can be resumed), pass rate.
-    List(EvalListArgs),
-    /// Verify each result's collected workspace again, without the agent; show old against new.
-    Regrade(EvalRegradeArgs),
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct EvalRegradeArgs {
-    /// The run (an id or a unique prefix).
-    pub run: String,
-    /// Hidden tests to use instead of each task's own (a directory, a file or a .tar/.tar.gz; copied to /tests).
-    #[arg(long, value_name = "DIR")]
-    pub tests: Option<PathBuf>,
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct EvalCompareArgs {
-    /// The earlier run (an id or a unique prefix).
-    pub run_a: String,
-    /// The later run.
-    pub run_b: String,
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the comparison as a self-contained HTML page.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct EvalListArgs {
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -248,6 +248,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
             Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,
             Some(EvalCommand::Regrade(a)) => commands::eval_regrade(&cfg, a).await,
+            Some(EvalCommand::Export(a)) => commands::eval_export(&cfg, a),
             None => commands::eval(&cfg, args).await,
         },
         Command::Task(cmd) => match cmd {

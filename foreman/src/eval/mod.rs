@@ -9,12 +9,14 @@
 //!   the unbiased estimator over repeats.
 //! - `html`, `charts`: `report.html`, one self-contained page.
 //! - `compare`: two runs side by side.
+//! - `export`: a run as a Harbor job directory or RL JSON lines.
 //! - `import`: Harbor, Terminal-Bench 1 and SWE-bench tasks as a suite.
 
 mod charts;
 mod checked;
 mod compare;
 mod expect;
+pub(crate) mod export;
 mod html;
 pub(crate) mod import;
 mod pass_at_k;

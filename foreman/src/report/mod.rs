@@ -44,5 +44,5 @@ pub(crate) use children::append_children;
 pub(crate) use evidence::evidence;
 pub(crate) use facts::{tool_counts, write_report};
 pub(crate) use submitted::{MAX_COMPARED, Submitted, is_saheelis};
-pub(crate) use verification::write_verify_logs;
+pub(crate) use verification::{log_name as verify_log, write_verify_logs};
 pub(crate) use write::{PATCH, REPORT, remove};
