@@ -119,7 +119,7 @@ pub(crate) struct EvalArgs {
     /// Run each case this many times (epochs); the report gives pass@1 and each case's pass fraction.
     #[arg(long, value_name = "K")]
     pub repeat: Option<u32>,
-    /// Submit a result the platform failed (an `infra` failure: a Docker error, an image that could not be made, a lost servo) again, up to N times; the report keeps the last. Infra failures are never scored.
+    /// Submit a result the platform failed (an `infra` failure: a Docker error, an image that could not be made, a lost servo) again, up to N times (default 2; 0: never); the report keeps the last. Infra failures are never scored.
     #[arg(long, value_name = "N")]
     pub infra_retries: Option<u32>,
     /// Use this model for every case (compare models on the same suite).
