@@ -117,7 +117,7 @@ pub(crate) struct EvalArgs {
     #[arg(value_name = "SUITE", required_unless_present = "resume")]
     pub suite: Option<PathBuf>,
     /// Finish an interrupted run: submit only the cases without a task; finished ones are kept.
-    #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["suite", "repeat", "model", "params", "out"])]
+    #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["suite", "repeat", "model", "params", "out", "infra_retries"])]
     pub resume: Option<String>,
     /// How many tasks run at once (overrides `concurrency` from config.yaml): a number, or `auto`.
     #[arg(long, short = 'j')]
@@ -125,6 +125,9 @@ pub(crate) struct EvalArgs {
     /// Run each case this many times (epochs); the report gives pass@1 and each case's pass fraction.
     #[arg(long, value_name = "K")]
     pub repeat: Option<u32>,
+    /// Submit a result the platform failed (an `infra` failure: a Docker error, an image that could not be made, a lost servo) again, up to N times (default 2; 0: never); the report keeps the last. Infra failures are never scored.
+    #[arg(long, value_name = "N")]
+    pub infra_retries: Option<u32>,
     /// Use this model for every case (compare models on the same suite).
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,

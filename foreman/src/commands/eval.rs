@@ -32,11 +32,21 @@ use super::{context, open_existing_store, open_store, signals};
 const BEAT: Duration = Duration::from_secs(1);
 const HOLD: Duration = Duration::from_secs(5);
 
+/// `--infra-retries`' default.
+pub(super) const INFRA_RETRIES: u32 = 2;
+
+fn default_infra_retries() -> u32 {
+    INFRA_RETRIES
+}
+
 /// The options a run was started with (the `options` column), so a
 /// resumed run is the same run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(super) struct RunOptions {
     pub repeat: u32,
+    /// How often an infra-failed result is submitted again.
+    #[serde(default = "default_infra_retries")]
+    pub infra_retries: u32,
     pub model: Option<String>,
     pub params: Vec<String>,
     pub concurrency: Option<crate::config::Concurrency>,
@@ -68,6 +78,7 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
             let suite = eval::parse(&path, &text)?;
             let opts = RunOptions {
                 repeat,
+                infra_retries: args.infra_retries.unwrap_or(INFRA_RETRIES),
                 model: args.model.clone(),
                 params: args.params.clone(),
                 concurrency: args.concurrency,
@@ -107,23 +118,27 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
             Ok(spec)
         });
         let spec = checked.map_err(|e| case_error(&suite_path, &text, &case.id, e))?;
-        specs.push((case.id.clone(), spec));
+        specs.push((case.id.clone(), case.runs(opts.repeat), spec));
     }
     let mut store = open_store(&cfg)?;
     if args.resume.is_none() {
         store.create_eval_run(&run)?;
     }
     hold(&mut store, &run.id).await?;
+    let total: usize = specs.iter().map(|(_, runs, _)| *runs as usize).sum();
     eprintln!(
-        "eval run {} of suite `{}`: {} cases × {} = {} results",
+        "eval run {} of suite `{}`: {} cases{} = {} results",
         run.id,
         crate::output::clean(&suite.name.0),
         suite.cases.len(),
-        opts.repeat,
-        suite.cases.len() * opts.repeat as usize
+        if opts.repeat > 1 {
+            format!(" × {}", opts.repeat)
+        } else {
+            String::new()
+        },
+        total
     );
-    let submitted =
-        submit_missing(&cfg, &mut store, &run.id, &specs, opts.repeat, &suite_path).await;
+    let submitted = submit_missing(&cfg, &mut store, &run.id, &specs, &suite_path).await;
     let heartbeat = CancellationToken::new();
     let beating = tokio::spawn(beat(cfg.clone(), run.id.clone(), heartbeat.clone()));
     let outcome = match submitted {
@@ -131,7 +146,7 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
             if n > 0 {
                 eprintln!("submitted {n} tasks");
             }
-            follow_and_serve(&cfg, &run, &suite, opts.repeat, args.no_serve).await
+            follow_and_serve(&cfg, &run, &suite, &opts, args.no_serve).await
         }
         Err(e) => Err(e),
     };
@@ -197,7 +212,7 @@ fn ended(cfg: &Config, query: &str, json: bool) -> anyhow::Result<Option<ExitCod
         serde_json::from_str(&text).with_context(|| format!("reading `{}`", path.display()))?;
     eprintln!("eval run {} has ended ({}); its report:", run.id, run.state);
     let passed = run.state == "passed";
-    print_summary(&report, &text, &run.state, &dir, json);
+    super::eval_progress::print_summary(&report, &text, &run.state, &dir, json);
     Ok(Some(if passed {
         ExitCode::SUCCESS
     } else {
@@ -316,19 +331,19 @@ async fn beat(cfg: Config, run_id: String, stop: CancellationToken) {
     }
 }
 
-/// Queues a task for every case and repeat that has none; returns how many.
+/// Queues a task for every case and sample (`samples` × `--repeat`: its
+/// `runs`) that has none; returns how many.
 async fn submit_missing(
     cfg: &Config,
     store: &mut Store,
     run_id: &str,
-    specs: &[(String, TaskSpec)],
-    repeat: u32,
+    specs: &[(String, u32, TaskSpec)],
     suite_path: &Path,
 ) -> anyhow::Result<usize> {
     let links = store.eval_links(run_id)?;
     let mut n = 0;
-    for (case_id, spec) in specs {
-        for r in 1..=repeat {
+    for (case_id, runs, spec) in specs {
+        for r in 1..=*runs {
             if links.iter().any(|l| &l.case_id == case_id && l.repeat == r) {
                 continue;
             }
@@ -372,17 +387,19 @@ async fn follow_and_serve(
     cfg: &Config,
     run: &EvalRunRow,
     suite: &Suite,
-    repeat: u32,
+    opts: &RunOptions,
     no_serve: bool,
 ) -> anyhow::Result<bool> {
     let (drain, stop) = signals();
     let done = CancellationToken::new();
-    let total = suite.cases.len() * repeat as usize;
     let watcher = tokio::spawn(super::eval_progress::watch(
         cfg.clone(),
-        run.id.clone(),
-        suite.clone(),
-        total,
+        super::eval_progress::Watched {
+            run_id: run.id.clone(),
+            suite: suite.clone(),
+            repeat: opts.repeat,
+            infra_retries: opts.infra_retries,
+        },
         done.clone(),
         drain.clone(),
     ));
@@ -452,29 +469,10 @@ fn finish(
     std::fs::write(dir.join("report.html"), eval::render(&report))
         .with_context(|| format!("writing `{}`", dir.join("report.html").display()))?;
     let _ = cfg;
-    print_summary(&report, &json_text, state, &dir, json);
+    super::eval_progress::print_summary(&report, &json_text, state, &dir, json);
     Ok(if state == "passed" {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
-}
-
-/// An ended run on stdout: report.json with `--json`, else one line and
-/// where the HTML report is.
-fn print_summary(report: &eval::EvalReport, json_text: &str, state: &str, dir: &Path, json: bool) {
-    if json {
-        outln!("{}", json_text.trim_end());
-    } else {
-        outln!(
-            "{}: {:.0}% passed ({} of {}), threshold {:.0}%: {}",
-            crate::output::clean(&report.suite),
-            report.pass_rate * 100.0,
-            report.passed,
-            report.passed + report.failed + report.unfinished,
-            report.pass_threshold * 100.0,
-            state
-        );
-        outln!("{}", dir.join("report.html").display());
-    }
 }

@@ -160,25 +160,68 @@ fn summary(s: &mut String, r: &EvalReport) {
         "Results",
         &format!("{} / {}", r.passed, r.passed + r.failed + r.unfinished),
         &format!(
-            "{} passed · {} failed{}",
+            "{} passed · {} failed{}{}",
             r.passed,
             r.failed,
             if r.unfinished > 0 {
                 format!(" · {} unfinished", r.unfinished)
             } else {
                 String::new()
+            },
+            if r.infra_failed > 0 {
+                format!(" · {} infra, not scored", r.infra_failed)
+            } else {
+                String::new()
             }
         ),
     );
-    if r.repeat > 1 {
+    if r.pass_at_k.len() > 1 {
+        let most = r.pass_at_k.keys().last().copied().unwrap_or(1);
         card(
             s,
             "",
             "pass@1",
             &pct(r.pass_at_1),
-            &format!("{} repeats per case", r.repeat),
+            &format!("pass@{most} {}", pct(r.pass_at_k[&most])),
         );
     }
+    if let Some(m) = r.mean_reward {
+        card(
+            s,
+            "",
+            "Mean reward",
+            &format!("{m:.3}"),
+            "over the scored results",
+        );
+    }
+    let classes = |k: &str| r.failure_classes.get(k).copied().unwrap_or(0);
+    card(
+        s,
+        if r.infra_failed > 0 {
+            "verdict bad"
+        } else {
+            ""
+        },
+        "Infra failed",
+        &pct(r.infra_failed_rate),
+        &format!(
+            "{} infra (not scored) · {} agent · {} verifier",
+            classes("infra"),
+            classes("agent"),
+            classes("verifier")
+        ),
+    );
+    card(
+        s,
+        "",
+        "Time by phase",
+        &human_ms(r.agent_ms),
+        &format!(
+            "agent · set-up {} · verify {}",
+            human_ms(r.setup_ms),
+            human_ms(r.verify_ms)
+        ),
+    );
     card(
         s,
         "",
@@ -248,6 +291,8 @@ fn categories_and_failures(s: &mut String, r: &EvalReport) {
 fn outcome(c: &CaseResult) -> (&'static str, &'static str) {
     if c.passed {
         ("pass", "passed")
+    } else if c.failure_class == Some(super::outcome::FailureClass::Infra) {
+        ("wait", "infra")
     } else if c.duration_ms.is_none()
         && !matches!(
             c.state.as_str(),
@@ -265,7 +310,7 @@ fn table(s: &mut String, r: &EvalReport) {
         "<h2>Cases</h2><div class=\"tools\"><input id=\"filter\" type=\"search\" placeholder=\"Filter cases…\" aria-label=\"filter\">\
          <select id=\"outcome\" aria-label=\"outcome\"><option value=\"\">all outcomes</option>\
          <option value=\"passed\">passed</option><option value=\"failed\">failed</option>\
-         <option value=\"unfinished\">unfinished</option></select>\
+         <option value=\"unfinished\">unfinished</option><option value=\"infra\">infra (not scored)</option></select>\
          <select id=\"category\" aria-label=\"category\"><option value=\"\">all categories</option>",
     );
     for name in r.by_category.keys() {
@@ -276,7 +321,9 @@ fn table(s: &mut String, r: &EvalReport) {
          <table id=\"cases\"><thead><tr><th>Case</th><th>Category</th><th class=\"num\">Repeat</th>\
          <th>Outcome</th><th>State</th><th class=\"num\">Score</th><th class=\"num\">Duration</th>\
          <th class=\"num\">Queue wait</th><th class=\"num\">Steps</th><th class=\"num\">Tokens</th>\
-         <th class=\"num\">Cost</th><th class=\"num\">Verify</th></tr></thead><tbody>",
+         <th class=\"num\">Cost</th><th class=\"num\">Verify</th><th class=\"num\">Reward</th>\
+         <th>Class</th><th class=\"num\">Set-up</th><th class=\"num\">Agent</th>\
+         <th class=\"num\">Verify time</th></tr></thead><tbody>",
     );
     for c in &r.cases {
         let (class, word) = outcome(c);
@@ -296,7 +343,10 @@ fn table(s: &mut String, r: &EvalReport) {
              <td data-v=\"{st}\">{st}</td><td class=\"num\" data-v=\"{score}\">{score_pct}</td>\
              <td class=\"num\" data-v=\"{d}\">{dur}</td><td class=\"num\" data-v=\"{q}\">{qw}</td>\
              <td class=\"num\" data-v=\"{steps}\">{steps}</td><td class=\"num\" data-v=\"{tok}\">{tok}</td>\
-             <td class=\"num\" data-v=\"{cost}\">{cost_s}</td><td class=\"num\" data-v=\"{va}\">{va}</td></tr>",
+             <td class=\"num\" data-v=\"{cost}\">{cost_s}</td><td class=\"num\" data-v=\"{va}\">{va}</td>\
+             <td class=\"num\" data-v=\"{rw}\">{reward}</td><td data-v=\"{class_}\">{class_}</td>\
+             <td class=\"num\" data-v=\"{su}\">{setup}</td><td class=\"num\" data-v=\"{ag}\">{agent}</td>\
+             <td class=\"num\" data-v=\"{vf}\">{verify}</td></tr>",
             id = esc(&c.id),
             cat = esc(&c.category),
             rep = c.repeat,
@@ -310,6 +360,18 @@ fn table(s: &mut String, r: &EvalReport) {
             cost = c.cost_usd,
             cost_s = money(c.cost_usd),
             va = c.verify_attempts,
+            rw = c.reward.unwrap_or(-1.0),
+            reward = c
+                .reward
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "–".into()),
+            class_ = c.failure_class.map(|f| f.as_str()).unwrap_or(""),
+            su = c.setup_ms.unwrap_or(-1),
+            setup = ms(c.setup_ms),
+            ag = c.agent_ms.unwrap_or(-1),
+            agent = ms(c.agent_ms),
+            vf = c.verify_ms.unwrap_or(-1),
+            verify = ms(c.verify_ms),
         );
     }
     s.push_str("</tbody></table>");
@@ -322,7 +384,8 @@ fn details(s: &mut String, c: &CaseResult) {
         "<details class=\"case\" id=\"case-{id}-{rep}\"><summary>{id} <span class=\"muted\">#{rep}</span> \
          <span class=\"badge {class}\">{word}</span> <span class=\"muted\">{title}</span></summary><div class=\"body\">\
          <div class=\"kv\"><div>task</div><div><code>{task}</code></div><div>model</div><div>{model}</div>\
-         <div>attempts</div><div>{attempts}</div><div>results</div><div><code>{results}</code></div></div>\
+         <div>attempts</div><div>{attempts}</div><div>results</div><div><code>{results}</code></div>\
+         <div>reward</div><div>{reward}</div><div>failure</div><div>{class_}</div></div>\
          <h4>Score</h4><ul class=\"why\">",
         id = esc(&c.id),
         rep = c.repeat,
@@ -331,6 +394,19 @@ fn details(s: &mut String, c: &CaseResult) {
         model = esc(&c.model),
         attempts = c.attempts,
         results = esc(c.results.as_deref().unwrap_or("not collected")),
+        reward = match (c.reward, &c.tests) {
+            (Some(r), Some(t)) => format!(
+                "{r} ({} passed, {} failed, {} skipped)",
+                t.passed, t.failed, t.skipped
+            ),
+            (Some(r), None) => r.to_string(),
+            (None, _) => "none".into(),
+        },
+        class_ = match c.failure_class {
+            None if c.passed => "none (passed)",
+            None => "–",
+            Some(f) => f.as_str(),
+        },
     );
     for w in &c.why {
         let (class, text) = match w.split_once(": ") {

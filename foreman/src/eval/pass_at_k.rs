@@ -22,16 +22,18 @@ pub(crate) fn pass_at_k(n: u32, c: u32, k: u32) -> f64 {
     1.0 - fail
 }
 
-/// The suite's pass@k for k = 1 to `n` (each case ran `n` times; `passed`
-/// is each case's count of passes).
-pub(crate) fn suite_pass_at_k(n: u32, passed: &[u32]) -> BTreeMap<u32, f64> {
+/// The suite's pass@k for k = 1 to the smallest n: `cases` holds each
+/// case's (n, c), its scored attempts and how many passed (a case with no
+/// scored attempt, all of them infra failures, is left out).
+pub(crate) fn suite_pass_at_k(cases: &[(u32, u32)]) -> BTreeMap<u32, f64> {
+    let cases: Vec<(u32, u32)> = cases.iter().copied().filter(|(n, _)| *n > 0).collect();
     let mut out = BTreeMap::new();
-    if passed.is_empty() {
+    let Some(min_n) = cases.iter().map(|(n, _)| *n).min() else {
         return out;
-    }
-    for k in 1..=n {
-        let sum: f64 = passed.iter().map(|&c| pass_at_k(n, c, k)).sum();
-        out.insert(k, sum / passed.len() as f64);
+    };
+    for k in 1..=min_n {
+        let sum: f64 = cases.iter().map(|&(n, c)| pass_at_k(n, c, k)).sum();
+        out.insert(k, sum / cases.len() as f64);
     }
     out
 }
@@ -64,9 +66,14 @@ mod tests {
 
     #[test]
     fn a_suites_value_is_the_mean_over_its_cases() {
-        let p = suite_pass_at_k(3, &[3, 0, 1]);
+        let p = suite_pass_at_k(&[(3, 3), (3, 0), (3, 1)]);
         assert!(close(p[&1], (1.0 + 0.0 + 1.0 / 3.0) / 3.0));
         assert!(close(p[&3], (1.0 + 0.0 + 1.0) / 3.0));
-        assert!(suite_pass_at_k(3, &[]).is_empty());
+        assert!(suite_pass_at_k(&[]).is_empty());
+        // Each case its own n (`samples:`): k runs to the smallest.
+        let p = suite_pass_at_k(&[(5, 2), (2, 1), (0, 0)]);
+        assert_eq!(p.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        assert!(close(p[&1], (2.0 / 5.0 + 1.0 / 2.0) / 2.0));
+        assert!(close(p[&2], ((1.0 - 3.0 / 10.0) + 1.0) / 2.0));
     }
 }

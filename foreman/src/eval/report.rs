@@ -7,9 +7,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::outcome::{FailureClass, Observed, classify, verify_seen};
+use super::phases::{Phases, phases};
 use super::score::{Score, score};
 use super::suite::{Case, Suite};
 use crate::store::{EvalLink, EvalRunRow, Store, TaskRow};
+
+pub(crate) use super::totals::{rfc3339, totals};
 
 /// Caps on the texts a report carries (the agent wrote most of them).
 const MAX_PROMPT: usize = 64 << 10;
@@ -32,15 +36,30 @@ pub(crate) struct EvalReport {
     pub ended: Option<String>,
     pub pass_threshold: f64,
     pub repeat: u32,
-    /// Passed results over all results (cases × repeats), 0 to 1.
+    /// Passed results over the scored ones (cases × samples × repeats,
+    /// less the infra failures), 0 to 1.
     pub pass_rate: f64,
     pub passed: usize,
+    /// Scored results that did not pass (the agent's and the verifier's).
     pub failed: usize,
     /// Results whose task has not ended (an interrupted run).
     pub unfinished: usize,
+    /// Results the platform failed (never scored), and their share of all.
+    #[serde(default)]
+    pub infra_failed: usize,
+    #[serde(default)]
+    pub infra_failed_rate: f64,
+    /// Ended results that did not pass, by whose failure they are
+    /// (`agent`, `infra`, `verifier`).
+    #[serde(default)]
+    pub failure_classes: BTreeMap<String, usize>,
+    /// The mean reward over the scored results that have one (None: none has).
+    #[serde(default)]
+    pub mean_reward: Option<f64>,
     /// The mean over cases of each case's pass fraction.
     pub pass_at_1: f64,
-    /// pass@k for k = 1 to `repeat`, the unbiased estimator (issue 49).
+    /// pass@k for k = 1 to the smallest number of scored results of a
+    /// case, the unbiased estimator (issue 49).
     #[serde(default)]
     pub pass_at_k: BTreeMap<u32, f64>,
     pub case_pass_fraction: BTreeMap<String, f64>,
@@ -66,6 +85,14 @@ pub(crate) struct EvalReport {
     pub wall_ms: Option<i64>,
     /// The tasks' durations added up (what the run would take one at a time).
     pub task_ms_sum: i64,
+    /// That time by phase, added up over the results: set-up (claimed →
+    /// the servo running), the agent, and verify.
+    #[serde(default)]
+    pub setup_ms: i64,
+    #[serde(default)]
+    pub agent_ms: i64,
+    #[serde(default)]
+    pub verify_ms: i64,
     pub cases: Vec<CaseResult>,
 }
 
@@ -86,13 +113,29 @@ pub(crate) struct Latency {
 }
 
 /// One case and repeat.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct CaseResult {
     pub id: String,
     pub category: String,
-    /// 1-based.
+    /// 1-based: which of the case's `samples` × `--repeat` results.
     pub repeat: u32,
     pub passed: bool,
+    /// Whose failure it is (`agent`, `infra`, `verifier`); None for a
+    /// pass and until the task ends. Infra results are not scored.
+    #[serde(default)]
+    pub failure_class: Option<FailureClass>,
+    /// The attempts of its chain the platform failed (each infra retry
+    /// is one more attempt).
+    #[serde(default)]
+    pub infra_attempts: u32,
+    /// The last graded verify check's reward, every key of its reward
+    /// file, and its test counts.
+    #[serde(default)]
+    pub reward: Option<f64>,
+    #[serde(default)]
+    pub rewards: Option<BTreeMap<String, f64>>,
+    #[serde(default)]
+    pub tests: Option<saheeli_protocol::verify::TestCounts>,
     /// The last attempt's task (retries by policy are new tasks).
     pub task_id: String,
     pub state: String,
@@ -108,6 +151,13 @@ pub(crate) struct CaseResult {
     pub model: String,
     pub attempts: usize,
     pub duration_ms: Option<i64>,
+    /// `duration_ms` by phase (every attempt's added up), once ended.
+    #[serde(default)]
+    pub setup_ms: Option<i64>,
+    #[serde(default)]
+    pub agent_ms: Option<i64>,
+    #[serde(default)]
+    pub verify_ms: Option<i64>,
     pub queue_wait_ms: Option<i64>,
     pub steps: i64,
     pub input_tokens: i64,
@@ -152,7 +202,7 @@ pub(crate) fn gather(
     let links = store.eval_links(&run.id)?;
     let mut cases = Vec::new();
     for case in &suite.cases {
-        for r in 1..=repeat {
+        for r in 1..=case.runs(repeat) {
             let Some(link) = links.iter().find(|l| l.case_id == case.id && l.repeat == r) else {
                 continue;
             };
@@ -201,6 +251,9 @@ pub(crate) fn case_result(
     };
     let mut tool_calls = BTreeMap::new();
     let mut verify_attempts = 0;
+    let mut infra_attempts = 0;
+    let mut time: Option<Phases> = Some(Phases::default());
+    let mut last_checks = Vec::new();
     let (mut input_tokens, mut output_tokens, mut steps) = (0i64, 0i64, 0i64);
     let (mut cost_usd, mut duration) = (0.0f64, None::<i64>);
     let (mut cache_read_tokens, mut cache_write_tokens, mut compactions) = (0i64, 0i64, 0i64);
@@ -213,6 +266,25 @@ pub(crate) fn case_result(
             }
         }
         verify_attempts += store.verify_attempts(t.id)?;
+        let checks = store.verify_checks(t.id)?;
+        let verify_ms = checks.iter().map(|c| c.duration_ms as i64).sum();
+        let p = phases(&store.state_changes(t.id)?, t.finished_at, verify_ms);
+        time = time.zip(p).map(|(mut a, b)| {
+            a += b;
+            a
+        });
+        let is_last = t.id == last.id;
+        let class = if is_last {
+            ended
+                .then(|| class_of(t, verdict.passed, &checks))
+                .flatten()
+        } else {
+            class_of(t, false, &checks)
+        };
+        infra_attempts += u32::from(class == Some(FailureClass::Infra));
+        if is_last {
+            last_checks = checks;
+        }
         input_tokens += t.input_tokens;
         output_tokens += t.output_tokens;
         cost_usd += t.cost_usd;
@@ -225,8 +297,12 @@ pub(crate) fn case_result(
         }
     }
     let first = &chain[0];
-    let verify = store
-        .verify_checks(last.id)?
+    let failure_class = ended
+        .then(|| class_of(last, verdict.passed, &last_checks))
+        .flatten();
+    let grade = last_checks.iter().rev().find_map(|c| c.graded.clone());
+    let time = time.filter(|_| ended);
+    let verify = last_checks
         .into_iter()
         .rev()
         .take(MAX_CHECKS)
@@ -250,6 +326,14 @@ pub(crate) fn case_result(
         category: case.category.clone(),
         repeat: link.repeat,
         passed: verdict.passed,
+        failure_class,
+        infra_attempts,
+        reward: grade.as_ref().map(|g| g.reward),
+        rewards: grade
+            .as_ref()
+            .map(|g| g.rewards.clone())
+            .filter(|r| !r.is_empty()),
+        tests: grade.and_then(|g| g.tests),
         task_id: last.id.to_string(),
         state: last.state.to_string(),
         reason: last.reason.clone(),
@@ -261,6 +345,9 @@ pub(crate) fn case_result(
         model: last.spec.model.clone(),
         attempts: chain.len(),
         duration_ms: duration.filter(|_| ended),
+        setup_ms: time.map(|t| t.setup_ms),
+        agent_ms: time.map(|t| t.agent_ms),
+        verify_ms: time.map(|t| t.verify_ms),
         queue_wait_ms: first.started_at.map(|s| (s - first.created_at).max(0)),
         steps,
         input_tokens,
@@ -281,6 +368,21 @@ pub(crate) fn case_result(
     })
 }
 
+/// The class of an ended attempt whose verdict is `passed`.
+fn class_of(
+    t: &TaskRow,
+    passed: bool,
+    checks: &[saheeli_protocol::verify::Check],
+) -> Option<FailureClass> {
+    let timeout_ms = t.spec.verify_timeout_s.saturating_mul(1000);
+    classify(&Observed {
+        passed,
+        state: t.state,
+        reason: t.reason.as_deref(),
+        verify: verify_seen(checks, timeout_ms, t.spec.verify_reward.is_some()),
+    })
+}
+
 /// At most `max` bytes of `text` (cut at a character boundary, the cut said).
 pub(crate) fn cap(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -293,141 +395,9 @@ pub(crate) fn cap(text: &str, max: usize) -> String {
     format!("{}\n[… {} more bytes cut]", &text[..end], text.len() - end)
 }
 
-/// The totals over `cases`.
-pub(crate) fn totals(
-    run: &EvalRunRow,
-    suite: &Suite,
-    repeat: u32,
-    cases: Vec<CaseResult>,
-) -> EvalReport {
-    let ended: Vec<&CaseResult> = cases.iter().filter(|c| is_ended(&c.state)).collect();
-    let passed = cases.iter().filter(|c| c.passed).count();
-    let expected = suite.cases.len() * repeat as usize;
-    let unfinished = expected - ended.len().min(expected);
-    let failed = expected - passed - unfinished;
-    let pass_rate = if expected == 0 {
-        0.0
-    } else {
-        passed as f64 / expected as f64
-    };
-    let mut by_category: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut case_pass_fraction = BTreeMap::new();
-    let mut passes = Vec::new();
-    for case in &suite.cases {
-        let mine: Vec<&CaseResult> = cases.iter().filter(|c| c.id == case.id).collect();
-        let p = mine.iter().filter(|c| c.passed).count();
-        passes.push(p.min(repeat as usize) as u32);
-        case_pass_fraction.insert(case.id.clone(), p as f64 / repeat.max(1) as f64);
-        let t = by_category.entry(case.category.clone()).or_default();
-        t.passed += p;
-        t.total += repeat as usize;
-    }
-    for t in by_category.values_mut() {
-        t.pass_rate = if t.total == 0 {
-            0.0
-        } else {
-            t.passed as f64 / t.total as f64
-        };
-    }
-    let pass_at_1 = if case_pass_fraction.is_empty() {
-        0.0
-    } else {
-        case_pass_fraction.values().sum::<f64>() / case_pass_fraction.len() as f64
-    };
-    let mut durations: Vec<i64> = ended.iter().filter_map(|c| c.duration_ms).collect();
-    durations.sort_unstable();
-    let mut failures_by_reason: BTreeMap<String, usize> = BTreeMap::new();
-    for c in cases.iter().filter(|c| !c.passed && is_ended(&c.state)) {
-        let key = if c.state_ok {
-            "expect_failed".to_string()
-        } else {
-            c.reason.clone().unwrap_or_else(|| c.state.clone())
-        };
-        *failures_by_reason.entry(key).or_default() += 1;
-    }
-    let mut tool_calls = BTreeMap::new();
-    for c in &cases {
-        for (t, n) in &c.tool_calls {
-            *tool_calls.entry(t.clone()).or_insert(0) += n;
-        }
-    }
-    let mut models: Vec<String> = cases.iter().map(|c| c.model.clone()).collect();
-    models.sort();
-    models.dedup();
-    EvalReport {
-        run_id: run.id.clone(),
-        suite: suite.name.0.clone(),
-        suite_path: run.suite_path.clone(),
-        suite_digest: run.suite_digest.clone(),
-        models,
-        started: rfc3339(run.started_at),
-        ended: run.ended_at.map(rfc3339),
-        pass_threshold: suite.pass_threshold.0,
-        repeat,
-        pass_rate,
-        passed,
-        failed,
-        unfinished,
-        pass_at_1,
-        pass_at_k: super::pass_at_k::suite_pass_at_k(repeat, &passes),
-        case_pass_fraction,
-        by_category,
-        latency_ms: Latency {
-            p50: percentile(&durations, 50),
-            p90: percentile(&durations, 90),
-            max: durations.last().copied(),
-        },
-        input_tokens: cases.iter().map(|c| c.input_tokens).sum(),
-        output_tokens: cases.iter().map(|c| c.output_tokens).sum(),
-        tokens: cases.iter().map(|c| c.tokens).sum(),
-        cost_usd: cases.iter().map(|c| c.cost_usd).sum(),
-        cache_read_tokens: cases.iter().map(|c| c.cache_read_tokens).sum(),
-        cache_write_tokens: cases.iter().map(|c| c.cache_write_tokens).sum(),
-        cache_hit_rate: crate::output::hit_rate(
-            cases.iter().map(|c| c.cache_read_tokens).sum(),
-            cases.iter().map(|c| c.input_tokens).sum(),
-        ),
-        compactions: cases.iter().map(|c| c.compactions).sum(),
-        failures_by_reason,
-        tool_calls,
-        wall_ms: run.ended_at.map(|e| e - run.started_at),
-        task_ms_sum: durations.iter().sum(),
-        cases,
-    }
-}
-
-fn is_ended(state: &str) -> bool {
-    state
-        .parse::<crate::state::TaskState>()
-        .is_ok_and(|s| s.is_terminal())
-}
-
-/// The nearest-rank percentile of sorted values.
-pub(crate) fn percentile(sorted: &[i64], p: usize) -> Option<i64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    Some(sorted[rank - 1])
-}
-
-pub(crate) fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<i64> = (1..=10).collect();
-        assert_eq!(percentile(&v, 50), Some(5));
-        assert_eq!(percentile(&v, 90), Some(9));
-        assert_eq!(percentile(&[7], 90), Some(7));
-        assert_eq!(percentile(&[], 50), None);
-    }
 
     #[test]
     fn cap_cuts_at_a_character() {

@@ -100,7 +100,20 @@ pub(crate) struct Case {
     pub expect: Expect,
     /// Front-matter keys set by the case (`workspace`, `verify`, …).
     pub keys: FrontMatterKeys,
+    /// Independent attempts of the case (`samples:`, default 1); `--repeat`
+    /// multiplies them.
+    pub samples: u32,
 }
+
+impl Case {
+    /// The results this case has in a run with `--repeat repeat`.
+    pub fn runs(&self, repeat: u32) -> u32 {
+        self.samples.saturating_mul(repeat)
+    }
+}
+
+/// The most `samples:` a case may ask for.
+pub(crate) const MAX_SAMPLES: u32 = 1000;
 
 /// Front-matter keys with their values, each checked alone against the
 /// front-matter's own types; relative paths resolved against the suite.
@@ -129,7 +142,9 @@ impl<'de> Deserialize<'de> for FrontMatterKeys {
 }
 
 /// The keys a case takes besides the front-matter's.
-const CASE_KEYS: &[&str] = &["id", "category", "prompt", "text", "params", "expect"];
+const CASE_KEYS: &[&str] = &[
+    "id", "category", "prompt", "text", "params", "expect", "samples",
+];
 
 /// Reads a key: one the front-matter knows (or, in a case, a case key).
 struct KeyOf {
@@ -232,6 +247,7 @@ impl<'de> Visitor<'de> for CaseVisitor {
         let mut params = BTreeMap::new();
         let mut expect = Expect::default();
         let mut keys = Mapping::new();
+        let mut samples = 1;
         let mut seen = BTreeSet::new();
         while let Some(key) = map.next_key_seed(KeyOf { case: true })? {
             if !seen.insert(key.clone()) {
@@ -244,6 +260,7 @@ impl<'de> Visitor<'de> for CaseVisitor {
                 "text" => text = Some(map.next_value::<String>()?),
                 "params" => params = map.next_value()?,
                 "expect" => expect = map.next_value()?,
+                "samples" => samples = map.next_value::<Samples>()?.0,
                 _ => {
                     let value = map.next_value_seed(ValueOf(&key))?;
                     keys.insert(Value::String(key), value);
@@ -275,7 +292,40 @@ impl<'de> Visitor<'de> for CaseVisitor {
             params,
             expect,
             keys: FrontMatterKeys(keys),
+            samples,
         })
+    }
+}
+
+/// `samples:`, 1 to [`MAX_SAMPLES`].
+struct Samples(u32);
+
+impl<'de> Deserialize<'de> for Samples {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Samples;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a whole number of attempts from 1 to {MAX_SAMPLES}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Samples, E> {
+                match u32::try_from(v) {
+                    Ok(n) if (1..=MAX_SAMPLES).contains(&n) => Ok(Samples(n)),
+                    _ => Err(E::custom(format!(
+                        "`samples` {v} is out of range; use 1 to {MAX_SAMPLES} (independent attempts of the case)"
+                    ))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Samples, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "`samples` {v} is out of range; use 1 to {MAX_SAMPLES} (independent attempts of the case)"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_u64(V)
     }
 }
 

@@ -7,6 +7,7 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use saheeli_protocol::TaskId;
 
 use super::{ExecCached, Result, Store, StoreError, insert_task, now_ms};
+use crate::state::TaskState;
 use crate::task::TaskSpec;
 
 /// One row of `eval_runs`.
@@ -200,6 +201,26 @@ impl Store {
         Ok(())
     }
 
+    /// A task's state changes, `(at, to)` in order (not its other events):
+    /// what an eval report splits into set-up, agent and verify time.
+    pub fn state_changes(&self, id: TaskId) -> Result<Vec<(i64, TaskState)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at, to_state FROM events WHERE task_id = ?1 AND kind IS NULL ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![id.to_string()], |r| {
+            let to: String = r.get(1)?;
+            Ok((r.get(0)?, to))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (at, to) = row?;
+            if let Ok(to) = to.parse::<TaskState>() {
+                out.push((at, to));
+            }
+        }
+        Ok(out)
+    }
+
     /// Records a run's end: `passed` or `failed`, and its pass rate.
     pub fn end_eval_run(&mut self, run_id: &str, state: &str, pass_rate: f64) -> Result<()> {
         self.conn.exec_cached(
@@ -251,6 +272,19 @@ mod tests {
                 task_id: a
             }]
         );
+        // Its state changes, in order, for the report's phases.
+        let lease = crate::store::Lease {
+            owner: "test".into(),
+            ms: 10_000,
+        };
+        s.claim_next(None, &lease).unwrap().unwrap();
+        let changes: Vec<TaskState> = s
+            .state_changes(a)
+            .unwrap()
+            .into_iter()
+            .map(|(_, to)| to)
+            .collect();
+        assert_eq!(changes, vec![TaskState::Queued, TaskState::Starting]);
         assert!(s.hold_eval_run("0001", 100, 200).unwrap());
         assert!(!s.hold_eval_run("0001", 150, 300).unwrap(), "still alive");
         assert!(

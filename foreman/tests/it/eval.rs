@@ -167,6 +167,11 @@ fn a_suite_with_a_bad_key_or_case_exits_2_naming_the_line_and_submits_nothing() 
             6,
             "unknown key `id2`",
         ),
+        (
+            format!("{head}    text: hi\n    samples: 0\n"),
+            6,
+            "`samples` 0 is out of range; use 1 to 1000",
+        ),
     ];
     for (text, line, what) in bad {
         s.write("bad.yaml", &text);

@@ -35,6 +35,7 @@ mod dryrun;
 mod ending_wins;
 mod eval;
 mod eval_browser;
+mod eval_classes;
 mod eval_example;
 mod eval_export;
 mod event_pages;
