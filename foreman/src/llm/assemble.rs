@@ -24,6 +24,21 @@ pub(crate) fn ask_streamed(body: &mut Value, kind: ProviderKind) {
     }
 }
 
+/// `plain`, a JSON object with no `stream` field as serde_json writes it,
+/// asking for a stream as [`ask_streamed`] does: the fields go before its
+/// closing brace, and nothing else of it is encoded again.
+pub(crate) fn streamed(plain: &[u8], kind: ProviderKind) -> Vec<u8> {
+    let suffix: &[u8] = match kind {
+        ProviderKind::Openai => br#","stream":true,"stream_options":{"include_usage":true}}"#,
+        ProviderKind::Anthropic => br#","stream":true}"#,
+    };
+    debug_assert!(plain.len() > 2 && plain.ends_with(b"}"));
+    let mut out = Vec::with_capacity(plain.len() + suffix.len());
+    out.extend_from_slice(&plain[..plain.len() - 1]);
+    out.extend_from_slice(suffix);
+    out
+}
+
 /// Reads a streamed answer to its end, telling the task's followers what
 /// the model writes as it comes: the whole body, or why the stream failed
 /// (cut, ended early, an error event), which is worth another try.

@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use crate::config::ProviderKind;
 use crate::llm::GatewayState;
 use crate::llm::anthropic;
+use crate::llm::api::Api;
 use crate::llm::assemble;
 use crate::llm::count;
 use crate::llm::input_bound;
@@ -25,15 +26,18 @@ use crate::llm::provider_call::call;
 use crate::llm::record;
 use crate::llm::shape;
 use crate::llm::task::error_response;
-use crate::llm::task::ledger;
+use crate::llm::task::ledger_now;
 use crate::metrics::{Refusal, live};
 
-/// The servo's own call: its typed request, checked, then forwarded
-/// (`forward`). A streamed chat, or any chat of an agent answered by a
+/// The servo's own call: its typed request (as read from the body),
+/// checked, then forwarded (`forward`). A streamed chat, or any chat of an agent answered by a
 /// `replay:` script, is a third-party agent's and is passed through
 /// instead (`vendor::passthrough::chat_completions` decides).
-pub(crate) async fn typed(gw: Arc<GatewayState>, body: Bytes) -> Response {
-    let req: ChatRequest = match serde_json::from_slice(&body) {
+pub(crate) async fn typed(
+    gw: Arc<GatewayState>,
+    req: Result<ChatRequest, serde_json::Error>,
+) -> Response {
+    let req: ChatRequest = match req {
         Ok(r) => r,
         Err(e) => {
             live().refusal(Refusal::InvalidRequest);
@@ -108,41 +112,20 @@ pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         asked,
     );
     let completion_field = req.max_completion_tokens.is_some();
-    let body_at = |max: u64| -> Value {
-        match route.provider.kind {
-            ProviderKind::Openai => {
-                let mut up = up.clone();
-                // Keep the field the caller used: newer models refuse the other.
-                if completion_field {
-                    up.max_completion_tokens = Some(max);
-                } else {
-                    up.max_tokens = Some(max);
-                }
-                serde_json::to_value(&up).expect("requests serialize")
-            }
-            ProviderKind::Anthropic => anthropic::request(&up, &route.model, max, gw.budget.cache),
-        }
-    };
     // The input this call sends, bounded from above (`input_bound`): what
     // the provider billed an earlier call of this conversation plus one
     // token per byte added, or the request's bytes (no tokenizer makes
     // more tokens than bytes; bytes / 4 under-counted dense text 2x, case
     // 25); when that bound would refuse the call, the provider's own
     // count (`count`). The meter settles the real count after the call.
-    let upstream_body = body_at(want);
-    let sent = serde_json::to_vec(&upstream_body).map_or(0, |b| b.len()) as u64;
-    let call_shape = match &upstream_body {
-        Value::Object(map) => input_bound::Shape::of(map, sent),
-        _ => input_bound::Shape::bytes_only(sent),
-    };
-    let input = gw.meter.input_bound(&call_shape);
-    let api = match route.provider.kind {
-        ProviderKind::Openai => crate::llm::api::Api::Chat,
-        ProviderKind::Anthropic => crate::llm::api::Api::Messages,
-    };
-    let reserved = match &upstream_body {
-        Value::Object(map) => count::reserve(gw, api, map, input, want).await,
-        _ => gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)),
+    let mut body = Body::build(gw, &mut up, completion_field, want);
+    let input = gw.meter.input_bound(&body.shape);
+    let reserved = match gw.meter.reserve(&gw.budget, gw.rates, input, Some(want)) {
+        Ok(grant) => Ok(grant),
+        Err(why) => match serde_json::from_slice::<Value>(&body.plain) {
+            Ok(Value::Object(map)) => count::reserve(gw, body.api(gw), &map, input, want).await,
+            _ => Err(why),
+        },
     };
     let grant = match reserved {
         Ok(g) => g,
@@ -159,25 +142,12 @@ pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         }
     };
     let max = grant.max_output.unwrap_or(want).max(1);
-    let upstream_body = if max == want {
-        upstream_body
-    } else {
-        body_at(max)
-    };
-    if route.provider.kind == ProviderKind::Openai {
-        if completion_field {
-            up.max_completion_tokens = Some(max);
-        } else {
-            up.max_tokens = Some(max);
-        }
+    if max != want {
+        // Cut to what the budget leaves; bounded as it was asked for.
+        let shape = std::mem::take(&mut body.shape);
+        body = Body::build(gw, &mut up, completion_field, max);
+        body.shape = shape;
     }
-    // Streamed, so that the text is shown as it comes (issue 29); read
-    // back into the whole answer (`assemble`).
-    let mut upstream_body = upstream_body;
-    if gw.upstream.policy.stream {
-        assemble::ask_streamed(&mut upstream_body, route.provider.kind);
-    }
-    let upstream_body: Bytes = upstream_body.to_string().into();
     let call_id = uuid::Uuid::now_v7().to_string();
     let (task, id, tokens, cost) = (gw.task_id, call_id.clone(), grant.tokens, grant.cost_usd());
     // Armed before the reservation is written: a drop from here on
@@ -187,23 +157,122 @@ pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
         grant: Some(grant),
         call_id: call_id.clone(),
     };
-    ledger(gw, move |l| l.reserve(task, &id, tokens, cost)).await;
+    // The reservation is written while the body is put together, and
+    // before anything is sent: a foreman that dies mid-call leaves it
+    // `in_flight`, counted at its reservation when the task is adopted.
+    let reserving = ledger_now(gw, move |l| l.reserve(task, &id, tokens, cost));
+    // Streamed, so that the text is shown as it comes (issue 29); read
+    // back into the whole answer (`assemble`).
+    let upstream_body = body.sent(gw);
+    reserving.await;
     let started = Instant::now();
     let (response, usage) = call(gw, upstream_body).await;
     live().llm_call(&route.provider.name, started.elapsed());
     let billed = usage.map(|u| (u.prompt_tokens, u.completion_tokens));
-    let response = record::chat_call(gw, call_id.clone(), up, response, billed).await;
+    let call_shape = std::mem::take(&mut body.shape);
+    let request = body.recorded(up);
+    let (response, line) = record::chat_call(gw, call_id.clone(), request, response, billed).await;
+    // No await from here on: the meter and the ledger settle together.
     let grant = pending.grant.take().expect("settled once");
+    // The meter settles now: the next call is reserved against it.
     if let Some(u) = usage {
         gw.meter.counted(call_shape, u.prompt_tokens);
     }
     let usage = usage.unwrap_or_default();
     let cost_micro = gw.meter.settle(&grant, usage, gw.rates);
-    ledger(gw, move |l| {
-        l.settle(&call_id, &usage, cost_micro as f64 / 1e6)
-    })
-    .await;
+    // The ledger's row, then the trajectory's line, are written off the
+    // answer's path on one thread: a foreman that dies before the row is
+    // settled counts the call at its reservation, as one that died
+    // waiting for the answer did. The gateway's stop waits for them
+    // before it settles what is still in flight.
+    let (l, task_id) = (gw.upstream.ledger.clone(), gw.task_id);
+    gw.writes.spawn_blocking(move || {
+        if let Err(e) = l.settle(&call_id, &usage, cost_micro as f64 / 1e6) {
+            warn!(%task_id, error = %e, "call ledger not written");
+        }
+        if let Some(line) = line {
+            line.write();
+        }
+    });
     response
+}
+
+/// The body of one typed call as it is forwarded.
+struct Body {
+    /// Without the stream asked for: the bytes that bound the input, and
+    /// for OpenAI what the trajectory records.
+    plain: Vec<u8>,
+    shape: input_bound::Shape,
+    /// Anthropic's Messages body (OpenAI's is the typed request itself).
+    messages: Option<Value>,
+}
+
+impl Body {
+    /// The body with an output cap of `max`. OpenAI's is the typed request
+    /// (the cap in the field the caller used: newer models refuse the
+    /// other), its shape from the items the task's last call had.
+    fn build(gw: &GatewayState, up: &mut ChatRequest, completion_field: bool, max: u64) -> Body {
+        let route = &gw.route;
+        match route.provider.kind {
+            ProviderKind::Openai => {
+                if completion_field {
+                    up.max_completion_tokens = Some(max);
+                } else {
+                    up.max_tokens = Some(max);
+                }
+                let plain = serde_json::to_vec(&*up).expect("requests serialize");
+                let shape = gw.chat_items.shape(up, plain.len() as u64);
+                Body {
+                    plain,
+                    shape,
+                    messages: None,
+                }
+            }
+            ProviderKind::Anthropic => {
+                let v = anthropic::request(up, &route.model, max, gw.budget.cache);
+                let plain = serde_json::to_vec(&v).expect("requests serialize");
+                let shape = match &v {
+                    Value::Object(map) => input_bound::Shape::of(map, plain.len() as u64),
+                    _ => input_bound::Shape::bytes_only(plain.len() as u64),
+                };
+                Body {
+                    plain,
+                    shape,
+                    messages: Some(v),
+                }
+            }
+        }
+    }
+
+    fn api(&self, gw: &GatewayState) -> Api {
+        match gw.route.provider.kind {
+            ProviderKind::Openai => Api::Chat,
+            ProviderKind::Anthropic => Api::Messages,
+        }
+    }
+
+    /// What is sent: streamed when the policy says so.
+    fn sent(&mut self, gw: &GatewayState) -> Bytes {
+        let kind = gw.route.provider.kind;
+        match (&mut self.messages, gw.upstream.policy.stream) {
+            (_, false) => Bytes::from(self.plain.clone()),
+            (None, true) => Bytes::from(assemble::streamed(&self.plain, kind)),
+            (Some(v), true) => {
+                let mut v = v.clone();
+                assemble::ask_streamed(&mut v, kind);
+                Bytes::from(v.to_string())
+            }
+        }
+    }
+
+    /// The request the trajectory records, as the gateway built it
+    /// (chat-shaped, whatever the provider), encoded off the answer's path.
+    fn recorded(self, up: ChatRequest) -> record::Request {
+        match self.messages {
+            None => record::Request::Bytes(self.plain),
+            Some(_) => record::Request::Typed(up),
+        }
+    }
 }
 
 /// A call reserved and not yet settled. Dropped unsettled (the servo

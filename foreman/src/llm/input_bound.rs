@@ -30,6 +30,9 @@
 //! breakpoints left out: they are no tokens), so a request cannot be made
 //! to look like an earlier one it is not.
 
+use std::sync::Mutex;
+
+use saheeli_protocol::chat::{ChatMessage, ChatRequest};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -75,38 +78,96 @@ impl Shape {
 
     /// The shape of a request body sent as `bytes` bytes.
     pub fn of(body: &Map<String, Value>, bytes: u64) -> Shape {
-        let mut shape = Shape::bytes_only(bytes);
-        let truncates = body
-            .get("truncation")
-            .is_some_and(|t| t.as_str() != Some("disabled"));
-        if truncates || PROVIDER_EDITS.iter().any(|k| body.contains_key(*k)) {
-            return shape;
-        }
-        let key = if body.contains_key("messages") {
-            "messages"
-        } else {
-            "input"
-        };
-        let Some(Value::Array(items)) = body.get(key) else {
-            return shape;
-        };
-        let mut rest = Sha256::new();
-        for (k, v) in body {
-            if k != key && !NOT_INPUT.contains(&k.as_str()) {
-                feed(&Value::String(k.clone()), &mut rest);
-                feed(v, &mut rest);
+        match head(body, bytes) {
+            Ok((mut shape, items)) => {
+                shape.items = items.iter().map(item).collect();
+                shape
             }
+            Err(shape) => shape,
         }
-        shape.rest = Some(rest.finalize().into());
-        shape.items = items
+    }
+}
+
+/// A body's shape but for its items, and its items; `Err`: the body
+/// cannot be compared (bounded by its bytes).
+fn head(body: &Map<String, Value>, bytes: u64) -> Result<(Shape, &Vec<Value>), Shape> {
+    let shape = Shape::bytes_only(bytes);
+    let truncates = body
+        .get("truncation")
+        .is_some_and(|t| t.as_str() != Some("disabled"));
+    if truncates || PROVIDER_EDITS.iter().any(|k| body.contains_key(*k)) {
+        return Err(shape);
+    }
+    let key = if body.contains_key("messages") {
+        "messages"
+    } else {
+        "input"
+    };
+    let Some(Value::Array(items)) = body.get(key) else {
+        return Err(shape);
+    };
+    let mut rest = Sha256::new();
+    for (k, v) in body {
+        if k != key && !NOT_INPUT.contains(&k.as_str()) {
+            feed(&Value::String(k.clone()), &mut rest);
+            feed(v, &mut rest);
+        }
+    }
+    Ok((
+        Shape {
+            rest: Some(rest.finalize().into()),
+            ..shape
+        },
+        items,
+    ))
+}
+
+/// One conversation item: its digest and its JSON's bytes.
+fn item(v: &Value) -> (Digest32, u64) {
+    let mut h = Sha256::new();
+    feed(v, &mut h);
+    let len = serde_json::to_vec(v).map_or(u64::MAX / 4, |b| b.len() as u64);
+    (h.finalize().into(), len)
+}
+
+/// The servo's typed chats' items as its last call had them: a message
+/// equal to the one in its place then has the same digest and bytes, so
+/// only what a step added is encoded and hashed. A conversation grows by
+/// a few messages a step, and digesting all of it again cost each step
+/// a pass over the whole conversation (issue 48's hot path).
+#[derive(Debug, Default)]
+pub(crate) struct ChatItems(Mutex<Vec<(ChatMessage, Digest32, u64)>>);
+
+impl ChatItems {
+    /// `Shape::of` the body `req` serializes to (`bytes` long), without
+    /// encoding the messages the last call had in the same places.
+    pub fn shape(&self, req: &mut ChatRequest, bytes: u64) -> Shape {
+        let messages = std::mem::take(&mut req.messages);
+        let head_value = serde_json::to_value(&*req);
+        req.messages = messages;
+        let Ok(Value::Object(body)) = head_value else {
+            return Shape::bytes_only(bytes);
+        };
+        let (mut shape, _) = match head(&body, bytes) {
+            Ok(h) => h,
+            Err(shape) => return shape,
+        };
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let same = kept
             .iter()
-            .map(|item| {
-                let mut h = Sha256::new();
-                feed(item, &mut h);
-                let len = serde_json::to_vec(item).map_or(u64::MAX / 4, |b| b.len() as u64);
-                (h.finalize().into(), len)
-            })
-            .collect();
+            .zip(&req.messages)
+            .take_while(|(k, m)| k.0 == **m)
+            .count();
+        kept.truncate(same);
+        for m in &req.messages[same..] {
+            let Ok(v) = serde_json::to_value(m) else {
+                kept.clear();
+                return Shape::bytes_only(bytes);
+            };
+            let (digest, len) = item(&v);
+            kept.push((m.clone(), digest, len));
+        }
+        shape.items = kept.iter().map(|(_, d, l)| (*d, *l)).collect();
         shape
     }
 }

@@ -131,3 +131,59 @@ fn cache_breakpoints_and_responses_input_compare() {
     let stored = json!({"model": "o", "previous_response_id": "r1", "input": []});
     assert_eq!(bound(&shape(stored.clone()), &earlier), shape(stored).bytes);
 }
+
+/// The servo's typed chats keep their items between calls: the shape is
+/// the same as `Shape::of` of the body sent, as the conversation grows, as
+/// a message in it changes, and after a compaction.
+#[test]
+fn a_typed_chat_has_the_shape_of_its_body() {
+    use saheeli_protocol::chat::{ChatMessage, ChatRequest};
+    let typed = |messages: Vec<ChatMessage>| ChatRequest {
+        model: "m".into(),
+        messages,
+        tools: vec![saheeli_protocol::chat::ToolSpec {
+            kind: "function".into(),
+            function: saheeli_protocol::chat::FunctionSpec {
+                name: "bash".into(),
+                description: "Runs a command.".into(),
+                parameters: json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+            },
+        }],
+        max_tokens: Some(4096),
+        tool_choice: Some("auto".into()),
+        prompt_cache_key: Some("task".into()),
+        ..Default::default()
+    };
+    let items = ChatItems::default();
+    let check = |req: &mut ChatRequest| {
+        let body = serde_json::to_vec(&*req).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let want = Shape::of(v.as_object().unwrap(), body.len() as u64);
+        assert!(want.rest.is_some());
+        assert_eq!(items.shape(req, body.len() as u64), want);
+    };
+    let mut conversation = vec![
+        ChatMessage::system("You are careful."),
+        ChatMessage::user("fix the bug"),
+    ];
+    check(&mut typed(conversation.clone()));
+    for i in 0..5 {
+        let mut turn = ChatMessage::user(format!("step {i}"));
+        turn.role = saheeli_protocol::chat::Role::Assistant;
+        conversation.push(turn);
+        conversation.push(ChatMessage::tool_result(format!("c{i}"), "ok"));
+        check(&mut typed(conversation.clone()));
+    }
+    // An earlier message changed: it and what follows are digested anew.
+    conversation[3].content = Some("another".into());
+    check(&mut typed(conversation.clone()));
+    // Compacted: shorter.
+    conversation.truncate(2);
+    conversation.push(ChatMessage::user("summary"));
+    check(&mut typed(conversation.clone()));
+    // Another head (the tools): its own digest, the same items.
+    let mut other = typed(conversation.clone());
+    other.tools.clear();
+    other.tool_choice = None;
+    check(&mut other);
+}

@@ -57,6 +57,33 @@ fn part(text: &str) -> Value {
 
 /// The line written for a call, redacted.
 pub(crate) fn line(call: &Call, redactor: &Redactor) -> String {
+    let mut v = fields(call);
+    v["request"] = part(&String::from_utf8_lossy(&call.request));
+    redactor.redact(&v.to_string()).into_owned()
+}
+
+/// [`line`] for a request the gateway encoded itself (`request`: compact
+/// JSON, no newline), put in the line as it is rather than decoded and
+/// encoded again: a long conversation's request is most of the line.
+fn line_of_encoded(call: &Call, request: &[u8], redactor: &Redactor) -> String {
+    let raw = std::str::from_utf8(request)
+        .ok()
+        .filter(|r| r.len() <= MAX_PART && !r.contains('\n'));
+    let Some(raw) = raw else {
+        return line(call, redactor);
+    };
+    let rest = fields(call).to_string();
+    // `rest` is a non-empty object: the request goes before its brace.
+    let mut text = String::with_capacity(rest.len() + raw.len() + 16);
+    text.push_str(&rest[..rest.len() - 1]);
+    text.push_str(",\"request\":");
+    text.push_str(raw);
+    text.push('}');
+    redactor.redact(&text).into_owned()
+}
+
+/// A line's fields but the request.
+fn fields(call: &Call) -> Value {
     let response = if call.streamed {
         let mut end = call.response.len().min(MAX_PART);
         while !call.response.is_char_boundary(end) {
@@ -66,18 +93,16 @@ pub(crate) fn line(call: &Call, redactor: &Redactor) -> String {
     } else {
         part(&call.response)
     };
-    let v = json!({
+    json!({
         "call_id": call.call_id,
         "api": call.api,
         "at_ms": call.at_ms,
         "streamed": call.streamed,
-        "request": part(&String::from_utf8_lossy(&call.request)),
         "response": response,
         "usage": call.usage.map(|(i, o)| json!({"input_tokens": i, "output_tokens": o})),
         "ended": call.ended,
         "vet_us": call.vet_us,
-    });
-    redactor.redact(&v.to_string()).into_owned()
+    })
 }
 
 /// The file of task `task_id` under `dir`.
@@ -111,46 +136,79 @@ pub(crate) fn append(dir: PathBuf, task_id: String, text: String) {
     }
 }
 
-/// Records one of the servo's (or any) non-streamed chat calls, given
-/// the request as the gateway built it (chat-shaped, whatever the
-/// provider) and the answer as it leaves for the container
-/// (read back, and returned unchanged).
+/// A typed call's request as the gateway built it (chat-shaped, whatever
+/// the provider): its bytes when they were encoded already, or the
+/// request, encoded when the line is written.
+pub(crate) enum Request {
+    Bytes(Vec<u8>),
+    Typed(saheeli_protocol::chat::ChatRequest),
+}
+
+/// A typed call's line, to be written off the answer's path
+/// ([`Line::write`], on a blocking thread).
+pub(crate) struct Line {
+    call: Call,
+    request: Request,
+    dir: PathBuf,
+    task: String,
+    redactor: Redactor,
+}
+
+impl Line {
+    /// Encodes, redacts and appends the line: a long conversation's
+    /// request is large, and the servo waits for its answer meanwhile.
+    pub(crate) fn write(self) {
+        let Line {
+            call,
+            request,
+            dir,
+            task,
+            redactor,
+        } = self;
+        let request = match request {
+            Request::Bytes(b) => b,
+            Request::Typed(r) => serde_json::to_vec(&r).unwrap_or_default(),
+        };
+        append(dir, task, line_of_encoded(&call, &request, &redactor));
+    }
+}
+
+/// Reads back the answer of one of the servo's (or any) non-streamed
+/// chat calls as it leaves for the container (returned unchanged), and
+/// the call's line to write.
 pub(crate) async fn chat_call(
     gw: &GatewayState,
     call_id: String,
-    request: saheeli_protocol::chat::ChatRequest,
+    request: Request,
     response: axum::response::Response,
     usage: Option<(u64, u64)>,
-) -> axum::response::Response {
+) -> (axum::response::Response, Option<Line>) {
     let (parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024 * 1024).await else {
-        return axum::response::Response::from_parts(parts, axum::body::Body::empty());
+        let empty = axum::response::Response::from_parts(parts, axum::body::Body::empty());
+        return (empty, None);
     };
-    let at_ms = crate::store::now_ms();
     let ended = (!parts.status.is_success()).then(|| format!("HTTP {}", parts.status.as_u16()));
-    let (dir, task) = (gw.upstream.trajectories.clone(), gw.task_id.to_string());
-    let redactor = gw.upstream.redactor.clone();
-    let answer = bytes.clone();
-    // Parsed, redacted and written off the call's path: a long
-    // conversation's request is large, and the servo waits for the answer.
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn_blocking(move || {
-            let call = Call {
-                call_id,
-                api: "chat",
-                at_ms,
-                request: serde_json::to_vec(&request).unwrap_or_default(),
-                response: String::from_utf8_lossy(&answer).into_owned(),
-                streamed: false,
-                usage,
-                ended,
-                // The servo's own request is typed, not vetted by parts.
-                vet_us: 0,
-            };
-            append(dir, task, line(&call, &redactor));
-        });
-    }
-    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+    let line = Line {
+        call: Call {
+            call_id,
+            api: "chat",
+            at_ms: crate::store::now_ms(),
+            request: Vec::new(),
+            response: String::from_utf8_lossy(&bytes).into_owned(),
+            streamed: false,
+            usage,
+            ended,
+            // The servo's own request is typed, not vetted by parts.
+            vet_us: 0,
+        },
+        request,
+        dir: gw.upstream.trajectories.clone(),
+        task: gw.task_id.to_string(),
+        redactor: gw.upstream.redactor.clone(),
+    };
+    let response = axum::response::Response::from_parts(parts, axum::body::Body::from(bytes));
+    (response, Some(line))
 }
 
 #[cfg(test)]
@@ -174,6 +232,28 @@ mod tests {
         let v: Value = serde_json::from_str(&l).unwrap();
         assert_eq!(v["request"]["model"], "m");
         assert_eq!(v["usage"]["output_tokens"], 4);
+        // A request the gateway encoded goes in as it is, the same line.
+        let typed = Call {
+            streamed: false,
+            response: r#"{"id": "x"}"#.into(),
+            ..call
+        };
+        let sent = br#"{"model":"m","messages":[{"role":"user","content":"sk-secret-123456"}]}"#;
+        let fast = line_of_encoded(&typed, sent, &r);
+        assert!(!fast.contains("sk-secret-123456"), "{fast}");
+        let whole = line(
+            &Call {
+                request: sent.to_vec(),
+                ..typed
+            },
+            &r,
+        );
+        let (a, b): (Value, Value) = (
+            serde_json::from_str(&fast).unwrap(),
+            serde_json::from_str(&whole).unwrap(),
+        );
+        assert_eq!(a, b);
+        assert!(!fast.contains('\n'));
         let big = "x".repeat(MAX_PART + 10);
         assert_eq!(part(&big)["truncated"], true);
         assert_eq!(part(&big)["bytes"], MAX_PART + 10);

@@ -36,6 +36,11 @@ pub(crate) struct GatewayState {
     pub(crate) replay: Option<Arc<saheeli_protocol::ReplayScript>>,
     /// The task's live followers (`live`).
     pub(crate) live: Arc<LiveBus>,
+    /// The servo's chats' items as its last call had them (`input_bound`).
+    pub(crate) chat_items: super::input_bound::ChatItems,
+    /// Ledger and trajectory writes left to finish after an answer went
+    /// back; the gateway's stop waits for them.
+    pub(crate) writes: tokio_util::task::TaskTracker,
 }
 
 impl GatewayState {
@@ -88,6 +93,24 @@ pub(crate) async fn not_found(
             uri.path()
         ),
     )
+}
+
+/// A ledger write started now on a blocking thread (before the caller
+/// does anything else), awaited by the future returned; a failure is
+/// logged, not fatal (the meter in memory still enforces the budget).
+pub(crate) fn ledger_now(
+    gw: &GatewayState,
+    f: impl FnOnce(&Ledger) -> Result<(), ledger::LedgerError> + Send + 'static,
+) -> impl std::future::Future<Output = ()> + '_ {
+    let l = gw.upstream.ledger.clone();
+    let write = tokio::task::spawn_blocking(move || f(&l));
+    async move {
+        match write.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(task_id = %gw.task_id, error = %e, "call ledger not written"),
+            Err(e) => warn!(task_id = %gw.task_id, error = %e, "call ledger thread failed"),
+        }
+    }
 }
 
 /// Runs a ledger write off the async threads; a failure is logged, not

@@ -110,6 +110,18 @@ impl WaitFlag {
 }
 
 impl Ctx {
+    /// A desk call that can move the task's state and reads it back
+    /// itself, under the same hold of the store: the waiting flag follows
+    /// the state it returns (as [`Ctx::moved`], without another query).
+    pub(crate) async fn followed<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store, &Lease) -> Result<(T, TaskState), StoreError> + Send + 'static,
+    ) -> Result<T, Response> {
+        let (t, state) = self.db(f).await?;
+        self.waiting.follow(state);
+        Ok(t)
+    }
+
     /// A desk call that can move the task's state, then the state read
     /// back under the same hold of the store: the waiting flag follows it
     /// (its one writer; see [`WaitFlag`]).

@@ -218,7 +218,13 @@ pub(crate) async fn inbox(
     let after = wait.after;
     loop {
         let id = gw.task_id;
-        let (notes, pause) = match gw.moved(move |s, l| s.inbox(id, l, timeout, after)).await {
+        let r = gw
+            .followed(move |s, l| {
+                let (notes, pause, state) = s.inbox(id, l, timeout, after)?;
+                Ok(((notes, pause), state))
+            })
+            .await;
+        let (notes, pause) = match r {
             Ok(r) => r,
             Err(resp) => return resp,
         };

@@ -47,7 +47,8 @@ impl Store {
     /// The servo's inbox (fenced): the messages after note `after` (the
     /// newest one the servo has in its session), or without it those not
     /// marked delivered, and the pause flag; the task becomes `paused` or
-    /// `running` to match. With `after`, whoever marked a note delivered
+    /// `running` to match, and the state it left the task in (the desk's
+    /// waiting flag follows it). With `after`, whoever marked a note delivered
     /// (the agent's shell can post to the socket, case 23) cannot keep it
     /// from the model: the servo's own session says what it has.
     pub fn inbox(
@@ -56,7 +57,7 @@ impl Store {
         lease: &Lease,
         human_timeout_ms: i64,
         after: Option<i64>,
-    ) -> Result<(Vec<Note>, bool)> {
+    ) -> Result<(Vec<Note>, bool, TaskState)> {
         // Asked before every LLM call of every task: a look that moves
         // nothing reads only (a WAL reader never waits for a writer nor
         // holds one up); the write lock is taken only to move the state.
@@ -67,14 +68,15 @@ impl Store {
             let (state, notes, pause) = inbox_look(&tx, id, lease, after)?;
             if inbox_move(pause, state).is_none() {
                 tx.commit()?;
-                return Ok((notes, pause));
+                return Ok((notes, pause, state));
             }
         }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let (state, notes, pause) = inbox_look(&tx, id, lease, after)?;
-        match inbox_move(pause, state) {
+        let moved = inbox_move(pause, state);
+        match moved {
             Some(TaskState::Paused) => {
                 move_state(
                     &tx,
@@ -92,7 +94,7 @@ impl Store {
             None => {}
         }
         tx.commit()?;
-        Ok((notes, pause))
+        Ok((notes, pause, moved.unwrap_or(state)))
     }
 
     /// The servo has these messages in its saved session (fenced).
@@ -123,11 +125,11 @@ fn inbox_look(
     after: Option<i64>,
 ) -> Result<(TaskState, Vec<Note>, bool)> {
     let state = held_state(tx, id, lease)?;
-    let pause: bool = tx.query_row(
-        "SELECT pause_requested FROM tasks WHERE id = ?1",
-        params![id.to_string()],
-        |r| r.get::<_, i64>(0).map(|v| v != 0),
-    )?;
+    let pause: bool = tx
+        .prepare_cached("SELECT pause_requested FROM tasks WHERE id = ?1")?
+        .query_row(params![id.to_string()], |r| {
+            r.get::<_, i64>(0).map(|v| v != 0)
+        })?;
     let mut stmt = tx.prepare_cached(
         "SELECT id, text, author FROM notes WHERE task_id = ?1
            AND (CASE WHEN ?2 IS NULL THEN delivered_at IS NULL ELSE id > ?2 END)

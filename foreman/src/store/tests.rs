@@ -558,10 +558,14 @@ mod desk {
         let id = running(&mut s);
         s.inject(id, "look at b.rs", "ann").unwrap();
         s.request_pause(id, "ann").unwrap();
-        let (notes, pause) = s.inbox(id, &lease(), 60_000, None).unwrap();
+        let (notes, pause, state) = s.inbox(id, &lease(), 60_000, None).unwrap();
         assert!(pause);
         assert_eq!(notes.len(), 1);
+        // The state it says is the state it left (the desk's flag follows it).
+        assert_eq!(state, TaskState::Paused);
         assert_eq!(s.require(&id.to_string()).unwrap().state, TaskState::Paused);
+        let (_, _, state) = s.inbox(id, &lease(), 60_000, None).unwrap();
+        assert_eq!(state, TaskState::Paused, "a look that moves nothing");
         s.delivered(id, &lease(), &[notes[0].id]).unwrap();
         assert!(!s.park(id, &lease(), 0).unwrap());
         s.resume(id, "ann").unwrap();
@@ -571,7 +575,7 @@ mod desk {
         s.claim_next(None, &lease()).unwrap().unwrap();
         s.transition(id, &lease(), TaskState::Running, None, None)
             .unwrap();
-        let (notes, pause) = s.inbox(id, &lease(), 60_000, None).unwrap();
+        let (notes, pause, _) = s.inbox(id, &lease(), 60_000, None).unwrap();
         assert!(notes.is_empty() && !pause, "delivered once");
         assert!(s.resume(id, "ann").is_err(), "not paused");
     }
@@ -585,12 +589,12 @@ mod desk {
         let first = s.inject(id, "one", "ann").unwrap().unwrap();
         let second = s.inject(id, "two", "ann").unwrap().unwrap();
         s.delivered(id, &lease(), &[first, second]).unwrap();
-        let (notes, _) = s.inbox(id, &lease(), 60_000, Some(0)).unwrap();
+        let (notes, _, _) = s.inbox(id, &lease(), 60_000, Some(0)).unwrap();
         assert_eq!(
             notes.iter().map(|n| n.id).collect::<Vec<_>>(),
             [first, second]
         );
-        let (notes, _) = s.inbox(id, &lease(), 60_000, Some(first)).unwrap();
+        let (notes, _, _) = s.inbox(id, &lease(), 60_000, Some(first)).unwrap();
         assert_eq!(notes.iter().map(|n| n.id).collect::<Vec<_>>(), [second]);
     }
 

@@ -172,6 +172,8 @@ impl Gateway {
             meter: meter.clone(),
             replay,
             live: live.clone(),
+            chat_items: Default::default(),
+            writes: Default::default(),
         });
         let llm = Router::new()
             .route("/v1/chat/completions", post(passthrough::chat_completions))
@@ -253,7 +255,10 @@ impl Gateway {
             Transport::Warm { socket } => socket.close(true).await,
         }
         // A call cut off with its task is settled at its reservation: its
-        // row must not stay `in_flight` (issue 27).
+        // row must not stay `in_flight` (issue 27). A call answered has
+        // its row settled first (`writes`).
+        self.state.writes.close();
+        self.state.writes.wait().await;
         let (ledger, task_id) = (self.ledger, self.task_id);
         match tokio::task::spawn_blocking(move || ledger.settle_all_cut(task_id)).await {
             Ok(Ok(0)) => {}

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use saheeli_protocol::Reason;
-use saheeli_protocol::chat::gateway_error;
+use saheeli_protocol::chat::{ChatRequest, gateway_error};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -80,12 +80,22 @@ pub(crate) async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let streamed = serde_json::from_slice::<Value>(&body)
-        .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true)));
-    if streamed || gw.replay.is_some() {
+    if gw.replay.is_some() {
         return chat_native(gw, &headers, body).await;
     }
-    crate::llm::chat::typed(gw, body).await
+    // Read once: the servo's own call is a typed request (a stream asked
+    // for in it is a third-party agent's too). Only a body that is no such
+    // request is read as any JSON, to find whether it asks for a stream.
+    let req = serde_json::from_slice::<ChatRequest>(&body);
+    let streamed = match &req {
+        Ok(r) => r.stream == Some(true),
+        Err(_) => serde_json::from_slice::<Value>(&body)
+            .is_ok_and(|v| v.get("stream") == Some(&Value::Bool(true))),
+    };
+    if streamed {
+        return chat_native(gw, &headers, body).await;
+    }
+    crate::llm::chat::typed(gw, req).await
 }
 
 /// `POST /v1/messages/count_tokens`: estimated here, nothing forwarded.
