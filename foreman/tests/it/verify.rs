@@ -437,7 +437,7 @@ fn verify_settings_are_shown_by_dry_run_and_bad_ones_refused_at_submit() {
         ("assess: true\n", "`assess: true` needs an LLM to judge"),
         (
             "verify: {a: b}\n",
-            "p.md:4: front-matter: verify: invalid type: map, expected a command, or a list of commands",
+            "p.md:4: front-matter: verify: unknown field `a`, expected one of `run`, `files`, `reward`, `timeout`, `env`",
         ),
     ] {
         s.write(
