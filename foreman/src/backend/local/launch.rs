@@ -16,6 +16,9 @@ use crate::inputs;
 use crate::spec::TaskSpec;
 use crate::task::TaskImage;
 
+/// A lock per task image being made (see `Local::builds`).
+pub(crate) type BuildLocks = std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>;
+
 /// This host's engine and what it needs of the configuration.
 #[derive(Clone)]
 pub(crate) struct Local {
@@ -29,9 +32,10 @@ pub(crate) struct Local {
     /// (`docker::ServoCopies`): when the daemon is on this host, as the
     /// workspace images say it is (`limits.disk_enforcement: loop`).
     pub(super) servos: Option<Arc<docker::ServoCopies>>,
-    /// One task image built at a time: a suite's cases that share an
-    /// image build it once.
-    pub(super) builds: Arc<tokio::sync::Mutex<()>>,
+    /// One build at a time of each task image (by what it is made from
+    /// and its workdir): a suite's cases that share an image build it
+    /// once, while different images build side by side.
+    pub(super) builds: Arc<std::sync::Mutex<BuildLocks>>,
     /// Each task image's seed (`read_seed`), by its content-named tag.
     pub(super) seeds:
         Arc<std::sync::Mutex<std::collections::HashMap<String, Option<bytes::Bytes>>>>,
@@ -54,7 +58,7 @@ impl Local {
             secrets: Arc::new(secrets),
             pool: None,
             servos,
-            builds: Arc::new(tokio::sync::Mutex::new(())),
+            builds: Arc::default(),
             seeds: Arc::default(),
         }
     }
@@ -121,7 +125,15 @@ impl Local {
                 map: &self.cfg.file.images.map,
             },
         };
-        let _one = self.builds.lock().await;
+        let key = format!("{:?}|{:?}", spec.image, spec.workdir);
+        let lock = self
+            .builds
+            .lock()
+            .expect("builds lock")
+            .entry(key)
+            .or_default()
+            .clone();
+        let _one = lock.lock().await;
         docker::task_image(&self.docker, &base, &agents, spec.workdir.as_deref())
             .await
             .map_err(|e| EngineError::of_setup(e.context("the task's image could not be made")))
