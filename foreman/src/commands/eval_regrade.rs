@@ -197,19 +197,8 @@ async fn regrade_one(
         let _ = std::fs::remove_dir_all(&staged);
         return Err(e);
     }
-    let sandbox = docker::Sandbox {
-        env: spec
-            .env
-            .iter()
-            .chain(spec.verify_env.iter())
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect(),
-        memory: spec.memory,
-        cpus: spec.cpus,
-        pids: spec.pids,
-        network: docker::VerifyNetwork::Declared(saheeli_protocol::NetworkMode::None),
-        working_dir: spec.workdir.clone(),
-    };
+    let none = docker::VerifyNetwork::Declared(saheeli_protocol::NetworkMode::None);
+    let sandbox = docker::Sandbox::of(spec, none);
     let tests_dir = (!hidden.is_empty()).then_some(staged.as_path());
     let opened = docker::RegradeBox::open(d, id, &image, &sandbox, tests_dir, &tar_path).await;
     let _ = std::fs::remove_file(&tar_path);

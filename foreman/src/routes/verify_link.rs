@@ -75,19 +75,7 @@ impl VerifyLink {
             }
             TaskEngine::Swarm { .. } => docker::VerifyNetwork::OfTask,
         };
-        let sandbox = docker::Sandbox {
-            env: spec
-                .env
-                .iter()
-                .chain(spec.verify_env.iter())
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-            memory: spec.memory,
-            cpus: spec.cpus,
-            pids: spec.pids,
-            network,
-            working_dir: spec.workdir.clone(),
-        };
+        let sandbox = docker::Sandbox::of(spec, network);
         Some(Arc::new(VerifyLink {
             engine,
             sandbox,

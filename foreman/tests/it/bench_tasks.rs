@@ -378,3 +378,27 @@ fn setup_runs_before_the_agent_and_a_failing_one_fails_the_launch() {
     let id = t["id"].as_str().unwrap();
     assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
 }
+
+/// What the tests run is the agent's work: a reward path made a link to
+/// /dev/zero or a huge file is read capped, fails to parse, and fails the
+/// attempt (never passes it, never hangs the check).
+#[test]
+fn a_reward_file_made_a_link_to_dev_zero_fails_the_attempt() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "tests/test.sh",
+        "#!/bin/sh\nln -sf /dev/zero /logs/verifier/reward.json\n",
+    );
+    s.write("sol/solve.sh", "true\n");
+    s.write(
+        "p.md",
+        "---\nagent: oracle\nimage: saheeli-base:bookworm\nsolution: sol/\nverify_retries: 0\n\
+         verify: { files: tests/, run: sh /tests/test.sh }\n---\nX\n",
+    );
+    let t = run(&s, "p.md", 1);
+    assert_eq!(t["reason"], "verification_failed", "{t}");
+    assert!(t.get("reward").is_none(), "nothing graded: {t}");
+    let log = std::fs::read_to_string(results(&t).join(".saheeli/verify-1.log")).unwrap();
+    assert!(log.contains("is not a JSON object of numbers"), "{log}");
+}

@@ -39,7 +39,7 @@ pub(crate) use setup::run_setup;
 pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
-    ROLE_LABEL, Sandbox, TESTS_DIR, VERIFY_ROLE, VerifyBox, VerifyNetwork, recover_verify,
+    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, checking_body, recover_verify,
     remove_verify_containers,
 };
 pub(crate) use volume::{

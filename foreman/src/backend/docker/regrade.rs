@@ -10,13 +10,12 @@ use std::path::Path;
 
 use anyhow::Context;
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
 use saheeli_protocol::TaskId;
 use tracing::warn;
 
 use super::{
-    DockerOp, ROLE_LABEL, Sandbox, TESTS_DIR, WorkspaceMount, remove_container, remove_volume,
-    task_labels, timed,
+    DockerOp, ROLE_LABEL, Sandbox, WorkspaceMount, remove_container, remove_volume, task_labels,
+    timed,
 };
 
 /// [`ROLE_LABEL`]'s value on a regrade's container and volume.
@@ -43,56 +42,8 @@ impl RegradeBox {
         let mut labels = task_labels(id);
         labels.insert(ROLE_LABEL.to_string(), REGRADE_ROLE.to_string());
         let volume = format!("saheeli-regrade-{}", uuid::Uuid::new_v4().simple());
-        let mut mounts =
-            vec![WorkspaceMount::Volume(volume.clone()).mount(Some(labels.clone()), false)];
-        if let Some(dir) = tests {
-            mounts.push(Mount {
-                target: Some(TESTS_DIR.into()),
-                source: Some(dir.display().to_string()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                ..Default::default()
-            });
-        }
-        let mut hardened = super::hardened(sandbox.memory, sandbox.cpus, sandbox.pids);
-        if let Some(t) = hardened.tmpfs.as_mut() {
-            t.insert(
-                "/logs/verifier".to_string(),
-                "rw,nosuid,nodev,size=64m,mode=1777".to_string(),
-            );
-        }
-        let body = ContainerCreateBody {
-            image: Some(image.into()),
-            entrypoint: Some(vec!["sleep".into()]),
-            cmd: Some(vec!["infinity".into()]),
-            user: Some("1000:1000".into()),
-            working_dir: Some(
-                sandbox
-                    .working_dir
-                    .clone()
-                    .unwrap_or_else(|| saheeli_protocol::paths::WORKSPACE.into()),
-            ),
-            env: Some(
-                sandbox
-                    .env
-                    .iter()
-                    .cloned()
-                    .chain(["HOME=/tmp".to_string()])
-                    .collect(),
-            ),
-            labels: Some(labels),
-            network_disabled: Some(true),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                mounts: Some(mounts),
-                log_config: Some(HostConfigLogConfig {
-                    typ: Some("none".into()),
-                    config: None,
-                }),
-                ..hardened
-            }),
-            ..Default::default()
-        };
+        let mount = WorkspaceMount::Volume(volume.clone()).mount(Some(labels.clone()), false);
+        let body = super::checking_body(image, sandbox, mount, tests, labels);
         let created = timed(DockerOp::CreateContainer, async {
             docker
                 .create_container(None, body)

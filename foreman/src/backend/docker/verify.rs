@@ -59,6 +59,26 @@ pub(crate) struct Sandbox {
     pub working_dir: Option<String>,
 }
 
+impl Sandbox {
+    /// What a check of `spec`'s work takes from it: its `env:` and the
+    /// verify's own, its limits, its workdir.
+    pub fn of(spec: &crate::task::TaskSpec, network: VerifyNetwork) -> Sandbox {
+        Sandbox {
+            env: spec
+                .env
+                .iter()
+                .chain(spec.verify_env.iter())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+            network,
+            working_dir: spec.workdir.clone(),
+        }
+    }
+}
+
 /// The network a verify container gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum VerifyNetwork {
@@ -185,7 +205,45 @@ async fn create(
 ) -> anyhow::Result<String> {
     // The workspace exists: an emptied one must stay empty, not be filled
     // with the image's /workspace.
-    let mut mounts = vec![volume.mount(None, true)];
+    let mount = volume.mount(None, true);
+    let (network_mode, disabled) = match sandbox.network {
+        VerifyNetwork::Declared(m) => (m.as_str().to_string(), m == NetworkMode::None),
+        VerifyNetwork::OfTask => (format!("container:{task_container}"), false),
+    };
+    let mut body = checking_body(image, sandbox, mount, tests, verify_labels(id));
+    body.network_disabled = Some(disabled);
+    if let Some(h) = body.host_config.as_mut() {
+        h.network_mode = Some(network_mode);
+    }
+    let opts = CreateContainerOptionsBuilder::default()
+        .name(&format!("saheeli-{id}-verify-{attempt}"))
+        .build();
+    let created = timed(DockerOp::CreateContainer, async {
+        match docker.create_container(Some(opts), body.clone()).await {
+            // A leftover may hold the name; names are cosmetic.
+            Err(DockerError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => docker.create_container(None, body).await,
+            other => other,
+        }
+        .with_context(|| format!("creating the verify container from image `{image}`"))
+    })
+    .await?;
+    Ok(created.id)
+}
+
+/// A container that checks a workspace (a verify attempt's, a regrade's):
+/// `image` idling as the agent's user in the workdir, the task's
+/// hardening, env and limits, no network, `workspace` on /workspace, the
+/// hidden tests read-only at /tests, /logs/verifier writable, no log.
+pub(crate) fn checking_body(
+    image: &str,
+    sandbox: &Sandbox,
+    workspace: bollard::models::Mount,
+    tests: Option<&std::path::Path>,
+    labels: HashMap<String, String>,
+) -> ContainerCreateBody {
+    let mut mounts = vec![workspace];
     // The hidden tests (issue 49): read-only, in this container only.
     if let Some(dir) = tests {
         mounts.push(bollard::models::Mount {
@@ -206,22 +264,7 @@ async fn create(
     }
     let mut env = sandbox.env.clone();
     env.push("HOME=/tmp".into());
-    let (network_mode, disabled) = match sandbox.network {
-        VerifyNetwork::Declared(m) => (m.as_str().to_string(), m == NetworkMode::None),
-        VerifyNetwork::OfTask => (format!("container:{task_container}"), false),
-    };
-    let host_config = HostConfig {
-        network_mode: Some(network_mode),
-        mounts: Some(mounts),
-        // Output is read through the exec, never the container's log: a
-        // command writing to /proc/1/fd/1 fills no file on the host.
-        log_config: Some(HostConfigLogConfig {
-            typ: Some("none".into()),
-            config: None,
-        }),
-        ..hardened
-    };
-    let body = ContainerCreateBody {
+    ContainerCreateBody {
         image: Some(image.into()),
         entrypoint: Some(vec!["sleep".into()]),
         cmd: Some(vec!["infinity".into()]),
@@ -233,26 +276,21 @@ async fn create(
                 .unwrap_or_else(|| paths::WORKSPACE.into()),
         ),
         env: Some(env),
-        labels: Some(verify_labels(id)),
-        network_disabled: Some(disabled),
-        host_config: Some(host_config),
+        labels: Some(labels),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            mounts: Some(mounts),
+            // Output is read through the exec, never the container's log: a
+            // command writing to /proc/1/fd/1 fills no file on the host.
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
+            ..hardened
+        }),
         ..Default::default()
-    };
-    let opts = CreateContainerOptionsBuilder::default()
-        .name(&format!("saheeli-{id}-verify-{attempt}"))
-        .build();
-    let created = timed(DockerOp::CreateContainer, async {
-        match docker.create_container(Some(opts), body.clone()).await {
-            // A leftover may hold the name; names are cosmetic.
-            Err(DockerError::DockerResponseServerError {
-                status_code: 409, ..
-            }) => docker.create_container(None, body).await,
-            other => other,
-        }
-        .with_context(|| format!("creating the verify container from image `{image}`"))
-    })
-    .await?;
-    Ok(created.id)
+    }
 }
 
 /// Freezes every process of a container. Already paused is fine.
