@@ -324,8 +324,22 @@ mod tests {
             std::fs::write(p.join(f), "x").unwrap();
         }
         std::os::unix::fs::symlink("/etc/passwd", p.join("link")).unwrap();
+        // A FIFO is never opened (that would wait forever): left out.
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(p.join("fifo"))
+                .status()
+                .unwrap()
+                .success()
+        );
         let tar = workspace_tar(p, 1 << 20, Vec::new()).unwrap();
         assert!(workspace_tar(p, 2, Vec::new()).is_err());
+        // A sparse file claiming a terabyte is refused at the cap, unread.
+        let huge = std::fs::File::create(p.join("src/huge")).unwrap();
+        huge.set_len(1 << 40).unwrap();
+        let e = workspace_tar(p, 1 << 30, Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("max_results_size"), "{e}");
+        std::fs::remove_file(p.join("src/huge")).unwrap();
         let mut a = tar::Archive::new(tar.as_slice());
         let mut names: Vec<(String, u64, bool)> = a
             .entries()
