@@ -121,6 +121,7 @@ mod config;
 #[cfg(test)]
 mod docs;
 mod door;
+mod egress;
 mod eval;
 mod events;
 mod fault;

@@ -47,6 +47,9 @@ pub(crate) fn waiting_line(w: &saheeli_protocol::human::Waiting) -> String {
         }
         Waiting::Plan { plan } => format!("approve plan: {}", plan.join(" / ")),
         Waiting::Blocked { reason, needed } => format!("blocked: {reason}; needs: {needed}"),
+        Waiting::Egress { host, port, phase } => {
+            format!("the {phase} phase wants {host}:{port} (egress)")
+        }
     }
 }
 

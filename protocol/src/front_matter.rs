@@ -161,6 +161,13 @@ pub struct FrontMatter {
     /// Commands run before the agent, in a container of the task's image
     /// on its workspace (offline, the agent's user, the workdir).
     pub setup: Option<Commands>,
+    // --- issue 50: egress ----------------------------------------------------
+    /// The hosts each phase may reach through the gateway's proxy:
+    /// `{ setup: [pypi.org], agent: [], verify: [] }`.
+    pub egress: Option<crate::egress::Egress>,
+    /// A host no list names: `deny` (a 403 at once) or `ask` (the task
+    /// waits for a person to approve or deny that host).
+    pub egress_approval: Option<crate::egress::Approval>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

@@ -79,6 +79,15 @@ pub enum Waiting {
     /// person can give; the task is `blocked` until one answers (with
     /// `task answer`, `task inject` or `task resume`) or cancels it.
     Blocked { reason: String, needed: String },
+    /// Egress (issue 50, `egress_approval: ask`): a process of the task
+    /// asked for a host no list names; approve (that host and port for
+    /// the rest of the task) or deny.
+    Egress {
+        host: String,
+        port: u16,
+        /// `setup`, `agent` or `verify`.
+        phase: String,
+    },
 }
 
 /// The tool the model calls when it is blocked.

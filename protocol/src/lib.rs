@@ -42,6 +42,7 @@ pub mod chat;
 pub mod completion;
 pub mod context;
 pub mod delegate;
+pub mod egress;
 pub mod exit;
 pub mod front_matter;
 pub mod human;

@@ -80,6 +80,11 @@ pub struct ServoTask {
     /// gateway is still working on. None: the servo's own default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_s: Option<u64>,
+    /// The agent phase has an egress proxy (issue 50): the servo serves
+    /// its port on the loopback and gives the agent's processes
+    /// `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub egress: bool,
     /// Tool calls that wait for a human's approval (`approve:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<crate::human::Gate>,

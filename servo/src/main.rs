@@ -58,6 +58,7 @@
 mod agent;
 mod audit;
 mod desk;
+mod egress;
 mod external;
 mod live;
 mod llm;
@@ -97,6 +98,7 @@ fn main() -> ExitCode {
         Some("mcp") => return external::mcp::main(argv),
         Some("unpack") => return remote::unpack_main(argv.next()),
         Some("relay") => return relay::main(argv),
+        Some("egress-bridge") => return egress::bridge_main(argv),
         Some(other) => {
             eprintln!("servo: unknown argument `{other}` (the servo takes none)");
             return ExitCode::from(ServoExit::BadTask.code() as u8);
@@ -229,6 +231,21 @@ async fn run_task(
             return give_up(&root, &why);
         }
     };
+    // Egress (issue 50): the proxy's port on the loopback, relayed to the
+    // agent phase's socket beside the gateway's; the agent's processes
+    // are given `HTTP_PROXY` and its kin.
+    if task.egress {
+        let socket = std::path::Path::new(saheeli_protocol::paths::GATEWAY_DIR)
+            .join(saheeli_protocol::egress::AGENT_SOCKET);
+        if let Err(e) = egress::start(socket).await {
+            let why = format!(
+                "cannot serve the egress proxy on 127.0.0.1:{}: {e}",
+                saheeli_protocol::egress::PROXY_PORT
+            );
+            return give_up(&root, &why);
+        }
+        task_env::set_proxy();
+    }
     // A third-party agent CLI: the servo supervises it instead of looping.
     if let Some(agent) = task.agent.clone().filter(|a| !a.is_builtin()) {
         return external::run(task, agent, &root, gateway, prompt, mode).await;

@@ -70,11 +70,13 @@ pub(crate) async fn run(cfg: &Config, args: RunArgs) -> anyhow::Result<ExitCode>
         .expect("a task has at least one attempt");
     if args.json {
         let tid = t.id;
-        let checks = ctx.db(move |s| s.verify_checks(tid)).await?;
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&TaskView::new(&t, None).with_grade(&checks))?
-        );
+        let (checks, egress) = ctx
+            .db(move |s| Ok((s.verify_checks(tid)?, s.egress_of(tid)?)))
+            .await?;
+        let view = TaskView::new(&t, None)
+            .with_grade(&checks)
+            .with_egress(t.spec.egress.any(), egress);
+        outln!("{}", serde_json::to_string_pretty(&view)?);
     } else {
         // How it ended was printed from the event bus (`follow`).
         match &t.results_path {

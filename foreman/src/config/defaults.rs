@@ -17,6 +17,10 @@ pub(crate) struct TaskDefaults {
     #[serde(deserialize_with = "parse_duration_value")]
     pub timeout: Duration,
     pub network: NetworkMode,
+    /// What each phase may reach through the gateway's proxy (issue 50).
+    pub egress: saheeli_protocol::egress::Egress,
+    /// A host no list names: refused at once, or asked for.
+    pub egress_approval: saheeli_protocol::egress::Approval,
     pub memory: Memory,
     pub cpus: f64,
     pub pids: i64,
@@ -118,6 +122,8 @@ impl Default for TaskDefaults {
             max_steps: 50,
             timeout: Duration::from_secs(30 * 60),
             network: NetworkMode::None,
+            egress: Default::default(),
+            egress_approval: Default::default(),
             memory: Memory(2 << 30),
             cpus: 1.0,
             pids: 512,

@@ -414,6 +414,14 @@ impl ConfigFile {
                 t.network.as_str()
             ));
         }
+        // The defaults' egress must be what a task could list itself.
+        crate::task::egress::plan(
+            std::path::Path::new("config.yaml `task`"),
+            &t.egress,
+            t.egress_approval,
+            &l.egress,
+        )
+        .map_err(|e| format!("{e:#}"))?;
         Ok(())
     }
 }

@@ -14,6 +14,9 @@ pub(crate) struct Limits {
     pub disk: Memory,
     /// The network modes a task may ask for.
     pub networks: Vec<NetworkMode>,
+    /// The hosts a task's `egress:` may name (`*`: any; private and
+    /// loopback addresses only when a task names the address itself).
+    pub egress: Vec<String>,
     /// How `resources.disk` is enforced: `loop` (an ext4 image per task,
     /// loop-mounted by the foreman: needs root and a local daemon) or `off`
     /// (no size limit: an agent can fill the host's disk).
@@ -35,6 +38,7 @@ impl Default for Limits {
             pids: 4096,
             disk: Memory(20 << 30),
             networks: vec![NetworkMode::None],
+            egress: vec!["*".into()],
             disk_enforcement: DiskEnforcement::Loop,
         }
     }

@@ -154,6 +154,23 @@ impl Providers {
         }
     }
 
+    /// The host names of every provider's server: egress never reaches
+    /// them (the LLM goes through the gateway, with its key; issue 50).
+    pub fn hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = self
+            .map
+            .values()
+            .filter_map(|p| reqwest::Url::parse(&p.base_url).ok())
+            .filter_map(|u| {
+                u.host_str()
+                    .map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase())
+            })
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        hosts
+    }
+
     /// The provider and upstream model name for a model as written in a prompt.
     pub fn route(&self, model: &str) -> Route {
         let (provider, upstream) = match model.split_once('/') {

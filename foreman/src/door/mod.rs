@@ -27,7 +27,13 @@ pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Binds `<dir>/gateway.sock` (0600 for the servo's user, or its container's).
 pub(crate) fn bind(dir: &Path) -> anyhow::Result<tokio::net::UnixListener> {
-    let sock = dir.join("gateway.sock");
+    bind_named(dir, "gateway.sock")
+}
+
+/// Binds `<dir>/<name>` as [`bind`] does: the egress proxies' sockets
+/// (issue 50) sit beside the gateway's.
+pub(crate) fn bind_named(dir: &Path, name: &str) -> anyhow::Result<tokio::net::UnixListener> {
+    let sock = dir.join(name);
     if sock.as_os_str().len() > 107 {
         anyhow::bail!(
             "gateway socket path `{}` is longer than 107 bytes; set a shorter `run_dir` in config.yaml",

@@ -24,10 +24,12 @@
 //!   call ledger, and the gauges of one scrape.
 //! - `live`: this process's instruments and their bounded label enums.
 //! - `labels`: provider and model labels, bounded.
+//! - `egress`: connections and bytes through the tasks' egress proxies.
 //! - `admission`: the serving foreman's limit and circuit breaker, from
 //!   its `admission` row.
 
 mod admission;
+mod egress;
 mod labels;
 mod live;
 mod render;
@@ -35,6 +37,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use egress::egress;
 pub(crate) use live::{Claim, CollectPath, DockerOp, Refusal, RetryCause, live};
 #[allow(
     unused_imports,

@@ -90,6 +90,7 @@ impl Metrics {
         tally.register(&mut reg, &read, now_ms());
         super::admission::register(&mut reg, admission.as_ref());
         live().register(&mut reg);
+        super::egress::egress().register(&mut reg);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &reg)
             .context("encoding the metrics")?;

@@ -80,6 +80,16 @@ pub(crate) fn steer(
                     "plan approved: the agent carries it out"
                 }
                 (Waiting::Plan { .. }, _) => "plan rejected: the agent replans with your feedback",
+                (Waiting::Egress { host, port, .. }, HumanAct::Approve(_)) => {
+                    return Ok(format!(
+                        "approved: {id} may reach {host}:{port} for the rest of the task"
+                    ));
+                }
+                (Waiting::Egress { host, port, .. }, _) => {
+                    return Ok(format!(
+                        "denied: {host}:{port} stays refused for {id}; its client reads a 403"
+                    ));
+                }
                 (Waiting::Blocked { .. }, _) => {
                     "unblocked: the model reads your answer and goes on"
                 }

@@ -58,7 +58,9 @@ pub(crate) fn task_view(
         &store.steps_done(t.id)?,
         &store.step_overrides(t.id)?,
     );
-    let mut view = TaskView::new(&t, Some(&events)).with_grade(&store.verify_checks(t.id)?);
+    let mut view = TaskView::new(&t, Some(&events))
+        .with_grade(&store.verify_checks(t.id)?)
+        .with_egress(t.spec.egress.any(), store.egress_of(t.id)?);
     view.events_total = Some(total);
     view.events_before = before;
     view.attempts = Some(attempts.iter().map(output::AttemptView::new).collect());

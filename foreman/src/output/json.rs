@@ -122,6 +122,10 @@ pub(crate) struct TaskView {
     pub rewards: Option<std::collections::BTreeMap<String, f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tests: Option<saheeli_protocol::verify::TestCounts>,
+    /// Every connection its egress proxies were asked for (issue 50; one
+    /// task in detail; absent when it had no proxy and asked for none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<crate::store::EgressEntry>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +204,16 @@ pub(super) fn duration_ms(t: &TaskRow) -> Option<i64> {
 
 impl TaskView {
     /// With the grade of the last graded check among `checks`.
+    /// Adds its egress ledger (when it had a proxy or asked for anything).
+    pub fn with_egress(
+        mut self,
+        had_proxy: bool,
+        entries: Vec<crate::store::EgressEntry>,
+    ) -> TaskView {
+        self.egress = (had_proxy || !entries.is_empty()).then_some(entries);
+        self
+    }
+
     pub fn with_grade(mut self, checks: &[saheeli_protocol::verify::Check]) -> TaskView {
         if let Some(g) = checks.iter().rev().find_map(|c| c.graded.as_ref()) {
             self.reward = Some(g.reward);
@@ -273,6 +287,7 @@ impl TaskView {
             reward: None,
             rewards: None,
             tests: None,
+            egress: None,
         }
     }
 }

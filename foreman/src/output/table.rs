@@ -286,7 +286,7 @@ pub(crate) fn how_to_reply(
         Waiting::Blocked { .. } => format!(
             "unblock with: saheeli task answer {id} \"TEXT\"   or: saheeli task resume {id}   or cancel it"
         ),
-        Waiting::Approval { .. } | Waiting::Plan { .. } => format!(
+        Waiting::Approval { .. } | Waiting::Plan { .. } | Waiting::Egress { .. } => format!(
             "approve with: saheeli task approve {id}   or deny: saheeli task deny {id} --reason \"TEXT\""
         ),
     }

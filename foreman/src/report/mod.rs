@@ -27,6 +27,7 @@ mod binary;
 mod changes;
 mod children;
 mod diffstat;
+mod egress;
 mod evidence;
 mod facts;
 mod ignored;
@@ -41,6 +42,7 @@ mod write;
 
 pub(crate) use changes::write_changes;
 pub(crate) use children::append_children;
+pub(crate) use egress::append_egress;
 pub(crate) use evidence::evidence;
 pub(crate) use facts::{tool_counts, write_report};
 pub(crate) use submitted::{MAX_COMPARED, Submitted, is_saheelis};

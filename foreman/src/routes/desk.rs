@@ -126,6 +126,8 @@ fn capped_waiting(w: Waiting) -> Waiting {
             reason: capped(&reason),
             needed: capped(&needed),
         },
+        // Refused before this (`ask`): only the egress proxy asks it.
+        w @ Waiting::Egress { .. } => w,
     }
 }
 
@@ -148,6 +150,14 @@ pub(crate) async fn ask(
             );
         }
     };
+    if matches!(ask.waiting, Waiting::Egress { .. }) {
+        return error_response(
+            &gw,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "an egress approval is asked by the foreman's proxy, not by the servo",
+        );
+    }
     if ask.call_id.is_empty() || ask.call_id.len() > 256 {
         return error_response(
             &gw,

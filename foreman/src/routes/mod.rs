@@ -20,6 +20,7 @@ pub(crate) mod child_spec;
 pub(crate) mod children;
 pub(crate) mod ctx;
 pub(crate) mod desk;
+pub(crate) mod egress_ask;
 pub(crate) mod python_modules;
 pub(crate) mod shadow;
 pub(crate) mod steps;
@@ -63,8 +64,9 @@ pub(crate) struct Plan {
 }
 
 /// Every route of a task on its LLM side `llm`, each with its own link
-/// from the spec: the desk, the steps, verify, capabilities, children.
-pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Router {
+/// from the spec: the desk, the steps, verify, capabilities, children;
+/// and the desk's asker for the egress proxies (`egress_approval: ask`).
+pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> (Router, Arc<egress_ask::DeskApprover>) {
     let id = llm.task_id;
     let ctx = Arc::new(Ctx {
         llm,
@@ -74,6 +76,10 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Router {
         waiting: WaitFlag::new(plan.waiting),
     });
     let spec = &plan.spec;
+    let approver = Arc::new(egress_ask::DeskApprover {
+        ctx: ctx.clone(),
+        policy: desk::DeskPolicy::of(spec),
+    });
     let verify = VerifyLink::of(spec, id, plan.engine, &plan.cfg.state_dir());
     let delegate = spec.delegate.map(|_| {
         Arc::new(DelegateLink {
@@ -82,10 +88,11 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Router {
             priority: plan.priority,
         })
     });
-    Router::new()
+    let router = Router::new()
         .merge(desk::routes(&ctx, spec))
         .merge(steps::routes(&ctx, steps::Link::of(spec, verify.clone())))
         .merge(verify::routes(&ctx, verify))
         .merge(capability::routes(&ctx, spec))
-        .merge(children::routes(&ctx, delegate))
+        .merge(children::routes(&ctx, delegate));
+    (router, approver)
 }

@@ -128,6 +128,10 @@ pub(super) const SERVER: &[Setting] = &[
         .default("[none]")
         .doc("The network modes a task may ask for.")
         .config("limits.networks"),
+    Setting::new("limits.egress", "list")
+        .default("[\"*\"]")
+        .doc("The hosts a task's `egress:` may name (`*`: any name or address; narrow it to `[pypi.org, \"*.pythonhosted.org\"]`). Loopback, private and link-local addresses are reached only when a task names the address itself.")
+        .config("limits.egress"),
     Setting::new("limits.disk_enforcement", "loop | off")
         .default("loop")
         .doc("How `resources.disk` is enforced: an ext4 image per task (root, local daemon), or not at all.")

@@ -110,6 +110,19 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.network.is_some())
         .param()
         .shown(|s, _| json!(s.network.as_str())),
+    Setting::new("egress", "map of lists")
+        .default("{}")
+        .doc("Hosts each phase may reach through the gateway's proxy, the container keeping no network: `{ setup: [pypi.org, \"*.pythonhosted.org\"], agent: [], verify: [] }` (names, `*.` wildcards, addresses, optional `:port`; a name without a port may use 80 and 443). Each within `limits.egress`; see [Egress](../guides/egress.md).")
+        .config("task.egress")
+        .front(|f| f.egress.is_some())
+        .shown(|s, _| s.egress.shown()),
+    Setting::new("egress_approval", "deny | ask")
+        .default("deny")
+        .doc("A host no list names: `deny` answers the client 403 at once; `ask` puts the task in `waiting_human` until `task approve` (that host, for the rest of the task) or `task deny`. The agent phase only: set-up and verify refuse at once.")
+        .config("task.egress_approval")
+        .front(|f| f.egress_approval.is_some())
+        .param()
+        .shown(|s, _| json!(s.egress.approval.as_str())),
     Setting::new("resources.memory", "size")
         .default("2g")
         .doc("The container's memory limit (`512m`, `2g`); at most `limits.memory`.")

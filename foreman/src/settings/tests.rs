@@ -235,6 +235,7 @@ fn param_keys_are_the_ones_it_always_took() {
             "budget_per_attempt",
             "cache",
             "deadline",
+            "egress_approval",
             "max_cost",
             "max_steps",
             "max_tokens",

@@ -74,7 +74,7 @@ impl TaskSpec {
         parameters: Vec<ParamValue>,
     ) -> anyhow::Result<TaskSpec> {
         let d = &cfg.file.task;
-
+        let egress = egress_plan(cfg, path, &fm)?;
         let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
         let (bench, model, replay) = super::bench::resolve(cfg, path, dir, &fm, timeout)?;
         let verify_timeout = fm.verify.as_ref().and_then(|v| v.timeout).map(|t| t.0);
@@ -151,6 +151,7 @@ impl TaskSpec {
             retry_on,
             timeout_s: timeout.as_secs().max(1),
             network: sandbox.network,
+            egress,
             memory: sandbox.memory.0,
             cpus: sandbox.cpus,
             pids: sandbox.pids,
@@ -243,6 +244,7 @@ impl TaskSpec {
             max_output_bytes: self.max_output_bytes,
             // Set at launch from the gateway's policy (config, not the spec).
             request_timeout_s: None,
+            egress: self.egress.serves(saheeli_protocol::egress::Phase::Agent),
             gates: self.gates.clone(),
             pause_on_tool_error: self.pause_on_tool_error,
             plan_only: self.plan_only,
@@ -342,6 +344,49 @@ fn deadline_ms(path: &Path, deadline: Option<Deadline>) -> anyhow::Result<Option
 }
 
 /// Child tasks run only on one host for now.
+/// `egress:` and `egress_approval:` over config.yaml's, within its limits.
+fn egress_plan(
+    cfg: &Config,
+    path: &Path,
+    fm: &FrontMatter,
+) -> anyhow::Result<crate::task::EgressPlan> {
+    let d = &cfg.file.task;
+    let egress = crate::task::egress::plan(
+        path,
+        fm.egress.as_ref().unwrap_or(&d.egress),
+        fm.egress_approval.unwrap_or(d.egress_approval),
+        &cfg.file.limits.egress,
+    )?;
+    check_egress_backend(cfg, path, &egress)?;
+    Ok(egress)
+}
+
+/// Egress runs through a proxy on the gateway directory of one host: a
+/// swarm's servos reach their gateway through the hub, which has no
+/// egress route yet.
+fn check_egress_backend(
+    cfg: &Config,
+    path: &Path,
+    egress: &crate::task::EgressPlan,
+) -> anyhow::Result<()> {
+    if !egress.verify.is_empty() {
+        bail!(
+            "{}: `egress.verify` is not served yet: verify runs offline (its container has \
+             no proxy); fetch what the checks need in `setup:`, or drop the list",
+            path.display()
+        );
+    }
+    if egress.any() && cfg.file.backend == crate::config::BackendKind::Swarm {
+        bail!(
+            "{}: `egress` runs only with `backend: docker` for now (the swarm's relay \
+             carries no egress yet); drop `egress`/`egress_approval: ask`, or run this \
+             task on one host",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 fn check_delegate_backend(
     cfg: &Config,
     path: &Path,

@@ -217,3 +217,25 @@ mod templates {
         assert!(e.contains("must be quoted"), "{e}");
     }
 }
+
+/// Issue 50: egress runs through a proxy on one host's gateway directory;
+/// a swarm task naming hosts is refused at submit, saying why.
+#[test]
+fn egress_is_refused_on_a_swarm() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(
+        d.path(),
+        "t.md",
+        "---\negress: {setup: [pypi.org]}\n---\nGo.\n",
+    );
+    let mut c = cfg();
+    assert!(TaskSpec::from_prompt(&c, &p, &[]).is_ok());
+    c.file.backend = crate::config::BackendKind::Swarm;
+    let e = format!("{:#}", TaskSpec::from_prompt(&c, &p, &[]).unwrap_err());
+    assert!(
+        e.contains("`egress` runs only with `backend: docker`"),
+        "{e}"
+    );
+    let p = write(d.path(), "u.md", "---\negress_approval: ask\n---\nGo.\n");
+    assert!(TaskSpec::from_prompt(&c, &p, &[]).is_err());
+}

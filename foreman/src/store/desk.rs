@@ -58,7 +58,7 @@ impl HumanAct {
                 | (HumanAct::Answer(_), Waiting::Blocked { .. })
                 | (
                     HumanAct::Approve(_) | HumanAct::Deny(_),
-                    Waiting::Approval { .. } | Waiting::Plan { .. }
+                    Waiting::Approval { .. } | Waiting::Plan { .. } | Waiting::Egress { .. }
                 )
         )
     }
@@ -104,6 +104,7 @@ fn kind_words(w: &Waiting) -> (&'static str, &'static str) {
         Waiting::Approval { .. } => ("an approval", "approve"),
         Waiting::Plan { .. } => ("a plan review", "approve"),
         Waiting::Blocked { .. } => ("an unblock (an answer)", "answer"),
+        Waiting::Egress { .. } => ("an egress approval", "approve"),
     }
 }
 

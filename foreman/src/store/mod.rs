@@ -15,6 +15,7 @@ mod carve;
 mod carved;
 mod children;
 mod desk;
+mod egress;
 mod error;
 mod eval;
 mod guard;
@@ -48,6 +49,7 @@ pub(crate) use admission::AdmissionRow;
 pub(crate) use carve::ParentBudget;
 pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
 pub(crate) use desk::{DeskError, HumanAct};
+pub(crate) use egress::{EgressEntry, EgressVerdict};
 pub(crate) use error::{DbError, StoreError, lease_lost_in};
 pub(crate) use eval::{EvalLink, EvalRunRow};
 #[cfg(test)]

@@ -298,6 +298,25 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
     // Issue 49, rewards: what a verifier graded (its reward file's keys
     // and the test counts of its output, JSON); NULL: not graded.
     M::up("ALTER TABLE verify_checks ADD COLUMN graded TEXT;"),
+    // Issue 50, egress: one row per connection a task's proxy was asked
+    // for (store/egress.rs).
+    M::up(
+        "CREATE TABLE egress (
+            id         INTEGER PRIMARY KEY,
+            task_id    TEXT NOT NULL REFERENCES tasks(id),
+            phase      TEXT NOT NULL,
+            host       TEXT NOT NULL,
+            port       INTEGER NOT NULL,
+            verdict    TEXT NOT NULL,
+            reason     TEXT,
+            address    TEXT,
+            bytes_up   INTEGER NOT NULL,
+            bytes_down INTEGER NOT NULL,
+            started_at INTEGER NOT NULL,
+            ms         INTEGER NOT NULL
+         );
+         CREATE INDEX egress_by_task ON egress(task_id, id);",
+    ),
 ];
 
 pub(crate) struct Store {

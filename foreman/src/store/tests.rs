@@ -20,6 +20,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         retry_on: vec![],
         timeout_s: 60,
         network: saheeli_protocol::NetworkMode::None,
+        egress: Default::default(),
         memory: 1 << 30,
         cpus: 1.0,
         pids: 64,

@@ -15,6 +15,7 @@ use saheeli_protocol::TaskId;
 use tracing::{info, warn};
 
 use crate::door::{self, Hub, RemoteTask, Served, Sockets, UploadFrom, WarmSocket, WarmTask};
+use crate::egress;
 use crate::llm::ledger::Ledger;
 use crate::llm::live::{self, LiveBus};
 use crate::llm::task::not_found;
@@ -32,6 +33,9 @@ pub(crate) struct Gateway {
     /// To settle the calls still in flight when it stops (issue 27).
     ledger: Arc<Ledger>,
     task_id: TaskId,
+    /// The egress proxies being served (issue 50): the agent phase's for
+    /// the task's life, the set-up phase's until the launch returns.
+    egress: Vec<egress::Served>,
 }
 
 /// How the servo reaches its gateway.
@@ -90,7 +94,13 @@ impl Gateway {
             adopted,
         } = plan;
         let ledger = upstream.ledger.clone();
-        let (meter, state, app) = Self::app(
+        let egress_of = EgressOf {
+            plan: task_routes.spec.egress.clone(),
+            setup: !task_routes.spec.setup.is_empty() && adopted.is_none(),
+            store: task_routes.store.clone(),
+            providers: upstream.providers.hosts(),
+        };
+        let (meter, state, app, approver) = Self::app(
             task_id,
             upstream,
             &model,
@@ -120,13 +130,25 @@ impl Gateway {
                 Transport::Warm { socket }
             }
         };
-        Ok(Gateway {
+        let mut gateway = Gateway {
             meter,
             state,
             transport,
             ledger,
             task_id,
-        })
+            egress: Vec::new(),
+        };
+        if let Some(dir) = gateway.dir().map(Path::to_path_buf) {
+            gateway.egress = egress_of.serve(task_id, &dir, approver)?;
+        }
+        Ok(gateway)
+    }
+
+    /// The set-up phase is over (the launch returned): its proxy stops
+    /// and its socket goes, before the agent's container starts.
+    pub fn end_setup(&mut self) {
+        self.egress
+            .retain(|s| s.phase != saheeli_protocol::egress::Phase::Setup);
     }
 
     /// One task's routes: the same handlers whatever the transport.
@@ -137,7 +159,12 @@ impl Gateway {
         budget: Budget,
         task_routes: routes::Plan,
         adopt: bool,
-    ) -> (Arc<Meter>, Arc<GatewayState>, Router) {
+    ) -> (
+        Arc<Meter>,
+        Arc<GatewayState>,
+        Router,
+        Arc<routes::egress_ask::DeskApprover>,
+    ) {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
@@ -188,10 +215,9 @@ impl Gateway {
                 axum::routing::get(live::follow),
             )
             .with_state(live.clone());
-        let app = llm
-            .merge(followers)
-            .merge(routes::app(state.clone(), task_routes));
-        (meter, state, app)
+        let (task_app, approver) = routes::app(state.clone(), task_routes);
+        let app = llm.merge(followers).merge(task_app);
+        (meter, state, app, approver)
     }
 
     /// The host directory to mount on /run/saheeli (none for a remote servo).
@@ -305,4 +331,58 @@ async fn seed_adopted(
         None => meter.seed(spent.0, spent.1, spent.2),
     }
     Ok(())
+}
+
+/// What a task's egress proxies are made of.
+struct EgressOf {
+    plan: crate::task::EgressPlan,
+    /// Whether its set-up runs now (not again for an adopted servo).
+    setup: bool,
+    store: Arc<std::sync::Mutex<crate::store::Store>>,
+    providers: Vec<String>,
+}
+
+impl EgressOf {
+    /// Serves the set-up phase's proxy (while it runs) and the agent
+    /// phase's, each when its phase may reach anything. Only the agent
+    /// phase asks a person: set-up runs unattended.
+    fn serve(
+        self,
+        task: TaskId,
+        dir: &Path,
+        approver: Arc<routes::egress_ask::DeskApprover>,
+    ) -> anyhow::Result<Vec<egress::Served>> {
+        use saheeli_protocol::egress::{Approval, Phase};
+        let mut served = Vec::new();
+        for phase in [Phase::Setup, Phase::Agent] {
+            let rules = self.plan.rules(phase).to_vec();
+            let (approval, asks) = match phase {
+                Phase::Agent => (self.plan.approval, self.plan.approval == Approval::Ask),
+                _ => (Approval::Deny, false),
+            };
+            let wanted = match phase {
+                Phase::Setup => self.setup && !rules.is_empty(),
+                _ => self.plan.serves(phase),
+            };
+            if !wanted {
+                continue;
+            }
+            let ledger = egress::Ledger {
+                task,
+                store: self.store.clone(),
+            };
+            let approver = asks.then(|| approver.clone() as Arc<dyn egress::Approver>);
+            let proxy = egress::Proxy::new(
+                task,
+                phase,
+                rules,
+                approval,
+                self.providers.clone(),
+                ledger,
+                approver,
+            );
+            served.push(egress::serve(dir, proxy)?);
+        }
+        Ok(served)
+    }
 }

@@ -32,8 +32,9 @@
 //!   id, live usage, a park, requeues, and the ending (`finish`);
 //! - the serve loop: claims (`queued`→`starting`), take-overs, cancels
 //!   passed on, parked tasks held to be ended;
-//! - the task's gateway: `waiting` while it waits for a human (the desk)
-//!   or for its children; a child's `queued` row (`spawn_task`, issue 30:
+//! - the task's gateway: `waiting` while it waits for a human (the desk,
+//!   and its egress proxy's questions under `egress_approval: ask`, issue
+//!   50) or for its children; its egress ledger rows; a child's `queued` row (`spawn_task`, issue 30:
 //!   a new task, as a submit writes one) and the wait that received a
 //!   child's outcome;
 //! - `task cancel` (any process): a queued task's `cancelled`, and for

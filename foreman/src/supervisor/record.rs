@@ -68,10 +68,11 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
             let checks = s.verify_checks(id)?;
             let overrides = s.step_overrides(id)?;
             let children = s.children(id)?;
-            Ok((row, (done, overrides), (checks, children)))
+            let egress = s.egress_of(id)?;
+            Ok((row, (done, overrides), (checks, children, egress)))
         })
         .await;
-    let (row, steps, (checks, children)) = match read {
+    let (row, steps, (checks, children, egress)) = match read {
         Ok((row, (done, overrides), checks)) => {
             let steps = crate::store::step_status_with(&row.spec.steps, &done, &overrides);
             (ended(row, to, outcome), steps, checks)
@@ -87,8 +88,10 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
         if row.spec.verifies() {
             report::write_verify_logs(&dir, &checks)?;
         }
+        let had_proxy = row.spec.egress.any();
         report::write_report(&row, &dir, steps, checks, synthesis)?;
-        report::append_children(&dir, &children)
+        report::append_children(&dir, &children)?;
+        report::append_egress(&dir, &egress, had_proxy)
     })
     .await;
     match written {

@@ -172,7 +172,13 @@ async fn launch(
     }
     let launched = engine
         .launch(id, &task.spec, task.parked, prepared, dir, &doc)
-        .await?;
+        .await;
+    // Set-up ran inside the launch: its egress ends before the agent's
+    // container starts.
+    if let Some(g) = gateway.as_mut() {
+        g.end_setup();
+    }
+    let launched = launched?;
     let (servo, mut engine_time) = (launched.servo, launched.engine_time);
     let (lease, sid) = (ctx.lease.clone(), servo.id.clone());
     if warm {

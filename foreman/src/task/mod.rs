@@ -5,9 +5,11 @@
 //! config.yaml and `--param`, and re-exports it).
 
 mod chain;
+pub(crate) mod egress;
 mod params;
 mod task_spec;
 
 pub(crate) use chain::{Chain, Used};
+pub(crate) use egress::EgressPlan;
 pub(crate) use params::{ParamSource, ParamValue};
 pub(crate) use task_spec::{TaskImage, TaskSpec};

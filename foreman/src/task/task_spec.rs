@@ -34,6 +34,13 @@ pub(crate) struct TaskSpec {
     pub retry_on: Vec<String>,
     pub timeout_s: u64,
     pub network: NetworkMode,
+    /// What each phase may reach through the gateway's proxy (`egress:`,
+    /// `egress_approval:`; issue 50).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::task::egress::EgressPlan::is_off"
+    )]
+    pub egress: crate::task::EgressPlan,
     pub memory: u64,
     pub cpus: f64,
     pub pids: i64,

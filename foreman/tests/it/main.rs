@@ -32,6 +32,7 @@ mod deadline;
 mod doctor;
 mod doors;
 mod dryrun;
+mod egress;
 mod ending_wins;
 mod eval;
 mod eval_browser;

@@ -152,6 +152,8 @@ impl Agent {
             (Waiting::Blocked { .. }, _) => {
                 format!("[saheeli] {} unblocked the task: {text}", reply.by)
             }
+            // The foreman's egress proxy asks those, never the servo.
+            (Waiting::Egress { .. }, _) => format!("{} replied: {text}", reply.by),
         };
         self.messages
             .push(ChatMessage::tool_result(call.id, result));

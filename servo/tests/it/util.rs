@@ -40,6 +40,7 @@ impl Servo {
                 deadline_ms: None,
                 max_output_bytes: 4096,
                 request_timeout_s: None,
+                egress: false,
                 gates: vec![],
                 pause_on_tool_error: false,
                 plan_only: false,

@@ -1,9 +1,15 @@
 //! `setup:` (issue 49): the task's set-up commands, run before the agent
 //! in a container of the task's image on the task's workspace — the same
-//! hardening as the task's, no network (until egress rules land), the
-//! agent's user, the workdir — then removed. The servo's container, made
-//! already, starts after. The container carries the task's label and
-//! `saheeli.role=setup`, so the sweeper and `saheeli gc` find a leftover.
+//! hardening as the task's, no network, the agent's user, the workdir —
+//! then removed. The servo's container, made already, starts after. The
+//! container carries the task's label and `saheeli.role=setup`, so the
+//! sweeper and `saheeli gc` find a leftover.
+//!
+//! With `egress.setup` (issue 50) the container's main process is the
+//! servo's egress bridge (as the servo's uid, the gateway directory
+//! mounted read-only): the commands, exec'd as the agent's uid, reach the
+//! listed hosts through `HTTP_PROXY` and the set-up phase's proxy, which
+//! the foreman serves only while the launch runs.
 
 use std::time::Duration;
 
@@ -14,7 +20,8 @@ use saheeli_protocol::TaskId;
 use tracing::{info, warn};
 
 use super::{
-    DockerOp, ROLE_LABEL, WorkspaceMount, exec_shell, remove_container, task_labels, timed,
+    DockerOp, ROLE_LABEL, SERVO_PATH, ServoImage, WorkspaceMount, exec_shell, remove_container,
+    task_labels, timed,
 };
 use crate::task::TaskSpec;
 
@@ -26,19 +33,53 @@ const SETUP_OUTPUT_CAP: usize = 4 * 1024;
 pub(crate) async fn run_setup(
     docker: &Docker,
     id: TaskId,
-    image: &str,
+    run: &ServoImage,
     spec: &TaskSpec,
     workspace: &WorkspaceMount,
+    gateway_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let mut labels = task_labels(id);
     labels.insert(ROLE_LABEL.to_string(), "setup".to_string());
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     env.push("HOME=/tmp".into());
+    let mut mounts = vec![workspace.mount(None, true)];
+    let egress = gateway_dir.filter(|_| !spec.egress.setup.is_empty());
+    let (entrypoint, cmd, user) = match egress {
+        Some(dir) => {
+            use saheeli_protocol::egress::{SETUP_SOCKET, proxy_env};
+            let bind = |source: String, target: &str| bollard::models::Mount {
+                target: Some(target.into()),
+                source: Some(source),
+                typ: Some(bollard::models::MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            };
+            mounts.push(bind(
+                dir.display().to_string(),
+                saheeli_protocol::paths::GATEWAY_DIR,
+            ));
+            if let Some(copy) = &run.servo {
+                mounts.push(bind(copy.display().to_string(), SERVO_PATH));
+            }
+            env.extend(proxy_env().into_iter().map(|(k, v)| format!("{k}={v}")));
+            let socket = format!("{}/{SETUP_SOCKET}", saheeli_protocol::paths::GATEWAY_DIR);
+            (
+                vec![SERVO_PATH.to_string(), "egress-bridge".into()],
+                vec![socket],
+                saheeli_protocol::uids::SERVO,
+            )
+        }
+        None => (
+            vec!["sleep".into()],
+            vec!["infinity".into()],
+            saheeli_protocol::uids::AGENT,
+        ),
+    };
     let body = ContainerCreateBody {
-        image: Some(image.into()),
-        entrypoint: Some(vec!["sleep".into()]),
-        cmd: Some(vec!["infinity".into()]),
-        user: Some(format!("{0}:{0}", saheeli_protocol::uids::AGENT)),
+        image: Some(run.image.clone()),
+        entrypoint: Some(entrypoint),
+        cmd: Some(cmd),
+        user: Some(format!("{0}:{0}", user)),
         working_dir: Some(
             spec.workdir
                 .clone()
@@ -49,7 +90,7 @@ pub(crate) async fn run_setup(
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".into()),
-            mounts: Some(vec![workspace.mount(None, true)]),
+            mounts: Some(mounts),
             log_config: Some(HostConfigLogConfig {
                 typ: Some("none".into()),
                 config: None,
@@ -74,6 +115,9 @@ pub(crate) async fn run_setup(
         })
         .await?;
         let limit = Duration::from_secs(spec.timeout_s.max(1));
+        if egress.is_some() {
+            bridge_listening(docker, &created.id).await?;
+        }
         for command in &spec.setup {
             let r = exec_shell(docker, &created.id, command, limit, SETUP_OUTPUT_CAP).await?;
             info!(task_id = %id, ms = r.duration.as_millis() as u64, exit = ?r.exit_code, "set-up command ran");
@@ -95,4 +139,23 @@ pub(crate) async fn run_setup(
         warn!(task_id = %id, error = %format!("{e:#}"), "the set-up container was not removed");
     }
     ran
+}
+
+/// Waits until the egress bridge listens on the proxy's port (read from
+/// the container's own `/proc/net/tcp`: no connection is made), so the
+/// first command finds it.
+async fn bridge_listening(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    let port = format!("{:04X}", saheeli_protocol::egress::PROXY_PORT);
+    let script = format!(
+        "for i in $(seq 200); do grep -q ':{port} 00000000:0000 0A' /proc/net/tcp && exit 0; \
+         sleep 0.02; done; exit 1"
+    );
+    let r = exec_shell(docker, container, &script, Duration::from_secs(10), 1024).await?;
+    if r.exit_code != Some(0) {
+        bail!(
+            "the set-up container's egress bridge did not listen on 127.0.0.1:{} within 4s",
+            saheeli_protocol::egress::PROXY_PORT
+        );
+    }
+    Ok(())
 }

@@ -265,7 +265,7 @@ impl Local {
         // `setup:` runs on the workspace as it now is, before the agent
         // (not again for a parked task or a retry that goes on).
         if !spec.setup.is_empty() && !parked && !resumes {
-            docker::run_setup(d, id, &run.image, spec, &workspace)
+            docker::run_setup(d, id, &run, spec, &workspace, gateway_dir)
                 .await
                 .map_err(EngineError::of_setup)?;
             lap("set up");
