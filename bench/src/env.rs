@@ -44,6 +44,11 @@ pub struct Sizes {
     pub admission_n: usize,
     /// Warm servos in `pool`'s burst and cost (issue 28).
     pub pool_burst: usize,
+    /// `egress` (issue 50): the file downloaded (MB), how many times, and
+    /// how many small requests are timed.
+    pub egress_mb: usize,
+    pub egress_runs: usize,
+    pub egress_requests: usize,
 }
 
 impl Sizes {
@@ -67,6 +72,9 @@ impl Sizes {
             thousand_warm_up: std::time::Duration::from_secs(6 * 60),
             admission_n: 200,
             pool_burst: 64,
+            egress_mb: 64,
+            egress_runs: 5,
+            egress_requests: 100,
         }
     }
 
@@ -90,6 +98,9 @@ impl Sizes {
             thousand_warm_up: std::time::Duration::ZERO,
             admission_n: 12,
             pool_burst: 8,
+            egress_mb: 8,
+            egress_runs: 2,
+            egress_requests: 10,
         }
     }
 }

@@ -29,6 +29,8 @@
 //!   against the same call straight to it.
 //! - `pool`: the warm pool (issue 28): first request warm and cold,
 //!   a burst, its idle cost (and `thousand` with the pool on).
+//! - `egress` (issue 50): a download and small requests through a task's
+//!   egress proxy against the same client straight on this host.
 //! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
 //!   requests, per call, against parsing them alone.
 //! - `stats`: medians, p95 and the report.
@@ -37,6 +39,7 @@ mod admission;
 mod collection;
 mod cpu;
 mod dispatch;
+mod egress;
 mod env;
 mod events;
 mod extract;
@@ -102,6 +105,7 @@ const MEASUREMENTS: &[&str] = &[
     "swarm",
     "local",
     "vetting",
+    "egress",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -136,7 +140,8 @@ struct Args {
     /// a real llama-server against the same call straight to it; needs
     /// `scripts/setup.sh llama`), vetting (issue 47: the gateway's
     /// reading and vetting of a third-party agent's request of 10, 100 and
-    /// 400 KB against parsing it alone).
+    /// 400 KB against parsing it alone), egress (issue 50: MB/s and the
+    /// latency per request through a task's egress proxy against straight).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -334,6 +339,10 @@ async fn run(
         }
         figures.extend([floors.raw_cs, floors.hardened_cs, floors.raw_cycle]);
         figures.extend(more);
+    }
+    if want("egress") {
+        quiet_check("egress", busy).await;
+        figures.extend(egress::egress(env).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;

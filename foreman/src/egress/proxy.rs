@@ -251,7 +251,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; 128 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,

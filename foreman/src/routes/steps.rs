@@ -187,7 +187,8 @@ async fn check(gw: &On<Link>, name: &str, command: &str) -> Result<Checked, Box<
     let run = gw.db(move |s, _| s.step_checks_run(id)).await;
     // Verify containers are named by attempt: step checks count apart.
     let attempt = STEP_CHECK_ATTEMPTS + run.map_err(Box::new)? + 1;
-    let checks = verify::run_commands(id, link.clone(), vec![command.to_string()], attempt).await;
+    let checks =
+        verify::run_commands(id, link.clone(), vec![command.to_string()], attempt, None).await;
     let Some(c) = checks.into_iter().next() else {
         return Err(Box::new(error_response(
             gw,

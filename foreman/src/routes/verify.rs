@@ -123,12 +123,35 @@ async fn run_attempt(gw: &Ctx, link: Arc<VerifyLink>, attempt: u32, message: &st
     let mut checks = Vec::new();
     if !link.commands.is_empty() {
         let commands = link.commands.clone();
-        checks = run_commands(gw.task_id, link.clone(), commands, attempt).await;
+        let ledger = egress_ledger(gw, &link).await;
+        checks = run_commands(gw.task_id, link.clone(), commands, attempt, ledger).await;
     }
     if link.assess && checks.iter().all(|c| c.passed) {
         checks.push(assess::assess(gw, &link, attempt, message, &checks).await);
     }
     checks
+}
+
+/// The most of the egress ledger a verify container is given (the
+/// newest entries kept): it travels as one exec argument.
+const MAX_LEDGER: usize = 64 * 1024;
+
+/// The task's egress ledger as JSON for its verify container (issue 50),
+/// when it has a proxy.
+async fn egress_ledger(gw: &Ctx, link: &VerifyLink) -> Option<Vec<u8>> {
+    if !link.egress {
+        return None;
+    }
+    let id = gw.task_id;
+    let mut entries = gw.db(move |s, _| s.egress_of(id)).await.ok()?;
+    loop {
+        let json = serde_json::to_vec(&entries).ok()?;
+        if json.len() <= MAX_LEDGER || entries.is_empty() {
+            return Some(json);
+        }
+        let drop = (entries.len() / 4).max(1);
+        entries.drain(..drop);
+    }
 }
 
 /// What a hidden test's command is shown as to the servo.
@@ -168,6 +191,7 @@ pub(crate) async fn run_commands(
     link: Arc<VerifyLink>,
     commands: Vec<String>,
     attempt: u32,
+    ledger: Option<Vec<u8>>,
 ) -> Vec<Check> {
     let first = commands[0].clone();
     let shown = first.clone();
@@ -216,7 +240,7 @@ pub(crate) async fn run_commands(
         };
         let open_ms = t0.elapsed().as_millis() as u64;
         let checks = tokio::select! {
-            checks = checks_in(&d, vbox.container(), &link, &commands, attempt) => checks,
+            checks = checks_in(&d, vbox.container(), &link, &commands, attempt, ledger.as_deref()) => checks,
             () = stopped => {
                 let why = "the task's container stopped during verification (its timeout, or a cancel)";
                 vec![not_run(attempt, CheckKind::Verify, &first, why.to_string())]
@@ -253,6 +277,7 @@ async fn checks_in(
     link: &VerifyLink,
     commands: &[String],
     attempt: u32,
+    ledger: Option<&[u8]>,
 ) -> Vec<Check> {
     let first = commands[0].as_str();
     let prepared = verify_tree::prepare(
@@ -281,6 +306,13 @@ async fn checks_in(
         && let Err(e) = restore(d, link, container).await
     {
         let why = format!("`verify_files` could not be restored, so nothing was run: {e:#}");
+        return vec![not_run(attempt, CheckKind::Verify, first, why)];
+    }
+    if let Some(json) = ledger
+        && let Err(e) = give_ledger(d, container, json).await
+    {
+        let why =
+            format!("the egress ledger could not be given to verify, so nothing was run: {e:#}");
         return vec![not_run(attempt, CheckKind::Verify, first, why)];
     }
     let mut checks = Vec::new();
@@ -317,6 +349,28 @@ async fn checks_in(
         verify_hidden::grade(d, container, reward, link.pass_reward, &mut checks).await;
     }
     checks
+}
+
+/// Writes the egress ledger to `/logs/verifier/egress.json` in the
+/// verify container (its tmpfs), so a grader sees what the task reached.
+async fn give_ledger(d: &Docker, container: &str, json: &[u8]) -> anyhow::Result<()> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(json);
+    let argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        "printf %s \"$1\" | base64 -d > /logs/verifier/egress.json".to_string(),
+        "sh".to_string(),
+        b64,
+    ];
+    let r = docker::exec_quiet(d, container, argv).await?;
+    anyhow::ensure!(
+        r.exit_code == Some(0),
+        "writing it exited {:?}: {}",
+        r.exit_code,
+        r.output.trim()
+    );
+    Ok(())
 }
 
 /// Puts `verify_files` back as submitted, in the verify container: what

@@ -39,6 +39,9 @@ pub(crate) struct VerifyLink {
     pub reward: Option<String>,
     pub pass_reward: f64,
     pub state_dir: PathBuf,
+    /// The task has an egress proxy (issue 50): each attempt's verify
+    /// container is given its ledger at `/logs/verifier/egress.json`.
+    pub egress: bool,
 }
 
 impl VerifyLink {
@@ -93,6 +96,7 @@ impl VerifyLink {
             reward: spec.verify_reward.clone(),
             pass_reward: spec.pass_reward,
             state_dir: state_dir.to_path_buf(),
+            egress: spec.egress.any(),
         }))
     }
 }

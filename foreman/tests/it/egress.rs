@@ -222,6 +222,9 @@ fn set_up_installs_through_the_proxy_and_the_agent_reaches_only_its_list() {
          setup:\n  - python3 -c \"import urllib.request as u; u.urlretrieve('{index_url}/pip.whl', '/tmp/pip.whl')\"\n  \
          - python3 /tmp/pip.whl/pip install -q --no-cache-dir --disable-pip-version-check --target /workspace/deps --index-url {index_url}/simple/ saheeli-demo\n\
          egress:\n  setup: [\"127.0.0.2:{port}\"]\n  agent: [\"127.0.0.2:{greet}\", \"localhost:{greet}\"]\n\
+         verify: \"python3 -c \\\"import json; d = json.load(open('/logs/verifier/egress.json')); \
+         assert any(e['phase'] == 'setup' and e['verdict'] == 'allowed' for e in d); \
+         assert any(e['verdict'] == 'refused' for e in d); print('ledger', len(d))\\\"\"\n\
          ---\nProbe.\n"
     );
     s.write("task.md", &prompt);
