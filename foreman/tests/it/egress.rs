@@ -388,3 +388,59 @@ fn egress_is_refused_where_it_cannot_be_kept() {
         "{e}"
     );
 }
+
+/// The dashboard (headless Chromium): the egress question with its host,
+/// approved by a click; the ledger card shows the approved connection.
+#[test]
+fn the_dashboard_asks_about_a_host_and_shows_the_ledger() {
+    use crate::steps_browser::{click, state, text};
+    use crate::web::WebServe;
+    use crate::web_browser::{Driver, browser, save_screenshot, until as see};
+    require_docker();
+    let s = Saheeli::new();
+    let greet = greeter();
+    s.write("ws/probe.py", PROBE);
+    s.write("ws/out/.keep", "");
+    s.write(
+        "script.json",
+        &script(&[
+            shell(&format!(
+                "python3 probe.py 127.0.0.2:{greet} > out/greet.txt 2>&1"
+            )),
+            ("task_complete", json!({"message": "asked"})),
+        ]),
+    );
+    s.write(
+        "task.md",
+        "---\nmodel: replay:script.json\nworkspace: ws\negress_approval: ask\n---\nAsk.\n",
+    );
+    let id = s.submit("task.md");
+    let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
+    let driver = Driver::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = browser(&driver).await;
+        c.goto(&w.url(&format!("/tasks/{id}"))).await.unwrap();
+        let host = format!("127.0.0.2:{greet}");
+        see("the egress question", || async {
+            text(&c, "#question").await.contains(&host)
+        })
+        .await;
+        save_screenshot(&c, "egress-approval.png").await;
+        click(&c, "#approve").await;
+        see("complete", || async { state(&c).await == "complete" }).await;
+        see("the ledger card", || async {
+            text(&c, "#egress-count").await.to_lowercase() == "egress 1"
+        })
+        .await;
+        let table = text(&c, "table.egress").await;
+        assert!(
+            table.contains(&host) && table.contains("approved"),
+            "{table}"
+        );
+        save_screenshot(&c, "egress-ledger.png").await;
+    });
+    let t = s.task(&id);
+    let out = read(&results(&t).join("out/greet.txt"));
+    assert!(out.contains("hello from the greeter"), "{out}");
+}

@@ -17,7 +17,7 @@ use crate::web_browser::{Driver, browser, save_screenshot, until};
 /// The element's text, or "" when there is none. An element redrawn
 /// between finding and reading it (the page refreshes as the task
 /// changes) is found again, not read as empty.
-async fn text(c: &Client, css: &str) -> String {
+pub async fn text(c: &Client, css: &str) -> String {
     for _ in 0..50 {
         let Ok(e) = c.find(Locator::Css(css)).await else {
             return String::new();
@@ -48,7 +48,7 @@ async fn class(c: &Client, css: &str) -> String {
     String::new()
 }
 
-async fn state(c: &Client) -> String {
+pub async fn state(c: &Client) -> String {
     match c.find(Locator::Css("#state .badge")).await {
         Ok(b) => b
             .attr("data-state")
@@ -62,7 +62,7 @@ async fn state(c: &Client) -> String {
 
 /// Clicks the element; found again when the card was redrawn between
 /// finding and clicking it (the page refreshes as the task changes).
-async fn click(c: &Client, css: &str) {
+pub async fn click(c: &Client, css: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let element = c

@@ -72,6 +72,7 @@ function waits(w) {
   if (w.kind === "approval") return "approve " + w.tool + " " + String(w.arguments || "").slice(0, 120);
   if (w.kind === "plan") return "approve plan (" + (w.plan || []).length + " steps)";
   if (w.kind === "blocked") return "blocked: " + w.reason + " (needs: " + w.needed + ")";
+  if (w.kind === "egress") return "the " + w.phase + " phase wants " + w.host + ":" + w.port;
   return w.kind;
 }
 
@@ -191,6 +192,7 @@ function taskView(main, id) {
   const waiting = el("section", { class: "card waiting", id: "waiting", hidden: true });
   const stepsCard = el("section", { class: "card", id: "steps", hidden: true });
   const childrenCard = el("section", { class: "card", id: "children", hidden: true });
+  const egressCard = el("section", { class: "card", id: "egress", hidden: true });
   const flash = el("div", { class: "flash", id: "flash" });
   const timeline = el("ol", { class: "timeline", id: "timeline" });
   const audit = el("div", { class: "audit", id: "audit", role: "log", "aria-live": "polite" });
@@ -217,6 +219,7 @@ function taskView(main, id) {
     waiting,
     stepsCard,
     childrenCard,
+    egressCard,
     el("section", { class: "card" }, el("h2", {}, "Control"),
       el("div", { class: "controls" }, buttons.pause, buttons.resume, buttons.cancel, buttons.retry,
         el("span", { class: "grow" }), injectText, buttons.inject),
@@ -284,6 +287,7 @@ function taskView(main, id) {
     showWaiting(t);
     showSteps(t, ended);
     showChildren(t);
+    showEgress(t);
     if (ended && results.hidden) showResults(t);
   }
 
@@ -361,6 +365,30 @@ function taskView(main, id) {
       el("table", { class: "children" }, el("tbody", {}, rows)));
   }
 
+  // Egress (issue 50): every connection its proxies were asked for.
+  let shownEgress = "";
+  function showEgress(t) {
+    const list = t.egress || null;
+    const key = JSON.stringify(list);
+    if (key === shownEgress) return;
+    shownEgress = key;
+    egressCard.hidden = !list;
+    if (!list) { egressCard.replaceChildren(); return; }
+    const refused = list.filter(e => e.verdict === "refused").length;
+    const rows = list.slice(-200).map(e => el("tr", { class: "egress v-" + e.verdict },
+      el("td", {}, e.phase),
+      el("td", { class: "mono" }, e.host + ":" + e.port),
+      el("td", {}, e.verdict),
+      el("td", { class: "num" }, String(e.bytes_up)),
+      el("td", { class: "num" }, String(e.bytes_down)),
+      el("td", { class: "muted" }, e.reason || "")));
+    egressCard.replaceChildren(
+      el("h2", { id: "egress-count" }, "Egress " + list.length + (refused ? " (" + refused + " refused)" : "")),
+      list.length ? el("table", { class: "egress" },
+        el("thead", {}, el("tr", {}, ...["phase", "host", "verdict", "sent", "received", "why"].map(h => el("th", {}, h)))),
+        el("tbody", {}, rows)) : el("div", { class: "muted" }, "no connection asked for"));
+  }
+
   function showWaiting(t) {
     const w = t.state === "waiting_human" || t.state === "blocked" ? t.waiting_for : null;
     const key = JSON.stringify(w);
@@ -395,9 +423,13 @@ function taskView(main, id) {
     } }, w.kind === "plan" ? "Reject plan" : "Deny");
     const what = w.kind === "plan"
       ? el("ol", { class: "plan", id: "plan" }, (w.plan || []).map(s => el("li", {}, s)))
-      : el("div", {}, el("p", { class: "question" }, "Run ", el("code", {}, w.tool), "?"),
-        el("pre", { class: "args", id: "arguments" }, w.arguments));
-    waiting.replaceChildren(el("h2", {}, w.kind === "plan" ? "Review the plan" : "Approval needed"),
+      : w.kind === "egress"
+        ? el("p", { class: "question", id: "question" }, "The " + w.phase + " phase wants ",
+          el("code", {}, w.host + ":" + w.port), ". Approve it for the rest of the task?")
+        : el("div", {}, el("p", { class: "question" }, "Run ", el("code", {}, w.tool), "?"),
+          el("pre", { class: "args", id: "arguments" }, w.arguments));
+    waiting.replaceChildren(el("h2", {}, w.kind === "plan" ? "Review the plan"
+      : w.kind === "egress" ? "Egress approval needed" : "Approval needed"),
       what, el("div", { class: "row" }, note, approve, deny));
   }
 
