@@ -1,16 +1,23 @@
 //! The egress bridge (issue 50): an HTTP(S) proxy's address on the
 //! container's own loopback (`127.0.0.1:3128`, what `HTTP_PROXY` names for
-//! the agent's processes) whose every connection is relayed, unread, to
-//! the phase's egress socket in the gateway directory. The foreman reads
-//! the proxy request there, decides, resolves, connects and counts; the
-//! container itself resolves and reaches nothing. Only the servo's uid can
-//! open that socket, so an agent's process reaches it only through here.
+//! the agent's processes) whose every connection is handed, unread, to the
+//! foreman over the phase's egress socket in the gateway directory: the
+//! connection itself travels (`SCM_RIGHTS`), so its bytes cross no copy
+//! here. The foreman reads the proxy request, decides, resolves, connects
+//! and counts; the container itself resolves and reaches nothing. Only the
+//! servo's uid can open that socket, so an agent's process reaches it only
+//! through here.
 
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use saheeli_protocol::egress::PROXY_PORT;
-use tokio::net::{TcpListener, UnixStream};
+use tokio::io::Interest;
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 
 /// Binds the proxy's port and relays its connections to `socket` until
 /// the servo exits.
@@ -33,22 +40,43 @@ async fn serve(listener: TcpListener, socket: PathBuf) {
         let socket = socket.clone();
         tokio::spawn(async move {
             let _ = client.set_nodelay(true);
-            match UnixStream::connect(&socket).await {
-                Ok(mut foreman) => {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut foreman).await;
-                }
-                Err(e) => {
-                    use tokio::io::AsyncWriteExt;
-                    let body =
-                        format!("saheeli egress: the foreman's proxy is not reachable: {e}\n");
-                    let answer = format!(
-                        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = client.write_all(answer.as_bytes()).await;
-                }
+            if let Err(e) = hand_over(&client, &socket).await {
+                use tokio::io::AsyncWriteExt;
+                let body = format!("saheeli egress: the foreman's proxy is not reachable: {e}\n");
+                let answer = format!(
+                    "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = client.write_all(answer.as_bytes()).await;
             }
+            // Dropped here: the foreman holds the connection now.
         });
+    }
+}
+
+/// Sends the client's connection to the foreman's proxy on `socket`.
+async fn hand_over(client: &TcpStream, socket: &std::path::Path) -> std::io::Result<()> {
+    let foreman = UnixStream::connect(socket).await?;
+    loop {
+        foreman.writable().await?;
+        let sent = foreman.try_io(Interest::WRITABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            let fds = [client.as_fd()];
+            control.push(SendAncillaryMessage::ScmRights(&fds));
+            rustix::net::sendmsg(
+                &foreman,
+                &[IoSlice::new(b"C")],
+                &mut control,
+                SendFlags::empty(),
+            )
+            .map_err(std::io::Error::from)
+        });
+        match sent {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 

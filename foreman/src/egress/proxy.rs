@@ -1,6 +1,9 @@
 //! One phase's proxy: a unix socket in the task's gateway directory, each
-//! connection a client's proxy request relayed by the servo's loopback
-//! bridge. The head is read (capped, timed), decided ([`decide`]), the
+//! connection carrying one client's connection, handed over (`SCM_RIGHTS`)
+//! by the servo's loopback bridge: the proxy then talks to the client on
+//! it directly, so a byte crosses one relay, here. It must be a TCP
+//! stream, or it is closed unread. The head is read (capped, timed),
+//! decided ([`decide`]), the
 //! name resolved here and each address checked ([`address`]), a checked
 //! address connected, and the bytes relayed both ways and counted. The
 //! TLS inside a tunnel is the client's and the server's: nothing here
@@ -12,9 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustix::net::{AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use saheeli_protocol::TaskId;
 use saheeli_protocol::egress::{Approval, Phase};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -91,13 +95,14 @@ pub(crate) async fn serve(listener: UnixListener, proxy: Arc<Proxy>, stop: Cance
             },
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            let mut s = stream;
-            let _ = refuse(
-                &mut s,
-                503,
-                "too many connections through this task's proxy at once",
-            )
-            .await;
+            // Told on the client's own connection, briefly.
+            tokio::spawn(async move {
+                let got = tokio::time::timeout(Duration::from_secs(5), receive(&stream)).await;
+                if let Ok(Ok(mut client)) = got {
+                    let why = "too many connections through this task's proxy at once";
+                    let _ = refuse(&mut client, 503, why).await;
+                }
+            });
             continue;
         };
         let (proxy, stop) = (proxy.clone(), stop.clone());
@@ -105,7 +110,7 @@ pub(crate) async fn serve(listener: UnixListener, proxy: Arc<Proxy>, stop: Cance
             let _permit = permit;
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = connection(stream, &proxy) => {}
+                _ = handed(stream, &proxy) => {}
             }
         });
     }
@@ -141,7 +146,73 @@ impl Drop for Pending<'_> {
     }
 }
 
-async fn connection(mut client: UnixStream, proxy: &Proxy) {
+/// Takes the client's connection from the bridge's message, then serves it.
+async fn handed(bridge: UnixStream, proxy: &Proxy) {
+    match tokio::time::timeout(HEAD_TIMEOUT, receive(&bridge)).await {
+        Ok(Ok(client)) => {
+            drop(bridge);
+            connection(client, proxy).await;
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(task_id = %proxy.task, error = %e, "egress: no connection was handed over");
+        }
+        Err(_) => {
+            tracing::warn!(task_id = %proxy.task, "egress: no connection was handed over in time");
+        }
+    }
+}
+
+/// The one TCP connection in the bridge's message (`C`, with the socket
+/// as `SCM_RIGHTS`). Anything else (another kind of descriptor, none,
+/// several) is refused; extra descriptors are closed.
+async fn receive(bridge: &UnixStream) -> std::io::Result<TcpStream> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let fd = loop {
+        bridge.readable().await?;
+        let got = bridge.try_io(Interest::READABLE, || {
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut byte = [0u8; 1];
+            let msg = rustix::net::recvmsg(
+                bridge,
+                &mut [std::io::IoSliceMut::new(&mut byte)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            )
+            .map_err(std::io::Error::from)?;
+            let mut fds: Vec<std::os::fd::OwnedFd> = Vec::new();
+            for m in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(rights) = m {
+                    fds.extend(rights);
+                }
+            }
+            Ok((msg.bytes, byte, fds))
+        });
+        match got {
+            Ok(v) => break v,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let (n, byte, mut fds) = fd;
+    if n != 1 || byte != *b"C" || fds.len() != 1 {
+        return Err(bad("the bridge's message is not one connection"));
+    }
+    let fd = fds.remove(0);
+    let stream = rustix::net::sockopt::socket_type(&fd).map_err(std::io::Error::from)?
+        == rustix::net::SocketType::STREAM;
+    let family = rustix::net::sockopt::socket_domain(&fd).map_err(std::io::Error::from)?;
+    if !stream || !(family == AddressFamily::INET || family == AddressFamily::INET6) {
+        return Err(bad("the descriptor handed over is not a TCP connection"));
+    }
+    let std = std::net::TcpStream::from(fd);
+    std.set_nonblocking(true)?;
+    let client = TcpStream::from_std(std)?;
+    let _ = client.set_nodelay(true);
+    Ok(client)
+}
+
+async fn connection(mut client: TcpStream, proxy: &Proxy) {
     let started = Instant::now();
     let (head, rest) = match read_head(&mut client).await {
         Ok(h) => h,
@@ -231,7 +302,7 @@ async fn connection(mut client: UnixStream, proxy: &Proxy) {
 }
 
 async fn bad_gateway(
-    client: &mut UnixStream,
+    client: &mut TcpStream,
     pending: &mut Pending<'_>,
     addr: SocketAddr,
     why: String,
@@ -251,7 +322,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; 128 * 1024];
+    let mut buf = vec![0u8; 256 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -267,7 +338,7 @@ where
 }
 
 /// The head (through its blank line) and what came after it.
-async fn read_head(s: &mut UnixStream) -> Result<(Vec<u8>, Vec<u8>), String> {
+async fn read_head(s: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), String> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let read = async {
