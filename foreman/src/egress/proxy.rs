@@ -199,11 +199,12 @@ async fn receive(bridge: &UnixStream) -> std::io::Result<TcpStream> {
         return Err(bad("the bridge's message is not one connection"));
     }
     let fd = fds.remove(0);
-    let stream = rustix::net::sockopt::socket_type(&fd).map_err(std::io::Error::from)?
+    let not_tcp = || bad("the descriptor handed over is not a TCP connection");
+    let stream = rustix::net::sockopt::socket_type(&fd).map_err(|_| not_tcp())?
         == rustix::net::SocketType::STREAM;
-    let family = rustix::net::sockopt::socket_domain(&fd).map_err(std::io::Error::from)?;
+    let family = rustix::net::sockopt::socket_domain(&fd).map_err(|_| not_tcp())?;
     if !stream || !(family == AddressFamily::INET || family == AddressFamily::INET6) {
-        return Err(bad("the descriptor handed over is not a TCP connection"));
+        return Err(not_tcp());
     }
     let std = std::net::TcpStream::from(fd);
     std.set_nonblocking(true)?;
@@ -481,3 +482,7 @@ async fn refuse<S: AsyncWrite + Unpin>(s: &mut S, status: u16, why: &str) -> std
     s.write_all(out.as_bytes()).await?;
     s.shutdown().await
 }
+
+#[cfg(test)]
+#[path = "proxy_tests.rs"]
+mod tests;
