@@ -369,13 +369,6 @@ fn check_egress_backend(
     path: &Path,
     egress: &crate::task::EgressPlan,
 ) -> anyhow::Result<()> {
-    if !egress.verify.is_empty() {
-        bail!(
-            "{}: `egress.verify` is not served yet: verify runs offline (its container has \
-             no proxy); fetch what the checks need in `setup:`, or drop the list",
-            path.display()
-        );
-    }
     if egress.any() && cfg.file.backend == crate::config::BackendKind::Swarm {
         bail!(
             "{}: `egress` runs only with `backend: docker` for now (the swarm's relay \

@@ -343,9 +343,10 @@ struct EgressOf {
 }
 
 impl EgressOf {
-    /// Serves the set-up phase's proxy (while it runs) and the agent
-    /// phase's, each when its phase may reach anything. Only the agent
-    /// phase asks a person: set-up runs unattended.
+    /// Serves the set-up phase's proxy (while it runs), the agent phase's
+    /// and the verify phase's (each verify container's bridge reaches it),
+    /// each when its phase may reach anything. Only the agent phase asks
+    /// a person: set-up and verify run unattended.
     fn serve(
         self,
         task: TaskId,
@@ -354,7 +355,7 @@ impl EgressOf {
     ) -> anyhow::Result<Vec<egress::Served>> {
         use saheeli_protocol::egress::{Approval, Phase};
         let mut served = Vec::new();
-        for phase in [Phase::Setup, Phase::Agent] {
+        for phase in Phase::ALL {
             let rules = self.plan.rules(phase).to_vec();
             let (approval, asks) = match phase {
                 Phase::Agent => (self.plan.approval, self.plan.approval == Approval::Ask),
@@ -362,7 +363,8 @@ impl EgressOf {
             };
             let wanted = match phase {
                 Phase::Setup => self.setup && !rules.is_empty(),
-                _ => self.plan.serves(phase),
+                Phase::Agent => self.plan.serves(phase),
+                Phase::Verify => !rules.is_empty(),
             };
             if !wanted {
                 continue;

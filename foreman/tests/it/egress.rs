@@ -221,10 +221,12 @@ fn set_up_installs_through_the_proxy_and_the_agent_reaches_only_its_list() {
         "---\nmodel: replay:script.json\nworkspace: ws\n\
          setup:\n  - python3 -c \"import urllib.request as u; u.urlretrieve('{index_url}/pip.whl', '/tmp/pip.whl')\"\n  \
          - python3 /tmp/pip.whl/pip install -q --no-cache-dir --disable-pip-version-check --target /workspace/deps --index-url {index_url}/simple/ saheeli-demo\n\
-         egress:\n  setup: [\"127.0.0.2:{port}\"]\n  agent: [\"127.0.0.2:{greet}\", \"localhost:{greet}\"]\n\
+         egress:\n  setup: [\"127.0.0.2:{port}\"]\n  agent: [\"127.0.0.2:{greet}\", \"localhost:{greet}\"]\n  verify: [\"127.0.0.2:{greet}\"]\n\
          verify: \"python3 -c \\\"import json; d = json.load(open('/logs/verifier/egress.json')); \
          assert any(e['phase'] == 'setup' and e['verdict'] == 'allowed' for e in d); \
-         assert any(e['verdict'] == 'refused' for e in d); print('ledger', len(d))\\\"\"\n\
+         assert any(e['verdict'] == 'refused' for e in d); print('ledger', len(d))\\\" \
+         && python3 probe.py 127.0.0.2:{greet} | grep -q 'hello from the greeter' \
+         && python3 probe.py 127.0.0.2:{port} | grep -q '403 Forbidden'\"\n\
          ---\nProbe.\n"
     );
     s.write("task.md", &prompt);
@@ -299,6 +301,11 @@ fn set_up_installs_through_the_proxy_and_the_agent_reaches_only_its_list() {
         assert_eq!(e.len(), 1, "{target}: {t:#}");
         assert_eq!(e[0]["verdict"], "refused", "{target}");
     }
+    // Verify's own list: the greeter, not the index.
+    let v = entries(&t, "verify", &format!("127.0.0.2:{greet}"));
+    assert_eq!(v[0]["verdict"], "allowed", "{t:#}");
+    let v = entries(&t, "verify", &format!("127.0.0.2:{port}"));
+    assert_eq!(v[0]["verdict"], "refused", "{t:#}");
     let report = read(&r.join("report.md"));
     assert!(
         report.contains("## Egress") && report.contains("| setup | `127.0.0.2` |"),
@@ -372,10 +379,13 @@ fn egress_is_refused_where_it_cannot_be_kept() {
     );
     s.write(
         "b.md",
-        "---\nmodel: replay:x.json\negress: {verify: [pypi.org]}\n---\nx\n",
+        "---\nmodel: replay:x.json\negress: {verify: [\"pypi.org/simple\"]}\n---\nx\n",
     );
     let e = s.expect_err(&["task", "submit", "--prompt", "b.md"], 2);
-    assert!(e.contains("`egress.verify`"), "{e}");
+    assert!(
+        e.contains("`egress.verify`") && e.contains("no scheme or path"),
+        "{e}"
+    );
     let narrow = Saheeli::with_config("limits:\n  egress: [\"*.pythonhosted.org\"]\n");
     narrow.write("x.json", &x);
     narrow.write(

@@ -144,7 +144,7 @@ pub(crate) async fn run_setup(
 /// Waits until the egress bridge listens on the proxy's port (read from
 /// the container's own `/proc/net/tcp`: no connection is made), so the
 /// first command finds it.
-async fn bridge_listening(docker: &Docker, container: &str) -> anyhow::Result<()> {
+pub(crate) async fn bridge_listening(docker: &Docker, container: &str) -> anyhow::Result<()> {
     let port = format!("{:04X}", saheeli_protocol::egress::PROXY_PORT);
     let script = format!(
         "for i in $(seq 200); do grep -q ':{port} 00000000:0000 0A' /proc/net/tcp && exit 0; \

@@ -5,7 +5,9 @@
 //!
 //! A fresh `/tmp` (and so `$HOME`), the task container's hardening (cap-drop
 //! ALL, no-new-privileges, read-only root, user 1000:1000, init), its
-//! declared `env:` and limits, no gateway socket and no launch settings.
+//! declared `env:` and limits, no gateway socket and no launch settings
+//! (with `egress.verify`, issue 50: the gateway directory, for the servo's
+//! egress bridge on the verify phase's socket, as the servo's uid).
 //! It idles (`sleep infinity`) so that the restore of `verify_files` and
 //! each command run in it by exec, under [`super::exec`]'s caps.
 //!
@@ -57,6 +59,9 @@ pub(crate) struct Sandbox {
     pub network: VerifyNetwork,
     /// Where the commands start (`workdir:`; else /workspace).
     pub working_dir: Option<String>,
+    /// `egress.verify` lists hosts (issue 50): the container's main process
+    /// is the servo's egress bridge on the verify phase's socket.
+    pub egress: bool,
 }
 
 impl Sandbox {
@@ -75,6 +80,7 @@ impl Sandbox {
             pids: spec.pids,
             network,
             working_dir: spec.workdir.clone(),
+            egress: !spec.egress.verify.is_empty(),
         }
     }
 }
@@ -111,7 +117,8 @@ impl VerifyBox {
         attempt: u32,
         tests: Option<&std::path::Path>,
     ) -> anyhow::Result<VerifyBox> {
-        let (image, volume) = task_image_and_volume(docker, task_container).await?;
+        let (image, volume, egress) = task_image_and_volume(docker, task_container).await?;
+        let egress = egress.filter(|_| sandbox.egress);
         let container = create(
             docker,
             id,
@@ -119,7 +126,7 @@ impl VerifyBox {
             (&image, &volume),
             sandbox,
             attempt,
-            tests,
+            (tests, egress.as_ref()),
         )
         .await?;
         let b = VerifyBox {
@@ -136,6 +143,9 @@ impl VerifyBox {
                     .context("starting the verify container")
             })
             .await?;
+            if egress.is_some() {
+                super::setup::bridge_listening(docker, &b.container).await?;
+            }
             pause(docker, task_container).await
         }
         .await;
@@ -164,12 +174,21 @@ impl VerifyBox {
     }
 }
 
-/// The image (its id: exactly what the servo runs) and the /workspace
-/// of the task's container.
+/// What a verify container needs of the task's for its egress bridge
+/// (issue 50): the gateway directory and, when the servo is bound from a
+/// host copy, that copy.
+#[derive(Clone, Debug)]
+pub(crate) struct BridgeMounts {
+    pub gateway_dir: String,
+    pub servo: Option<String>,
+}
+
+/// The image (its id: exactly what the servo runs), the /workspace of the
+/// task's container, and its gateway directory and servo binds.
 async fn task_image_and_volume(
     docker: &Docker,
     container: &str,
-) -> anyhow::Result<(String, WorkspaceMount)> {
+) -> anyhow::Result<(String, WorkspaceMount, Option<BridgeMounts>)> {
     let c = timed(DockerOp::Inspect, async {
         docker
             .inspect_container(container, None)
@@ -178,13 +197,24 @@ async fn task_image_and_volume(
     })
     .await?;
     let image = c.image.context("the task's container has no image id")?;
-    let volume = WorkspaceMount::of(c.mounts.unwrap_or_default()).with_context(|| {
+    let mounts = c.mounts.unwrap_or_default();
+    let bind = |to: &str| {
+        mounts
+            .iter()
+            .find(|m| m.destination.as_deref() == Some(to))
+            .and_then(|m| m.source.clone())
+    };
+    let bridge = bind(paths::GATEWAY_DIR).map(|gateway_dir| BridgeMounts {
+        gateway_dir,
+        servo: bind(super::SERVO_PATH),
+    });
+    let volume = WorkspaceMount::of(mounts).with_context(|| {
         format!(
             "the task's container has no workspace on {}: nothing to verify",
             paths::WORKSPACE
         )
     })?;
-    Ok((image, volume))
+    Ok((image, volume, bridge))
 }
 
 fn verify_labels(id: TaskId) -> HashMap<String, String> {
@@ -201,7 +231,7 @@ async fn create(
     (image, volume): (&str, &WorkspaceMount),
     sandbox: &Sandbox,
     attempt: u32,
-    tests: Option<&std::path::Path>,
+    (tests, egress): (Option<&std::path::Path>, Option<&BridgeMounts>),
 ) -> anyhow::Result<String> {
     // The workspace exists: an emptied one must stay empty, not be filled
     // with the image's /workspace.
@@ -211,6 +241,9 @@ async fn create(
         VerifyNetwork::OfTask => (format!("container:{task_container}"), false),
     };
     let mut body = checking_body(image, sandbox, mount, tests, verify_labels(id));
+    if let Some(b) = egress {
+        with_bridge(&mut body, b);
+    }
     body.network_disabled = Some(disabled);
     if let Some(h) = body.host_config.as_mut() {
         h.network_mode = Some(network_mode);
@@ -291,6 +324,33 @@ pub(crate) fn checking_body(
         }),
         ..Default::default()
     }
+}
+
+/// Makes the verify container's main process the servo's egress bridge on
+/// the verify phase's socket (as the servo's uid; the commands are still
+/// exec'd as the agent's), with the proxy's environment.
+fn with_bridge(body: &mut ContainerCreateBody, b: &BridgeMounts) {
+    use saheeli_protocol::egress::{VERIFY_SOCKET, proxy_env};
+    let bind = |source: &str, target: &str| bollard::models::Mount {
+        target: Some(target.into()),
+        source: Some(source.into()),
+        typ: Some(bollard::models::MountType::BIND),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    if let Some(h) = body.host_config.as_mut() {
+        let mounts = h.mounts.get_or_insert_with(Vec::new);
+        mounts.push(bind(&b.gateway_dir, paths::GATEWAY_DIR));
+        if let Some(servo) = &b.servo {
+            mounts.push(bind(servo, super::SERVO_PATH));
+        }
+    }
+    body.env
+        .get_or_insert_with(Vec::new)
+        .extend(proxy_env().into_iter().map(|(k, v)| format!("{k}={v}")));
+    body.entrypoint = Some(vec![super::SERVO_PATH.into(), "egress-bridge".into()]);
+    body.cmd = Some(vec![format!("{}/{VERIFY_SOCKET}", paths::GATEWAY_DIR)]);
+    body.user = Some(format!("{0}:{0}", saheeli_protocol::uids::SERVO));
 }
 
 /// Freezes every process of a container. Already paused is fine.
