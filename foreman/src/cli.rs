@@ -70,7 +70,7 @@ pub(crate) enum Command {
     Import(ImportArgs),
     /// Call each configured provider once with a tiny tool-calling request; print what works and the fix for what does not.
     Doctor(DoctorArgs),
-    /// The cached results of tasks' `setup:` (images `saheeli-setup:KEY`): list, remove, prune.
+    /// The cached results of tasks' `setup:` (images `saheeli-setup:SCOPE-KEY`): list, remove, prune.
     #[command(subcommand)]
     Cache(CacheCommand),
 }

@@ -13,7 +13,7 @@ pub(super) const SERVER: &[Setting] = &[
         .config("images"),
     Setting::new("setup_cache", "map")
         .default("{ max_bytes: 10g }")
-        .doc("Cached set-ups (`setup:` results, as images `saheeli-setup:KEY`): `max_bytes` is what they may hold together, the least recently used removed past it; 0 caches nothing. `saheeli cache ls|rm|prune`.")
+        .doc("Cached set-ups (`setup:` results, as images `saheeli-setup:SCOPE-KEY`): `max_bytes` is what they may hold together, the least recently used removed past it; 0 caches nothing. `saheeli cache ls|rm|prune`.")
         .config("setup_cache"),
     Setting::new("base_image", "string")
         .default("saheeli-base:bookworm")

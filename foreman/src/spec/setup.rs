@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::{Component, Path};
 
 use anyhow::{Context, bail};
-use saheeli_protocol::front_matter::{Commands, FrontMatter, Setup};
+use saheeli_protocol::front_matter::{Commands, FrontMatter};
 use sha2::{Digest, Sha256};
 
 use crate::config::{BackendKind, Config};
@@ -27,33 +27,16 @@ pub(super) struct SetupKeys {
     pub plan: SetupPlan,
 }
 
-/// The front-matter's set-up keys.
-pub(super) struct SetupKeysIn<'a> {
-    pub setup: Option<&'a Setup>,
-    pub maintenance: Option<&'a Commands>,
-    pub setup_env: Option<&'a Vec<String>>,
-}
-
-impl<'a> SetupKeysIn<'a> {
-    pub fn of(fm: &'a FrontMatter) -> Self {
-        SetupKeysIn {
-            setup: fm.setup.as_ref(),
-            maintenance: fm.maintenance.as_ref(),
-            setup_env: fm.setup_env.as_ref(),
-        }
-    }
-}
-
-/// Checks the set-up keys `fm`; `workspace` is the submitted workspace
+/// Checks the set-up keys of `fm`; `workspace` is the submitted workspace
 /// (absolute), if any.
 pub(super) fn checked(
     cfg: &Config,
     prompt: &Path,
-    fm: SetupKeysIn<'_>,
+    fm: &FrontMatter,
     workspace: Option<&Path>,
 ) -> anyhow::Result<SetupKeys> {
     let p = prompt.display();
-    let Some(setup) = fm.setup else {
+    let Some(setup) = &fm.setup else {
         for (set, key) in [
             (fm.maintenance.is_some(), "maintenance"),
             (fm.setup_env.is_some(), "setup_env"),
@@ -71,7 +54,7 @@ pub(super) fn checked(
         );
     }
     check_commands(prompt, "setup", &setup.run)?;
-    let maintenance = fm.maintenance.cloned().unwrap_or_default();
+    let maintenance = fm.maintenance.clone().unwrap_or_default();
     check_commands(prompt, "maintenance", &maintenance)?;
     if setup.key_files.len() > MAX_KEY_FILES {
         bail!(
@@ -83,7 +66,7 @@ pub(super) fn checked(
     for f in &setup.key_files {
         key_files.push(check_key_file(prompt, f)?);
     }
-    let env = fm.setup_env.cloned().unwrap_or_default();
+    let env = fm.setup_env.clone().unwrap_or_default();
     check_names(prompt, &env)?;
     // Present now, or refused naming the missing one; the values are read
     // again at launch and kept nowhere.

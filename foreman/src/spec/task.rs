@@ -83,12 +83,7 @@ impl TaskSpec {
             .clone()
             .map(|ws| workspace_dir(path, dir, ws))
             .transpose()?;
-        let setup = super::setup::checked(
-            cfg,
-            path,
-            super::setup::SetupKeysIn::of(&fm),
-            workspace.as_deref(),
-        )?;
+        let setup = super::setup::checked(cfg, path, &fm, workspace.as_deref())?;
         let sandbox = Sandbox::of(cfg, path, fm.resources.unwrap_or_default(), fm.network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
         let retries = fm.retries.unwrap_or(d.retries);

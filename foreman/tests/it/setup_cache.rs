@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+use sha2::Digest;
 
 use crate::util::{Saheeli, leftovers, require_docker, script};
 
@@ -187,14 +188,18 @@ fn a_set_up_secret_reaches_the_set_up_only() {
     let secret = format!("tok-{}-x9", nonce());
     s.write(".env", &format!("SETUP_TOKEN={secret}\n"));
     s.write("ws/keep.txt", "k\n");
-    // Read in set-up (and said so without the value); a failed check
-    // would fail the set-up.
+    // Read in set-up, checked against its digest (the prompt, kept in the
+    // database, must not hold the value); a failed check fails the set-up.
+    let digest: String = sha2::Sha256::digest(secret.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     s.write(
         "p.md",
         &format!(
             "---\nmodel: replay:agent.json\nworkspace: ws\nsetup_env: [SETUP_TOKEN]\n\
-             setup: [\"test \\\"$SETUP_TOKEN\\\" = {secret} && echo token-seen > seen-in-setup.txt\"]\n\
-             ---\nX\n"
+             setup: [\"test $(printf %s \\\"$SETUP_TOKEN\\\" | sha256sum | cut -c1-64) = {digest} \
+             && echo token-seen > seen-in-setup.txt\"]\n---\nX\n"
         ),
     );
     agent(
@@ -227,7 +232,7 @@ fn a_set_up_secret_reaches_the_set_up_only() {
         "q.md",
         "---\nmodel: replay:agent.json\nsetup_env: [NOPE_TOKEN]\nsetup: \"true\"\n---\nX\n",
     );
-    let err = s.expect_err(&["task", "submit", "q.md"], 2);
+    let err = s.expect_err(&["task", "submit", "--prompt", "q.md"], 2);
     assert!(
         err.contains("`NOPE_TOKEN`") && err.contains(".env"),
         "{err}"

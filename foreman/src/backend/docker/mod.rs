@@ -16,6 +16,7 @@ mod setup;
 mod setup_cache;
 mod setup_delta;
 mod setup_phase;
+mod setup_stream;
 mod task_image;
 mod timed;
 mod verify;
