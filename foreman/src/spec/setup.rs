@@ -68,6 +68,14 @@ pub(super) fn checked(
     }
     let env = fm.setup_env.clone().unwrap_or_default();
     check_names(prompt, &env)?;
+    // A provider's or a capability's key stays with the gateway.
+    let keys = crate::config::Providers::from_config(cfg).secrets();
+    if let Some(n) = env.iter().find(|n| keys.iter().any(|(k, _)| k == *n)) {
+        bail!(
+            "{p}: `setup_env` names `{n}`, a provider's or capability's key; keys stay with the \
+             gateway: give the set-up a variable of its own"
+        );
+    }
     // Present now, or refused naming the missing one; the values are read
     // again at launch and kept nowhere.
     cfg.dotenv_values(&env)

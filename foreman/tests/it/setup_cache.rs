@@ -186,7 +186,10 @@ fn a_set_up_secret_reaches_the_set_up_only() {
     require_docker();
     let s = Saheeli::new();
     let secret = format!("tok-{}-x9", nonce());
-    s.write(".env", &format!("SETUP_TOKEN={secret}\n"));
+    s.write(
+        ".env",
+        &format!("SETUP_TOKEN={secret}\nOPENAI_API_KEY=sk-test-provider-key-1\n"),
+    );
     s.write("ws/keep.txt", "k\n");
     // Read in set-up, checked against its digest (the prompt, kept in the
     // database, must not hold the value); a failed check fails the set-up.
@@ -235,6 +238,16 @@ fn a_set_up_secret_reaches_the_set_up_only() {
     let err = s.expect_err(&["task", "submit", "--prompt", "q.md"], 2);
     assert!(
         err.contains("`NOPE_TOKEN`") && err.contains(".env"),
+        "{err}"
+    );
+    // A provider's key is never a set-up's.
+    s.write(
+        "r.md",
+        "---\nmodel: replay:agent.json\nsetup_env: [OPENAI_API_KEY]\nsetup: \"true\"\n---\nX\n",
+    );
+    let err = s.expect_err(&["task", "submit", "--prompt", "r.md"], 2);
+    assert!(
+        err.contains("`OPENAI_API_KEY`") && err.contains("provider"),
         "{err}"
     );
     prune_all(&s);
