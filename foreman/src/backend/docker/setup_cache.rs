@@ -6,9 +6,9 @@
 //! digest of its key files (taken at submit). On a miss the workspace is
 //! listed before the set-up and, after it succeeds, the entries it made
 //! or changed (`setup_delta`) become a tar kept at
-//! `/.saheeli/setup/workspace.tar` in `saheeli-setup:<key>`: an image
-//! committed from a container of the task's image, never started (the
-//! tag also names the state directory's scope). On a hit
+//! `/.saheeli/setup/workspace.tar` in `saheeli-setup:<scope>-<key>`: an
+//! image of that one file, imported through the Docker API (the scope
+//! names the state directory, so projects sharing a daemon keep apart). On a hit
 //! that tar is streamed from a container of the cache image (never started
 //! either) into the new servo's /workspace: nothing runs, nothing is
 //! extracted on this host. Docker holds the entries (labels: the key, the
@@ -22,12 +22,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerConfig, ContainerCreateBody};
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    CommitContainerOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
+    CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
     UploadToContainerOptionsBuilder,
 };
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -41,6 +42,8 @@ const KEY_LABEL: &str = "saheeli.setup.key";
 const FROM_LABEL: &str = "saheeli.setup.from";
 const BYTES_LABEL: &str = "saheeli.setup.bytes";
 const SCOPE_LABEL: &str = "saheeli.setup.scope";
+/// A cache image's command: its containers are made, never started.
+const NEVER_RUN: &str = "/.saheeli/setup/never-run";
 
 /// The cache key of a set-up: the task image's id, the commands in order
 /// and the key files' digest, each length-prefixed.
@@ -208,6 +211,10 @@ impl SetupCache {
         before: Listing,
         part: &Path,
     ) -> anyhow::Result<Option<setup_delta::Delta>> {
+        let t0 = std::time::Instant::now();
+        let lap = |what: &str| {
+            tracing::debug!(key, ms = t0.elapsed().as_millis() as u64, "store: {what}")
+        };
         let (rx, feed) = pump(d, container, "/workspace");
         let (out, cap) = (part.to_path_buf(), self.max_bytes);
         let writing = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -221,58 +228,51 @@ impl SetupCache {
         });
         let ((), delta) = tokio::join!(feed, writing);
         let delta = delta.context("the set-up's delta panicked")??;
+        lap("delta written");
         let Capped::Within(delta) = delta else {
             return Ok(None);
         };
         let size = std::fs::metadata(part)?.len();
-        let labels = HashMap::from([
-            (KEY_LABEL.to_string(), key.to_string()),
-            (FROM_LABEL.to_string(), from.to_string()),
-            (BYTES_LABEL.to_string(), size.to_string()),
-            (ROLE_LABEL.to_string(), "setup-cache".to_string()),
-            (SCOPE_LABEL.to_string(), self.scope.clone()),
-        ]);
-        let body = ContainerCreateBody {
-            image: Some(from.to_string()),
-            entrypoint: Some(vec!["/.saheeli/setup/never-run".into()]),
-            cmd: Some(Vec::new()),
-            labels: Some(labels),
-            network_disabled: Some(true),
-            ..Default::default()
-        };
-        let made = d
-            .create_container(None, body)
-            .await
-            .context("creating the set-up cache's container")?;
-        let committed = async {
-            let opts = UploadToContainerOptionsBuilder::default().path("/").build();
-            d.upload_to_container(
-                &made.id,
-                Some(opts),
-                bollard::body_try_stream(wrapped(part, size).await?),
-            )
-            .await
-            .context("copying the set-up's files into the cache's container")?;
-            let opts = CommitContainerOptionsBuilder::default()
-                .container(&made.id)
-                .repo(CACHE_REPO)
-                .tag(&format!("{}-{key}", self.scope))
-                .comment("saheeli set-up cache")
-                .build();
-            d.commit_container(opts, ContainerConfig::default())
-                .await
-                .context("committing the set-up cache's image")?;
-            anyhow::Ok(())
+        let labels = [
+            (KEY_LABEL, key.to_string()),
+            (FROM_LABEL, from.to_string()),
+            (BYTES_LABEL, size.to_string()),
+            (ROLE_LABEL, "setup-cache".to_string()),
+            (SCOPE_LABEL, self.scope.clone()),
+        ];
+        let mut changes: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("LABEL {k}={}", serde_json::Value::from(v.as_str())))
+            .collect();
+        changes.push(format!("CMD [\"{NEVER_RUN}\"]"));
+        // An image of its own (Docker's import): one layer holding the
+        // tar, no container made and no file system walked to commit one.
+        let opts = CreateImageOptionsBuilder::default()
+            .from_src("-")
+            .repo(CACHE_REPO)
+            .tag(&format!("{}-{key}", self.scope))
+            .message("saheeli set-up cache")
+            .changes(changes)
+            .build();
+        let body = bollard::body_try_stream(wrapped(part, size).await?);
+        let mut progress = Box::pin(d.create_image(Some(opts), Some(body), None));
+        while let Some(item) = progress.next().await {
+            let info = item.context("importing the set-up cache's image")?;
+            if let Some(e) = info.error_detail.and_then(|e| e.message) {
+                anyhow::bail!("importing the set-up cache's image: {e}");
+            }
         }
-        .await;
-        let _ = remove_container(d, &made.id).await;
-        committed?;
+        lap("imported");
         Ok(Some(delta))
     }
 
     /// Streams `key`'s tar into `servo`'s /workspace (created, not
     /// started), and counts the hit.
     pub async fn restore(&self, d: &Docker, key: &str, servo: &str) -> anyhow::Result<()> {
+        let t0 = std::time::Instant::now();
+        let lap = |what: &str| {
+            tracing::debug!(key, ms = t0.elapsed().as_millis() as u64, "restore: {what}")
+        };
         let body = ContainerCreateBody {
             image: Some(self.tag(key)),
             network_disabled: Some(true),
@@ -286,6 +286,7 @@ impl SetupCache {
             .create_container(None, body)
             .await
             .context("creating a container of the cached set-up")?;
+        lap("container created");
         let restored = async {
             let (rx, feed) = pump(d, &made.id, TAR_PATH);
             let (tx, mut inner) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
@@ -300,7 +301,9 @@ impl SetupCache {
             uploaded.context("copying the cached set-up into /workspace")
         }
         .await;
+        lap("streamed");
         let _ = remove_container(d, &made.id).await;
+        lap("container removed");
         restored?;
         let mut usage = self.read_usage(key);
         usage.hits += 1;
