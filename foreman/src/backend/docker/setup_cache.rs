@@ -254,6 +254,13 @@ impl SetupCache {
             .message("saheeli set-up cache")
             .changes(changes)
             .build();
+        // Two tasks of one key that missed together both import; the
+        // image the later one untags is removed (nothing else names it).
+        let previous = d
+            .inspect_image(&self.tag(key))
+            .await
+            .ok()
+            .and_then(|i| i.id);
         let body = bollard::body_try_stream(wrapped(part, size).await?);
         let mut progress = Box::pin(d.create_image(Some(opts), Some(body), None));
         while let Some(item) = progress.next().await {
@@ -263,6 +270,14 @@ impl SetupCache {
             }
         }
         lap("imported");
+        if let Some(old) = previous
+            && d.inspect_image(&old)
+                .await
+                .is_ok_and(|i| i.repo_tags.unwrap_or_default().is_empty())
+        {
+            let opts = RemoveImageOptionsBuilder::default().build();
+            let _ = d.remove_image(&old, Some(opts), None).await;
+        }
         Ok(Some(delta))
     }
 

@@ -64,6 +64,7 @@ pub(crate) async fn set_up(
         key: key.clone(),
         ..SetupRan::default()
     };
+    let mut restore_failed = false;
     if let Some(k) = &key
         && cache.has(d, k).await?
     {
@@ -91,17 +92,21 @@ pub(crate) async fn set_up(
                 ran.ms = t0.elapsed().as_millis() as u64;
                 return Ok(Ok(ran));
             }
-            // The set-up runs instead; what the restore wrote, it writes again.
+            // The set-up runs instead (what the restore wrote, it writes
+            // again); the workspace may hold part of the cached set-up, so
+            // what it changes is not kept over the entry.
             Err(e) => {
-                warn!(task_id = %p.id, key = %k, error = %format!("{e:#}"), "the cached set-up could not be restored; running the set-up")
+                warn!(task_id = %p.id, key = %k, error = %format!("{e:#}"), "the cached set-up could not be restored; running the set-up");
+                restore_failed = true;
+                ran.not_stored = Some(format!("the cached set-up could not be restored: {e:#}"));
             }
         }
     }
     let before = match &key {
-        Some(_) => cache.listing(d, p.servo).await?,
-        None => None,
+        Some(_) if !restore_failed => cache.listing(d, p.servo).await?,
+        _ => None,
     };
-    if key.is_some() && before.is_none() {
+    if key.is_some() && before.is_none() && !restore_failed {
         ran.not_stored = Some("the workspace is larger than the cache may read".into());
     }
     let failed = run_setup(
