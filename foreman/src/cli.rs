@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod cache;
 mod eval;
 
+pub(crate) use cache::CacheCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
@@ -68,6 +70,9 @@ pub(crate) enum Command {
     Import(ImportArgs),
     /// Call each configured provider once with a tiny tool-calling request; print what works and the fix for what does not.
     Doctor(DoctorArgs),
+    /// The cached results of tasks' `setup:` (images `saheeli-setup:SCOPE-KEY`): list, remove, prune.
+    #[command(subcommand)]
+    Cache(CacheCommand),
 }
 
 /// `saheeli import SRC... --out DIR`.

@@ -161,7 +161,8 @@ pub fn main() -> ExitCode {
         | Command::Metrics
         | Command::Eval(_)
         | Command::Doctor(_)
-        | Command::Import(_) => "warn",
+        | Command::Import(_)
+        | Command::Cache(_) => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -245,6 +246,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Metrics => commands::metrics(&cfg).await,
         Command::Doctor(args) => commands::doctor(&cfg, args).await,
         Command::Import(args) => commands::import(args),
+        Command::Cache(c) => commands::cache(&cfg, c).await,
         Command::Eval(args) => match args.command {
             Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
             Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,

@@ -18,9 +18,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 mod bench;
+mod setup;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
+pub use setup::Setup;
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
 
@@ -159,8 +161,16 @@ pub struct FrontMatter {
     /// read-only at /solution and run instead of a model.
     pub solution: Option<PathBuf>,
     /// Commands run before the agent, in a container of the task's image
-    /// on its workspace (offline, the agent's user, the workdir).
-    pub setup: Option<Commands>,
+    /// on its workspace (offline, the agent's user, the workdir): a list,
+    /// or `{ run: [...], key_files: [...] }` (issue 50); the result is
+    /// cached by the image, the commands and the key files' content.
+    pub setup: Option<Setup>,
+    // --- issue 50: set-up secrets and the set-up cache ---
+    /// Run instead of `setup:` when a cached set-up is reused.
+    pub maintenance: Option<Commands>,
+    /// Names of variables in the `.env` beside config.yaml given only to
+    /// the set-up (and maintenance) commands, never to the agent.
+    pub setup_env: Option<Vec<String>>,
     // --- issue 50: egress ----------------------------------------------------
     /// The hosts each phase may reach through the gateway's proxy:
     /// `{ setup: [pypi.org], agent: [], verify: [] }`.

@@ -66,6 +66,9 @@ pub enum Reason {
     /// an environment limit): the task stopped early, its findings in the
     /// report.
     Limited,
+    /// A `setup:` (or `maintenance:`) command failed before the agent
+    /// started (issue 50); its output is in the report.
+    SetupFailed,
 }
 
 impl Reason {
@@ -96,6 +99,7 @@ impl Reason {
         "no_answer",
         "agent_failed",
         "limited",
+        "setup_failed",
     ];
 
     /// The machine-readable word (`exit` for every [`Reason::Exit`]).
@@ -126,6 +130,7 @@ impl Reason {
             Reason::NoAnswer => "no_answer",
             Reason::AgentFailed => "agent_failed",
             Reason::Limited => "limited",
+            Reason::SetupFailed => "setup_failed",
         }
     }
 
@@ -142,6 +147,7 @@ impl Reason {
                 | Reason::BadRequest
                 | Reason::ResultsTooLarge
                 | Reason::Limited
+                | Reason::SetupFailed
         )
     }
 }
@@ -200,6 +206,7 @@ impl FromStr for Reason {
             "no_answer" => Reason::NoAnswer,
             "agent_failed" => Reason::AgentFailed,
             "limited" => Reason::Limited,
+            "setup_failed" => Reason::SetupFailed,
             _ => return Err(UnknownReason(s.to_string())),
         };
         Ok(r)

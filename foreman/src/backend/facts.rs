@@ -31,6 +31,10 @@ pub(crate) enum EngineError {
     /// build, a `setup:` command failed. Final: no retry helps.
     #[error("{0:#}")]
     Setup(anyhow::Error),
+    /// A `setup:` or `maintenance:` command failed (issue 50): the task
+    /// ends `setup_failed`, the command's output in its detail. Final.
+    #[error("{0}")]
+    SetupFailed(String),
     #[error("{0:#}")]
     Other(anyhow::Error),
 }
@@ -63,7 +67,10 @@ impl EngineError {
     pub fn is_final(&self) -> bool {
         matches!(
             self,
-            EngineError::ImageMissing(_) | EngineError::Gone(_) | EngineError::Setup(_)
+            EngineError::ImageMissing(_)
+                | EngineError::Gone(_)
+                | EngineError::Setup(_)
+                | EngineError::SetupFailed(_)
         )
     }
 }
@@ -242,6 +249,8 @@ pub(crate) struct Launched {
     /// How long the engine took to create and start it, when the engine
     /// measures it (what admission watches).
     pub engine_time: Option<Duration>,
+    /// How its set-up went, when it had one (issue 50).
+    pub setup: Option<crate::task::SetupRan>,
 }
 
 /// What became of a stopped servo's workspace.

@@ -81,6 +81,7 @@ impl Fake {
                 kind: ServoKind::Fake,
             },
             engine_time: None,
+            setup: None,
         })
     }
 

@@ -5,6 +5,7 @@
 mod attach;
 mod build;
 mod build_agent;
+mod cache;
 mod common;
 mod copy;
 mod doctor;
@@ -34,6 +35,7 @@ use serve::{context, signals};
 pub(crate) use crate::ops::open_store;
 pub(crate) use attach::attach;
 pub(crate) use build::build_servo;
+pub(crate) use cache::cache;
 pub(crate) use common::prepare_results_dir;
 pub(crate) use doctor::doctor;
 pub(crate) use eval::eval;

@@ -93,6 +93,8 @@ pub(crate) struct ConfigFile {
     pub pool: Vec<PoolClass>,
     /// Tasks' own images (issue 49).
     pub images: ImagesConfig,
+    /// The cache of set-ups' results (issue 50).
+    pub setup_cache: super::SetupCacheConfig,
 }
 
 /// `images:`: what a task's `environment:` Dockerfile may start from.
@@ -344,6 +346,7 @@ impl Default for ConfigFile {
             agents: BTreeMap::new(),
             pool: Vec::new(),
             images: ImagesConfig::default(),
+            setup_cache: super::SetupCacheConfig::default(),
         }
     }
 }

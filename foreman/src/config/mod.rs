@@ -8,11 +8,13 @@
 
 mod concurrency;
 mod defaults;
+mod dotenv;
 mod file;
 mod limits;
 mod load;
 mod pool;
 pub(crate) mod providers;
+mod setup_cache;
 #[cfg(test)]
 mod tests;
 pub(crate) mod windows;
@@ -29,3 +31,4 @@ pub(crate) use limits::{DiskEnforcement, Limits};
 pub(crate) use load::{Config, SetKeys};
 pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};
 pub(crate) use providers::{Providers, header_vars};
+pub(crate) use setup_cache::SetupCacheConfig;

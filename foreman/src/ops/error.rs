@@ -40,6 +40,7 @@ impl From<EngineError> for Error {
     fn from(e: EngineError) -> Error {
         match e {
             EngineError::ImageMissing(e) | EngineError::Setup(e) => Error::Refused(e),
+            EngineError::SetupFailed(why) => Error::Refused(anyhow::anyhow!(why)),
             EngineError::Unreachable { error, .. } => Error::Internal(error),
             EngineError::Gone(what) => Error::Internal(anyhow::anyhow!(what)),
             EngineError::Other(e) => Error::Internal(e),

@@ -126,6 +126,10 @@ pub(crate) struct TaskView {
     /// task in detail; absent when it had no proxy and asked for none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress: Option<Vec<crate::store::EgressEntry>>,
+    /// How its set-up went (issue 50; absent without one): the cache
+    /// key, `hit`, its time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<crate::task::SetupRan>,
 }
 
 #[derive(Debug, Serialize)]
@@ -288,6 +292,7 @@ impl TaskView {
             rewards: None,
             tests: None,
             egress: None,
+            setup: t.setup.clone(),
         }
     }
 }

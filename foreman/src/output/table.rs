@@ -229,6 +229,9 @@ fn time_lines(s: &mut String, t: &TaskRow) {
     if let Some(r) = &t.retry_of {
         let _ = writeln!(s, "retry of:  {r}");
     }
+    if let Some(ran) = &t.setup {
+        let _ = writeln!(s, "setup:     {}", ran.summary());
+    }
     if let Some(p) = &t.results_path {
         let _ = writeln!(s, "results:   {p}");
     }

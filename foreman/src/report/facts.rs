@@ -73,6 +73,7 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         template_steps: Vec::new(),
         verification: None,
         synthesis: None,
+        setup: row.setup.as_ref().map(|r| r.summary()),
     }
 }
 

@@ -11,6 +11,10 @@ pub(super) const SERVER: &[Setting] = &[
         .default("{}")
         .doc("`map:` images a task's `environment:` Dockerfile starts `FROM` that Docker does not have here, mapped to local ones (`images: { map: { python:3.13-slim: my-python:3.13 } }`); no registry is used.")
         .config("images"),
+    Setting::new("setup_cache", "map")
+        .default("{ max_bytes: 10g }")
+        .doc("Cached set-ups (`setup:` results, as images `saheeli-setup:SCOPE-KEY`): `max_bytes` is what they may hold together, the least recently used removed past it; 0 caches nothing. `saheeli cache ls|rm|prune`.")
+        .config("setup_cache"),
     Setting::new("base_image", "string")
         .default("saheeli-base:bookworm")
         .doc("The image the Dockerfile starts FROM (build arg `BASE`).")

@@ -290,10 +290,18 @@ pub(super) const TASK: &[Setting] = &[
         .doc("Whom the agent's processes run as: `agent` (uid 1000, the default); `root` is refused for now (no capability and a read-only root would give it nothing).")
         .front(|f| f.agent_user.is_some())
         .shown(|s, _| json!(s.agent_user)),
-    Setting::new("setup", "command or list")
-        .doc("Commands run before the agent, in a container of the task's image on its workspace (offline, the agent's user, the workdir; each within `timeout`); one failing fails the launch, reason `launch`.")
+    Setting::new("setup", "command, list or map")
+        .doc("Commands run before the agent, in a container of the task's image on its workspace (offline, the agent's user, the workdir; each within `timeout`); one failing ends the task `failed`, reason `setup_failed`, its output in the report. `{ run: [...], key_files: [requirements.txt] }`: what the set-up wrote is cached, keyed by the image, the commands and the key files' content, and reused (`saheeli cache`).")
         .front(|f| f.setup.is_some())
-        .shown(|s, _| json!(s.setup)),
+        .shown(|s, _| json!({"run": s.setup, "key_files": s.setup_plan.key_files})),
+    Setting::new("maintenance", "command or list")
+        .doc("Run instead of `setup` when a cached set-up is reused (e.g. `git fetch`), with the set-up's secrets.")
+        .front(|f| f.maintenance.is_some())
+        .shown(|s, _| json!(s.setup_plan.maintenance)),
+    Setting::new("setup_env", "list of names")
+        .doc("Variables of the `.env` beside config.yaml given only to the set-up and maintenance commands (never to the agent, the workspace, the database or the results); a name `.env` lacks is refused at submit.")
+        .front(|f| f.setup_env.is_some())
+        .shown(|s, _| json!(s.setup_plan.env)),
     Setting::new("solution", "path")
         .doc("A directory with `solve.sh`: `agent: oracle` runs it (read-only at /solution) instead of a model.")
         .front(|f| f.solution.is_some())

@@ -24,7 +24,6 @@ pub(super) struct BenchKeys {
     pub env: BTreeMap<String, String>,
     pub pass_reward: f64,
     pub solution: Option<PathBuf>,
-    pub setup: Vec<String>,
 }
 
 impl BenchKeys {
@@ -106,23 +105,6 @@ impl BenchKeys {
                 }
             }
             keys.env = v.env.clone();
-        }
-        if let Some(c) = &a.setup {
-            if c.0.len() > 32 {
-                bail!("{p}: `setup` lists {} commands; the most is 32", c.0.len());
-            }
-            for cmd in &c.0 {
-                if cmd.trim().is_empty() || cmd.len() > 16 * 1024 || cmd.contains('\0') {
-                    bail!(
-                        "{p}: a `setup` command is empty, longer than 16 KiB or holds a NUL; \
-                         put a long set-up in a script in the workspace"
-                    );
-                }
-            }
-            if cfg.file.backend == BackendKind::Swarm {
-                bail!("{p}: `setup` runs with `backend: docker` only for now");
-            }
-            keys.setup = c.0.clone();
         }
         if let Some(s) = &a.solution {
             let d = existing(prompt, dir, s, "solution")?;

@@ -11,6 +11,7 @@ mod checks;
 mod params;
 mod placeholders;
 mod prompt;
+mod setup;
 mod sources;
 mod task;
 mod template;

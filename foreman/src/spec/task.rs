@@ -80,8 +80,10 @@ impl TaskSpec {
         let verify_timeout = fm.verify.as_ref().and_then(|v| v.timeout).map(|t| t.0);
         let workspace = fm
             .workspace
+            .clone()
             .map(|ws| workspace_dir(path, dir, ws))
             .transpose()?;
+        let setup = super::setup::checked(cfg, path, &fm, workspace.as_deref())?;
         let sandbox = Sandbox::of(cfg, path, fm.resources.unwrap_or_default(), fm.network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
         let retries = fm.retries.unwrap_or(d.retries);
@@ -201,7 +203,8 @@ impl TaskSpec {
             verify_env: bench.env,
             pass_reward: bench.pass_reward,
             solution: bench.solution,
-            setup: bench.setup,
+            setup: setup.run,
+            setup_plan: setup.plan,
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).

@@ -239,3 +239,39 @@ fn egress_is_refused_on_a_swarm() {
     let p = write(d.path(), "u.md", "---\negress_approval: ask\n---\nGo.\n");
     assert!(TaskSpec::from_prompt(&c, &p, &[]).is_err());
 }
+
+/// Issue 50: the set-up, its maintenance and its secrets run in a set-up
+/// container and cache of one host; on a swarm they are refused at
+/// submit, naming the keys; `maintenance` without `setup` is refused too.
+#[test]
+fn set_up_keys_are_refused_on_a_swarm_and_without_a_set_up() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(
+        d.path(),
+        "t.md",
+        "---\nsetup: { run: [make], key_files: [Makefile] }\nmaintenance: git fetch\n---\nGo.\n",
+    );
+    let mut c = cfg();
+    let spec = TaskSpec::from_prompt(&c, &p, &[]).unwrap();
+    assert_eq!(spec.setup, ["make"]);
+    assert_eq!(spec.setup_plan.key_files, ["Makefile"]);
+    assert_eq!(spec.setup_plan.maintenance, ["git fetch"]);
+    // No workspace: the key file counts as absent, still a digest.
+    assert!(spec.setup_plan.files_digest.is_some());
+    c.file.backend = crate::config::BackendKind::Swarm;
+    let e = format!("{:#}", TaskSpec::from_prompt(&c, &p, &[]).unwrap_err());
+    assert!(
+        e.contains("`setup`, `maintenance` and `setup_env` run with `backend: docker` only"),
+        "{e}"
+    );
+    let q = write(d.path(), "q.md", "---\nmaintenance: git fetch\n---\nGo.\n");
+    let e = format!("{:#}", TaskSpec::from_prompt(&cfg(), &q, &[]).unwrap_err());
+    assert!(e.contains("`maintenance` belongs to a set-up"), "{e}");
+    let r = write(
+        d.path(),
+        "r.md",
+        "---\nsetup: { run: [make], key_files: [../x] }\n---\nGo.\n",
+    );
+    let e = format!("{:#}", TaskSpec::from_prompt(&cfg(), &r, &[]).unwrap_err());
+    assert!(e.contains("`setup.key_files` `../x`"), "{e}");
+}

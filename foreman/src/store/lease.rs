@@ -27,7 +27,7 @@ impl Store {
     /// Runs one UPDATE of a held task in a write transaction (a deferred
     /// one could fail at once with SQLITE_BUSY, ignoring the busy timeout);
     /// no row changed means the lease is lost.
-    fn fenced_update(
+    pub(super) fn fenced_update(
         &mut self,
         id: TaskId,
         sql: &str,

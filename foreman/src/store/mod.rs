@@ -32,6 +32,7 @@ mod pool;
 mod queue;
 mod rows;
 mod schema;
+mod setup;
 mod step_control;
 mod step_override;
 mod steps;

@@ -66,6 +66,9 @@ pub(crate) struct TaskRow {
     /// Until when a call of the task waits for the provider's rate limit
     /// (issue 26); None, or a time past, when it does not.
     pub rate_wait_until: Option<i64>,
+    /// How its last launch's set-up went (issue 50): the cache key, hit
+    /// or miss, its time.
+    pub setup: Option<crate::task::SetupRan>,
 }
 
 impl TaskRow {
@@ -170,7 +173,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
       ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
-     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before, rate_wait_until";
+     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before, rate_wait_until, setup";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -219,6 +222,9 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         compactions: r.get(33)?,
         not_before: r.get(34)?,
         rate_wait_until: r.get(35)?,
+        setup: r
+            .get::<_, Option<String>>(36)?
+            .and_then(|s| serde_json::from_str(&s).ok()),
     })
 }
 

@@ -317,6 +317,8 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          );
          CREATE INDEX egress_by_task ON egress(task_id, id);",
     ),
+    // Issue 50: how a task's set-up went (store/setup.rs), JSON.
+    M::up("ALTER TABLE tasks ADD COLUMN setup TEXT;"),
 ];
 
 pub(crate) struct Store {

@@ -69,6 +69,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         pass_reward: 1.0,
         solution: None,
         setup: Vec::new(),
+        setup_plan: Default::default(),
     }
 }
 

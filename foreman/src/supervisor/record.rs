@@ -53,6 +53,24 @@ pub(super) async fn record_changes(
     }
 }
 
+/// The outcome of a task whose set-up failed (issue 50): a results
+/// directory of its own, so its report (holding the set-up's output) is
+/// written; none when it cannot be made.
+pub(super) async fn setup_failed_outcome(ctx: &Ctx, id: TaskId) -> Outcome {
+    let dest = ctx.cfg.results_dir().join(id.to_string());
+    let made = tokio::fs::create_dir_all(&dest).await;
+    match made {
+        Ok(()) => Outcome {
+            results_path: Some(dest.display().to_string()),
+            ..Outcome::default()
+        },
+        Err(e) => {
+            warn!(task_id = %id, error = %e, "no results directory for the failed set-up's report");
+            Outcome::default()
+        }
+    }
+}
+
 /// Writes `report.md` into the results of task `id` as it is about to be
 /// recorded (`to`, with `outcome`): before the record, so whoever sees the
 /// task ended finds its report.

@@ -180,6 +180,12 @@ async fn launch(
     }
     let launched = launched?;
     let (servo, mut engine_time) = (launched.servo, launched.engine_time);
+    if let Some(ran) = launched.setup {
+        let lease = ctx.lease.clone();
+        ctx.db(move |s| s.set_setup(id, &lease, &ran))
+            .await
+            .map_err(stored)?;
+    }
     let (lease, sid) = (ctx.lease.clone(), servo.id.clone());
     if warm {
         ctx.db(move |s| s.hold_container(id, &lease, &sid))
@@ -347,6 +353,20 @@ async fn launch_failed(
         }
     }
     match &failed {
+        // A set-up command failed: the task's own doing, its output the
+        // detail and the report's.
+        Failed::Engine(EngineError::SetupFailed(why)) => {
+            let outcome = super::record::setup_failed_outcome(ctx, id).await;
+            finish(
+                ctx,
+                id,
+                TaskState::Failed,
+                Reason::SetupFailed,
+                outcome,
+                why,
+            )
+            .await
+        }
         // What is gone says why itself, and no retry helps.
         Failed::Engine(e @ EngineError::Gone(_)) => {
             let detail = e.to_string();

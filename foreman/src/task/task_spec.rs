@@ -185,6 +185,9 @@ pub(crate) struct TaskSpec {
     /// Commands run before the agent (`setup:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<String>,
+    /// Its cache key files, `maintenance:` and `setup_env:` (issue 50).
+    #[serde(default, skip_serializing_if = "super::SetupPlan::is_empty")]
+    pub setup_plan: super::SetupPlan,
 }
 
 /// What a task's own image is made from.

@@ -337,8 +337,8 @@ fn regrade_with_a_fixed_test_flips_a_result() {
 }
 
 /// `setup:` runs before the agent on its workspace (the image's /app
-/// already in it); one failing fails the launch, naming the command and
-/// its output, and nothing is left behind.
+/// already in it); one failing ends the task `setup_failed` (issue 50),
+/// naming the command and its output, and nothing is left behind.
 #[test]
 fn setup_runs_before_the_agent_and_a_failing_one_fails_the_launch() {
     require_docker();
@@ -368,7 +368,7 @@ fn setup_runs_before_the_agent_and_a_failing_one_fails_the_launch() {
     s.write("bad.md", &prompt("\"echo broken-env >&2; exit 3\""));
     let t = run(&s, "bad.md", 1);
     assert_eq!(t["state"], "failed", "{t}");
-    assert_eq!(t["reason"], "launch", "{t}");
+    assert_eq!(t["reason"], "setup_failed", "{t}");
     let detail = t["detail"].as_str().unwrap_or_default();
     assert!(
         detail.contains("set-up command `echo broken-env >&2; exit 3` exited with code 3"),

@@ -66,6 +66,7 @@ mod report;
 mod retry_resume;
 mod safety;
 mod sandbox;
+mod setup_cache;
 mod split_key;
 mod steps;
 mod steps_browser;

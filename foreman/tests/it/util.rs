@@ -235,6 +235,11 @@ impl Saheeli {
 /// on a panic: a passing test's own assertions say what must be gone.
 impl Drop for Saheeli {
     fn drop(&mut self) {
+        // The set-ups this project cached (issue 50) are images on the
+        // shared daemon: removed with the project, whatever the outcome.
+        if self.path().join(".saheeli/setup-cache").is_dir() {
+            let _ = self.cmd(&["cache", "prune", "--all"]).output();
+        }
         if !std::thread::panicking() {
             return;
         }

@@ -43,7 +43,15 @@ pub(crate) async fn exec_quiet(
     container: &str,
     argv: Vec<String>,
 ) -> anyhow::Result<Ran> {
-    exec(docker, container, argv, Duration::from_secs(60), 4096).await
+    exec(
+        docker,
+        container,
+        argv,
+        Duration::from_secs(60),
+        4096,
+        Vec::new(),
+    )
+    .await
 }
 
 /// Runs `bash -c command` in the container with `limit`, keeping at most
@@ -55,11 +63,25 @@ pub(crate) async fn exec_shell(
     limit: Duration,
     cap: usize,
 ) -> anyhow::Result<Ran> {
+    exec_shell_env(docker, container, command, limit, cap, Vec::new()).await
+}
+
+/// [`exec_shell`] with `env` (`NAME=value`) given to the command's
+/// process only (the exec's own environment, not the container's): the
+/// set-up's secrets (issue 50).
+pub(crate) async fn exec_shell_env(
+    docker: &Docker,
+    container: &str,
+    command: &str,
+    limit: Duration,
+    cap: usize,
+    env: Vec<String>,
+) -> anyhow::Result<Ran> {
     let secs = limit.as_secs().max(1).to_string();
     let argv = ["timeout", "--kill-after=5", &secs, "bash", "-c", command]
         .map(String::from)
         .to_vec();
-    exec(docker, container, argv, limit, cap).await
+    exec(docker, container, argv, limit, cap, env).await
 }
 
 async fn exec(
@@ -68,6 +90,7 @@ async fn exec(
     argv: Vec<String>,
     limit: Duration,
     cap: usize,
+    env: Vec<String>,
 ) -> anyhow::Result<Ran> {
     let t0 = Instant::now();
     let created = docker
@@ -78,6 +101,7 @@ async fn exec(
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 user: Some(SERVO_USER.to_string()),
+                env: (!env.is_empty()).then_some(env),
                 working_dir: Some(paths::WORKSPACE.to_string()),
                 ..Default::default()
             },

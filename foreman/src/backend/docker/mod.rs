@@ -13,6 +13,10 @@ mod labels;
 mod regrade;
 mod servo_copy;
 mod setup;
+mod setup_cache;
+mod setup_delta;
+mod setup_phase;
+mod setup_stream;
 mod task_image;
 mod timed;
 mod verify;
@@ -26,7 +30,7 @@ pub(crate) use container::{
     wait,
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
-pub(crate) use exec::{exec_quiet, exec_shell};
+pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};
 pub(crate) use image::{BuildProgress, ImageMissing, build_image, require_image};
 pub(crate) use labels::task_labels;
 pub(crate) use labels::{
@@ -36,6 +40,8 @@ pub(crate) use labels::{
 pub(crate) use regrade::RegradeBox;
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
 pub(crate) use setup::run_setup;
+pub(crate) use setup_cache::{CACHE_REPO, CacheEntry, SetupCache};
+pub(crate) use setup_phase::{SetupPhase, set_up};
 pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{

@@ -11,6 +11,7 @@
 //! listed hosts through `HTTP_PROXY` and the set-up phase's proxy, which
 //! the foreman serves only while the launch runs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -20,16 +21,18 @@ use saheeli_protocol::TaskId;
 use tracing::{info, warn};
 
 use super::{
-    DockerOp, ROLE_LABEL, SERVO_PATH, ServoImage, WorkspaceMount, exec_shell, remove_container,
-    task_labels, timed,
+    DockerOp, ROLE_LABEL, SERVO_PATH, ServoImage, WorkspaceMount, exec_shell, exec_shell_env,
+    remove_container, task_labels, timed,
 };
 use crate::task::TaskSpec;
 
 /// Output kept of a failed set-up command (head and tail), for the detail.
 const SETUP_OUTPUT_CAP: usize = 4 * 1024;
 
-/// Runs each of `spec.setup` in turn; the first that fails ends it with
-/// an error quoting the command's output.
+/// Runs each of `commands` in turn, `secrets` in their processes' own
+/// environment (not the container's); the first that fails ends it:
+/// Ok(Some(why)), quoting its output with the secrets' values masked.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_setup(
     docker: &Docker,
     id: TaskId,
@@ -37,7 +40,9 @@ pub(crate) async fn run_setup(
     spec: &TaskSpec,
     workspace: &WorkspaceMount,
     gateway_dir: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
+    commands: &[String],
+    secrets: &BTreeMap<String, String>,
+) -> anyhow::Result<Option<String>> {
     let mut labels = task_labels(id);
     labels.insert(ROLE_LABEL.to_string(), "setup".to_string());
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -118,21 +123,24 @@ pub(crate) async fn run_setup(
         if egress.is_some() {
             bridge_listening(docker, &created.id).await?;
         }
-        for command in &spec.setup {
-            let r = exec_shell(docker, &created.id, command, limit, SETUP_OUTPUT_CAP).await?;
+        let env: Vec<String> = secrets.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for command in commands {
+            let r = exec_shell_env(docker, &created.id, command, limit, SETUP_OUTPUT_CAP, env.clone())
+                .await?;
             info!(task_id = %id, ms = r.duration.as_millis() as u64, exit = ?r.exit_code, "set-up command ran");
             if r.exit_code != Some(0) {
                 let how = match r.exit_code {
                     Some(code) => format!("exited with code {code}"),
                     None => format!("did not finish within {}s", limit.as_secs()),
                 };
-                bail!(
+                let output = super::setup_phase::masked(&r.output, secrets);
+                return Ok(Some(format!(
                     "set-up command `{command}` {how}; its output:\n{}",
-                    r.output.trim_end()
-                );
+                    output.trim_end()
+                )));
             }
         }
-        Ok(())
+        Ok(None)
     }
     .await;
     if let Err(e) = remove_container(docker, &created.id).await {

@@ -91,8 +91,9 @@ impl Local {
             return Prepared::socket();
         };
         // A task in its own image, or with the oracle's solution bound
-        // in, is never a warm servo's: those run the servo image as is.
-        if parked || spec.image.is_some() || spec.solution.is_some() {
+        // in, is never a warm servo's: those run the servo image as is;
+        // nor one with a set-up (a warm servo's workspace is in use).
+        if parked || spec.image.is_some() || spec.solution.is_some() || !spec.setup.is_empty() {
             pool.missed();
             return Prepared::socket();
         }
@@ -208,6 +209,7 @@ impl Local {
                     kind: ServoKind::Local,
                 },
                 engine_time: None,
+                setup: None,
             });
         }
         let d = &self.docker;
@@ -264,12 +266,15 @@ impl Local {
         lap("uploaded");
         // `setup:` runs on the workspace as it now is, before the agent
         // (not again for a parked task or a retry that goes on).
-        if !spec.setup.is_empty() && !parked && !resumes {
-            docker::run_setup(d, id, &run, spec, &workspace, gateway_dir)
-                .await
-                .map_err(EngineError::of_setup)?;
+        let setup = if !spec.setup.is_empty() && !parked && !resumes {
+            let ran = self
+                .set_up(id, &image, &run, gateway_dir, &container, spec, &workspace)
+                .await?;
             lap("set up");
-        }
+            Some(ran)
+        } else {
+            None
+        };
         Ok(Launched {
             servo: Servo {
                 task: id,
@@ -278,6 +283,7 @@ impl Local {
                 kind: ServoKind::Local,
             },
             engine_time: Some(engine_time),
+            setup,
         })
     }
 

@@ -22,6 +22,7 @@ mod home;
 mod keep;
 mod launch;
 mod pool;
+mod set_up;
 mod sweep;
 mod watch;
 

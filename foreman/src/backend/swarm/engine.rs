@@ -152,6 +152,7 @@ impl Swarm {
                 },
             },
             engine_time: None,
+            setup: None,
         })
     }
 }

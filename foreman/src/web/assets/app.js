@@ -270,6 +270,10 @@ function taskView(main, id) {
         ? " (in " + span((Date.parse(t.deadline) - Date.now()) / 1000) + ")" : " (passed)")) : null,
       t.priority ? fact("priority", t.priority) : null,
       fact("attempt", t.attempt),
+      t.setup ? fact("setup", (t.setup.key === undefined ? "ran (cache off)"
+        : (t.setup.hit ? "cache hit" : "ran, cache miss") + " " + t.setup.key.slice(0, 12)
+          + (t.setup.maintenance ? ", maintenance ran" : ""))
+        + ", " + span(t.setup.ms / 1000)) : null,
       fact("reason", t.reason || "—"),
       t.recoverable === null || t.recoverable === undefined ? null
         : fact("recoverable", t.recoverable ? "yes" : "no"),
