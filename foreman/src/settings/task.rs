@@ -274,7 +274,7 @@ pub(super) const TASK: &[Setting] = &[
         .shown(|s, _| json!(s.workdir)),
     Setting::new("agent_user", "agent | root")
         .default("agent")
-        .doc("Whom the agent's processes run as: `agent` (uid 1000, the default); `root` is refused for now (no capability and a read-only root would give it nothing).")
+        .doc("Whom the agent's processes run as: `agent` (uid 1000, the default) or `root` (uid 0 with no capability, a writable root file system, the workspace root's; set-up and verify run as root too). `backend: docker` only; see the evals guide for what `root` weakens.")
         .front(|f| f.agent_user.is_some())
         .shown(|s, _| json!(s.agent_user)),
     Setting::new("setup", "command or list")

@@ -190,6 +190,13 @@ pub(crate) enum TaskImage {
     Dockerfile(PathBuf),
 }
 
+impl TaskSpec {
+    /// `agent_user: root`: the agent's processes are uid 0, with no capability.
+    pub(crate) fn root_agent(&self) -> bool {
+        self.agent_user == saheeli_protocol::front_matter::AgentUser::Root
+    }
+}
+
 fn is_agent(u: &saheeli_protocol::front_matter::AgentUser) -> bool {
     *u == saheeli_protocol::front_matter::AgentUser::Agent
 }

@@ -1,6 +1,7 @@
 //! Running a command inside a running container (the exec API), as the
-//! servo's user in /workspace, under the container's own limits: what
-//! `verify` runs in its verify container (`verify.rs`). The command's
+//! container's own user (the agent's, or root for `agent_user: root`) in
+//! /workspace, under the container's own limits: what `verify` runs in its
+//! verify container (`verify.rs`), set-up and regrade in theirs. The command's
 //! output is captured under a cap (head and
 //! tail kept) and its time is bounded twice: by `timeout` inside the
 //! container, and by the foreman, which stops reading a little later
@@ -14,9 +15,6 @@ use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use saheeli_protocol::paths;
-
-/// The user the servo runs as (the Dockerfile's USER).
-const SERVO_USER: &str = "1000:1000";
 
 /// How long past its own timeout the foreman waits for a command's output
 /// to end (a process it left behind may hold the output open).
@@ -77,7 +75,9 @@ async fn exec(
                 cmd: Some(argv),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
-                user: Some(SERVO_USER.to_string()),
+                // The container's user: each checking container is made
+                // as the task's agent user (`verify::user_of`).
+                user: None,
                 working_dir: Some(paths::WORKSPACE.to_string()),
                 ..Default::default()
             },

@@ -1,7 +1,8 @@
 //! `setup:` (issue 49): the task's set-up commands, run before the agent
 //! in a container of the task's image on the task's workspace — the same
 //! hardening as the task's, no network (until egress rules land), the
-//! agent's user, the workdir — then removed. The servo's container, made
+//! agent's user (root with its group for `agent_user: root`), the
+//! workdir — then removed. The servo's container, made
 //! already, starts after. The container carries the task's label and
 //! `saheeli.role=setup`, so the sweeper and `saheeli gc` find a leftover.
 
@@ -38,7 +39,7 @@ pub(crate) async fn run_setup(
         image: Some(image.into()),
         entrypoint: Some(vec!["sleep".into()]),
         cmd: Some(vec!["infinity".into()]),
-        user: Some(format!("{0}:{0}", saheeli_protocol::uids::AGENT)),
+        user: Some(super::verify::user_of(spec.root_agent()).into()),
         working_dir: Some(
             spec.workdir
                 .clone()
@@ -54,6 +55,8 @@ pub(crate) async fn run_setup(
                 typ: Some("none".into()),
                 config: None,
             }),
+            readonly_rootfs: Some(!spec.root_agent()),
+            group_add: super::verify::groups_of(spec.root_agent()),
             ..super::hardened(spec.memory, spec.cpus, spec.pids)
         }),
         ..Default::default()

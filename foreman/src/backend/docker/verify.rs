@@ -4,7 +4,8 @@
 //! own tmpfs, made `python3 -m unittest` pass with the work undone).
 //!
 //! A fresh `/tmp` (and so `$HOME`), the task container's hardening (cap-drop
-//! ALL, no-new-privileges, read-only root, user 1000:1000, init), its
+//! ALL, no-new-privileges, read-only root, user 1000:1000, init; for
+//! `agent_user: root` user 0:0 with the agent's group and a writable root), its
 //! declared `env:` and limits, no gateway socket and no launch settings.
 //! It idles (`sleep infinity`) so that the restore of `verify_files` and
 //! each command run in it by exec, under [`super::exec`]'s caps.
@@ -57,6 +58,9 @@ pub(crate) struct Sandbox {
     pub network: VerifyNetwork,
     /// Where the commands start (`workdir:`; else /workspace).
     pub working_dir: Option<String>,
+    /// `agent_user: root`: the checks run as root too (no capability), on
+    /// a writable root, as the task's own verifier expects.
+    pub root: bool,
 }
 
 impl Sandbox {
@@ -75,8 +79,22 @@ impl Sandbox {
             pids: spec.pids,
             network,
             working_dir: spec.workdir.clone(),
+            root: spec.root_agent(),
         }
     }
+}
+
+/// The user of a task's set-up and checking containers: the agent's, or
+/// root (with no capability) for `agent_user: root`.
+pub(crate) fn user_of(root: bool) -> &'static str {
+    if root { "0:0" } else { "1000:1000" }
+}
+
+/// Root's groups besides its own there: the agent's, which may add files
+/// to the sticky /workspace (the servo's, writable by that group), as a
+/// root agent's processes have it.
+pub(crate) fn groups_of(root: bool) -> Option<Vec<String>> {
+    root.then(|| vec![saheeli_protocol::uids::AGENT.to_string()])
 }
 
 /// The network a verify container gets.
@@ -268,7 +286,7 @@ pub(crate) fn checking_body(
         image: Some(image.into()),
         entrypoint: Some(vec!["sleep".into()]),
         cmd: Some(vec!["infinity".into()]),
-        user: Some("1000:1000".into()),
+        user: Some(user_of(sandbox.root).into()),
         working_dir: Some(
             sandbox
                 .working_dir
@@ -287,6 +305,8 @@ pub(crate) fn checking_body(
                 typ: Some("none".into()),
                 config: None,
             }),
+            readonly_rootfs: Some(!sandbox.root),
+            group_add: groups_of(sandbox.root),
             ..hardened
         }),
         ..Default::default()
