@@ -312,6 +312,11 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.assess.is_some())
         .param()
         .shown(|s, _| json!(s.assess)),
+    Setting::new("logprobs", "bool")
+        .default("false")
+        .doc("Ask the provider for each answer's per-token log probabilities (OpenAI-compatible chat; Anthropic returns none): kept per call by the gateway, and in `eval export`'s trajectories (each agent step's `metrics.logprobs`).")
+        .front(|f| f.logprobs.is_some())
+        .shown(|s, _| json!(s.logprobs)),
     Setting::new("objective", "string")
         .doc("What the assessor judges against (default: the title and the body).")
         .config("task.objective")

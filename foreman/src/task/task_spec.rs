@@ -115,6 +115,9 @@ pub(crate) struct TaskSpec {
     /// What the assessor judges against (None: the title and the body).
     #[serde(default)]
     pub objective: Option<String>,
+    /// The provider is asked for per-token log probabilities (`logprobs:`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub logprobs: bool,
     /// What report.md holds (`report:`; issue 29).
     #[serde(default)]
     pub report: saheeli_protocol::front_matter::ReportMode,
