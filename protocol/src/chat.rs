@@ -36,6 +36,10 @@ pub struct ChatRequest {
     /// id (issue 26), so one task's calls land where its prefix is cached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache_key: Option<String>,
+    /// The answer's per-token log probabilities (`choices[].logprobs`):
+    /// the gateway asks for them for a task with `logprobs: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -145,6 +149,25 @@ pub struct Choice {
     pub message: ChatMessage,
     #[serde(default)]
     pub finish_reason: Option<String>,
+    /// The answer's per-token log probabilities, when the request asked
+    /// (`logprobs: true`) and the provider returned them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<ChoiceLogprobs>,
+}
+
+/// OpenAI's `choices[].logprobs`: one entry per token of the text (the
+/// alternatives and bytes it also sends are not kept).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceLogprobs {
+    #[serde(default)]
+    pub content: Option<Vec<TokenLogprob>>,
+}
+
+/// One token and its log probability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f64,
 }
 
 /// What one call used. `prompt_tokens` counts every input token the

@@ -105,6 +105,9 @@ pub struct FrontMatter {
     pub assess: Option<bool>,
     /// What the assessor judges against (default: the title and the body).
     pub objective: Option<String>,
+    /// Ask the provider for each answer's per-token log probabilities
+    /// (OpenAI-compatible chat), kept per call for the RL export.
+    pub logprobs: Option<bool>,
     /// What report.md holds: `facts` (the default) or `synthesized` (one
     /// more metered call adds a short findings section; issue 29).
     pub report: Option<ReportMode>,

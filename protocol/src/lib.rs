@@ -123,6 +123,10 @@ pub mod uids {
     /// to run otherwise). Unset (a servo run by hand or in the servo's own
     /// tests), everything runs as the caller.
     pub const PRIVSEP_ENV: &str = "SAHEELI_PRIVSEP";
+    /// [`PRIVSEP_ENV`]'s value for a task with `agent_user: root`: the
+    /// servo separates itself as ever, and starts the agent's processes as
+    /// uid 0 (gid 0, the agent's group beside) with no capability.
+    pub const PRIVSEP_ROOT: &str = "root";
 }
 
 /// Seconds since the Unix epoch formatted as RFC 3339 (UTC, seconds).

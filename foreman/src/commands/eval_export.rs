@@ -21,7 +21,7 @@ pub(crate) fn eval_export(cfg: &Config, args: EvalExportArgs) -> anyhow::Result<
         );
     };
     let (report, raw) = export::read_report(&run)?;
-    let mut samples = export::gather(&store, &report, &raw)?;
+    let mut samples = export::gather(&store, &report, &raw, &crate::llm::trajectories_dir(cfg))?;
     // What the agent saw and the verifier printed never carries a key.
     for s in &mut samples {
         if let Some(t) = &s.trajectory {

@@ -212,6 +212,8 @@ pub(crate) fn response(v: &Value) -> Result<ChatResponse, String> {
                 .get("stop_reason")
                 .and_then(Value::as_str)
                 .map(|r| if r == "max_tokens" { "length" } else { r }.to_string()),
+            // Anthropic returns none.
+            logprobs: None,
         }],
         usage: usage(v),
     })

@@ -110,6 +110,8 @@ pub(crate) struct Assembler {
     blocks: Vec<Option<usize>>,
     finish: Option<String>,
     usage: Map<String, Value>,
+    /// OpenAI: the chunks' `logprobs.content` entries, in order.
+    logprobs: Vec<Value>,
     /// The stream's last event came.
     pub done: bool,
     /// The provider ended the stream with an error: its message.
@@ -174,6 +176,7 @@ impl Assembler {
         if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish = Some(r.to_string());
         }
+        super::logprobs::keep_chat(choice, &mut self.logprobs);
         let Some(delta) = choice.get("delta") else {
             return;
         };
@@ -323,12 +326,14 @@ impl Assembler {
                 if !calls.is_empty() {
                     message["tool_calls"] = Value::Array(calls);
                 }
+                let mut choice =
+                    json!({"index": 0, "message": message, "finish_reason": self.finish});
+                if !self.logprobs.is_empty() {
+                    choice["logprobs"] = json!({"content": self.logprobs});
+                }
                 let mut m = self.head;
                 m.insert("object".into(), json!("chat.completion"));
-                m.insert(
-                    "choices".into(),
-                    json!([{"index": 0, "message": message, "finish_reason": self.finish}]),
-                );
+                m.insert("choices".into(), json!([choice]));
                 if let Some(u) = usage {
                     m.insert("usage".into(), u);
                 }

@@ -104,6 +104,10 @@ pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     if route.provider.kind == ProviderKind::Openai && gw.budget.cache != Cache::Off {
         up.prompt_cache_key = Some(gw.task_id.to_string());
     }
+    // Anthropic has no per-token log probabilities to ask for.
+    if route.provider.kind == ProviderKind::Openai && gw.logprobs {
+        up.logprobs = Some(true);
+    }
     // Every call carries an output cap, budget or not (issue 27).
     let want = shape::output_cap(
         &gw.upstream.policy,

@@ -30,7 +30,8 @@
 //! - `usage`, `pricing`: what a provider billed, cached tokens included,
 //!   and what that costs; `shape`: the request's shape and output cap.
 //! - `redact`, `splice`: keys out, also of a stream whose text is split
-//!   between events; `record`: the trajectory lines of every call.
+//!   between events; `record`: the trajectory lines of every call, with
+//!   the per-token `logprobs` a provider returned.
 //! - `probe`, `doctor`: what a local server says, and `saheeli doctor`.
 //! - `vendor`: the vendors' own APIs for third-party agents (issue 25).
 
@@ -45,6 +46,7 @@ pub(crate) mod ledger;
 pub(crate) mod limit_headers;
 pub(crate) mod limits;
 pub(crate) mod live;
+pub(crate) mod logprobs;
 pub(crate) mod meter;
 pub(crate) mod pricing;
 pub(crate) mod probe;

@@ -2,8 +2,10 @@
 //! servo's own), for `saheeli task trajectory`: one JSON line per call in
 //! `<state_dir>/trajectories/<task_id>.jsonl` on the host (never in the
 //! container): the request as forwarded (the task's model, no key), the
-//! answer (whole, or the stream's events as relayed), its usage. Each part
-//! is capped, the file too, and every line is redacted for the keys.
+//! answer (whole, or the stream's events as relayed), its usage, and the
+//! per-token `logprobs` the answer carried (`logprobs`, read as a stream
+//! passes, before the answer's cap). Each part is capped, the file too, and every line is
+//! redacted for the keys.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,6 +37,24 @@ pub(crate) struct Call {
     /// JSON, fields, content parts and caps: `native::vet`); what the
     /// bench reports as the vetting's cost per call.
     pub vet_us: u64,
+    /// The per-token logprobs read from the answer as it passed (a
+    /// stream's, before `response` is cut), and whether some were cut.
+    pub logprobs: (Vec<f64>, bool),
+}
+
+impl Call {
+    /// Reads the logprobs of a piece of the answer passed on (a stream's
+    /// event, or a whole body), up to [`super::logprobs::MAX`].
+    pub(crate) fn saw_logprobs(&mut self, text: &str) {
+        if !text.contains("\"logprob\"") {
+            return;
+        }
+        let (more, cut) = super::logprobs::of_answer(text);
+        let (kept, was_cut) = &mut self.logprobs;
+        let room = super::logprobs::MAX.saturating_sub(kept.len());
+        *was_cut |= cut || more.len() > room;
+        kept.extend(more.into_iter().take(room));
+    }
 }
 
 /// A part as JSON when it parses and fits, else its capped text.
@@ -93,7 +113,7 @@ fn fields(call: &Call) -> Value {
     } else {
         part(&call.response)
     };
-    json!({
+    let mut v = json!({
         "call_id": call.call_id,
         "api": call.api,
         "at_ms": call.at_ms,
@@ -102,7 +122,20 @@ fn fields(call: &Call) -> Value {
         "usage": call.usage.map(|(i, o)| json!({"input_tokens": i, "output_tokens": o})),
         "ended": call.ended,
         "vet_us": call.vet_us,
-    })
+    });
+    // Beside the answer, whose part may be cut: what a trainer reads.
+    let (logprobs, cut) = if call.logprobs.0.is_empty() {
+        super::logprobs::of_answer(&call.response)
+    } else {
+        call.logprobs.clone()
+    };
+    if !logprobs.is_empty() {
+        v["logprobs"] = json!(logprobs);
+        if cut {
+            v["logprobs_cut"] = json!(true);
+        }
+    }
+    v
 }
 
 /// The file of task `task_id` under `dir`.
@@ -201,6 +234,8 @@ pub(crate) async fn chat_call(
             ended,
             // The servo's own request is typed, not vetted by parts.
             vet_us: 0,
+            // Read from the whole answer when the line is written.
+            logprobs: Default::default(),
         },
         request,
         dir: gw.upstream.trajectories.clone(),
@@ -254,6 +289,28 @@ mod tests {
         );
         assert_eq!(a, b);
         assert!(!fast.contains('\n'));
+        // A stream's logprobs are read as it passes, also past the cap
+        // on the answer kept.
+        let mut streamed = Call {
+            streamed: true,
+            ..Call::default()
+        };
+        let event = |lp: f64| {
+            format!(
+                "data: {}\n\n",
+                serde_json::json!({"choices": [{"index": 0,
+                "delta": {"content": "x".repeat(MAX_PART / 2)},
+                "logprobs": {"content": [{"token": "x", "logprob": lp}]}}]})
+            )
+        };
+        for lp in [-0.5, -1.0, -2.0] {
+            let e = event(lp);
+            streamed.saw_logprobs(&e);
+            let room = MAX_PART.saturating_sub(streamed.response.len());
+            streamed.response.push_str(&e[..e.len().min(room)]);
+        }
+        let v: Value = serde_json::from_str(&line(&streamed, &r)).unwrap();
+        assert_eq!(v["logprobs"], serde_json::json!([-0.5, -1.0, -2.0]));
         let big = "x".repeat(MAX_PART + 10);
         assert_eq!(part(&big)["truncated"], true);
         assert_eq!(part(&big)["bytes"], MAX_PART + 10);

@@ -30,6 +30,8 @@ pub(crate) struct GatewayState {
     /// The route's price with its cache rates resolved (None: unpriced).
     pub(crate) rates: Option<pricing::Rates>,
     pub(crate) budget: Budget,
+    /// The task asked for per-token log probabilities (`logprobs: true`).
+    pub(crate) logprobs: bool,
     pub(crate) meter: Arc<Meter>,
     /// A third-party agent's `replay:` script: the gateway answers its
     /// calls from it instead of a provider (`vendor::replay`).

@@ -287,7 +287,7 @@ pub(super) const TASK: &[Setting] = &[
         .shown(|s, _| json!(s.workdir)),
     Setting::new("agent_user", "agent | root")
         .default("agent")
-        .doc("Whom the agent's processes run as: `agent` (uid 1000, the default); `root` is refused for now (no capability and a read-only root would give it nothing).")
+        .doc("Whom the agent's processes run as: `agent` (uid 1000, the default) or `root` (uid 0 with no capability, a writable root file system, the workspace root's; set-up and verify run as root too). `backend: docker` only; see the evals guide for what `root` weakens.")
         .front(|f| f.agent_user.is_some())
         .shown(|s, _| json!(s.agent_user)),
     Setting::new("setup", "command, list or map")
@@ -333,6 +333,11 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.assess.is_some())
         .param()
         .shown(|s, _| json!(s.assess)),
+    Setting::new("logprobs", "bool")
+        .default("false")
+        .doc("Ask the provider for each answer's per-token log probabilities (OpenAI-compatible chat; Anthropic returns none): kept per call by the gateway, and in `eval export`'s trajectories (each agent step's `metrics.logprobs`).")
+        .front(|f| f.logprobs.is_some())
+        .shown(|s, _| json!(s.logprobs)),
     Setting::new("objective", "string")
         .doc("What the assessor judges against (default: the title and the body).")
         .config("task.objective")

@@ -67,13 +67,10 @@ impl BenchKeys {
                  only for now (a swarm node would need the image and the tests)"
             );
         }
-        if a.agent_user == Some(AgentUser::Root) {
-            // Root without a capability, on a read-only root file system,
-            // could write nothing the agent's user cannot; a root that can
-            // (a writable root, its files owned right) is not built yet.
+        if a.agent_user == Some(AgentUser::Root) && cfg.file.backend == BackendKind::Swarm {
             bail!(
-                "{p}: `agent_user: root` is not supported yet: the agent runs as its own user \
-                 (uid 1000), which owns the workspace and `workdir`; remove the key"
+                "{p}: `agent_user: root` runs with `backend: docker` only for now (a swarm \
+                 node's servo and its workspace are the agent user's); remove the key"
             );
         }
         let workdir = a

@@ -185,6 +185,7 @@ impl TaskSpec {
             verify_timeout_s: checks.timeout.as_secs().max(1),
             assess: checks.assess,
             objective: checks.objective,
+            logprobs: fm.logprobs.unwrap_or(false),
             report: fm.report.unwrap_or(d.report),
             cache: fm.cache.unwrap_or(d.cache),
             context,

@@ -50,6 +50,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         verify_timeout_s: 600,
         assess: false,
         objective: None,
+        logprobs: false,
         report: Default::default(),
         cache: Default::default(),
         context: Default::default(),

@@ -196,6 +196,7 @@ impl Gateway {
             route,
             rates,
             budget,
+            logprobs: spec.logprobs,
             meter: meter.clone(),
             replay,
             live: live.clone(),

@@ -122,6 +122,9 @@ pub(crate) struct TaskSpec {
     /// What the assessor judges against (None: the title and the body).
     #[serde(default)]
     pub objective: Option<String>,
+    /// The provider is asked for per-token log probabilities (`logprobs:`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub logprobs: bool,
     /// What report.md holds (`report:`; issue 29).
     #[serde(default)]
     pub report: saheeli_protocol::front_matter::ReportMode,
@@ -198,6 +201,13 @@ pub(crate) enum TaskImage {
     Named(String),
     /// A directory with a Dockerfile (absolute).
     Dockerfile(PathBuf),
+}
+
+impl TaskSpec {
+    /// `agent_user: root`: the agent's processes are uid 0, with no capability.
+    pub(crate) fn root_agent(&self) -> bool {
+        self.agent_user == saheeli_protocol::front_matter::AgentUser::Root
+    }
 }
 
 fn is_agent(u: &saheeli_protocol::front_matter::AgentUser) -> bool {

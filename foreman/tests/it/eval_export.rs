@@ -328,3 +328,76 @@ fn an_oracle_run_exports_as_a_harbor_job_directory_and_rl_lines() {
     );
     assert!(err.contains("no eval run with id `nope`"), "{err}");
 }
+
+/// A task asking for logprobs (`logprobs: true`) against the fake OpenAI
+/// server, which returns them as OpenAI does (`choices[].logprobs.content`,
+/// streamed): each agent step of the RL export's trajectory carries its
+/// call's, one per completion token, in order; the Harbor trial's
+/// `rollout_details` too. A task that does not ask gets none.
+#[test]
+fn the_logprobs_a_provider_returned_are_in_each_agent_step_of_the_export() {
+    use crate::fake_llm::{FakeLlm, Reply};
+    use crate::fake_stream::logprob;
+    use serde_json::json;
+    require_docker();
+    let llm = FakeLlm::start(vec![
+        Reply::Said(
+            "Let me look.".into(),
+            vec![("execute_shell".into(), json!({"command": "echo hi"}))],
+            (50, 3),
+        ),
+        Reply::Said(
+            "Done.".into(),
+            vec![("task_complete".into(), json!({"message": "said hi"}))],
+            (60, 1),
+        ),
+    ]);
+    let s = Saheeli::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &llm.base_url());
+    s.write(
+        "suite.yaml",
+        "name: lp\ndefaults: { model: gpt-test, max_steps: 5, timeout: 2m }\ncases:\n\
+         \x20 - { id: asks, text: Say hi., logprobs: true }\n",
+    );
+    let out = s.expect_json(&["eval", "suite.yaml", "--json"], 0);
+    let run = out["run_id"].as_str().unwrap().to_string();
+    // The gateway asked: the request said so.
+    let seen = llm.seen();
+    assert_eq!(seen[0].body["logprobs"], true, "{:?}", seen[0].body);
+    s.expect(
+        &[
+            "eval", "export", &run, "--format", "rl", "--out", "rl.jsonl",
+        ],
+        0,
+    );
+    let text = std::fs::read_to_string(s.path().join("rl.jsonl")).unwrap();
+    let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let steps = line["trajectory"]["steps"].as_array().unwrap();
+    let agent: Vec<&Value> = steps.iter().filter(|s| s["source"] == "agent").collect();
+    assert_eq!(agent.len(), 2, "{line}");
+    // "Let me look." is 3 tokens at the fake ("Let m", "e loo", "k."); "Done." one.
+    let want = |n: usize| (0..n).map(logprob).collect::<Vec<f64>>();
+    assert_eq!(agent[0]["metrics"]["logprobs"], json!(want(3)), "{line}");
+    assert_eq!(agent[0]["metrics"]["completion_tokens"], 3);
+    assert_eq!(agent[1]["metrics"]["logprobs"], json!(want(1)), "{line}");
+    // Harbor's trial: the same, per call, in `rollout_details`.
+    s.expect(
+        &[
+            "eval", "export", &run, "--format", "harbor", "--out", "jobs",
+        ],
+        0,
+    );
+    let trial = std::fs::read_dir(s.path().join("jobs"))
+        .unwrap()
+        .flatten()
+        .flat_map(|job| std::fs::read_dir(job.path()).unwrap().flatten())
+        .find(|e| e.path().join("result.json").is_file())
+        .unwrap();
+    let result: Value = read(&trial.path().join("result.json"));
+    assert_eq!(
+        result["agent_result"]["rollout_details"],
+        json!([{"logprobs": [want(3), want(1)]}]),
+        "{result}"
+    );
+}

@@ -29,6 +29,10 @@ pub enum Reply {
     /// An assistant turn with this text and no tool calls (an assessor's
     /// verdict), with this usage.
     Text(String, (u64, u64)),
+    /// An assistant turn that says this text and calls these tools; with
+    /// the request's `logprobs: true`, each text token's log probability
+    /// (`fake_stream::token_logprobs`).
+    Said(String, Vec<(String, Value)>, (u64, u64)),
     /// An HTTP error with an OpenAI error body, optionally with Retry-After.
     Error(u16, Option<String>),
     /// An HTTP error whose Retry-After is an HTTP date this long after the
@@ -341,7 +345,11 @@ fn turn_events(format: Format, body: &Value, t: &crate::fake_stream::Turn) -> Ve
     use crate::fake_stream as fs;
     match format {
         Format::Anthropic => fs::anthropic(t),
-        Format::OpenAi => fs::chat(t, body["stream_options"]["include_usage"] == true),
+        Format::OpenAi => fs::chat(
+            t,
+            body["stream_options"]["include_usage"] == true,
+            body["logprobs"] == true,
+        ),
         Format::Responses => fs::responses(t),
     }
 }
@@ -443,6 +451,7 @@ async fn answer(
         let turn = match &reply {
             Reply::Tools(calls, usage) => Some((None, calls.clone(), *usage)),
             Reply::Text(text, usage) => Some((Some(text.clone()), vec![], *usage)),
+            Reply::Said(text, calls, usage) => Some((Some(text.clone()), calls.clone(), *usage)),
             _ => None,
         };
         if let Some((text, calls, usage)) = turn
@@ -568,6 +577,29 @@ async fn answer(
                 r.headers_mut()
                     .insert("content-type", "application/json".parse().unwrap());
                 return r;
+            }
+            Reply::Said(text, calls, (prompt, completion)) => {
+                inner.lock().unwrap().billed.push((prompt, completion));
+                let tool_calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, args))| {
+                        json!({"id": format!("call_{n}_{i}"), "type": "function",
+                               "function": {"name": name, "arguments": args.to_string()}})
+                    })
+                    .collect();
+                let logprobs = (body["logprobs"] == true).then(|| {
+                    json!({"content": crate::fake_stream::token_logprobs(&text), "refusal": null})
+                });
+                let resp = json!({
+                    "id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": model,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": logprobs,
+                        "message": {"role": "assistant", "content": text,
+                                    "tool_calls": tool_calls}}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}
+                });
+                return axum::Json(resp).into_response();
             }
             Reply::Tools(calls, (prompt, completion)) => {
                 inner.lock().unwrap().billed.push((prompt, completion));

@@ -121,33 +121,58 @@ pub fn anthropic_body(t: &Turn) -> Value {
            "usage": {"input_tokens": t.usage.0, "output_tokens": t.usage.1}})
 }
 
-/// OpenAI Chat Completions, streamed; the usage chunk only when asked.
-pub fn chat(t: &Turn, include_usage: bool) -> Vec<String> {
-    let chunk = |delta: Value, finish: Value| {
+/// The log probability the fake gives the `i`th piece of a turn's text
+/// (each piece one token): made from its place, so a test can name it.
+pub fn logprob(i: usize) -> f64 {
+    -((i + 1) as f64) / 8.0
+}
+
+/// The tokens of a turn's text as OpenAI's `logprobs.content` entries.
+pub fn token_logprobs(text: &str) -> Vec<Value> {
+    pieces(text, 5)
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            json!({"token": p, "logprob": logprob(i), "bytes": p.as_bytes(), "top_logprobs": []})
+        })
+        .collect()
+}
+
+/// OpenAI Chat Completions, streamed; the usage chunk only when asked, and
+/// each text chunk's `logprobs` when the request asked (`logprobs: true`).
+pub fn chat(t: &Turn, include_usage: bool, logprobs: bool) -> Vec<String> {
+    let chunk = |delta: Value, finish: Value, lp: Value| {
         sse(
             None,
             &json!({"id": format!("chatcmpl-{}", t.n), "object": "chat.completion.chunk",
                     "created": 0, "model": t.model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+                    "choices": [{"index": 0, "delta": delta, "logprobs": lp,
+                                 "finish_reason": finish}]}),
         )
     };
-    let mut out = vec![chunk(
+    let chunk2 = |delta: Value, finish: Value| chunk(delta, finish, Value::Null);
+    let mut out = vec![chunk2(
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     )];
     if let Some(text) = t.text {
-        for p in pieces(text, 5) {
-            out.push(chunk(json!({"content": p}), Value::Null));
+        for (p, e) in pieces(text, 5).into_iter().zip(token_logprobs(text)) {
+            let lp = if logprobs {
+                json!({"content": [e], "refusal": null})
+            } else {
+                Value::Null
+            };
+            out.push(chunk(json!({"content": p}), Value::Null, lp));
         }
     }
     for (i, (name, args)) in t.calls.iter().enumerate() {
-        out.push(chunk(
+        out.push(chunk2(
             json!({"tool_calls": [{"index": i, "id": format!("call_{}_{i}", t.n), "type": "function",
                                    "function": {"name": name, "arguments": ""}}]}),
             Value::Null,
         ));
         for p in pieces(&args.to_string(), 7) {
-            out.push(chunk(
+            out.push(chunk2(
                 json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
                 Value::Null,
             ));
@@ -158,7 +183,7 @@ pub fn chat(t: &Turn, include_usage: bool) -> Vec<String> {
     } else {
         "tool_calls"
     };
-    out.push(chunk(json!({}), json!(finish)));
+    out.push(chunk2(json!({}), json!(finish)));
     if include_usage {
         let (i, o) = t.usage;
         out.push(sse(

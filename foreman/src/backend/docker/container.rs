@@ -22,6 +22,7 @@ use saheeli_protocol::{TaskId, paths};
 
 use crate::spec::TaskSpec;
 
+use super::owner::Owner;
 use super::{DockerOp, ImageMissing, WorkspaceMount, task_labels, timed};
 
 /// The capabilities a servo container starts with (and all it ever has).
@@ -74,6 +75,7 @@ pub(crate) async fn create_container(
                 .map(|s| (s.clone(), "/solution".to_string()))
                 .collect(),
             working_dir: spec.workdir.clone(),
+            root_agent: spec.root_agent(),
         },
     )
     .await
@@ -101,6 +103,10 @@ pub(crate) struct ServoContainer<'a> {
     pub binds: Vec<(std::path::PathBuf, String)>,
     /// Where its processes start (`workdir:`; else /workspace).
     pub working_dir: Option<String>,
+    /// `agent_user: root`: the agent's processes are uid 0 (with no
+    /// capability) and the root file system is writable, root's files
+    /// being what such a task installs into (/usr/local, /etc, /root).
+    pub root_agent: bool,
 }
 
 /// Creates a hardened servo container; does not start it.
@@ -118,6 +124,7 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         pids,
         binds,
         working_dir,
+        root_agent,
     } = c;
     let mut mounts = vec![workspace.mount(Some(labels.clone()), false)];
     let read_only_bind = |source: &Path, target: &str| Mount {
@@ -139,7 +146,16 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         mounts.push(read_only_bind(copy, super::SERVO_PATH));
     }
     env.push("HOME=/tmp".into());
-    env.push(format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV));
+    let privsep = if root_agent {
+        saheeli_protocol::uids::PRIVSEP_ROOT
+    } else {
+        "1"
+    };
+    env.push(format!("{}={privsep}", saheeli_protocol::uids::PRIVSEP_ENV));
+    let mut hardened = hardened(memory, cpus, pids);
+    // Root's files are the image's: a read-only root would leave a root
+    // agent nothing to write that the agent's user could not.
+    hardened.readonly_rootfs = Some(!root_agent);
     let host_config = HostConfig {
         // The servo starts as root with these only, becomes its own user
         // at once and keeps two (not effective) just to start the agent's
@@ -164,7 +180,7 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         }]),
         network_mode: Some(network.as_str().into()),
         mounts: Some(mounts),
-        ..hardened(memory, cpus, pids)
+        ..hardened
     };
     let body = ContainerCreateBody {
         image: Some(image.image.clone()),
@@ -207,6 +223,17 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
 
 /// Extracts a tar archive into the container's /workspace.
 pub(crate) async fn upload(docker: &Docker, container: &str, tar: Bytes) -> anyhow::Result<()> {
+    upload_as(docker, container, tar, Owner::Archive).await
+}
+
+/// Extracts a tar archive of the agent's files into /workspace, owned by `owner`.
+pub(crate) async fn upload_as(
+    docker: &Docker,
+    container: &str,
+    tar: Bytes,
+    owner: Owner,
+) -> anyhow::Result<()> {
+    let tar = owner.bytes(tar).await?;
     let opts = UploadToContainerOptionsBuilder::default()
         .path(paths::WORKSPACE)
         .build();
@@ -219,15 +246,22 @@ pub(crate) async fn upload(docker: &Docker, container: &str, tar: Bytes) -> anyh
     .await
 }
 
-/// Streams a tar file from disk into the container's /workspace.
+/// Streams a tar file of the agent's files from disk into the container's
+/// /workspace, owned by `owner`.
 pub(crate) async fn upload_file(
     docker: &Docker,
     container: &str,
     tar: &Path,
+    owner: Owner,
 ) -> anyhow::Result<()> {
-    let file = tokio::fs::File::open(tar)
-        .await
-        .with_context(|| format!("opening `{}`", tar.display()))?;
+    let opened = || format!("opening `{}`", tar.display());
+    let (file, rewrite) = match owner {
+        Owner::Archive => (tokio::fs::File::open(tar).await.with_context(opened)?, None),
+        Owner::Root => {
+            let (file, done) = super::owner::root_stream(tar).with_context(opened)?;
+            (file, Some(done))
+        }
+    };
     let stream = tokio_util::io::ReaderStream::new(file);
     let opts = UploadToContainerOptionsBuilder::default()
         .path(paths::WORKSPACE)
@@ -238,7 +272,12 @@ pub(crate) async fn upload_file(
             .await
             .context("uploading the workspace into /workspace")
     })
-    .await
+    .await?;
+    if let Some(done) = rewrite {
+        done.await?
+            .with_context(|| format!("giving the files of `{}` to root", tar.display()))?;
+    }
+    Ok(())
 }
 
 pub(crate) async fn start(docker: &Docker, container: &str) -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! Running a command inside a running container (the exec API), as the
-//! servo's user in /workspace, under the container's own limits: what
-//! `verify` runs in its verify container (`verify.rs`). The command's
+//! container's own user (the agent's, or root for `agent_user: root`) in
+//! /workspace, under the container's own limits: what `verify` runs in its
+//! verify container (`verify.rs`), set-up and regrade in theirs. The command's
 //! output is captured under a cap (head and
 //! tail kept) and its time is bounded twice: by `timeout` inside the
 //! container, and by the foreman, which stops reading a little later
@@ -14,9 +15,6 @@ use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use saheeli_protocol::paths;
-
-/// The user the servo runs as (the Dockerfile's USER).
-const SERVO_USER: &str = "1000:1000";
 
 /// How long past its own timeout the foreman waits for a command's output
 /// to end (a process it left behind may hold the output open).
@@ -84,6 +82,39 @@ pub(crate) async fn exec_shell_env(
     exec(docker, container, argv, limit, cap, env).await
 }
 
+/// Starts `argv` in the container as `user`, detached: it runs until the
+/// container is removed (the egress bridge, issue 50).
+pub(crate) async fn spawn_as(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+    user: &str,
+) -> anyhow::Result<()> {
+    let created = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(argv),
+                user: Some(user.to_string()),
+                working_dir: Some(paths::WORKSPACE.to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("creating an exec in the container")?;
+    docker
+        .start_exec(
+            &created.id,
+            Some(bollard::exec::StartExecOptions {
+                detach: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .context("starting an exec in the container")?;
+    Ok(())
+}
+
 async fn exec(
     docker: &Docker,
     container: &str,
@@ -100,7 +131,9 @@ async fn exec(
                 cmd: Some(argv),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
-                user: Some(SERVO_USER.to_string()),
+                // The container's user: each checking container is made
+                // as the task's agent user (`verify::user_of`).
+                user: None,
                 env: (!env.is_empty()).then_some(env),
                 working_dir: Some(paths::WORKSPACE.to_string()),
                 ..Default::default()

@@ -10,6 +10,7 @@ mod daemon;
 mod exec;
 mod image;
 mod labels;
+mod owner;
 mod regrade;
 mod servo_copy;
 mod setup;
@@ -26,8 +27,8 @@ pub(crate) use crate::fault::DaemonFault;
 pub(crate) use bollard::Docker;
 pub(crate) use container::{
     CONTAINER_CAPS, ServoContainer, create_container, create_servo, download_workspace, hardened,
-    has_started, kill, oom_killed, remove_container, running, start, stop, upload, upload_file,
-    wait,
+    has_started, kill, oom_killed, remove_container, running, start, stop, upload, upload_as,
+    upload_file, wait,
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};
@@ -37,6 +38,7 @@ pub(crate) use labels::{
     TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
     task_containers, task_containers_in_order, task_volumes,
 };
+pub(crate) use owner::Owner;
 pub(crate) use regrade::RegradeBox;
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
 pub(crate) use setup::run_setup;

@@ -57,7 +57,12 @@ impl RegradeBox {
             volume,
         };
         let ready = async {
-            super::upload_file(docker, &b.container, workspace).await?;
+            let owner = if sandbox.root {
+                super::Owner::Root
+            } else {
+                super::Owner::Archive
+            };
+            super::upload_file(docker, &b.container, workspace, owner).await?;
             timed(DockerOp::Start, async {
                 docker
                     .start_container(&b.container, None)

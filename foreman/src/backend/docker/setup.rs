@@ -1,15 +1,16 @@
 //! `setup:` (issue 49): the task's set-up commands, run before the agent
 //! in a container of the task's image on the task's workspace — the same
-//! hardening as the task's, no network, the agent's user, the workdir —
-//! then removed. The servo's container, made already, starts after. The
-//! container carries the task's label and `saheeli.role=setup`, so the
-//! sweeper and `saheeli gc` find a leftover.
+//! hardening as the task's, no network, the agent's user (root with its
+//! group for `agent_user: root`), the workdir — then removed. The servo's
+//! container, made already, starts after. The container carries the task's
+//! label and `saheeli.role=setup`, so the sweeper and `saheeli gc` find a
+//! leftover.
 //!
-//! With `egress.setup` (issue 50) the container's main process is the
-//! servo's egress bridge (as the servo's uid, the gateway directory
-//! mounted read-only): the commands, exec'd as the agent's uid, reach the
-//! listed hosts through `HTTP_PROXY` and the set-up phase's proxy, which
-//! the foreman serves only while the launch runs.
+//! With `egress.setup` (issue 50) the servo's egress bridge is exec'd in it
+//! as the servo's uid (the gateway directory mounted read-only): the
+//! commands, exec'd as the container's (the agent's) user, reach the listed
+//! hosts through `HTTP_PROXY` and the set-up phase's proxy, which the
+//! foreman serves only while the launch runs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -49,42 +50,29 @@ pub(crate) async fn run_setup(
     env.push("HOME=/tmp".into());
     let mut mounts = vec![workspace.mount(None, true)];
     let egress = gateway_dir.filter(|_| !spec.egress.setup.is_empty());
-    let (entrypoint, cmd, user) = match egress {
-        Some(dir) => {
-            use saheeli_protocol::egress::{SETUP_SOCKET, proxy_env};
-            let bind = |source: String, target: &str| bollard::models::Mount {
-                target: Some(target.into()),
-                source: Some(source),
-                typ: Some(bollard::models::MountType::BIND),
-                read_only: Some(true),
-                ..Default::default()
-            };
-            mounts.push(bind(
-                dir.display().to_string(),
-                saheeli_protocol::paths::GATEWAY_DIR,
-            ));
-            if let Some(copy) = &run.servo {
-                mounts.push(bind(copy.display().to_string(), SERVO_PATH));
-            }
-            env.extend(proxy_env().into_iter().map(|(k, v)| format!("{k}={v}")));
-            let socket = format!("{}/{SETUP_SOCKET}", saheeli_protocol::paths::GATEWAY_DIR);
-            (
-                vec![SERVO_PATH.to_string(), "egress-bridge".into()],
-                vec![socket],
-                saheeli_protocol::uids::SERVO,
-            )
+    if let Some(dir) = egress {
+        let bind = |source: String, target: &str| bollard::models::Mount {
+            target: Some(target.into()),
+            source: Some(source),
+            typ: Some(bollard::models::MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        };
+        mounts.push(bind(
+            dir.display().to_string(),
+            saheeli_protocol::paths::GATEWAY_DIR,
+        ));
+        if let Some(copy) = &run.servo {
+            mounts.push(bind(copy.display().to_string(), SERVO_PATH));
         }
-        None => (
-            vec!["sleep".into()],
-            vec!["infinity".into()],
-            saheeli_protocol::uids::AGENT,
-        ),
-    };
+        let proxy = saheeli_protocol::egress::proxy_env();
+        env.extend(proxy.into_iter().map(|(k, v)| format!("{k}={v}")));
+    }
     let body = ContainerCreateBody {
         image: Some(run.image.clone()),
-        entrypoint: Some(entrypoint),
-        cmd: Some(cmd),
-        user: Some(format!("{0}:{0}", user)),
+        entrypoint: Some(vec!["sleep".into()]),
+        cmd: Some(vec!["infinity".into()]),
+        user: Some(super::verify::user_of(spec.root_agent()).into()),
         working_dir: Some(
             spec.workdir
                 .clone()
@@ -100,6 +88,8 @@ pub(crate) async fn run_setup(
                 typ: Some("none".into()),
                 config: None,
             }),
+            readonly_rootfs: Some(!spec.root_agent()),
+            group_add: super::verify::groups_of(spec.root_agent()),
             ..super::hardened(spec.memory, spec.cpus, spec.pids)
         }),
         ..Default::default()
@@ -121,7 +111,8 @@ pub(crate) async fn run_setup(
         .await?;
         let limit = Duration::from_secs(spec.timeout_s.max(1));
         if egress.is_some() {
-            bridge_listening(docker, &created.id).await?;
+            let socket = saheeli_protocol::egress::SETUP_SOCKET;
+            start_bridge(docker, &created.id, socket).await?;
         }
         let env: Vec<String> = secrets.iter().map(|(k, v)| format!("{k}={v}")).collect();
         for command in commands {
@@ -149,10 +140,29 @@ pub(crate) async fn run_setup(
     ran
 }
 
+/// Starts the servo's egress bridge in a running set-up or verify
+/// container, as the servo's uid (the only one that can open the phase's
+/// socket; the commands run as the container's user), and waits until it
+/// listens.
+pub(crate) async fn start_bridge(
+    docker: &Docker,
+    container: &str,
+    socket: &str,
+) -> anyhow::Result<()> {
+    let argv = vec![
+        SERVO_PATH.to_string(),
+        "egress-bridge".to_string(),
+        format!("{}/{socket}", saheeli_protocol::paths::GATEWAY_DIR),
+    ];
+    let servo = saheeli_protocol::uids::SERVO;
+    super::exec::spawn_as(docker, container, argv, &format!("{servo}:{servo}")).await?;
+    bridge_listening(docker, container).await
+}
+
 /// Waits until the egress bridge listens on the proxy's port (read from
 /// the container's own `/proc/net/tcp`: no connection is made), so the
 /// first command finds it.
-pub(crate) async fn bridge_listening(docker: &Docker, container: &str) -> anyhow::Result<()> {
+async fn bridge_listening(docker: &Docker, container: &str) -> anyhow::Result<()> {
     let port = format!("{:04X}", saheeli_protocol::egress::PROXY_PORT);
     let script = format!(
         "for i in $(seq 200); do grep -q ':{port} 00000000:0000 0A' /proc/net/tcp && exit 0; \
@@ -161,7 +171,7 @@ pub(crate) async fn bridge_listening(docker: &Docker, container: &str) -> anyhow
     let r = exec_shell(docker, container, &script, Duration::from_secs(10), 1024).await?;
     if r.exit_code != Some(0) {
         bail!(
-            "the set-up container's egress bridge did not listen on 127.0.0.1:{} within 4s",
+            "the egress bridge did not listen on 127.0.0.1:{} within 4s",
             saheeli_protocol::egress::PROXY_PORT
         );
     }

@@ -4,10 +4,11 @@
 //! own tmpfs, made `python3 -m unittest` pass with the work undone).
 //!
 //! A fresh `/tmp` (and so `$HOME`), the task container's hardening (cap-drop
-//! ALL, no-new-privileges, read-only root, user 1000:1000, init), its
+//! ALL, no-new-privileges, read-only root, user 1000:1000, init; for
+//! `agent_user: root` user 0:0 with the agent's group and a writable root), its
 //! declared `env:` and limits, no gateway socket and no launch settings
 //! (with `egress.verify`, issue 50: the gateway directory, for the servo's
-//! egress bridge on the verify phase's socket, as the servo's uid).
+//! egress bridge on the verify phase's socket, exec'd as the servo's uid).
 //! It idles (`sleep infinity`) so that the restore of `verify_files` and
 //! each command run in it by exec, under [`super::exec`]'s caps.
 //!
@@ -59,9 +60,12 @@ pub(crate) struct Sandbox {
     pub network: VerifyNetwork,
     /// Where the commands start (`workdir:`; else /workspace).
     pub working_dir: Option<String>,
-    /// `egress.verify` lists hosts (issue 50): the container's main process
-    /// is the servo's egress bridge on the verify phase's socket.
+    /// `egress.verify` lists hosts (issue 50): the servo's egress bridge
+    /// runs in the container, on the verify phase's socket.
     pub egress: bool,
+    /// `agent_user: root`: the checks run as root too (no capability), on
+    /// a writable root, as the task's own verifier expects.
+    pub root: bool,
 }
 
 impl Sandbox {
@@ -81,8 +85,22 @@ impl Sandbox {
             network,
             working_dir: spec.workdir.clone(),
             egress: !spec.egress.verify.is_empty(),
+            root: spec.root_agent(),
         }
     }
+}
+
+/// The user of a task's set-up and checking containers: the agent's, or
+/// root (with no capability) for `agent_user: root`.
+pub(crate) fn user_of(root: bool) -> &'static str {
+    if root { "0:0" } else { "1000:1000" }
+}
+
+/// Root's groups besides its own there: the agent's, which may add files
+/// to the sticky /workspace (the servo's, writable by that group), as a
+/// root agent's processes have it.
+pub(crate) fn groups_of(root: bool) -> Option<Vec<String>> {
+    root.then(|| vec![saheeli_protocol::uids::AGENT.to_string()])
 }
 
 /// The network a verify container gets.
@@ -144,7 +162,8 @@ impl VerifyBox {
             })
             .await?;
             if egress.is_some() {
-                super::setup::bridge_listening(docker, &b.container).await?;
+                let socket = saheeli_protocol::egress::VERIFY_SOCKET;
+                super::setup::start_bridge(docker, &b.container, socket).await?;
             }
             pause(docker, task_container).await
         }
@@ -301,7 +320,7 @@ pub(crate) fn checking_body(
         image: Some(image.into()),
         entrypoint: Some(vec!["sleep".into()]),
         cmd: Some(vec!["infinity".into()]),
-        user: Some("1000:1000".into()),
+        user: Some(user_of(sandbox.root).into()),
         working_dir: Some(
             sandbox
                 .working_dir
@@ -320,17 +339,19 @@ pub(crate) fn checking_body(
                 typ: Some("none".into()),
                 config: None,
             }),
+            readonly_rootfs: Some(!sandbox.root),
+            group_add: groups_of(sandbox.root),
             ..hardened
         }),
         ..Default::default()
     }
 }
 
-/// Makes the verify container's main process the servo's egress bridge on
-/// the verify phase's socket (as the servo's uid; the commands are still
-/// exec'd as the agent's), with the proxy's environment.
+/// Gives the verify container what the servo's egress bridge needs (the
+/// gateway directory, the servo when bound from a host copy) and the
+/// proxy's environment; the bridge is exec'd once it runs.
 fn with_bridge(body: &mut ContainerCreateBody, b: &BridgeMounts) {
-    use saheeli_protocol::egress::{VERIFY_SOCKET, proxy_env};
+    use saheeli_protocol::egress::proxy_env;
     let bind = |source: &str, target: &str| bollard::models::Mount {
         target: Some(target.into()),
         source: Some(source.into()),
@@ -348,9 +369,6 @@ fn with_bridge(body: &mut ContainerCreateBody, b: &BridgeMounts) {
     body.env
         .get_or_insert_with(Vec::new)
         .extend(proxy_env().into_iter().map(|(k, v)| format!("{k}={v}")));
-    body.entrypoint = Some(vec![super::SERVO_PATH.into(), "egress-bridge".into()]);
-    body.cmd = Some(vec![format!("{}/{VERIFY_SOCKET}", paths::GATEWAY_DIR)]);
-    body.user = Some(format!("{0}:{0}", saheeli_protocol::uids::SERVO));
 }
 
 /// Freezes every process of a container. Already paused is fine.

@@ -159,6 +159,7 @@ impl Local {
                     pids: c.pids,
                     binds: Vec::new(),
                     working_dir: None,
+                    root_agent: false,
                 },
             )
             .await?;

@@ -90,10 +90,16 @@ impl Local {
         let Some(pool) = &self.pool else {
             return Prepared::socket();
         };
-        // A task in its own image, or with the oracle's solution bound
-        // in, is never a warm servo's: those run the servo image as is;
-        // nor one with a set-up (a warm servo's workspace is in use).
-        if parked || spec.image.is_some() || spec.solution.is_some() || !spec.setup.is_empty() {
+        // A task in its own image, with the oracle's solution bound in, a
+        // root agent or a set-up, is never a warm servo's: those run the
+        // servo image as is, their agent as uid 1000, and a warm servo's
+        // workspace is in use already.
+        if parked
+            || spec.image.is_some()
+            || spec.solution.is_some()
+            || spec.root_agent()
+            || !spec.setup.is_empty()
+        {
             pool.missed();
             return Prepared::socket();
         }
@@ -143,7 +149,7 @@ impl Local {
     /// Copies the seed of `image` (what it kept at `workdir:`) into the
     /// created `container`'s workspace: read from the first container of
     /// the image, kept in memory for the next (the tag names its content).
-    async fn seed(&self, image: &str, container: &str) -> anyhow::Result<()> {
+    async fn seed(&self, image: &str, container: &str, owner: docker::Owner) -> anyhow::Result<()> {
         let known = self.seeds.lock().expect("seeds lock").get(image).cloned();
         let seed = match known {
             Some(s) => s,
@@ -161,7 +167,7 @@ impl Local {
             }
         };
         match seed {
-            Some(tar) => docker::upload(&self.docker, container, tar).await,
+            Some(tar) => docker::upload_as(&self.docker, container, tar, owner).await,
             None => Ok(()),
         }
     }
@@ -251,13 +257,16 @@ impl Local {
         // What the task's image holds at `workdir:` starts its workspace
         // (a retry that goes on from a collected workspace has it already).
         let resumes = inputs::resume_tar(&self.cfg.state_dir(), id).is_file();
+        // A root agent's files are root's (the container's user, 0:0):
+        // root without a capability may write only what it owns.
+        let owner = docker::Owner::of(spec);
         if spec.workdir.is_some() && spec.image.is_some() && !parked && !resumes {
-            self.seed(&image, &container).await?;
+            self.seed(&image, &container, owner).await?;
         }
         // A retry that goes on from the attempt before it starts on that
         // attempt's collected workspace (issue 30).
         if input.is_file() && !parked {
-            docker::upload_file(d, &container, &input).await?;
+            docker::upload_file(d, &container, &input, owner).await?;
         }
         if !in_env && !parked {
             let tar = inputs::launch_tar(&launch.prompt, &launch.task)?;

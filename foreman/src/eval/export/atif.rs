@@ -5,9 +5,12 @@
 //! assistant turn with its tool calls and, as its observation, the tool
 //! results that answered them.
 //!
-//! Token counts come per call from the audit log. Token ids and logprobs
-//! are not recorded anywhere (the gateway keeps neither), so the steps
-//! carry none. A replayed task (the oracle, `replay:` scripts) called no
+//! Token counts come per call from the audit log; the per-token
+//! `logprobs` a provider returned (one per completion token, ATIF's step
+//! `metrics.logprobs`), from the gateway's line of the same call
+//! (`<state_dir>/trajectories/<id>.jsonl`, `llm::record`): its answered
+//! calls, in order, are the audit log's. Token ids are not returned by
+//! the chat APIs, so steps carry none. A replayed task (the oracle, `replay:` scripts) called no
 //! model: its agent steps say `llm_call_count: 0` and carry no metrics.
 
 use saheeli_protocol::audit::{AuditEvent, Usage};
@@ -18,9 +21,15 @@ use crate::store::TaskRow;
 
 pub(crate) const SCHEMA: &str = "ATIF-v1.8";
 
-/// The trajectory of `task` from its session file's text and its audit
-/// log's; None when the session does not parse or holds no message.
-pub(crate) fn from_session(task: &TaskRow, session: &str, audit: &str) -> Option<Value> {
+/// The trajectory of `task` from its session file's text, its audit
+/// log's and its gateway's call lines' (`gateway`, may be empty); None
+/// when the session does not parse or holds no message.
+pub(crate) fn from_session(
+    task: &TaskRow,
+    session: &str,
+    audit: &str,
+    gateway: &str,
+) -> Option<Value> {
     let doc: Value = serde_json::from_str(session).ok()?;
     let messages: Vec<ChatMessage> = serde_json::from_value(doc.get("messages")?.clone()).ok()?;
     if messages.is_empty() {
@@ -40,13 +49,29 @@ pub(crate) fn from_session(task: &TaskRow, session: &str, audit: &str) -> Option
         })
         .collect();
     let replayed = task.spec.model.starts_with("replay:");
-    Some(build(task, &messages, &calls, replayed))
+    Some(build(task, &messages, &calls, &logprobs(gateway), replayed))
+}
+
+/// Each answered call's logprobs, in order (empty when none came back).
+fn logprobs(gateway: &str) -> Vec<Vec<f64>> {
+    gateway
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["ended"].is_null())
+        .map(|v| {
+            v["logprobs"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 fn build(
     task: &TaskRow,
     messages: &[ChatMessage],
     calls: &[(String, Usage)],
+    logprobs: &[Vec<f64>],
     replayed: bool,
 ) -> Value {
     let model = task.spec.model.as_str();
@@ -84,14 +109,15 @@ fn build(
                     step.insert("llm_call_count".into(), json!(0));
                 } else if let Some((_, u)) = call {
                     totals.add(*u);
-                    step.insert(
-                        "metrics".into(),
-                        json!({
-                            "prompt_tokens": u.input_tokens,
-                            "completion_tokens": u.output_tokens,
-                            "cached_tokens": u.cache_read_tokens,
-                        }),
-                    );
+                    let mut metrics = json!({
+                        "prompt_tokens": u.input_tokens,
+                        "completion_tokens": u.output_tokens,
+                        "cached_tokens": u.cache_read_tokens,
+                    });
+                    if let Some(lp) = logprobs.get(turn - 1).filter(|lp| !lp.is_empty()) {
+                        metrics["logprobs"] = json!(lp);
+                    }
+                    step.insert("metrics".into(), metrics);
                 }
                 steps.push(step);
             }
@@ -126,6 +152,22 @@ fn build(
         "steps": steps,
         "final_metrics": final_metrics,
     })
+}
+
+/// Harbor's `rollout_details[].logprobs`: each model call's logprobs (an
+/// agent step with `metrics`; empty when it returned none), in order;
+/// None when no call returned any.
+pub(crate) fn rollout_logprobs(trajectory: &Value) -> Option<Vec<Value>> {
+    let per_call: Vec<Value> = trajectory["steps"]
+        .as_array()?
+        .iter()
+        .filter(|s| s["source"] == "agent" && s.get("metrics").is_some())
+        .map(|s| s["metrics"].get("logprobs").cloned().unwrap_or(json!([])))
+        .collect();
+    per_call
+        .iter()
+        .any(|l| l.as_array().is_some_and(|a| !a.is_empty()))
+        .then_some(per_call)
 }
 
 fn plain(source: &str, text: String) -> Map<String, Value> {

@@ -313,6 +313,13 @@ fn write_trial(
         "agent_execution": timing(s.phases.agent_execution),
         "verifier": timing(s.phases.verifier),
     });
+    if let Some(lp) = s
+        .trajectory
+        .as_ref()
+        .and_then(super::atif::rollout_logprobs)
+    {
+        result["agent_result"]["rollout_details"] = json!([{ "logprobs": lp }]);
+    }
     if s.ended() && !s.is_infra() {
         result["verifier_result"] = json!({"rewards": rewards(s)});
         let primary = s.score();

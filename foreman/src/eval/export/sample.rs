@@ -141,6 +141,7 @@ pub(crate) fn gather(
     store: &Store,
     report: &EvalReport,
     raw: &Value,
+    calls_dir: &Path,
 ) -> anyhow::Result<Vec<Sample>> {
     let suite_dir = Path::new(&report.suite_path)
         .parent()
@@ -151,7 +152,7 @@ pub(crate) fn gather(
         let class = raw["cases"][i]["failure_class"]
             .as_str()
             .map(str::to_string);
-        out.push(sample(store, case, class, &suite_dir)?);
+        out.push(sample(store, case, class, &suite_dir, calls_dir)?);
     }
     Ok(out)
 }
@@ -161,6 +162,7 @@ fn sample(
     case: &CaseResult,
     failure_class: Option<String>,
     suite_dir: &Path,
+    calls_dir: &Path,
 ) -> anyhow::Result<Sample> {
     let task = store
         .require(&case.task_id)
@@ -189,7 +191,14 @@ fn sample(
         task.spec.agent == saheeli_protocol::Agent::Named(saheeli_protocol::AgentName::Oracle);
     let trajectory = results.and_then(|d| {
         let session = read_capped(&d.join(saheeli_protocol::paths::session(&task.id)))?;
-        super::atif::from_session(&task, &session, audit.as_deref().unwrap_or(""))
+        // The gateway's line per call: the logprobs a provider returned.
+        let calls = read_capped(&calls_dir.join(format!("{}.jsonl", task.id)));
+        super::atif::from_session(
+            &task,
+            &session,
+            audit.as_deref().unwrap_or(""),
+            calls.as_deref().unwrap_or(""),
+        )
     });
     Ok(Sample {
         failure_class,

@@ -45,7 +45,7 @@ fn audit() -> String {
 
 #[test]
 fn a_session_becomes_atif_with_each_calls_tokens_and_its_results() {
-    let t = atif::from_session(&row("gpt-4o"), &session(), &audit()).unwrap();
+    let t = atif::from_session(&row("gpt-4o"), &session(), &audit(), "").unwrap();
     assert_eq!(t["schema_version"], "ATIF-v1.8");
     assert_eq!(t["agent"]["model_name"], "gpt-4o");
     let steps = t["steps"].as_array().unwrap();
@@ -83,13 +83,42 @@ fn a_session_becomes_atif_with_each_calls_tokens_and_its_results() {
     assert_eq!(steps[3]["message"], "");
     assert_eq!(t["final_metrics"]["total_prompt_tokens"], 220);
     assert_eq!(t["final_metrics"]["total_steps"], 4);
-    // No token ids or logprobs: nothing records them.
+    // No gateway lines: no logprobs.
     assert!(!t.to_string().contains("logprobs"));
+}
+
+/// The gateway's lines of the same calls (`llm::record`): the failed one
+/// (`ended`) is not a turn, as in the audit log.
+#[test]
+fn each_agent_step_carries_the_logprobs_its_call_returned() {
+    let gateway = [
+        json!({"call_id": "a", "api": "chat", "ended": null, "logprobs": [-0.25, -1.5]}),
+        json!({"call_id": "b", "api": "chat", "ended": "HTTP 502"}),
+        json!({"call_id": "c", "api": "chat", "ended": null, "logprobs": [-0.125]}),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect::<Vec<_>>()
+    .join("\n");
+    let t = atif::from_session(&row("gpt-4o"), &session(), &audit(), &gateway).unwrap();
+    let steps = t["steps"].as_array().unwrap();
+    assert_eq!(steps[2]["metrics"]["logprobs"], json!([-0.25, -1.5]));
+    assert_eq!(steps[2]["metrics"]["completion_tokens"], 7);
+    assert_eq!(steps[3]["metrics"]["logprobs"], json!([-0.125]));
+    assert_eq!(
+        atif::rollout_logprobs(&t),
+        Some(vec![json!([-0.25, -1.5]), json!([-0.125])])
+    );
+    // A call that returned none: its step has no `logprobs`.
+    let gateway = json!({"call_id": "a", "api": "chat", "ended": null}).to_string();
+    let t = atif::from_session(&row("gpt-4o"), &session(), &audit(), &gateway).unwrap();
+    assert!(t["steps"][2]["metrics"].get("logprobs").is_none(), "{t}");
+    assert_eq!(atif::rollout_logprobs(&t), None);
 }
 
 #[test]
 fn a_replayed_session_says_no_model_was_called() {
-    let t = atif::from_session(&row("replay:oracle"), &session(), &audit()).unwrap();
+    let t = atif::from_session(&row("replay:oracle"), &session(), &audit(), "").unwrap();
     let agent: Vec<&Value> = t["steps"]
         .as_array()
         .unwrap()
@@ -107,6 +136,6 @@ fn a_replayed_session_says_no_model_was_called() {
 
 #[test]
 fn no_session_no_trajectory() {
-    assert!(atif::from_session(&row("m"), "{\"messages\": []}", "").is_none());
-    assert!(atif::from_session(&row("m"), "not json", "").is_none());
+    assert!(atif::from_session(&row("m"), "{\"messages\": []}", "", "").is_none());
+    assert!(atif::from_session(&row("m"), "not json", "", "").is_none());
 }

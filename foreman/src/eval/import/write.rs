@@ -236,7 +236,8 @@ fn case(t: &ImportedTask, out: &Path) -> Value {
     }
     // A task written to run as root (Harbor's and Terminal-Bench's
     // default) runs as the agent's user, which owns the workspace and the
-    // workdir: `agent_user: root` is not supported yet (spec/bench.rs).
+    // workdir: `agent_user: root` weakens the sandbox (docs: evals), so a
+    // case that needs it says so by hand.
     if let Some(s) = t.timeout_secs {
         put("timeout", format!("{s}s").into());
     }

@@ -328,6 +328,7 @@ pub(crate) struct Held {
 impl Held {
     /// Keeps what was passed on of the answer, up to the record's cap.
     pub(crate) fn saw(&mut self, text: &str) {
+        self.call.saw_logprobs(text);
         let room = record::MAX_PART.saturating_sub(self.call.response.len());
         if room > 0 {
             let mut end = text.len().min(room);
