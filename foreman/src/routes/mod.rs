@@ -26,6 +26,7 @@ pub(crate) mod shadow;
 pub(crate) mod steps;
 pub(crate) mod synthesis;
 pub(crate) mod verify;
+pub(crate) mod verify_egress;
 pub(crate) mod verify_hidden;
 pub(crate) mod verify_link;
 pub(crate) mod verify_tree;

@@ -123,35 +123,13 @@ async fn run_attempt(gw: &Ctx, link: Arc<VerifyLink>, attempt: u32, message: &st
     let mut checks = Vec::new();
     if !link.commands.is_empty() {
         let commands = link.commands.clone();
-        let ledger = egress_ledger(gw, &link).await;
+        let ledger = super::verify_egress::ledger(gw, &link).await;
         checks = run_commands(gw.task_id, link.clone(), commands, attempt, ledger).await;
     }
     if link.assess && checks.iter().all(|c| c.passed) {
         checks.push(assess::assess(gw, &link, attempt, message, &checks).await);
     }
     checks
-}
-
-/// The most of the egress ledger a verify container is given (the
-/// newest entries kept): it travels as one exec argument.
-const MAX_LEDGER: usize = 64 * 1024;
-
-/// The task's egress ledger as JSON for its verify container (issue 50),
-/// when it has a proxy.
-async fn egress_ledger(gw: &Ctx, link: &VerifyLink) -> Option<Vec<u8>> {
-    if !link.egress {
-        return None;
-    }
-    let id = gw.task_id;
-    let mut entries = gw.db(move |s, _| s.egress_of(id)).await.ok()?;
-    loop {
-        let json = serde_json::to_vec(&entries).ok()?;
-        if json.len() <= MAX_LEDGER || entries.is_empty() {
-            return Some(json);
-        }
-        let drop = (entries.len() / 4).max(1);
-        entries.drain(..drop);
-    }
 }
 
 /// What a hidden test's command is shown as to the servo.
@@ -309,7 +287,7 @@ async fn checks_in(
         return vec![not_run(attempt, CheckKind::Verify, first, why)];
     }
     if let Some(json) = ledger
-        && let Err(e) = give_ledger(d, container, json).await
+        && let Err(e) = super::verify_egress::give(d, container, json).await
     {
         let why =
             format!("the egress ledger could not be given to verify, so nothing was run: {e:#}");
@@ -349,28 +327,6 @@ async fn checks_in(
         verify_hidden::grade(d, container, reward, link.pass_reward, &mut checks).await;
     }
     checks
-}
-
-/// Writes the egress ledger to `/logs/verifier/egress.json` in the
-/// verify container (its tmpfs), so a grader sees what the task reached.
-async fn give_ledger(d: &Docker, container: &str, json: &[u8]) -> anyhow::Result<()> {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(json);
-    let argv = vec![
-        "sh".to_string(),
-        "-c".to_string(),
-        "printf %s \"$1\" | base64 -d > /logs/verifier/egress.json".to_string(),
-        "sh".to_string(),
-        b64,
-    ];
-    let r = docker::exec_quiet(d, container, argv).await?;
-    anyhow::ensure!(
-        r.exit_code == Some(0),
-        "writing it exited {:?}: {}",
-        r.exit_code,
-        r.output.trim()
-    );
-    Ok(())
 }
 
 /// Puts `verify_files` back as submitted, in the verify container: what
