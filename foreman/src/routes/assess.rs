@@ -62,7 +62,13 @@ pub(crate) async fn assess(
             format!("(the changes could not be read: {e:#})"),
         ),
     };
-    let prompt = prompt(&link.objective, message, verified, &files, &patch);
+    let mut prompt = prompt(&link.objective, message, verified, &files, &patch);
+    if link.egress {
+        let id = gw.task_id;
+        if let Ok(entries) = gw.db(move |s, _| s.egress_of(id)).await {
+            prompt.push_str(&super::verify_egress::section(&entries));
+        }
+    }
     let mut why = String::new();
     let mut done = None;
     for _ in 0..2 {

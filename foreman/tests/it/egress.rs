@@ -454,3 +454,55 @@ fn the_dashboard_asks_about_a_host_and_shows_the_ledger() {
     let out = read(&results(&t).join("out/greet.txt"));
     assert!(out.contains("hello from the greeter"), "{out}");
 }
+
+/// The assessor (an LLM judge) reads the task's egress among its evidence.
+#[test]
+fn the_assessor_is_told_what_the_task_reached() {
+    use crate::fake_llm::{FakeLlm, Reply};
+    require_docker();
+    let greet = greeter();
+    let agent = vec![
+        Reply::tool(
+            "execute_shell",
+            json!({"command": format!("python3 probe.py 127.0.0.2:{greet}")}),
+        ),
+        Reply::tool("task_complete", json!({"message": "greeted"})),
+    ];
+    let llm = FakeLlm::start_matching(agent, |body| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or("");
+        system.contains("Saheeli's assessor").then(|| {
+            Reply::Text(
+                r#"{"verdict": "met", "feedback": "greeted"}"#.to_string(),
+                (300, 30),
+            )
+        })
+    });
+    let s = Saheeli::new()
+        .env("OPENAI_API_KEY", "sk-test-egress-000")
+        .env("OPENAI_BASE_URL", &llm.base_url());
+    s.write("ws/probe.py", PROBE);
+    s.write(
+        "task.md",
+        &format!(
+            "---\nmodel: gpt-test\nworkspace: ws\nassess: true\n\
+             egress: {{agent: [\"127.0.0.2:{greet}\"]}}\n---\nGreet.\n"
+        ),
+    );
+    let out = s.run(&["run", "task.md", "--json"]);
+    let t: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(t["state"], "complete", "{t:#}");
+    let asked: Vec<String> = llm
+        .seen()
+        .iter()
+        .map(|s| s.body.to_string())
+        .filter(|b| b.contains("Saheeli's assessor"))
+        .collect();
+    assert_eq!(asked.len(), 1);
+    let want = format!("agent phase, 127.0.0.2:{greet}: allowed");
+    assert!(
+        asked[0].contains("The network the task reached (egress)") && asked[0].contains(&want),
+        "{}",
+        asked[0]
+    );
+}
