@@ -3,7 +3,8 @@
 //! is tested here (the shape of supervisor/outcome.rs).
 //!
 //! - `infra`: the platform failed the task — it ended `failed` (a launch
-//!   error: a Docker error, an image that could not be made; a lost servo;
+//!   error: a Docker error, an image that could not be made, a `setup:`
+//!   that failed (`setup_failed`: no agent ran); a lost servo;
 //!   a collection that failed), or its servo was `lost`, or the foreman was
 //!   stopped under it (`interrupted`), or its last verify could not run for
 //!   the platform's sake (the verify container or the hidden tests could
@@ -194,6 +195,8 @@ mod tests {
             (false, Failed, Some("docker"), Graded, Some(Infra)),
             (false, Failed, Some("lost"), Graded, Some(Infra)),
             (false, Failed, Some("collect"), Graded, Some(Infra)),
+            // The task's own set-up failed (issue 50): no agent ran.
+            (false, Failed, Some("setup_failed"), Graded, Some(Infra)),
             (false, Failed, None, Graded, Some(Infra)),
             (false, Incomplete, Some("lost"), Graded, Some(Infra)),
             (false, Cancelled, Some("interrupted"), Graded, Some(Infra)),
