@@ -25,14 +25,25 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use ledger::Ledger;
 pub(crate) use proxy::Proxy;
 
-/// Asks a person whether the task may reach `host`:`port`: (approved, who).
+/// What became of a question about a host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Answer {
+    pub approved: bool,
+    /// Who decided (or why no one could).
+    pub by: String,
+    /// A person decided: it holds for the task's life. Not when the
+    /// question could not be asked (another was open): asked again later.
+    pub lasting: bool,
+}
+
+/// Asks a person whether the task may reach `host`:`port`.
 pub(crate) trait Approver: Send + Sync {
     fn ask(
         &self,
         phase: Phase,
         host: &str,
         port: u16,
-    ) -> Pin<Box<dyn Future<Output = (bool, String)> + Send + '_>>;
+    ) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>>;
 }
 
 /// A phase's proxy being served, and how to stop it.

@@ -437,8 +437,8 @@ async fn ask(proxy: &Proxy, req: &Request) -> Result<(Verdict, Option<String>), 
         .unwrap_or_else(|p| p.into_inner())
         .get(&key)
         .cloned();
-    let (approved, by) = match known {
-        Some(d) => d,
+    let (approved, by, lasting) = match known {
+        Some((approved, by)) => (approved, by, true),
         None => {
             let Some(approver) = &proxy.approver else {
                 return Err(format!(
@@ -446,22 +446,27 @@ async fn ask(proxy: &Proxy, req: &Request) -> Result<(Verdict, Option<String>), 
                     key.0, key.1
                 ));
             };
-            let d = approver.ask(proxy.phase, &key.0, key.1).await;
-            proxy
-                .decided
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.clone(), d.clone());
-            d
+            let a = approver.ask(proxy.phase, &key.0, key.1).await;
+            if a.lasting {
+                proxy
+                    .decided
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone(), (a.approved, a.by.clone()));
+            }
+            (a.approved, a.by, a.lasting)
         }
     };
-    if approved {
-        Ok((Verdict::Approved, Some(format!("approved by {by}"))))
-    } else {
-        Err(format!(
+    match (approved, lasting) {
+        (true, _) => Ok((Verdict::Approved, Some(format!("approved by {by}")))),
+        (false, true) => Err(format!(
             "{}:{} was denied by {by}; it stays refused for this task",
             key.0, key.1
-        ))
+        )),
+        (false, false) => Err(format!(
+            "{}:{} was refused for now: {by}; try again later",
+            key.0, key.1
+        )),
     }
 }
 

@@ -14,7 +14,7 @@ use saheeli_protocol::human::{Decision, Waiting};
 
 use super::Ctx;
 use super::desk::DeskPolicy;
-use crate::egress::Approver;
+use crate::egress::{Answer, Approver};
 
 /// Asks the task's person through its desk.
 pub(crate) struct DeskApprover {
@@ -28,7 +28,7 @@ impl Approver for DeskApprover {
         phase: Phase,
         host: &str,
         port: u16,
-    ) -> Pin<Box<dyn Future<Output = (bool, String)> + Send + '_>> {
+    ) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
         let waiting = Waiting::Egress {
             host: host.to_string(),
             port,
@@ -39,9 +39,13 @@ impl Approver for DeskApprover {
 }
 
 impl DeskApprover {
-    async fn decide(&self, waiting: Waiting) -> (bool, String) {
+    async fn decide(&self, waiting: Waiting) -> Answer {
         if self.policy.no_human {
-            return (false, "saheeli (the task runs without a human)".into());
+            return Answer {
+                approved: false,
+                by: "saheeli (the task runs without a human)".into(),
+                lasting: true,
+            };
         }
         let Waiting::Egress { host, port, .. } = &waiting else {
             unreachable!("built as an egress question")
@@ -58,19 +62,32 @@ impl DeskApprover {
             .await
         {
             tracing::warn!(task_id = %id, status = %e.status(), "egress: the question could not be asked");
-            return (
-                false,
-                "saheeli (the question could not be asked: another is open)".into(),
-            );
+            return Answer {
+                approved: false,
+                by: "saheeli (the question could not be asked: another is open)".into(),
+                lasting: false,
+            };
         }
         tracing::info!(task_id = %id, call = %call, "egress: waiting for a human");
         let mut rx = self.ctx.bus.subscribe();
         loop {
             let c = call.clone();
             match self.ctx.moved(move |s, l| s.take_reply(id, l, &c)).await {
-                Ok(Some((reply, _))) => return (reply.decision == Decision::Approve, reply.by),
+                Ok(Some((reply, _))) => {
+                    return Answer {
+                        approved: reply.decision == Decision::Approve,
+                        by: reply.by,
+                        lasting: true,
+                    };
+                }
                 Ok(None) => {}
-                Err(_) => return (false, "saheeli (the desk could not be read)".into()),
+                Err(_) => {
+                    return Answer {
+                        approved: false,
+                        by: "saheeli (the desk could not be read)".into(),
+                        lasting: false,
+                    };
+                }
             }
             let until = tokio::time::Instant::now() + Duration::from_secs(30);
             self.ctx.trail_moves(&mut rx, until).await;
