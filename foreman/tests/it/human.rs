@@ -734,7 +734,10 @@ fn attach_follows_a_task_and_steers_it_from_the_terminal() {
     let s = project(&llm, "");
     s.write(
         "p.md",
-        "---\nmodel: gpt-test\napprove: [execute_shell]\n---\nAsk, then touch.\n",
+        // Not parked while the test reads its audit lines (a parked task
+        // has no container to follow: under load the default 10 s ran out
+        // before the question's line was shown).
+        "---\nmodel: gpt-test\napprove: [execute_shell]\npark_after: 120s\n---\nAsk, then touch.\n",
     );
     let id = s.submit("p.md");
     let serve = Serve::start(&s, &["-j", "1"]);
