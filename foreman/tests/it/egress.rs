@@ -318,11 +318,9 @@ fn set_up_installs_through_the_proxy_and_the_agent_reaches_only_its_list() {
     );
 }
 
-#[test]
-fn an_unlisted_host_waits_for_a_person_and_an_approval_lets_it_through() {
-    require_docker();
-    let s = Saheeli::new();
-    let greet = greeter();
+/// A task whose agent asks for the greeter, listed nowhere, under
+/// `egress_approval: ask`.
+fn asking_task(s: &Saheeli, greet: u16) {
     s.write("ws/probe.py", PROBE);
     s.write("ws/out/.keep", "");
     s.write(
@@ -338,6 +336,14 @@ fn an_unlisted_host_waits_for_a_person_and_an_approval_lets_it_through() {
         "task.md",
         "---\nmodel: replay:script.json\nworkspace: ws\negress_approval: ask\n---\nAsk.\n",
     );
+}
+
+#[test]
+fn an_unlisted_host_waits_for_a_person_and_an_approval_lets_it_through() {
+    require_docker();
+    let s = Saheeli::new();
+    let greet = greeter();
+    asking_task(&s, greet);
     let id = s.submit("task.md");
     let serve = Serve::start(&s, &["-j", "1"]);
     let t = until(&s, &id, &serve, "the egress question", |t| {
@@ -409,21 +415,7 @@ fn the_dashboard_asks_about_a_host_and_shows_the_ledger() {
     require_docker();
     let s = Saheeli::new();
     let greet = greeter();
-    s.write("ws/probe.py", PROBE);
-    s.write("ws/out/.keep", "");
-    s.write(
-        "script.json",
-        &script(&[
-            shell(&format!(
-                "python3 probe.py 127.0.0.2:{greet} > out/greet.txt 2>&1"
-            )),
-            ("task_complete", json!({"message": "asked"})),
-        ]),
-    );
-    s.write(
-        "task.md",
-        "---\nmodel: replay:script.json\nworkspace: ws\negress_approval: ask\n---\nAsk.\n",
-    );
+    asking_task(&s, greet);
     let id = s.submit("task.md");
     let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
     let driver = Driver::start();

@@ -127,23 +127,22 @@ pub(crate) async fn create_servo(docker: &Docker, c: ServoContainer<'_>) -> anyh
         root_agent,
     } = c;
     let mut mounts = vec![workspace.mount(Some(labels.clone()), false)];
-    let read_only_bind = |source: &Path, target: &str| Mount {
-        target: Some(target.into()),
-        source: Some(source.display().to_string()),
-        typ: Some(MountType::BIND),
-        read_only: Some(true),
-        ..Default::default()
-    };
     if let Some(dir) = gateway_dir {
-        mounts.push(read_only_bind(dir, paths::GATEWAY_DIR));
+        mounts.push(read_only_bind(
+            &dir.display().to_string(),
+            paths::GATEWAY_DIR,
+        ));
     }
     for (source, target) in &binds {
-        mounts.push(read_only_bind(source, target));
+        mounts.push(read_only_bind(&source.display().to_string(), target));
     }
     if let Some(copy) = &image.servo {
         // The tag it was launched as, beside the id `Config.Image` shows.
         labels.insert(IMAGE_LABEL.to_string(), image.named.clone());
-        mounts.push(read_only_bind(copy, super::SERVO_PATH));
+        mounts.push(read_only_bind(
+            &copy.display().to_string(),
+            super::SERVO_PATH,
+        ));
     }
     env.push("HOME=/tmp".into());
     let privsep = if root_agent {
@@ -445,6 +444,18 @@ pub(crate) fn hardened(memory: u64, cpus: f64, pids: i64) -> HostConfig {
         nano_cpus: Some((cpus * 1e9) as i64),
         pids_limit: Some(pids),
         init: Some(true),
+        ..Default::default()
+    }
+}
+
+/// A read-only bind of the host path `source` at `target`: the gateway
+/// directory, a servo copied to this host, the hidden tests.
+pub(crate) fn read_only_bind(source: &str, target: &str) -> Mount {
+    Mount {
+        target: Some(target.into()),
+        source: Some(source.into()),
+        typ: Some(MountType::BIND),
+        read_only: Some(true),
         ..Default::default()
     }
 }

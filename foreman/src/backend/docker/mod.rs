@@ -27,8 +27,8 @@ pub(crate) use crate::fault::DaemonFault;
 pub(crate) use bollard::Docker;
 pub(crate) use container::{
     CONTAINER_CAPS, ServoContainer, create_container, create_servo, download_workspace, hardened,
-    has_started, kill, oom_killed, remove_container, running, start, stop, upload, upload_as,
-    upload_file, wait,
+    has_started, kill, oom_killed, read_only_bind, remove_container, running, start, stop, upload,
+    upload_as, upload_file, wait,
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};

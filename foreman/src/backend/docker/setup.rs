@@ -51,19 +51,15 @@ pub(crate) async fn run_setup(
     let mut mounts = vec![workspace.mount(None, true)];
     let egress = gateway_dir.filter(|_| !spec.egress.setup.is_empty());
     if let Some(dir) = egress {
-        let bind = |source: String, target: &str| bollard::models::Mount {
-            target: Some(target.into()),
-            source: Some(source),
-            typ: Some(bollard::models::MountType::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        };
-        mounts.push(bind(
-            dir.display().to_string(),
+        mounts.push(super::read_only_bind(
+            &dir.display().to_string(),
             saheeli_protocol::paths::GATEWAY_DIR,
         ));
         if let Some(copy) = &run.servo {
-            mounts.push(bind(copy.display().to_string(), SERVO_PATH));
+            mounts.push(super::read_only_bind(
+                &copy.display().to_string(),
+                SERVO_PATH,
+            ));
         }
         let proxy = saheeli_protocol::egress::proxy_env();
         env.extend(proxy.into_iter().map(|(k, v)| format!("{k}={v}")));

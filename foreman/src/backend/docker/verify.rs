@@ -298,13 +298,7 @@ pub(crate) fn checking_body(
     let mut mounts = vec![workspace];
     // The hidden tests (issue 49): read-only, in this container only.
     if let Some(dir) = tests {
-        mounts.push(bollard::models::Mount {
-            target: Some(TESTS_DIR.into()),
-            source: Some(dir.display().to_string()),
-            typ: Some(bollard::models::MountType::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        });
+        mounts.push(super::read_only_bind(&dir.display().to_string(), TESTS_DIR));
     }
     let mut hardened = super::hardened(sandbox.memory, sandbox.cpus, sandbox.pids);
     // Where a verifier writes its reward (Harbor's /logs/verifier).
@@ -352,18 +346,11 @@ pub(crate) fn checking_body(
 /// proxy's environment; the bridge is exec'd once it runs.
 fn with_bridge(body: &mut ContainerCreateBody, b: &BridgeMounts) {
     use saheeli_protocol::egress::proxy_env;
-    let bind = |source: &str, target: &str| bollard::models::Mount {
-        target: Some(target.into()),
-        source: Some(source.into()),
-        typ: Some(bollard::models::MountType::BIND),
-        read_only: Some(true),
-        ..Default::default()
-    };
     if let Some(h) = body.host_config.as_mut() {
         let mounts = h.mounts.get_or_insert_with(Vec::new);
-        mounts.push(bind(&b.gateway_dir, paths::GATEWAY_DIR));
+        mounts.push(super::read_only_bind(&b.gateway_dir, paths::GATEWAY_DIR));
         if let Some(servo) = &b.servo {
-            mounts.push(bind(servo, super::SERVO_PATH));
+            mounts.push(super::read_only_bind(servo, super::SERVO_PATH));
         }
     }
     body.env
