@@ -110,6 +110,9 @@ pub(crate) struct DoctorArgs {
     /// The model to try on the provider it goes to (repeatable; default: config's `model`, else the first the server lists).
     #[arg(long, value_name = "MODEL")]
     pub model: Vec<String>,
+    /// Print only the engines' capability table (what `backend: docker` and `backend: swarm` can run), calling no provider.
+    #[arg(long)]
+    pub capabilities: bool,
 }
 
 /// `saheeli eval SUITE.yaml`, `eval --resume RUN_ID`, `eval compare`, `eval list`.

@@ -42,6 +42,12 @@ pub(crate) fn spec_for_text(
         return Err(Error::Internal(e));
     }
     let mut spec = TaskSpec::from_text(cfg, prompt, text, &args.params).map_err(Error::Refused)?;
+    if let Some(why) = crate::backend::capabilities::refusal(cfg.file.backend, &spec) {
+        return Err(Error::Refused(anyhow::anyhow!(
+            "{}: {why}",
+            prompt.display()
+        )));
+    }
     spec.no_human |= args.no_human;
     spec.plan_only = args.plan_only;
     Ok(spec)

@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use saheeli_protocol::delegate::Delegate;
 use saheeli_protocol::front_matter::{
     Deadline, FrontMatter, Memory, NetworkMode, PauseOn, Resources,
 };
@@ -109,7 +108,6 @@ impl TaskSpec {
         check_tools(path, tools.as_deref())?;
         let delegate = fm.delegate;
         check_delegate(path, delegate.as_ref())?;
-        check_delegate_backend(cfg, path, delegate.as_ref())?;
         let gates = fm
             .approve
             .as_ref()
@@ -158,6 +156,7 @@ impl TaskSpec {
             cpus: sandbox.cpus,
             pids: sandbox.pids,
             disk: Some(sandbox.disk.0),
+            disk_asked: sandbox.disk_asked,
             env: fm.env,
             max_output_bytes: d.max_output_bytes,
             replay,
@@ -297,6 +296,9 @@ struct Sandbox {
     cpus: f64,
     pids: i64,
     disk: Memory,
+    /// `resources.disk` was set (front-matter, config.yaml or the
+    /// environment), not left to the built-in default.
+    disk_asked: bool,
     network: NetworkMode,
 }
 
@@ -320,6 +322,9 @@ impl Sandbox {
             bail!("{}: `resources.pids` must be at least 16", path.display());
         }
         let memory = resources.memory.unwrap_or(d.memory);
+        let disk_asked = resources.disk.is_some()
+            || cfg.set_keys.file.contains("task.disk")
+            || cfg.set_keys.env.contains_key("task.disk");
         let disk = resources.disk.unwrap_or(d.disk);
         let network = network.unwrap_or(d.network);
         check_ceilings(cfg, path, memory, cpus, pids, disk, network)?;
@@ -328,6 +333,7 @@ impl Sandbox {
             cpus,
             pids,
             disk,
+            disk_asked,
             network,
         })
     }
@@ -361,43 +367,7 @@ fn egress_plan(
         fm.egress_approval.unwrap_or(d.egress_approval),
         &cfg.file.limits.egress,
     )?;
-    check_egress_backend(cfg, path, &egress)?;
     Ok(egress)
-}
-
-/// Egress runs through a proxy on the gateway directory of one host: a
-/// swarm's servos reach their gateway through the hub, which has no
-/// egress route yet.
-fn check_egress_backend(
-    cfg: &Config,
-    path: &Path,
-    egress: &crate::task::EgressPlan,
-) -> anyhow::Result<()> {
-    if egress.any() && cfg.file.backend == crate::config::BackendKind::Swarm {
-        bail!(
-            "{}: `egress` runs only with `backend: docker` for now (the swarm's relay \
-             carries no egress yet); drop `egress`/`egress_approval: ask`, or run this \
-             task on one host",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-fn check_delegate_backend(
-    cfg: &Config,
-    path: &Path,
-    delegate: Option<&Delegate>,
-) -> anyhow::Result<()> {
-    if delegate.is_some() && cfg.file.backend == crate::config::BackendKind::Swarm {
-        bail!(
-            "{}: `delegate` runs child tasks only with `backend: docker` for now (the \
-             swarm's gateway does not serve spawn_task and wait_tasks yet); drop it or \
-             run this task on one host",
-            path.display()
-        );
-    }
-    Ok(())
 }
 
 /// `title:`, else the body's first heading or the file's name; 1 to

@@ -25,6 +25,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         cpus: 1.0,
         pids: 64,
         disk: None,
+        disk_asked: false,
         env: BTreeMap::new(),
         max_output_bytes: 1000,
         replay: None,

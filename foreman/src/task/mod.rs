@@ -4,12 +4,14 @@
 //! (which keeps it as JSON) and `spec/` (which builds it from a prompt,
 //! config.yaml and `--param`, and re-exports it).
 
+mod capability;
 mod chain;
 pub(crate) mod egress;
 mod params;
 mod setup_plan;
 mod task_spec;
 
+pub(crate) use capability::{Capability, Need};
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
 pub(crate) use params::{ParamSource, ParamValue};

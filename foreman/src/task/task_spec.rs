@@ -47,6 +47,10 @@ pub(crate) struct TaskSpec {
     /// Size of /workspace in bytes (None in tasks queued before it existed).
     #[serde(default)]
     pub disk: Option<u64>,
+    /// `disk` was asked for (`resources.disk`, config's `task.disk`), not
+    /// the built-in default: an engine without `disk_quota` refuses it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disk_asked: bool,
     pub env: BTreeMap<String, String>,
     pub max_output_bytes: usize,
     /// The script for `replay:` models, read at submit time.
