@@ -6,11 +6,13 @@ use clap::{Args, Parser, Subcommand};
 
 mod cache;
 mod eval;
+mod fork;
 
 pub(crate) use cache::CacheCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
+pub(crate) use fork::ForkArgs;
 
 /// Run coding agents at scale, safely: each task in its own hardened servo container.
 #[derive(Debug, Parser)]
@@ -205,6 +207,8 @@ pub(crate) enum TaskCommand {
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
     Retry(RetryArgs),
+    /// New tasks going on from an ended task's conversation and workspace (another model, a note).
+    Fork(ForkArgs),
     /// Answer the question a task waits on (its `ask_user` call).
     Answer(TextArgs),
     /// Approve the tool call or plan a task waits on.

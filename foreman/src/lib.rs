@@ -264,6 +264,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Trajectory(a) => commands::trajectory(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
+            TaskCommand::Fork(a) => commands::fork(&cfg, a).await,
             TaskCommand::Answer(a) => commands::answer(&cfg, a).await,
             TaskCommand::Approve(a) => commands::approve(&cfg, a).await,
             TaskCommand::Deny(a) => commands::deny(&cfg, a).await,

@@ -140,7 +140,12 @@ fn tree_of(store: &crate::store::Store, id: Option<&str>, limit: usize) -> anyho
     let roots = match id {
         Some(id) => {
             let mut t = store.require(id)?;
-            while let Some(p) = store.parent_of(t.id)? {
+            // Up through parents and the tasks forks were made of.
+            while let Some(p) =
+                store
+                    .parent_of(t.id)?
+                    .or(t.spec.forked_from.as_ref().map(|f| f.task))
+            {
                 t = store.require(&p.to_string())?;
             }
             vec![t]
@@ -148,7 +153,7 @@ fn tree_of(store: &crate::store::Store, id: Option<&str>, limit: usize) -> anyho
         None => {
             let mut roots = Vec::new();
             for t in store.list(limit)? {
-                if store.parent_of(t.id)?.is_none() {
+                if store.parent_of(t.id)?.is_none() && t.spec.forked_from.is_none() {
                     roots.push(t);
                 }
             }
@@ -324,6 +329,25 @@ pub(crate) async fn results(cfg: &Config, args: ResultsArgs) -> anyhow::Result<E
 
 pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
     super::human::cancel_cli(cfg, args).await
+}
+
+pub(crate) async fn fork(cfg: &Config, args: crate::cli::ForkArgs) -> anyhow::Result<ExitCode> {
+    let fork = crate::ops::Fork {
+        at_step: args.at_step,
+        count: args.count,
+        model: args.model,
+        note: args.note,
+    };
+    let ids = crate::ops::fork_task(cfg, &args.id, fork).await?;
+    if args.json {
+        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        outln!("{}", serde_json::json!({"ids": ids}));
+    } else {
+        for id in ids {
+            outln!("{id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {

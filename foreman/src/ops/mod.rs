@@ -8,6 +8,7 @@
 
 mod children;
 mod error;
+mod fork;
 mod retry;
 mod steer;
 mod steps;
@@ -17,6 +18,7 @@ mod view;
 
 pub(crate) use children::submit_child;
 pub(crate) use error::Error;
+pub(crate) use fork::{Fork, fork_task};
 pub(crate) use retry::retry_task;
 #[cfg(test)]
 pub(crate) use steer::user_name;

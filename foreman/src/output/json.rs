@@ -47,6 +47,10 @@ pub(crate) struct TaskView {
     /// The results directory, once collected.
     pub results: Option<String>,
     pub retry_of: Option<String>,
+    /// The task this one was forked from (`task fork`), with the step it
+    /// went on from and which fork of how many it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<serde_json::Value>,
     /// 1 for the first attempt; retries (by policy or `task retry`) count up.
     pub attempt: i64,
     pub prompt: String,
@@ -254,6 +258,10 @@ impl TaskView {
             duration_s: duration_ms(t).map(|ms| ms as f64 / 1000.0),
             results: t.results_path.clone(),
             retry_of: t.retry_of.map(|r| r.to_string()),
+            forked_from: t.spec.forked_from.as_ref().map(|f| {
+                serde_json::json!({"task": f.task.to_string(), "at_step": f.step,
+                    "index": f.index, "count": f.count})
+            }),
             attempt: t.attempt,
             prompt: t.spec.prompt_path.clone(),
             container: t.container_id.clone().filter(|_| !t.state.is_terminal()),

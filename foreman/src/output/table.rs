@@ -229,6 +229,13 @@ fn time_lines(s: &mut String, t: &TaskRow) {
     if let Some(r) = &t.retry_of {
         let _ = writeln!(s, "retry of:  {r}");
     }
+    if let Some(f) = &t.spec.forked_from {
+        let _ = writeln!(
+            s,
+            "fork of:   {} at step {} ({} of {})",
+            f.task, f.step, f.index, f.count
+        );
+    }
     if let Some(ran) = &t.setup {
         let _ = writeln!(s, "setup:     {}", ran.summary());
     }

@@ -195,6 +195,7 @@ impl TaskSpec {
             retry_backoff,
             budget_per_attempt: fm.budget_per_attempt.unwrap_or(d.budget_per_attempt),
             chain: None,
+            forked_from: None,
             image: bench.image,
             workdir: bench.workdir,
             agent_user: bench.agent_user,

@@ -62,6 +62,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         retry_backoff: Default::default(),
         budget_per_attempt: false,
         chain: None,
+        forked_from: None,
         image: None,
         workdir: None,
         agent_user: Default::default(),

@@ -16,4 +16,4 @@ pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
 pub(crate) use params::{ParamSource, ParamValue};
 pub(crate) use setup_plan::{SetupPlan, SetupRan};
-pub(crate) use task_spec::{TaskImage, TaskSpec};
+pub(crate) use task_spec::{ForkOf, TaskImage, TaskSpec};

@@ -162,6 +162,10 @@ pub(crate) struct TaskSpec {
     /// Set on a retry by policy: what it goes on from, what the chain used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<Chain>,
+    /// Set on a fork (`task fork`, issue 51): the task it was forked
+    /// from, at which step, and which of how many forks it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOf>,
     // --- end issue 30 ---
     // --- issue 49: a benchmark's own tasks ---
     /// The task's own image (`image:`) or the directory it is built from
@@ -195,6 +199,17 @@ pub(crate) struct TaskSpec {
     /// Its cache key files, `maintenance:` and `setup_env:` (issue 50).
     #[serde(default, skip_serializing_if = "super::SetupPlan::is_empty")]
     pub setup_plan: super::SetupPlan,
+}
+
+/// Where a fork starts: its parent's conversation and workspace at a step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ForkOf {
+    pub task: saheeli_protocol::TaskId,
+    /// The parent's step the fork goes on from.
+    pub step: u64,
+    /// Which fork this is (1-based), of `count` made together.
+    pub index: u32,
+    pub count: u32,
 }
 
 /// What a task's own image is made from.

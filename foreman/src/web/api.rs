@@ -237,8 +237,8 @@ pub(super) struct ActBody {
     clear: bool,
 }
 
-const ACTIONS: &str =
-    "cancel, retry, answer, approve, deny, pause, resume, inject, breakpoint, step, step-override";
+const ACTIONS: &str = "cancel, retry, fork, answer, approve, deny, pause, resume, inject, breakpoint, \
+     step, step-override";
 
 /// `step-override`'s body: `{"step": NAME, "state": "done" | "skipped", "reason": TEXT}`.
 fn step_override_of(b: ActBody) -> ApiResult<Steer> {
@@ -318,6 +318,9 @@ pub(super) async fn act(
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    if action == "fork" {
+        return super::fork::fork(web, id, body).await;
+    }
     let b: ActBody = json_body(&body)?;
     let Some(steer) = steer_of(&action, b)? else {
         let r = ops::retry_task(&web.cfg, &id).await?;

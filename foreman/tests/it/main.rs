@@ -7,6 +7,7 @@ mod fake_cache;
 mod fake_limit;
 mod fake_llm;
 mod fake_stream;
+mod fork;
 mod llama;
 mod recording_proxy;
 mod util;
