@@ -61,6 +61,7 @@ pub(crate) async fn fork_task(
             step,
             index,
             count: fork.count,
+            cache_key: parent.spec.cache_key(parent.id),
         });
         // Each fork has the parent's budgets for its own steps.
         spec.chain = Some(Chain {

@@ -210,6 +210,11 @@ pub(crate) struct ForkOf {
     /// Which fork this is (1-based), of `count` made together.
     pub index: u32,
     pub count: u32,
+    /// The provider cache key its calls carry: the one of the task whose
+    /// conversation it goes on (a fork reads the prefix its parent's
+    /// calls cached; issue 51).
+    #[serde(default)]
+    pub cache_key: String,
 }
 
 /// What a task's own image is made from.
@@ -223,6 +228,16 @@ pub(crate) enum TaskImage {
 }
 
 impl TaskSpec {
+    /// The provider cache key task `id`'s calls carry (OpenAI's
+    /// `prompt_cache_key`): its own id, or a fork's parent's key.
+    pub(crate) fn cache_key(&self, id: saheeli_protocol::TaskId) -> String {
+        self.forked_from
+            .as_ref()
+            .map(|f| f.cache_key.clone())
+            .filter(|k| !k.is_empty())
+            .unwrap_or_else(|| id.to_string())
+    }
+
     /// `agent_user: root`: the agent's processes are uid 0, with no capability.
     pub(crate) fn root_agent(&self) -> bool {
         self.agent_user == saheeli_protocol::front_matter::AgentUser::Root

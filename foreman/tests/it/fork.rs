@@ -12,9 +12,11 @@ fn project(llm: &FakeLlm) -> Saheeli {
     let s = Saheeli::new()
         .env("OPENAI_API_KEY", "sk-test-gateway-000")
         .env("OPENAI_BASE_URL", &llm.base_url());
+    // Long enough (past 1,024 tokens) for a provider to cache its prefix.
+    let context = "Background the model reads first. ".repeat(200);
     s.write(
         "p.md",
-        "---\nmodel: gpt-test\n---\nWrite work.txt, then be done.\n",
+        &format!("---\nmodel: gpt-test\n---\nWrite work.txt, then be done.\n\n{context}\n"),
     );
     s
 }
@@ -26,7 +28,7 @@ fn text_of(messages: &Value) -> String {
 #[test]
 fn forks_go_on_from_the_conversation_and_workspace_with_a_note() {
     require_docker();
-    let llm = FakeLlm::start(vec![
+    let llm = FakeLlm::start_caching(vec![
         Reply::tool(
             "create_file",
             json!({"path": "work.txt", "content": "from the parent"}),
@@ -106,6 +108,20 @@ fn forks_go_on_from_the_conversation_and_workspace_with_a_note() {
             "{body}"
         );
         assert!(body.contains("Try another way."), "{body}");
+        // It reads the prefix the parent's calls cached: the same key.
+        assert_eq!(seen[n].body["prompt_cache_key"], pid.as_str());
+        let billed = seen[n].billed.as_ref().unwrap();
+        assert!(
+            billed.read > 1000,
+            "fork {index}'s first call read {billed:?}"
+        );
+        eprintln!(
+            "fork {index}'s first call: {} input tokens, {} read from the cache",
+            billed.total, billed.read
+        );
+    }
+    for id in &ids {
+        assert!(s.task(id)["cache_read_tokens"].as_i64().unwrap() > 1000);
     }
     // The parent is untouched, and its forks are shown under it.
     let again = s.task(&pid);
