@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::util::{Saheeli, require_docker};
+use crate::web::{WebServe, post, until_api};
 
 fn project(llm: &FakeLlm) -> Saheeli {
     let s = Saheeli::new()
@@ -36,6 +37,7 @@ fn forks_go_on_from_the_conversation_and_workspace_with_a_note() {
         Reply::tool("task_complete", json!({"message": "parent done"})),
         Reply::tool("task_complete", json!({"message": "fork one done"})),
         Reply::tool("task_complete", json!({"message": "fork two done"})),
+        Reply::tool("task_complete", json!({"message": "the API's fork done"})),
     ]);
     let s = project(&llm);
     let parent: Value = s.expect_json(&["run", "p.md", "--json"], 0);
@@ -135,6 +137,29 @@ fn forks_go_on_from_the_conversation_and_workspace_with_a_note() {
         shown.contains(&format!("fork of:   {pid} at step {steps} (1 of 2)")),
         "{shown}"
     );
+
+    // The same over HTTP, from a serving foreman.
+    let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
+    let bad = post(
+        &w.addr,
+        &format!("/api/tasks/{pid}/fork"),
+        json!({"count": "two"}),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let r = post(
+        &w.addr,
+        &format!("/api/tasks/{pid}/fork"),
+        json!({"note": "Via the API."}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["forked_from"], pid.as_str());
+    let id = v["ids"][0].as_str().unwrap().to_string();
+    let done = until_api(&w, &id, "the API's fork completes", |t| {
+        t["state"] == "complete"
+    });
+    assert_eq!(done["forked_from"]["index"], 1);
+    assert!(text_of(&llm.seen()[4].body["messages"]).contains("Via the API."));
 }
 
 #[test]

@@ -279,6 +279,9 @@ function taskView(main, id) {
         : fact("recoverable", t.recoverable ? "yes" : "no"),
       t.waiting_since ? fact("waiting since", clock(t.waiting_since)) : null,
       t.parent ? fact("parent", el("a", { href: "/tasks/" + t.parent, id: "parent-link" }, t.parent.slice(-12))) : null,
+      t.forked_from ? fact("fork of", el("span", {},
+        el("a", { href: "/tasks/" + t.forked_from.task, id: "fork-link" }, t.forked_from.task.slice(-12)),
+        " at step " + t.forked_from.at_step + " (" + t.forked_from.index + " of " + t.forked_from.count + ")")) : null,
       t.detail ? fact("detail", t.detail, true) : null,
       t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason, true) : null,
     ].filter(Boolean));
