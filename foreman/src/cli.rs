@@ -224,7 +224,7 @@ pub(crate) enum TaskCommand {
     /// Set or clear a breakpoint before or after one of a task's template steps.
     Breakpoint(BreakpointArgs),
     /// Step through: go on until the next template step ends, then pause.
-    Step(IdArgs),
+    Step(StepArgs),
     /// Mark a template step done or skipped by hand; the model is told, who and why are recorded.
     StepOverride(StepOverrideArgs),
     /// Follow a task live and steer it from the terminal (answer, approve, deny, inject, pause, resume, cancel).
@@ -422,6 +422,15 @@ pub(crate) struct BreakpointArgs {
     /// Clear the breakpoint (the template's too) instead of setting it.
     #[arg(long)]
     pub clear: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StepArgs {
+    /// A task with template steps that has not ended.
+    pub id: String,
+    /// Print the next step (what it is, what makes it done, what holds it) and a token estimate; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -68,7 +68,13 @@ pub(crate) async fn breakpoint(
     steer_cli(cfg, &args.id, s)
 }
 
-pub(crate) async fn step(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn step(cfg: &Config, args: crate::cli::StepArgs) -> anyhow::Result<ExitCode> {
+    if args.dry_run {
+        let store = open_existing_store(cfg)?;
+        let t = store.require(&args.id)?;
+        out!("{}", crate::ops::next_step_plan(&store, &t)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     steer_cli(cfg, &args.id, Steer::Step)
 }
 

@@ -23,6 +23,7 @@ pub(crate) use retry::retry_task;
 #[cfg(test)]
 pub(crate) use steer::user_name;
 pub(crate) use steer::{Steer, StepOverrideState, joined, os_user, steer, who};
+pub(crate) use steps::next_step_plan;
 pub(crate) use store::{narrow, open_existing_store, open_store};
 pub(crate) use submit::{Submit, pack_submitted, require_image, spec_for_text, submit_spec};
 pub(crate) use view::{EVENTS_SHOWN, EventPage, task_view};

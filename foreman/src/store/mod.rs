@@ -67,4 +67,4 @@ pub(crate) use steps::StepMarked;
 pub(crate) use steps::StepRow;
 #[cfg(test)]
 pub(crate) use steps::step_status;
-pub(crate) use steps::{StepStatus, step_status_with};
+pub(crate) use steps::{StepState, StepStatus, step_status_with};

@@ -161,6 +161,16 @@ fn breakpoints_pause_before_and_after_and_task_step_goes_one_step() {
         t["state"] == "paused" && done(t, "a")
     });
     assert!(!started(&t, "b"), "exactly one step: {t:#}");
+    // A dry run says what comes next, and changes nothing.
+    let plan = s.expect(&["task", "step", &id, "--dry-run"], 0);
+    assert!(plan.contains("next step 2 of 3, `b`"), "{plan}");
+    assert!(plan.contains("what:      Second"), "{plan}");
+    assert!(plan.contains("pauses:    after"), "{plan}");
+    assert!(plan.contains("estimate:  "), "{plan}");
+    assert!(plan.contains("nothing was changed"), "{plan}");
+    let still = s.task(&id);
+    assert_eq!(still["state"], "paused");
+    assert!(!started(&still, "b"), "{still:#}");
 
     // Resumed: `b` runs to its breakpoint after it.
     s.expect(&["task", "resume", &id], 0);

@@ -342,9 +342,18 @@ function taskView(main, id) {
         override(s, "skipped"), override(s, "done"))));
     const stepBtn = el("button", { id: "step-once", disabled: ended || !["paused", "running", "queued", "starting"].includes(t.state),
       onclick: () => act("step") }, "Step ▸");
+    // What a paused task does next, before anyone steps or resumes it.
+    const next = steps.find(s => s.state === "in_progress");
+    const upNext = t.state === "paused" && next ? el("div", { id: "next-step", class: "muted" },
+      "next: " + next.name + (next.description ? " — " + next.description : "")
+        + (next.done_when ? "; done when " + (typeof next.done_when === "string"
+          ? next.done_when : next.done_when.verify + " passes") : "")
+        + (next.approve && !next.started_at ? "; needs approval" : "")
+        + ((next.breakpoints || []).length ? "; pauses " + next.breakpoints.join(" and ") : "")) : null;
     stepsCard.replaceChildren(
       el("div", { class: "row" }, el("h2", { id: "steps-count" }, "Steps " + closed + "/" + steps.length),
         el("span", { class: "grow" }), stepBtn),
+      upNext,
       el("ol", { class: "steps" }, rows));
   }
 
