@@ -406,13 +406,13 @@ pub(crate) enum TrajectoryFormat {
 }
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("position").required(true).args(["before", "after"])))]
+#[command(group(clap::ArgGroup::new("position").args(["before", "after"])))]
 pub(crate) struct BreakpointArgs {
     /// A task that has not ended.
     pub id: String,
-    /// The template step's name (as `task status ID` lists them).
+    /// The template step's name (as `task status ID` lists them); without it, `--clear` clears every breakpoint.
     #[arg(long)]
-    pub step: String,
+    pub step: Option<String>,
     /// Pause once the step has started, before its work.
     #[arg(long)]
     pub before: bool,

@@ -25,7 +25,7 @@ use super::exit_for;
 use crate::ops::open_existing_store;
 use crate::ops::{Steer, steer, who};
 
-const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | skip STEP REASON | done STEP REASON | detach";
+const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | breakpoint clear | skip STEP REASON | done STEP REASON | detach";
 
 /// One command typed at the attach prompt.
 #[derive(Debug, PartialEq)]
@@ -38,18 +38,25 @@ enum Typed {
     /// The template's step controls.
     Step,
     Breakpoint(String, Position, bool),
+    ClearBreakpoints,
     Override(String, StepOverrideState, String),
     Detach,
     Help,
 }
 
-/// `STEP before|after [clear]`.
+/// `STEP before|after [clear]`, or `clear` alone (every breakpoint).
 fn breakpoint(rest: &str) -> Result<Typed, String> {
     let words: Vec<&str> = rest.split_whitespace().collect();
     let (step, pos, clear) = match words.as_slice() {
+        ["clear"] => return Ok(Typed::ClearBreakpoints),
         [step, pos] => (step, pos, false),
         [step, pos, "clear"] => (step, pos, true),
-        _ => return Err("`breakpoint` needs STEP before|after, and `clear` to clear it".into()),
+        _ => {
+            return Err(
+                "`breakpoint` needs STEP before|after, and `clear` to clear it (or `clear` alone: all)"
+                    .into(),
+            );
+        }
     };
     let position = match *pos {
         "before" => Position::Before,
@@ -118,6 +125,7 @@ fn apply(cfg: &Config, store: &mut Store, id: TaskId, typed: Typed) -> anyhow::R
             position,
             active,
         },
+        Typed::ClearBreakpoints => Steer::ClearBreakpoints,
         Typed::Override(step, state, reason) => Steer::StepOverride {
             step,
             state,
@@ -356,6 +364,7 @@ mod tests {
         );
         assert!(parse("breakpoint deploy middle").is_err());
         assert!(parse("breakpoint").is_err());
+        assert_eq!(parse("breakpoint clear").unwrap(), Typed::ClearBreakpoints);
         assert_eq!(
             parse("skip announce done by hand").unwrap(),
             Typed::Override(

@@ -55,15 +55,24 @@ pub(crate) async fn breakpoint(
     args: crate::cli::BreakpointArgs,
 ) -> anyhow::Result<ExitCode> {
     use saheeli_protocol::template::Position;
-    let position = if args.before {
-        Position::Before
-    } else {
-        Position::After
+    let position = match (args.before, args.after) {
+        (true, _) => Some(Position::Before),
+        (_, true) => Some(Position::After),
+        _ => None,
     };
-    let s = Steer::Breakpoint {
-        step: args.step,
-        position,
-        active: !args.clear,
+    let s = match (args.step, position) {
+        (Some(step), Some(position)) => Steer::Breakpoint {
+            step,
+            position,
+            active: !args.clear,
+        },
+        (None, None) if args.clear => Steer::ClearBreakpoints,
+        (Some(_), None) => anyhow::bail!(
+            "say where it holds: `--before` (once the step has started) or `--after` (once it is done)"
+        ),
+        (None, _) => anyhow::bail!(
+            "name the step with `--step NAME` (with `--before` or `--after`), or give `--clear` alone to clear every breakpoint"
+        ),
     };
     steer_cli(cfg, &args.id, s)
 }

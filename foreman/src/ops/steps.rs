@@ -55,6 +55,28 @@ pub(crate) fn breakpoint(
     })
 }
 
+/// `task breakpoint ID --clear` with no step: every breakpoint that holds
+/// (set by people or by the template) cleared.
+pub(crate) fn clear_breakpoints(store: &mut Store, t: &TaskRow, by: &str) -> Result<String, Error> {
+    let held = store.breakpoints(t.id, &t.spec.steps)?;
+    if held.is_empty() {
+        return Ok(format!("task {} has no breakpoints to clear", t.id));
+    }
+    for (name, position) in &held {
+        store.set_breakpoint(t.id, name, *position, false, by)?;
+    }
+    let names: Vec<String> = held
+        .iter()
+        .map(|(n, p)| format!("{} `{n}`", p.as_str()))
+        .collect();
+    Ok(format!(
+        "cleared {} breakpoint(s) of {}: {}",
+        held.len(),
+        t.id,
+        names.join(", ")
+    ))
+}
+
 pub(crate) fn step_override(
     store: &mut Store,
     t: &TaskRow,

@@ -264,6 +264,10 @@ fn step_override_of(b: ActBody) -> ApiResult<Steer> {
 /// `breakpoint`'s body: `{"step": NAME, "position": "before" | "after", "clear": false}`.
 fn breakpoint_of(b: ActBody) -> ApiResult<Steer> {
     use saheeli_protocol::template::Position;
+    // `{"clear": true}` alone: every breakpoint.
+    if b.clear && b.step.is_none() && b.position.is_none() {
+        return Ok(Steer::ClearBreakpoints);
+    }
     let step = required(b.step, "step", "breakpoint")?;
     let position = match b.position.as_deref() {
         Some("before") => Position::Before,
