@@ -202,6 +202,8 @@ pub(crate) enum TaskCommand {
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
     Retry(RetryArgs),
+    /// Review feedback on a delivered branch: a new task on the branch's head that delivers to it.
+    FollowUp(FollowUpArgs),
     /// Answer the question a task waits on (its `ask_user` call).
     Answer(TextArgs),
     /// Approve the tool call or plan a task waits on.
@@ -363,6 +365,17 @@ pub(crate) struct IdArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RetryArgs {
     pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FollowUpArgs {
+    /// A task whose `deliver:` pushed its branch.
+    pub id: String,
+    /// The feedback: a file, or the text itself.
+    #[arg(long, value_name = "FILE_OR_TEXT")]
+    pub prompt: String,
     #[arg(long)]
     pub json: bool,
 }

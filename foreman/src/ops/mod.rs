@@ -8,6 +8,8 @@
 
 mod children;
 mod error;
+mod follow_up;
+mod git;
 mod retry;
 mod steer;
 mod steps;
@@ -17,6 +19,7 @@ mod view;
 
 pub(crate) use children::submit_child;
 pub(crate) use error::Error;
+pub(crate) use follow_up::{MAX_FEEDBACK, follow_up};
 pub(crate) use retry::retry_task;
 #[cfg(test)]
 pub(crate) use steer::user_name;

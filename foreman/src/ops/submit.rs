@@ -122,6 +122,17 @@ pub(crate) async fn pack_submitted(
     args: &Submit,
     id: TaskId,
 ) -> Result<Option<PathBuf>, Error> {
+    if spec.git.is_some() {
+        let (cfg, mut owned) = (cfg.clone(), spec.clone());
+        let (tar, owned) = tokio::task::spawn_blocking(move || {
+            let tar = super::git::pack_repository(&cfg, &mut owned, id);
+            (tar, owned)
+        })
+        .await
+        .map_err(|e| Error::panicked("fetching the repository", e))?;
+        *spec = owned;
+        return tar.map(Some);
+    }
     let Some(ws) = &spec.workspace else {
         return Ok(None);
     };

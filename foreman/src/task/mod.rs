@@ -6,12 +6,14 @@
 
 mod chain;
 pub(crate) mod egress;
+mod git;
 mod params;
 mod setup_plan;
 mod task_spec;
 
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
+pub(crate) use git::{DeliverPlan, Delivered, GitStart, GitWorkspace, branch_name};
 pub(crate) use params::{ParamSource, ParamValue};
 pub(crate) use setup_plan::{SetupPlan, SetupRan};
 pub(crate) use task_spec::{TaskImage, TaskSpec};
