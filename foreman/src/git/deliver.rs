@@ -109,7 +109,15 @@ pub(crate) fn askpass_env(
         return Ok(vec![]);
     }
     use std::os::unix::fs::PermissionsExt;
-    let path = m.dir.parent().expect("a parent").join("askpass.sh");
+    let dir = m.dir.parent().expect("a parent");
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let path = dir.join("askpass.sh");
     if std::fs::read(&path).ok().as_deref() != Some(ASKPASS.as_bytes()) {
         let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
         std::fs::write(&tmp, ASKPASS)?;
@@ -198,6 +206,36 @@ mod tests {
         ] {
             assert!(!valid_branch(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_askpass_helper_answers_from_its_environment_only() {
+        let d = tempfile::tempdir().unwrap();
+        let m = Mirror::of(d.path(), "https://example.com/r.git");
+        assert!(askpass_env(&m, &Creds::default()).unwrap().is_empty());
+        let creds = Creds {
+            username: Some("bot".into()),
+            password: Some("s3cret".into()),
+        };
+        let env = askpass_env(&m, &creds).unwrap();
+        let helper = &env[0].1;
+        let script = std::fs::read_to_string(helper).unwrap();
+        assert!(
+            !script.contains("s3cret") && !script.contains("bot"),
+            "{script}"
+        );
+        let ask = |prompt: &str| {
+            let out = std::process::Command::new(helper)
+                .arg(prompt)
+                .env_clear()
+                .envs(env[1..].iter().map(|(k, v)| (k, v)))
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(ask("Username for 'https://example.com': "), "bot\n");
+        assert_eq!(ask("Password for 'https://bot@example.com': "), "s3cret\n");
+        assert_eq!(format!("{creds:?}"), "Creds(…)");
     }
 
     #[test]

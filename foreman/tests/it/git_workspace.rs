@@ -389,3 +389,34 @@ fn a_remote_url_not_in_egress_setup_is_refused_at_submit() {
     assert!(err.contains("`deliver` needs a repository"), "{err}");
     assert!(!s.path().join(".saheeli/git").exists());
 }
+
+#[test]
+fn post_follow_up_from_a_review_webhook_queues_the_next_task_on_the_branch() {
+    use crate::web::{WebServe, post, until_api};
+    require_docker();
+    let s = Saheeli::new();
+    origin(&s);
+    agent(&s, "");
+    prompt(&s, "p.md", "{ git: origin.git, ref: main }", DELIVER);
+    let first = run(&s, "p.md");
+    let id = first["id"].as_str().unwrap();
+    let short = &id.replace('-', "")[20..];
+    let w = WebServe::start(&s, "127.0.0.1:0", &[]);
+    let missing = post(&w.addr, &format!("/api/tasks/{id}/follow-up"), json!({}));
+    let why = missing.error(400, "bad_input");
+    assert!(why.contains("\"prompt\""), "{why}");
+    let r = post(
+        &w.addr,
+        &format!("/api/tasks/{id}/follow-up"),
+        json!({ "prompt": "Changes requested: keep a.txt short." }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let new = r.json()["id"].as_str().unwrap().to_string();
+    let t = until_api(&w, &new, "the follow-up delivered", |t| {
+        t["delivery"]["pushed"] == true
+    });
+    assert_eq!(t["follow_up_of"], id);
+    assert_eq!(t["delivery"]["branch"], first["delivery"]["branch"]);
+    assert!(t["delivery"]["branch"].as_str().unwrap().contains(short));
+    assert_eq!(t["git"]["commit"], first["delivery"]["commit"]);
+}
