@@ -84,6 +84,10 @@ pub(crate) fn git(
             "credential.helper=",
             "-c",
             "gc.auto=0",
+            "-c",
+            "maintenance.auto=false",
+            "-c",
+            "fetch.writeCommitGraph=false",
         ])
         .args(args)
         .current_dir(git_dir)
