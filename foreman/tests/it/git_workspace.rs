@@ -383,6 +383,15 @@ fn a_remote_url_not_in_egress_setup_is_refused_at_submit() {
         err.contains("`workspace.git`") && err.contains("missing-repo"),
         "{err}"
     );
+    // A repository on this host is held to a directory's bounds.
+    origin(&s);
+    s.write(
+        "sub/agent.json",
+        &std::fs::read_to_string(s.path().join("agent.json")).unwrap(),
+    );
+    prompt(&s, "sub/p.md", "{ git: ../origin.git }", "");
+    let err = s.expect_err(&["task", "submit", "--prompt", "sub/p.md"], 2);
+    assert!(err.contains("outside the prompt's directory"), "{err}");
     prompt(&s, "p.md", "ws", DELIVER);
     std::fs::create_dir_all(s.path().join("ws")).unwrap();
     let err = s.expect_err(&["task", "submit", "--prompt", "p.md"], 2);
@@ -419,4 +428,29 @@ fn post_follow_up_from_a_review_webhook_queues_the_next_task_on_the_branch() {
     assert_eq!(t["delivery"]["branch"], first["delivery"]["branch"]);
     assert!(t["delivery"]["branch"].as_str().unwrap().contains(short));
     assert_eq!(t["git"]["commit"], first["delivery"]["commit"]);
+}
+
+#[test]
+fn a_retry_starts_again_at_the_same_commit_even_after_main_moved() {
+    require_docker();
+    let s = Saheeli::new();
+    let main = origin(&s);
+    agent(&s, "");
+    prompt(&s, "p.md", "{ git: origin.git, ref: main }", "");
+    let first = run(&s, "p.md");
+    // main moves on; the retry is of what the first task was given.
+    let src = s.path().join("src");
+    std::fs::write(src.join("b.txt"), "moved on\n").unwrap();
+    git(&src, &["commit", "-qam", "third"]);
+    git(&src, &["push", "-q", "../origin.git", "main"]);
+    let v = s.expect_json(
+        &["task", "retry", first["id"].as_str().unwrap(), "--json"],
+        0,
+    );
+    s.drain();
+    let t = s.task(v["id"].as_str().unwrap());
+    assert_eq!(t["state"], "complete", "{t}");
+    assert_eq!(t["git"]["commit"], main.as_str(), "{t}");
+    let seen = std::fs::read_to_string(results(&t).join("seen.txt")).unwrap();
+    assert_eq!(seen, "hello\nsecond commit\n");
 }
