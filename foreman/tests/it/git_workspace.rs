@@ -185,7 +185,14 @@ fn a_task_starts_at_the_ref_and_delivers_a_branch_of_its_patch_with_trailers() {
         "{report}"
     );
     let status = s.expect(&["task", "status", id], 0);
-    assert!(status.contains(branch), "{status}");
+    assert!(
+        status.contains(&format!("delivered: {branch} {commit} (pushed)")),
+        "{status}"
+    );
+    assert!(
+        status.contains(&format!("git:       origin.git @ main, {main}")),
+        "{status}"
+    );
 
     // Time to start: the mirror cold (above), warm, and a directory of the same files.
     let first_fetch = t["git"]["fetch_ms"].as_u64().unwrap();
