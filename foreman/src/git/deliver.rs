@@ -90,6 +90,18 @@ pub(crate) struct Creds {
     pub password: Option<String>,
 }
 
+impl Creds {
+    /// `SAHEELI_GIT_USERNAME` and `SAHEELI_GIT_PASSWORD` of the `.env`
+    /// beside config.yaml (none when it has neither, or cannot be read).
+    pub fn of(cfg: &crate::config::Config) -> Creds {
+        let env = cfg.dotenv_all().unwrap_or_default();
+        Creds {
+            username: env.get("SAHEELI_GIT_USERNAME").cloned(),
+            password: env.get("SAHEELI_GIT_PASSWORD").cloned(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Creds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Creds(…)")

@@ -85,8 +85,14 @@ impl Mirror {
     }
 
     /// Fetches `reference` (a branch, a tag, `HEAD` or a commit id) into
-    /// the mirror, made when absent; returns the commit it names.
-    pub fn fetch(&self, reference: &str, depth: Option<u32>) -> anyhow::Result<Fetched> {
+    /// the mirror, made when absent, with `creds` for a remote that asks;
+    /// returns the commit it names.
+    pub fn fetch(
+        &self,
+        reference: &str,
+        depth: Option<u32>,
+        creds: &super::Creds,
+    ) -> anyhow::Result<Fetched> {
         let started = Instant::now();
         let _lock = self.lock()?;
         let cold = !self.dir.join("HEAD").is_file();
@@ -116,7 +122,9 @@ impl Mirror {
             args.push(d);
         }
         args.extend(["--", &self.url, reference]);
-        let ran = git(&self.dir, &args, &[], super::run::TIMEOUT)?;
+        let owned = super::deliver::askpass_env(self, creds)?;
+        let env: Vec<(&str, &OsStr)> = owned.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+        let ran = git(&self.dir, &args, &env, super::run::TIMEOUT)?;
         if !ran.ok {
             bail!(
                 "fetching `{reference}` from `{}`: {}",

@@ -11,7 +11,7 @@ use saheeli_protocol::TaskId;
 
 use super::error::Error;
 use crate::config::Config;
-use crate::git::Mirror;
+use crate::git::{Creds, Mirror};
 use crate::inputs;
 use crate::spec::TaskSpec;
 use crate::task::{GitStart, branch_name};
@@ -28,7 +28,7 @@ pub(crate) fn pack_repository(
     let g = spec.git.as_mut().expect("a repository workspace");
     let mirror = Mirror::of(&cfg.state_dir(), &g.fetch);
     let fetched = mirror
-        .fetch(&g.reference, g.depth)
+        .fetch(&g.reference, g.depth, &Creds::of(cfg))
         .map_err(|e| Error::Refused(e.context(format!("{prompt}: `workspace.git`"))))?;
     tracing::info!(task_id = %id, url = %g.url, commit = %fetched.commit, cold = fetched.cold, ms = fetched.ms, "repository fetched");
     let state = cfg.state_dir();

@@ -121,12 +121,7 @@ pub(super) async fn deliver(ctx: &Ctx, id: TaskId, to: TaskState, outcome: &Outc
                 error: None,
             };
         }
-        let env = cfg.dotenv_all().unwrap_or_default();
-        let creds = Creds {
-            username: env.get("SAHEELI_GIT_USERNAME").cloned(),
-            password: env.get("SAHEELI_GIT_PASSWORD").cloned(),
-        };
-        match push(&mirror, &commit, &plan.branch, &creds) {
+        match push(&mirror, &commit, &plan.branch, &Creds::of(&cfg)) {
             Ok(()) => Delivered {
                 branch: plan.branch.clone(),
                 commit: Some(commit),
