@@ -1,6 +1,6 @@
 //! A task's repository at submit (issue 52): fetched into the foreman's
-//! mirror, the ref's commit checked out into a scratch directory and
-//! packed as the task's submitted workspace (so `changes.patch` is
+//! mirror, the ref's commit checked out (or found checked out already)
+//! and packed as the task's submitted workspace (so `changes.patch` is
 //! against that commit), the start commit and the delivery's branch
 //! recorded in its spec.
 
@@ -35,17 +35,13 @@ pub(crate) fn pack_repository(
     let tar = inputs::new_workspace_tar(&state, id)
         .with_context(|| format!("creating the inputs directory in `{}`", state.display()))
         .map_err(Error::Internal)?;
-    let checkout = tar.with_extension("checkout");
-    let _ = std::fs::remove_dir_all(&checkout);
-    let packed = mirror
-        .checkout(&fetched.commit, &checkout)
-        .map_err(Error::Internal)
-        .and_then(|()| {
-            let mut opts = inputs::pack_options(cfg, true);
-            opts.no_parent_rules = true;
-            inputs::pack_workspace(&checkout, &tar, &opts).map_err(Error::from)
-        });
-    let _ = std::fs::remove_dir_all(&checkout);
+    // The commit's files, checked out once and kept for the next task on it.
+    let packed = mirror.lock().map_err(Error::Internal).and_then(|_lock| {
+        let tree = mirror.tree(&fetched.commit).map_err(Error::Internal)?;
+        let mut opts = inputs::pack_options(cfg, true);
+        opts.no_parent_rules = true;
+        inputs::pack_workspace(&tree, &tar, &opts).map_err(Error::from)
+    });
     packed?;
     g.start = Some(GitStart {
         url: g.url.clone(),
