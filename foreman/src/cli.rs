@@ -12,7 +12,7 @@ pub(crate) use cache::CacheCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
-pub(crate) use fork::ForkArgs;
+pub(crate) use fork::{FollowUpArgs, ForkArgs};
 
 /// Run coding agents at scale, safely: each task in its own hardened servo container.
 #[derive(Debug, Parser)]
@@ -209,6 +209,8 @@ pub(crate) enum TaskCommand {
     Retry(RetryArgs),
     /// New tasks going on from an ended task's conversation and workspace (another model, a note).
     Fork(ForkArgs),
+    /// Review feedback on a delivered branch: a new task on the branch's head that delivers to it.
+    FollowUp(FollowUpArgs),
     /// Answer the question a task waits on (its `ask_user` call).
     Answer(TextArgs),
     /// Approve the tool call or plan a task waits on.

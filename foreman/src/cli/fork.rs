@@ -1,4 +1,5 @@
-//! `saheeli task fork`'s arguments (issue 51).
+//! The arguments of the commands that make new tasks from an ended one:
+//! `task fork` (issue 51) and `task follow-up` (issue 52).
 
 use clap::Args;
 
@@ -19,6 +20,17 @@ pub(crate) struct ForkArgs {
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
     /// Print the new tasks as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FollowUpArgs {
+    /// A task whose `deliver:` pushed its branch.
+    pub id: String,
+    /// The feedback: a file, or the text itself.
+    #[arg(long, value_name = "FILE_OR_TEXT")]
+    pub prompt: String,
     #[arg(long)]
     pub json: bool,
 }

@@ -365,3 +365,30 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `task follow-up ID --prompt FILE_OR_TEXT` (issue 52).
+pub(crate) async fn follow_up(
+    cfg: &Config,
+    args: crate::cli::FollowUpArgs,
+) -> anyhow::Result<ExitCode> {
+    let path = std::path::Path::new(&args.prompt);
+    let feedback = if path.is_file() {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .with_context(|| format!("reading `{}`", path.display()))?
+            .take(crate::ops::MAX_FEEDBACK as u64 + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading `{}` (UTF-8 text)", path.display()))?;
+        text
+    } else {
+        args.prompt.clone()
+    };
+    let id = crate::ops::follow_up(cfg, &args.id, &feedback).await?;
+    if args.json {
+        outln!("{}", serde_json::json!({"id": id.to_string()}));
+    } else {
+        outln!("{id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -8,7 +8,9 @@
 
 mod children;
 mod error;
+mod follow_up;
 mod fork;
+mod git;
 mod retry;
 mod steer;
 mod steps;
@@ -18,6 +20,7 @@ mod view;
 
 pub(crate) use children::submit_child;
 pub(crate) use error::Error;
+pub(crate) use follow_up::{MAX_FEEDBACK, follow_up};
 pub(crate) use fork::{Fork, fork_task};
 pub(crate) use retry::retry_task;
 #[cfg(test)]

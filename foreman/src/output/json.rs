@@ -134,6 +134,17 @@ pub(crate) struct TaskView {
     /// key, `hit`, its time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup: Option<crate::task::SetupRan>,
+    /// The repository and commit it started from (issue 52; absent for a
+    /// directory workspace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git: Option<crate::task::GitStart>,
+    /// Its branch as delivered (issue 52): `branch`, `commit`, `pushed`,
+    /// `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::task::Delivered>,
+    /// The delivered task whose review it follows up (issue 52).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow_up_of: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -301,6 +312,9 @@ impl TaskView {
             tests: None,
             egress: None,
             setup: t.setup.clone(),
+            git: t.git.clone(),
+            delivery: t.delivered.clone(),
+            follow_up_of: t.follow_up_of.map(|f| f.to_string()),
         }
     }
 }

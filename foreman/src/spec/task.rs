@@ -12,7 +12,7 @@ use saheeli_protocol::{ServoTask, TaskId};
 use crate::config::Config;
 
 use super::bounds::{check_max_cost, check_run, context_plan};
-use super::prompt::{SpecError, read_text, template, workspace_dir};
+use super::prompt::{SpecError, read_text, template};
 use super::{
     Budget, MAX_TITLE, ParamValue, TaskSpec, Verification, agent, check_capabilities,
     check_ceilings, check_delegate, check_gates, check_human, check_model, check_notify,
@@ -77,11 +77,8 @@ impl TaskSpec {
         let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
         let (bench, model, replay) = super::bench::resolve(cfg, path, dir, &fm, timeout)?;
         let verify_timeout = fm.verify.as_ref().and_then(|v| v.timeout).map(|t| t.0);
-        let workspace = fm
-            .workspace
-            .clone()
-            .map(|ws| workspace_dir(path, dir, ws))
-            .transpose()?;
+        let (workspace, git, deliver) =
+            super::git::sources(path, dir, fm.workspace.clone(), fm.deliver.clone(), &egress)?;
         let setup = super::setup::checked(cfg, path, &fm, workspace.as_deref())?;
         let sandbox = Sandbox::of(cfg, path, fm.resources.unwrap_or_default(), fm.network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
@@ -162,6 +159,9 @@ impl TaskSpec {
             replay,
             workspace,
             workspace_under: None,
+            git,
+            deliver,
+            follow_up_of: None,
             workspace_include_ignored: fm
                 .workspace_include_ignored
                 .unwrap_or(d.workspace_include_ignored),

@@ -18,6 +18,7 @@ mod desk;
 mod egress;
 mod error;
 mod eval;
+mod git;
 mod guard;
 mod lease;
 pub(crate) mod ledger;

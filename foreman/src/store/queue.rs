@@ -132,9 +132,13 @@ pub(super) fn insert_task(
     let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
     let notify = (!spec.notify.is_empty())
         .then(|| serde_json::to_string(&spec.notify).expect("webhooks serialize"));
+    let git = (spec.git.as_ref())
+        .and_then(|g| g.start.as_ref())
+        .map(|s| serde_json::to_string(s).expect("GitStart serializes"));
     tx.exec_cached(
-        "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt, notify)
-         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt, notify,
+                            git, follow_up_of)
+         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             id.to_string(),
             spec.title,
@@ -143,7 +147,9 @@ pub(super) fn insert_task(
             retry_of.map(|r| r.to_string()),
             now,
             attempt,
-            notify
+            notify,
+            git,
+            spec.follow_up_of.map(|f| f.to_string())
         ],
     )?;
     let detail = match (retry_of, &spec.forked_from) {

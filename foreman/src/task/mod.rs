@@ -7,6 +7,7 @@
 mod capability;
 mod chain;
 pub(crate) mod egress;
+mod git;
 mod params;
 mod setup_plan;
 mod task_spec;
@@ -14,6 +15,7 @@ mod task_spec;
 pub(crate) use capability::{Capability, Need};
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
+pub(crate) use git::{DeliverPlan, Delivered, GitStart, GitWorkspace, branch_name};
 pub(crate) use params::{ParamSource, ParamValue};
 pub(crate) use setup_plan::{SetupPlan, SetupRan};
 pub(crate) use task_spec::{ForkOf, TaskImage, TaskSpec};

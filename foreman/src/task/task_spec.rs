@@ -67,6 +67,16 @@ pub(crate) struct TaskSpec {
     /// Pack what `.gitignore` names too (front-matter or config).
     #[serde(default)]
     pub workspace_include_ignored: bool,
+    /// `workspace: { git, ref, depth }` (issue 52): the repository, and
+    /// the commit it started from once submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<super::GitWorkspace>,
+    /// `deliver:` (issue 52), its branch filled in at submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<super::DeliverPlan>,
+    /// The delivered task whose review this one follows up (issue 52).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_up_of: Option<saheeli_protocol::TaskId>,
     /// Approval gates (`approve:`).
     #[serde(default)]
     pub gates: Vec<Gate>,

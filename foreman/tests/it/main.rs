@@ -48,6 +48,7 @@ mod gateway_attack;
 mod gateway_fetch;
 mod gateway_guard;
 mod gateway_native;
+mod git_workspace;
 mod hardening;
 mod hostile_collect;
 mod hostile_files;

@@ -274,6 +274,12 @@ function taskView(main, id) {
         : (t.setup.hit ? "cache hit" : "ran, cache miss") + " " + t.setup.key.slice(0, 12)
           + (t.setup.maintenance ? ", maintenance ran" : ""))
         + ", " + span(t.setup.ms / 1000)) : null,
+      // Issue 52: the commit it started from, the branch it delivered.
+      t.git ? fact("repository", t.git.url + " @ " + t.git.ref + ", " + t.git.commit.slice(0, 12), true) : null,
+      t.follow_up_of ? fact("follows up", el("a", { href: "/tasks/" + t.follow_up_of }, t.follow_up_of.slice(-12))) : null,
+      t.delivery ? fact("branch", el("span", { id: "delivery", class: "mono" }, t.delivery.branch
+        + (t.delivery.commit ? " " + t.delivery.commit.slice(0, 12) : "")
+        + (t.delivery.pushed ? " (pushed)" : " (not pushed" + (t.delivery.error ? ": " + t.delivery.error : "") + ")")), true) : null,
       fact("reason", t.reason || "—"),
       t.recoverable === null || t.recoverable === undefined ? null
         : fact("recoverable", t.recoverable ? "yes" : "no"),
