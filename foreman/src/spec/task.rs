@@ -113,6 +113,15 @@ impl TaskSpec {
             .unwrap_or_default();
         check_gates(path, &gates, &capabilities)?;
         let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
+        let on_subtask =
+            fm.breakpoint == Some(saheeli_protocol::front_matter::TaskBreakpoint::OnSubtask);
+        if on_subtask && delegate.is_none() {
+            bail!(
+                "{}: `breakpoint: on_subtask` pauses the task when its model spawns a child; \
+                 add `delegate: {{ max_children: N }}` or remove it",
+                path.display()
+            );
+        }
         let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
         let park_after = fm.park_after.map(|t| t.0).unwrap_or(d.park_after);
         check_human(path, human_timeout, park_after)?;
@@ -167,6 +176,7 @@ impl TaskSpec {
                 .unwrap_or(d.workspace_include_ignored),
             gates,
             pause_on_tool_error: pause_on.contains(&PauseOn::ToolError),
+            break_on_subtask: on_subtask,
             human_timeout_s: human_timeout.as_secs().max(1),
             park_after_ms: park_after.as_millis() as u64,
             no_human: d.no_human,
