@@ -205,12 +205,13 @@ ensure_swarm() {
   apt_install "${missing[@]}"
 }
 
-# Pinned: the gateway tests check that these clients parse its streams.
-SDKS="anthropic==2.14.0 openai==3.57.0"
+# Pinned: the gateway tests check that these clients parse its streams;
+# aiosmtpd is the SMTP server the email channel's test mails through.
+SDKS="anthropic==2.14.0 openai==3.57.0 aiosmtpd==1.4.6"
 
 ensure_sdk() {
   local venv=.venv-sdk
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import anthropic, openai' 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import anthropic, openai, aiosmtpd' 2>/dev/null; then
     return
   fi
   ensure_venv_support

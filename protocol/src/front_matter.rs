@@ -195,8 +195,14 @@ pub struct FrontMatter {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Notify {
-    /// `http://` or `https://`.
+    /// `http://` or `https://` (a webhook); stored as `mailto:ADDRESS` for
+    /// an `email` channel.
+    #[serde(default)]
     pub url: String,
+    /// An address the events are mailed to through config.yaml's `smtp:`
+    /// relay, instead of a `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
     /// `task.queued`, `task.started`, `task.waiting_human`, `task.paused`,
     /// `task.blocked`, `task.completed`, `task.incomplete`, `task.failed`,
     /// `task.cancelled`, `step.started`, `step.done`, or `all`.
@@ -219,6 +225,8 @@ pub enum NotifyFormat {
     Json,
     /// A Slack incoming-webhook message (`{"text": …}`).
     Slack,
+    /// A plain-text email (an `email:` channel).
+    Email,
 }
 
 /// Every event a webhook can ask for (`all` asks for each).

@@ -74,6 +74,8 @@ pub(crate) struct ConfigFile {
     // --- end long tasks ---
     /// Webhooks for every task's events (a prompt's `notify` adds more).
     pub notify: Vec<saheeli_protocol::front_matter::Notify>,
+    /// The relay `email:` channels are sent through.
+    pub smtp: Option<SmtpConfig>,
     /// A delivery still failing after this long is given up (marked dead).
     #[serde(deserialize_with = "parse_duration_value")]
     pub notify_max_age: Duration,
@@ -140,6 +142,56 @@ impl FileAccess {
             FileAccess::All => 0o755,
         }
     }
+}
+
+/// `smtp:`: the mail relay of `notify: [{ email: … }]` (issue 52). Its
+/// login, when it needs one, is `SAHEELI_SMTP_USERNAME` and
+/// `SAHEELI_SMTP_PASSWORD` (environment or .env), never in this file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SmtpConfig {
+    /// `host:port` of the relay.
+    pub relay: String,
+    /// The sender, `Saheeli <saheeli@example.com>` or an address.
+    pub from: String,
+    /// `starttls` (the default: required), `tls` (implicit, port 465) or
+    /// `none` (a relay on this host or a private network only).
+    #[serde(default)]
+    pub tls: SmtpTls,
+}
+
+impl SmtpConfig {
+    /// `relay` as host and port.
+    pub fn host_port(&self) -> Result<(String, u16), String> {
+        let bad = || format!("`smtp.relay` `{}` is not HOST:PORT", self.relay);
+        let (host, port) = self.relay.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok((host.trim_matches(['[', ']']).to_string(), port))
+    }
+
+    /// What is wrong with it, for the config's error.
+    pub fn problem(&self) -> Option<String> {
+        if let Err(e) = self.host_port() {
+            return Some(e);
+        }
+        self.from
+            .parse::<lettre::message::Mailbox>()
+            .err()
+            .map(|e| format!("`smtp.from` `{}` is not an address: {e}", self.from))
+    }
+}
+
+/// How the relay's connection is secured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SmtpTls {
+    #[default]
+    Starttls,
+    Tls,
+    None,
 }
 
 /// `backend:`: which engine runs the servos.
@@ -341,6 +393,7 @@ impl Default for ConfigFile {
             prices: BTreeMap::new(),
             windows: BTreeMap::new(),
             notify: Vec::new(),
+            smtp: None,
             notify_max_age: Duration::from_secs(24 * 3600),
             capabilities: BTreeMap::new(),
             allow: None,

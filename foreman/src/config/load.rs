@@ -116,6 +116,9 @@ impl Config {
                 path.display()
             );
         }
+        if let Some(why) = file.smtp.as_ref().and_then(|s| s.problem()) {
+            anyhow::bail!("{}: {why}", path.display());
+        }
         file.check_limits()
             .and_then(|()| file.check_pool())
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

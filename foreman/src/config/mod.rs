@@ -25,7 +25,7 @@ pub(crate) use defaults::{GateDefault, REQUEUE_BACKOFF, RETRYABLE, TaskDefaults}
 pub(crate) use file::HttpConfig;
 pub(crate) use file::{
     BackendKind, CapabilityConfig, Collection, ConfigFile, FileAccess, LlmConfig, Price,
-    ProviderConfig, ProviderKind, SwarmConfig,
+    ProviderConfig, ProviderKind, SmtpConfig, SmtpTls, SwarmConfig,
 };
 pub(crate) use limits::{DiskEnforcement, Limits};
 pub(crate) use load::{Config, SetKeys};

@@ -13,9 +13,16 @@
 //! v1=<hex HMAC-SHA256 of "<t>.<body>">` with the secret in
 //! `SAHEELI_WEBHOOK_SECRET` (see `body::sign`); `Saheeli-Event-Id` names the
 //! event, the same on every retry, so a receiver can drop repeats.
+//!
+//! An `email:` channel (`notify: [{ email: ADDRESS }]`) is a row like any
+//! other (`mailto:ADDRESS`), mailed through config.yaml's `smtp:` relay
+//! (`email`).
 
 mod body;
+mod email;
 mod sender;
+
+pub(crate) use email::Mailer;
 
 pub(crate) use body::{body, sign};
 pub(crate) use sender::run;

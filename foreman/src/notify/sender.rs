@@ -27,6 +27,7 @@ pub(crate) async fn run(
     database: PathBuf,
     max_age: Duration,
     owner: String,
+    mailer: Option<std::sync::Arc<super::Mailer>>,
     stop: CancellationToken,
 ) {
     let store = match tokio::task::spawn_blocking(move || Store::open(&database)).await {
@@ -78,8 +79,16 @@ pub(crate) async fn run(
         }
         for d in due {
             let (client, store, secret) = (client.clone(), store.clone(), secret.clone());
+            let mailer = mailer.clone();
             flying.spawn(async move {
-                let outcome = post(&client, &d, secret.as_deref()).await;
+                let outcome = if d.url.starts_with("mailto:") {
+                    match &mailer {
+                        Some(m) => m.send(&d).await,
+                        None => Err("no `smtp:` relay in config.yaml".to_string()),
+                    }
+                } else {
+                    post(&client, &d, secret.as_deref()).await
+                };
                 record(&store, &d, outcome, max_age).await;
             });
         }

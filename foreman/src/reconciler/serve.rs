@@ -82,10 +82,15 @@ pub(crate) async fn run(
     ));
     // Webhooks go out on their own, never holding the loop up.
     let sender_stop = CancellationToken::new();
+    let mailer = match &ctx.cfg.file.smtp {
+        Some(smtp) => Some(std::sync::Arc::new(crate::notify::Mailer::new(smtp)?)),
+        None => None,
+    };
     let sender = tokio::spawn(crate::notify::run(
         ctx.cfg.database(),
         ctx.cfg.file.notify_max_age,
         ctx.lease.owner.clone(),
+        mailer,
         sender_stop.clone(),
     ));
     // The warm pool (issue 28) refills beside the loop, paced by

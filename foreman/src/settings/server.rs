@@ -74,6 +74,9 @@ pub(super) const SERVER: &[Setting] = &[
         .default("24h")
         .doc("A webhook delivery still failing after this long is given up (marked dead).")
         .config("notify_max_age"),
+    Setting::new("smtp", "map")
+        .doc("The mail relay of `notify: [{ email: ADDRESS }]`: `relay` (HOST:PORT), `from`, `tls` (`starttls`, the default; `tls`; `none` for a relay on this host). Its login is `SAHEELI_SMTP_USERNAME` and `SAHEELI_SMTP_PASSWORD` (environment or .env).")
+        .config("smtp"),
     Setting::new("providers", "map")
         .default("{}")
         .doc("LLM servers by name (`kind`, `base_url`, `api_key_env`, `max_output_tokens`, `context_window`); a model `NAME/model` goes to NAME.")

@@ -263,7 +263,7 @@ pub(super) const TASK: &[Setting] = &[
         .shown(|s, _| json!(s.agent)),
     Setting::new("notify", "list of webhooks")
         .default("[]")
-        .doc("Webhooks (`url`, `events`, `format`); a prompt's are added to config.yaml's.")
+        .doc("Webhooks (`url`, `events`, `format`: `json` or `slack`) and email channels (`email`, `events`, through `smtp:`); a prompt's are added to config.yaml's.")
         .config("notify")
         .front(|f| f.notify.is_some())
         .shown(|s, _| json!(s.notify.iter().map(|n| &n.url).collect::<Vec<_>>())),

@@ -266,15 +266,49 @@ pub(super) fn check_human(
     Ok(())
 }
 
-/// Webhooks have http(s) URLs and name known events.
+/// Webhooks have http(s) URLs and name known events; an `email:`
+/// channel has one address, a relay in config.yaml's `smtp:`, and is kept
+/// as `url: mailto:ADDRESS`, `format: email`.
 pub(super) fn check_notify(
     path: &std::path::Path,
-    notify: &[saheeli_protocol::front_matter::Notify],
+    notify: &mut [saheeli_protocol::front_matter::Notify],
+    smtp: bool,
 ) -> anyhow::Result<()> {
-    use saheeli_protocol::front_matter::NOTIFY_EVENTS;
-    for n in notify {
-        let ok = reqwest::Url::parse(&n.url)
-            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    use saheeli_protocol::front_matter::{NOTIFY_EVENTS, NotifyFormat};
+    for n in notify.iter_mut() {
+        if let Some(email) = n.email.take() {
+            if !n.url.is_empty() {
+                anyhow::bail!(
+                    "{}: a `notify` entry has both `url` and `email`; give one",
+                    path.display()
+                );
+            }
+            if email.parse::<lettre::Address>().is_err() || email.len() > 254 {
+                anyhow::bail!(
+                    "{}: `notify` email `{}` is not an address (`ops@example.com`)",
+                    path.display(),
+                    crate::output::clean(&email)
+                );
+            }
+            if !smtp {
+                anyhow::bail!(
+                    "{}: `notify` email `{email}` needs a relay: add `smtp: {{ relay: HOST:PORT, from: ADDRESS }}` to config.yaml",
+                    path.display()
+                );
+            }
+            n.url = format!("mailto:{email}");
+            n.format = NotifyFormat::Email;
+        } else if n.url.starts_with("mailto:") && n.format == NotifyFormat::Email {
+            // Checked already (a retry's or a child's copy of the list).
+        } else if n.format == NotifyFormat::Email {
+            anyhow::bail!(
+                "{}: `format: email` goes with `email: ADDRESS`, not a `url`",
+                path.display()
+            );
+        }
+        let ok = n.format == NotifyFormat::Email
+            || reqwest::Url::parse(&n.url)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
         if !ok {
             anyhow::bail!(
                 "{}: `notify` url `{}` is not an http:// or https:// URL",

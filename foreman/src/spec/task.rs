@@ -127,7 +127,7 @@ impl TaskSpec {
         check_human(path, human_timeout, park_after)?;
         let mut notify = cfg.file.notify.clone();
         notify.extend(fm.notify.clone().unwrap_or_default());
-        check_notify(path, &notify)?;
+        check_notify(path, &mut notify, cfg.file.smtp.is_some())?;
         let title = title_of(path, fm.title, &body)?;
         let checks = Verification {
             verify: fm

@@ -911,11 +911,13 @@ mod outbox {
         sp.notify = vec![
             Notify {
                 url: "http://a/".into(),
+                email: None,
                 events: vec!["all".into()],
                 format: NotifyFormat::Json,
             },
             Notify {
                 url: "http://b/".into(),
+                email: None,
                 events: vec!["task.completed".into()],
                 format: NotifyFormat::Slack,
             },

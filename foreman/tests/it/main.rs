@@ -35,6 +35,7 @@ mod doctor;
 mod doors;
 mod dryrun;
 mod egress;
+mod email;
 mod ending_wins;
 mod eval;
 mod eval_browser;
