@@ -285,9 +285,8 @@ pub(super) fn check_notify(
             }
             if email.parse::<lettre::Address>().is_err() || email.len() > 254 {
                 anyhow::bail!(
-                    "{}: `notify` email `{}` is not an address (`ops@example.com`)",
-                    path.display(),
-                    crate::output::clean(&email)
+                    "{}: `notify` email {email:?} is not an address (`ops@example.com`)",
+                    path.display()
                 );
             }
             if !smtp {
