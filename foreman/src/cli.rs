@@ -258,6 +258,10 @@ pub(crate) struct PromptArgs {
     /// Higher runs first (default: the front-matter's `priority:`, else 0).
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i64>,
+    /// Run it as this kind of worker (config.yaml `agent_types:`): the type's agent, model,
+    /// image, budgets and tools are its defaults, under the front-matter's own.
+    #[arg(long, value_name = "NAME")]
+    pub agent_type: Option<String>,
     /// Accept a `workspace:` outside the prompt file's directory tree.
     #[arg(long)]
     pub allow_workspace_outside: bool,
@@ -276,10 +280,18 @@ pub(crate) struct PromptArgs {
 }
 
 impl PromptArgs {
+    /// `--param` with `--agent-type NAME` as `agent_type=NAME` last (it
+    /// wins over the front-matter's).
+    pub fn params(&self) -> Vec<String> {
+        let mut params = self.params.clone();
+        params.extend(self.agent_type.iter().map(|t| format!("agent_type={t}")));
+        params
+    }
+
     /// What a submit asks besides the prompt, as `ops` takes it.
     pub fn submit(&self) -> crate::ops::Submit {
         crate::ops::Submit {
-            params: self.params.clone(),
+            params: self.params(),
             priority: self.priority,
             allow_workspace_outside: self.allow_workspace_outside,
             no_human: self.no_human,

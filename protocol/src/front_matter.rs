@@ -150,6 +150,10 @@ pub struct FrontMatter {
     /// Who runs the task: `saheeli` (the built-in loop), `claude-code`,
     /// `codex`, `mini-swe-agent`, `aider`, or `{ command, api }`.
     pub agent: Option<crate::Agent>,
+    /// A kind of worker config.yaml's `agent_types:` names (issue 52): its
+    /// agent, model, image, budgets and tools are this task's defaults,
+    /// under what the front-matter itself sets.
+    pub agent_type: Option<String>,
     // --- issue 49: a benchmark's own tasks --------------------------------
     /// The task's own image (a local tag or id); the servo is added on
     /// top of it, once per image.

@@ -22,6 +22,8 @@ pub(crate) struct TaskView {
     pub model: String,
     /// Who ran it: `saheeli` (the built-in loop), `mini-swe-agent`, … (issue 25).
     pub agent: String,
+    /// The `agent_types:` entry it ran as (issue 52), if any.
+    pub agent_type: Option<String>,
     pub priority: i64,
     /// The task's `deadline:` (RFC 3339), when it has one.
     pub deadline: Option<String>,
@@ -237,6 +239,7 @@ impl TaskView {
             detail: t.detail.clone(),
             model: t.spec.model.clone(),
             agent: t.spec.agent.label(),
+            agent_type: t.spec.agent_type.clone(),
             priority: t.priority,
             deadline: t.spec.deadline_ms.map(time),
             steps: t.steps,

@@ -160,6 +160,9 @@ fn spend_lines(s: &mut String, t: &TaskRow, steps: &[StepStatus]) {
     if !t.spec.agent.is_builtin() {
         let _ = writeln!(s, "agent:     {}", clean(&t.spec.agent.label()));
     }
+    if let Some(kind) = &t.spec.agent_type {
+        let _ = writeln!(s, "type:      {}", clean(kind));
+    }
     let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
     if !steps.is_empty() {
         let _ = write!(s, "progress:  {}", super::steps_text(steps));

@@ -250,6 +250,11 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.agent.is_some())
         .param()
         .shown(|s, _| json!(s.agent)),
+    Setting::new("agent_type", "name")
+        .doc("A kind of worker config.yaml's `agent_types:` defines: its `agent`, `model`, `image`, budgets and tools are this task's defaults, under what the front-matter sets (also `--agent-type`); `pools:` may cap it.")
+        .front(|f| f.agent_type.is_some())
+        .param()
+        .shown(|s, _| json!(s.agent_type)),
     Setting::new("notify", "list of webhooks")
         .default("[]")
         .doc("Webhooks (`url`, `events`, `format`); a prompt's are added to config.yaml's.")

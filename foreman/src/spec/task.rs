@@ -61,6 +61,7 @@ impl TaskSpec {
     ) -> Result<TaskSpec, SpecError> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let (fm, body, parameters) = template(path, dir, text, params, asked)?;
+        let fm = super::agent_type::apply(cfg, path, fm)?;
         Ok(Self::merged(cfg, path, dir, fm, body, parameters)?)
     }
 
@@ -145,6 +146,7 @@ impl TaskSpec {
             title,
             prompt_path: path.display().to_string(),
             body,
+            provider_key: provider_key(cfg, &model, replay.is_some()), // before they move
             model,
             max_steps,
             max_tokens,
@@ -190,6 +192,7 @@ impl TaskSpec {
             cache: fm.cache.unwrap_or(d.cache),
             context,
             agent,
+            agent_type: fm.agent_type,
             deadline_ms,
             priority: fm.priority,
             retry_from: fm.retry_from.or(d.retry_from),
@@ -288,6 +291,18 @@ impl TaskSpec {
             cache: self.cache,
         }
     }
+}
+
+/// The variable the key of `model`'s provider is read from (none for a
+/// replay: no provider is called).
+fn provider_key(cfg: &Config, model: &str, replay: bool) -> Option<String> {
+    if replay {
+        return None;
+    }
+    crate::config::Providers::from_config(cfg)
+        .route(model)
+        .provider
+        .key_env
 }
 
 /// A task's container: `resources:` and `network:` over config.yaml's

@@ -71,6 +71,8 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         solution: None,
         setup: Vec::new(),
         setup_plan: Default::default(),
+        agent_type: None,
+        provider_key: None,
     }
 }
 

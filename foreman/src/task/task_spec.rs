@@ -139,6 +139,13 @@ pub(crate) struct TaskSpec {
     /// Who runs the task (issue 25; `agent`).
     #[serde(default)]
     pub agent: saheeli_protocol::Agent,
+    /// The `agent_types:` entry its defaults came from (issue 52).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_type: Option<String>,
+    /// The variable its model's provider key is read from
+    /// (`OPENAI_API_KEY`; None: no key, e.g. a replay), for `pools:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_key: Option<String>,
     /// `deadline:`, Unix milliseconds: the task ends `timeout` by then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,

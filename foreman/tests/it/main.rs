@@ -60,6 +60,7 @@ mod metrics;
 mod openai;
 mod output;
 mod pool;
+mod pools;
 mod privsep;
 mod rate_limits;
 mod replay;

@@ -105,7 +105,11 @@ async function foremanLine() {
   if (!span) return;
   try {
     const f = await api("GET", "/api/foreman");
-    span.textContent = f.pool_idle === null ? "" : "pool: " + f.pool_idle + " warm idle";
+    const parts = f.pool_idle === null ? [] : ["pool: " + f.pool_idle + " warm idle"];
+    // `pools:` (issue 52): running/max per pool, and what waits for it.
+    for (const p of f.pools || [])
+      parts.push(p.pool + " " + p.running + "/" + p.max + (p.queued ? " (" + p.queued + " queued)" : ""));
+    span.textContent = parts.join(" · ");
     span.title = f.line || "no foreman serving";
   } catch (e) { span.textContent = ""; }
 }
