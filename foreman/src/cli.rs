@@ -240,6 +240,10 @@ pub(crate) struct ApproveArgs {
     /// A note the model reads with the approval.
     #[arg(long)]
     pub note: Option<String>,
+    /// Approve as NAME, recorded as who approved (default: your user name); a step's
+    /// `approve: { from: [...] }` counts only those it names.
+    #[arg(long = "as", value_name = "NAME")]
+    pub as_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -248,6 +252,10 @@ pub(crate) struct DenyArgs {
     /// Why: the model is told (for a plan, it is the feedback it replans with).
     #[arg(long)]
     pub reason: String,
+    /// Deny as NAME (default: your user name); a step's `approve: { from: [...] }` counts
+    /// only those it names.
+    #[arg(long = "as", value_name = "NAME")]
+    pub as_name: Option<String>,
 }
 
 #[derive(Debug, Default, Args)]

@@ -60,6 +60,9 @@ pub(crate) struct TaskView {
     /// `{"kind": "plan", "plan"}` or `{"kind": "blocked", "reason",
     /// "needed"}`; null otherwise.
     pub waiting_for: Option<saheeli_protocol::human::Waiting>,
+    /// Waiting on a step's approval that names its approvers or a
+    /// message: who may decide, and the message (issue 52).
+    pub approval: Option<String>,
     /// A pause was asked for (the task is `paused`, or will be before its
     /// next LLM call).
     pub pause_requested: bool,
@@ -262,6 +265,7 @@ impl TaskView {
             container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
             cancel_requested: t.cancel_requested,
             waiting_for: t.waiting_for.clone(),
+            approval: t.approval_asked(),
             pause_requested: t.pause_requested,
             parked: t.parked,
             rate_limited: t.rate_limited(now_ms()),

@@ -133,6 +133,9 @@ fn state_lines(s: &mut String, t: &TaskRow) {
     }
     if let Some(w) = &t.waiting_for {
         let _ = writeln!(s, "waiting:   {}", clean(&waiting_line(w)));
+        if let Some(asked) = t.approval_asked() {
+            let _ = writeln!(s, "           {}", clean(&asked));
+        }
         let _ = writeln!(s, "           {}", clean(&how_to_reply(t.id, w)));
     }
     if t.rate_limited(now_ms()) {

@@ -359,6 +359,6 @@ pub(super) const TASK: &[Setting] = &[
         .doc("A template's declared parameters; `{{ name }}` in the prompt is replaced by the value (`--param name=…`).")
         .front(|f| !f.parameters.is_empty()),
     Setting::new("steps", "list")
-        .doc("A template's checklist (`name`, `description`, `done_when` as text or `{ verify: COMMAND }`, `approve`, `breakpoint`), ticked off with `step_start` and `step_done`.")
+        .doc("A template's checklist (`name`, `description`, `done_when` as text or `{ verify: COMMAND }`, `approve`: `true` or `{ from: [NAME], message }`, `breakpoint`), ticked off with `step_start` and `step_done`.")
         .front(|f| !f.steps.is_empty()),
 ];

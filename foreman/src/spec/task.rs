@@ -259,7 +259,15 @@ impl TaskSpec {
             tools: self.tools.clone(),
             capabilities: self.capabilities.clone(),
             delegate: self.delegate,
-            steps: self.steps.clone(),
+            // Who may approve a step is the foreman's to check.
+            steps: self
+                .steps
+                .iter()
+                .map(|s| saheeli_protocol::template::Step {
+                    approve: s.approve.for_servo(),
+                    ..s.clone()
+                })
+                .collect(),
             verify: self.verifies(),
             replay: self.replay.clone(),
             context: self.context,

@@ -72,6 +72,14 @@ pub(crate) struct TaskRow {
 }
 
 impl TaskRow {
+    /// Waiting on a step's approval that names who decides or a message
+    /// (issue 52): that, for people asked.
+    pub fn approval_asked(&self) -> Option<String> {
+        let w = self.waiting_for.as_ref()?;
+        let (step, a) = crate::task::step_approval(&self.spec.steps, w)?;
+        Some(crate::task::asked_line(step, a))
+    }
+
     /// A call of this running task waits for its turn in the provider's
     /// rate limit (`waiting for provider rate limit`).
     pub fn rate_limited(&self, now_ms: i64) -> bool {

@@ -1011,7 +1011,10 @@ fn a_step_done_reaching_a_step_first_meets_its_gate_and_its_breakpoint() {
     sp.steps = vec![
         Step {
             name: "a".into(),
-            approve: true,
+            approve: saheeli_protocol::template::StepApproval {
+                required: true,
+                ..Default::default()
+            },
             ..Step::default()
         },
         Step {

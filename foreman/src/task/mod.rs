@@ -4,12 +4,14 @@
 //! (which keeps it as JSON) and `spec/` (which builds it from a prompt,
 //! config.yaml and `--param`, and re-exports it).
 
+mod approvers;
 mod chain;
 pub(crate) mod egress;
 mod params;
 mod setup_plan;
 mod task_spec;
 
+pub(crate) use approvers::{asked_line, is_step_gate, step_approval};
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
 pub(crate) use params::{ParamSource, ParamValue};

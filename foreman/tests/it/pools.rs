@@ -279,3 +279,65 @@ fn issue_52_a_bad_pool_is_refused_naming_the_entry() {
         );
     }
 }
+
+/// Named approvers (issue 52): a step's `approve: { from, message }` is
+/// decided by one of those named only (the CLI's `--as`), who is recorded;
+/// the message is shown where the approval is asked.
+#[test]
+fn issue_52_only_a_named_approver_decides_a_step() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "ship.json",
+        &crate::util::script(&[
+            ("step_start", json!({"name": "ship"})),
+            ("step_done", json!({"name": "ship", "evidence": "shipped"})),
+            ("task_complete", json!({"message": "shipped"})),
+        ]),
+    );
+    s.write(
+        "ship.md",
+        "---\nmodel: replay:ship.json\npark_after: 60s\nsteps:\n\
+         \x20 - { name: ship, approve: { from: [alice, ops], message: Check the release notes first } }\n\
+         ---\nShip it.\n",
+    );
+    let id = s.submit("ship.md");
+    let serve = crate::human::Serve::start(&s, &["-j", "1"]);
+    let t = crate::human::until(&s, &id, &serve, "the step's approval", |t| {
+        t["state"] == "waiting_human"
+    });
+    assert_eq!(t["waiting_for"]["tool"], "step_start", "{t:#}");
+    let asked = "step `ship`: only alice, ops may approve or deny: Check the release notes first";
+    assert_eq!(t["approval"], asked, "{t:#}");
+    let text = s.expect(&["task", "status", &id], 0);
+    assert!(text.contains(asked), "{text}");
+
+    // Not named: refused, nothing recorded, the task still waits.
+    for args in [
+        vec!["task", "approve", &id],
+        vec!["task", "approve", &id, "--as", "bob"],
+        vec!["task", "deny", &id, "--reason", "no", "--as", "mallory"],
+    ] {
+        let err = s.expect_err(&args, 2);
+        assert!(
+            err.contains("may not decide step `ship`")
+                && err.contains("only alice, ops may approve or deny it"),
+            "{args:?}: {err}"
+        );
+    }
+    let t = s.task(&id);
+    assert_eq!(t["state"], "waiting_human", "{t:#}");
+
+    // Named: it counts, and who approved is recorded.
+    s.expect(&["task", "approve", &id, "--as", "ops"], 0);
+    let t = crate::human::until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
+    let approved: Vec<&serde_json::Value> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "approved")
+        .collect();
+    assert_eq!(approved.len(), 1, "{t:#}");
+    assert_eq!(approved[0]["by"], "ops", "{t:#}");
+    assert_eq!(t["approval"], serde_json::Value::Null);
+}

@@ -435,6 +435,7 @@ function taskView(main, id) {
         ? el("p", { class: "question", id: "question" }, "The " + w.phase + " phase wants ",
           el("code", {}, w.host + ":" + w.port), ". Approve it for the rest of the task?")
         : el("div", {}, el("p", { class: "question" }, "Run ", el("code", {}, w.tool), "?"),
+          t.approval ? el("p", { id: "approval-asked" }, t.approval) : null,
           el("pre", { class: "args", id: "arguments" }, w.arguments));
     waiting.replaceChildren(el("h2", {}, w.kind === "plan" ? "Review the plan"
       : w.kind === "egress" ? "Egress approval needed" : "Approval needed"),
