@@ -149,6 +149,18 @@ fn issue_52_pools_cap_their_tasks_while_other_work_proceeds() {
         "the model's pool filled: {slots:#?}"
     );
     let most = most_at_once(&slots, &all);
+    let span = |ids: &[&String]| {
+        let first = ids.iter().map(|i| slots[*i].0).min().unwrap();
+        let last = ids.iter().map(|i| slots[*i].1).max().unwrap();
+        last - first
+    };
+    eprintln!(
+        "at once: type a {}, model m {}, all {most}; type a's 3 tasks over {} ms, all 9 over {} ms",
+        most_at_once(&slots, &a_ids),
+        most_at_once(&slots, &m_ids),
+        span(&a_ids),
+        span(&all)
+    );
     assert!((3..=4).contains(&most), "{most} at once: {slots:#?}");
     // No head-of-line blocking: the tasks behind the type's waiting ones
     // started while those still waited.
@@ -340,4 +352,53 @@ fn issue_52_only_a_named_approver_decides_a_step() {
     assert_eq!(approved.len(), 1, "{t:#}");
     assert_eq!(approved[0]["by"], "ops", "{t:#}");
     assert_eq!(t["approval"], serde_json::Value::Null);
+}
+
+/// The HTTP API: a submit's `agent_type`, an unknown one refused, and the
+/// pools the dashboard's header shows (`GET /api/foreman`).
+#[test]
+fn issue_52_the_api_submits_by_agent_type_and_shows_the_pools() {
+    use crate::web::{WebServe, get, post, until_api};
+    require_docker();
+    let s = Saheeli::with_config(
+        "agent_types:\n  r: { model: replay:done.json, max_steps: 4 }\n\
+         pools:\n  - { agent_type: r, max: 1 }\n",
+    );
+    s.write(
+        "done.json",
+        &crate::util::script(&[("task_complete", json!({"message": "done"}))]),
+    );
+    let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "2"]);
+    let pools = |w: &WebServe| get(&w.addr, "/api/foreman").json()["pools"].clone();
+    assert_eq!(
+        pools(&w),
+        json!([{"pool": "agent_type=r", "max": 1, "running": 0, "queued": 0}])
+    );
+
+    let r = post(
+        &w.addr,
+        "/api/tasks",
+        json!({"prompt": "Do it.\n", "agent_type": "nope"}),
+    );
+    let e = r.error(400, "bad_input");
+    assert!(
+        e.contains("`agent_type` `nope` is not defined") && e.contains("(known: r)"),
+        "{e}"
+    );
+
+    let r = post(
+        &w.addr,
+        "/api/tasks",
+        json!({"prompt": "Do it.\n", "agent_type": "r"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["task"]["agent_type"], "r", "{v:#}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let t = until_api(&w, &id, "complete", |t| t["state"] == "complete");
+    assert_eq!(t["agent_type"], "r");
+    assert_eq!(
+        pools(&w),
+        json!([{"pool": "agent_type=r", "max": 1, "running": 0, "queued": 0}])
+    );
 }
