@@ -18,10 +18,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 mod bench;
+mod named;
 mod setup;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
+pub use named::NamedGates;
 pub use setup::Setup;
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
@@ -263,12 +265,14 @@ impl<'de> Deserialize<'de> for Commands {
     }
 }
 
-/// `approve:` as a list of tools or a map of tool to a regular expression.
+/// `approve:` as a list of tools or a map of tool to a regular expression,
+/// or with named approvers and a message (issue 52).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Approve {
     Tools(Vec<String>),
     Matching(BTreeMap<String, String>),
+    Named(NamedGates),
 }
 
 /// Either shape, with an error that shows both (serde's untagged enums
@@ -298,11 +302,14 @@ impl<'de> Deserialize<'de> for Approve {
                 self,
                 mut map: A,
             ) -> Result<Approve, A::Error> {
-                let mut out = BTreeMap::new();
-                while let Some((tool, pattern)) = map.next_entry::<String, String>()? {
-                    out.insert(tool, pattern);
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, named::Value>()? {
+                    entries.push(entry);
                 }
-                Ok(Approve::Matching(out))
+                match named::read(entries).map_err(serde::de::Error::custom)? {
+                    (g, true) => Ok(Approve::Named(g)),
+                    (g, false) => Ok(Approve::Matching(g.matching)),
+                }
             }
         }
         d.deserialize_any(V)
@@ -327,6 +334,20 @@ impl Approve {
                     pattern: Some(p.clone()),
                 })
                 .collect(),
+            Approve::Named(g) => {
+                let mut gates = Approve::Tools(g.tools.clone()).gates();
+                gates.extend(Approve::Matching(g.matching.clone()).gates());
+                gates
+            }
+        }
+    }
+
+    /// Who may decide these gates and what they are shown (issue 52);
+    /// None: anyone, no message.
+    pub fn named(&self) -> Option<&NamedGates> {
+        match self {
+            Approve::Named(g) => Some(g),
+            _ => None,
         }
     }
 }

@@ -168,7 +168,7 @@ pub(super) const TASK: &[Setting] = &[
         .config("task.max_output_bytes")
         .shown(|s, _| json!(s.max_output_bytes)),
     Setting::new("approve", "list or map")
-        .doc("Approval gates: `[execute_shell]`, `{execute_shell: \"regex\"}`, or `[plan]`.")
+        .doc("Approval gates: `[execute_shell]`, `{execute_shell: \"regex\"}`, or `[plan]`; `{ tools: [execute_shell], from: [ops], message: \"…\" }`: only those named decide, shown the message.")
         .config("task.approve")
         .front(|f| f.approve.is_some())
         .shown(|s, _| json!(s.gates)),

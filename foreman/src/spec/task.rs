@@ -111,12 +111,7 @@ impl TaskSpec {
         let delegate = fm.delegate;
         check_delegate(path, delegate.as_ref())?;
         check_delegate_backend(cfg, path, delegate.as_ref())?;
-        let gates = fm
-            .approve
-            .as_ref()
-            .or(d.approve.as_ref())
-            .map(|a| a.gates())
-            .unwrap_or_default();
+        let (gates, gate_approval) = gates_of(fm.approve.as_ref().or(d.approve.as_ref()));
         check_gates(path, &gates, &capabilities)?;
         let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
         let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
@@ -193,6 +188,7 @@ impl TaskSpec {
             context,
             agent,
             agent_type: fm.agent_type,
+            gate_approval,
             deadline_ms,
             priority: fm.priority,
             retry_from: fm.retry_from.or(d.retry_from),
@@ -299,6 +295,24 @@ impl TaskSpec {
             cache: self.cache,
         }
     }
+}
+
+/// `approve:`'s gates, and who may decide them with what message (issue 52).
+fn gates_of(
+    approve: Option<&saheeli_protocol::front_matter::Approve>,
+) -> (
+    Vec<saheeli_protocol::human::Gate>,
+    saheeli_protocol::template::StepApproval,
+) {
+    let Some(a) = approve else {
+        return Default::default();
+    };
+    let named = a.named().map(|g| saheeli_protocol::template::StepApproval {
+        required: true,
+        from: g.from.clone(),
+        message: g.message.clone(),
+    });
+    (a.gates(), named.unwrap_or_default())
 }
 
 /// The variable the key of `model`'s provider is read from (none for a

@@ -79,12 +79,12 @@ pub(crate) enum DeskError {
         command: &'static str,
     },
     #[error(
-        "`{by}` may not decide step `{step}` of task `{id}`: only {from} may approve or deny \
-         it; one of them decides (`saheeli task approve {id} --as NAME`)"
+        "`{by}` may not decide {what} of task `{id}`: only {from} may approve or deny it; \
+         one of them decides (`saheeli task approve {id} --as NAME`)"
     )]
     NotAnApprover {
         id: TaskId,
-        step: String,
+        what: String,
         by: String,
         from: String,
     },
@@ -108,15 +108,15 @@ impl From<rusqlite::Error> for DeskError {
     }
 }
 
-/// A step's approval naming its approvers (issue 52) is decided by one
-/// of them only.
+/// An approval naming its approvers (a step's, the tool gates'; issue
+/// 52) is decided by one of them only.
 fn approver_check(
     tx: &rusqlite::Transaction<'_>,
     id: TaskId,
     waiting: &Waiting,
     by: &str,
 ) -> std::result::Result<(), DeskError> {
-    if !crate::task::is_step_gate(waiting) {
+    if !matches!(waiting, Waiting::Approval { .. }) {
         return Ok(());
     }
     let spec: crate::task::TaskSpec = tx.query_row(
@@ -129,10 +129,10 @@ fn approver_check(
             })
         },
     )?;
-    match crate::task::step_approval(&spec.steps, waiting) {
-        Some((step, a)) if !a.allows(by) => Err(DeskError::NotAnApprover {
+    match crate::task::approval_for(&spec.steps, &spec.gate_approval, waiting) {
+        Some((what, a)) if !a.allows(by) => Err(DeskError::NotAnApprover {
             id,
-            step: step.to_string(),
+            what,
             by: by.to_string(),
             from: a.from.join(", "),
         }),

@@ -73,6 +73,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         setup_plan: Default::default(),
         agent_type: None,
         provider_key: None,
+        gate_approval: Default::default(),
     }
 }
 

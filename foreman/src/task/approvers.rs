@@ -1,43 +1,41 @@
-//! Named approvers (issue 52): which step a waiting approval is for, and
-//! who may decide it (`approve: { from: [...], message: ... }`).
+//! Named approvers (issue 52): which step or gated tool a waiting
+//! approval is for, and who may decide it (a step's `approve: { from,
+//! message }`, or the gates' `approve: { tools, from, message }`).
 
 use saheeli_protocol::human::Waiting;
 use saheeli_protocol::template::{Step, StepApproval};
 
-/// The step an approval waits on (`step_start` or `step_done` naming a
-/// gated step) with its `approve:`, if it names approvers or a message.
-pub(crate) fn step_approval<'a>(
+/// What an approval waits on (`step `ship``, `the `execute_shell` call`)
+/// and its approval, when that names approvers or a message: a gated
+/// step's (`step_start` or `step_done` naming it), else the tool gates'
+/// (`gates`).
+pub(crate) fn approval_for<'a>(
     steps: &'a [Step],
+    gates: &'a StepApproval,
     waiting: &Waiting,
-) -> Option<(&'a str, &'a StepApproval)> {
+) -> Option<(String, &'a StepApproval)> {
     let Waiting::Approval { tool, arguments } = waiting else {
         return None;
     };
-    if tool != "step_start" && tool != "step_done" {
-        return None;
+    let named = |a: &StepApproval| a.required && (!a.from.is_empty() || a.message.is_some());
+    if tool == "step_start" || tool == "step_done" {
+        let args: serde_json::Value = serde_json::from_str(arguments).ok()?;
+        let name = args.get("name")?.as_str()?;
+        return steps
+            .iter()
+            .find(|s| s.name == name && s.approve.required)
+            .filter(|s| named(&s.approve))
+            .map(|s| (format!("step `{}`", s.name), &s.approve));
     }
-    let args: serde_json::Value = serde_json::from_str(arguments).ok()?;
-    let name = args.get("name")?.as_str()?;
-    steps
-        .iter()
-        .find(|s| s.name == name && s.approve.required)
-        .filter(|s| !s.approve.from.is_empty() || s.approve.message.is_some())
-        .map(|s| (s.name.as_str(), &s.approve))
+    named(gates).then(|| (format!("the `{tool}` call"), gates))
 }
 
-/// Whether a waiting approval is a step's (worth reading the spec for).
-pub(crate) fn is_step_gate(waiting: &Waiting) -> bool {
-    matches!(waiting, Waiting::Approval { tool, .. } if tool == "step_start" || tool == "step_done")
-}
-
-/// `only alice, ops may approve: "Check the plan"`, for people asked.
-pub(crate) fn asked_line(step: &str, a: &StepApproval) -> String {
+/// `step `ship`: only alice, ops may approve or deny: Check the plan`,
+/// for people asked.
+pub(crate) fn asked_line(what: &str, a: &StepApproval) -> String {
     let who = match a.from.as_slice() {
-        [] => format!("step `{step}` needs an approval"),
-        from => format!(
-            "step `{step}`: only {} may approve or deny",
-            from.join(", ")
-        ),
+        [] => format!("{what} needs an approval"),
+        from => format!("{what}: only {} may approve or deny", from.join(", ")),
     };
     match &a.message {
         Some(m) => format!("{who}: {m}"),
@@ -66,27 +64,38 @@ mod tests {
     }
 
     #[test]
-    fn the_step_an_approval_is_for_names_who_decides() {
-        let steps = steps();
-        let (step, a) = step_approval(&steps, &asking("step_start", "ship")).unwrap();
-        assert_eq!(step, "ship");
+    fn the_step_or_gate_an_approval_is_for_names_who_decides() {
+        let (steps, none) = (steps(), StepApproval::default());
+        let (what, a) = approval_for(&steps, &none, &asking("step_start", "ship")).unwrap();
+        assert_eq!(what, "step `ship`");
         assert!(a.allows("alice") && a.allows("ops") && !a.allows("bob"));
         assert_eq!(
-            asked_line(step, a),
+            asked_line(&what, a),
             "step `ship`: only alice, ops may approve or deny: Check the diff"
         );
-        assert!(step_approval(&steps, &asking("step_done", "ship")).is_some());
-        let (step, a) = step_approval(&steps, &asking("step_done", "note")).unwrap();
+        assert!(approval_for(&steps, &none, &asking("step_done", "ship")).is_some());
+        let (what, a) = approval_for(&steps, &none, &asking("step_done", "note")).unwrap();
         assert!(a.allows("anyone"));
         assert_eq!(
-            asked_line(step, a),
+            asked_line(&what, a),
             "step `note` needs an approval: Read me"
         );
-        // Anyone decides a plain gate; other tools are not steps.
-        assert!(step_approval(&steps, &asking("step_start", "plan")).is_none());
-        assert!(step_approval(&steps, &asking("execute_shell", "ship")).is_none());
-        assert!(step_approval(&steps, &asking("step_start", "nope")).is_none());
-        assert!(is_step_gate(&asking("step_done", "x")));
-        assert!(!is_step_gate(&asking("execute_shell", "x")));
+        // Anyone decides a plain gate, a step that is not one, or an
+        // unknown step; a tool's gate follows `gates`.
+        assert!(approval_for(&steps, &none, &asking("step_start", "plan")).is_none());
+        assert!(approval_for(&steps, &none, &asking("step_start", "nope")).is_none());
+        assert!(approval_for(&steps, &none, &asking("execute_shell", "x")).is_none());
+        let gates = StepApproval {
+            required: true,
+            from: vec!["ops".into()],
+            message: None,
+        };
+        let (what, a) = approval_for(&steps, &gates, &asking("execute_shell", "x")).unwrap();
+        assert_eq!(
+            asked_line(&what, a),
+            "the `execute_shell` call: only ops may approve or deny"
+        );
+        // A step's own `approve` wins over the gates'.
+        assert!(approval_for(&steps, &gates, &asking("step_start", "plan")).is_none());
     }
 }

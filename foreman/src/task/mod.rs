@@ -11,7 +11,7 @@ mod params;
 mod setup_plan;
 mod task_spec;
 
-pub(crate) use approvers::{asked_line, is_step_gate, step_approval};
+pub(crate) use approvers::{approval_for, asked_line};
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
 pub(crate) use params::{ParamSource, ParamValue};

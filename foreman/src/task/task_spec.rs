@@ -139,6 +139,13 @@ pub(crate) struct TaskSpec {
     /// Who runs the task (issue 25; `agent`).
     #[serde(default)]
     pub agent: saheeli_protocol::Agent,
+    /// Who may decide its tool gates' approvals, and their message
+    /// (`approve: { tools, from, message }`, issue 52); off: anyone.
+    #[serde(
+        default,
+        skip_serializing_if = "saheeli_protocol::template::StepApproval::is_off"
+    )]
+    pub gate_approval: saheeli_protocol::template::StepApproval,
     /// The `agent_types:` entry its defaults came from (issue 52).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_type: Option<String>,

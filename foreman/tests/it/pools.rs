@@ -352,6 +352,45 @@ fn issue_52_only_a_named_approver_decides_a_step() {
     assert_eq!(approved.len(), 1, "{t:#}");
     assert_eq!(approved[0]["by"], "ops", "{t:#}");
     assert_eq!(t["approval"], serde_json::Value::Null);
+
+    // A tool gate's approvers: `approve: { tools, from, message }`.
+    s.write(
+        "shell.json",
+        &crate::util::script(&[
+            ("execute_shell", json!({"command": "echo gated"})),
+            ("task_complete", json!({"message": "ran it"})),
+        ]),
+    );
+    s.write(
+        "shell.md",
+        "---\nmodel: replay:shell.json\npark_after: 60s\n\
+         approve: { tools: [execute_shell], from: [ops], message: Shell calls need ops }\n\
+         ---\nRun it.\n",
+    );
+    let id = s.submit("shell.md");
+    let t = crate::human::until(&s, &id, &serve, "the gate", |t| {
+        t["state"] == "waiting_human"
+    });
+    assert_eq!(
+        t["approval"],
+        "the `execute_shell` call: only ops may approve or deny: Shell calls need ops",
+        "{t:#}"
+    );
+    let err = s.expect_err(&["task", "approve", &id, "--as", "alice"], 2);
+    assert!(
+        err.contains("`alice` may not decide the `execute_shell` call") && err.contains("only ops"),
+        "{err}"
+    );
+    s.expect(&["task", "approve", &id, "--as", "ops"], 0);
+    let t = crate::human::until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
+    let by: Vec<&serde_json::Value> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "approved")
+        .map(|e| &e["by"])
+        .collect();
+    assert_eq!(by, [&json!("ops")], "{t:#}");
 }
 
 /// The HTTP API: a submit's `agent_type`, an unknown one refused, and the
