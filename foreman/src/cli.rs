@@ -6,11 +6,13 @@ use clap::{Args, Parser, Subcommand};
 
 mod cache;
 mod eval;
+mod fork;
 
 pub(crate) use cache::CacheCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
+pub(crate) use fork::{FollowUpArgs, ForkArgs};
 
 /// Run coding agents at scale, safely: each task in its own hardened servo container.
 #[derive(Debug, Parser)]
@@ -110,6 +112,9 @@ pub(crate) struct DoctorArgs {
     /// The model to try on the provider it goes to (repeatable; default: config's `model`, else the first the server lists).
     #[arg(long, value_name = "MODEL")]
     pub model: Vec<String>,
+    /// Print only the engines' capability table (what `backend: docker` and `backend: swarm` can run), calling no provider.
+    #[arg(long)]
+    pub capabilities: bool,
 }
 
 /// `saheeli eval SUITE.yaml`, `eval --resume RUN_ID`, `eval compare`, `eval list`.
@@ -202,6 +207,10 @@ pub(crate) enum TaskCommand {
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
     Retry(RetryArgs),
+    /// New tasks going on from an ended task's conversation and workspace (another model, a note).
+    Fork(ForkArgs),
+    /// Review feedback on a delivered branch: a new task on the branch's head that delivers to it.
+    FollowUp(FollowUpArgs),
     /// Answer the question a task waits on (its `ask_user` call).
     Answer(TextArgs),
     /// Approve the tool call or plan a task waits on.
@@ -217,7 +226,7 @@ pub(crate) enum TaskCommand {
     /// Set or clear a breakpoint before or after one of a task's template steps.
     Breakpoint(BreakpointArgs),
     /// Step through: go on until the next template step ends, then pause.
-    Step(IdArgs),
+    Step(StepArgs),
     /// Mark a template step done or skipped by hand; the model is told, who and why are recorded.
     StepOverride(StepOverrideArgs),
     /// Follow a task live and steer it from the terminal (answer, approve, deny, inject, pause, resume, cancel).
@@ -419,13 +428,13 @@ pub(crate) enum TrajectoryFormat {
 }
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("position").required(true).args(["before", "after"])))]
+#[command(group(clap::ArgGroup::new("position").args(["before", "after"])))]
 pub(crate) struct BreakpointArgs {
     /// A task that has not ended.
     pub id: String,
-    /// The template step's name (as `task status ID` lists them).
+    /// The template step's name (as `task status ID` lists them); without it, `--clear` clears every breakpoint.
     #[arg(long)]
-    pub step: String,
+    pub step: Option<String>,
     /// Pause once the step has started, before its work.
     #[arg(long)]
     pub before: bool,
@@ -435,6 +444,15 @@ pub(crate) struct BreakpointArgs {
     /// Clear the breakpoint (the template's too) instead of setting it.
     #[arg(long)]
     pub clear: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StepArgs {
+    /// A task with template steps that has not ended.
+    pub id: String,
+    /// Print the next step (what it is, what makes it done, what holds it) and a token estimate; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

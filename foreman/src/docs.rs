@@ -73,6 +73,10 @@ fn docs_are_current() {
             "reference/settings.md",
             crate::settings::reference::markdown(),
         ),
+        (
+            "reference/engines.md",
+            crate::backend::capabilities::page_markdown(),
+        ),
     ];
     let update = std::env::var_os("UPDATE_DOCS").is_some();
     let mut stale = Vec::new();

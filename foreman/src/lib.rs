@@ -125,6 +125,7 @@ mod egress;
 mod eval;
 mod events;
 mod fault;
+mod git;
 mod inputs;
 mod listen;
 mod llm;
@@ -264,6 +265,8 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Trajectory(a) => commands::trajectory(&cfg, a).await,
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
+            TaskCommand::Fork(a) => commands::fork(&cfg, a).await,
+            TaskCommand::FollowUp(a) => commands::follow_up(&cfg, a).await,
             TaskCommand::Answer(a) => commands::answer(&cfg, a).await,
             TaskCommand::Approve(a) => commands::approve(&cfg, a).await,
             TaskCommand::Deny(a) => commands::deny(&cfg, a).await,

@@ -18,11 +18,13 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 mod bench;
+mod git;
 mod named;
 mod setup;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
+pub use git::{Deliver, DeliverOn, GitSource, Workspace};
 pub use named::NamedGates;
 pub use setup::Setup;
 
@@ -60,8 +62,11 @@ pub struct FrontMatter {
     pub deadline: Option<Deadline>,
     /// Higher runs first (as `--priority`, which wins over it).
     pub priority: Option<i64>,
-    /// A host directory (relative to the prompt file) copied into /workspace.
-    pub workspace: Option<PathBuf>,
+    /// A host directory (relative to the prompt file) copied into
+    /// /workspace, or a Git repository at a ref (`{ git, ref, depth }`).
+    pub workspace: Option<Workspace>,
+    /// Commit the changes on a branch and push it (`{ branch, push, on }`).
+    pub deliver: Option<Deliver>,
     /// Copy what `.gitignore` names into /workspace too (`.env*` and what
     /// `.saheeliignore` names never are).
     pub workspace_include_ignored: Option<bool>,

@@ -69,6 +69,9 @@ pub enum Reason {
     /// A `setup:` (or `maintenance:`) command failed before the agent
     /// started (issue 50); its output is in the report.
     SetupFailed,
+    /// The task needs an engine capability the engine that was to run it
+    /// lacks (issue 53): refused before launch, never started.
+    Unsupported,
 }
 
 impl Reason {
@@ -100,6 +103,7 @@ impl Reason {
         "agent_failed",
         "limited",
         "setup_failed",
+        "unsupported",
     ];
 
     /// The machine-readable word (`exit` for every [`Reason::Exit`]).
@@ -131,6 +135,7 @@ impl Reason {
             Reason::AgentFailed => "agent_failed",
             Reason::Limited => "limited",
             Reason::SetupFailed => "setup_failed",
+            Reason::Unsupported => "unsupported",
         }
     }
 
@@ -148,6 +153,7 @@ impl Reason {
                 | Reason::ResultsTooLarge
                 | Reason::Limited
                 | Reason::SetupFailed
+                | Reason::Unsupported
         )
     }
 }
@@ -207,6 +213,7 @@ impl FromStr for Reason {
             "agent_failed" => Reason::AgentFailed,
             "limited" => Reason::Limited,
             "setup_failed" => Reason::SetupFailed,
+            "unsupported" => Reason::Unsupported,
             _ => return Err(UnknownReason(s.to_string())),
         };
         Ok(r)

@@ -17,6 +17,9 @@ pub(crate) struct Fake {
     script: Arc<Mutex<Script>>,
     /// A handle that connects only when used (never, in these tests).
     docker: bollard::Docker,
+    /// The engine whose capabilities it declares (this host's unless
+    /// [`Fake::declaring`] says otherwise).
+    kind: crate::config::BackendKind,
 }
 
 struct Script {
@@ -26,6 +29,8 @@ struct Script {
     stops: Vec<Stop>,
     /// The exit code a stop of this kind ends the servo with.
     exits_on: Vec<(Stop, i64)>,
+    /// Launches asked so far.
+    launches: usize,
 }
 
 impl Fake {
@@ -37,6 +42,7 @@ impl Fake {
                 rx: Arc::new(tokio::sync::Mutex::new(rx)),
                 stops: Vec::new(),
                 exits_on: Vec::new(),
+                launches: 0,
             })),
             docker: bollard::Docker::connect_with_http(
                 "http://127.0.0.1:1",
@@ -44,7 +50,23 @@ impl Fake {
                 bollard::API_DEFAULT_VERSION,
             )
             .expect("an http handle connects lazily"),
+            kind: crate::config::BackendKind::Docker,
         }
+    }
+
+    /// The same fake, declaring `kind`'s capabilities.
+    pub fn declaring(mut self, kind: crate::config::BackendKind) -> Fake {
+        self.kind = kind;
+        self
+    }
+
+    pub fn kind(&self) -> crate::config::BackendKind {
+        self.kind
+    }
+
+    /// How many launches were asked.
+    pub fn launches(&self) -> usize {
+        self.script.lock().unwrap().launches
     }
 
     pub fn docker(&self) -> bollard::Docker {
@@ -73,6 +95,7 @@ impl Fake {
     }
 
     pub fn launch(&self, id: TaskId) -> Result<Launched, EngineError> {
+        self.script.lock().unwrap().launches += 1;
         Ok(Launched {
             servo: Servo {
                 task: id,

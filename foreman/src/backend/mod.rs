@@ -15,6 +15,7 @@
 //!   running container (verify, the assessor, live logs).
 //! - `fake`: a scripted engine for the supervisor's unit tests.
 
+pub(crate) mod capabilities;
 pub(crate) mod disk;
 pub(crate) mod docker;
 mod engine;

@@ -268,6 +268,23 @@ impl Engine {
         }
     }
 
+    /// The `backend:` value that picks this engine (a fake declares the
+    /// one it stands for).
+    pub fn kind(&self) -> crate::config::BackendKind {
+        match self {
+            Engine::Local(_) => crate::config::BackendKind::Docker,
+            Engine::Swarm(_) => crate::config::BackendKind::Swarm,
+            #[cfg(test)]
+            Engine::Fake(f) => f.kind(),
+        }
+    }
+
+    /// Why this engine cannot run a task (issue 53): the capabilities its
+    /// settings need that the engine's declaration lacks; None when it can.
+    pub fn refusal(&self, spec: &TaskSpec) -> Option<String> {
+        super::capabilities::refusal(self.kind(), spec)
+    }
+
     /// What the engine is like, for the supervisor's decisions.
     pub fn traits(&self) -> Traits {
         Traits {

@@ -25,7 +25,7 @@ use super::exit_for;
 use crate::ops::open_existing_store;
 use crate::ops::{Steer, steer, who};
 
-const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | skip STEP REASON | done STEP REASON | detach";
+const HELP: &str = "commands: answer TEXT | approve [NOTE] | deny REASON | inject TEXT | pause | resume | cancel | step | breakpoint STEP before|after [clear] | breakpoint clear | skip STEP REASON | done STEP REASON | detach";
 
 /// One command typed at the attach prompt.
 #[derive(Debug, PartialEq)]
@@ -38,18 +38,25 @@ enum Typed {
     /// The template's step controls.
     Step,
     Breakpoint(String, Position, bool),
+    ClearBreakpoints,
     Override(String, StepOverrideState, String),
     Detach,
     Help,
 }
 
-/// `STEP before|after [clear]`.
+/// `STEP before|after [clear]`, or `clear` alone (every breakpoint).
 fn breakpoint(rest: &str) -> Result<Typed, String> {
     let words: Vec<&str> = rest.split_whitespace().collect();
     let (step, pos, clear) = match words.as_slice() {
+        ["clear"] => return Ok(Typed::ClearBreakpoints),
         [step, pos] => (step, pos, false),
         [step, pos, "clear"] => (step, pos, true),
-        _ => return Err("`breakpoint` needs STEP before|after, and `clear` to clear it".into()),
+        _ => {
+            return Err(
+                "`breakpoint` needs STEP before|after, and `clear` to clear it (or `clear` alone: all)"
+                    .into(),
+            );
+        }
     };
     let position = match *pos {
         "before" => Position::Before,
@@ -118,6 +125,7 @@ fn apply(cfg: &Config, store: &mut Store, id: TaskId, typed: Typed) -> anyhow::R
             position,
             active,
         },
+        Typed::ClearBreakpoints => Steer::ClearBreakpoints,
         Typed::Override(step, state, reason) => Steer::StepOverride {
             step,
             state,
@@ -252,16 +260,25 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
     }
 }
 
+/// How long a followed log may stay silent before it is opened again: a
+/// follow the daemon never feeds (a loaded daemon, a log opened while its
+/// container was starting) must not hide the lines that come after. Each
+/// quiet reopen doubles it (a reopen reads the log from its start), up
+/// to [`QUIET_MAX`]; a line resets it.
+const QUIET_REOPEN: Duration = Duration::from_secs(5);
+const QUIET_MAX: Duration = Duration::from_secs(60);
+
 /// Sends a container's audit lines (its log) as they come.
 async fn container_lines(
     d: bollard::Docker,
     cid: String,
     tx: tokio::sync::mpsc::UnboundedSender<String>,
 ) {
-    // A log followed before its container started (or cut off) ends
-    // early: followed again, its lines already sent skipped, until the
-    // container is gone or the attach ended.
+    // A log followed before its container started, cut off, failed or
+    // quiet for a while is followed again, the lines already sent
+    // skipped, until the container is gone or the attach ended.
     let mut sent = 0usize;
+    let mut quiet = QUIET_REOPEN;
     while !tx.is_closed() {
         let opts = bollard::query_parameters::LogsOptionsBuilder::default()
             .stdout(true)
@@ -269,27 +286,48 @@ async fn container_lines(
             .build();
         let mut stream = d.logs(&cid, Some(opts));
         let mut n = 0usize;
-        let mut gone = false;
-        while let Some(item) = stream.next().await {
+        let mut failed = false;
+        let mut fed = false;
+        while let Ok(item) = tokio::time::timeout(quiet, stream.next()).await {
+            let Some(item) = item else { break };
             let Ok(chunk) = item else {
-                gone = true;
+                failed = true;
                 break;
             };
             for line in chunk.to_string().lines() {
                 n += 1;
                 if n > sent {
                     sent = n;
+                    fed = true;
                     if tx.send(output::audit_line(line)).is_err() {
                         return;
                     }
                 }
             }
         }
-        if gone {
+        drop(stream);
+        quiet = if fed {
+            QUIET_REOPEN
+        } else {
+            (quiet * 2).min(QUIET_MAX)
+        };
+        if failed && is_gone(&d, &cid).await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Whether the daemon no longer has container `cid` (a failed inspect for
+/// another cause is not taken for its end).
+async fn is_gone(d: &bollard::Docker, cid: &str) -> bool {
+    matches!(
+        d.inspect_container(cid, None).await,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        })
+    )
 }
 
 #[cfg(test)]
@@ -329,6 +367,7 @@ mod tests {
         );
         assert!(parse("breakpoint deploy middle").is_err());
         assert!(parse("breakpoint").is_err());
+        assert_eq!(parse("breakpoint clear").unwrap(), Typed::ClearBreakpoints);
         assert_eq!(
             parse("skip announce done by hand").unwrap(),
             Typed::Override(

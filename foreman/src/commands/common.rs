@@ -83,6 +83,9 @@ pub(super) fn spec_for(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow
             Err(e) => return Err(e.into_anyhow()),
         }
     };
+    if let Some(why) = crate::backend::capabilities::refusal(cfg.file.backend, &spec) {
+        anyhow::bail!("{}: {why}", prompt.display());
+    }
     spec.no_human |= args.no_human;
     spec.plan_only = args.plan_only;
     Ok(spec)

@@ -1,7 +1,8 @@
 //! `saheeli doctor` (issue 27): calls each configured provider once with a
 //! tiny tool-calling request (and once streamed), asks its server for its
-//! window, and prints what works and what does not, with the fix. Exit
-//! code 1 when any check failed.
+//! window, and prints what works and what does not, with the fix; then
+//! the engines' capability table (issue 53). Exit code 1 when any check
+//! failed.
 
 use std::process::ExitCode;
 
@@ -10,6 +11,11 @@ use crate::config::{Config, Providers};
 use crate::llm::doctor::{Status, run};
 
 pub(crate) async fn doctor(cfg: &Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let engines = crate::backend::capabilities::table_text(cfg.file.backend);
+    if args.capabilities {
+        outln!("{}", engines.trim_end());
+        return Ok(ExitCode::SUCCESS);
+    }
     let providers = Providers::from_config(cfg);
     let client = reqwest::Client::builder()
         .timeout(cfg.file.llm.request_timeout)
@@ -75,6 +81,11 @@ pub(crate) async fn doctor(cfg: &Config, args: DoctorArgs) -> anyhow::Result<Exi
                 outln!("  {:<10}{:<6}{}", "", "fix:", fix);
             }
         }
+    }
+    outln!("{}", engines.trim_end());
+    if let Some(why) = crate::backend::capabilities::config_refusal(cfg) {
+        failed = true;
+        outln!("  config: {why}");
     }
     Ok(if failed {
         ExitCode::from(1)

@@ -67,20 +67,35 @@ pub(crate) async fn breakpoint(
     args: crate::cli::BreakpointArgs,
 ) -> anyhow::Result<ExitCode> {
     use saheeli_protocol::template::Position;
-    let position = if args.before {
-        Position::Before
-    } else {
-        Position::After
+    let position = match (args.before, args.after) {
+        (true, _) => Some(Position::Before),
+        (_, true) => Some(Position::After),
+        _ => None,
     };
-    let s = Steer::Breakpoint {
-        step: args.step,
-        position,
-        active: !args.clear,
+    let s = match (args.step, position) {
+        (Some(step), Some(position)) => Steer::Breakpoint {
+            step,
+            position,
+            active: !args.clear,
+        },
+        (None, None) if args.clear => Steer::ClearBreakpoints,
+        (Some(_), None) => anyhow::bail!(
+            "say where it holds: `--before` (once the step has started) or `--after` (once it is done)"
+        ),
+        (None, _) => anyhow::bail!(
+            "name the step with `--step NAME` (with `--before` or `--after`), or give `--clear` alone to clear every breakpoint"
+        ),
     };
     steer_cli(cfg, &args.id, s)
 }
 
-pub(crate) async fn step(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn step(cfg: &Config, args: crate::cli::StepArgs) -> anyhow::Result<ExitCode> {
+    if args.dry_run {
+        let store = open_existing_store(cfg)?;
+        let t = store.require(&args.id)?;
+        out!("{}", crate::ops::next_step_plan(&store, &t)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     steer_cli(cfg, &args.id, Steer::Step)
 }
 

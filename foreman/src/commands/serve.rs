@@ -75,6 +75,9 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
     upstream.probe_servers().await;
     let upstream = Arc::new(upstream);
     let secrets = upstream.providers.secrets();
+    if let Some(why) = crate::backend::capabilities::config_refusal(cfg) {
+        anyhow::bail!("{}: {why}", cfg.describe_source());
+    }
     let engine = match &cfg.file.swarm {
         Some(swarm) if cfg.file.backend == crate::config::BackendKind::Swarm => {
             if let Some(problem) = cfg.file.swarm_image_problem() {

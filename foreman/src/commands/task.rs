@@ -146,7 +146,12 @@ fn tree_of(store: &crate::store::Store, id: Option<&str>, limit: usize) -> anyho
     let roots = match id {
         Some(id) => {
             let mut t = store.require(id)?;
-            while let Some(p) = store.parent_of(t.id)? {
+            // Up through parents and the tasks forks were made of.
+            while let Some(p) =
+                store
+                    .parent_of(t.id)?
+                    .or(t.spec.forked_from.as_ref().map(|f| f.task))
+            {
                 t = store.require(&p.to_string())?;
             }
             vec![t]
@@ -154,7 +159,7 @@ fn tree_of(store: &crate::store::Store, id: Option<&str>, limit: usize) -> anyho
         None => {
             let mut roots = Vec::new();
             for t in store.list(limit)? {
-                if store.parent_of(t.id)?.is_none() {
+                if store.parent_of(t.id)?.is_none() && t.spec.forked_from.is_none() {
                     roots.push(t);
                 }
             }
@@ -332,6 +337,25 @@ pub(crate) async fn cancel(cfg: &Config, args: IdArgs) -> anyhow::Result<ExitCod
     super::human::cancel_cli(cfg, args).await
 }
 
+pub(crate) async fn fork(cfg: &Config, args: crate::cli::ForkArgs) -> anyhow::Result<ExitCode> {
+    let fork = crate::ops::Fork {
+        at_step: args.at_step,
+        count: args.count,
+        model: args.model,
+        note: args.note,
+    };
+    let ids = crate::ops::fork_task(cfg, &args.id, fork).await?;
+    if args.json {
+        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        outln!("{}", serde_json::json!({"ids": ids}));
+    } else {
+        for id in ids {
+            outln!("{id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
     let retried = retry_task(cfg, &args.id).await?;
     if let Some(note) = &retried.note {
@@ -344,6 +368,33 @@ pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitC
         );
     } else {
         outln!("{}", retried.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `task follow-up ID --prompt FILE_OR_TEXT` (issue 52).
+pub(crate) async fn follow_up(
+    cfg: &Config,
+    args: crate::cli::FollowUpArgs,
+) -> anyhow::Result<ExitCode> {
+    let path = std::path::Path::new(&args.prompt);
+    let feedback = if path.is_file() {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .with_context(|| format!("reading `{}`", path.display()))?
+            .take(crate::ops::MAX_FEEDBACK as u64 + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading `{}` (UTF-8 text)", path.display()))?;
+        text
+    } else {
+        args.prompt.clone()
+    };
+    let id = crate::ops::follow_up(cfg, &args.id, &feedback).await?;
+    if args.json {
+        outln!("{}", serde_json::json!({"id": id.to_string()}));
+    } else {
+        outln!("{id}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -18,6 +18,23 @@ impl Config {
             return Ok(BTreeMap::new());
         }
         let path = self.base_dir.join(".env");
+        let mut all = self.dotenv_all()?;
+        names
+            .iter()
+            .map(|n| match all.remove(n) {
+                Some(v) => Ok((n.clone(), v)),
+                None => bail!(
+                    "`setup_env` names `{n}`, which `{}` does not set; add `{n}=...` to that file",
+                    path.display()
+                ),
+            })
+            .collect()
+    }
+
+    /// Every value of the `.env` beside config.yaml (none when it is
+    /// missing): a git push's credentials (issue 52) and the set-up's.
+    pub fn dotenv_all(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        let path = self.base_dir.join(".env");
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -40,15 +57,6 @@ impl Config {
                 }
             }
         }
-        names
-            .iter()
-            .map(|n| match all.remove(n) {
-                Some(v) => Ok((n.clone(), v)),
-                None => bail!(
-                    "`setup_env` names `{n}`, which `{}` does not set; add `{n}=...` to that file",
-                    path.display()
-                ),
-            })
-            .collect()
+        Ok(all)
     }
 }

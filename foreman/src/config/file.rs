@@ -49,6 +49,9 @@ pub(crate) struct ConfigFile {
     pub max_results_size: Memory,
     /// A submitted `workspace:` larger than this (in files) is refused.
     pub max_workspace_size: Memory,
+    /// Author and committer of a delivered branch's commit (issue 52),
+    /// `Name <email>`.
+    pub deliver_author: String,
     /// How long a task waits in the queue after an infrastructure
     /// failure (its launch failed, its servo was lost before it ran):
     /// the same backoff as `task.retry_backoff`, with its own numbers.
@@ -333,6 +336,7 @@ impl Default for ConfigFile {
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),
             max_workspace_size: Memory(1 << 30),
+            deliver_author: "Saheeli <saheeli@localhost>".into(),
             requeue_backoff: REQUEUE_BACKOFF,
             collection: Collection::Auto,
             task: TaskDefaults::default(),

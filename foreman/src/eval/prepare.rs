@@ -57,6 +57,9 @@ pub(crate) fn case_spec(
         .collect::<anyhow::Result<_>>()?;
     params.extend(over.params.iter().cloned());
     let mut spec = TaskSpec::from_text(cfg, suite_path, &text, &params)?;
+    if let Some(why) = crate::backend::capabilities::refusal(cfg.file.backend, &spec) {
+        anyhow::bail!("{}: case `{}`: {why}", suite_path.display(), case.id);
+    }
     spec.no_human = true;
     Ok(spec)
 }

@@ -59,6 +59,7 @@ pub(crate) fn pack_resume(
         exclude: vec![results.join("complete.json")],
         max_bytes,
         secrets,
+        no_parent_rules: false,
     };
     pack_workspace(results, &resume_tar(state_dir, to), &opts)
 }

@@ -15,7 +15,7 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use check::{Bounds, bounds_of, check_workspace_path};
+pub(crate) use check::{Bounds, bounds_of, check_within, check_workspace_path};
 pub(crate) use copies::{
     AGENT_UID, copy_workspace, discard_workspace, hand_over_workspace, new_workspace_tar,
     pack_resume, remove_workspace, resume_tar, start_tar, workspace_tar,

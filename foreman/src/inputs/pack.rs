@@ -49,6 +49,9 @@ pub(crate) struct PackOptions {
     pub max_bytes: u64,
     /// (variable, value) of every key Saheeli knows: a hit refuses the workspace.
     pub secrets: Vec<(String, String)>,
+    /// Read no ignore file above the workspace (a repository's checkout:
+    /// what is in it is the commit's, whatever the directories above say).
+    pub no_parent_rules: bool,
 }
 
 /// Names never copied into a container, whatever the ignore files say.
@@ -152,7 +155,7 @@ fn append_tree<W: Write>(
     walk.standard_filters(false)
         .hidden(false)
         .follow_links(false)
-        .parents(true)
+        .parents(!opts.no_parent_rules)
         // `.gitignore` applies without a `.git` directory too.
         .require_git(false)
         .git_ignore(!opts.include_ignored)

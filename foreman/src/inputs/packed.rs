@@ -55,6 +55,7 @@ pub(crate) fn pack_options(cfg: &Config, include_ignored: bool) -> PackOptions {
         exclude,
         max_bytes: cfg.file.max_workspace_size.0,
         secrets: known_secrets(cfg),
+        no_parent_rules: false,
     }
 }
 

@@ -100,9 +100,9 @@ pub(crate) async fn forward(gw: &GatewayState, req: ChatRequest) -> Response {
     };
     shape::conservative(&mut up);
     // One task's calls share a cache key, so OpenAI routes them to where
-    // their prefix is cached (issue 26).
+    // their prefix is cached (issue 26); a fork's are its parent's.
     if route.provider.kind == ProviderKind::Openai && gw.budget.cache != Cache::Off {
-        up.prompt_cache_key = Some(gw.task_id.to_string());
+        up.prompt_cache_key = Some(gw.cache_key.clone());
     }
     // Anthropic has no per-token log probabilities to ask for.
     if route.provider.kind == ProviderKind::Openai && gw.logprobs {

@@ -32,6 +32,9 @@ pub(crate) struct GatewayState {
     pub(crate) budget: Budget,
     /// The task asked for per-token log probabilities (`logprobs: true`).
     pub(crate) logprobs: bool,
+    /// What its calls carry as OpenAI's `prompt_cache_key` (a fork's
+    /// parent's, so that it reads the cached prefix).
+    pub(crate) cache_key: String,
     pub(crate) meter: Arc<Meter>,
     /// A third-party agent's `replay:` script: the gateway answers its
     /// calls from it instead of a provider (`vendor::replay`).

@@ -17,9 +17,14 @@ pub(crate) fn body(d: &Delivery) -> String {
             .as_deref()
             .map(|r| format!(" ({r})"))
             .unwrap_or_default();
+        let branch = match &d.delivered {
+            Some(b) if b.pushed => format!("; pushed `{}`", b.branch),
+            Some(b) => format!("; `{}` not delivered", b.branch),
+            None => String::new(),
+        };
         json!({
             "text": format!(
-                "Saheeli: task *{}* `{}` {}{reason}; {} tokens, ${:.4}",
+                "Saheeli: task *{}* `{}` {}{reason}; {} tokens, ${:.4}{branch}",
                 d.title,
                 d.task_id.short(),
                 d.kind.trim_start_matches("task.").replace('_', " "),
@@ -43,6 +48,7 @@ pub(crate) fn body(d: &Delivery) -> String {
                 "output_tokens": d.output_tokens,
                 "cost_usd": d.cost_usd,
                 "results": d.results,
+                "delivery": d.delivered,
             }
         })
     };

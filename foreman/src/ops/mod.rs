@@ -8,6 +8,9 @@
 
 mod children;
 mod error;
+mod follow_up;
+mod fork;
+mod git;
 mod retry;
 mod steer;
 mod steps;
@@ -17,10 +20,13 @@ mod view;
 
 pub(crate) use children::submit_child;
 pub(crate) use error::Error;
+pub(crate) use follow_up::{MAX_FEEDBACK, follow_up};
+pub(crate) use fork::{Fork, fork_task};
 pub(crate) use retry::retry_task;
 #[cfg(test)]
 pub(crate) use steer::user_name;
 pub(crate) use steer::{Steer, StepOverrideState, joined, os_user, steer, who};
+pub(crate) use steps::next_step_plan;
 pub(crate) use store::{narrow, open_existing_store, open_store};
 pub(crate) use submit::{Submit, pack_submitted, require_image, spec_for_text, submit_spec};
 pub(crate) use view::{EVENTS_SHOWN, EventPage, task_view};

@@ -39,6 +39,16 @@ pub(crate) async fn retry_task(cfg: &Config, id_or_prefix: &str) -> Result<Retri
             .await
             .map_err(|e| Error::panicked("copying", e))?
             .map_err(Error::Internal)?;
+    } else if let Some(start) = old.spec.git.as_ref().and_then(|g| g.start.clone()) {
+        // A repository's checkout (issue 52): the same commit again, from
+        // the mirror.
+        let (cfg2, mut spec2) = (cfg.clone(), old.spec.clone());
+        if let Some(g) = spec2.git.as_mut() {
+            g.reference = start.commit;
+        }
+        tokio::task::spawn_blocking(move || super::git::pack_repository(&cfg2, &mut spec2, id))
+            .await
+            .map_err(|e| Error::panicked("checking out", e))??;
     } else if let Some(ws) = &old.spec.workspace {
         if ws.is_relative() {
             // A child's files, sent by its parent: packed at spawn, and

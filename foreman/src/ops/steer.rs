@@ -43,6 +43,8 @@ pub(crate) enum Steer {
         position: saheeli_protocol::template::Position,
         active: bool,
     },
+    /// Clear every breakpoint that holds (the template's too).
+    ClearBreakpoints,
     /// Go on until the next template step ends, then pause.
     Step,
     /// Mark a template step done or skipped, with a reason.
@@ -130,6 +132,7 @@ pub(crate) fn steer(
             position,
             active,
         } => super::steps::breakpoint(store, &t, &step, position, active, by)?,
+        Steer::ClearBreakpoints => super::steps::clear_breakpoints(store, &t, by)?,
         Steer::Step => super::steps::step(store, &t, by)?,
         Steer::StepOverride {
             step,

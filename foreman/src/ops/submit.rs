@@ -42,6 +42,12 @@ pub(crate) fn spec_for_text(
         return Err(Error::Internal(e));
     }
     let mut spec = TaskSpec::from_text(cfg, prompt, text, &args.params).map_err(Error::Refused)?;
+    if let Some(why) = crate::backend::capabilities::refusal(cfg.file.backend, &spec) {
+        return Err(Error::Refused(anyhow::anyhow!(
+            "{}: {why}",
+            prompt.display()
+        )));
+    }
     spec.no_human |= args.no_human;
     spec.plan_only = args.plan_only;
     Ok(spec)
@@ -122,6 +128,28 @@ pub(crate) async fn pack_submitted(
     args: &Submit,
     id: TaskId,
 ) -> Result<Option<PathBuf>, Error> {
+    if let Some(g) = &spec.git {
+        // A repository on this host is held to the bounds a directory is
+        // (N19): an API client names no repository outside the prompt's tree.
+        if g.fetch.starts_with('/') {
+            let bounds = match spec.workspace_under {
+                Some(_) => inputs::bounds_of(spec),
+                None => inputs::Bounds::of_prompt(prompt, args.allow_workspace_outside),
+            }
+            .map_err(Error::Refused)?;
+            inputs::check_within(&bounds, Path::new(&g.fetch)).map_err(Error::Refused)?;
+            spec.workspace_under = Some(bounds.under.clone().unwrap_or_else(|| "/".into()));
+        }
+        let (cfg, mut owned) = (cfg.clone(), spec.clone());
+        let (tar, owned) = tokio::task::spawn_blocking(move || {
+            let tar = super::git::pack_repository(&cfg, &mut owned, id);
+            (tar, owned)
+        })
+        .await
+        .map_err(|e| Error::panicked("fetching the repository", e))?;
+        *spec = owned;
+        return tar.map(Some);
+    }
     let Some(ws) = &spec.workspace else {
         return Ok(None);
     };

@@ -49,6 +49,10 @@ pub(crate) struct TaskView {
     /// The results directory, once collected.
     pub results: Option<String>,
     pub retry_of: Option<String>,
+    /// The task this one was forked from (`task fork`), with the step it
+    /// went on from and which fork of how many it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<serde_json::Value>,
     /// 1 for the first attempt; retries (by policy or `task retry`) count up.
     pub attempt: i64,
     pub prompt: String,
@@ -135,6 +139,17 @@ pub(crate) struct TaskView {
     /// key, `hit`, its time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub setup: Option<crate::task::SetupRan>,
+    /// The repository and commit it started from (issue 52; absent for a
+    /// directory workspace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git: Option<crate::task::GitStart>,
+    /// Its branch as delivered (issue 52): `branch`, `commit`, `pushed`,
+    /// `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::task::Delivered>,
+    /// The delivered task whose review it follows up (issue 52).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow_up_of: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -260,6 +275,10 @@ impl TaskView {
             duration_s: duration_ms(t).map(|ms| ms as f64 / 1000.0),
             results: t.results_path.clone(),
             retry_of: t.retry_of.map(|r| r.to_string()),
+            forked_from: t.spec.forked_from.as_ref().map(|f| {
+                serde_json::json!({"task": f.task.to_string(), "at_step": f.step,
+                    "index": f.index, "count": f.count})
+            }),
             attempt: t.attempt,
             prompt: t.spec.prompt_path.clone(),
             container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
@@ -300,6 +319,9 @@ impl TaskView {
             tests: None,
             egress: None,
             setup: t.setup.clone(),
+            git: t.git.clone(),
+            delivery: t.delivered.clone(),
+            follow_up_of: t.follow_up_of.map(|f| f.to_string()),
         }
     }
 }

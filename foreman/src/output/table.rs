@@ -235,8 +235,33 @@ fn time_lines(s: &mut String, t: &TaskRow) {
     if let Some(r) = &t.retry_of {
         let _ = writeln!(s, "retry of:  {r}");
     }
+    if let Some(f) = &t.spec.forked_from {
+        let _ = writeln!(
+            s,
+            "fork of:   {} at step {} ({} of {})",
+            f.task, f.step, f.index, f.count
+        );
+    }
     if let Some(ran) = &t.setup {
         let _ = writeln!(s, "setup:     {}", ran.summary());
+    }
+    if let Some(g) = &t.git {
+        let _ = writeln!(s, "git:       {} @ {}, {}", g.url, g.reference, g.commit);
+    }
+    if let Some(f) = &t.follow_up_of {
+        let _ = writeln!(s, "follows:   {f}");
+    }
+    if let Some(d) = &t.delivered {
+        let commit = d.commit.as_deref().unwrap_or("no commit");
+        match &d.error {
+            None if d.pushed => {
+                let _ = writeln!(s, "delivered: {} {commit} (pushed)", d.branch);
+            }
+            why => {
+                let why = why.as_deref().unwrap_or("push: false");
+                let _ = writeln!(s, "delivered: {} {commit} (not pushed: {why})", d.branch);
+            }
+        }
     }
     if let Some(p) = &t.results_path {
         let _ = writeln!(s, "results:   {p}");

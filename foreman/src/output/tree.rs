@@ -143,9 +143,11 @@ pub(crate) fn tree_text(store: &Store, roots: &[TaskRow]) -> anyhow::Result<Stri
     let mut s = String::new();
     for root in roots {
         line(&mut s, root, 0);
+        forks(store, &mut s, root.id, 1)?;
         for (id, depth) in store.descendants(root.id)? {
             if let Some(last) = store.attempts(id)?.pop() {
                 line(&mut s, &last, depth);
+                forks(store, &mut s, last.id, depth + 1)?;
             }
         }
         let sum = totals(store, root)?;
@@ -161,9 +163,32 @@ pub(crate) fn tree_text(store: &Store, roots: &[TaskRow]) -> anyhow::Result<Stri
     Ok(s)
 }
 
+/// The forks of task `id` (`task fork`), and theirs, below it.
+fn forks(
+    store: &Store,
+    s: &mut String,
+    id: saheeli_protocol::TaskId,
+    depth: u32,
+) -> anyhow::Result<()> {
+    if depth > 32 {
+        return Ok(());
+    }
+    for f in store.forks_of(id)? {
+        if let Some(t) = store.get(&f.to_string())? {
+            line(s, &t, depth);
+            forks(store, s, t.id, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
 fn line(s: &mut String, t: &TaskRow, depth: u32) {
     let indent = "  ".repeat(depth as usize);
-    let branch = if depth == 0 { "" } else { "└ " };
+    let branch = match (depth, &t.spec.forked_from) {
+        (0, _) => String::new(),
+        (_, Some(f)) => format!("⑂ fork {}/{} at step {}: ", f.index, f.count, f.step),
+        _ => "└ ".into(),
+    };
     let reason = t
         .reason
         .as_deref()

@@ -73,8 +73,43 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         template_steps: Vec::new(),
         verification: None,
         synthesis: None,
-        setup: row.setup.as_ref().map(|r| r.summary()),
+        notes: notes(row),
     }
+}
+
+/// The set-up's summary, the commit it started from and its delivery.
+fn notes(row: &TaskRow) -> Vec<String> {
+    let mut out = vec![];
+    if let Some(r) = &row.setup {
+        out.push(format!("Set-up: {}", r.summary()));
+    }
+    if let Some(g) = &row.git {
+        out.push(format!(
+            "Started from: `{}` at `{}`, commit `{}`",
+            g.url, g.reference, g.commit
+        ));
+    }
+    if let Some(f) = row.follow_up_of {
+        out.push(format!("Follows up: task `{f}`"));
+    }
+    match &row.delivered {
+        Some(d) if d.pushed => out.push(format!(
+            "Delivered: branch `{}`, commit `{}`",
+            d.branch,
+            d.commit.as_deref().unwrap_or("-")
+        )),
+        Some(d) => out.push(format!(
+            "Not delivered: branch `{}`{}: {}",
+            d.branch,
+            d.commit
+                .as_deref()
+                .map(|c| format!(" (commit `{c}`)"))
+                .unwrap_or_default(),
+            d.error.as_deref().unwrap_or("`push: false`")
+        )),
+        None => {}
+    }
+    out
 }
 
 /// Tool calls by tool from the collected audit log, most called first.

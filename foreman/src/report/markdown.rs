@@ -70,8 +70,9 @@ pub(crate) struct Report {
     /// `report: synthesized` (issue 29): the section's text or why there
     /// is none; None: the report is facts only.
     pub synthesis: Option<Result<String, String>>,
-    /// How its set-up went (issue 50): the cache key, hit or miss, time.
-    pub setup: Option<String>,
+    /// Lines under the outcome: how its set-up went (issue 50), the
+    /// commit it started from and its delivered branch (issue 52).
+    pub notes: Vec<String>,
 }
 
 /// The synthesized section: the model's words, marked as such, or why
@@ -150,8 +151,8 @@ impl Report {
             let _ = write!(s, " (reason: {})", code(r));
         }
         s.push('\n');
-        if let Some(setup) = &self.setup {
-            let _ = write!(s, "\nSet-up: {}\n", printable(setup));
+        for note in &self.notes {
+            let _ = write!(s, "\n{}\n", printable(note));
         }
         if let Some(d) = &self.detail {
             let _ = write!(s, "\n{}\n", printable(d));
@@ -384,7 +385,7 @@ mod tests {
             template_steps: vec![],
             verification: None,
             synthesis: None,
-            setup: None,
+            notes: vec![],
         }
     }
 

@@ -64,6 +64,14 @@ pub(crate) fn is_saheelis(path: &[u8]) -> bool {
     excluded(top)
 }
 
+/// Whether `path` is a `.git` (any case) or below one, at any depth: git's
+/// own files are never a change (`git apply` refuses a patch that names
+/// one), and a `.git` the agent made is never read for one (issue 52).
+pub(crate) fn in_git_dir(path: &[u8]) -> bool {
+    path.split(|&c| c == b'/')
+        .any(|c| c.eq_ignore_ascii_case(b".git"))
+}
+
 /// The files and links of a submitted workspace tar, as `pack` wrote it.
 pub(crate) fn tar_tree(tar: &File) -> io::Result<Tree> {
     let mut tree = Tree::new();
@@ -73,7 +81,7 @@ pub(crate) fn tar_tree(tar: &File) -> io::Result<Tree> {
         let raw = entry.path_bytes();
         let path = raw.strip_prefix(b"./").unwrap_or(&raw);
         let path = path.strip_suffix(b"/").unwrap_or(path).to_vec();
-        if path.is_empty() || is_saheelis(&path) {
+        if path.is_empty() || is_saheelis(&path) || in_git_dir(&path) {
             continue;
         }
         let h = entry.header();
@@ -107,7 +115,10 @@ pub(crate) fn dir_tree(root: &Path) -> io::Result<Tree> {
         .follow_links(false)
         .min_depth(1)
         .into_iter()
-        .filter_entry(|e| e.depth() != 1 || !excluded(e.file_name().as_bytes()));
+        .filter_entry(|e| {
+            let name = e.file_name().as_bytes();
+            !in_git_dir(name) && (e.depth() != 1 || !excluded(name))
+        });
     for entry in walk {
         let entry = entry.map_err(io::Error::other)?;
         let rel = entry
@@ -278,6 +289,12 @@ mod tests {
             "a",
         ] {
             assert!(!is_saheelis(theirs.as_bytes()), "{theirs}");
+        }
+        for git in [".git/config", "sub/.GIT/hooks/x", ".git"] {
+            assert!(in_git_dir(git.as_bytes()), "{git}");
+        }
+        for not in [".gitignore", "a.git/x", "git/config"] {
+            assert!(!in_git_dir(not.as_bytes()), "{not}");
         }
     }
 }

@@ -73,6 +73,9 @@ pub(crate) fn child_spec(cfg: &Config, parent: &TaskSpec, req: &Spawn) -> anyhow
             bail!("give either `prompt` (text) or `template` (a prompt file), not both or neither")
         }
     };
+    if let Some(why) = crate::backend::capabilities::refusal(cfg.file.backend, &spec) {
+        bail!("the child task: {why}");
+    }
     spec.no_human |= parent.no_human;
     Ok(spec)
 }

@@ -66,6 +66,10 @@ pub(super) const SERVER: &[Setting] = &[
         .default("1g")
         .doc("A submitted `workspace:` larger than this (in files) is refused.")
         .config("max_workspace_size"),
+    Setting::new("deliver_author", "string")
+        .default("Saheeli <saheeli@localhost>")
+        .doc("Author and committer (`Name <email>`) of the commit a task's `deliver:` pushes; credentials for the push are `SAHEELI_GIT_USERNAME` and `SAHEELI_GIT_PASSWORD` in the `.env` beside config.yaml.")
+        .config("deliver_author"),
     Setting::new("notify_max_age", "duration")
         .default("24h")
         .doc("A webhook delivery still failing after this long is given up (marked dead).")

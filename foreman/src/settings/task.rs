@@ -151,11 +151,18 @@ pub(super) const TASK: &[Setting] = &[
         .doc("Environment for the agent's shell commands. Never secrets: keys stay in the foreman.")
         .front(|f| !f.env.is_empty())
         .shown(|s, _| json!(s.env)),
-    Setting::new("workspace", "path")
-        .doc("A host directory (relative to the prompt file) copied into /workspace at submit.")
+    Setting::new("workspace", "path or map")
+        .doc("A host directory (relative to the prompt file) copied into /workspace at submit, or a Git repository at a ref, `{ git: URL_OR_PATH, ref: main, depth: 1 }`, whose commit is checked out (see the Git guide).")
         .front(|f| f.workspace.is_some())
         .param()
-        .shown(|s, _| json!(s.workspace)),
+        .shown(|s, _| match &s.git {
+            Some(g) => json!({ "git": g.url, "ref": g.reference, "depth": g.depth }),
+            None => json!(s.workspace),
+        }),
+    Setting::new("deliver", "map")
+        .doc("With a `workspace: { git }`: `{ branch: \"saheeli/{task_id_short}-{slug}\", push: true, on: [complete] }` commits the task's changes on that branch from its start commit and pushes it (`on` may add `incomplete`).")
+        .front(|f| f.deliver.is_some())
+        .shown(|s, _| json!(s.deliver)),
     Setting::new("workspace_include_ignored", "bool")
         .default("false")
         .doc("Copy what `.gitignore` names too (`.env*` and what `.saheeliignore` names never are).")

@@ -36,14 +36,6 @@ pub(super) fn resolve(
     let Some(api) = agent.api() else {
         return Ok(agent);
     };
-    if cfg.file.backend == crate::config::BackendKind::Swarm {
-        bail!(
-            "{}: `{key}` is `{}`, but third-party agents run only with `backend: docker` \
-             for now (their native API routes are not wired through the swarm's gateway yet)",
-            prompt.display(),
-            agent.label()
-        );
-    }
     if replay {
         // The gateway answers the agent's own API from the script
         // (`llm::vendor::replay`): no provider is involved.

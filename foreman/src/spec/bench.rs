@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::bail;
-use saheeli_protocol::front_matter::{AgentUser, FrontMatter, Verify};
+use saheeli_protocol::front_matter::{AgentUser, FrontMatter};
 use saheeli_protocol::{Agent, AgentName, ReplayScript};
 
-use crate::config::{BackendKind, Config};
+use crate::config::Config;
 use crate::task::TaskImage;
 
 /// The issue 49 keys of one task, checked; paths absolute.
@@ -28,12 +28,7 @@ pub(super) struct BenchKeys {
 
 impl BenchKeys {
     /// Checks every key; `dir` is what relative paths resolve against.
-    pub fn checked(
-        cfg: &Config,
-        prompt: &Path,
-        dir: &Path,
-        a: &FrontMatter,
-    ) -> anyhow::Result<BenchKeys> {
+    pub fn checked(prompt: &Path, dir: &Path, a: &FrontMatter) -> anyhow::Result<BenchKeys> {
         let p = prompt.display();
         let image = match (a.image.clone(), a.environment.as_ref()) {
             (Some(_), Some(_)) => {
@@ -60,19 +55,6 @@ impl BenchKeys {
             }
             (None, None) => None,
         };
-        let hides = a.verify.as_ref().is_some_and(Verify::hides_tests);
-        if (image.is_some() || hides) && cfg.file.backend == BackendKind::Swarm {
-            bail!(
-                "{p}: `image`, `environment` and `verify: {{ files }}` run with `backend: docker` \
-                 only for now (a swarm node would need the image and the tests)"
-            );
-        }
-        if a.agent_user == Some(AgentUser::Root) && cfg.file.backend == BackendKind::Swarm {
-            bail!(
-                "{p}: `agent_user: root` runs with `backend: docker` only for now (a swarm \
-                 node's servo and its workspace are the agent user's); remove the key"
-            );
-        }
         let workdir = a
             .workdir
             .as_deref()
@@ -206,7 +188,7 @@ pub(super) fn resolve(
     fm: &FrontMatter,
     timeout: std::time::Duration,
 ) -> anyhow::Result<(BenchKeys, String, Option<ReplayScript>)> {
-    let keys = BenchKeys::checked(cfg, prompt, dir, fm)?;
+    let keys = BenchKeys::checked(prompt, dir, fm)?;
     let oracle = check_oracle(prompt, fm.agent.as_ref(), keys.solution.as_deref())?;
     if oracle {
         let script = oracle_script(timeout.as_secs().max(1), keys.workdir.as_deref());

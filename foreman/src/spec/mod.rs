@@ -9,6 +9,7 @@ mod bench;
 mod bounds;
 mod budget;
 mod checks;
+mod git;
 mod params;
 mod placeholders;
 mod prompt;

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use saheeli_protocol::front_matter::{Commands, FrontMatter};
 use sha2::{Digest, Sha256};
 
-use crate::config::{BackendKind, Config};
+use crate::config::Config;
 use crate::task::SetupPlan;
 
 /// The most commands a `setup:` or `maintenance:` lists.
@@ -47,12 +47,6 @@ pub(super) fn checked(
         }
         return Ok(SetupKeys::default());
     };
-    if cfg.file.backend == BackendKind::Swarm {
-        bail!(
-            "{p}: `setup`, `maintenance` and `setup_env` run with `backend: docker` only for now \
-             (a swarm node has no set-up container or cache yet); bake the set-up into `image:`"
-        );
-    }
     check_commands(prompt, "setup", &setup.run)?;
     let maintenance = fm.maintenance.clone().unwrap_or_default();
     check_commands(prompt, "maintenance", &maintenance)?;

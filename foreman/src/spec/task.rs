@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use saheeli_protocol::delegate::Delegate;
 use saheeli_protocol::front_matter::{
     Deadline, FrontMatter, Memory, NetworkMode, PauseOn, Resources,
 };
@@ -13,7 +12,7 @@ use saheeli_protocol::{ServoTask, TaskId};
 use crate::config::Config;
 
 use super::bounds::{check_max_cost, check_run, context_plan};
-use super::prompt::{SpecError, read_text, template, workspace_dir};
+use super::prompt::{SpecError, read_text, template};
 use super::{
     Budget, MAX_TITLE, ParamValue, TaskSpec, Verification, agent, check_capabilities,
     check_ceilings, check_delegate, check_gates, check_human, check_model, check_notify,
@@ -79,11 +78,8 @@ impl TaskSpec {
         let timeout = fm.timeout.map(|t| t.0).unwrap_or(d.timeout);
         let (bench, model, replay) = super::bench::resolve(cfg, path, dir, &fm, timeout)?;
         let verify_timeout = fm.verify.as_ref().and_then(|v| v.timeout).map(|t| t.0);
-        let workspace = fm
-            .workspace
-            .clone()
-            .map(|ws| workspace_dir(path, dir, ws))
-            .transpose()?;
+        let (workspace, git, deliver) =
+            super::git::sources(path, dir, fm.workspace.clone(), fm.deliver.clone(), &egress)?;
         let setup = super::setup::checked(cfg, path, &fm, workspace.as_deref())?;
         let sandbox = Sandbox::of(cfg, path, fm.resources.unwrap_or_default(), fm.network)?;
         let max_steps = fm.max_steps.unwrap_or(d.max_steps);
@@ -110,7 +106,6 @@ impl TaskSpec {
         check_tools(path, tools.as_deref())?;
         let delegate = fm.delegate;
         check_delegate(path, delegate.as_ref())?;
-        check_delegate_backend(cfg, path, delegate.as_ref())?;
         let (gates, gate_approval) = gates_of(fm.approve.as_ref().or(d.approve.as_ref()));
         check_gates(path, &gates, &capabilities)?;
         let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
@@ -155,11 +150,15 @@ impl TaskSpec {
             cpus: sandbox.cpus,
             pids: sandbox.pids,
             disk: Some(sandbox.disk.0),
+            disk_asked: sandbox.disk_asked,
             env: fm.env,
             max_output_bytes: d.max_output_bytes,
             replay,
             workspace,
             workspace_under: None,
+            git,
+            deliver,
+            follow_up_of: None,
             workspace_include_ignored: fm
                 .workspace_include_ignored
                 .unwrap_or(d.workspace_include_ignored),
@@ -195,6 +194,7 @@ impl TaskSpec {
             retry_backoff,
             budget_per_attempt: fm.budget_per_attempt.unwrap_or(d.budget_per_attempt),
             chain: None,
+            forked_from: None,
             image: bench.image,
             workdir: bench.workdir,
             agent_user: bench.agent_user,
@@ -334,6 +334,9 @@ struct Sandbox {
     cpus: f64,
     pids: i64,
     disk: Memory,
+    /// `resources.disk` was set (front-matter, config.yaml or the
+    /// environment), not left to the built-in default.
+    disk_asked: bool,
     network: NetworkMode,
 }
 
@@ -357,6 +360,9 @@ impl Sandbox {
             bail!("{}: `resources.pids` must be at least 16", path.display());
         }
         let memory = resources.memory.unwrap_or(d.memory);
+        let disk_asked = resources.disk.is_some()
+            || cfg.set_keys.file.contains("task.disk")
+            || cfg.set_keys.env.contains_key("task.disk");
         let disk = resources.disk.unwrap_or(d.disk);
         let network = network.unwrap_or(d.network);
         check_ceilings(cfg, path, memory, cpus, pids, disk, network)?;
@@ -365,6 +371,7 @@ impl Sandbox {
             cpus,
             pids,
             disk,
+            disk_asked,
             network,
         })
     }
@@ -398,43 +405,7 @@ fn egress_plan(
         fm.egress_approval.unwrap_or(d.egress_approval),
         &cfg.file.limits.egress,
     )?;
-    check_egress_backend(cfg, path, &egress)?;
     Ok(egress)
-}
-
-/// Egress runs through a proxy on the gateway directory of one host: a
-/// swarm's servos reach their gateway through the hub, which has no
-/// egress route yet.
-fn check_egress_backend(
-    cfg: &Config,
-    path: &Path,
-    egress: &crate::task::EgressPlan,
-) -> anyhow::Result<()> {
-    if egress.any() && cfg.file.backend == crate::config::BackendKind::Swarm {
-        bail!(
-            "{}: `egress` runs only with `backend: docker` for now (the swarm's relay \
-             carries no egress yet); drop `egress`/`egress_approval: ask`, or run this \
-             task on one host",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-fn check_delegate_backend(
-    cfg: &Config,
-    path: &Path,
-    delegate: Option<&Delegate>,
-) -> anyhow::Result<()> {
-    if delegate.is_some() && cfg.file.backend == crate::config::BackendKind::Swarm {
-        bail!(
-            "{}: `delegate` runs child tasks only with `backend: docker` for now (the \
-             swarm's gateway does not serve spawn_task and wait_tasks yet); drop it or \
-             run this task on one host",
-            path.display()
-        );
-    }
-    Ok(())
 }
 
 /// `title:`, else the body's first heading or the file's name; 1 to

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use saheeli_protocol::front_matter::FrontMatter;
+use saheeli_protocol::front_matter::{FrontMatter, Workspace};
 use saheeli_protocol::template::{DoneWhen, ParamType, Parameter, Step};
 
 use crate::task::{ParamSource, ParamValue};
@@ -409,10 +409,22 @@ fn each_text(
     if let Some(o) = fm.objective.as_mut() {
         f("objective", o)?;
     }
-    if let Some(ws) = fm.workspace.as_mut() {
-        let mut text = ws.to_string_lossy().into_owned();
-        f("workspace", &mut text)?;
-        *ws = PathBuf::from(text);
+    match fm.workspace.as_mut() {
+        Some(Workspace::Path(ws)) => {
+            let mut text = ws.to_string_lossy().into_owned();
+            f("workspace", &mut text)?;
+            *ws = PathBuf::from(text);
+        }
+        Some(Workspace::Git(g)) => {
+            f("workspace.git", &mut g.git)?;
+            if let Some(r) = g.reference.as_mut() {
+                f("workspace.ref", r)?;
+            }
+        }
+        None => {}
+    }
+    if let Some(d) = fm.deliver.as_mut() {
+        f("deliver.branch", &mut d.branch)?;
     }
     for s in &mut fm.steps {
         f("steps.description", &mut s.description)?;

@@ -19,6 +19,7 @@ mod desk;
 mod egress;
 mod error;
 mod eval;
+mod git;
 mod guard;
 mod lease;
 pub(crate) mod ledger;
@@ -69,4 +70,4 @@ pub(crate) use steps::StepMarked;
 pub(crate) use steps::StepRow;
 #[cfg(test)]
 pub(crate) use steps::step_status;
-pub(crate) use steps::{StepStatus, step_status_with};
+pub(crate) use steps::{StepState, StepStatus, step_status_with};

@@ -30,6 +30,8 @@ pub(crate) struct Delivery {
     pub cost_usd: f64,
     pub results: Option<String>,
     pub detail: Option<String>,
+    /// The task's branch as delivered (issue 52), once it ended.
+    pub delivered: Option<crate::task::Delivered>,
 }
 
 /// Deliveries of one task, by outcome (for status).
@@ -73,7 +75,8 @@ impl Store {
                 "SELECT o.id, o.event_id, o.url, o.format, o.kind, o.attempts, o.created_at,
                         o.task_id, t.title, e.to_state,
                         CASE WHEN e.to_state IN {ended} THEN t.reason END,
-                        t.input_tokens, t.output_tokens, t.cost_usd, t.results_path, e.detail
+                        t.input_tokens, t.output_tokens, t.cost_usd, t.results_path, e.detail,
+                        CASE WHEN e.to_state IN {ended} THEN t.delivered END
                  FROM outbox o JOIN tasks t ON t.id = o.task_id JOIN events e ON e.id = o.event_id
                  WHERE o.state = 'pending' AND o.next_at <= ?1
                    AND (o.claimed_until IS NULL OR o.claimed_until < ?1)
@@ -101,6 +104,9 @@ impl Store {
                     cost_usd: r.get(13)?,
                     results: r.get(14)?,
                     detail: r.get(15)?,
+                    delivered: r
+                        .get::<_, Option<String>>(16)?
+                        .and_then(|d| serde_json::from_str(&d).ok()),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?

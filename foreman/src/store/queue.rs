@@ -30,6 +30,31 @@ impl Store {
         Ok(())
     }
 
+    /// Queues forks of a task (`task fork`) together: all or none.
+    pub fn submit_forks(&mut self, forks: &[(TaskId, TaskSpec)], priority: i64) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (id, spec) in forks {
+            insert_task(&tx, *id, spec, priority, None, 1)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The forks of task `id` (`forked_from`), oldest first.
+    pub fn forks_of(&self, id: TaskId) -> Result<Vec<TaskId>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id FROM tasks WHERE json_extract(spec, '$.forked_from.task') = ?1
+             ORDER BY created_at, id",
+        )?;
+        let ids = stmt
+            .query_map(params![id.to_string()], |r| r.get::<_, String>(0))?
+            .filter_map(|r| r.ok()?.parse().ok())
+            .collect();
+        Ok(ids)
+    }
+
     /// Moves the best queued task (or `only`, or one of its descendants:
     /// `saheeli run` of a parent runs its children too) to
     /// `starting`, leased to `lease.owner`, and returns it.
@@ -139,10 +164,13 @@ pub(super) fn insert_task(
     let spec_json = serde_json::to_string(spec).expect("TaskSpec serializes");
     let notify = (!spec.notify.is_empty())
         .then(|| serde_json::to_string(&spec.notify).expect("webhooks serialize"));
+    let git = (spec.git.as_ref())
+        .and_then(|g| g.start.as_ref())
+        .map(|s| serde_json::to_string(s).expect("GitStart serializes"));
     tx.exec_cached(
         "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt, notify,
-                            agent_type, model, provider_key)
-         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                            git, follow_up_of, agent_type, model, provider_key)
+         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             id.to_string(),
             spec.title,
@@ -152,17 +180,23 @@ pub(super) fn insert_task(
             now,
             attempt,
             notify,
+            git,
+            spec.follow_up_of.map(|f| f.to_string()),
             spec.agent_type,
             spec.model,
             spec.provider_key
         ],
     )?;
-    let detail = match retry_of {
-        Some(old) => format!(
+    let detail = match (retry_of, &spec.forked_from) {
+        (Some(old), _) => format!(
             "submitted from {} (attempt {attempt}, retry of {old})",
             spec.prompt_path
         ),
-        None => format!("submitted from {}", spec.prompt_path),
+        (None, Some(f)) => format!(
+            "forked from {} at step {} (fork {} of {})",
+            f.task, f.step, f.index, f.count
+        ),
+        (None, None) => format!("submitted from {}", spec.prompt_path),
     };
     insert_event(tx, id, now, None, TaskState::Queued, Some(&detail))?;
     Ok(())

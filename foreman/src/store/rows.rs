@@ -69,6 +69,12 @@ pub(crate) struct TaskRow {
     /// How its last launch's set-up went (issue 50): the cache key, hit
     /// or miss, its time.
     pub setup: Option<crate::task::SetupRan>,
+    /// The commit it started from (issue 52: `workspace: { git }`).
+    pub git: Option<crate::task::GitStart>,
+    /// How its branch was delivered (issue 52: `deliver:`).
+    pub delivered: Option<crate::task::Delivered>,
+    /// The delivered task whose review it follows up (issue 52).
+    pub follow_up_of: Option<TaskId>,
 }
 
 impl TaskRow {
@@ -182,7 +188,8 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      requeues, attempt, detail, parked, active_ms, pause_requested, waiting_since, \
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
       ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
-     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before, rate_wait_until, setup";
+     gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before, rate_wait_until, setup, \
+     git, delivered, follow_up_of";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -234,6 +241,13 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         setup: r
             .get::<_, Option<String>>(36)?
             .and_then(|s| serde_json::from_str(&s).ok()),
+        git: r
+            .get::<_, Option<String>>(37)?
+            .and_then(|s| serde_json::from_str(&s).ok()),
+        delivered: r
+            .get::<_, Option<String>>(38)?
+            .and_then(|s| serde_json::from_str(&s).ok()),
+        follow_up_of: r.get::<_, Option<String>>(39)?.and_then(|s| s.parse().ok()),
     })
 }
 

@@ -319,6 +319,13 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
     ),
     // Issue 50: how a task's set-up went (store/setup.rs), JSON.
     M::up("ALTER TABLE tasks ADD COLUMN setup TEXT;"),
+    // Issue 52: the commit a task started from (JSON), how its branch was
+    // delivered (JSON, store/git.rs), the task whose review it follows up.
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN git TEXT;
+         ALTER TABLE tasks ADD COLUMN delivered TEXT;
+         ALTER TABLE tasks ADD COLUMN follow_up_of TEXT REFERENCES tasks(id);",
+    ),
     // Issue 52, pools (store/caps.rs): what `pools:` select a task by,
     // beside the queue's order in one index, so a claim that skips the
     // tasks of full pools reads the index alone (never the specs).

@@ -236,6 +236,26 @@ impl Store {
     }
 }
 
+impl super::Store {
+    /// The input and output tokens of task `id`'s last answered LLM call
+    /// (what its next call sends at least: the conversation so far).
+    pub fn last_call_tokens(
+        &self,
+        id: saheeli_protocol::TaskId,
+    ) -> super::Result<Option<(i64, i64)>> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT input_tokens, output_tokens FROM llm_calls
+                 WHERE task_id = ?1 AND state = 'settled'
+                 ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            )?
+            .query_row([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,7 @@ pub(super) async fn finish(
     }
     let lease = ctx.lease.clone();
     outcome.detail = Some(detail.clone());
+    super::deliver::deliver(ctx, id, to, &outcome).await;
     record_report(ctx, id, to, &outcome).await;
     let queued = retry.clone();
     let recorded = ctx

@@ -197,6 +197,7 @@ impl Gateway {
             rates,
             budget,
             logprobs: spec.logprobs,
+            cache_key: spec.cache_key(task_id),
             meter: meter.clone(),
             replay,
             live: live.clone(),

@@ -17,7 +17,7 @@
 //!                                                                     ▼
 //!                               collect: Lost → requeue_or_fail; parked exit → record_park;
 //!                               else engine.collect → record.rs (changes.patch)
-//!                                     → conclude (outcome::classify) → finish (report.md, retry)
+//!                                     → conclude (outcome::classify) → finish (deliver, report.md, retry)
 //! ```
 //!
 //! The invariant: one writer per task at a time, the holder of its lease.
@@ -29,7 +29,8 @@
 //! Who writes what:
 //! - the supervisor: `starting`→`running` (`started`, after the engine
 //!   started the servo or reported it running), the container or service
-//!   id, live usage, a park, requeues, and the ending (`finish`);
+//!   id, live usage, a park, requeues, the delivery (`deliver`, just
+//!   before the ending) and the ending (`finish`);
 //! - the serve loop: claims (`queued`→`starting`), take-overs, cancels
 //!   passed on, parked tasks held to be ended;
 //! - the task's gateway: `waiting` while it waits for a human (the desk,
@@ -64,13 +65,15 @@
 //! - `finish`: the terminal write, the next attempt queued, requeues
 //!   with backoff; `retry`: the retry policy (whether, from where, how
 //!   long it waits, the chain's budget, the model's note; pure);
-//!   `record`: `changes.patch` and `report.md`.
+//!   `record`: `changes.patch` and `report.md`; `deliver`: a task's
+//!   branch committed and pushed (issue 52), its `delivered` column.
 
 mod adopt;
 mod collect;
 mod conclude;
 mod control;
 mod ctx;
+mod deliver;
 mod finish;
 mod gateway;
 mod lease;

@@ -87,6 +87,8 @@ struct Started {
 enum Failed {
     /// Another foreman holds the task now: its launch is not ours to undo.
     LeaseLost,
+    /// The engine lacks a capability the task needs (issue 53).
+    Unsupported(String),
     Engine(EngineError),
     Other(anyhow::Error),
 }
@@ -95,6 +97,7 @@ impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failed::LeaseLost => f.write_str("lease lost"),
+            Failed::Unsupported(why) => f.write_str(why),
             Failed::Engine(e) => write!(f, "{e}"),
             Failed::Other(e) => write!(f, "{e:#}"),
         }
@@ -139,6 +142,11 @@ async fn launch(
 ) -> Result<Started, Failed> {
     let id = task.id;
     let engine = &ctx.engine;
+    // Queued under another engine, or before it lost a capability: never
+    // launched to fail.
+    if let Some(why) = engine.refusal(&task.spec) {
+        return Err(Failed::Unsupported(why));
+    }
     let prepared = engine.prepare(id, task.parked, &task.spec)?;
     let routes = ctx.route_plan(
         &task.spec,
@@ -353,6 +361,18 @@ async fn launch_failed(
         }
     }
     match &failed {
+        // The engine cannot run it: no retry helps, nothing was made.
+        Failed::Unsupported(why) => {
+            finish(
+                ctx,
+                id,
+                TaskState::Failed,
+                Reason::Unsupported,
+                Outcome::default(),
+                why,
+            )
+            .await
+        }
         // A set-up command failed: the task's own doing, its output the
         // detail and the report's.
         Failed::Engine(EngineError::SetupFailed(why)) => {

@@ -24,6 +24,10 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
+        Rig::with(Fake::new())
+    }
+
+    fn with(fake: Fake) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let file = ConfigFile {
             database: dir.path().join("saheeli.db"),
@@ -39,7 +43,6 @@ impl Rig {
             file,
             set_keys: Default::default(),
         };
-        let fake = Fake::new();
         let upstream = Arc::new(crate::llm::Upstream::from_config(&cfg).unwrap());
         let ctx = Ctx {
             lease: Lease::new(Duration::from_millis(1)),
@@ -336,4 +339,54 @@ fn a_stop_that_did_not_take_escalates_to_kill_and_keeps_asking() {
         );
     }
     assert_eq!(stop_step(1, Duration::ZERO).1, Duration::from_secs(1));
+}
+
+/// Issue 53: a task needing a capability its engine lacks (queued under
+/// another backend) ends `failed`, reason `unsupported`, naming the
+/// capability and the setting, and nothing is launched.
+#[tokio::test(start_paused = true)]
+async fn a_task_needing_what_its_engine_lacks_fails_unsupported_unlaunched() {
+    let rig = Rig::with(Fake::new().declaring(crate::config::BackendKind::Swarm));
+    let mut spec = crate::store::tests::spec("sized");
+    spec.disk = Some(1 << 30);
+    spec.disk_asked = true;
+    let id = TaskId::new();
+    let task = {
+        let mut store = rig.ctx.store.lock().unwrap();
+        store.submit(id, &spec, 0, None, 1).unwrap();
+        store.claim_next(Some(id), &rig.ctx.lease).unwrap().unwrap()
+    };
+    let (_control, inbox): (Control, Inbox) = channel();
+    crate::supervisor::run(rig.ctx.clone(), task, inbox).await;
+    let t = rig.state(id);
+    assert_eq!(t.state, TaskState::Failed);
+    assert_eq!(t.reason.as_deref(), Some("unsupported"));
+    let detail = t.detail.unwrap_or_default();
+    assert!(
+        detail.contains("`resources.disk` needs the engine capability `disk_quota`")
+            && detail.contains("`backend: swarm` lacks")
+            && detail.contains("run it with `backend: docker`"),
+        "{detail}"
+    );
+    assert_eq!(rig.fake.launches(), 0);
+    // The same task on this host's engine is launched.
+    let local = Rig::new();
+    let id = TaskId::new();
+    let task = {
+        let mut store = local.ctx.store.lock().unwrap();
+        store.submit(id, &spec, 0, None, 1).unwrap();
+        store
+            .claim_next(Some(id), &local.ctx.lease)
+            .unwrap()
+            .unwrap()
+    };
+    let (control, inbox): (Control, Inbox) = channel();
+    let ctx = local.ctx.clone();
+    let run = tokio::spawn(crate::supervisor::run(ctx, task, inbox));
+    while local.fake.launches() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    control.stop(Reason::Cancelled);
+    local.fake.phase(Phase::Exited(0));
+    let _ = run.await;
 }

@@ -5,15 +5,19 @@
 //! config.yaml and `--param`, and re-exports it).
 
 mod approvers;
+mod capability;
 mod chain;
 pub(crate) mod egress;
+mod git;
 mod params;
 mod setup_plan;
 mod task_spec;
 
 pub(crate) use approvers::{approval_for, asked_line};
+pub(crate) use capability::{Capability, Need};
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
+pub(crate) use git::{DeliverPlan, Delivered, GitStart, GitWorkspace, branch_name};
 pub(crate) use params::{ParamSource, ParamValue};
 pub(crate) use setup_plan::{SetupPlan, SetupRan};
-pub(crate) use task_spec::{TaskImage, TaskSpec};
+pub(crate) use task_spec::{ForkOf, TaskImage, TaskSpec};

@@ -47,6 +47,10 @@ pub(crate) struct TaskSpec {
     /// Size of /workspace in bytes (None in tasks queued before it existed).
     #[serde(default)]
     pub disk: Option<u64>,
+    /// `disk` was asked for (`resources.disk`, config's `task.disk`), not
+    /// the built-in default: an engine without `disk_quota` refuses it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disk_asked: bool,
     pub env: BTreeMap<String, String>,
     pub max_output_bytes: usize,
     /// The script for `replay:` models, read at submit time.
@@ -63,6 +67,16 @@ pub(crate) struct TaskSpec {
     /// Pack what `.gitignore` names too (front-matter or config).
     #[serde(default)]
     pub workspace_include_ignored: bool,
+    /// `workspace: { git, ref, depth }` (issue 52): the repository, and
+    /// the commit it started from once submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<super::GitWorkspace>,
+    /// `deliver:` (issue 52), its branch filled in at submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<super::DeliverPlan>,
+    /// The delivered task whose review this one follows up (issue 52).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_up_of: Option<saheeli_protocol::TaskId>,
     /// Approval gates (`approve:`).
     #[serde(default)]
     pub gates: Vec<Gate>,
@@ -172,6 +186,10 @@ pub(crate) struct TaskSpec {
     /// Set on a retry by policy: what it goes on from, what the chain used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<Chain>,
+    /// Set on a fork (`task fork`, issue 51): the task it was forked
+    /// from, at which step, and which of how many forks it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOf>,
     // --- end issue 30 ---
     // --- issue 49: a benchmark's own tasks ---
     /// The task's own image (`image:`) or the directory it is built from
@@ -207,6 +225,22 @@ pub(crate) struct TaskSpec {
     pub setup_plan: super::SetupPlan,
 }
 
+/// Where a fork starts: its parent's conversation and workspace at a step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ForkOf {
+    pub task: saheeli_protocol::TaskId,
+    /// The parent's step the fork goes on from.
+    pub step: u64,
+    /// Which fork this is (1-based), of `count` made together.
+    pub index: u32,
+    pub count: u32,
+    /// The provider cache key its calls carry: the one of the task whose
+    /// conversation it goes on (a fork reads the prefix its parent's
+    /// calls cached; issue 51).
+    #[serde(default)]
+    pub cache_key: String,
+}
+
 /// What a task's own image is made from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -218,6 +252,16 @@ pub(crate) enum TaskImage {
 }
 
 impl TaskSpec {
+    /// The provider cache key task `id`'s calls carry (OpenAI's
+    /// `prompt_cache_key`): its own id, or a fork's parent's key.
+    pub(crate) fn cache_key(&self, id: saheeli_protocol::TaskId) -> String {
+        self.forked_from
+            .as_ref()
+            .map(|f| f.cache_key.clone())
+            .filter(|k| !k.is_empty())
+            .unwrap_or_else(|| id.to_string())
+    }
+
     /// `agent_user: root`: the agent's processes are uid 0, with no capability.
     pub(crate) fn root_agent(&self) -> bool {
         self.agent_user == saheeli_protocol::front_matter::AgentUser::Root

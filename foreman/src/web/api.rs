@@ -249,10 +249,12 @@ pub(super) struct ActBody {
     state: Option<String>,
     #[serde(default)]
     clear: bool,
+    /// `follow-up`: the review's feedback (issue 52).
+    prompt: Option<String>,
 }
 
-const ACTIONS: &str =
-    "cancel, retry, answer, approve, deny, pause, resume, inject, breakpoint, step, step-override";
+const ACTIONS: &str = "cancel, retry, fork, follow-up, answer, approve, deny, pause, resume, \
+     inject, breakpoint, step, step-override";
 
 /// `step-override`'s body: `{"step": NAME, "state": "done" | "skipped", "reason": TEXT}`.
 fn step_override_of(b: ActBody) -> ApiResult<Steer> {
@@ -278,6 +280,10 @@ fn step_override_of(b: ActBody) -> ApiResult<Steer> {
 /// `breakpoint`'s body: `{"step": NAME, "position": "before" | "after", "clear": false}`.
 fn breakpoint_of(b: ActBody) -> ApiResult<Steer> {
     use saheeli_protocol::template::Position;
+    // `{"clear": true}` alone: every breakpoint.
+    if b.clear && b.step.is_none() && b.position.is_none() {
+        return Ok(Steer::ClearBreakpoints);
+    }
     let step = required(b.step, "step", "breakpoint")?;
     let position = match b.position.as_deref() {
         Some("before") => Position::Before,
@@ -332,7 +338,24 @@ pub(super) async fn act(
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    if action == "fork" {
+        return super::fork::fork(web, id, body).await;
+    }
     let b: ActBody = json_body(&body)?;
+    if action == "follow-up" {
+        // Issue 52: `{"prompt": FEEDBACK}`, a new task on the delivered branch.
+        let prompt = required(b.prompt, "prompt", "follow-up")?;
+        let new = ops::follow_up(&web.cfg, &id, &prompt).await?;
+        let shown = new.to_string();
+        let view = web
+            .db(move |s| ops::task_view(s, &shown, ops::EventPage::newest()))
+            .await?;
+        return Ok(Json(json!({
+            "id": new.to_string(),
+            "message": format!("following up as {new}"),
+            "task": view,
+        })));
+    }
     let Some(steer) = steer_of(&action, b)? else {
         let r = ops::retry_task(&web.cfg, &id).await?;
         let new = r.id.to_string();

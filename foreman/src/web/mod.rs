@@ -20,6 +20,7 @@ mod assets;
 mod auth;
 mod error;
 mod files;
+mod fork;
 mod limit;
 mod server;
 mod sse;

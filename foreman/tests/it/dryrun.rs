@@ -593,7 +593,11 @@ fn delegate_on_backend_swarm_is_refused_at_submit() {
     ] {
         let err = s.expect_err(args, 2);
         assert!(
-            err.contains("p.md: `delegate` runs child tasks only with `backend: docker`"),
+            err.contains(
+                "p.md: `delegate` needs the engine capability `child_tasks`, which \
+                 `backend: swarm` lacks (the swarm's gateway does not serve spawn_task and \
+                 wait_tasks yet); run it with `backend: docker` in config.yaml, or drop `delegate`"
+            ),
             "{args:?}: {err}"
         );
     }

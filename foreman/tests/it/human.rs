@@ -750,7 +750,29 @@ fn attach_follows_a_task_and_steers_it_from_the_terminal() {
     // The servo's audit lines are shown live: the question's is there while
     // the task still waits (answered, it may end and its container go
     // before a slow daemon lists it).
-    pty.expect("asks a human", 0);
+    let shown = wait_for(Duration::from_secs(60), || {
+        pty.output().contains("asks a human")
+    });
+    if !shown {
+        // What the daemon had, to tell a follow that missed lines from a
+        // servo that wrote none.
+        let logs: Vec<String> = containers_of(&id)
+            .iter()
+            .map(|c| {
+                let o = std::process::Command::new("docker")
+                    .args(["logs", c])
+                    .output()
+                    .unwrap();
+                format!("{c}: {}", String::from_utf8_lossy(&o.stdout))
+            })
+            .collect();
+        panic!(
+            "never saw the question's audit line in:\n{}\ncontainers' logs:\n{}\nserve:\n{}",
+            pty.output(),
+            logs.join("\n"),
+            serve.log()
+        );
+    }
     pty.type_line("answer x.txt");
     let at = pty.expect("> approve execute_shell", at);
     pty.type_line("approve");

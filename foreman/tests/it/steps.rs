@@ -161,6 +161,16 @@ fn breakpoints_pause_before_and_after_and_task_step_goes_one_step() {
         t["state"] == "paused" && done(t, "a")
     });
     assert!(!started(&t, "b"), "exactly one step: {t:#}");
+    // A dry run says what comes next, and changes nothing.
+    let plan = s.expect(&["task", "step", &id, "--dry-run"], 0);
+    assert!(plan.contains("next step 2 of 3, `b`"), "{plan}");
+    assert!(plan.contains("what:      Second"), "{plan}");
+    assert!(plan.contains("pauses:    after"), "{plan}");
+    assert!(plan.contains("estimate:  "), "{plan}");
+    assert!(plan.contains("nothing was changed"), "{plan}");
+    let still = s.task(&id);
+    assert_eq!(still["state"], "paused");
+    assert!(!started(&still, "b"), "{still:#}");
 
     // Resumed: `b` runs to its breakpoint after it.
     s.expect(&["task", "resume", &id], 0);
@@ -187,6 +197,44 @@ fn breakpoints_pause_before_and_after_and_task_step_goes_one_step() {
     );
     let err = s.expect_err(&["task", "step", &id], 2);
     assert!(err.contains("ended"), "{err}");
+}
+
+/// `task breakpoint ID --clear` alone clears every breakpoint that holds,
+/// the template's too: the task then runs through without pausing.
+#[test]
+fn clear_alone_clears_every_breakpoint_and_the_task_runs_through() {
+    require_docker();
+    let s = Saheeli::new();
+    three_steps(&s);
+    s.write("p.md", THREE);
+    let id = s.submit("p.md");
+    s.expect(&["task", "breakpoint", &id, "--step", "c", "--after"], 0);
+    let err = s.expect_err(&["task", "breakpoint", &id], 2);
+    assert!(err.contains("`--clear` alone"), "{err}");
+    let out = s.expect(&["task", "breakpoint", &id, "--clear"], 0);
+    assert!(
+        out.contains("cleared 2 breakpoint(s)")
+            && out.contains("before `a`")
+            && out.contains("after `c`"),
+        "{out}"
+    );
+    let t = s.task(&id);
+    for name in ["a", "b", "c"] {
+        assert_eq!(step(&t, name)["breakpoints"], json!([]), "{t:#}");
+    }
+    let out = s.expect(&["task", "breakpoint", &id, "--clear"], 0);
+    assert!(out.contains("has no breakpoints to clear"), "{out}");
+    s.expect(&["serve", "--drain"], 0);
+    let t = s.task(&id);
+    assert_eq!(t["state"], "complete");
+    assert!(
+        !t["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "breakpoint"),
+        "it never paused: {t:#}"
+    );
 }
 
 #[test]

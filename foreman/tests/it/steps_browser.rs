@@ -174,6 +174,12 @@ fn the_steps_card_drives_breakpoints_skip_step_and_a_gate_in_a_browser() {
         .await;
         assert_eq!(count(&c).await, "steps 2/4");
         assert!(class(&c, "li[data-step='b']").await.contains("current"));
+        // What it does next is shown while it is paused.
+        let next = text(&c, "#next-step").await;
+        assert!(
+            next.starts_with("next: b") && next.contains("needs approval"),
+            "{next}"
+        );
         save_screenshot(&c, "steps-stepped-one.png").await;
 
         // Resumed: `b` asks for approval; denied with a reason, then approved.

@@ -16,6 +16,8 @@
 //!   warm in the background, removed on stop; what a stopped foreman's
 //!   pool left.
 
+mod capabilities;
+pub(crate) use capabilities::CAPABILITIES;
 mod collect;
 mod find;
 mod home;

@@ -28,6 +28,8 @@
 //! - `engine`, `watch`, `collect`, `find`: the swarm as an engine (what
 //!   the supervisor asks of it: launch, phases, stop, the upload, adopt).
 
+mod capabilities;
+pub(crate) use capabilities::CAPABILITIES;
 mod board;
 mod collect;
 mod endpoint;

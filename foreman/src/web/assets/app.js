@@ -278,11 +278,20 @@ function taskView(main, id) {
         : (t.setup.hit ? "cache hit" : "ran, cache miss") + " " + t.setup.key.slice(0, 12)
           + (t.setup.maintenance ? ", maintenance ran" : ""))
         + ", " + span(t.setup.ms / 1000)) : null,
+      // Issue 52: the commit it started from, the branch it delivered.
+      t.git ? fact("repository", t.git.url + " @ " + t.git.ref + ", " + t.git.commit.slice(0, 12), true) : null,
+      t.follow_up_of ? fact("follows up", el("a", { href: "/tasks/" + t.follow_up_of }, t.follow_up_of.slice(-12))) : null,
+      t.delivery ? fact("branch", el("span", { id: "delivery", class: "mono" }, t.delivery.branch
+        + (t.delivery.commit ? " " + t.delivery.commit.slice(0, 12) : "")
+        + (t.delivery.pushed ? " (pushed)" : " (not pushed" + (t.delivery.error ? ": " + t.delivery.error : "") + ")")), true) : null,
       fact("reason", t.reason || "—"),
       t.recoverable === null || t.recoverable === undefined ? null
         : fact("recoverable", t.recoverable ? "yes" : "no"),
       t.waiting_since ? fact("waiting since", clock(t.waiting_since)) : null,
       t.parent ? fact("parent", el("a", { href: "/tasks/" + t.parent, id: "parent-link" }, t.parent.slice(-12))) : null,
+      t.forked_from ? fact("fork of", el("span", {},
+        el("a", { href: "/tasks/" + t.forked_from.task, id: "fork-link" }, t.forked_from.task.slice(-12)),
+        " at step " + t.forked_from.at_step + " (" + t.forked_from.index + " of " + t.forked_from.count + ")")) : null,
       t.detail ? fact("detail", t.detail, true) : null,
       t.override ? fact("override", t.override.to + " by " + t.override.by + ": " + t.override.reason, true) : null,
     ].filter(Boolean));
@@ -343,9 +352,18 @@ function taskView(main, id) {
         override(s, "skipped"), override(s, "done"))));
     const stepBtn = el("button", { id: "step-once", disabled: ended || !["paused", "running", "queued", "starting"].includes(t.state),
       onclick: () => act("step") }, "Step ▸");
+    // What a paused task does next, before anyone steps or resumes it.
+    const next = steps.find(s => s.state === "in_progress");
+    const upNext = t.state === "paused" && next ? el("div", { id: "next-step", class: "muted" },
+      "next: " + next.name + (next.description ? " — " + next.description : "")
+        + (next.done_when ? "; done when " + (typeof next.done_when === "string"
+          ? next.done_when : next.done_when.verify + " passes") : "")
+        + (next.approve && !next.started_at ? "; needs approval" : "")
+        + ((next.breakpoints || []).length ? "; pauses " + next.breakpoints.join(" and ") : "")) : null;
     stepsCard.replaceChildren(
       el("div", { class: "row" }, el("h2", { id: "steps-count" }, "Steps " + closed + "/" + steps.length),
         el("span", { class: "grow" }), stepBtn),
+      upNext,
       el("ol", { class: "steps" }, rows));
   }
 

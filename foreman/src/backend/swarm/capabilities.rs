@@ -1,0 +1,52 @@
+//! What a Docker Swarm can do for a task (issue 53), and why not where it
+//! cannot: each "yes" is tested on the real three-node swarm the tests
+//! build (the test named beside it).
+
+use crate::backend::capabilities::Support::{self, No, Yes};
+use crate::task::Capability::{self, *};
+
+/// The swarm engine's declaration.
+pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
+    (
+        ThirdPartyAgents,
+        No("third-party agents' native API routes are not wired through the swarm's gateway yet"),
+    ),
+    (
+        TaskImages,
+        No("a node would need the task's image from the swarm's registry"),
+    ),
+    (
+        HiddenTests,
+        No("a node's verify container would need the hidden tests"),
+    ),
+    (Verify, Yes), // it::swarm_verify
+    (
+        RootAgent,
+        No("a node's servo and workspace belong to the agent user"),
+    ),
+    (
+        SetUp,
+        No("a node has no set-up container or cache yet; bake the set-up into `image:`"),
+    ),
+    (Egress, No("the swarm's relay carries no egress yet")),
+    (
+        ChildTasks,
+        No("the swarm's gateway does not serve spawn_task and wait_tasks yet"),
+    ),
+    (
+        DiskQuota,
+        No("a job's workspace is a plain node-local volume with no size limit"),
+    ),
+    (Parking, Yes),  // it::swarm_park
+    (LiveLogs, Yes), // it::swarm_verify (live logs)
+    (
+        WarmPool,
+        No("warm servos are kept on this host only; a swarm job is scheduled per task"),
+    ),
+    (
+        Gpus,
+        No("no job is given a GPU yet (no generic resources are asked)"),
+    ),
+    (Snapshots, No("snapshots are not built yet (issue 51)")),
+    (Suspension, No("suspension is not built yet (issue 51)")),
+];
