@@ -444,6 +444,9 @@ pub(crate) struct BreakpointArgs {
     /// Clear the breakpoint (the template's too) instead of setting it.
     #[arg(long)]
     pub clear: bool,
+    /// Pause the task each time its model spawns a child (`breakpoint: on_subtask`); with `--clear`, stop.
+    #[arg(long, conflicts_with_all = ["step", "before", "after"])]
+    pub on_subtask: bool,
 }
 
 #[derive(Debug, Args)]

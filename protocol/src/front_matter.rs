@@ -124,6 +124,9 @@ pub struct FrontMatter {
     pub approve: Option<Approve>,
     /// Breakpoints: `[tool_error]` pauses the task when a tool call fails.
     pub pause_on: Option<Vec<PauseOn>>,
+    /// `breakpoint: on_subtask`: the task pauses each time its model
+    /// spawns a child task (`spawn_task`).
+    pub breakpoint: Option<TaskBreakpoint>,
     /// How long a question or pause may wait for a human before the task
     /// ends `incomplete` with reason `no_answer`.
     pub human_timeout: Option<Timeout>,
@@ -355,6 +358,14 @@ impl Approve {
             _ => None,
         }
     }
+}
+
+/// What a task-wide `breakpoint:` may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskBreakpoint {
+    /// Each child the model spawns pauses the parent.
+    OnSubtask,
 }
 
 /// What `pause_on:` may name.

@@ -73,6 +73,9 @@ pub(crate) async fn breakpoint(
         _ => None,
     };
     let s = match (args.step, position) {
+        _ if args.on_subtask => Steer::SubtaskBreakpoint {
+            active: !args.clear,
+        },
         (Some(step), Some(position)) => Steer::Breakpoint {
             step,
             position,

@@ -15,17 +15,17 @@ pub(crate) fn body(d: &Delivery) -> String {
         let reason = d
             .reason
             .as_deref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!(" ({})", slack_text(r)))
             .unwrap_or_default();
         let branch = match &d.delivered {
-            Some(b) if b.pushed => format!("; pushed `{}`", b.branch),
-            Some(b) => format!("; `{}` not delivered", b.branch),
+            Some(b) if b.pushed => format!("; pushed `{}`", slack_text(&b.branch)),
+            Some(b) => format!("; `{}` not delivered", slack_text(&b.branch)),
             None => String::new(),
         };
         json!({
             "text": format!(
                 "Saheeli: task *{}* `{}` {}{reason}; {} tokens, ${:.4}{branch}",
-                d.title,
+                slack_text(&d.title),
                 d.task_id.short(),
                 d.kind.trim_start_matches("task.").replace('_', " "),
                 d.input_tokens + d.output_tokens,
@@ -55,6 +55,24 @@ pub(crate) fn body(d: &Delivery) -> String {
     value.to_string()
 }
 
+/// Text for a Slack message: `&`, `<` and `>` are Slack's control
+/// characters (`<!channel>` notifies a channel, `<URL|text>` is a link) and
+/// become the HTML entities Slack documents for them; line breaks and
+/// other control characters become spaces (a title is one line).
+fn slack_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`: the
 /// timestamp is signed with the body, so a receiver can refuse replays.
 pub(crate) fn sign(secret: &[u8], unix_s: u64, body: &str) -> String {
@@ -70,6 +88,51 @@ pub(crate) fn sign(secret: &[u8], unix_s: u64, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Slack's documented escaping: a task's title (the prompt's, so the
+    /// submitter's or a model's for a child) can neither notify a channel
+    /// nor make a link, and `&` shows as itself.
+    #[test]
+    fn a_slack_message_escapes_slacks_control_characters() {
+        let d = Delivery {
+            id: 1,
+            event_id: 7,
+            url: "https://hooks.slack.com/services/T/B/X".into(),
+            format: "slack".into(),
+            kind: "task.completed".into(),
+            attempts: 0,
+            created_at: 0,
+            task_id: saheeli_protocol::TaskId::new(),
+            title: "<!channel> see <https://evil.example|the fix> & more\nline".into(),
+            state: "complete".into(),
+            reason: Some("complete".into()),
+            input_tokens: 10,
+            output_tokens: 5,
+            cost_usd: 0.5,
+            results: None,
+            detail: None,
+            delivered: None,
+        };
+        let v: serde_json::Value = serde_json::from_str(&body(&d)).unwrap();
+        let obj = v.as_object().unwrap();
+        assert_eq!(
+            obj.len(),
+            1,
+            "an incoming webhook's message: {{\"text\": …}}"
+        );
+        let text = v["text"].as_str().unwrap();
+        assert!(
+            !text.contains('<') && !text.contains('>') && !text.contains('\n'),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "*&lt;!channel&gt; see &lt;https://evil.example|the fix&gt; &amp; more line*"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("15 tokens, $0.5000"), "{text}");
+    }
 
     #[test]
     fn the_signature_is_hmac_sha256_of_the_timestamp_and_body() {

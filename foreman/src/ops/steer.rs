@@ -45,6 +45,10 @@ pub(crate) enum Steer {
     },
     /// Clear every breakpoint that holds (the template's too).
     ClearBreakpoints,
+    /// Set (true) or clear `breakpoint: on_subtask`.
+    SubtaskBreakpoint {
+        active: bool,
+    },
     /// Go on until the next template step ends, then pause.
     Step,
     /// Mark a template step done or skipped, with a reason.
@@ -133,6 +137,14 @@ pub(crate) fn steer(
             active,
         } => super::steps::breakpoint(store, &t, &step, position, active, by)?,
         Steer::ClearBreakpoints => super::steps::clear_breakpoints(store, &t, by)?,
+        Steer::SubtaskBreakpoint { active } => {
+            store.set_subtask_breakpoint(t.id, active, by)?;
+            if active {
+                format!("{} pauses each time its model spawns a child task", t.id)
+            } else {
+                format!("breakpoint on_subtask of {} cleared", t.id)
+            }
+        }
         Steer::Step => super::steps::step(store, &t, by)?,
         Steer::StepOverride {
             step,

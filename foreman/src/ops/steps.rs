@@ -59,19 +59,24 @@ pub(crate) fn breakpoint(
 /// (set by people or by the template) cleared.
 pub(crate) fn clear_breakpoints(store: &mut Store, t: &TaskRow, by: &str) -> Result<String, Error> {
     let held = store.breakpoints(t.id, &t.spec.steps)?;
-    if held.is_empty() {
+    let on_subtask = store.subtask_breakpoint(t.id, t.spec.break_on_subtask)?;
+    if held.is_empty() && !on_subtask {
         return Ok(format!("task {} has no breakpoints to clear", t.id));
     }
     for (name, position) in &held {
         store.set_breakpoint(t.id, name, *position, false, by)?;
     }
-    let names: Vec<String> = held
+    let mut names: Vec<String> = held
         .iter()
         .map(|(n, p)| format!("{} `{n}`", p.as_str()))
         .collect();
+    if on_subtask {
+        store.set_subtask_breakpoint(t.id, false, by)?;
+        names.push("on_subtask".into());
+    }
     Ok(format!(
         "cleared {} breakpoint(s) of {}: {}",
-        held.len(),
+        names.len(),
         t.id,
         names.join(", ")
     ))

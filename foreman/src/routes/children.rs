@@ -147,9 +147,21 @@ pub(crate) async fn spawn(
         want_cost: req.max_cost,
     };
     let priority = link.priority;
+    let on_subtask = link.spec.break_on_subtask;
     let r = gw
-        .db(move |s, _| {
+        .db(move |s, lease| {
             let spawned = s.spawn_child(child, spec, priority, &ask)?;
+            // `breakpoint: on_subtask`: the parent pauses before its next
+            // call, the child queued.
+            if let Spawned::New { id, .. } = &spawned
+                && s.subtask_breakpoint(parent, on_subtask)?
+            {
+                s.breakpoint(
+                    parent,
+                    lease,
+                    &format!("breakpoint on_subtask: spawned child {id}"),
+                )?;
+            }
             Ok((spawned, s.carved(parent)?))
         })
         .await;

@@ -191,6 +191,10 @@ pub(super) const TASK: &[Setting] = &[
                 json!([])
             }
         }),
+    Setting::new("breakpoint", "on_subtask")
+        .doc("`on_subtask`: the task pauses each time its model spawns a child task (with `delegate:`); `task resume` goes on, `task breakpoint ID --clear` clears it.")
+        .front(|f| f.breakpoint.is_some())
+        .shown(|s, _| json!(s.break_on_subtask.then_some("on_subtask"))),
     Setting::new("human_timeout", "duration")
         .default("24h")
         .doc("How long a question or pause waits for a human, then the task ends `incomplete` (`no_answer`).")

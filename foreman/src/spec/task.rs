@@ -109,6 +109,7 @@ impl TaskSpec {
         let (gates, gate_approval) = gates_of(fm.approve.as_ref().or(d.approve.as_ref()));
         check_gates(path, &gates, &capabilities)?;
         let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
+        let on_subtask = on_subtask(path, fm.breakpoint, delegate.as_ref())?;
         let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
         let park_after = fm.park_after.map(|t| t.0).unwrap_or(d.park_after);
         check_human(path, human_timeout, park_after)?;
@@ -164,6 +165,7 @@ impl TaskSpec {
                 .unwrap_or(d.workspace_include_ignored),
             gates,
             pause_on_tool_error: pause_on.contains(&PauseOn::ToolError),
+            break_on_subtask: on_subtask,
             human_timeout_s: human_timeout.as_secs().max(1),
             park_after_ms: park_after.as_millis() as u64,
             no_human: d.no_human,
@@ -295,6 +297,23 @@ impl TaskSpec {
             cache: self.cache,
         }
     }
+}
+
+/// `breakpoint: on_subtask`, which needs `delegate:`.
+fn on_subtask(
+    path: &Path,
+    breakpoint: Option<saheeli_protocol::front_matter::TaskBreakpoint>,
+    delegate: Option<&saheeli_protocol::delegate::Delegate>,
+) -> anyhow::Result<bool> {
+    let on_subtask = breakpoint == Some(saheeli_protocol::front_matter::TaskBreakpoint::OnSubtask);
+    if on_subtask && delegate.is_none() {
+        bail!(
+            "{}: `breakpoint: on_subtask` pauses the task when its model spawns a child; \
+             add `delegate: {{ max_children: N }}` or remove it",
+            path.display()
+        );
+    }
+    Ok(on_subtask)
 }
 
 /// `approve:`'s gates, and who may decide them with what message (issue 52).

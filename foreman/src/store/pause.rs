@@ -94,6 +94,57 @@ impl Store {
         Ok(())
     }
 
+    /// Whether `breakpoint: on_subtask` holds for task `id`: its
+    /// prompt's (`declared`), unless a person set or cleared it since.
+    pub fn subtask_breakpoint(&self, id: TaskId, declared: bool) -> Result<bool> {
+        use rusqlite::OptionalExtension;
+        let set: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT active FROM step_breakpoints
+                 WHERE task_id = ?1 AND name = '' AND position = 'on_subtask'",
+            )?
+            .query_row(params![id.to_string()], |r| r.get(0))
+            .optional()?;
+        Ok(set.map_or(declared, |a| a != 0))
+    }
+
+    /// A person sets (`active`) or clears `breakpoint: on_subtask` on a
+    /// task that has not ended.
+    pub fn set_subtask_breakpoint(
+        &mut self,
+        id: TaskId,
+        active: bool,
+        by: &str,
+    ) -> std::result::Result<TaskState, DeskError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let state = current_state(&tx, id)?;
+        if state.is_terminal() {
+            return Err(DeskError::Ended { id, state });
+        }
+        tx.exec_cached(
+            "INSERT OR REPLACE INTO step_breakpoints (task_id, name, position, active, author, at)
+             VALUES (?1, '', 'on_subtask', ?2, ?3, ?4)",
+            params![id.to_string(), active as i64, by, now_ms()],
+        )?;
+        let (kind, verb) = if active {
+            ("breakpoint_set", "set")
+        } else {
+            ("breakpoint_cleared", "cleared")
+        };
+        note_event(
+            &tx,
+            id,
+            kind,
+            Some(by),
+            &format!("breakpoint on_subtask {verb}"),
+        )?;
+        tx.commit()?;
+        Ok(state)
+    }
+
     /// The servo parked: its container is gone, the workspace is kept and
     /// the lease let go. When the reply (or resume) came meanwhile, the task
     /// is queued at once. Returns whether it was.

@@ -37,6 +37,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         follow_up_of: None,
         gates: vec![],
         pause_on_tool_error: false,
+        break_on_subtask: false,
         human_timeout_s: 3600,
         park_after_ms: 1000,
         no_human: false,

@@ -83,6 +83,9 @@ pub(crate) struct TaskSpec {
     /// `pause_on: [tool_error]`.
     #[serde(default)]
     pub pause_on_tool_error: bool,
+    /// `breakpoint: on_subtask`: it pauses each time it spawns a child.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub break_on_subtask: bool,
     /// How long a human may take to reply before the task ends `no_answer`.
     #[serde(default = "default_human_timeout_s")]
     pub human_timeout_s: u64,

@@ -244,3 +244,63 @@ fn a_child_never_copies_a_host_directory_not_even_on_retry() {
         r.body
     );
 }
+
+/// Issue 52 (from George): `breakpoint: on_subtask` pauses the parent
+/// each time its model spawns a child (the child queued, and run while the
+/// parent waits); `task resume` goes on; `task breakpoint ID --on-subtask
+/// --clear` stops it, so the next spawn does not pause.
+#[test]
+fn on_subtask_pauses_the_parent_at_a_spawn_until_resumed_or_cleared() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "w.json",
+        &script(&[("task_complete", json!({"message": "worked"}))]),
+    );
+    s.write("w.md", "---\nmodel: replay:w.json\n---\nWork.\n");
+    s.write(
+        "parent.json",
+        &script(&[
+            ("spawn_task", json!({"template": "w.md"})),
+            ("spawn_task", json!({"template": "w.md"})),
+            ("wait_tasks", json!({})),
+            ("task_complete", json!({"message": "done"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:parent.json\nbreakpoint: on_subtask\npark_after: 60s\n\
+         delegate: { max_children: 4 }\n---\nFan out.\n",
+    );
+    // Without delegate the key is refused, naming it.
+    s.write(
+        "bad.md",
+        "---\nmodel: replay:w.json\nbreakpoint: on_subtask\n---\nGo.\n",
+    );
+    let err = s.expect_err(&["task", "submit", "--prompt", "bad.md"], 2);
+    assert!(
+        err.contains("`breakpoint: on_subtask`") && err.contains("delegate"),
+        "{err}"
+    );
+
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "2"]);
+    let t = until(&s, &id, &serve, "paused at the first spawn", |t| {
+        t["state"] == "paused"
+    });
+    let hits = events_of(&t, "breakpoint");
+    assert_eq!(hits.len(), 1, "{t:#}");
+    assert!(
+        hits[0].starts_with("breakpoint on_subtask: spawned child "),
+        "{hits:?}"
+    );
+    assert_eq!(children(&t).len(), 1, "the child is queued: {t:#}");
+    // Cleared by a person, then resumed: the second spawn does not pause.
+    let out = s.expect(&["task", "breakpoint", &id, "--on-subtask", "--clear"], 0);
+    assert!(out.contains("breakpoint on_subtask of"), "{out}");
+    s.expect(&["task", "resume", &id], 0);
+    let t = until(&s, &id, &serve, "ended", ended);
+    assert_eq!(t["state"], "complete", "{t:#}");
+    assert_eq!(events_of(&t, "breakpoint").len(), 1, "{t:#}");
+    assert_eq!(children(&t).len(), 2, "{t:#}");
+}
