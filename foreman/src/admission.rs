@@ -36,6 +36,8 @@
 //! in; the serve loop asks (`reconciler::gate`) and the supervisors
 //! report. It sits below both, and below `metrics` (the breaker's states).
 
+pub(crate) mod pools;
+
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -7,12 +7,14 @@ use clap::{Args, Parser, Subcommand};
 mod cache;
 mod eval;
 mod fork;
+mod steps;
 
 pub(crate) use cache::CacheCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
 pub(crate) use fork::{FollowUpArgs, ForkArgs};
+pub(crate) use steps::{BreakpointArgs, StepArgs, StepOverrideArgs};
 
 /// Run coding agents at scale, safely: each task in its own hardened servo container.
 #[derive(Debug, Parser)]
@@ -249,6 +251,10 @@ pub(crate) struct ApproveArgs {
     /// A note the model reads with the approval.
     #[arg(long)]
     pub note: Option<String>,
+    /// Approve as NAME, recorded as who approved (default: your user name); a step's
+    /// `approve: { from: [...] }` counts only those it names.
+    #[arg(long = "as", value_name = "NAME")]
+    pub as_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -257,6 +263,10 @@ pub(crate) struct DenyArgs {
     /// Why: the model is told (for a plan, it is the feedback it replans with).
     #[arg(long)]
     pub reason: String,
+    /// Deny as NAME (default: your user name); a step's `approve: { from: [...] }` counts
+    /// only those it names.
+    #[arg(long = "as", value_name = "NAME")]
+    pub as_name: Option<String>,
 }
 
 #[derive(Debug, Default, Args)]
@@ -267,6 +277,10 @@ pub(crate) struct PromptArgs {
     /// Higher runs first (default: the front-matter's `priority:`, else 0).
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i64>,
+    /// Run it as this kind of worker (config.yaml `agent_types:`): the type's agent, model,
+    /// image, budgets and tools are its defaults, under the front-matter's own.
+    #[arg(long, value_name = "NAME")]
+    pub agent_type: Option<String>,
     /// Accept a `workspace:` outside the prompt file's directory tree.
     #[arg(long)]
     pub allow_workspace_outside: bool,
@@ -285,10 +299,18 @@ pub(crate) struct PromptArgs {
 }
 
 impl PromptArgs {
+    /// `--param` with `--agent-type NAME` as `agent_type=NAME` last (it
+    /// wins over the front-matter's).
+    pub fn params(&self) -> Vec<String> {
+        let mut params = self.params.clone();
+        params.extend(self.agent_type.iter().map(|t| format!("agent_type={t}")));
+        params
+    }
+
     /// What a submit asks besides the prompt, as `ops` takes it.
     pub fn submit(&self) -> crate::ops::Submit {
         crate::ops::Submit {
-            params: self.params.clone(),
+            params: self.params(),
             priority: self.priority,
             allow_workspace_outside: self.allow_workspace_outside,
             no_human: self.no_human,
@@ -405,52 +427,6 @@ pub(crate) struct TrajectoryArgs {
 pub(crate) enum TrajectoryFormat {
     Atif,
     Openai,
-}
-
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("position").args(["before", "after"])))]
-pub(crate) struct BreakpointArgs {
-    /// A task that has not ended.
-    pub id: String,
-    /// The template step's name (as `task status ID` lists them); without it, `--clear` clears every breakpoint.
-    #[arg(long)]
-    pub step: Option<String>,
-    /// Pause once the step has started, before its work.
-    #[arg(long)]
-    pub before: bool,
-    /// Pause once the step is done.
-    #[arg(long)]
-    pub after: bool,
-    /// Clear the breakpoint (the template's too) instead of setting it.
-    #[arg(long)]
-    pub clear: bool,
-    /// Pause the task each time its model spawns a child (`breakpoint: on_subtask`); with `--clear`, stop.
-    #[arg(long, conflicts_with_all = ["step", "before", "after"])]
-    pub on_subtask: bool,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct StepArgs {
-    /// A task with template steps that has not ended.
-    pub id: String,
-    /// Print the next step (what it is, what makes it done, what holds it) and a token estimate; change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct StepOverrideArgs {
-    /// A task that has not ended.
-    pub id: String,
-    /// The template step's name.
-    #[arg(long)]
-    pub step: String,
-    /// What the step becomes.
-    #[arg(long, value_enum)]
-    pub state: crate::ops::StepOverrideState,
-    /// Why; recorded with your user name and the time, and told to the model.
-    #[arg(long)]
-    pub reason: String,
 }
 
 /// The outcomes `task override` may set.

@@ -19,11 +19,13 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 mod bench;
 mod git;
+mod named;
 mod setup;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
 pub use git::{Deliver, DeliverOn, GitSource, Workspace};
+pub use named::NamedGates;
 pub use setup::Setup;
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
@@ -158,6 +160,10 @@ pub struct FrontMatter {
     /// Who runs the task: `saheeli` (the built-in loop), `claude-code`,
     /// `codex`, `mini-swe-agent`, `aider`, or `{ command, api }`.
     pub agent: Option<crate::Agent>,
+    /// A kind of worker config.yaml's `agent_types:` names (issue 52): its
+    /// agent, model, image, budgets and tools are this task's defaults,
+    /// under what the front-matter itself sets.
+    pub agent_type: Option<String>,
     // --- issue 49: a benchmark's own tasks --------------------------------
     /// The task's own image (a local tag or id); the servo is added on
     /// top of it, once per image.
@@ -275,12 +281,14 @@ impl<'de> Deserialize<'de> for Commands {
     }
 }
 
-/// `approve:` as a list of tools or a map of tool to a regular expression.
+/// `approve:` as a list of tools or a map of tool to a regular expression,
+/// or with named approvers and a message (issue 52).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Approve {
     Tools(Vec<String>),
     Matching(BTreeMap<String, String>),
+    Named(NamedGates),
 }
 
 /// Either shape, with an error that shows both (serde's untagged enums
@@ -310,11 +318,14 @@ impl<'de> Deserialize<'de> for Approve {
                 self,
                 mut map: A,
             ) -> Result<Approve, A::Error> {
-                let mut out = BTreeMap::new();
-                while let Some((tool, pattern)) = map.next_entry::<String, String>()? {
-                    out.insert(tool, pattern);
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, named::Value>()? {
+                    entries.push(entry);
                 }
-                Ok(Approve::Matching(out))
+                match named::read(entries).map_err(serde::de::Error::custom)? {
+                    (g, true) => Ok(Approve::Named(g)),
+                    (g, false) => Ok(Approve::Matching(g.matching)),
+                }
             }
         }
         d.deserialize_any(V)
@@ -339,6 +350,20 @@ impl Approve {
                     pattern: Some(p.clone()),
                 })
                 .collect(),
+            Approve::Named(g) => {
+                let mut gates = Approve::Tools(g.tools.clone()).gates();
+                gates.extend(Approve::Matching(g.matching.clone()).gates());
+                gates
+            }
+        }
+    }
+
+    /// Who may decide these gates and what they are shown (issue 52);
+    /// None: anyone, no message.
+    pub fn named(&self) -> Option<&NamedGates> {
+        match self {
+            Approve::Named(g) => Some(g),
+            _ => None,
         }
     }
 }

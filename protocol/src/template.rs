@@ -22,6 +22,10 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod approval;
+
+pub use approval::StepApproval;
+
 /// One declared parameter of a template.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -134,9 +138,10 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_when: Option<DoneWhen>,
     /// `approve: true`: the step starts only on a person's approval (its
-    /// `step_start` waits as a gated tool call does).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub approve: bool,
+    /// `step_start` waits as a gated tool call does); `approve: { from:
+    /// [alice, ops], message: … }`: only from those named (issue 52).
+    #[serde(default, skip_serializing_if = "StepApproval::is_off")]
+    pub approve: StepApproval,
     /// `breakpoint: before | after`: the task pauses once the step has
     /// started (before its work), or once it is done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,10 +319,10 @@ mod tests {
                 .unwrap();
         assert_eq!(s[0].description, "");
         assert_eq!(s[1].done_when, Some(DoneWhen::Text("w".into())));
-        assert!(!s[0].approve && s[0].breakpoint.is_none());
+        assert!(!s[0].approve.required && s[0].breakpoint.is_none());
         let s: Vec<Step> =
             serde_yaml::from_str("- { name: a, approve: true, breakpoint: after }\n").unwrap();
-        assert!(s[0].approve);
+        assert!(s[0].approve.required);
         assert_eq!(s[0].breakpoint, Some(Position::After));
         let s: Vec<Step> =
             serde_yaml::from_str("- { name: a, done_when: { verify: test -f x } }\n").unwrap();

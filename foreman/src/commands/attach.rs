@@ -226,6 +226,9 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
             && let Some(w) = &t.waiting_for
         {
             outln!("> {}", output::clean(&output::waiting_line(w)));
+            if let Some(asked) = t.approval_asked() {
+                outln!("  {}", output::clean(&asked));
+            }
             outln!(
                 "  (type {})",
                 match w {

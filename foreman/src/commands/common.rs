@@ -73,7 +73,7 @@ pub(super) fn spec_for(cfg: &Config, prompt: &Path, args: &PromptArgs) -> anyhow
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     let mut asked: Vec<(String, String)> = Vec::new();
     let mut spec = loop {
-        match TaskSpec::from_prompt_asked(cfg, prompt, &args.params, &asked) {
+        match TaskSpec::from_prompt_asked(cfg, prompt, &args.params(), &asked) {
             Ok(spec) => break spec,
             Err(SpecError::Missing(missing)) if interactive => {
                 for p in &missing.missing {

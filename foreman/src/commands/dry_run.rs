@@ -33,7 +33,7 @@ pub(super) async fn dry_run(
     };
     let mut view = DryRunView::new(
         &spec,
-        spec::effective(cfg, &spec, &front_matter, &args.params),
+        spec::effective(cfg, &spec, &front_matter, &args.params()),
     );
     view.config = cfg.source.clone();
     view.tools = spec::tools_for(&spec);

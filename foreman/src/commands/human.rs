@@ -19,8 +19,18 @@ use crate::ops::who;
 
 /// Runs `steer` for a CLI command and prints what happens next.
 fn steer_cli(cfg: &Config, id: &str, s: Steer) -> anyhow::Result<ExitCode> {
+    steer_as(cfg, id, s, None)
+}
+
+/// [`steer_cli`] as `--as NAME` (issue 52), else as this user.
+fn steer_as(cfg: &Config, id: &str, s: Steer, name: Option<&str>) -> anyhow::Result<ExitCode> {
+    let by = match name.map(str::trim) {
+        Some("") => anyhow::bail!("`--as` is empty; give the name to decide as"),
+        Some(n) => n.to_string(),
+        None => who(),
+    };
     let mut store = open_existing_store(cfg)?;
-    outln!("{}", steer(cfg, &mut store, id, s, &who())?);
+    outln!("{}", steer(cfg, &mut store, id, s, &by)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -30,11 +40,13 @@ pub(crate) async fn answer(cfg: &Config, args: TextArgs) -> anyhow::Result<ExitC
 }
 
 pub(crate) async fn approve(cfg: &Config, args: ApproveArgs) -> anyhow::Result<ExitCode> {
-    steer_cli(cfg, &args.id, Steer::Reply(HumanAct::Approve(args.note)))
+    let act = Steer::Reply(HumanAct::Approve(args.note));
+    steer_as(cfg, &args.id, act, args.as_name.as_deref())
 }
 
 pub(crate) async fn deny(cfg: &Config, args: DenyArgs) -> anyhow::Result<ExitCode> {
-    steer_cli(cfg, &args.id, Steer::Reply(HumanAct::Deny(args.reason)))
+    let act = Steer::Reply(HumanAct::Deny(args.reason));
+    steer_as(cfg, &args.id, act, args.as_name.as_deref())
 }
 
 pub(crate) async fn inject(cfg: &Config, args: TextArgs) -> anyhow::Result<ExitCode> {

@@ -17,7 +17,8 @@ pub(crate) async fn metrics(cfg: &Config) -> anyhow::Result<ExitCode> {
         cfg.database(),
         Providers::from_config(cfg),
         Source::Database,
-    );
+    )
+    .with_pools(cfg.file.pools.clone());
     out!("{}", m.scrape().await?);
     Ok(ExitCode::SUCCESS)
 }

@@ -134,7 +134,8 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         cfg.database(),
         upstream.providers.clone(),
         crate::metrics::Source::Foreman,
-    );
+    )
+    .with_pools(cfg.file.pools.clone());
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
         lease,

@@ -109,6 +109,12 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                         text.push('\n');
                         text.push_str(&output::admission_line(&row));
                     }
+                    let caps = &cfg.file.pools;
+                    if !caps.is_empty() {
+                        let usage = crate::admission::pools::usage(caps, &store.pool_groups()?);
+                        text.push('\n');
+                        text.push_str(&crate::admission::pools::line(&usage).unwrap_or_default());
+                    }
                     text
                 }
             }

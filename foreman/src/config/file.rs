@@ -100,6 +100,11 @@ pub(crate) struct ConfigFile {
     pub images: ImagesConfig,
     /// The cache of set-ups' results (issue 50).
     pub setup_cache: super::SetupCacheConfig,
+    /// Named kinds of worker (issue 52; `config::caps`): a task's
+    /// `agent_type:` takes their values as its defaults.
+    pub agent_types: BTreeMap<String, super::AgentType>,
+    /// Caps per agent type, model or provider key, beside `concurrency`.
+    pub pools: Vec<super::PoolCap>,
 }
 
 /// `images:`: what a task's `environment:` Dockerfile may start from.
@@ -404,6 +409,8 @@ impl Default for ConfigFile {
             pool: Vec::new(),
             images: ImagesConfig::default(),
             setup_cache: super::SetupCacheConfig::default(),
+            agent_types: BTreeMap::new(),
+            pools: Vec::new(),
         }
     }
 }

@@ -48,7 +48,9 @@ impl Config {
                 let file: ConfigFile =
                     crate::settings::env::read(serde_yaml::Value::Null, &overrides)
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
-                file.check_limits().map_err(|e| anyhow::anyhow!("{e}"))?;
+                file.check_limits()
+                    .and_then(|()| super::caps::check(&file.agent_types, &file.pools))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
                 file
             };
             return Ok(Config {
@@ -121,6 +123,7 @@ impl Config {
         }
         file.check_limits()
             .and_then(|()| file.check_pool())
+            .and_then(|()| super::caps::check(&file.agent_types, &file.pools))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let abs = std::path::absolute(&path)
             .with_context(|| format!("resolving `{}`", path.display()))?;

@@ -6,6 +6,7 @@
 //! `providers`: which server a model's calls go to, with which key (built
 //! from the config, read by the gateway, specs, metrics and commands).
 
+mod caps;
 mod concurrency;
 mod defaults;
 mod dotenv;
@@ -19,6 +20,7 @@ mod setup_cache;
 mod tests;
 pub(crate) mod windows;
 
+pub(crate) use caps::{AgentType, PoolCap, Selector, known as known_agent_types};
 pub(crate) use concurrency::{AUTO_CEILING, Concurrency};
 pub(crate) use defaults::{GateDefault, REQUEUE_BACKOFF, RETRYABLE, TaskDefaults};
 #[cfg(test)]

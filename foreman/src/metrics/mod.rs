@@ -27,11 +27,13 @@
 //! - `egress`: connections and bytes through the tasks' egress proxies.
 //! - `admission`: the serving foreman's limit and circuit breaker, from
 //!   its `admission` row.
+//! - `pools`: each `pools:` entry's running, cap and queued tasks.
 
 mod admission;
 mod egress;
 mod labels;
 mod live;
+mod pools;
 mod render;
 mod tally;
 #[cfg(test)]

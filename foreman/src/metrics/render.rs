@@ -11,7 +11,8 @@ use prometheus_client::registry::Registry;
 use super::labels::Models;
 use super::live::live;
 use super::tally::Tally;
-use crate::config::Providers;
+use crate::admission::pools;
+use crate::config::{PoolCap, Providers};
 use crate::store::{Store, now_ms};
 
 /// The content type of [`Metrics::render`]'s text, for `GET /metrics`.
@@ -37,6 +38,8 @@ pub(crate) enum Source {
 pub(crate) struct Metrics {
     database: PathBuf,
     source: Source,
+    /// config.yaml's `pools:` (issue 52).
+    pools: Arc<Vec<PoolCap>>,
     state: Arc<Mutex<State>>,
 }
 
@@ -53,11 +56,18 @@ impl Metrics {
         Metrics {
             database,
             source,
+            pools: Arc::default(),
             state: Arc::new(Mutex::new(State {
                 store: None,
                 tally: Tally::new(Models::new(providers)),
             })),
         }
+    }
+
+    /// With config.yaml's `pools:`, whose gauges it shows.
+    pub fn with_pools(mut self, pools: Vec<PoolCap>) -> Metrics {
+        self.pools = Arc::new(pools);
+        self
     }
 
     /// The exposition, in OpenMetrics text ([`CONTENT_TYPE`]). Reads the
@@ -80,6 +90,11 @@ impl Metrics {
         let admission = store
             .admission_since(now_ms() - ADMISSION_FRESH_MS)
             .with_context(|| format!("reading admission from `{}`", self.database.display()))?;
+        let pools = if self.pools.is_empty() {
+            Vec::new()
+        } else {
+            pools::usage(&self.pools, &store.pool_groups()?)
+        };
 
         let mut reg = Registry::with_prefix("saheeli");
         reg.register(
@@ -89,6 +104,7 @@ impl Metrics {
         );
         tally.register(&mut reg, &read, now_ms());
         super::admission::register(&mut reg, admission.as_ref());
+        super::pools::register(&mut reg, &pools);
         live().register(&mut reg);
         super::egress::egress().register(&mut reg);
         let mut out = String::new();

@@ -190,7 +190,7 @@ pub(crate) fn next_step_plan(store: &Store, t: &TaskRow) -> Result<String, Error
             let _ = writeln!(out, "  done when: the model marks it done");
         }
     }
-    if next.step.approve && !started {
+    if next.step.approve.required && !started {
         let _ = writeln!(out, "  holds:     it starts only once a person approves it");
     }
     let breakpoints: Vec<&str> = store

@@ -22,6 +22,8 @@ pub(crate) struct TaskView {
     pub model: String,
     /// Who ran it: `saheeli` (the built-in loop), `mini-swe-agent`, … (issue 25).
     pub agent: String,
+    /// The `agent_types:` entry it ran as (issue 52), if any.
+    pub agent_type: Option<String>,
     pub priority: i64,
     /// The task's `deadline:` (RFC 3339), when it has one.
     pub deadline: Option<String>,
@@ -62,6 +64,9 @@ pub(crate) struct TaskView {
     /// `{"kind": "plan", "plan"}` or `{"kind": "blocked", "reason",
     /// "needed"}`; null otherwise.
     pub waiting_for: Option<saheeli_protocol::human::Waiting>,
+    /// Waiting on a step's approval that names its approvers or a
+    /// message: who may decide, and the message (issue 52).
+    pub approval: Option<String>,
     /// A pause was asked for (the task is `paused`, or will be before its
     /// next LLM call).
     pub pause_requested: bool,
@@ -252,6 +257,7 @@ impl TaskView {
             detail: t.detail.clone(),
             model: t.spec.model.clone(),
             agent: t.spec.agent.label(),
+            agent_type: t.spec.agent_type.clone(),
             priority: t.priority,
             deadline: t.spec.deadline_ms.map(time),
             steps: t.steps,
@@ -278,6 +284,7 @@ impl TaskView {
             container: t.container_id.clone().filter(|_| !t.state.is_terminal()),
             cancel_requested: t.cancel_requested,
             waiting_for: t.waiting_for.clone(),
+            approval: t.approval_asked(),
             pause_requested: t.pause_requested,
             parked: t.parked,
             rate_limited: t.rate_limited(now_ms()),

@@ -54,7 +54,7 @@ impl StepView {
             evidence: s.done.as_ref().map(|d| d.evidence.clone()),
             at: s.done.as_ref().map(|d| time(d.at)),
             started_at: None,
-            approve: s.step.approve,
+            approve: s.step.approve.required,
             breakpoints: Vec::new(),
             overridden: s.overridden.as_ref().map(|o| StepOverrideView {
                 state: o.state.clone(),

@@ -133,6 +133,9 @@ fn state_lines(s: &mut String, t: &TaskRow) {
     }
     if let Some(w) = &t.waiting_for {
         let _ = writeln!(s, "waiting:   {}", clean(&waiting_line(w)));
+        if let Some(asked) = t.approval_asked() {
+            let _ = writeln!(s, "           {}", clean(&asked));
+        }
         let _ = writeln!(s, "           {}", clean(&how_to_reply(t.id, w)));
     }
     if t.rate_limited(now_ms()) {
@@ -159,6 +162,9 @@ fn spend_lines(s: &mut String, t: &TaskRow, steps: &[StepStatus]) {
     let _ = writeln!(s, "model:     {}", clean(&t.spec.model));
     if !t.spec.agent.is_builtin() {
         let _ = writeln!(s, "agent:     {}", clean(&t.spec.agent.label()));
+    }
+    if let Some(kind) = &t.spec.agent_type {
+        let _ = writeln!(s, "type:      {}", clean(kind));
     }
     let _ = writeln!(s, "steps:     {} of {}", t.steps, t.spec.max_steps);
     if !steps.is_empty() {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::state::TaskState;
-use crate::store::Store;
+use crate::store::{ClosedBy, PoolGroup, Store};
 
 use super::bell;
 use super::gate::{self, Publisher};
@@ -223,6 +223,7 @@ pub(super) async fn serve_loop(
     let mut pool_sweeping: Option<tokio::task::JoinHandle<()>> = None;
     let mut seen_version = None;
     let mut look_for_work = true;
+    let pools = Arc::new(ctx.cfg.file.pools.clone());
     let mut last_parked = tokio::time::Instant::now() - PARKED_EVERY;
     // `saheeli run` follows its task through retries.
     let mut only = opts.only;
@@ -260,8 +261,16 @@ pub(super) async fn serve_loop(
             && !drain.is_cancelled()
             && gate::may_launch(ctx, busy(running, handles))
         {
-            let lease = ctx.lease.clone();
-            let claimed = ctx.db(move |s| s.claim_next(only, &lease)).await?;
+            let (lease, caps) = (ctx.lease.clone(), pools.clone());
+            let claimed = ctx
+                .db(move |s| {
+                    // `pools:` (issue 52): none, no count.
+                    let f = |g: &[PoolGroup]| crate::admission::pools::closed(&caps, g);
+                    let closed: Option<ClosedBy<'_>> =
+                        if caps.is_empty() { None } else { Some(&f) };
+                    s.claim_within(only, &lease, closed)
+                })
+                .await?;
             queue.found(claimed.is_some());
             let Some(task) = claimed else {
                 look_for_work = false;

@@ -116,6 +116,14 @@ pub(super) const SERVER: &[Setting] = &[
         .default("[]")
         .doc("Warm servos on this host (issue 28): classes `{size: N | auto, max_idle, image?, network?, resources?}`; a task whose image, network and resources equal a class's is served by one of its idle servos, else it launches cold.")
         .config("pool"),
+    Setting::new("agent_types", "map")
+        .default("{}")
+        .doc("Named kinds of worker (issue 52): `reviewer: { agent, model, image, max_steps, max_tokens, max_cost, timeout, tools, capabilities }`; a task's `agent_type: reviewer` (or `--agent-type`) takes them as defaults under its own front-matter.")
+        .config("agent_types"),
+    Setting::new("pools", "list")
+        .default("[]")
+        .doc("Caps beside `concurrency`: `{ agent_type: reviewer, max: 4 }`, `{ model: claude-sonnet-4-5, max: 16 }`, `{ key: ANTHROPIC_API_KEY, max: 32 }` (the provider key's variable); a task runs only while every pool it is in has room, counted over every foreman of the database; the tightest wins, and a full pool's queued tasks never hold up another's.")
+        .config("pools"),
     Setting::new("swarm.tls", "map")
         .doc("TLS for the manager's and every node's engine API (served with `--tlsverify`): `ca` (PEM of the CA that signed the engines' certificates; the only one trusted), `cert` and `key` (the foreman's client certificate), paths relative to the config file.")
         .config("swarm.tls"),

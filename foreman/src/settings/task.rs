@@ -175,7 +175,7 @@ pub(super) const TASK: &[Setting] = &[
         .config("task.max_output_bytes")
         .shown(|s, _| json!(s.max_output_bytes)),
     Setting::new("approve", "list or map")
-        .doc("Approval gates: `[execute_shell]`, `{execute_shell: \"regex\"}`, or `[plan]`.")
+        .doc("Approval gates: `[execute_shell]`, `{execute_shell: \"regex\"}`, or `[plan]`; `{ tools: [execute_shell], from: [ops], message: \"…\" }`: only those named decide, shown the message.")
         .config("task.approve")
         .front(|f| f.approve.is_some())
         .shown(|s, _| json!(s.gates)),
@@ -261,6 +261,11 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.agent.is_some())
         .param()
         .shown(|s, _| json!(s.agent)),
+    Setting::new("agent_type", "name")
+        .doc("A kind of worker config.yaml's `agent_types:` defines: its `agent`, `model`, `image`, budgets and tools are this task's defaults, under what the front-matter sets (also `--agent-type`); `pools:` may cap it.")
+        .front(|f| f.agent_type.is_some())
+        .param()
+        .shown(|s, _| json!(s.agent_type)),
     Setting::new("notify", "list of webhooks")
         .default("[]")
         .doc("Webhooks (`url`, `events`, `format`: `json` or `slack`) and email channels (`email`, `events`, through `smtp:`); a prompt's are added to config.yaml's.")
@@ -365,6 +370,6 @@ pub(super) const TASK: &[Setting] = &[
         .doc("A template's declared parameters; `{{ name }}` in the prompt is replaced by the value (`--param name=…`).")
         .front(|f| !f.parameters.is_empty()),
     Setting::new("steps", "list")
-        .doc("A template's checklist (`name`, `description`, `done_when` as text or `{ verify: COMMAND }`, `approve`, `breakpoint`), ticked off with `step_start` and `step_done`.")
+        .doc("A template's checklist (`name`, `description`, `done_when` as text or `{ verify: COMMAND }`, `approve`: `true` or `{ from: [NAME], message }`, `breakpoint`), ticked off with `step_start` and `step_done`.")
         .front(|f| !f.steps.is_empty()),
 ];

@@ -224,13 +224,14 @@ fn the_environment_overrides_config_values() {
 fn param_keys_are_the_ones_it_always_took() {
     // `cache` (issue 26), `deadline` (issue 29), `retry_from` and
     // `budget_per_attempt` (issue 30) joined them; `agent` (issue 49: an
-    // eval's `--param agent=oracle`).
+    // eval's `--param agent=oracle`); `agent_type` (issue 52: `--agent-type`).
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
         keys,
         [
             "agent",
+            "agent_type",
             "assess",
             "budget_per_attempt",
             "cache",

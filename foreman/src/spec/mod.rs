@@ -4,6 +4,7 @@
 //! is read in `prompt`, merged in `task`, and held to its bounds in `bounds`.
 
 mod agent;
+mod agent_type;
 mod bench;
 mod bounds;
 mod budget;

@@ -25,6 +25,9 @@ pub(crate) enum Source {
     /// A `SAHEELI_<KEY>` environment variable.
     #[serde(rename = "environment")]
     Env,
+    /// config.yaml's `agent_types:` entry the task names (issue 52).
+    #[serde(rename = "agent_type")]
+    AgentType,
     /// The prompt file's front-matter.
     #[serde(rename = "front-matter")]
     FrontMatter,
@@ -39,6 +42,7 @@ impl Source {
             Source::Default => "default",
             Source::Config => "config.yaml",
             Source::Env => "environment",
+            Source::AgentType => "agent_type",
             Source::FrontMatter => "front-matter",
             Source::Param => "--param",
         }
@@ -54,11 +58,13 @@ pub(crate) struct Effective {
 }
 
 /// Which layer set `setting`: the last of config.yaml and the
-/// environment (`config_keys`), the front-matter `fm` (as written, before
-/// `--param`) and the `params` given.
+/// environment (`config_keys`), the task's agent type (`of_type`: the keys
+/// it sets), the front-matter `fm` (as written, before `--param`) and the
+/// `params` given.
 pub(crate) fn source_of(
     setting: &Setting,
     config_keys: &SetKeys,
+    of_type: &FrontMatter,
     fm: &FrontMatter,
     params: &[String],
 ) -> Source {
@@ -70,6 +76,8 @@ pub(crate) fn source_of(
         Source::Param
     } else if setting.in_front_matter.is_some_and(|set| set(fm)) {
         Source::FrontMatter
+    } else if setting.in_front_matter.is_some_and(|set| set(of_type)) {
+        Source::AgentType
     } else if setting
         .config
         .is_some_and(|k| config_keys.env.contains_key(k))
@@ -93,12 +101,13 @@ pub(crate) fn effective(
     let derived = Derived {
         image: image_for(cfg, &spec.agent),
     };
+    let of_type = super::agent_type::set_by(cfg, spec.agent_type.as_deref());
     settings::all()
         .filter_map(|s| {
             Some(Effective {
                 key: s.key,
                 value: (s.value?)(spec, &derived),
-                source: source_of(s, &cfg.set_keys, fm, params),
+                source: source_of(s, &cfg.set_keys, &of_type, fm, params),
             })
         })
         .collect()
@@ -118,6 +127,10 @@ mod tests {
 
     fn fm(yaml: &str) -> FrontMatter {
         serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn none() -> FrontMatter {
+        FrontMatter::default()
     }
 
     fn keys(list: &[&str]) -> SetKeys {
@@ -141,7 +154,7 @@ mod tests {
             .insert("task.model".into(), "SAHEELI_MODEL".into());
         let front = fm("model: a\nmax_steps: 3\n");
         let params = ["model=b".to_string()];
-        let of = |k| source_of(setting(k), &config, &front, &params);
+        let of = |k| source_of(setting(k), &config, &none(), &front, &params);
         assert_eq!(of("model"), Source::Param);
         assert_eq!(of("max_steps"), Source::FrontMatter);
         assert_eq!(of("timeout"), Source::Env);
@@ -152,10 +165,25 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_type_sits_between_the_config_and_the_front_matter() {
+        let config = keys(&["task.model", "task.max_steps", "task.timeout"]);
+        let of_type = fm("model: a\nmax_steps: 3\ntools: [task_complete]\n");
+        let front = fm("max_steps: 4\n");
+        let params = ["tools=[read_file]".to_string()];
+        let of = |k| source_of(setting(k), &config, &of_type, &front, &params);
+        assert_eq!(of("model"), Source::AgentType);
+        assert_eq!(of("max_steps"), Source::FrontMatter);
+        assert_eq!(of("timeout"), Source::Config);
+        // `tools` is no `--param` key: the type's value stands.
+        assert_eq!(of("tools"), Source::AgentType);
+        assert_eq!(Source::AgentType.as_str(), "agent_type");
+    }
+
+    #[test]
     fn nested_and_map_keys_are_traced() {
         let front = fm("resources: { memory: 1g }\nenv: { A: b }\n");
         let config = keys(&["task", "task.cpus"]);
-        let of = |k| source_of(setting(k), &config, &front, &[]);
+        let of = |k| source_of(setting(k), &config, &none(), &front, &[]);
         assert_eq!(of("resources.memory"), Source::FrontMatter);
         assert_eq!(of("resources.cpus"), Source::Config);
         assert_eq!(of("resources.pids"), Source::Default);
@@ -168,7 +196,7 @@ mod tests {
         // `max_steps_x=…` is not `max_steps` (and from_prompt refuses it).
         let params = ["max_steps_x=1".to_string(), "title=a=b".to_string()];
         let none = FrontMatter::default();
-        let of = |k| source_of(setting(k), &SetKeys::default(), &none, &params);
+        let of = |k| source_of(setting(k), &SetKeys::default(), &none, &none, &params);
         assert_eq!(of("max_steps"), Source::Default);
         assert_eq!(of("title"), Source::Param);
     }

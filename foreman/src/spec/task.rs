@@ -60,6 +60,7 @@ impl TaskSpec {
     ) -> Result<TaskSpec, SpecError> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let (fm, body, parameters) = template(path, dir, text, params, asked)?;
+        let fm = super::agent_type::apply(cfg, path, fm)?;
         Ok(Self::merged(cfg, path, dir, fm, body, parameters)?)
     }
 
@@ -105,23 +106,10 @@ impl TaskSpec {
         check_tools(path, tools.as_deref())?;
         let delegate = fm.delegate;
         check_delegate(path, delegate.as_ref())?;
-        let gates = fm
-            .approve
-            .as_ref()
-            .or(d.approve.as_ref())
-            .map(|a| a.gates())
-            .unwrap_or_default();
+        let (gates, gate_approval) = gates_of(fm.approve.as_ref().or(d.approve.as_ref()));
         check_gates(path, &gates, &capabilities)?;
         let pause_on = fm.pause_on.unwrap_or_else(|| d.pause_on.clone());
-        let on_subtask =
-            fm.breakpoint == Some(saheeli_protocol::front_matter::TaskBreakpoint::OnSubtask);
-        if on_subtask && delegate.is_none() {
-            bail!(
-                "{}: `breakpoint: on_subtask` pauses the task when its model spawns a child; \
-                 add `delegate: {{ max_children: N }}` or remove it",
-                path.display()
-            );
-        }
+        let on_subtask = on_subtask(path, fm.breakpoint, delegate.as_ref())?;
         let human_timeout = fm.human_timeout.map(|t| t.0).unwrap_or(d.human_timeout);
         let park_after = fm.park_after.map(|t| t.0).unwrap_or(d.park_after);
         check_human(path, human_timeout, park_after)?;
@@ -149,6 +137,7 @@ impl TaskSpec {
             title,
             prompt_path: path.display().to_string(),
             body,
+            provider_key: provider_key(cfg, &model, replay.is_some()), // before they move
             model,
             max_steps,
             max_tokens,
@@ -199,6 +188,8 @@ impl TaskSpec {
             cache: fm.cache.unwrap_or(d.cache),
             context,
             agent,
+            agent_type: fm.agent_type,
+            gate_approval,
             deadline_ms,
             priority: fm.priority,
             retry_from: fm.retry_from.or(d.retry_from),
@@ -266,7 +257,15 @@ impl TaskSpec {
             tools: self.tools.clone(),
             capabilities: self.capabilities.clone(),
             delegate: self.delegate,
-            steps: self.steps.clone(),
+            // Who may approve a step is the foreman's to check.
+            steps: self
+                .steps
+                .iter()
+                .map(|s| saheeli_protocol::template::Step {
+                    approve: s.approve.for_servo(),
+                    ..s.clone()
+                })
+                .collect(),
             verify: self.verifies(),
             replay: self.replay.clone(),
             context: self.context,
@@ -298,6 +297,53 @@ impl TaskSpec {
             cache: self.cache,
         }
     }
+}
+
+/// `breakpoint: on_subtask`, which needs `delegate:`.
+fn on_subtask(
+    path: &Path,
+    breakpoint: Option<saheeli_protocol::front_matter::TaskBreakpoint>,
+    delegate: Option<&saheeli_protocol::delegate::Delegate>,
+) -> anyhow::Result<bool> {
+    let on_subtask = breakpoint == Some(saheeli_protocol::front_matter::TaskBreakpoint::OnSubtask);
+    if on_subtask && delegate.is_none() {
+        bail!(
+            "{}: `breakpoint: on_subtask` pauses the task when its model spawns a child; \
+             add `delegate: {{ max_children: N }}` or remove it",
+            path.display()
+        );
+    }
+    Ok(on_subtask)
+}
+
+/// `approve:`'s gates, and who may decide them with what message (issue 52).
+fn gates_of(
+    approve: Option<&saheeli_protocol::front_matter::Approve>,
+) -> (
+    Vec<saheeli_protocol::human::Gate>,
+    saheeli_protocol::template::StepApproval,
+) {
+    let Some(a) = approve else {
+        return Default::default();
+    };
+    let named = a.named().map(|g| saheeli_protocol::template::StepApproval {
+        required: true,
+        from: g.from.clone(),
+        message: g.message.clone(),
+    });
+    (a.gates(), named.unwrap_or_default())
+}
+
+/// The variable the key of `model`'s provider is read from (none for a
+/// replay: no provider is called).
+fn provider_key(cfg: &Config, model: &str, replay: bool) -> Option<String> {
+    if replay {
+        return None;
+    }
+    crate::config::Providers::from_config(cfg)
+        .route(model)
+        .provider
+        .key_env
 }
 
 /// A task's container: `resources:` and `network:` over config.yaml's

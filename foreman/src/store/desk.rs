@@ -78,6 +78,16 @@ pub(crate) enum DeskError {
         given: &'static str,
         command: &'static str,
     },
+    #[error(
+        "`{by}` may not decide {what} of task `{id}`: only {from} may approve or deny it; \
+         one of them decides (`saheeli task approve {id} --as NAME`)"
+    )]
+    NotAnApprover {
+        id: TaskId,
+        what: String,
+        by: String,
+        from: String,
+    },
     #[error("task `{id}` has ended ({state}); there is nobody to tell")]
     Ended { id: TaskId, state: TaskState },
     #[error("task `{id}` is {state}: only a queued, starting or running task can be paused")]
@@ -95,6 +105,38 @@ pub(crate) enum DeskError {
 impl From<rusqlite::Error> for DeskError {
     fn from(e: rusqlite::Error) -> Self {
         DeskError::Store(e.into())
+    }
+}
+
+/// An approval naming its approvers (a step's, the tool gates'; issue
+/// 52) is decided by one of them only.
+fn approver_check(
+    tx: &rusqlite::Transaction<'_>,
+    id: TaskId,
+    waiting: &Waiting,
+    by: &str,
+) -> std::result::Result<(), DeskError> {
+    if !matches!(waiting, Waiting::Approval { .. }) {
+        return Ok(());
+    }
+    let spec: crate::task::TaskSpec = tx.query_row(
+        "SELECT spec FROM tasks WHERE id = ?1",
+        params![id.to_string()],
+        |r| {
+            let text: String = r.get(0)?;
+            serde_json::from_str(&text).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+            })
+        },
+    )?;
+    match crate::task::approval_for(&spec.steps, &spec.gate_approval, waiting) {
+        Some((what, a)) if !a.allows(by) => Err(DeskError::NotAnApprover {
+            id,
+            what,
+            by: by.to_string(),
+            from: a.from.join(", "),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -340,6 +382,7 @@ impl Store {
                 command,
             });
         }
+        approver_check(&tx, id, &ask.waiting, by)?;
         let reply = Reply {
             decision: act.decision(),
             text: act.text().map(str::to_string),

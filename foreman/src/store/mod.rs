@@ -11,6 +11,7 @@
 
 mod admission;
 mod blocked;
+mod caps;
 mod carve;
 mod carved;
 mod children;
@@ -48,6 +49,7 @@ use queue::{enqueue_webhooks, insert_event, insert_task};
 use rows::{COLUMNS, read_row};
 
 pub(crate) use admission::AdmissionRow;
+pub(crate) use caps::{Closed, ClosedBy, PoolGroup};
 pub(crate) use carve::ParentBudget;
 pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
 pub(crate) use desk::{DeskError, HumanAct};

@@ -6,6 +6,7 @@ use saheeli_protocol::TaskId;
 use crate::state::TaskState;
 use crate::task::TaskSpec;
 
+use super::caps::{Closed, ClosedBy};
 use super::{
     COLUMNS, ExecCached, Lease, Result, Store, StoreError, TaskRow, current_state, move_state,
     now_ms, read_row,
@@ -57,22 +58,53 @@ impl Store {
     /// Moves the best queued task (or `only`, or one of its descendants:
     /// `saheeli run` of a parent runs its children too) to
     /// `starting`, leased to `lease.owner`, and returns it.
+    #[cfg(test)]
     pub fn claim_next(&mut self, only: Option<TaskId>, lease: &Lease) -> Result<Option<TaskRow>> {
+        self.claim_within(only, lease, None)
+    }
+
+    /// [`Store::claim_next`] within `pools:` (issue 52): `closed` says,
+    /// from the tasks holding a slot now, which agent types, models and
+    /// keys are full; the best queued task in none of them is claimed, so
+    /// a full pool's tasks never hold up another's behind them.
+    pub fn claim_within(
+        &mut self,
+        only: Option<TaskId>,
+        lease: &Lease,
+        closed: Option<ClosedBy<'_>>,
+    ) -> Result<Option<TaskRow>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = now_ms();
         // The write lock is held (BEGIN IMMEDIATE): nobody claims between
-        // the pick and the move.
+        // the count, the pick and the move, in any foreman.
+        let closed = match closed {
+            Some(f) => f(&super::caps::groups(&tx, &TaskState::ACTIVE)?),
+            None => Closed::default(),
+        };
+        let json = |v: &Vec<String>| serde_json::to_string(v).expect("strings serialize");
         let id: Option<String> = tx
             .prepare_cached(
                 "SELECT id FROM tasks WHERE state = 'queued'
                    AND (?2 IS NULL OR id = ?2
                         OR id IN (SELECT child_id FROM children WHERE root_id = ?2))
                    AND (not_before IS NULL OR not_before <= ?1)
+                   AND COALESCE(agent_type, '') NOT IN (SELECT value FROM json_each(?3))
+                   AND COALESCE(model, '') NOT IN (SELECT value FROM json_each(?4))
+                   AND COALESCE(provider_key, '') NOT IN (SELECT value FROM json_each(?5))
                  ORDER BY priority DESC, id LIMIT 1",
             )?
-            .query_row(params![now, only.map(|i| i.to_string())], |r| r.get(0))
+            .query_row(
+                params![
+                    now,
+                    only.map(|i| i.to_string()),
+                    json(&closed.agent_types),
+                    json(&closed.models),
+                    json(&closed.keys)
+                ],
+                |r| r.get(0),
+            )
             .optional()?;
         let Some(id) = id else {
             return Ok(None);
@@ -137,8 +169,8 @@ pub(super) fn insert_task(
         .map(|s| serde_json::to_string(s).expect("GitStart serializes"));
     tx.exec_cached(
         "INSERT INTO tasks (id, title, state, priority, spec, retry_of, created_at, attempt, notify,
-                            git, follow_up_of)
-         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                            git, follow_up_of, agent_type, model, provider_key)
+         VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             id.to_string(),
             spec.title,
@@ -149,7 +181,10 @@ pub(super) fn insert_task(
             attempt,
             notify,
             git,
-            spec.follow_up_of.map(|f| f.to_string())
+            spec.follow_up_of.map(|f| f.to_string()),
+            spec.agent_type,
+            spec.model,
+            spec.provider_key
         ],
     )?;
     let detail = match (retry_of, &spec.forked_from) {

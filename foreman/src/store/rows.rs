@@ -78,6 +78,15 @@ pub(crate) struct TaskRow {
 }
 
 impl TaskRow {
+    /// Waiting on an approval (a step's, a tool gate's) that names who
+    /// decides or a message (issue 52): that, for people asked.
+    pub fn approval_asked(&self) -> Option<String> {
+        let w = self.waiting_for.as_ref()?;
+        let s = &self.spec;
+        let (what, a) = crate::task::approval_for(&s.steps, &s.gate_approval, w)?;
+        Some(crate::task::asked_line(&what, a))
+    }
+
     /// A call of this running task waits for its turn in the provider's
     /// rate limit (`waiting for provider rate limit`).
     pub fn rate_limited(&self, now_ms: i64) -> bool {

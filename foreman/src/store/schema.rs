@@ -326,6 +326,19 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          ALTER TABLE tasks ADD COLUMN delivered TEXT;
          ALTER TABLE tasks ADD COLUMN follow_up_of TEXT REFERENCES tasks(id);",
     ),
+    // Issue 52, pools (store/caps.rs): what `pools:` select a task by,
+    // beside the queue's order in one index, so a claim that skips the
+    // tasks of full pools reads the index alone (never the specs).
+    M::up(
+        "ALTER TABLE tasks ADD COLUMN agent_type TEXT;
+         ALTER TABLE tasks ADD COLUMN model TEXT;
+         ALTER TABLE tasks ADD COLUMN provider_key TEXT;
+         UPDATE tasks SET agent_type = json_extract(spec, '$.agent_type'),
+                          model = json_extract(spec, '$.model'),
+                          provider_key = json_extract(spec, '$.provider_key');
+         CREATE INDEX tasks_by_pool
+            ON tasks(state, priority DESC, id, not_before, agent_type, model, provider_key);",
+    ),
 ];
 
 pub(crate) struct Store {

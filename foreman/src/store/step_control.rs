@@ -187,7 +187,7 @@ pub(super) fn reach_by_done(
     }
     let gated = declared(tx, id)?
         .iter()
-        .any(|s| s.name == name && s.approve);
+        .any(|s| s.name == name && s.approve.required);
     if gated && !take_step_approval(tx, id, name)? {
         super::guard::count_refusal(tx, id)?;
         return Ok(Some(StepHeld::NeedsApproval));
@@ -229,7 +229,7 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         held_state(&tx, id, lease)?;
         let steps = declared(&tx, id)?;
-        let gated = steps.iter().any(|s| s.name == name && s.approve);
+        let gated = steps.iter().any(|s| s.name == name && s.approve.required);
         if gated && !take_step_approval(&tx, id, name)? {
             super::guard::count_refusal(&tx, id)?;
             tx.commit()?;

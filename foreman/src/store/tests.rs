@@ -77,6 +77,9 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         solution: None,
         setup: Vec::new(),
         setup_plan: Default::default(),
+        agent_type: None,
+        provider_key: None,
+        gate_approval: Default::default(),
     }
 }
 
@@ -1017,7 +1020,10 @@ fn a_step_done_reaching_a_step_first_meets_its_gate_and_its_breakpoint() {
     sp.steps = vec![
         Step {
             name: "a".into(),
-            approve: true,
+            approve: saheeli_protocol::template::StepApproval {
+                required: true,
+                ..Default::default()
+            },
             ..Step::default()
         },
         Step {

@@ -4,6 +4,7 @@
 //! (which keeps it as JSON) and `spec/` (which builds it from a prompt,
 //! config.yaml and `--param`, and re-exports it).
 
+mod approvers;
 mod capability;
 mod chain;
 pub(crate) mod egress;
@@ -12,6 +13,7 @@ mod params;
 mod setup_plan;
 mod task_spec;
 
+pub(crate) use approvers::{approval_for, asked_line};
 pub(crate) use capability::{Capability, Need};
 pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;

@@ -156,6 +156,20 @@ pub(crate) struct TaskSpec {
     /// Who runs the task (issue 25; `agent`).
     #[serde(default)]
     pub agent: saheeli_protocol::Agent,
+    /// Who may decide its tool gates' approvals, and their message
+    /// (`approve: { tools, from, message }`, issue 52); off: anyone.
+    #[serde(
+        default,
+        skip_serializing_if = "saheeli_protocol::template::StepApproval::is_off"
+    )]
+    pub gate_approval: saheeli_protocol::template::StepApproval,
+    /// The `agent_types:` entry its defaults came from (issue 52).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_type: Option<String>,
+    /// The variable its model's provider key is read from
+    /// (`OPENAI_API_KEY`; None: no key, e.g. a replay), for `pools:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_key: Option<String>,
     /// `deadline:`, Unix milliseconds: the task ends `timeout` by then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,

@@ -32,13 +32,22 @@ fn who() -> String {
 
 /// `GET /api/foreman`: the serving foreman's footer, as `task status`
 /// prints it (its limit, breaker, launch time and warm pool), and its
-/// idle warm servos; nulls when no foreman serves.
+/// idle warm servos; nulls when no foreman serves. `pools`: each
+/// `pools:` entry's `pool`, `running`, `max` and `queued` (issue 52).
 pub(super) async fn foreman(State(web): State<Shared>) -> ApiResult<Json<Value>> {
     let since = crate::store::now_ms() - crate::metrics::ADMISSION_FRESH_MS;
     let row = web.db(move |s| s.admission_since(since)).await?;
+    let caps = web.cfg.file.pools.clone();
+    let pools = if caps.is_empty() {
+        Vec::new()
+    } else {
+        let groups = web.db(|s| s.pool_groups()).await?;
+        crate::admission::pools::usage(&caps, &groups)
+    };
     Ok(Json(json!({
         "line": row.as_ref().map(crate::output::admission_line),
         "pool_idle": row.and_then(|r| r.pool_idle),
+        "pools": pools,
     })))
 }
 
@@ -156,6 +165,9 @@ pub(super) struct SubmitBody {
     no_human: bool,
     #[serde(default)]
     plan_only: bool,
+    /// As `task submit --agent-type` (issue 52).
+    #[serde(default)]
+    agent_type: Option<String>,
 }
 
 /// Where a submitted prompt is taken to live: the project directory (the
@@ -192,8 +204,10 @@ pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<
         ))
     })?;
     let path = prompt_path(&web, body.name.as_deref())?;
+    let mut params = body.params;
+    params.extend(body.agent_type.map(|t| format!("agent_type={t}")));
     let args = Submit {
-        params: body.params,
+        params,
         priority: body.priority,
         no_human: body.no_human,
         plan_only: body.plan_only,

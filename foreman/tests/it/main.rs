@@ -63,6 +63,7 @@ mod metrics;
 mod openai;
 mod output;
 mod pool;
+mod pools;
 mod privsep;
 mod rate_limits;
 mod replay;

@@ -61,6 +61,25 @@ fn approve_takes_a_list_or_a_map_and_says_so_otherwise() {
         panic!("a map of patterns");
     };
     assert_eq!(m["shell"], "^git push");
+    // Named approvers and a message (issue 52), and back through YAML.
+    let p = parse(
+        "---\napprove: { tools: [shell], git: \"^push\", from: [alice, ops], message: Ask ops }\n---\nB\n",
+    )
+    .unwrap();
+    let a = p.front_matter.approve.unwrap();
+    let g = a.named().unwrap();
+    assert_eq!((g.from.len(), g.message.as_deref()), (2, Some("Ask ops")));
+    assert_eq!(a.gates().len(), 2);
+    let back: Approve = serde_yaml::from_value(serde_yaml::to_value(&a).unwrap()).unwrap();
+    assert_eq!(back, a);
+    let e = parse("---\napprove: { from: alice }\n---\nB\n").unwrap_err();
+    assert!(
+        e.message.contains("`approve.from` is a list"),
+        "{}",
+        e.message
+    );
+    let e = parse("---\napprove: { shell: [a], from: [x] }\n---\nB\n").unwrap_err();
+    assert!(e.message.contains("under `tools`"), "{}", e.message);
     let e = parse("---\ntitle: x\napprove: shell\n---\nBody\n").unwrap_err();
     assert_eq!(e.line, Some(3), "{e}");
     assert!(e.message.contains("a list of tool names"), "{}", e.message);

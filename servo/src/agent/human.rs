@@ -205,7 +205,9 @@ impl Human {
             Tool::Builtin {
                 tool: Builtin::StepStart,
                 arguments,
-            } if crate::tools::step_named(&tools.steps, arguments).is_some_and(|s| s.approve) => {
+            } if crate::tools::step_named(&tools.steps, arguments)
+                .is_some_and(|s| s.approve.required) =>
+            {
                 Flow::Ask(approval(tool))
             }
             // So does one whose `step_done` reaches it first (case N15).

@@ -59,7 +59,7 @@ pub(crate) fn instructions(steps: &[Step]) -> Option<String> {
         if let Some(w) = &step.done_when {
             s.push_str(&format!(" (done when: {w})"));
         }
-        if step.approve {
+        if step.approve.required {
             s.push_str(" (approval needed)");
         }
         s.push('\n');
@@ -76,7 +76,10 @@ pub(crate) fn needs_approval(tb: &Toolbox, arguments: &str) -> bool {
         return false;
     };
     let name = a.name.trim();
-    tb.steps.iter().any(|s| s.name == name && s.approve) && !tb.started(name)
+    tb.steps
+        .iter()
+        .any(|s| s.name == name && s.approve.required)
+        && !tb.started(name)
 }
 
 pub(crate) async fn run(tb: &Toolbox, a: StepDoneArgs) -> ToolOutput {

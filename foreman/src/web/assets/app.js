@@ -105,7 +105,11 @@ async function foremanLine() {
   if (!span) return;
   try {
     const f = await api("GET", "/api/foreman");
-    span.textContent = f.pool_idle === null ? "" : "pool: " + f.pool_idle + " warm idle";
+    const parts = f.pool_idle === null ? [] : ["pool: " + f.pool_idle + " warm idle"];
+    // `pools:` (issue 52): running/max per pool, and what waits for it.
+    for (const p of f.pools || [])
+      parts.push(p.pool + " " + p.running + "/" + p.max + (p.queued ? " (" + p.queued + " queued)" : ""));
+    span.textContent = parts.join(" · ");
     span.title = f.line || "no foreman serving";
   } catch (e) { span.textContent = ""; }
 }
@@ -449,6 +453,7 @@ function taskView(main, id) {
         ? el("p", { class: "question", id: "question" }, "The " + w.phase + " phase wants ",
           el("code", {}, w.host + ":" + w.port), ". Approve it for the rest of the task?")
         : el("div", {}, el("p", { class: "question" }, "Run ", el("code", {}, w.tool), "?"),
+          t.approval ? el("p", { id: "approval-asked" }, t.approval) : null,
           el("pre", { class: "args", id: "arguments" }, w.arguments));
     waiting.replaceChildren(el("h2", {}, w.kind === "plan" ? "Review the plan"
       : w.kind === "egress" ? "Egress approval needed" : "Approval needed"),
