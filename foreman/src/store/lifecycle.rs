@@ -152,6 +152,18 @@ impl Store {
         self.put_back(id, lease, detail, delay, 0)
     }
 
+    /// How many times task `id` went back to the queue with a detail
+    /// starting `prefix` (uncounted daemon requeues: their events).
+    pub fn requeues_with(&self, id: TaskId, prefix: &str) -> Result<i64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT count(*) FROM events
+                 WHERE task_id = ?1 AND to_state = 'queued' AND substr(detail, 1, length(?2)) = ?2",
+            )?
+            .query_row(params![id.to_string(), prefix], |r| r.get(0))?)
+    }
+
     fn put_back(
         &mut self,
         id: TaskId,

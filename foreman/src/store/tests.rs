@@ -197,6 +197,11 @@ fn expired_leases_are_taken_over_live_ones_are_not() {
         (t.state, t.requeues, t.attempt),
         (TaskState::Starting, 1, 1)
     );
+    // ... but the supervisor caps them by their events (a 5xx the daemon
+    // gives one task every time must not keep it queued forever).
+    assert_eq!(s.requeues_with(b, "docker down").unwrap(), 10);
+    assert_eq!(s.requeues_with(b, "never").unwrap(), 1);
+    assert_eq!(s.requeues_with(a, "docker down").unwrap(), 0);
 }
 
 /// Issue 15: a foreman's admission state, fresh or not.

@@ -305,6 +305,15 @@ fn remote_task(ctx: &Ctx, task: &TaskRow, token: &str) -> anyhow::Result<RemoteT
 /// this long after (the breaker decides when launching resumes).
 const DAEMON_REQUEUE_DELAY: Duration = Duration::from_millis(500);
 
+/// Uncounted requeues for the daemon's sake a task gets; past them its
+/// launch failures count as any other's (backoff, then `failed`): a 5xx
+/// the daemon gives this task every time (its image's runtime config, say)
+/// must not keep it queued forever.
+const MAX_DAEMON_REQUEUES: i64 = 50;
+
+/// How an uncounted daemon requeue's detail starts (the store counts them).
+const DAEMON_REQUEUED: &str = "launch failed for the Docker daemon's sake";
+
 /// Removes what the launch made; queues the task again (the engine's
 /// fault, uncounted; other failures with backoff) or ends it.
 async fn launch_failed(
@@ -345,9 +354,13 @@ async fn launch_failed(
     if let Failed::Engine(EngineError::Unreachable { fault, .. }) = &failed
         && ctx.engine.traits().paces_launches
         && !stopping
+        && ctx
+            .db(move |s| s.requeues_with(id, DAEMON_REQUEUED))
+            .await
+            .is_ok_and(|n| n < MAX_DAEMON_REQUEUES)
     {
         let detail = format!(
-            "launch failed for the Docker daemon's sake ({}: {failed}); queued again, not counted",
+            "{DAEMON_REQUEUED} ({}: {failed}); queued again, not counted",
             <&str>::from(*fault)
         );
         let lease = ctx.lease.clone();
