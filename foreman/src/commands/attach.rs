@@ -205,6 +205,7 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
     let live = super::live::LiveLog::connect(&cfg).await?;
     let mut printed = 0usize;
     let mut seen: HashSet<String> = HashSet::new();
+    let mut listed_err: Option<String> = None;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     loop {
         let events = store.events(id)?;
@@ -249,10 +250,25 @@ async fn follow(cfg: Config, id: TaskId) -> anyhow::Result<crate::state::TaskSta
             }
             return Ok(t.state);
         }
-        if let Ok(found) = live.containers(&t).await {
-            for (d, cid) in found {
-                if seen.insert(cid.clone()) {
-                    tokio::spawn(container_lines(d, cid, tx.clone()));
+        match live.containers(&t).await {
+            Ok(found) => {
+                for (d, cid) in found {
+                    if seen.insert(cid.clone()) {
+                        outln!("[following container {}]", short(&cid));
+                        tokio::spawn(container_lines(d, cid, tx.clone()));
+                    }
+                }
+                listed_err = None;
+            }
+            // Said once per cause, not every 200 ms.
+            Err(e) => {
+                let why = format!("{e:#}");
+                if listed_err.as_ref() != Some(&why) {
+                    outln!(
+                        "[cannot list the task's containers: {}]",
+                        output::clean(&why)
+                    );
+                    listed_err = Some(why);
                 }
             }
         }
@@ -290,9 +306,14 @@ async fn container_lines(
         let mut fed = false;
         while let Ok(item) = tokio::time::timeout(quiet, stream.next()).await {
             let Some(item) = item else { break };
-            let Ok(chunk) = item else {
-                failed = true;
-                break;
+            let chunk = match item {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    let why = output::clean(&crate::text::error_chain(&e));
+                    let _ = tx.send(format!("[container {} log: {why}]", short(&cid)));
+                    failed = true;
+                    break;
+                }
             };
             for line in chunk.to_string().lines() {
                 n += 1;
@@ -316,6 +337,11 @@ async fn container_lines(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A container id as tables show it.
+fn short(cid: &str) -> &str {
+    &cid[..cid.len().min(12)]
 }
 
 /// Whether the daemon no longer has container `cid` (a failed inspect for
