@@ -117,32 +117,7 @@ impl Store {
         active: bool,
         by: &str,
     ) -> std::result::Result<TaskState, DeskError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let state = current_state(&tx, id)?;
-        if state.is_terminal() {
-            return Err(DeskError::Ended { id, state });
-        }
-        tx.exec_cached(
-            "INSERT OR REPLACE INTO step_breakpoints (task_id, name, position, active, author, at)
-             VALUES (?1, '', 'on_subtask', ?2, ?3, ?4)",
-            params![id.to_string(), active as i64, by, now_ms()],
-        )?;
-        let (kind, verb) = if active {
-            ("breakpoint_set", "set")
-        } else {
-            ("breakpoint_cleared", "cleared")
-        };
-        note_event(
-            &tx,
-            id,
-            kind,
-            Some(by),
-            &format!("breakpoint on_subtask {verb}"),
-        )?;
-        tx.commit()?;
-        Ok(state)
+        self.put_breakpoint(id, "", "on_subtask", active, by, "on_subtask")
     }
 
     /// The servo parked: its container is gone, the workspace is kept and

@@ -275,6 +275,22 @@ impl Store {
         active: bool,
         by: &str,
     ) -> std::result::Result<TaskState, DeskError> {
+        let what = format!("{} step `{name}`", position.as_str());
+        self.put_breakpoint(id, name, position.as_str(), active, by, &what)
+    }
+
+    /// A person's breakpoint row (`name` and `position` as stored; the
+    /// task-wide `on_subtask` is name `''`) with its event, on a task that
+    /// has not ended; `what` names it in the event.
+    pub(super) fn put_breakpoint(
+        &mut self,
+        id: TaskId,
+        name: &str,
+        position: &str,
+        active: bool,
+        by: &str,
+        what: &str,
+    ) -> std::result::Result<TaskState, DeskError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -285,22 +301,20 @@ impl Store {
         tx.exec_cached(
             "INSERT OR REPLACE INTO step_breakpoints (task_id, name, position, active, author, at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                id.to_string(),
-                name,
-                position.as_str(),
-                active as i64,
-                by,
-                now_ms()
-            ],
+            params![id.to_string(), name, position, active as i64, by, now_ms()],
         )?;
         let (kind, verb) = if active {
             ("breakpoint_set", "set")
         } else {
             ("breakpoint_cleared", "cleared")
         };
-        let detail = format!("breakpoint {} step `{name}` {verb}", position.as_str());
-        note_event(&tx, id, kind, Some(by), &detail)?;
+        note_event(
+            &tx,
+            id,
+            kind,
+            Some(by),
+            &format!("breakpoint {what} {verb}"),
+        )?;
         tx.commit()?;
         Ok(state)
     }
