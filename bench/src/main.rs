@@ -31,6 +31,8 @@
 //!   a burst, its idle cost (and `thousand` with the pool on).
 //! - `egress` (issue 50): a download and small requests through a task's
 //!   egress proxy against the same client straight on this host.
+//! - `setup` (issue 50): a task's start with its set-up reused from the
+//!   cache against the same task without a set-up.
 //! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
 //!   requests, per call, against parsing them alone.
 //! - `stats`: medians, p95 and the report.
@@ -67,6 +69,7 @@ mod pool;
 mod probe;
 mod project;
 mod rates;
+mod setup_start;
 mod stats;
 mod steps;
 mod swarm;
@@ -106,6 +109,7 @@ const MEASUREMENTS: &[&str] = &[
     "local",
     "vetting",
     "egress",
+    "setup",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -141,7 +145,8 @@ struct Args {
     /// `scripts/setup.sh llama`), vetting (issue 47: the gateway's
     /// reading and vetting of a third-party agent's request of 10, 100 and
     /// 400 KB against parsing it alone), egress (issue 50: MB/s and the
-    /// latency per request through a task's egress proxy against straight).
+    /// latency per request through a task's egress proxy against straight),
+    /// setup (issue 50: a start with a cached set-up against a plain one).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -343,6 +348,10 @@ async fn run(
     if want("egress") {
         quiet_check("egress", busy).await;
         figures.extend(egress::egress(env).await?);
+    }
+    if want("setup") {
+        quiet_check("setup", busy).await;
+        figures.extend(setup_start::setup_start(env).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;

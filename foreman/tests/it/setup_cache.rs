@@ -139,6 +139,34 @@ fn a_second_task_with_the_same_key_reuses_the_set_up_and_a_changed_key_file_miss
         "{report}"
     );
 
+    // The hit was uploaded from the host's copy of the tar. In its place
+    // now, a link to a tar of other content: never followed, the hit
+    // reads the tar back from the cache's image instead.
+    let copy = s.path().join(format!(".saheeli/setup-cache/{key}.tar"));
+    assert!(
+        std::fs::symlink_metadata(&copy).is_ok_and(|m| m.is_file()),
+        "no host copy at {}",
+        copy.display()
+    );
+    let planted = s.path().join("planted.tar");
+    {
+        let mut b = tar::Builder::new(std::fs::File::create(&planted).unwrap());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(7);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, ".venv/lib.txt", &b"planted"[..])
+            .unwrap();
+        b.finish().unwrap();
+    }
+    std::fs::remove_file(&copy).unwrap();
+    std::os::unix::fs::symlink(&planted, &copy).unwrap();
+    let again = run(&s, "p.md", 0);
+    assert_eq!(again["setup"]["hit"], true, "{again}");
+    let seen = read(&results(&again), "seen.txt");
+    assert!(seen.starts_with(&format!("lib-{n}\n")), "{seen}");
+    std::fs::remove_file(&copy).unwrap();
+
     // A changed key file is another key: the set-up runs.
     s.write("ws/requirements.txt", "a==2\n");
     let third = run(&s, "p.md", 0);
@@ -150,13 +178,21 @@ fn a_second_task_with_the_same_key_reuses_the_set_up_and_a_changed_key_file_miss
     let listed = cache_ls(&s);
     assert_eq!(listed.len(), 2, "{listed:?}");
     let hit = listed.iter().find(|e| e["key"] == key.as_str()).unwrap();
-    assert_eq!(hit["hits"], 1, "{hit}");
+    assert_eq!(hit["hits"], 2, "{hit}");
     assert!(hit["last_used_ms"].is_i64(), "{hit}");
-    for t in [&first, &second, &third] {
+    for t in [&first, &second, &again, &third] {
         let id = t["id"].as_str().unwrap();
         assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
     }
     prune_all(&s);
+    // The host's copies go with their entries.
+    let copies: Vec<_> = std::fs::read_dir(s.path().join(".saheeli/setup-cache"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tar"))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(copies.is_empty(), "{copies:?}");
 }
 
 #[test]

@@ -8,10 +8,11 @@
 //! or changed (`setup_delta`) become a tar kept at
 //! `/.saheeli/setup/workspace.tar` in `saheeli-setup:<scope>-<key>`: an
 //! image of that one file, imported through the Docker API (the scope
-//! names the state directory, so projects sharing a daemon keep apart). On a hit
-//! that tar is streamed from a container of the cache image (never started
-//! either) into the new servo's /workspace: nothing runs, nothing is
-//! extracted on this host. Docker holds the entries (labels: the key, the
+//! names the state directory, so projects sharing a daemon keep apart),
+//! and as `<state_dir>/setup-cache/<key>.tar`. On a hit that copy is
+//! uploaded into the new servo's /workspace (without one, the tar is read
+//! back from a container of the image, never started): nothing runs,
+//! nothing is extracted on this host. Docker holds the entries (labels: the key, the
 //! image they came from, their size); `<state_dir>/setup-cache/` holds
 //! when each was last used and how often (one small file per key, written
 //! whole), for the least-recently-used eviction past `setup_cache.max_bytes`.
@@ -33,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::setup_delta::{self, Capped, Listing};
-use super::setup_stream::{TAR_PATH, inner_tar, now_ms, pump, wrapped};
+use super::setup_stream::{TAR_PATH, host_copy, inner_tar, now_ms, pump, wrapped};
 use super::{ROLE_LABEL, remove_container};
 
 /// The repository of the cache's images.
@@ -188,7 +189,13 @@ impl SetupCache {
             .with_context(|| format!("creating `{}`", self.dir.display()))?;
         let part = self.dir.join(format!("{key}.tar.part"));
         let made = self.store_via(d, key, from, container, before, &part).await;
-        let _ = std::fs::remove_file(&part);
+        // The tar stays on this host beside its image: a hit uploads it
+        // from here, with no container of the image made to read it back.
+        let kept =
+            matches!(made, Ok(Some(_))) && std::fs::rename(&part, self.copy_path(key)).is_ok();
+        if !kept {
+            let _ = std::fs::remove_file(&part);
+        }
         let made = made?;
         if made.is_some() {
             self.write_usage(
@@ -284,6 +291,28 @@ impl SetupCache {
     /// Streams `key`'s tar into `servo`'s /workspace (created, not
     /// started), and counts the hit.
     pub async fn restore(&self, d: &Docker, key: &str, servo: &str) -> anyhow::Result<()> {
+        let opts = UploadToContainerOptionsBuilder::default()
+            .path(saheeli_protocol::paths::WORKSPACE)
+            .build();
+        let copied = match host_copy(&self.copy_path(key)) {
+            Some(tar) => {
+                let up = d.upload_to_container(servo, Some(opts), bollard::body_try_stream(tar));
+                up.await
+                    .context("copying the cached set-up into /workspace")
+            }
+            None => self.restore_via_image(d, key, servo).await,
+        };
+        copied?;
+        let mut usage = self.read_usage(key);
+        usage.hits += 1;
+        usage.last_used_ms = now_ms();
+        self.write_usage(key, &usage);
+        Ok(())
+    }
+
+    /// The tar read back from a container of `key`'s image (made, never
+    /// started) into `servo`'s /workspace: when this host has no copy.
+    async fn restore_via_image(&self, d: &Docker, key: &str, servo: &str) -> anyhow::Result<()> {
         let t0 = std::time::Instant::now();
         let lap = |what: &str| {
             tracing::debug!(key, ms = t0.elapsed().as_millis() as u64, "restore: {what}")
@@ -319,12 +348,7 @@ impl SetupCache {
         lap("streamed");
         let _ = remove_container(d, &made.id).await;
         lap("container removed");
-        restored?;
-        let mut usage = self.read_usage(key);
-        usage.hits += 1;
-        usage.last_used_ms = now_ms();
-        self.write_usage(key, &usage);
-        Ok(())
+        restored
     }
 
     /// Every cached set-up on this Docker host, oldest first.
@@ -376,6 +400,7 @@ impl SetupCache {
             Err(e) => return Err(e).with_context(|| format!("removing cached set-up `{key}`")),
         };
         let _ = std::fs::remove_file(self.usage_path(key));
+        let _ = std::fs::remove_file(self.copy_path(key));
         Ok(gone)
     }
 
@@ -401,6 +426,11 @@ impl SetupCache {
             }
         }
         Ok(removed)
+    }
+
+    /// This host's copy of `key`'s tar.
+    fn copy_path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.tar"))
     }
 
     fn usage_path(&self, key: &str) -> PathBuf {

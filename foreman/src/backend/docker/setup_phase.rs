@@ -64,12 +64,16 @@ pub(crate) async fn set_up(
         key: key.clone(),
         ..SetupRan::default()
     };
+    let lap = |what: &str| tracing::debug!(task_id = %p.id, ms = t0.elapsed().as_secs_f64() * 1000.0, "set-up: {what}");
+    lap("keyed");
     let mut restore_failed = false;
     if let Some(k) = &key
         && cache.has(d, k).await?
     {
+        lap("found in the cache");
         match cache.restore(d, k, p.servo).await {
             Ok(()) => {
+                lap("restored");
                 ran.hit = true;
                 info!(task_id = %p.id, key = %k, "set-up reused from the cache");
                 if !plan.maintenance.is_empty() {

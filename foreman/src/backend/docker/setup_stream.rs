@@ -124,3 +124,25 @@ pub(super) async fn wrapped(
         .chain(body)
         .chain(futures_util::stream::iter([Ok(Bytes::from(tail))])))
 }
+
+/// The host's copy of a cached set-up's tar, streamed; None when there is
+/// none (an entry kept before copies were, or by a foreman of another
+/// host) or it is not a plain file (a link is never followed).
+pub(super) fn host_copy(
+    path: &Path,
+) -> Option<impl futures_util::Stream<Item = std::io::Result<Bytes>> + use<>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let file = tokio::fs::File::from_std(file);
+    Some(tokio_util::io::ReaderStream::with_capacity(
+        file,
+        256 * 1024,
+    ))
+}
