@@ -215,6 +215,12 @@ pub mod gateway_error {
     /// for one answer (HTTP 429 with Retry-After): the servo asks again
     /// (issue 26); a rate limit never ends a task on its own.
     pub const RATE_LIMITED: &str = "rate_limited";
+    /// The servo asked its call to look at the inbox first
+    /// ([`INBOX_AFTER`](crate::human::INBOX_AFTER)) and the inbox has
+    /// messages or a pause for it (HTTP 409, the
+    /// [`Inbox`](crate::human::Inbox) under `inbox`): nothing was sent to
+    /// any provider; the servo takes them and asks again.
+    pub const INBOX: &str = "saheeli_inbox";
 }
 
 /// The OpenAI error envelope: `{"error": {"message": …, "type": …}}`.

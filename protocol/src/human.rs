@@ -152,6 +152,22 @@ pub struct Replied {
     pub waiting: Option<Waiting>,
 }
 
+/// A header of the servo's own chat call (`POST /v1/chat/completions`):
+/// the newest note it has. The gateway looks at the inbox as the call
+/// arrives, exactly as [`routes::INBOX`] would, and answers HTTP 409
+/// [`InboxFirst`] instead of calling the model when a message or a pause
+/// waits, so the look costs the servo no request of its own. Sent only
+/// when the task's launch says its gateway looks (`inbox_on_call`).
+pub const INBOX_AFTER: &str = "x-saheeli-inbox-after";
+
+/// The answer to a chat call that must wait for the inbox: the error
+/// envelope (`gateway_error::INBOX`) and the inbox itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InboxFirst {
+    pub error: crate::chat::ErrorDetail,
+    pub inbox: Inbox,
+}
+
 /// A message a human injected, for the model to read before its next call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Note {

@@ -91,6 +91,11 @@ pub struct ServoTask {
     /// A failed tool call pauses the task (`pause_on: [tool_error]`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause_on_tool_error: bool,
+    /// The gateway looks at the inbox with each of the servo's chat calls
+    /// (`human::INBOX_AFTER`): the servo makes no inbox request of its own
+    /// before a call it sends there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inbox_on_call: bool,
     /// End the task `complete` as soon as the model has proposed a plan.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_only: bool,

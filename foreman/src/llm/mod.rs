@@ -41,6 +41,7 @@ pub(crate) mod assemble;
 pub(crate) mod chat;
 pub(crate) mod count;
 pub(crate) mod doctor;
+pub(crate) mod inbox;
 pub(crate) mod input_bound;
 pub(crate) mod ledger;
 pub(crate) mod limit_headers;

@@ -46,6 +46,9 @@ pub(crate) struct GatewayState {
     /// Ledger and trajectory writes left to finish after an answer went
     /// back; the gateway's stop waits for them.
     pub(crate) writes: tokio_util::task::TaskTracker,
+    /// The desk's inbox look for the servo's own calls (set by the routes,
+    /// for the built-in loop only).
+    pub(crate) inbox: std::sync::OnceLock<Arc<dyn super::inbox::InboxLook>>,
 }
 
 impl GatewayState {

@@ -247,6 +247,52 @@ pub(crate) async fn inbox(
     }
 }
 
+/// The inbox look of the servo's own chat calls (`llm::inbox`): the same
+/// look as [`inbox`]'s with no wait, started at once on the desk's
+/// connection. It holds the routes' context weakly (the context holds the
+/// LLM side, which holds this).
+pub(crate) struct DeskInbox {
+    ctx: std::sync::Weak<Ctx>,
+    human_timeout_ms: i64,
+}
+
+impl DeskInbox {
+    pub(crate) fn new(ctx: &Arc<Ctx>, spec: &TaskSpec) -> DeskInbox {
+        DeskInbox {
+            ctx: Arc::downgrade(ctx),
+            human_timeout_ms: DeskPolicy::of(spec).human_timeout_ms,
+        }
+    }
+}
+
+impl crate::llm::inbox::InboxLook for DeskInbox {
+    fn start(&self, after: i64) -> crate::llm::inbox::Look {
+        let Some(ctx) = self.ctx.upgrade() else {
+            return Box::pin(async { None });
+        };
+        let (id, timeout) = (ctx.task_id, self.human_timeout_ms);
+        let (store, lease) = (ctx.store.clone(), ctx.lease.clone());
+        let look = tokio::task::spawn_blocking(move || {
+            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+            s.inbox(id, &lease, timeout, Some(after))
+        });
+        Box::pin(async move {
+            match look.await {
+                Ok(Ok((notes, pause, state))) => {
+                    ctx.waiting.follow(state);
+                    (pause || !notes.is_empty()).then_some(Inbox { notes, pause })
+                }
+                // Unreadable now: the call goes on, the next one looks again.
+                Ok(Err(e)) => {
+                    tracing::debug!(task_id = %id, error = %e, "inbox look with a call failed");
+                    None
+                }
+                Err(_) => None,
+            }
+        })
+    }
+}
+
 pub(crate) async fn delivered(
     State(gw): State<Arc<On<DeskPolicy>>>,
     Json(d): Json<Delivered>,

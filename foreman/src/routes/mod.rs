@@ -77,6 +77,13 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> (Router, Arc<egress_ask
         waiting: WaitFlag::new(plan.waiting),
     });
     let spec = &plan.spec;
+    // The built-in loop's calls look at the inbox with them.
+    if spec.agent.is_builtin() {
+        let _ = ctx
+            .llm
+            .inbox
+            .set(Arc::new(desk::DeskInbox::new(&ctx, spec)));
+    }
     let approver = Arc::new(egress_ask::DeskApprover {
         ctx: ctx.clone(),
         policy: desk::DeskPolicy::of(spec),

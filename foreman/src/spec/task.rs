@@ -252,6 +252,9 @@ impl TaskSpec {
             egress: self.egress.serves(saheeli_protocol::egress::Phase::Agent),
             gates: self.gates.clone(),
             pause_on_tool_error: self.pause_on_tool_error,
+            // The built-in loop's calls to a model (not a script's turns)
+            // reach `llm::chat`, which looks at the inbox with each.
+            inbox_on_call: self.agent.is_builtin() && !self.model.starts_with("replay:"),
             plan_only: self.plan_only,
             park_after_ms: Some(self.park_after_ms),
             tools: self.tools.clone(),

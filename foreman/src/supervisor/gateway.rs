@@ -203,6 +203,7 @@ impl Gateway {
             live: live.clone(),
             chat_items: Default::default(),
             writes: Default::default(),
+            inbox: Default::default(),
         });
         let llm = Router::new()
             .route("/v1/chat/completions", post(passthrough::chat_completions))

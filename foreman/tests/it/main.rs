@@ -55,6 +55,7 @@ mod hostile_collect;
 mod hostile_files;
 mod human;
 mod import;
+mod inbox_call;
 mod input;
 mod lifecycle;
 mod local_server;

@@ -118,7 +118,7 @@ impl Agent {
             }
             Provider::Gateway(g) => {
                 let t0 = std::time::Instant::now();
-                let r = g.complete(&model, &request, &[], |_| {}).await;
+                let r = g.complete(&model, &request, &[], None, |_| {}).await;
                 let latency_ms = t0.elapsed().as_millis() as u64;
                 match r {
                     Ok(turn) => {

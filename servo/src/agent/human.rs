@@ -43,6 +43,8 @@ pub(crate) struct Human {
     pub waited: Duration,
     /// How long a wait lasts before the servo parks.
     pub park_after: Duration,
+    /// Calls answered in a row with the inbox instead of a turn.
+    pub inbox_rounds: u32,
 }
 
 /// What stands in front of a tool call.
@@ -112,6 +114,7 @@ impl Human {
                 .park_after_ms
                 .map(Duration::from_millis)
                 .unwrap_or(PARK_AFTER),
+            inbox_rounds: 0,
         }
     }
 

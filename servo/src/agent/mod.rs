@@ -272,7 +272,20 @@ impl Agent {
             self.clock.llm += latency;
             let latency_ms = latency.as_millis() as u64;
             let turn = match turn {
-                Ok(t) => t,
+                Ok(t) => {
+                    self.human.inbox_rounds = 0;
+                    t
+                }
+                // The gateway looked at the inbox with the call: nothing
+                // was asked of the model, and this step is not taken yet.
+                Err(LlmError::Inbox(inbox)) => {
+                    self.steps -= 1;
+                    self.human.inbox_rounds += 1;
+                    match self.take_inbox(inbox).await {
+                        Some(end) => return end,
+                        None => continue,
+                    }
+                }
                 Err(LlmError::ContextLength(why)) => {
                     match self.too_long(step, latency_ms, why).await {
                         Some(end) => return end,
@@ -347,9 +360,10 @@ impl Agent {
     /// One LLM call; waits for an unreachable gateway are audited.
     async fn ask(&mut self, step: u32) -> Result<crate::llm::Turn, LlmError> {
         let view = self.view();
+        let inbox_after = self.inbox_on_call().then(|| self.human.newest_note());
         let audit = &mut self.audit;
         self.llm
-            .next_turn(&self.task.model, &view, &self.specs, |w| {
+            .next_turn(&self.task.model, &view, &self.specs, inbox_after, |w| {
                 audit.log(&match w {
                     Waiting::Started { error } => AuditEvent::GatewayWait {
                         ts: now(),
@@ -387,7 +401,10 @@ impl Agent {
         });
         let exit = match e {
             LlmError::Exhausted => ServoExit::ReplayExhausted,
-            LlmError::Failed(_) | LlmError::ContextLength(_) => ServoExit::LlmError,
+            // (An inbox is taken in the loop and never reaches here.)
+            LlmError::Failed(_) | LlmError::ContextLength(_) | LlmError::Inbox(_) => {
+                ServoExit::LlmError
+            }
             LlmError::Budget(_) => ServoExit::Budget,
             // An error turn: the model hears about it and answers again.
             LlmError::Malformed(why) => {

@@ -16,7 +16,28 @@ impl Agent {
     /// Before an LLM call: injected messages reach the model, and a pause
     /// asked for is honoured.
     pub(super) async fn before_turn(&mut self) -> Option<End> {
+        // The gateway looks with the call itself (`inbox_on_call`).
+        if self.inbox_on_call() {
+            return None;
+        }
         let inbox = self.human.desk.inbox_now(self.human.newest_note()).await?;
+        self.take_inbox(inbox).await
+    }
+
+    /// Whether the next call carries the inbox look (`INBOX_AFTER`): when
+    /// the task's gateway looks, and unless three calls in a row were
+    /// answered with an inbox that brought nothing new (then this call
+    /// goes without, and the servo's own look before the next one).
+    pub(super) fn inbox_on_call(&self) -> bool {
+        self.task.inbox_on_call && self.llm.is_gateway() && self.human.inbox_rounds < 3
+    }
+
+    /// What the inbox holds, taken before the next call: the messages into
+    /// the conversation, then a pause when one was asked for.
+    pub(super) async fn take_inbox(
+        &mut self,
+        inbox: saheeli_protocol::human::Inbox,
+    ) -> Option<End> {
         self.take_notes(inbox.notes).await;
         if inbox.pause {
             return self.pause(self.steps).await;

@@ -38,6 +38,9 @@ pub(crate) enum LlmError {
     Malformed(String),
     /// The request did not fit the model's window: compact and ask again.
     ContextLength(String),
+    /// The gateway looked at the inbox with the call and found messages or
+    /// a pause: take them, then ask again (nothing was sent to a model).
+    Inbox(saheeli_protocol::human::Inbox),
 }
 
 /// Providers are an enum until a trait earns its place.
@@ -49,6 +52,12 @@ pub(crate) enum Provider {
 impl Provider {
     /// A replay started again from a saved session skips the turns it
     /// already played.
+    /// Whether the servo's calls reach a gateway (which can look at the
+    /// inbox with each, `ServoTask::inbox_on_call`).
+    pub fn is_gateway(&self) -> bool {
+        matches!(self, Provider::Gateway(_))
+    }
+
     pub fn skip(&mut self, turns: usize) {
         if let Provider::Replay(r) = self {
             r.skip(turns);
@@ -60,10 +69,14 @@ impl Provider {
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
+        inbox_after: Option<i64>,
         notify: impl FnMut(Waiting),
     ) -> Result<Turn, LlmError> {
         match self {
-            Provider::Gateway(g) => g.complete(model, messages, tools, notify).await,
+            Provider::Gateway(g) => {
+                g.complete(model, messages, tools, inbox_after, notify)
+                    .await
+            }
             Provider::Replay(r) => r.next_turn(),
         }
     }
@@ -77,6 +90,7 @@ impl std::fmt::Display for LlmError {
             LlmError::Budget(m) => write!(f, "budget spent: {m}"),
             LlmError::Malformed(m) => write!(f, "unusable response: {m}"),
             LlmError::ContextLength(m) => write!(f, "context too long: {m}"),
+            LlmError::Inbox(_) => f.write_str("the inbox has messages or a pause first"),
         }
     }
 }

@@ -5,7 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use saheeli_protocol::Usage;
-use saheeli_protocol::chat::{ChatMessage, ChatResponse, ErrorBody, Role, ToolSpec};
+use saheeli_protocol::chat::{ChatMessage, ChatResponse, ErrorBody, Role, ToolSpec, gateway_error};
+use saheeli_protocol::human::InboxFirst;
 use serde::Serialize;
 
 use super::retry::{self, Attempt, Verdict, Waiting};
@@ -63,6 +64,7 @@ impl Gateway {
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolSpec],
+        inbox_after: Option<i64>,
         notify: impl FnMut(Waiting),
     ) -> Result<Turn, LlmError> {
         let body = serde_json::to_vec(&Request {
@@ -71,18 +73,18 @@ impl Gateway {
             tools,
         })
         .map_err(|e| LlmError::Failed(format!("encoding the request: {e}")))?;
-        retry::run(|| self.attempt(body.clone()), notify).await
+        retry::run(|| self.attempt(body.clone(), inbox_after), notify).await
     }
 
-    async fn attempt(&self, body: Vec<u8>) -> Attempt<Turn> {
-        let resp = match self
+    async fn attempt(&self, body: Vec<u8>, inbox_after: Option<i64>) -> Attempt<Turn> {
+        let mut post = self
             .http
             .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
-        {
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if let Some(after) = inbox_after {
+            post = post.header(saheeli_protocol::human::INBOX_AFTER, after.to_string());
+        }
+        let resp = match post.body(body).send().await {
             Ok(r) => r,
             Err(e) => return transport_error("gateway unreachable", &e),
         };
@@ -101,6 +103,12 @@ impl Gateway {
                 Ok(r) => into_turn(r),
                 Err(e) => Err(LlmError::Malformed(format!("not a chat completion: {e}"))),
             });
+        }
+        if status == 409
+            && let Ok(first) = serde_json::from_slice::<InboxFirst>(&bytes)
+            && first.error.kind.as_deref() == Some(gateway_error::INBOX)
+        {
+            return Attempt::Done(Err(LlmError::Inbox(first.inbox)));
         }
         let (kind, message) = error_body(&bytes);
         let text = format!("HTTP {status}: {message}");

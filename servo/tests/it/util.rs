@@ -43,6 +43,7 @@ impl Servo {
                 egress: false,
                 gates: vec![],
                 pause_on_tool_error: false,
+                inbox_on_call: false,
                 plan_only: false,
                 park_after_ms: None,
                 tools: None,

@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use saheeli_protocol::Reason;
-use saheeli_protocol::chat::{ChatRequest, gateway_error};
+use saheeli_protocol::chat::{ChatRequest, ErrorDetail, gateway_error};
+use saheeli_protocol::human::{INBOX_AFTER, InboxFirst};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -83,6 +84,12 @@ pub(crate) async fn chat_completions(
     if gw.replay.is_some() {
         return chat_native(gw, &headers, body).await;
     }
+    // The servo's call looks at the inbox with it: the look starts now,
+    // beside reading the body, and the call waits for what it finds.
+    let look = headers
+        .get(INBOX_AFTER)
+        .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
+        .and_then(|after| Some(gw.inbox.get()?.start(after)));
     // Read once: the servo's own call is a typed request (a stream asked
     // for in it is a third-party agent's too). Only a body that is no such
     // request is read as any JSON, to find whether it asks for a stream.
@@ -94,6 +101,20 @@ pub(crate) async fn chat_completions(
     };
     if streamed {
         return chat_native(gw, &headers, body).await;
+    }
+    if let Some(look) = look
+        && let Some(inbox) = look.await
+    {
+        let first = InboxFirst {
+            error: ErrorDetail {
+                message: "the inbox has messages or a pause for the servo: nothing was sent to \
+                          the model; take them and ask again"
+                    .into(),
+                kind: Some(gateway_error::INBOX.into()),
+            },
+            inbox,
+        };
+        return json_response(&gw, StatusCode::CONFLICT, &first);
     }
     crate::llm::chat::typed(gw, req).await
 }
