@@ -158,17 +158,26 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     if let Some(c) = args.concurrency {
         cfg.file.concurrency = c;
     }
+    if let Some(d) = &args.definitions {
+        let poll = cfg.file.definitions.as_ref().map(|d| d.poll);
+        cfg.file.definitions =
+            Some(crate::config::DefinitionsConfig::from_arg(d, poll).map_err(anyhow::Error::msg)?);
+    }
     // Checked before anything starts: a refused address names its setting.
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
+    let definitions = definitions(&cfg).await?;
     let ctx = context(&cfg).await?;
     // The image is here (or, on a swarm, pulled on every node ahead).
     ctx.engine.check_image().await?;
     // The dashboard runs beside the loop, never in it, and stops after it.
     let web_stop = CancellationToken::new();
     let web = match http {
-        Some(settings) => Some(crate::web::start(settings, &ctx, web_stop.clone()).await?),
+        Some(settings) => {
+            Some(crate::web::start(settings, &ctx, definitions.clone(), web_stop.clone()).await?)
+        }
         None => None,
     };
+    let watching = definitions.map(|d| tokio::spawn(d.watch(web_stop.clone())));
     let (drain, stop) = signals();
     tracing::info!(
         config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
@@ -195,6 +204,9 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     if let Some(web) = web {
         let _ = web.await;
     }
+    if let Some(w) = watching {
+        let _ = w.await;
+    }
     let summary = summary?;
     let complete = summary
         .finished
@@ -211,4 +223,30 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The definitions repository `definitions:` names (issue 52), read once
+/// before serving: a repository that cannot be read stops `serve` here;
+/// a first commit that is refused leaves no set (status says why).
+async fn definitions(cfg: &Config) -> anyhow::Result<Option<Arc<crate::definitions::Syncer>>> {
+    let Some(d) = &cfg.file.definitions else {
+        return Ok(None);
+    };
+    let source = crate::definitions::Source::of(cfg, d)?;
+    if !cfg.file.agent_types.is_empty() || !cfg.file.pools.is_empty() {
+        tracing::warn!(
+            "config.yaml's `agent_types` and `pools` give way to the definitions repository's \
+             once a commit of it applies"
+        );
+    }
+    super::common::prepare_state_dir(cfg)?;
+    let syncer = Arc::new(crate::definitions::Syncer::new(
+        cfg.clone(),
+        source,
+        open_store(cfg)?,
+    ));
+    let first = syncer.sync().await;
+    crate::definitions::log(&first);
+    first?;
+    Ok(Some(syncer))
 }

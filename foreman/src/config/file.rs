@@ -105,6 +105,8 @@ pub(crate) struct ConfigFile {
     pub agent_types: BTreeMap<String, super::AgentType>,
     /// Caps per agent type, model or provider key, beside `concurrency`.
     pub pools: Vec<super::PoolCap>,
+    /// Definitions read from a Git repository (issue 52; `config::definitions`).
+    pub definitions: Option<super::DefinitionsConfig>,
 }
 
 /// `images:`: what a task's `environment:` Dockerfile may start from.
@@ -411,6 +413,7 @@ impl Default for ConfigFile {
             setup_cache: super::SetupCacheConfig::default(),
             agent_types: BTreeMap::new(),
             pools: Vec::new(),
+            definitions: None,
         }
     }
 }

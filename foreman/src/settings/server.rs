@@ -124,6 +124,9 @@ pub(super) const SERVER: &[Setting] = &[
         .default("[]")
         .doc("Caps beside `concurrency`: `{ agent_type: reviewer, max: 4 }`, `{ model: claude-sonnet-4-5, max: 16 }`, `{ key: ANTHROPIC_API_KEY, max: 32 }` (the provider key's variable); a task runs only while every pool it is in has room, counted over every foreman of the database; the tightest wins, and a full pool's queued tasks never hold up another's.")
         .config("pools"),
+    Setting::new("definitions", "map")
+        .doc("Templates, eval suites, agent types and pools read from a Git repository while `serve` runs (issue 52): `{ repo: PATH, ref: HEAD, poll: 60s }` (also `serve --definitions REPO[@REF]`); a new commit applies only when all of it is valid. See [Definitions from Git](../guides/definitions.md).")
+        .config("definitions"),
     Setting::new("swarm.tls", "map")
         .doc("TLS for the manager's and every node's engine API (served with `--tlsverify`): `ca` (PEM of the CA that signed the engines' certificates; the only one trusted), `cert` and `key` (the foreman's client certificate), paths relative to the config file.")
         .config("swarm.tls"),

@@ -15,7 +15,7 @@ use crate::store::{DbError, Store};
 use crate::supervisor::Ctx;
 
 use super::error::ApiError;
-use super::{api, assets, auth, files, sse};
+use super::{api, assets, auth, definitions, files, sse};
 
 /// Shortest token accepted: guessable tokens protect nothing.
 const MIN_TOKEN: usize = 16;
@@ -100,6 +100,8 @@ pub(super) struct Web {
     pub shutdown: CancellationToken,
     /// What `GET /metrics` renders.
     pub metrics: crate::metrics::Metrics,
+    /// The definitions repository followed (issue 52), if any.
+    pub definitions: Option<Arc<crate::definitions::Syncer>>,
 }
 
 pub(super) type Shared = Arc<Web>;
@@ -142,6 +144,7 @@ where
 pub(crate) async fn start(
     settings: HttpSettings,
     ctx: &Ctx,
+    definitions: Option<Arc<crate::definitions::Syncer>>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let store = crate::ops::open_store(&ctx.cfg)?;
@@ -153,6 +156,7 @@ pub(crate) async fn start(
         auth: auth::Auth::new(settings.token.clone()),
         shutdown: shutdown.clone(),
         metrics: ctx.metrics.clone(),
+        definitions,
     });
     let listener = tokio::net::TcpListener::bind(settings.addr)
         .await
@@ -193,6 +197,8 @@ fn router(web: Shared) -> Router {
         .route("/logout", post(auth::logout))
         .route("/api/tasks", get(api::list).post(api::submit))
         .route("/api/foreman", get(api::foreman))
+        .route("/api/definitions", get(definitions::status))
+        .route("/api/definitions/refresh", post(definitions::refresh))
         .route("/api/tasks/{id}", get(api::show))
         .route("/api/events", get(sse::all_events))
         .route("/api/tasks/{id}/events", get(sse::task_events))
