@@ -284,6 +284,8 @@ pub(crate) struct HttpConfig {
     /// address's /64 counts as one); one more is closed at once, before
     /// the global cap is touched.
     pub max_connections_per_client: usize,
+    /// Named tokens (issue 52): a name to the variable holding its token.
+    pub api_tokens: BTreeMap<String, String>,
 }
 
 impl Default for HttpConfig {
@@ -294,6 +296,7 @@ impl Default for HttpConfig {
             header_timeout: Duration::from_secs(10),
             max_connections: 256,
             max_connections_per_client: 64,
+            api_tokens: BTreeMap::new(),
         }
     }
 }

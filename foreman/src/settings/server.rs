@@ -189,6 +189,10 @@ pub(super) const SERVER: &[Setting] = &[
         .default("SAHEELI_HTTP_TOKEN")
         .doc("The variable (or `.env` entry) holding the access token; required for any address but loopback.")
         .config("http.token_env"),
+    Setting::new("http.api_tokens", "map")
+        .default("{}")
+        .doc("Named API tokens (issue 52): `{ alice: SAHEELI_TOKEN_ALICE }`, a name to the variable (or `.env` entry) holding its token; a request with `Authorization: Bearer` that token acts as that name, so an approval `from: [alice]` can be decided over HTTP. Each token as long as the main one; never in config.yaml.")
+        .config("http.api_tokens"),
     Setting::new("http.header_timeout", "duration")
         .default("10s")
         .doc("A request's head must arrive within this; an idle keep-alive connection is closed after it.")

@@ -25,11 +25,6 @@ const MAX_LIMIT: usize = 1000;
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// Who acted, as the events record it: the serving user, through the web.
-fn who() -> String {
-    format!("{} (http)", ops::who())
-}
-
 /// `GET /api/foreman`: the serving foreman's footer, as `task status`
 /// prints it (its limit, breaker, launch time and warm pool), and its
 /// idle warm servos; nulls when no foreman serves. `pools`: each
@@ -375,6 +370,7 @@ fn steer_of(action: &str, b: ActBody) -> ApiResult<Option<Steer>> {
 pub(super) async fn act(
     State(web): State<Shared>,
     Path((id, action)): Path<(String, String)>,
+    axum::Extension(principal): axum::Extension<super::auth::Principal>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     if action == "fork" {
@@ -411,7 +407,9 @@ pub(super) async fn act(
     let cfg = web.cfg.clone();
     let (message, view) = web
         .db(move |s| {
-            let message = ops::steer(&cfg, s, &id, steer, &who())?;
+            // Who acted: a named token's name (issue 52), else the
+            // serving user through the web.
+            let message = ops::steer(&cfg, s, &id, steer, &principal.who())?;
             Ok::<_, ops::Error>((message, ops::task_view(s, &id, ops::EventPage::newest())?))
         })
         .await?;

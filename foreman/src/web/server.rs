@@ -26,6 +26,9 @@ pub(crate) struct HttpSettings {
     pub addr: SocketAddr,
     /// Required of every request when set.
     pub token: Option<String>,
+    /// Named tokens (`http.api_tokens`): name and token; a request
+    /// bearing one acts as that name (issue 52).
+    pub named: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -34,6 +37,10 @@ impl std::fmt::Debug for HttpSettings {
         f.debug_struct("HttpSettings")
             .field("addr", &self.addr)
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field(
+                "named",
+                &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -80,10 +87,9 @@ impl HttpSettings {
                  and 10s)"
             );
         }
-        Ok(Some(HttpSettings {
-            addr,
-            token: token.map(|t| t.trim().to_string()),
-        }))
+        let token = token.map(|t| t.trim().to_string());
+        let named = super::auth::named_tokens(&http.api_tokens, token.as_deref(), MIN_TOKEN)?;
+        Ok(Some(HttpSettings { addr, token, named }))
     }
 }
 
@@ -153,7 +159,7 @@ pub(crate) async fn start(
         store: Arc::new(Mutex::new(store)),
         bus: ctx.bus.clone(),
         engine: ctx.engine.clone(),
-        auth: auth::Auth::new(settings.token.clone()),
+        auth: auth::Auth::new(settings.token.clone(), settings.named.clone()),
         shutdown: shutdown.clone(),
         metrics: ctx.metrics.clone(),
         definitions,
