@@ -347,3 +347,112 @@ fn a_remote_definitions_repository_or_a_missing_one_is_refused_at_start() {
     let st = s.expect_json(&["definitions", "status", "--json"], 0);
     assert_eq!(st["commit"], Value::Null);
 }
+
+/// The set's agent types and pools replace config.yaml's (which has
+/// none): a file submit's `--agent-type` resolves against the set, and the
+/// set's `{ agent_type: a, max: 1 }` caps the claims (from the store's
+/// timestamps) while a task in no pool runs beside them.
+#[test]
+fn the_sets_agent_types_and_pools_apply_to_new_submits_and_claims() {
+    use crate::fake_llm::{FakeLlm, Reply};
+    use crate::pools::{most_at_once, slots};
+    require_docker();
+    let llm = FakeLlm::start_matching(vec![], |_| {
+        Some(Reply::Slow(
+            Duration::from_secs(2),
+            Box::new(Reply::tool("task_complete", json!({"message": "done"}))),
+        ))
+    });
+    let s = Saheeli::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &llm.base_url());
+    // Unknown before any set applies: config.yaml defines no types.
+    s.write("plain.md", "---\ntitle: Review\n---\nReview the change.\n");
+    let err = s.expect_err(
+        &[
+            "task",
+            "submit",
+            "--prompt",
+            "plain.md",
+            "--agent-type",
+            "a",
+        ],
+        2,
+    );
+    assert!(err.contains("`agent_type` `a` is not defined"), "{err}");
+    let c = commit(
+        &s,
+        &[
+            (
+                "saheeli.yaml",
+                Some(
+                    "agent_types:\n  a: { model: gpt-a, max_steps: 5 }\npools:\n  - { agent_type: a, max: 1 }\n",
+                ),
+            ),
+            (
+                "templates/review.md",
+                Some("---\nagent_type: a\ntitle: Review\n---\nReview the change.\n"),
+            ),
+        ],
+        "types and pools",
+    );
+    s.expect(&["serve", "--drain", "--definitions", "defs"], 0);
+    let st = status(&s);
+    assert_eq!(st["commit"], c.as_str(), "{st:#}");
+    assert_eq!(st["agent_types"], json!(["a"]));
+    assert_eq!(st["pools"], json!(["agent_type=a (max 1)"]));
+    let by_template = |_: usize| {
+        let out = s.expect(&["task", "submit", "--template", "review", "--json"], 0);
+        serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut a: Vec<String> = (0..2).map(by_template).collect();
+    let out = s.expect(
+        &[
+            "task",
+            "submit",
+            "--prompt",
+            "plain.md",
+            "--agent-type",
+            "a",
+            "--json",
+        ],
+        0,
+    );
+    a.push(
+        serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    );
+    s.write("free.md", "---\nmodel: free\n---\nDo another thing.\n");
+    let free = {
+        let out = s.expect(&["task", "submit", "--prompt", "free.md", "--json"], 0);
+        serde_json::from_str::<Value>(&out).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let t = s.task(&a[2]);
+    assert_eq!(
+        (t["agent_type"].as_str(), t["model"].as_str()),
+        (Some("a"), Some("gpt-a")),
+        "{t:#}"
+    );
+    let out = s.run(&["serve", "--drain", "-j", "4", "--definitions", "defs"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in a.iter().chain([&free]) {
+        assert_eq!(s.task(id)["state"], "complete", "{id}");
+    }
+    let slots = slots(&s);
+    let a_ids: Vec<&String> = a.iter().collect();
+    assert_eq!(most_at_once(&slots, &a_ids), 1, "{slots:#?}");
+    // The task in no pool did not wait behind the type's.
+    assert!(slots[&free].0 < slots[&a[1]].0, "{slots:#?}");
+}

@@ -23,7 +23,7 @@ pools:
 
 /// When each task held a slot: from its claim (`starting`) to its end,
 /// as the store's event trail recorded them (ms).
-fn slots(s: &Saheeli) -> BTreeMap<String, (i64, i64)> {
+pub fn slots(s: &Saheeli) -> BTreeMap<String, (i64, i64)> {
     let db = rusqlite::Connection::open(s.path().join("saheeli.db")).unwrap();
     let mut stmt = db
         .prepare(
@@ -42,7 +42,7 @@ fn slots(s: &Saheeli) -> BTreeMap<String, (i64, i64)> {
 
 /// The most of `ids`' slots held at one moment (an end at the same
 /// millisecond as a start frees its slot first: the claim counted it so).
-fn most_at_once(slots: &BTreeMap<String, (i64, i64)>, ids: &[&String]) -> usize {
+pub fn most_at_once(slots: &BTreeMap<String, (i64, i64)>, ids: &[&String]) -> usize {
     let mut edges: Vec<(i64, i32)> = ids
         .iter()
         .flat_map(|id| {
