@@ -160,6 +160,9 @@ pub(crate) struct EvalArgs {
     /// Do not run tasks here: a running `saheeli serve` does; wait for them.
     #[arg(long)]
     pub no_serve: bool,
+    /// SUITE is the name of a suite in the definitions in use (`evals/SUITE.yaml`; `serve --definitions`).
+    #[arg(long, conflicts_with = "resume")]
+    pub from_definitions: bool,
 }
 
 #[derive(Debug, Args)]

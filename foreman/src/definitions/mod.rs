@@ -74,6 +74,67 @@ pub(crate) fn template(store: &Store, name: &str) -> anyhow::Result<Template> {
     })
 }
 
+/// The path of suite `name` of the set in use, run by `saheeli eval NAME
+/// --from-definitions`: the set's files (the regular files read from Git,
+/// nothing else) written once per commit below
+/// `state_dir/definitions/trees/COMMIT/`, so a suite's prompts and
+/// checks are beside it and the run's suite path names the commit.
+pub(crate) fn suite_path(
+    cfg: &crate::config::Config,
+    store: &Store,
+    name: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    use std::os::unix::fs::DirBuilderExt;
+    let Some((row, set)) = current(store)? else {
+        anyhow::bail!(
+            "suite `{name}`: no definitions are applied to this database; run `saheeli serve \
+             --definitions REPO` first"
+        );
+    };
+    let Some(rel) = set.evals.get(name) else {
+        let known: Vec<&str> = set.evals.keys().map(String::as_str).collect();
+        anyhow::bail!(
+            "suite `{name}` is not in the definitions at commit {} ({})",
+            short(&row.commit),
+            if known.is_empty() {
+                "it has no suites".to_string()
+            } else {
+                format!("suites: {}", known.join(", "))
+            }
+        );
+    };
+    let trees = cfg.state_dir().join("definitions").join("trees");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&trees)
+        .with_context(|| format!("creating `{}`", trees.display()))?;
+    let dir = trees.join(&row.commit);
+    if !dir.is_dir() {
+        let tmp = trees.join(format!(".new-{}", uuid::Uuid::new_v4().simple()));
+        let wrote = (|| -> anyhow::Result<()> {
+            for (path, text) in &set.files {
+                let to = tmp.join(path);
+                if let Some(d) = to.parent() {
+                    std::fs::create_dir_all(d)?;
+                }
+                std::fs::write(&to, text)?;
+            }
+            std::fs::rename(&tmp, &dir)?;
+            Ok(())
+        })();
+        if let Err(e) = wrote {
+            let _ = std::fs::remove_dir_all(&tmp);
+            // Another process may have written it first.
+            if !dir.is_dir() {
+                return Err(e.context(format!("writing the definitions to `{}`", dir.display())));
+            }
+        }
+    }
+    Ok(dir.join(rel))
+}
+
 /// What `saheeli definitions status` and the API show.
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct Status {

@@ -111,6 +111,13 @@ impl Set {
     fn sort(files: BTreeMap<String, String>) -> Result<Set, String> {
         let mut set = Set::default();
         for path in files.keys() {
+            // Git's own trees never hold these; a crafted one could.
+            if path
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == ".." || c == ".git")
+            {
+                return Err(format!("`{path}` is not a plain path in the repository"));
+            }
             if let Some(rest) = path.strip_prefix("templates/") {
                 let name = rest.strip_suffix(".md").filter(|n| plain(n)).ok_or_else(|| {
                     format!(

@@ -456,3 +456,66 @@ fn the_sets_agent_types_and_pools_apply_to_new_submits_and_claims() {
     // The task in no pool did not wait behind the type's.
     assert!(slots[&free].0 < slots[&a[1]].0, "{slots:#?}");
 }
+
+/// A suite of the set in use runs by name (`eval NAME --from-definitions`),
+/// from the commit's files written below the state directory; a name the
+/// set lacks is refused naming the commit; a suite whose prompt file is
+/// missing rejects its commit.
+#[test]
+fn a_suite_of_the_set_in_use_runs_by_name() {
+    require_docker();
+    let s = Saheeli::new();
+    let c = commit(
+        &s,
+        &[
+            (
+                "evals/smoke.yaml",
+                Some(
+                    "name: smoke\ncases:\n  - id: done\n    text: Say done.\n    model: replay:agent.json\n",
+                ),
+            ),
+            (
+                "evals/agent.json",
+                Some(&script(&[("task_complete", json!({ "message": "done" }))])),
+            ),
+        ],
+        "a suite",
+    );
+    s.expect(&["serve", "--drain", "--definitions", "defs"], 0);
+    assert_eq!(status(&s)["evals"], json!(["smoke"]));
+    let report = s.expect_json(&["eval", "smoke", "--from-definitions", "--json"], 0);
+    assert_eq!(report["suite"], "smoke", "{report:#}");
+    assert_eq!(
+        report["by_category"]["uncategorized"]["passed"], 1,
+        "{report:#}"
+    );
+    let path = report["suite_path"].as_str().unwrap();
+    assert!(
+        path.ends_with(&format!("definitions/trees/{c}/evals/smoke.yaml")),
+        "the run names the commit's files: {path}"
+    );
+    let err = s.expect_err(&["eval", "nope", "--from-definitions"], 2);
+    assert!(
+        err.contains("suite `nope` is not in the definitions at commit")
+            && err.contains(&c[..12])
+            && err.contains("suites: smoke"),
+        "{err}"
+    );
+    // A case naming a prompt file the commit lacks: the commit is refused.
+    commit(
+        &s,
+        &[(
+            "evals/smoke.yaml",
+            Some("name: smoke\ncases:\n  - id: done\n    prompt: gone.md\n"),
+        )],
+        "broken suite",
+    );
+    s.expect(&["serve", "--drain", "--definitions", "defs"], 0);
+    let st = status(&s);
+    assert_eq!(st["commit"], c.as_str(), "{st:#}");
+    let reason = st["rejected"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("evals/smoke.yaml") && reason.contains("gone.md"),
+        "{reason}"
+    );
+}
