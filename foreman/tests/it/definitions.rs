@@ -519,3 +519,32 @@ fn a_suite_of_the_set_in_use_runs_by_name() {
         "{reason}"
     );
 }
+
+/// `definitions:` in config.yaml, polled: a new commit applies without a
+/// refresh, within a few polls.
+#[test]
+fn a_polled_repository_applies_a_new_commit_without_a_refresh() {
+    require_docker();
+    let s = Saheeli::with_config("definitions: { repo: defs, ref: main, poll: 1s }\n");
+    s.write(
+        "agent.json",
+        &script(&[("task_complete", json!({ "message": "Fixed." }))]),
+    );
+    let c1 = commit(&s, &[("templates/a.md", Some(TEMPLATE))], "a");
+    let serve = crate::human::Serve::start(&s, &[]);
+    let applied = |c: &str| {
+        let c = c.to_string();
+        wait_for(Duration::from_secs(30), || {
+            status(&s)["commit"] == c.as_str()
+        })
+    };
+    assert!(applied(&c1), "{}", serve.log());
+    let c2 = commit(&s, &[("templates/b.md", Some(TEMPLATE))], "b");
+    assert!(applied(&c2), "the poll never applied it\n{}", serve.log());
+    assert_eq!(status(&s)["changes"]["added"], json!(["templates/b.md"]));
+    assert!(
+        serve.log().contains("definitions applied"),
+        "{}",
+        serve.log()
+    );
+}
