@@ -460,7 +460,7 @@ pub(crate) struct ServeArgs {
     /// needs a token in the variable `http.token_env` names.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
-    /// Read templates, eval suites, agent types and pools from this Git repository (a path) at REF (default HEAD), following new commits (overrides `definitions:`).
+    /// Read templates, eval suites, agent types and pools from this Git repository (a path, relative to config.yaml's directory) at REF (default HEAD), following new commits (overrides `definitions:`).
     #[arg(long, value_name = "REPO[@REF]")]
     pub definitions: Option<String>,
 }
