@@ -135,7 +135,8 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         upstream.providers.clone(),
         crate::metrics::Source::Foreman,
     )
-    .with_pools(cfg.file.pools.clone());
+    .with_pools(cfg.file.pools.clone())
+    .with_pools_of(crate::definitions::pools_in_use);
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
         lease,

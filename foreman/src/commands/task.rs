@@ -143,7 +143,8 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                         text.push('\n');
                         text.push_str(&output::admission_line(&row));
                     }
-                    let caps = &cfg.file.pools;
+                    // The definitions' pools once a set applies (issue 52).
+                    let caps = &crate::ops::with_definitions(cfg, &store)?.file.pools;
                     if !caps.is_empty() {
                         let usage = crate::admission::pools::usage(caps, &store.pool_groups()?);
                         text.push('\n');

@@ -34,6 +34,11 @@ pub(crate) fn current(store: &Store) -> anyhow::Result<Option<(DefinitionsRow, S
     Ok(Some((row, set)))
 }
 
+/// The pools of the set in use (None: no set applied), for `/metrics`.
+pub(crate) fn pools_in_use(store: &Store) -> anyhow::Result<Option<Vec<crate::config::PoolCap>>> {
+    Ok(current(store)?.map(|(_, set)| set.pools))
+}
+
 /// A template of the set in use, resolved for a submit.
 #[derive(Clone, Debug)]
 pub(crate) struct Template {

@@ -441,6 +441,19 @@ fn the_sets_agent_types_and_pools_apply_to_new_submits_and_claims() {
         (Some("a"), Some("gpt-a")),
         "{t:#}"
     );
+    // The set's pool in the metrics and the status footer.
+    let metrics = crate::metrics::parse(&s.expect(&["metrics"], 0));
+    let at = [("pool", "agent_type=a")];
+    assert_eq!(crate::metrics::get(&metrics, "saheeli_pool_max", &at), 1.0);
+    assert_eq!(
+        crate::metrics::get(&metrics, "saheeli_pool_queued", &at),
+        3.0
+    );
+    let footer = s.expect(&["task", "status"], 0);
+    assert!(
+        footer.contains("pools: agent_type=a 0/1 (3 queued)"),
+        "{footer}"
+    );
     let out = s.run(&["serve", "--drain", "-j", "4", "--definitions", "defs"]);
     assert!(
         out.status.success(),
