@@ -227,8 +227,9 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
 }
 
 /// The definitions repository `definitions:` names (issue 52), read once
-/// before serving: a repository that cannot be read stops `serve` here;
-/// a first commit that is refused leaves no set (status says why).
+/// before serving: a repository that cannot be read stops `serve` here
+/// unless a set applied before (it keeps serving); a first commit that is
+/// refused leaves no set (status says why).
 async fn definitions(cfg: &Config) -> anyhow::Result<Option<Arc<crate::definitions::Syncer>>> {
     let Some(d) = &cfg.file.definitions else {
         return Ok(None);
@@ -248,6 +249,12 @@ async fn definitions(cfg: &Config) -> anyhow::Result<Option<Arc<crate::definitio
     ));
     let first = syncer.sync().await;
     crate::definitions::log(&first);
-    first?;
+    if let Err(e) = first {
+        // With a set applied before, it keeps serving (the log says why
+        // the repository was not read); with none, nothing would.
+        if open_store(cfg)?.definitions_current()?.is_none() {
+            return Err(e);
+        }
+    }
     Ok(Some(syncer))
 }

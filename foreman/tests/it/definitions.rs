@@ -318,6 +318,16 @@ fn a_removed_template_stops_new_submits_but_a_queued_task_still_runs() {
         "{err}"
     );
     submit_template(&s, "other");
+    // The repository unreadable at the next start: the set applied before
+    // keeps serving (its queued task runs), and the log says why.
+    std::fs::rename(s.path().join("defs"), s.path().join("defs-moved")).unwrap();
+    std::fs::create_dir(s.path().join("defs")).unwrap();
+    let out = s.run(&["serve", "--drain", "--definitions", "defs"]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("definitions not read"), "{log}");
+    assert_eq!(status(&s)["commit"], c2.as_str());
+    assert!(s.tasks().iter().all(|t| t["state"] == "complete"));
 }
 
 #[test]
