@@ -20,6 +20,9 @@ use crate::config::{Config, DefinitionsConfig};
 use crate::git::{Location, Mirror};
 use crate::store::Store;
 
+/// The longest reason a rejection keeps (bytes).
+const MAX_REASON: usize = 4096;
+
 /// Where the definitions come from, checked.
 #[derive(Clone, Debug)]
 pub(crate) struct Source {
@@ -174,7 +177,16 @@ fn sync_now(cfg: &Config, source: &Source, store: &mut Store) -> anyhow::Result<
             Ok(Synced::Applied { commit, changes })
         }
         Err(reason) => {
-            let reason = format!("commit {}: {reason}", short(&commit));
+            // Kept whole up to a bound: it goes to status, logs and webhooks.
+            let mut reason = format!("commit {}: {reason}", short(&commit));
+            if reason.len() > MAX_REASON {
+                let mut end = MAX_REASON;
+                while !reason.is_char_boundary(end) {
+                    end -= 1;
+                }
+                reason.truncate(end);
+                reason.push('…');
+            }
             let hooks = hooks(cfg);
             let facts = serde_json::json!({
                 "repo": source.repo,
