@@ -5,11 +5,13 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod cache;
+mod definitions;
 mod eval;
 mod fork;
 mod steps;
 
 pub(crate) use cache::CacheCommand;
+pub(crate) use definitions::DefinitionsCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
@@ -77,6 +79,9 @@ pub(crate) enum Command {
     /// The cached results of tasks' `setup:` (images `saheeli-setup:SCOPE-KEY`): list, remove, prune.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// The definitions read from Git (`serve --definitions`): the commit in use, what changed, what was rejected.
+    #[command(subcommand)]
+    Definitions(DefinitionsCommand),
 }
 
 /// `saheeli import SRC... --out DIR`.
@@ -155,6 +160,9 @@ pub(crate) struct EvalArgs {
     /// Do not run tasks here: a running `saheeli serve` does; wait for them.
     #[arg(long)]
     pub no_serve: bool,
+    /// SUITE is the name of a suite in the definitions in use (`evals/SUITE.yaml`; `serve --definitions`).
+    #[arg(long, conflicts_with = "resume")]
+    pub from_definitions: bool,
 }
 
 #[derive(Debug, Args)]
@@ -322,8 +330,11 @@ impl PromptArgs {
 #[derive(Debug, Args)]
 pub(crate) struct SubmitArgs {
     /// The prompt file (Markdown with optional YAML front-matter).
-    #[arg(long, short, value_name = "FILE")]
-    pub prompt: PathBuf,
+    #[arg(long, short, value_name = "FILE", required_unless_present = "template")]
+    pub prompt: Option<PathBuf>,
+    /// A template of the definitions in use (`serve --definitions`), by name, instead of a file.
+    #[arg(long, value_name = "NAME", conflicts_with = "prompt")]
+    pub template: Option<String>,
     #[command(flatten)]
     pub prompt_args: PromptArgs,
     /// Print `{"id": …}` instead of the bare id (with `--dry-run`: the effective task).
@@ -449,6 +460,9 @@ pub(crate) struct ServeArgs {
     /// needs a token in the variable `http.token_env` names.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Read templates, eval suites, agent types and pools from this Git repository (a path, relative to config.yaml's directory) at REF (default HEAD), following new commits (overrides `definitions:`).
+    #[arg(long, value_name = "REPO[@REF]")]
+    pub definitions: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -94,6 +94,9 @@
 //!   ended case (`expect`), `report.json`, the self-contained
 //!   `report.html` (inline SVG charts) and comparing two runs; the runs
 //!   and their case tasks are rows of `store/` (`eval`).
+//! - `definitions/`: templates, eval suites, agent types and pools read
+//!   from a Git repository while `serve --definitions` runs, each new
+//!   commit judged as a whole before it applies.
 //!
 //! Exit codes: 0 ok, 1 a task failed or is incomplete, 2 bad input or a
 //! failure of Saheeli itself.
@@ -118,6 +121,7 @@ pub mod cli;
 mod collect;
 mod commands;
 mod config;
+mod definitions;
 #[cfg(test)]
 mod docs;
 mod door;
@@ -163,7 +167,8 @@ pub fn main() -> ExitCode {
         | Command::Eval(_)
         | Command::Doctor(_)
         | Command::Import(_)
-        | Command::Cache(_) => "warn",
+        | Command::Cache(_)
+        | Command::Definitions(_) => "warn",
     };
     let level = match cli.verbose {
         0 => quiet_default,
@@ -248,6 +253,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => commands::doctor(&cfg, args).await,
         Command::Import(args) => commands::import(args),
         Command::Cache(c) => commands::cache(&cfg, c).await,
+        Command::Definitions(c) => commands::definitions(&cfg, c).await,
         Command::Eval(args) => match args.command {
             Some(EvalCommand::Compare(a)) => commands::eval_compare(&cfg, a).await,
             Some(EvalCommand::List(a)) => commands::eval_list(&cfg, a).await,

@@ -73,7 +73,14 @@ pub(crate) async fn eval(cfg: &Config, args: EvalArgs) -> anyhow::Result<ExitCod
             if repeat == 0 {
                 bail!("`--repeat` must be at least 1");
             }
-            let path = imported_suite(&cfg, &path)?;
+            let path = match args.from_definitions {
+                true => crate::definitions::suite_path(
+                    &cfg,
+                    &super::open_existing_store(&cfg)?,
+                    &path.to_string_lossy(),
+                )?,
+                false => imported_suite(&cfg, &path)?,
+            };
             let (text, digest) = read_suite(&path)?;
             let suite = eval::parse(&path, &text)?;
             let opts = RunOptions {

@@ -18,7 +18,8 @@ pub(crate) async fn metrics(cfg: &Config) -> anyhow::Result<ExitCode> {
         Providers::from_config(cfg),
         Source::Database,
     )
-    .with_pools(cfg.file.pools.clone());
+    .with_pools(cfg.file.pools.clone())
+    .with_pools_of(crate::definitions::pools_in_use);
     out!("{}", m.scrape().await?);
     Ok(ExitCode::SUCCESS)
 }

@@ -135,7 +135,8 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         upstream.providers.clone(),
         crate::metrics::Source::Foreman,
     )
-    .with_pools(cfg.file.pools.clone());
+    .with_pools(cfg.file.pools.clone())
+    .with_pools_of(crate::definitions::pools_in_use);
     Ok(Arc::new(Ctx {
         cfg: cfg.clone(),
         lease,
@@ -158,17 +159,26 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     if let Some(c) = args.concurrency {
         cfg.file.concurrency = c;
     }
+    if let Some(d) = &args.definitions {
+        let poll = cfg.file.definitions.as_ref().map(|d| d.poll);
+        cfg.file.definitions =
+            Some(crate::config::DefinitionsConfig::from_arg(d, poll).map_err(anyhow::Error::msg)?);
+    }
     // Checked before anything starts: a refused address names its setting.
     let http = crate::web::HttpSettings::from_config(&cfg, args.http.as_deref())?;
+    let definitions = definitions(&cfg).await?;
     let ctx = context(&cfg).await?;
     // The image is here (or, on a swarm, pulled on every node ahead).
     ctx.engine.check_image().await?;
     // The dashboard runs beside the loop, never in it, and stops after it.
     let web_stop = CancellationToken::new();
     let web = match http {
-        Some(settings) => Some(crate::web::start(settings, &ctx, web_stop.clone()).await?),
+        Some(settings) => {
+            Some(crate::web::start(settings, &ctx, definitions.clone(), web_stop.clone()).await?)
+        }
         None => None,
     };
+    let watching = definitions.map(|d| tokio::spawn(d.watch(web_stop.clone())));
     let (drain, stop) = signals();
     tracing::info!(
         config = %cfg.source.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()),
@@ -195,6 +205,9 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     if let Some(web) = web {
         let _ = web.await;
     }
+    if let Some(w) = watching {
+        let _ = w.await;
+    }
     let summary = summary?;
     let complete = summary
         .finished
@@ -211,4 +224,37 @@ pub(crate) async fn serve(cfg: &Config, args: ServeArgs) -> anyhow::Result<ExitC
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The definitions repository `definitions:` names (issue 52), read once
+/// before serving: a repository that cannot be read stops `serve` here
+/// unless a set applied before (it keeps serving); a first commit that is
+/// refused leaves no set (status says why).
+async fn definitions(cfg: &Config) -> anyhow::Result<Option<Arc<crate::definitions::Syncer>>> {
+    let Some(d) = &cfg.file.definitions else {
+        return Ok(None);
+    };
+    let source = crate::definitions::Source::of(cfg, d)?;
+    if !cfg.file.agent_types.is_empty() || !cfg.file.pools.is_empty() {
+        tracing::warn!(
+            "config.yaml's `agent_types` and `pools` give way to the definitions repository's \
+             once a commit of it applies"
+        );
+    }
+    super::common::prepare_state_dir(cfg)?;
+    let syncer = Arc::new(crate::definitions::Syncer::new(
+        cfg.clone(),
+        source,
+        open_store(cfg)?,
+    ));
+    let first = syncer.sync().await;
+    crate::definitions::log(&first);
+    if let Err(e) = first {
+        // With a set applied before, it keeps serving (the log says why
+        // the repository was not read); with none, nothing would.
+        if open_store(cfg)?.definitions_current()?.is_none() {
+            return Err(e);
+        }
+    }
+    Ok(Some(syncer))
 }

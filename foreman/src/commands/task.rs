@@ -27,15 +27,49 @@ use crate::ops::submit_child;
 use crate::ops::task_view;
 
 pub(crate) async fn submit(cfg: &Config, args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    if args.prompt_args.dry_run {
-        return dry_run(cfg, &args.prompt, &args.prompt_args, args.json).await;
-    }
-    let id = match &args.parent {
-        Some(parent) => {
-            let spec = spec_for(cfg, &args.prompt, &args.prompt_args)?;
-            submit_child(cfg, &args.prompt, spec, &args.prompt_args.submit(), parent).await?
+    // The definitions in use (issue 52), when a set is applied: their
+    // agent types and pools, and their templates by name.
+    let defs = if cfg.database().exists() {
+        Some(open_existing_store(cfg)?)
+    } else {
+        None
+    };
+    let cfg = &match &defs {
+        Some(store) => crate::ops::with_definitions(cfg, store)?,
+        None => cfg.clone(),
+    };
+    let id = match (&args.template, &args.prompt) {
+        (Some(name), _) => {
+            if args.prompt_args.dry_run {
+                bail!("`--dry-run` takes a prompt file (`--prompt FILE`), not `--template`");
+            }
+            let Some(store) = &defs else {
+                bail!(
+                    "template `{name}`: the database `{}` does not exist yet, so no definitions \
+                     are applied; run `saheeli serve --definitions REPO` first",
+                    cfg.database().display()
+                );
+            };
+            let submit = args.prompt_args.submit();
+            let (cfg, path, spec) = crate::ops::template_spec(cfg, store, name, &submit)?;
+            match &args.parent {
+                Some(parent) => submit_child(&cfg, &path, spec, &submit, parent).await?,
+                None => crate::ops::submit_spec(&cfg, &path, spec, &submit).await?,
+            }
         }
-        None => submit_prompt(cfg, &args.prompt, &args.prompt_args).await?,
+        (None, Some(prompt)) => {
+            if args.prompt_args.dry_run {
+                return dry_run(cfg, prompt, &args.prompt_args, args.json).await;
+            }
+            match &args.parent {
+                Some(parent) => {
+                    let spec = spec_for(cfg, prompt, &args.prompt_args)?;
+                    submit_child(cfg, prompt, spec, &args.prompt_args.submit(), parent).await?
+                }
+                None => submit_prompt(cfg, prompt, &args.prompt_args).await?,
+            }
+        }
+        (None, None) => bail!("give `--prompt FILE` or `--template NAME`"),
     };
     if args.json {
         outln!("{}", serde_json::json!({ "id": id.to_string() }));
@@ -109,7 +143,8 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                         text.push('\n');
                         text.push_str(&output::admission_line(&row));
                     }
-                    let caps = &cfg.file.pools;
+                    // The definitions' pools once a set applies (issue 52).
+                    let caps = &crate::ops::with_definitions(cfg, &store)?.file.pools;
                     if !caps.is_empty() {
                         let usage = crate::admission::pools::usage(caps, &store.pool_groups()?);
                         text.push('\n');

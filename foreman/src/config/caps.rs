@@ -135,7 +135,7 @@ fn plain(name: &str) -> bool {
 /// `agent_types:` and `pools:` hold together: names are plain, each pool
 /// has exactly one selector and a `max` of at least 1, names an agent
 /// type that exists, and no two pools select the same tasks.
-pub(super) fn check(types: &BTreeMap<String, AgentType>, pools: &[PoolCap]) -> Result<(), String> {
+pub(crate) fn check(types: &BTreeMap<String, AgentType>, pools: &[PoolCap]) -> Result<(), String> {
     if let Some(name) = types.keys().find(|n| !plain(n)) {
         return Err(format!(
             "`agent_types`: name `{name}` must be 1 to 64 letters, digits, `-`, `_` or `.`"

@@ -105,6 +105,8 @@ pub(crate) struct ConfigFile {
     pub agent_types: BTreeMap<String, super::AgentType>,
     /// Caps per agent type, model or provider key, beside `concurrency`.
     pub pools: Vec<super::PoolCap>,
+    /// Definitions read from a Git repository (issue 52; `config::definitions`).
+    pub definitions: Option<super::DefinitionsConfig>,
 }
 
 /// `images:`: what a task's `environment:` Dockerfile may start from.
@@ -282,6 +284,8 @@ pub(crate) struct HttpConfig {
     /// address's /64 counts as one); one more is closed at once, before
     /// the global cap is touched.
     pub max_connections_per_client: usize,
+    /// Named tokens (issue 52): a name to the variable holding its token.
+    pub api_tokens: BTreeMap<String, String>,
 }
 
 impl Default for HttpConfig {
@@ -292,6 +296,7 @@ impl Default for HttpConfig {
             header_timeout: Duration::from_secs(10),
             max_connections: 256,
             max_connections_per_client: 64,
+            api_tokens: BTreeMap::new(),
         }
     }
 }
@@ -411,6 +416,7 @@ impl Default for ConfigFile {
             setup_cache: super::SetupCacheConfig::default(),
             agent_types: BTreeMap::new(),
             pools: Vec::new(),
+            definitions: None,
         }
     }
 }

@@ -118,6 +118,9 @@ impl Config {
                 path.display()
             );
         }
+        if let Some(why) = file.definitions.as_ref().and_then(|d| d.problem()) {
+            anyhow::bail!("{}: {why}", path.display());
+        }
         if let Some(why) = file.smtp.as_ref().and_then(|s| s.problem()) {
             anyhow::bail!("{}: {why}", path.display());
         }

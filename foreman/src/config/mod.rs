@@ -9,6 +9,7 @@
 mod caps;
 mod concurrency;
 mod defaults;
+mod definitions;
 mod dotenv;
 mod file;
 mod limits;
@@ -20,9 +21,12 @@ mod setup_cache;
 mod tests;
 pub(crate) mod windows;
 
-pub(crate) use caps::{AgentType, PoolCap, Selector, known as known_agent_types};
+pub(crate) use caps::{
+    AgentType, PoolCap, Selector, check as check_caps, known as known_agent_types,
+};
 pub(crate) use concurrency::{AUTO_CEILING, Concurrency};
 pub(crate) use defaults::{GateDefault, REQUEUE_BACKOFF, RETRYABLE, TaskDefaults};
+pub(crate) use definitions::DefinitionsConfig;
 #[cfg(test)]
 pub(crate) use file::HttpConfig;
 pub(crate) use file::{

@@ -40,8 +40,15 @@ pub(crate) struct Metrics {
     source: Source,
     /// config.yaml's `pools:` (issue 52).
     pools: Arc<Vec<PoolCap>>,
+    /// The pools in use instead, when this gives some: the definitions'
+    /// (issue 52), read by a function the caller gives (metrics sits below
+    /// `definitions`).
+    pools_of: Option<PoolsOf>,
     state: Arc<Mutex<State>>,
 }
+
+/// The pools in use according to the database, if it says.
+pub(crate) type PoolsOf = fn(&Store) -> anyhow::Result<Option<Vec<PoolCap>>>;
 
 struct State {
     /// Its own connection, opened at the first scrape.
@@ -57,6 +64,7 @@ impl Metrics {
             database,
             source,
             pools: Arc::default(),
+            pools_of: None,
             state: Arc::new(Mutex::new(State {
                 store: None,
                 tally: Tally::new(Models::new(providers)),
@@ -67,6 +75,12 @@ impl Metrics {
     /// With config.yaml's `pools:`, whose gauges it shows.
     pub fn with_pools(mut self, pools: Vec<PoolCap>) -> Metrics {
         self.pools = Arc::new(pools);
+        self
+    }
+
+    /// With the pools the database says are in use, over config.yaml's.
+    pub fn with_pools_of(mut self, f: PoolsOf) -> Metrics {
+        self.pools_of = Some(f);
         self
     }
 
@@ -90,10 +104,15 @@ impl Metrics {
         let admission = store
             .admission_since(now_ms() - ADMISSION_FRESH_MS)
             .with_context(|| format!("reading admission from `{}`", self.database.display()))?;
-        let pools = if self.pools.is_empty() {
+        // The pools of the definitions in use (issue 52), else config.yaml's.
+        let caps = match self.pools_of.map(|f| f(store)).transpose()?.flatten() {
+            Some(p) => Arc::new(p),
+            None => self.pools.clone(),
+        };
+        let pools = if caps.is_empty() {
             Vec::new()
         } else {
-            pools::usage(&self.pools, &store.pool_groups()?)
+            pools::usage(&caps, &store.pool_groups()?)
         };
 
         let mut reg = Registry::with_prefix("saheeli");

@@ -59,7 +59,7 @@ pub(crate) fn body(d: &Delivery) -> String {
 /// characters (`<!channel>` notifies a channel, `<URL|text>` is a link) and
 /// become the HTML entities Slack documents for them; line breaks and
 /// other control characters become spaces (a title is one line).
-fn slack_text(s: &str) -> String {
+pub(super) fn slack_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

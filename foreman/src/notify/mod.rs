@@ -17,9 +17,14 @@
 //! An `email:` channel (`notify: [{ email: ADDRESS }]`) is a row like any
 //! other (`mailto:ADDRESS`), mailed through config.yaml's `smtp:` relay
 //! (`email`).
+//!
+//! Foreman events that belong to no task (`definitions.rejected`) are
+//! notices: rows of their own outbox, to config.yaml's webhooks that ask
+//! for them, sent by the same sender (`notice`).
 
 mod body;
 mod email;
+mod notice;
 mod sender;
 
 pub(crate) use email::Mailer;

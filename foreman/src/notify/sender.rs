@@ -77,6 +77,21 @@ pub(crate) async fn run(
             warned = true;
             warn!("SAHEELI_WEBHOOK_SECRET is not set: webhooks are sent unsigned");
         }
+        let (s, o) = (store.clone(), owner.clone());
+        let notices = tokio::task::spawn_blocking(move || {
+            s.lock().unwrap().claim_notices(&o, CLAIM_MS, room)
+        })
+        .await;
+        match notices {
+            Ok(Ok(notices)) => {
+                for n in notices {
+                    let (client, store, secret) = (client.clone(), store.clone(), secret.clone());
+                    flying.spawn(super::notice::deliver(client, store, n, secret, max_age));
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "webhook sender: notices not read"),
+            Err(_) => {}
+        }
         for d in due {
             let (client, store, secret) = (client.clone(), store.clone(), secret.clone());
             let mailer = mailer.clone();
@@ -157,7 +172,7 @@ async fn record(
 }
 
 /// 1 s, 2 s, 4 s … up to [`MAX_BACKOFF`], with up to 20% jitter.
-fn backoff(attempts: i64) -> Duration {
+pub(super) fn backoff(attempts: i64) -> Duration {
     let base = Duration::from_secs(1u64 << attempts.clamp(0, 10) as u32).min(MAX_BACKOFF);
     base + base.mul_f64(fastrand::f64() * 0.2)
 }

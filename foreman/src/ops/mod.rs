@@ -1,12 +1,14 @@
 //! What the CLI, the HTTP API, the task routes and the supervisor do
 //! alike, below all of them: submitting a task (`submit`, `children` for
 //! a person's child task), steering one (`steer`, `steps`), retrying one
-//! (`retry`), showing one (`view`), opening the database (`store`). Each
+//! (`retry`), showing one (`view`), opening the database (`store`),
+//! submitting by a definitions template (`definitions`). Each
 //! takes plain request types (never clap's), and fails with [`Error`],
 //! sorted where it failed so that the API answers by its variant and the
 //! CLI prints it.
 
 mod children;
+mod definitions;
 mod error;
 mod follow_up;
 mod fork;
@@ -19,6 +21,7 @@ mod submit;
 mod view;
 
 pub(crate) use children::submit_child;
+pub(crate) use definitions::{template_spec, with_definitions};
 pub(crate) use error::Error;
 pub(crate) use follow_up::{MAX_FEEDBACK, follow_up};
 pub(crate) use fork::{Fork, fork_task};

@@ -150,6 +150,12 @@ pub(crate) struct TaskView {
     /// The delivered task whose review it follows up (issue 52).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub follow_up_of: Option<String>,
+    /// The definitions template it was submitted by (issue 52).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// The definitions repository's commit that template came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definitions_commit: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -322,6 +328,8 @@ impl TaskView {
             git: t.git.clone(),
             delivery: t.delivered.clone(),
             follow_up_of: t.follow_up_of.map(|f| f.to_string()),
+            template: t.spec.definitions.as_ref().map(|d| d.template.clone()),
+            definitions_commit: t.spec.definitions.as_ref().map(|d| d.commit.clone()),
         }
     }
 }

@@ -9,12 +9,14 @@
 //!
 //! Other `saheeli` processes talk to it through the database (`task
 //! cancel` sets a flag it reads when the database's doorbell rings: see
-//! `bell`).
+//! `bell`). `pools`: the `pools:` a claim is held to, the definitions'
+//! in use or config.yaml's.
 
 mod bell;
 mod gate;
 mod lease;
 mod options;
+mod pools;
 mod serve;
 mod sweep;
 

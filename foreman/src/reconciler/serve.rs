@@ -223,7 +223,9 @@ pub(super) async fn serve_loop(
     let mut pool_sweeping: Option<tokio::task::JoinHandle<()>> = None;
     let mut seen_version = None;
     let mut look_for_work = true;
-    let pools = Arc::new(ctx.cfg.file.pools.clone());
+    let pools = Arc::new(std::sync::Mutex::new(super::pools::LivePools::new(
+        ctx.cfg.file.pools.clone(),
+    )));
     let mut last_parked = tokio::time::Instant::now() - PARKED_EVERY;
     // `saheeli run` follows its task through retries.
     let mut only = opts.only;
@@ -265,6 +267,7 @@ pub(super) async fn serve_loop(
             let claimed = ctx
                 .db(move |s| {
                     // `pools:` (issue 52): none, no count.
+                    let caps = caps.lock().unwrap_or_else(|p| p.into_inner()).current(s)?;
                     let f = |g: &[PoolGroup]| crate::admission::pools::closed(&caps, g);
                     let closed: Option<ClosedBy<'_>> =
                         if caps.is_empty() { None } else { Some(&f) };

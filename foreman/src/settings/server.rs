@@ -124,6 +124,9 @@ pub(super) const SERVER: &[Setting] = &[
         .default("[]")
         .doc("Caps beside `concurrency`: `{ agent_type: reviewer, max: 4 }`, `{ model: claude-sonnet-4-5, max: 16 }`, `{ key: ANTHROPIC_API_KEY, max: 32 }` (the provider key's variable); a task runs only while every pool it is in has room, counted over every foreman of the database; the tightest wins, and a full pool's queued tasks never hold up another's.")
         .config("pools"),
+    Setting::new("definitions", "map")
+        .doc("Templates, eval suites, agent types and pools read from a Git repository while `serve` runs (issue 52): `{ repo: PATH, ref: HEAD, poll: 60s }` (also `serve --definitions REPO[@REF]`); a new commit applies only when all of it is valid. See [Definitions from Git](../guides/definitions.md).")
+        .config("definitions"),
     Setting::new("swarm.tls", "map")
         .doc("TLS for the manager's and every node's engine API (served with `--tlsverify`): `ca` (PEM of the CA that signed the engines' certificates; the only one trusted), `cert` and `key` (the foreman's client certificate), paths relative to the config file.")
         .config("swarm.tls"),
@@ -186,6 +189,10 @@ pub(super) const SERVER: &[Setting] = &[
         .default("SAHEELI_HTTP_TOKEN")
         .doc("The variable (or `.env` entry) holding the access token; required for any address but loopback.")
         .config("http.token_env"),
+    Setting::new("http.api_tokens", "map")
+        .default("{}")
+        .doc("Named API tokens (issue 52): `{ alice: SAHEELI_TOKEN_ALICE }`, a name to the variable (or `.env` entry) holding its token; a request with `Authorization: Bearer` that token acts as that name, so an approval `from: [alice]` can be decided over HTTP. Each token as long as the main one; never in config.yaml.")
+        .config("http.api_tokens"),
     Setting::new("http.header_timeout", "duration")
         .default("10s")
         .doc("A request's head must arrive within this; an idle keep-alive connection is closed after it.")

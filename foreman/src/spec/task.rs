@@ -51,6 +51,16 @@ impl TaskSpec {
         Self::from_text_asked(cfg, path, text, params, &[]).map_err(SpecError::into_anyhow)
     }
 
+    /// Whether a template's text makes a task, as if it were the file
+    /// `path`, given no `--param`: required parameters without a value
+    /// are fine (a submit gives them); any other problem is the error.
+    pub fn check_template(cfg: &Config, path: &Path, text: &str) -> anyhow::Result<()> {
+        match Self::from_text_asked(cfg, path, text, &[], &[]) {
+            Ok(_) | Err(SpecError::Missing(_)) => Ok(()),
+            Err(SpecError::Invalid(e)) => Err(e),
+        }
+    }
+
     fn from_text_asked(
         cfg: &Config,
         path: &Path,
@@ -160,6 +170,7 @@ impl TaskSpec {
             git,
             deliver,
             follow_up_of: None,
+            definitions: None,
             workspace_include_ignored: fm
                 .workspace_include_ignored
                 .unwrap_or(d.workspace_include_ignored),

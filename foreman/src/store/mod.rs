@@ -2,7 +2,8 @@
 //! the human desk (`desk`, `notes`, `pause`), a template's steps done (`steps`), each
 //! serving foreman's admission state (`admission`), and evaluation runs
 //! with their case tasks (`eval`), and parent and child tasks
-//! (`children`).
+//! (`children`), and the definitions judged from Git with the foreman's
+//! own notices (`definitions`).
 //!
 //! WAL mode, a 10 s busy timeout, and every write in a `BEGIN IMMEDIATE`
 //! transaction, so several `saheeli` processes can share one file without
@@ -15,6 +16,7 @@ mod caps;
 mod carve;
 mod carved;
 mod children;
+mod definitions;
 mod desk;
 mod egress;
 mod error;
@@ -52,6 +54,7 @@ pub(crate) use admission::AdmissionRow;
 pub(crate) use caps::{Closed, ClosedBy, PoolGroup};
 pub(crate) use carve::ParentBudget;
 pub(crate) use children::{ChildRow, SpawnAsk, Spawned, WaitState};
+pub(crate) use definitions::{DefinitionsRow, Notice};
 pub(crate) use desk::{DeskError, HumanAct};
 pub(crate) use egress::{EgressEntry, EgressVerdict};
 pub(crate) use error::{DbError, StoreError, lease_lost_in};

@@ -339,6 +339,40 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          CREATE INDEX tasks_by_pool
             ON tasks(state, priority DESC, id, not_before, agent_type, model, provider_key);",
     ),
+    // Definitions from Git (issue 52): each commit of the definitions
+    // repository the foreman judged, applied (with its files and what it
+    // changed) or rejected (with why); the newest applied one is the set
+    // in use. `notices`: the webhooks of foreman events that belong to no
+    // task (`definitions.rejected`), an outbox of their own.
+    M::up(
+        "CREATE TABLE definitions (
+            id        INTEGER PRIMARY KEY,
+            repo      TEXT NOT NULL,
+            commit_id TEXT NOT NULL,
+            applied   INTEGER NOT NULL,
+            reason    TEXT,
+            changes   TEXT,
+            files     TEXT,
+            at        INTEGER NOT NULL
+         );
+         CREATE INDEX definitions_by_kind ON definitions(applied, id);
+         CREATE TABLE notices (
+            id            INTEGER PRIMARY KEY,
+            kind          TEXT NOT NULL,
+            url           TEXT NOT NULL,
+            format        TEXT NOT NULL,
+            facts         TEXT NOT NULL,
+            created_at    INTEGER NOT NULL,
+            state         TEXT NOT NULL DEFAULT 'pending',
+            attempts      INTEGER NOT NULL DEFAULT 0,
+            next_at       INTEGER NOT NULL,
+            last_error    TEXT,
+            delivered_at  INTEGER,
+            claimed_by    TEXT,
+            claimed_until INTEGER
+         );
+         CREATE INDEX notices_due ON notices(state, next_at);",
+    ),
 ];
 
 pub(crate) struct Store {

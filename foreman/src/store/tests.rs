@@ -35,6 +35,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         git: None,
         deliver: None,
         follow_up_of: None,
+        definitions: None,
         gates: vec![],
         pause_on_tool_error: false,
         break_on_subtask: false,

@@ -20,4 +20,4 @@ pub(crate) use egress::EgressPlan;
 pub(crate) use git::{DeliverPlan, Delivered, GitStart, GitWorkspace, branch_name};
 pub(crate) use params::{ParamSource, ParamValue};
 pub(crate) use setup_plan::{SetupPlan, SetupRan};
-pub(crate) use task_spec::{ForkOf, TaskImage, TaskSpec};
+pub(crate) use task_spec::{ForkOf, FromDefinitions, TaskImage, TaskSpec};

@@ -77,6 +77,10 @@ pub(crate) struct TaskSpec {
     /// The delivered task whose review this one follows up (issue 52).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_up_of: Option<saheeli_protocol::TaskId>,
+    /// The definitions template it was submitted by, and the commit of
+    /// the definitions repository it came from (issue 52).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definitions: Option<FromDefinitions>,
     /// Approval gates (`approve:`).
     #[serde(default)]
     pub gates: Vec<Gate>,
@@ -293,4 +297,12 @@ fn default_human_timeout_s() -> u64 {
 
 fn default_park_after_ms() -> u64 {
     10_000
+}
+
+/// A task submitted by template name (issue 52): which template, from
+/// which commit of the definitions repository.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FromDefinitions {
+    pub template: String,
+    pub commit: String,
 }

@@ -25,11 +25,6 @@ const MAX_LIMIT: usize = 1000;
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// Who acted, as the events record it: the serving user, through the web.
-fn who() -> String {
-    format!("{} (http)", ops::who())
-}
-
 /// `GET /api/foreman`: the serving foreman's footer, as `task status`
 /// prints it (its limit, breaker, launch time and warm pool), and its
 /// idle warm servos; nulls when no foreman serves. `pools`: each
@@ -37,7 +32,22 @@ fn who() -> String {
 pub(super) async fn foreman(State(web): State<Shared>) -> ApiResult<Json<Value>> {
     let since = crate::store::now_ms() - crate::metrics::ADMISSION_FRESH_MS;
     let row = web.db(move |s| s.admission_since(since)).await?;
-    let caps = web.cfg.file.pools.clone();
+    // The pools of the definitions in use (issue 52), else config.yaml's.
+    let (base, defs) = (web.cfg.clone(), web.definitions.is_some());
+    let (caps, definitions) = web
+        .db(move |s| {
+            let cfg = ops::with_definitions(&base, s)?;
+            let st = crate::definitions::status(s).map_err(ops::Error::Internal)?;
+            Ok::<_, ops::Error>((cfg.file.pools, st))
+        })
+        .await?;
+    let definitions = (defs || definitions.commit.is_some() || definitions.rejected.is_some())
+        .then(|| {
+            json!({
+                "commit": definitions.commit,
+                "rejected": definitions.rejected,
+            })
+        });
     let pools = if caps.is_empty() {
         Vec::new()
     } else {
@@ -48,6 +58,7 @@ pub(super) async fn foreman(State(web): State<Shared>) -> ApiResult<Json<Value>>
         "line": row.as_ref().map(crate::output::admission_line),
         "pool_idle": row.and_then(|r| r.pool_idle),
         "pools": pools,
+        "definitions": definitions,
     })))
 }
 
@@ -149,7 +160,12 @@ pub(super) async fn show(
 #[serde(deny_unknown_fields)]
 pub(super) struct SubmitBody {
     /// The prompt file's text: Markdown with optional front-matter.
-    prompt: String,
+    #[serde(default)]
+    prompt: Option<String>,
+    /// Instead of `prompt`: a template of the definitions in use, by
+    /// name (issue 52; as `task submit --template`).
+    #[serde(default)]
+    template: Option<String>,
     /// `KEY=VALUE` overrides, as `--param`.
     #[serde(default)]
     params: Vec<String>,
@@ -203,7 +219,6 @@ pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<
              \"params\": [\"max_steps=10\"], \"priority\": 0}}: {e}"
         ))
     })?;
-    let path = prompt_path(&web, body.name.as_deref())?;
     let mut params = body.params;
     params.extend(body.agent_type.map(|t| format!("agent_type={t}")));
     let args = Submit {
@@ -213,16 +228,35 @@ pub(super) async fn submit(State(web): State<Shared>, body: Bytes) -> ApiResult<
         plan_only: body.plan_only,
         ..Submit::default()
     };
-    let cfg = web.cfg.clone();
-    let (path2, text) = (path.clone(), body.prompt);
-    let (spec, args) = tokio::task::spawn_blocking(move || {
-        ops::spec_for_text(&cfg, &path2, &text, &args).map(|s| (s, args))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("validating thread panicked: {e}")))??;
+    let (cfg, path, spec) = match (body.prompt, body.template) {
+        (Some(text), None) => {
+            let path = prompt_path(&web, body.name.as_deref())?;
+            let (base, path2, args) = (web.cfg.clone(), path.clone(), args.clone());
+            let (cfg, spec) = web
+                .db(move |s| {
+                    // The agent types of the definitions in use, if any.
+                    let cfg = ops::with_definitions(&base, s)?;
+                    let spec = ops::spec_for_text(&cfg, &path2, &text, &args)?;
+                    Ok::<_, ops::Error>((cfg, spec))
+                })
+                .await?;
+            (cfg, path, spec)
+        }
+        (None, Some(name)) => {
+            let (base, args) = (web.cfg.clone(), args.clone());
+            web.db(move |s| ops::template_spec(&base, s, &name, &args))
+                .await?
+        }
+        _ => {
+            return Err(ApiError::bad_input(
+                "give exactly one of `prompt` (the prompt's text) and `template` (a template's \
+                 name in the definitions in use)",
+            ));
+        }
+    };
     let id = match &body.parent {
-        Some(parent) => ops::submit_child(&web.cfg, &path, spec, &args, parent).await?,
-        None => ops::submit_spec(&web.cfg, &path, spec, &args).await?,
+        Some(parent) => ops::submit_child(&cfg, &path, spec, &args, parent).await?,
+        None => ops::submit_spec(&cfg, &path, spec, &args).await?,
     };
     let view = web
         .db(move |s| ops::task_view(s, &id.to_string(), ops::EventPage::newest()))
@@ -336,6 +370,7 @@ fn steer_of(action: &str, b: ActBody) -> ApiResult<Option<Steer>> {
 pub(super) async fn act(
     State(web): State<Shared>,
     Path((id, action)): Path<(String, String)>,
+    axum::Extension(principal): axum::Extension<super::auth::Principal>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     if action == "fork" {
@@ -372,7 +407,9 @@ pub(super) async fn act(
     let cfg = web.cfg.clone();
     let (message, view) = web
         .db(move |s| {
-            let message = ops::steer(&cfg, s, &id, steer, &who())?;
+            // Who acted: a named token's name (issue 52), else the
+            // serving user through the web.
+            let message = ops::steer(&cfg, s, &id, steer, &principal.who())?;
             Ok::<_, ops::Error>((message, ops::task_view(s, &id, ops::EventPage::newest())?))
         })
         .await?;

@@ -10,12 +10,15 @@
 //!   send without a CORS preflight this server never grants; the login
 //!   form is the one exception), and `Origin` and `Sec-Fetch-Site`, when
 //!   the browser sends them, must say this site.
+//! - Named tokens (`http.api_tokens`, issue 52) are bearer tokens too; a
+//!   request with one acts as its name ([`Principal`]), which is what a
+//!   person's act records and what `approve: { from: [...] }` checks.
 //! - Failed guesses (login form, bearer) are paced per address (`limit`).
 //! - The session cookie has no `Secure` attribute: this server speaks
 //!   plain HTTP only (no TLS, no configured external URL); put a TLS
 //!   proxy in front for any address but loopback.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
@@ -33,19 +36,89 @@ const COOKIE: &str = "saheeli_session";
 /// Sessions kept at most (the oldest is forgotten first).
 const MAX_SESSIONS: usize = 256;
 
+/// Who a request acts as, as the guard found it (a request extension).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Principal {
+    /// The main token, a session, or no token at all (loopback): the
+    /// serving user, recorded as `USER (http)`.
+    Serving,
+    /// A named token's name (`http.api_tokens`; issue 52), recorded as it
+    /// is: an approval `from: [NAME]` counts it.
+    Named(String),
+}
+
+impl Principal {
+    /// The name a person's act is recorded under.
+    pub fn who(&self) -> String {
+        match self {
+            Principal::Serving => format!("{} (http)", crate::ops::who()),
+            Principal::Named(n) => n.clone(),
+        }
+    }
+}
+
+/// `http.api_tokens` read: each name's token from its variable, each as
+/// long as `min`, none the same as another or the main token. Errors name
+/// the key and the variable, never a token.
+pub(super) fn named_tokens(
+    map: &BTreeMap<String, String>,
+    main: Option<&str>,
+    min: usize,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (name, var) in map {
+        if name.is_empty()
+            || name.len() > 64
+            || name.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            anyhow::bail!(
+                "`http.api_tokens`: the name `{name}` must be 1 to 64 characters, no spaces"
+            );
+        }
+        let Some(t) = std::env::var(var)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+        else {
+            anyhow::bail!(
+                "`http.api_tokens.{name}`: the variable `{var}` is not set; put `{name}`'s token \
+                 in it (the environment, or `.env` beside config.yaml), never in config.yaml"
+            );
+        };
+        if t.len() < min {
+            anyhow::bail!(
+                "the token of `http.api_tokens.{name}` (in `{var}`) is {} characters; use at \
+                 least {min} random ones (e.g. `openssl rand -hex 24`)",
+                t.len()
+            );
+        }
+        if main == Some(t.as_str()) || out.iter().any(|(_, o)| *o == t) {
+            anyhow::bail!(
+                "the token of `http.api_tokens.{name}` (in `{var}`) is the same as another \
+                 token; give each name its own"
+            );
+        }
+        out.push((name.clone(), t));
+    }
+    Ok(out)
+}
+
 /// The token, and the sessions logged in with it (in memory: a restart
 /// logs everyone out).
 pub(super) struct Auth {
     token: Option<String>,
+    /// Named tokens: name and token.
+    named: Vec<(String, String)>,
     sessions: Mutex<VecDeque<String>>,
     /// Failed attempts per client address (`limit`).
     pub attempts: super::limit::Attempts,
 }
 
 impl Auth {
-    pub fn new(token: Option<String>) -> Auth {
+    pub fn new(token: Option<String>, named: Vec<(String, String)>) -> Auth {
         Auth {
             token,
+            named,
             sessions: Mutex::new(VecDeque::new()),
             attempts: Default::default(),
         }
@@ -87,19 +160,38 @@ impl Auth {
         s.retain(|k| k != id);
     }
 
-    /// Whether the request carries the token or a live session.
-    fn admits(&self, headers: &HeaderMap) -> bool {
-        if self.token.is_none() {
-            return true;
-        }
+    /// Who the request acts as: a named token's name, else the serving
+    /// user when it carries the token or a live session (or no token is
+    /// needed); None: refused.
+    fn principal(&self, headers: &HeaderMap) -> Option<Principal> {
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if bearer.is_some_and(|t| self.token_matches(t)) {
-            return true;
+        if let Some(b) = bearer {
+            // Every name compared, so the time says nothing of which.
+            let mut found = None;
+            for (name, t) in &self.named {
+                if constant_time_eq(t.as_bytes(), b.trim().as_bytes()) {
+                    found = Some(Principal::Named(name.clone()));
+                }
+            }
+            if found.is_some() {
+                return found;
+            }
         }
-        cookie(headers, COOKIE).is_some_and(|s| self.has_session(&s))
+        if self.token.is_none() || bearer.is_some_and(|t| self.token_matches(t)) {
+            return Some(Principal::Serving);
+        }
+        cookie(headers, COOKIE)
+            .is_some_and(|s| self.has_session(&s))
+            .then_some(Principal::Serving)
+    }
+
+    /// Whether the request carries a token or a live session.
+    #[cfg(test)]
+    fn admits(&self, headers: &HeaderMap) -> bool {
+        self.principal(headers).is_some()
     }
 }
 
@@ -129,7 +221,7 @@ fn public(path: &str) -> bool {
 }
 
 /// The guard in front of every route.
-pub(super) async fn guard(State(web): State<Shared>, req: Request, next: Next) -> Response {
+pub(super) async fn guard(State(web): State<Shared>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     if web.auth.token.is_none()
         && let Err(e) = loopback_host(req.headers())
@@ -147,7 +239,11 @@ pub(super) async fn guard(State(web): State<Shared>, req: Request, next: Next) -
     {
         return super::limit::too_many(wait);
     }
-    if !public(&path) && !web.auth.admits(req.headers()) {
+    let principal = web.auth.principal(req.headers());
+    if let Some(p) = &principal {
+        req.extensions_mut().insert(p.clone());
+    }
+    if !public(&path) && principal.is_none() {
         if bearer && let Some(ip) = peer {
             web.auth.attempts.failed(ip);
         }
@@ -355,8 +451,23 @@ mod tests {
 
     #[test]
     fn the_token_or_a_session_admits() {
-        let auth = Auth::new(Some("0123456789abcdef0123".into()));
+        let auth = Auth::new(
+            Some("0123456789abcdef0123".into()),
+            vec![("alice".into(), "alice-token-0123456789".into())],
+        );
         assert!(!auth.admits(&HeaderMap::new()));
+        let named = headers(&[("authorization", "Bearer alice-token-0123456789")]);
+        assert_eq!(
+            auth.principal(&named),
+            Some(Principal::Named("alice".into()))
+        );
+        assert_eq!(
+            auth.principal(&headers(&[(
+                "authorization",
+                "Bearer 0123456789abcdef0123"
+            )])),
+            Some(Principal::Serving)
+        );
         assert!(auth.admits(&headers(&[(
             "authorization",
             "Bearer 0123456789abcdef0123"

@@ -13,11 +13,13 @@
 //! - `sse`: server-sent events, live and resumable (`Last-Event-ID`);
 //!   `trail`: a task's audit lines numbered for those streams.
 //! - `files`: an ended task's results, read without following links.
+//! - `definitions`: the definitions read from Git, and refreshing them.
 //! - `assets`: the dashboard (HTML, CSS and JS embedded in the binary).
 
 mod api;
 mod assets;
 mod auth;
+mod definitions;
 mod error;
 mod files;
 mod fork;

@@ -15,7 +15,7 @@ use crate::store::{DbError, Store};
 use crate::supervisor::Ctx;
 
 use super::error::ApiError;
-use super::{api, assets, auth, files, sse};
+use super::{api, assets, auth, definitions, files, sse};
 
 /// Shortest token accepted: guessable tokens protect nothing.
 const MIN_TOKEN: usize = 16;
@@ -26,6 +26,9 @@ pub(crate) struct HttpSettings {
     pub addr: SocketAddr,
     /// Required of every request when set.
     pub token: Option<String>,
+    /// Named tokens (`http.api_tokens`): name and token; a request
+    /// bearing one acts as that name (issue 52).
+    pub named: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -34,6 +37,10 @@ impl std::fmt::Debug for HttpSettings {
         f.debug_struct("HttpSettings")
             .field("addr", &self.addr)
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field(
+                "named",
+                &self.named.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -80,10 +87,9 @@ impl HttpSettings {
                  and 10s)"
             );
         }
-        Ok(Some(HttpSettings {
-            addr,
-            token: token.map(|t| t.trim().to_string()),
-        }))
+        let token = token.map(|t| t.trim().to_string());
+        let named = super::auth::named_tokens(&http.api_tokens, token.as_deref(), MIN_TOKEN)?;
+        Ok(Some(HttpSettings { addr, token, named }))
     }
 }
 
@@ -100,6 +106,8 @@ pub(super) struct Web {
     pub shutdown: CancellationToken,
     /// What `GET /metrics` renders.
     pub metrics: crate::metrics::Metrics,
+    /// The definitions repository followed (issue 52), if any.
+    pub definitions: Option<Arc<crate::definitions::Syncer>>,
 }
 
 pub(super) type Shared = Arc<Web>;
@@ -142,6 +150,7 @@ where
 pub(crate) async fn start(
     settings: HttpSettings,
     ctx: &Ctx,
+    definitions: Option<Arc<crate::definitions::Syncer>>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let store = crate::ops::open_store(&ctx.cfg)?;
@@ -150,9 +159,10 @@ pub(crate) async fn start(
         store: Arc::new(Mutex::new(store)),
         bus: ctx.bus.clone(),
         engine: ctx.engine.clone(),
-        auth: auth::Auth::new(settings.token.clone()),
+        auth: auth::Auth::new(settings.token.clone(), settings.named.clone()),
         shutdown: shutdown.clone(),
         metrics: ctx.metrics.clone(),
+        definitions,
     });
     let listener = tokio::net::TcpListener::bind(settings.addr)
         .await
@@ -193,6 +203,8 @@ fn router(web: Shared) -> Router {
         .route("/logout", post(auth::logout))
         .route("/api/tasks", get(api::list).post(api::submit))
         .route("/api/foreman", get(api::foreman))
+        .route("/api/definitions", get(definitions::status))
+        .route("/api/definitions/refresh", post(definitions::refresh))
         .route("/api/tasks/{id}", get(api::show))
         .route("/api/events", get(sse::all_events))
         .route("/api/tasks/{id}/events", get(sse::task_events))

@@ -31,6 +31,7 @@ mod children_bounds;
 mod cli;
 mod daemon;
 mod deadline;
+mod definitions;
 mod doctor;
 mod doors;
 mod dryrun;

@@ -23,7 +23,7 @@ pools:
 
 /// When each task held a slot: from its claim (`starting`) to its end,
 /// as the store's event trail recorded them (ms).
-fn slots(s: &Saheeli) -> BTreeMap<String, (i64, i64)> {
+pub fn slots(s: &Saheeli) -> BTreeMap<String, (i64, i64)> {
     let db = rusqlite::Connection::open(s.path().join("saheeli.db")).unwrap();
     let mut stmt = db
         .prepare(
@@ -42,7 +42,7 @@ fn slots(s: &Saheeli) -> BTreeMap<String, (i64, i64)> {
 
 /// The most of `ids`' slots held at one moment (an end at the same
 /// millisecond as a start frees its slot first: the claim counted it so).
-fn most_at_once(slots: &BTreeMap<String, (i64, i64)>, ids: &[&String]) -> usize {
+pub fn most_at_once(slots: &BTreeMap<String, (i64, i64)>, ids: &[&String]) -> usize {
     let mut edges: Vec<(i64, i32)> = ids
         .iter()
         .flat_map(|id| {
@@ -439,5 +439,85 @@ fn issue_52_the_api_submits_by_agent_type_and_shows_the_pools() {
     assert_eq!(
         pools(&w),
         json!([{"pool": "agent_type=r", "max": 1, "running": 0, "queued": 0}])
+    );
+}
+
+/// Named API tokens (issue 52): over HTTP, a step `approve: { from: [ops] }`
+/// is decided by a request bearing `ops`'s token (`http.api_tokens`) and
+/// recorded as `ops`; the main token and another name's token are refused
+/// and nothing is recorded; a name whose variable is unset stops `serve`.
+#[test]
+fn issue_52_a_named_api_token_decides_a_restricted_approval_over_http() {
+    use crate::web::{WebServe, request};
+    require_docker();
+    const MAIN: &str = "main-token-0123456789abcdef";
+    const OPS: &str = "ops-token-0123456789abcdef";
+    const BOB: &str = "bob-token-0123456789abcdef";
+    let s = Saheeli::with_config(
+        "http:\n  api_tokens: { ops: SAHEELI_TOKEN_OPS, bob: SAHEELI_TOKEN_BOB }\n",
+    )
+    .env("SAHEELI_HTTP_TOKEN", MAIN)
+    .env("SAHEELI_TOKEN_OPS", OPS)
+    .env("SAHEELI_TOKEN_BOB", BOB);
+    s.write(
+        "ship.json",
+        &crate::util::script(&[
+            ("step_start", json!({"name": "ship"})),
+            ("step_done", json!({"name": "ship", "evidence": "shipped"})),
+            ("task_complete", json!({"message": "shipped"})),
+        ]),
+    );
+    s.write(
+        "ship.md",
+        "---\nmodel: replay:ship.json\npark_after: 60s\nsteps:\n\
+         \x20 - { name: ship, approve: { from: [ops] } }\n---\nShip it.\n",
+    );
+    let id = s.submit("ship.md");
+    let w = WebServe::start(&s, "127.0.0.1:0", &["-j", "1"]);
+    let t = crate::human::until(&s, &id, &w.serve, "the step's approval", |t| {
+        t["state"] == "waiting_human"
+    });
+    assert_eq!(t["waiting_for"]["tool"], "step_start", "{t:#}");
+    let approve = |token: &str| {
+        request(
+            &w.addr,
+            "POST",
+            &format!("/api/tasks/{id}/approve"),
+            &[
+                ("Authorization", &format!("Bearer {token}")),
+                ("Content-Type", "application/json"),
+            ],
+            "{}",
+        )
+    };
+    for (token, who) in [(MAIN, "(http)"), (BOB, "`bob`")] {
+        let msg = approve(token).error(409, "wrong_state");
+        assert!(
+            msg.contains(who)
+                && msg.contains("may not decide step `ship`")
+                && msg.contains("only ops"),
+            "{msg}"
+        );
+    }
+    assert_eq!(approve("not-a-token-0123456789").status, 401);
+    assert_eq!(s.task(&id)["state"], "waiting_human");
+    let r = approve(OPS);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let t = crate::human::until(&s, &id, &w.serve, "complete", |t| t["state"] == "complete");
+    let by: Vec<&serde_json::Value> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "approved")
+        .map(|e| &e["by"])
+        .collect();
+    assert_eq!(by, [&json!("ops")], "{t:#}");
+    drop(w);
+    // A name without its token: `serve` says which key and variable.
+    let bad = Saheeli::with_config("http:\n  api_tokens: { ops: SAHEELI_TOKEN_NOPE }\n");
+    let err = bad.expect_err(&["serve", "--drain", "--http", "127.0.0.1:0"], 2);
+    assert!(
+        err.contains("`http.api_tokens.ops`: the variable `SAHEELI_TOKEN_NOPE` is not set"),
+        "{err}"
     );
 }

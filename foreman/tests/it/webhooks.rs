@@ -105,7 +105,7 @@ async fn hook(
 }
 
 /// How a receiver checks a delivery (as the README tells it to).
-fn verify(header: &str, body: &[u8]) -> bool {
+pub fn verify(header: &str, body: &[u8]) -> bool {
     let mut t = None;
     let mut v1 = None;
     for part in header.split(',') {

@@ -109,6 +109,13 @@ async function foremanLine() {
     // `pools:` (issue 52): running/max per pool, and what waits for it.
     for (const p of f.pools || [])
       parts.push(p.pool + " " + p.running + "/" + p.max + (p.queued ? " (" + p.queued + " queued)" : ""));
+    // Definitions from Git (issue 52): the commit in use, and a rejected one.
+    const d = f.definitions;
+    if (d) {
+      parts.push("definitions: " + (d.commit ? d.commit.slice(0, 12) : "none applied"));
+      if (d.rejected && d.rejected.pending)
+        parts.push("rejected " + d.rejected.commit.slice(0, 12) + ": " + d.rejected.reason);
+    }
     span.textContent = parts.join(" · ");
     span.title = f.line || "no foreman serving";
   } catch (e) { span.textContent = ""; }
