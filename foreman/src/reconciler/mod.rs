@@ -12,6 +12,8 @@
 //! `bell`).
 
 mod bell;
+#[cfg(test)]
+mod conformance_tests;
 mod gate;
 mod lease;
 mod options;
