@@ -142,15 +142,23 @@ pub(crate) async fn until<B: Bench>(
 /// Every case, in order, on one bench; then nothing left of any task.
 pub(crate) async fn all<B: Bench>(b: &mut B) {
     let mut made = Vec::new();
-    made.extend(launch_watch_collect(b).await);
-    made.extend(stop(b).await);
-    made.extend(cancel(b).await);
-    made.extend(adopt(b).await);
-    made.extend(park_and_resume(b).await);
-    made.extend(verify(b).await);
-    made.extend(lost(b).await);
+    let t = std::time::Instant::now();
+    let e = b.engine();
+    let mut done = |case: &str, ids: Vec<String>| {
+        eprintln!("{e}: {case} passed at {:.1}s", t.elapsed().as_secs_f64());
+        made.extend(ids);
+    };
+    done("launch_watch_collect", launch_watch_collect(b).await);
+    done("stop", stop(b).await);
+    done("cancel", cancel(b).await);
+    done("adopt", adopt(b).await);
+    done("park_and_resume", park_and_resume(b).await);
+    done("verify", verify(b).await);
+    done("lost", lost(b).await);
     refused(b).await;
+    done("refused", Vec::new());
     nothing_left(b, &made).await;
+    eprintln!("{e}: nothing_left passed");
 }
 
 /// Launch, watch, collect: the servo runs (the phases seen in order:
@@ -329,6 +337,17 @@ pub(crate) async fn lost<B: Bench>(b: &mut B) -> Vec<String> {
     b.revive().await;
     let seen = b.task(&id).await;
     let e = b.engine();
+    let requeued: Vec<&str> = seen
+        .events
+        .iter()
+        .filter(|(t, _)| t == "queued")
+        .skip(1)
+        .map(|(_, d)| d.as_str())
+        .collect();
+    eprintln!(
+        "{e}: lost: ended {} ({}), requeued {requeued:?}",
+        seen.state, seen.reason
+    );
     assert!(seen.ended(), "{e}: {seen:#?}");
     assert_eq!(seen.endings(), 1, "ended once: {e}: {seen:#?}");
     assert!(
