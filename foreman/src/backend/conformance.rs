@@ -53,6 +53,7 @@ pub(crate) const WORK_S: u64 = 12;
 pub(crate) struct Seen {
     pub state: String,
     pub reason: String,
+    pub detail: String,
     pub parked: bool,
     pub attempt: i64,
     /// Its events: (the state it went to, or the event's kind; detail).
@@ -90,6 +91,10 @@ pub(crate) trait Bench {
     /// Submits a task whose servo does `act`, with `front` added to its
     /// front-matter; Err: the refusal's message.
     async fn submit(&mut self, act: Act, front: &str) -> Result<String, String>;
+    /// Queues a task as a foreman of another engine would, with no
+    /// refusal at submit (it lacks nothing there): the engine under test
+    /// must refuse it when it claims it.
+    async fn submit_elsewhere(&mut self, act: Act, front: &str) -> String;
     /// Starts a foreman (`serve`; `drain`: it ends when nothing runs).
     async fn start_foreman(&mut self, drain: bool);
     /// Waits until the foreman started with `drain` has ended.
@@ -155,8 +160,7 @@ pub(crate) async fn all<B: Bench>(b: &mut B) {
     done("park_and_resume", park_and_resume(b).await);
     done("verify", verify(b).await);
     done("lost", lost(b).await);
-    refused(b).await;
-    done("refused", Vec::new());
+    done("refused", refused(b).await);
     nothing_left(b, &made).await;
     eprintln!("{e}: nothing_left passed");
 }
@@ -380,15 +384,52 @@ pub(crate) const ASKED: [(&str, &str); 8] = [
     ("parking", "park_after: 1s\n"),
 ];
 
+/// Capabilities whose settings need nothing of this host at submit (no
+/// agent's or task's image), so that another engine's foreman queues them.
+const QUEUED_ELSEWHERE: [&str; 6] = [
+    "root_agent",
+    "setup",
+    "egress",
+    "child_tasks",
+    "disk_quota",
+    "parking",
+];
+
 /// Refusals: a task needing a capability the engine does not declare is
-/// refused at submit, naming the capability, the engine and the setting.
-/// (What it declares is covered by the test its declaration names.)
-pub(crate) async fn refused<B: Bench>(b: &mut B) {
+/// refused at submit, naming the capability, the engine and the setting;
+/// one queued meanwhile by a foreman of another engine is failed
+/// `unsupported` when claimed, never launched. (What it declares is
+/// covered by the case or test its declaration names.)
+pub(crate) async fn refused<B: Bench>(b: &mut B) -> Vec<String> {
+    let mut made = Vec::new();
     for (capability, front) in ASKED {
-        if !b.declares(capability) {
-            expect_refused(b, Act::Completes, front, capability).await;
+        if b.declares(capability) {
+            continue;
         }
+        expect_refused(b, Act::Completes, front, capability).await;
+        if !QUEUED_ELSEWHERE.contains(&capability) {
+            continue;
+        }
+        let id = b.submit_elsewhere(Act::Completes, front).await;
+        b.start_foreman(true).await;
+        b.wait_foreman().await;
+        let seen = b.task(&id).await;
+        let e = b.engine();
+        assert_eq!(
+            (seen.state.as_str(), seen.reason.as_str()),
+            ("failed", "unsupported"),
+            "{e}: {seen:#?}"
+        );
+        assert!(
+            seen.detail
+                .contains(&format!("the engine capability `{capability}`")),
+            "{e}: {seen:#?}"
+        );
+        assert_eq!(seen.count("running"), 0, "never launched: {e}: {seen:#?}");
+        assert_eq!(b.servos(&id).await, Vec::<String>::new(), "{e}");
+        made.push(id);
     }
+    made
 }
 
 async fn expect_refused<B: Bench>(b: &mut B, act: Act, front: &str, capability: &str) {

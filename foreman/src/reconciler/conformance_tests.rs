@@ -303,6 +303,16 @@ impl Bench for FakeBench {
         Ok(id.to_string())
     }
 
+    async fn submit_elsewhere(&mut self, act: Act, front: &str) -> String {
+        let text = format!("---\nmodel: gpt-test\n{front}---\nGo.\n");
+        let path = self.cfg.base_dir.join("p.md");
+        let spec = TaskSpec::from_text(&self.cfg, &path, &text, &[]).unwrap();
+        let id = TaskId::new();
+        self.store().submit(id, &spec, 0, None, 1).unwrap();
+        self.acts.lock().unwrap().insert(id, act);
+        id.to_string()
+    }
+
     async fn start_foreman(&mut self, drain: bool) {
         assert!(self.foreman.is_none(), "one foreman at a time");
         let ctx = self.ctx();
@@ -334,6 +344,7 @@ impl Bench for FakeBench {
         Seen {
             state: t.state.to_string(),
             reason: t.reason.clone().unwrap_or_default(),
+            detail: t.detail.clone().unwrap_or_default(),
             parked: t.parked,
             attempt: t.attempt,
             events: events

@@ -163,6 +163,7 @@ fn seen(t: &Value) -> Seen {
     Seen {
         state: s(&t["state"]),
         reason: s(&t["reason"]),
+        detail: s(&t["detail"]),
         parked: t["parked"] == true,
         attempt: t["attempt"].as_i64().unwrap_or_default(),
         events: t["events"]
@@ -207,6 +208,46 @@ impl Bench for Cli {
         }
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         Ok(v["id"].as_str().unwrap().to_string())
+    }
+
+    async fn submit_elsewhere(&mut self, act: Act, front: &str) -> String {
+        // This project's config with `backend: docker` and this host's
+        // image: the same database and results.
+        assert!(
+            matches!(self.infra, Infra::Swarm(_)),
+            "docker lacks nothing"
+        );
+        let config = std::fs::read_to_string(self.s.path().join("config.yaml")).unwrap();
+        let mut local: String = config
+            .lines()
+            .filter(|l| !l.starts_with("image:") && !l.starts_with("backend:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        local.push_str(&format!(
+            "backend: docker\nimage: {}\n",
+            crate::util::image()
+        ));
+        self.s.write("elsewhere.yaml", &local);
+        self.prompts += 1;
+        let name = format!("elsewhere-{}", self.prompts);
+        self.s.write(&format!("{name}.json"), &turns(act));
+        let prompt = format!("{name}.md");
+        self.s
+            .write(&prompt, &replay_prompt(&format!("{name}.json"), front));
+        let out = self.s.expect(
+            &[
+                "--config",
+                "elsewhere.yaml",
+                "task",
+                "submit",
+                "--prompt",
+                &prompt,
+                "--json",
+            ],
+            0,
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["id"].as_str().unwrap().to_string()
     }
 
     async fn start_foreman(&mut self, drain: bool) {
