@@ -163,7 +163,9 @@ pub(crate) fn page_markdown() -> String {
          capability its engine lacks is refused at submit, naming the capability \
          and the setting, and a queued one is failed with reason `unsupported` \
          before it is launched; `pool:` on an engine without `warm_pool` stops \
-         `serve`.\n\n",
+         `serve`. Each \"yes\" names, beside it in its declaration, the case of \
+         the conformance suite (`backend/conformance.rs`, run on every engine) \
+         or the test that covers it; the suite checks each \"no\" is refused.\n\n",
     );
     out.push_str(&table_markdown());
     out

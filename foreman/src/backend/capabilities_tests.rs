@@ -128,3 +128,46 @@ fn doctor_prints_a_row_per_capability_and_why_the_configured_engine_lacks_some()
     );
     assert!(!table_text(BackendKind::Docker).contains("no egress:"));
 }
+
+/// Each "yes" of a declaration names what covers it, beside it: a case of
+/// the conformance suite (`conformance::NAME`, a function of
+/// `backend/conformance.rs`, run on every engine) or an integration test
+/// module (`it::NAME`, `tests/it/NAME.rs`); a name that is not there fails.
+#[test]
+fn each_yes_names_the_conformance_case_or_test_that_covers_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let suite = std::fs::read_to_string(root.join("src/backend/conformance.rs")).unwrap();
+    for (kind, file) in [
+        (BackendKind::Docker, "src/backend/local/capabilities.rs"),
+        (BackendKind::Swarm, "src/backend/swarm/capabilities.rs"),
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let yes: Vec<&str> = text.lines().filter(|l| l.contains(", Yes),")).collect();
+        let declared = declared(kind)
+            .iter()
+            .filter(|(_, s)| *s == Support::Yes)
+            .count();
+        assert_eq!(yes.len(), declared, "{file}: one line per yes");
+        for line in yes {
+            let (_, names) = line
+                .split_once("//")
+                .unwrap_or_else(|| panic!("{file}: `{line}` names no test"));
+            for name in names.split(';') {
+                let name = name.split_whitespace().next().unwrap_or_default();
+                if let Some(case) = name.strip_prefix("conformance::") {
+                    assert!(
+                        suite.contains(&format!("pub(crate) async fn {case}<")),
+                        "{file}: `{name}` is no case of the conformance suite"
+                    );
+                } else if let Some(module) = name.strip_prefix("it::") {
+                    assert!(
+                        root.join(format!("tests/it/{module}.rs")).is_file(),
+                        "{file}: `{name}` is no module of tests/it"
+                    );
+                } else {
+                    panic!("{file}: `{line}`: name `conformance::CASE` or `it::MODULE`");
+                }
+            }
+        }
+    }
+}

@@ -14,8 +14,13 @@
 //! - `engine`: [`TaskEngine`], where one launch runs, for what acts on its
 //!   running container (verify, the assessor, live logs).
 //! - `fake`: a scripted engine for the supervisor's unit tests.
+//! - `conformance`: the suite every engine must pass (issue 53), written
+//!   once over a `Bench`; run on the Fake (`reconciler/conformance_tests.rs`)
+//!   and, from `tests/it`, on this host's Docker and a real swarm.
 
 pub(crate) mod capabilities;
+#[cfg(test)]
+pub(crate) mod conformance;
 pub(crate) mod disk;
 pub(crate) mod docker;
 mod engine;

@@ -224,7 +224,7 @@ impl Engine {
             Engine::Local(l) => l.stop(servo, how, grace).await,
             Engine::Swarm(s) => s.stop(servo, how, grace).await,
             #[cfg(test)]
-            Engine::Fake(f) => f.stop(how),
+            Engine::Fake(f) => f.stop(servo.task, how),
         }
     }
 
@@ -246,7 +246,7 @@ impl Engine {
             Engine::Local(l) => l.collect(servo, dest, parked, verifies, oom).await,
             Engine::Swarm(s) => s.collect(servo, upload, parked, oom).await,
             #[cfg(test)]
-            Engine::Fake(f) => f.collect(),
+            Engine::Fake(f) => f.collect(servo.task, dest, parked),
         }
     }
 
@@ -264,7 +264,12 @@ impl Engine {
             ) => l.clear_left(id, collect_into, recorded).await,
             (Engine::Swarm(s), _) => s.remove_task(id).await,
             #[cfg(test)]
-            (Engine::Fake(_), _) => {}
+            (Engine::Fake(f), Removal::KeepWorkspace) => f.remove(id),
+            #[cfg(test)]
+            (Engine::Fake(f), _) => {
+                f.remove(id);
+                f.wipe(id);
+            }
         }
     }
 
@@ -323,7 +328,7 @@ impl Engine {
             Engine::Local(l) => l.collect_kept(id, spec, dest).await,
             Engine::Swarm(s) => s.collect_kept(id, dest).await,
             #[cfg(test)]
-            Engine::Fake(_) => Ok(crate::collect::Collected::default()),
+            Engine::Fake(f) => f.collect_kept(id, dest),
         }
     }
 
@@ -334,7 +339,7 @@ impl Engine {
             Engine::Local(l) => l.find(id, recorded).await,
             Engine::Swarm(s) => s.find(id).await,
             #[cfg(test)]
-            Engine::Fake(_) => Found::Gone,
+            Engine::Fake(f) => f.find(id),
         }
     }
 

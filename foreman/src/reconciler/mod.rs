@@ -13,6 +13,8 @@
 //! in use or config.yaml's.
 
 mod bell;
+#[cfg(test)]
+mod conformance_tests;
 mod gate;
 mod lease;
 mod options;

@@ -1,5 +1,8 @@
 //! What this host's Docker engine can do for a task (issue 53): every
 //! capability, each tested on a real daemon (the test named beside it).
+//! `conformance::` names a case of the conformance suite
+//! (`backend/conformance.rs`), which `it::conformance_local` runs on this
+//! engine; each "no" is refused at submit (`conformance::refused`).
 
 use crate::backend::capabilities::Support::{self, No, Yes};
 use crate::task::Capability::{self, *};
@@ -9,13 +12,13 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
     (ThirdPartyAgents, Yes), // it::agents
     (TaskImages, Yes),       // it::bench_tasks
     (HiddenTests, Yes),      // it::bench_tasks
-    (Verify, Yes),           // it::verify_fresh
+    (Verify, Yes),           // conformance::verify; it::verify_fresh
     (RootAgent, Yes),        // it::bench_root
     (SetUp, Yes),            // it::setup_cache
     (Egress, Yes),           // it::egress
     (ChildTasks, Yes),       // it::children
     (DiskQuota, Yes),        // it::sandbox
-    (Parking, Yes),          // it::human
+    (Parking, Yes),          // conformance::park_and_resume; it::human
     (LiveLogs, Yes),         // it::human (attach)
     (WarmPool, Yes),         // it::pool
     (

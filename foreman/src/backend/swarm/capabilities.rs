@@ -1,6 +1,9 @@
 //! What a Docker Swarm can do for a task (issue 53), and why not where it
 //! cannot: each "yes" is tested on the real three-node swarm the tests
-//! build (the test named beside it).
+//! build (the test named beside it; `conformance::` names a case of the
+//! conformance suite, `backend/conformance.rs`, which
+//! `it::conformance_swarm` runs on this engine). Each "no" is refused at
+//! submit, checked by `conformance::refused`.
 
 use crate::backend::capabilities::Support::{self, No, Yes};
 use crate::task::Capability::{self, *};
@@ -19,7 +22,7 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         HiddenTests,
         No("a node's verify container would need the hidden tests"),
     ),
-    (Verify, Yes), // it::swarm_verify
+    (Verify, Yes), // conformance::verify; it::swarm_verify
     (
         RootAgent,
         No("a node's servo and workspace belong to the agent user"),
@@ -37,7 +40,7 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         DiskQuota,
         No("a job's workspace is a plain node-local volume with no size limit"),
     ),
-    (Parking, Yes),  // it::swarm_park
+    (Parking, Yes),  // conformance::park_and_resume; it::swarm_park
     (LiveLogs, Yes), // it::swarm_verify (live logs)
     (
         WarmPool,
