@@ -170,6 +170,9 @@ pub(crate) struct GcArgs {
     /// Only list what would be removed.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also remove the cached task images no container uses (`saheeli-env:*`, `saheeli-task:*`, of every project on this Docker); a task that needs one builds it again.
+    #[arg(long)]
+    pub images: bool,
 }
 
 #[derive(Debug, Args)]

@@ -54,6 +54,16 @@ pub(crate) fn waiting_line(w: &saheeli_protocol::human::Waiting) -> String {
 }
 
 /// A time in milliseconds since the epoch, in RFC 3339.
+/// A size as people read it: `512 B`, `3.4 KiB`, `12.0 MiB`, `1.5 GiB`.
+pub(crate) fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
 pub(crate) fn time(ms: i64) -> String {
     saheeli_protocol::rfc3339(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
 }

@@ -84,22 +84,13 @@ fn print_table(entries: &[CacheEntry]) {
             "{:<64}  {:<28}  {:>10}  {:<20}  {:<20}  {:>4}",
             e.key,
             e.image,
-            size(e.bytes),
+            crate::text::bytes(e.bytes),
             crate::text::time(e.created * 1000),
             e.last_used_ms
                 .map(crate::text::time)
                 .unwrap_or_else(|| "-".into()),
             e.hits
         );
-    }
-}
-
-fn size(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
     }
 }
 

@@ -12,6 +12,18 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
     if let (crate::config::BackendKind::Swarm, Some(swarm)) = (cfg.file.backend, &cfg.file.swarm) {
         return gc_swarm(cfg, swarm, args).await;
     }
+    // The cached task images belong to no project: with no database
+    // here, `--images` still removes them.
+    if args.images && !cfg.database().exists() {
+        let d = docker::connect().await?;
+        let verb = if args.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        task_images(&d, args.dry_run, verb).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = open_existing_store(cfg)?;
     let d = docker::connect().await?;
     let (containers, volumes) = docker::labelled(&d).await?;
@@ -82,15 +94,37 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         removed += 1;
     }
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
     eprintln!(
-        "{} {removed} leftover containers, volumes, workspace images and idle warm servos",
-        if args.dry_run {
-            "would remove"
-        } else {
-            "removed"
-        }
+        "{verb} {removed} leftover containers, volumes, workspace images and idle warm servos"
     );
+    if args.images {
+        task_images(&d, args.dry_run, verb).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--images`: the cached task images no container uses (issue 49).
+async fn task_images(d: &docker::Docker, dry_run: bool, verb: &str) -> anyhow::Result<()> {
+    let unused = docker::unused_task_images(d).await?;
+    let mut bytes = 0;
+    for image in &unused {
+        outln!("image {} ({})", image.tag, crate::text::bytes(image.bytes));
+        if !dry_run {
+            docker::remove_tag(d, &image.tag).await?;
+        }
+        bytes += image.bytes;
+    }
+    eprintln!(
+        "{verb} {} cached task images ({} in all, less what they share)",
+        unused.len(),
+        crate::text::bytes(bytes)
+    );
+    Ok(())
 }
 
 /// `saheeli gc` on a swarm: job services and secrets (through the

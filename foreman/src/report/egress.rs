@@ -62,8 +62,8 @@ pub(crate) fn section(entries: &[EgressEntry]) -> String {
         "{} connections asked for, {refused} refused; {} sent, {} received \
          (every one in `{EGRESS_JSON}`).\n",
         entries.len(),
-        bytes(up),
-        bytes(down)
+        crate::text::bytes(up),
+        crate::text::bytes(down)
     );
     s.push_str("| phase | host | port | verdict | sent | received | ms | why |\n");
     s.push_str("|---|---|---|---|---|---|---|---|\n");
@@ -80,8 +80,8 @@ pub(crate) fn section(entries: &[EgressEntry]) -> String {
             printable(&e.host).replace(['|', '`'], "?"),
             e.port,
             e.verdict.as_str(),
-            bytes(e.bytes_up),
-            bytes(e.bytes_down),
+            crate::text::bytes(e.bytes_up),
+            crate::text::bytes(e.bytes_down),
             e.ms
         );
     }
@@ -89,14 +89,6 @@ pub(crate) fn section(entries: &[EgressEntry]) -> String {
         let _ = writeln!(s, "\n… and {} more.", entries.len() - MAX_ROWS);
     }
     s
-}
-
-fn bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
 }
 
 #[cfg(test)]

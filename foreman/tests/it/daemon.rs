@@ -198,3 +198,85 @@ fn dockerd_restart_mid_run_ends_every_task() {
         + &dockerd.docker(&["volume", "ls", "-q", "--filter", "label=saheeli.task"]);
     assert!(left.trim().is_empty(), "leftovers: {left}");
 }
+
+/// `gc --images` (issue 49): the cached task images no container uses go,
+/// one a container was made of stays, and nothing else is touched. On a
+/// private dockerd, so that no other test's cached image goes meanwhile.
+#[test]
+fn gc_images_removes_the_cached_task_images_no_container_uses() {
+    require_docker();
+    let mut d = PrivateDockerd::start();
+    let import = |tag: &str| {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "tar cf - --files-from /dev/null | DOCKER_HOST={} docker import - {tag}",
+                d.socket()
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+    };
+    for tag in [
+        "saheeli-env:gc-a",
+        "saheeli-task:gc-b",
+        "saheeli-task:gc-used",
+        "other:keep",
+    ] {
+        import(tag);
+    }
+    // Imported alike, the three share one image: give the used one its own.
+    d.docker(&["rmi", "saheeli-task:gc-used"]);
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo x > /tmp/gc-used-{pid} && tar cf - -C /tmp gc-used-{pid} | DOCKER_HOST={sock} docker import - saheeli-task:gc-used",
+            pid = std::process::id(),
+            sock = d.socket()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let made = d.docker(&["create", "saheeli-task:gc-used", "/nothing"]);
+    assert!(!made.trim().is_empty());
+
+    let s = Saheeli::new().env("DOCKER_HOST", &d.socket());
+    let tags = || d.docker(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+    let dry = s.expect(&["gc", "--images", "--dry-run"], 0);
+    assert!(
+        dry.contains("saheeli-env:gc-a") && dry.contains("saheeli-task:gc-b"),
+        "{dry}"
+    );
+    assert!(
+        !dry.contains("gc-used") && !dry.contains("other:keep"),
+        "{dry}"
+    );
+    assert!(tags().contains("saheeli-env:gc-a"), "a dry run removed it");
+    s.expect(&["gc", "--images"], 0);
+    let left = tags();
+    assert!(!left.contains("saheeli-env:gc-a"), "{left}");
+    assert!(!left.contains("saheeli-task:gc-b"), "{left}");
+    assert!(left.contains("saheeli-task:gc-used"), "{left}");
+    assert!(left.contains("other:keep"), "{left}");
+    // Without --images (here, in a project), images are never touched.
+    d.docker(&["rm", made.trim()]);
+    s.write(
+        "t.json",
+        &script(&[("task_complete", json!({"message": "x"}))]),
+    );
+    s.write("t.md", &replay_prompt("t.json", ""));
+    let id = s.submit("t.md");
+    s.expect(&["task", "cancel", &id], 0);
+    s.expect(&["gc"], 0);
+    assert!(tags().contains("saheeli-task:gc-used"));
+    d.stop();
+    let _ = std::fs::remove_file(format!("/tmp/gc-used-{}", std::process::id()));
+}

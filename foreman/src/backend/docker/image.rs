@@ -122,3 +122,59 @@ async fn untagged(docker: &Docker, id: &str) -> bool {
         Err(_) => false,
     }
 }
+
+/// The repositories of the task images the foreman builds and keeps as
+/// a cache (issue 49): a task's environment, and its servo layer.
+pub(crate) const TASK_IMAGE_REPOS: [&str; 2] = ["saheeli-env", "saheeli-task"];
+
+/// A cached task image no container uses.
+pub(crate) struct UnusedImage {
+    pub tag: String,
+    pub bytes: u64,
+}
+
+/// The tags of cached task images (`TASK_IMAGE_REPOS`) whose image no
+/// container, running or not, was made of: nothing needs them until a
+/// task asks for one, which builds it again.
+pub(crate) async fn unused_task_images(d: &Docker) -> anyhow::Result<Vec<UnusedImage>> {
+    use bollard::query_parameters::{ListContainersOptionsBuilder, ListImagesOptionsBuilder};
+    let containers = d
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().all(true).build(),
+        ))
+        .await
+        .context("listing containers")?;
+    let used: std::collections::HashSet<String> =
+        containers.into_iter().filter_map(|c| c.image_id).collect();
+    let images = d
+        .list_images(Some(ListImagesOptionsBuilder::default().build()))
+        .await
+        .context("listing images")?;
+    let mut out = Vec::new();
+    for image in images.into_iter().filter(|i| !used.contains(&i.id)) {
+        for tag in &image.repo_tags {
+            let repo = tag.split_once(':').map_or(tag.as_str(), |(r, _)| r);
+            if TASK_IMAGE_REPOS.contains(&repo) {
+                out.push(UnusedImage {
+                    tag: tag.clone(),
+                    bytes: u64::try_from(image.size).unwrap_or(0),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.tag.cmp(&b.tag));
+    Ok(out)
+}
+
+/// Removes the tag `tag` (its image when no other tag names it and no
+/// image is made from it); a tag already gone is no error.
+pub(crate) async fn remove_tag(d: &Docker, tag: &str) -> anyhow::Result<()> {
+    let opts = RemoveImageOptionsBuilder::default().build();
+    match d.remove_image(tag, Some(opts), None).await {
+        Ok(_)
+        | Err(DockerError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing image `{tag}`")),
+    }
+}

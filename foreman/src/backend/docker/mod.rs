@@ -32,7 +32,9 @@ pub(crate) use container::{
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};
-pub(crate) use image::{BuildProgress, ImageMissing, build_image, require_image};
+pub(crate) use image::{
+    BuildProgress, ImageMissing, build_image, remove_tag, require_image, unused_task_images,
+};
 pub(crate) use labels::task_labels;
 pub(crate) use labels::{
     TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
