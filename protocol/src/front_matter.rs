@@ -211,8 +211,8 @@ pub struct Notify {
     pub email: Option<String>,
     /// `task.queued`, `task.started`, `task.waiting_human`, `task.paused`,
     /// `task.blocked`, `task.completed`, `task.incomplete`, `task.failed`,
-    /// `task.cancelled`, `step.started`, `step.done`,
-    /// `definitions.rejected` (config.yaml's webhooks only), or `all`.
+    /// `task.cancelled`, `step.started`, `step.done`, `definitions.rejected`
+    /// (config.yaml's webhooks only), or `all`.
     #[serde(default = "all_events")]
     pub events: Vec<String>,
     #[serde(default)]
@@ -237,20 +237,12 @@ pub enum NotifyFormat {
 }
 
 /// Every event a webhook can ask for (`all` asks for each).
+#[rustfmt::skip]
 pub const NOTIFY_EVENTS: &[&str] = &[
-    "task.queued",
-    "task.started",
-    "task.waiting_human",
-    "task.paused",
-    "task.blocked",
-    "task.completed",
-    "task.incomplete",
-    "task.failed",
-    "task.cancelled",
-    "step.started",
-    "step.done",
-    // The foreman's own (issue 52): only config.yaml's `notify:` gets it.
-    "definitions.rejected",
+    "task.queued", "task.started", "task.waiting_human", "task.paused", "task.blocked",
+    "task.completed", "task.incomplete", "task.failed", "task.cancelled",
+    "step.started", "step.done",
+    "definitions.rejected", // the foreman's own: config.yaml's `notify:` only
 ];
 
 /// `verify:`: one command, or a list of them, run in order.
