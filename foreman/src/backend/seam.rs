@@ -228,6 +228,27 @@ impl Engine {
         }
     }
 
+    /// Freezes the servo's processes while its task waits (issue 51):
+    /// false when this engine does not (its `suspension` is "no").
+    pub async fn freeze(&self, servo: &Servo) -> Result<bool, EngineError> {
+        match self {
+            Engine::Local(l) => l.freeze(servo, true).await.map(|()| true),
+            Engine::Swarm(_) => Ok(false),
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(false),
+        }
+    }
+
+    /// Thaws a servo [`Engine::freeze`] froze; an error means "ask again".
+    pub async fn thaw(&self, servo: &Servo) -> Result<(), EngineError> {
+        match self {
+            Engine::Local(l) => l.freeze(servo, false).await,
+            Engine::Swarm(_) => Ok(()),
+            #[cfg(test)]
+            Engine::Fake(_) => Ok(()),
+        }
+    }
+
     /// Brings a stopped servo's workspace home into `dest` (`parked`: keeps
     /// it for the next launch instead), and whether it was OOM-killed
     /// (asked of the engine only when its `exit` was not a clean 0: see

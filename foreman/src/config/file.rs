@@ -35,6 +35,8 @@ pub(crate) struct ConfigFile {
     /// How long a stopped servo gets to flush before it is killed.
     #[serde(deserialize_with = "parse_duration_value")]
     pub stop_grace: Duration,
+    /// Freeze a servo that waited this long (issue 51); unset: never.
+    pub suspend_after: Option<saheeli_protocol::front_matter::Timeout>,
     /// A foreman renews its hold on running tasks every fifth of this; when
     /// it dies, another foreman takes them over once this has passed.
     #[serde(deserialize_with = "parse_duration_value")]
@@ -66,12 +68,9 @@ pub(crate) struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// USD per million tokens, by model name (as sent upstream).
     pub prices: BTreeMap<String, Price>,
-    // --- long tasks (issue 26) ---
-    /// Context windows in tokens by model (as written or as sent
-    /// upstream; `prefix*` matches the start), over the built-in table of
-    /// known models (`config::windows`).
+    /// Context windows in tokens by model (as written or as sent upstream;
+    /// `prefix*` matches the start), over the built-in `config::windows`.
     pub windows: BTreeMap<String, u64>,
-    // --- end long tasks ---
     /// Webhooks for every task's events (a prompt's `notify` adds more).
     pub notify: Vec<saheeli_protocol::front_matter::Notify>,
     /// The relay `email:` channels are sent through.
@@ -390,6 +389,7 @@ impl Default for ConfigFile {
             state_dir: ".saheeli".into(),
             run_dir: None,
             stop_grace: Duration::from_secs(10),
+            suspend_after: None,
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),
             max_workspace_size: Memory(1 << 30),

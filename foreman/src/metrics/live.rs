@@ -35,6 +35,9 @@ pub(crate) enum DockerOp {
     Inspect,
     Stop,
     Kill,
+    /// The cgroup freezer (issue 51: a servo frozen while it waits).
+    Pause,
+    Unpause,
     RemoveContainer,
     List,
     /// An image's servo copied out to this host, once per image id (a

@@ -113,6 +113,8 @@ pub(super) struct Tally {
     pub calls_after: i64,
     transitions: BTreeMap<(&'static str, &'static str), u64>,
     human: BTreeMap<&'static str, u64>,
+    /// Servos frozen and thawed (issue 51: `frozen`, `thawed` events).
+    freezes: (u64, u64),
     durations: Family<StateLabels, Histogram, fn() -> Histogram>,
     queue_wait: Histogram,
     /// Usage of ended tasks (final); unended ones are added per scrape.
@@ -133,6 +135,7 @@ impl Tally {
             calls_after: 0,
             transitions: BTreeMap::new(),
             human: BTreeMap::new(),
+            freezes: (0, 0),
             durations,
             queue_wait: Histogram::new(WAIT_BUCKETS.iter().copied()),
             ended: BTreeMap::new(),
@@ -161,12 +164,18 @@ fn reason_label(from: Option<TaskState>, to: TaskState, reason: Option<&str>) ->
 impl ScrapeSink for Tally {
     fn fact(&mut self, f: TrailFact) {
         if let Some(kind) = &f.kind {
-            let kind = HUMAN_KINDS
-                .iter()
-                .find(|k| **k == kind.as_str())
-                .copied()
-                .unwrap_or("other");
-            *self.human.entry(kind).or_default() += 1;
+            match kind.as_str() {
+                "frozen" => self.freezes.0 += 1,
+                "thawed" => self.freezes.1 += 1,
+                _ => {
+                    let kind = HUMAN_KINDS
+                        .iter()
+                        .find(|k| **k == kind.as_str())
+                        .copied()
+                        .unwrap_or("other");
+                    *self.human.entry(kind).or_default() += 1;
+                }
+            }
             return;
         }
         let Some(to) = f.to else { return };
@@ -222,6 +231,22 @@ impl Tally {
             "Events of humans in the loop by kind (asked, answered, approved, parked and the others)",
             human,
         );
+        for (name, help, n) in [
+            (
+                "servo_freezes",
+                "Servos frozen while their task waited (`suspend_after`)",
+                self.freezes.0,
+            ),
+            (
+                "servo_thaws",
+                "Frozen servos thawed (an answer came, a stop)",
+                self.freezes.1,
+            ),
+        ] {
+            let c = Counter::<u64>::default();
+            c.inc_by(n);
+            reg.register(name, help, c);
+        }
         reg.register(
             "task_duration_seconds",
             "Ended tasks from their first start to their end, by end state \
@@ -372,6 +397,13 @@ fn register_gauges(reg: &mut Registry, read: &ScrapeRead, now_ms: i64) {
         "webhook_deliveries",
         "Webhook deliveries by state (dead: given up after notify_max_age)",
         hooks,
+    );
+    let frozen = Gauge::<i64>::default();
+    frozen.set(read.frozen);
+    reg.register(
+        "tasks_frozen",
+        "Tasks whose servo is frozen while they wait (`suspend_after`; no CPU, no slot, same memory)",
+        frozen,
     );
     let servos = Gauge::<i64>::default();
     servos.set(read.servos);

@@ -77,6 +77,10 @@ pub(crate) struct TaskView {
     pub rate_limited: bool,
     /// Since when it waits for a human (`waiting_human` or `paused`).
     pub waiting_since: Option<String>,
+    /// Its servo is frozen while it waits (`suspend_after`, issue 51),
+    /// and since when.
+    pub frozen: bool,
+    pub frozen_at: Option<String>,
     /// Set when a person overrode the outcome: `state` is what they gave it.
     #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
     pub overridden: Option<OverrideView>,
@@ -254,6 +258,9 @@ impl TaskView {
     }
 
     pub fn new(t: &TaskRow, events: Option<&[EventRow]>) -> TaskView {
+        // A servo frozen by a foreman that stopped is no longer frozen
+        // once its task ended.
+        let frozen = t.frozen_at.filter(|_| !t.state.is_terminal());
         TaskView {
             id: t.id.to_string(),
             title: t.title.clone(),
@@ -295,6 +302,8 @@ impl TaskView {
             parked: t.parked,
             rate_limited: t.rate_limited(now_ms()),
             waiting_since: t.waiting_since.map(time),
+            frozen: frozen.is_some(),
+            frozen_at: frozen.map(time),
             overridden: t.overridden.as_ref().map(|o| OverrideView::new(o, t.state)),
             events: events.map(|evs| {
                 evs.iter()

@@ -141,6 +141,13 @@ fn state_lines(s: &mut String, t: &TaskRow) {
     if t.rate_limited(now_ms()) {
         let _ = writeln!(s, "waiting:   {RATE_LIMITED}");
     }
+    if let Some(at) = t.frozen_at.filter(|_| !t.state.is_terminal()) {
+        let since = short_duration(now_ms() - at);
+        let _ = writeln!(
+            s,
+            "frozen:    {since}: its servo is frozen while it waits (`suspend_after`)"
+        );
+    }
     if t.pause_requested && !t.state.is_terminal() {
         let _ = writeln!(
             s,

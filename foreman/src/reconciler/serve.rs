@@ -354,13 +354,14 @@ async fn look_again(
     Ok(true)
 }
 
-/// Supervisors holding a slot: those not waiting for a human.
+/// Supervisors holding a slot: those not waiting for a human, nor
+/// frozen (issue 51: a frozen servo uses no CPU).
 fn busy(running: &JoinSet<Joined>, handles: &Handles) -> usize {
     let waiting = handles
         .lock()
         .unwrap()
         .values()
-        .filter(|h| h.is_waiting())
+        .filter(|h| h.is_waiting() || h.is_frozen())
         .count();
     running.len().saturating_sub(waiting)
 }

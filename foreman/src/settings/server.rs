@@ -46,6 +46,9 @@ pub(super) const SERVER: &[Setting] = &[
         .default("10s")
         .doc("How long a stopped servo gets to flush before it is killed.")
         .config("stop_grace"),
+    Setting::new("suspend_after", "duration")
+        .doc("Freeze (cgroup freezer) a servo that waited this long on a human, a pause or `wait_tasks`; thawed when the answer comes. Unset: never (see docs/guides/humans.md).")
+        .config("suspend_after"),
     Setting::new("lease", "duration")
         .default("10s")
         .doc("A foreman renews its hold on running tasks every fifth of this; another takes them over once it passes.")

@@ -73,6 +73,8 @@ pub(crate) struct ScrapeRead {
     pub waiting: Vec<WaitingCount>,
     /// Tasks holding a servo container.
     pub servos: i64,
+    /// Tasks whose servo is frozen (issue 51).
+    pub frozen: i64,
     pub unended: Vec<ModelUsage>,
     /// Webhook deliveries by state (`pending`, `delivered`, `dead`).
     pub webhooks: Vec<(String, i64)>,
@@ -107,6 +109,14 @@ impl Store {
                 &format!(
                     "SELECT count(*) FROM tasks WHERE state IN {}
                        AND container_id IS NOT NULL AND parked = 0",
+                    sql_list(&TaskState::HELD)
+                ),
+                [],
+                |r| r.get(0),
+            )?,
+            frozen: tx.query_row(
+                &format!(
+                    "SELECT count(*) FROM tasks WHERE state IN {} AND frozen_at IS NOT NULL",
                     sql_list(&TaskState::HELD)
                 ),
                 [],

@@ -21,6 +21,7 @@ mod desk;
 mod egress;
 mod error;
 mod eval;
+mod freeze;
 mod git;
 mod guard;
 mod lease;

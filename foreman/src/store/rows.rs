@@ -75,6 +75,8 @@ pub(crate) struct TaskRow {
     pub delivered: Option<crate::task::Delivered>,
     /// The delivered task whose review it follows up (issue 52).
     pub follow_up_of: Option<TaskId>,
+    /// Since when its servo is frozen while it waits (issue 51).
+    pub frozen_at: Option<i64>,
 }
 
 impl TaskRow {
@@ -189,7 +191,7 @@ pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retr
      (SELECT a.waiting FROM asks a WHERE a.task_id = tasks.id AND a.decision IS NULL \
       ORDER BY a.id DESC LIMIT 1), override_from, override_reason, override_by, override_at, capability_calls, \
      gateway_refused, cache_read_tokens, cache_write_tokens, compactions, not_before, rate_wait_until, setup, \
-     git, delivered, follow_up_of";
+     git, delivered, follow_up_of, frozen_at";
 
 pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     let id: String = r.get(0)?;
@@ -248,6 +250,7 @@ pub(super) fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
             .get::<_, Option<String>>(38)?
             .and_then(|s| serde_json::from_str(&s).ok()),
         follow_up_of: r.get::<_, Option<String>>(39)?.and_then(|s| s.parse().ok()),
+        frozen_at: r.get(40)?,
     })
 }
 

@@ -373,6 +373,8 @@ pub(super) const MIGRATIONS: &[M<'static>] = &[
          );
          CREATE INDEX notices_due ON notices(state, next_at);",
     ),
+    // A servo frozen while its task waits (issue 51; store/freeze.rs).
+    M::up("ALTER TABLE tasks ADD COLUMN frozen_at INTEGER;"),
 ];
 
 pub(crate) struct Store {

@@ -29,6 +29,8 @@ pub(crate) struct Control {
     lost: CancellationToken,
     /// Set while the task waits for a human (it holds no slot then).
     waiting: Arc<AtomicBool>,
+    /// Set while its servo is frozen (no slot either: it uses no CPU).
+    frozen: Arc<AtomicBool>,
     /// When this foreman took the task (a lease renewal asked before then
     /// cannot know about it).
     pub since: Instant,
@@ -42,6 +44,7 @@ pub(crate) struct Inbox {
     pending_stop: Option<Reason>,
     open: bool,
     waiting: Arc<AtomicBool>,
+    frozen: Arc<AtomicBool>,
 }
 
 /// A new control channel for one task.
@@ -49,12 +52,14 @@ pub(crate) fn channel() -> (Control, Inbox) {
     let (tx, rx) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let waiting = Arc::new(AtomicBool::new(false));
+    let frozen = Arc::new(AtomicBool::new(false));
     (
         Control {
             tx,
             stopping: Arc::default(),
             lost: lost.clone(),
             waiting: waiting.clone(),
+            frozen: frozen.clone(),
             since: Instant::now(),
         },
         Inbox {
@@ -63,6 +68,7 @@ pub(crate) fn channel() -> (Control, Inbox) {
             pending_stop: None,
             open: true,
             waiting,
+            frozen,
         },
     )
 }
@@ -91,6 +97,11 @@ impl Control {
     /// Whether the task waits for a human now (it holds no slot).
     pub fn is_waiting(&self) -> bool {
         self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Whether its servo is frozen now (it holds no slot).
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Relaxed)
     }
 }
 
@@ -127,6 +138,11 @@ impl Inbox {
     /// The flag the task's gateway sets while it waits for a human.
     pub fn waiting(&self) -> Arc<AtomicBool> {
         self.waiting.clone()
+    }
+
+    /// The flag the supervisor sets while the task's servo is frozen.
+    pub fn frozen(&self) -> Arc<AtomicBool> {
+        self.frozen.clone()
     }
 }
 

@@ -57,7 +57,8 @@
 //! - `run`: prepare → launch → watch → collect → conclude; launch failures.
 //! - `gateway`: the task's gateway put together from `door`, `llm` and
 //!   `routes`, opened (or adopted with what it spent) and stopped.
-//! - `watch`: the one loop while a servo runs.
+//! - `watch`: the one loop while a servo runs; `freeze`: a waiting
+//!   servo frozen after `suspend_after`, thawed when its wait is over.
 //! - `collect`: after the watch (lost, parked, collected).
 //! - `conclude`, `outcome`: what was observed → state and reason (pure).
 //! - `adopt`: a stopped foreman's task; `park`: parked tasks recorded and
@@ -75,6 +76,7 @@ mod control;
 mod ctx;
 mod deliver;
 mod finish;
+mod freeze;
 mod gateway;
 mod lease;
 mod outcome;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use saheeli_protocol::{Reason, TaskId};
 use tracing::{info, warn};
 
+use super::freeze::{Freezer, Next};
 use super::{Command, Ctx, Inbox, lease_lost, still_held};
 use crate::backend::{Engine, EngineError, Phase, Servo, Stop};
 use crate::store::{TaskRow, now_ms};
@@ -81,6 +82,9 @@ pub(super) async fn watch(
     let lost = inbox.lost();
     // Time spent waiting for a human does not count against the timeout.
     let waiting = inbox.waiting();
+    // Nor time frozen while waiting (issue 51); a frozen servo is thawed
+    // before it is asked to stop.
+    let mut freezer = Freezer::new(ctx, task, inbox.frozen());
     let mut waited = Duration::ZERO;
     let mut last_tick = tokio::time::Instant::now();
     let ended = loop {
@@ -111,6 +115,7 @@ pub(super) async fn watch(
                     return None;
                 }
                 warn!(task_id = %id, timeout_s = task.spec.timeout_s, "timeout: stopping servo");
+                freezer.thaw(ctx, id, servo, "timeout").await;
                 timed_out = true;
                 escalate_at = Some(stop_servo(engine, servo, grace, 0).await);
             }
@@ -119,6 +124,7 @@ pub(super) async fn watch(
                     return None;
                 }
                 warn!(task_id = %id, "deadline passed: stopping servo");
+                freezer.thaw(ctx, id, servo, "deadline passed").await;
                 timed_out = true;
                 escalate_at = Some(stop_servo(engine, servo, grace, 0).await);
             }
@@ -128,6 +134,7 @@ pub(super) async fn watch(
                     return None;
                 }
                 info!(task_id = %id, %reason, "stopping servo");
+                freezer.thaw(ctx, id, servo, "stopping").await;
                 stopped = Some(reason);
                 escalate_at = Some(stop_servo(engine, servo, grace, 0).await);
             }
@@ -135,11 +142,18 @@ pub(super) async fn watch(
             // the engine lost it. Ask again, with SIGKILL.
             _ = tokio::time::sleep_until(escalate_at.unwrap_or(far)), if escalate_at.is_some() => {
                 escalations += 1;
+                freezer.thaw(ctx, id, servo, "stopping").await;
                 escalate_at = Some(stop_servo(engine, servo, grace, escalations).await);
             }
             _ = usage_tick.tick() => {
                 let now = tokio::time::Instant::now();
-                if waiting.load(std::sync::atomic::Ordering::Relaxed) && !timed_out {
+                let waits = waiting.load(std::sync::atomic::Ordering::Relaxed);
+                if stopped.is_none() && !timed_out
+                    && let Next::Lost = freezer.tick(ctx, id, servo, waits).await
+                {
+                    return None;
+                }
+                if (waits || freezer.is_frozen()) && !timed_out {
                     waited += now - last_tick;
                     let at = sleep.deadline() + (now - last_tick);
                     sleep.as_mut().reset(at);

@@ -103,7 +103,9 @@ impl Capability {
             Capability::WarmPool => "idle servos started ahead of tasks (config `pool:`)",
             Capability::Gpus => "GPUs given to a task's container",
             Capability::Snapshots => "a task's state kept at each step, to fork from (issue 51)",
-            Capability::Suspension => "a waiting servo frozen to free its memory (issue 51)",
+            Capability::Suspension => {
+                "a waiting servo frozen (cgroup freezer: no CPU, no slot; its memory kept) after `suspend_after` (issue 51)"
+            }
         }
     }
 }

@@ -48,6 +48,7 @@ mod eval_example;
 mod eval_export;
 mod event_pages;
 mod fencing;
+mod freeze;
 mod gateway;
 mod gateway_attack;
 mod gateway_fetch;

@@ -8,6 +8,7 @@
 mod container;
 mod daemon;
 mod exec;
+mod freeze;
 mod image;
 mod labels;
 mod owner;
@@ -32,6 +33,7 @@ pub(crate) use container::{
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};
+pub(crate) use freeze::{pause, unpause};
 pub(crate) use image::{
     BuildProgress, ImageMissing, build_image, remove_tag, require_image, unused_task_images,
 };

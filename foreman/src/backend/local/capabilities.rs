@@ -26,5 +26,5 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         No("no container is given a GPU yet (no device requests are made)"),
     ),
     (Snapshots, No("snapshots are not built yet (issue 51)")),
-    (Suspension, No("suspension is not built yet (issue 51)")),
+    (Suspension, Yes), // it::freeze
 ];

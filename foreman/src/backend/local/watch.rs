@@ -71,6 +71,15 @@ impl Local {
         }
     }
 
+    /// Docker's pause (the cgroup freezer), or its unpause.
+    pub async fn freeze(&self, servo: &Servo, frozen: bool) -> Result<(), EngineError> {
+        match frozen {
+            true => docker::pause(&self.docker, &servo.id).await?,
+            false => docker::unpause(&self.docker, &servo.id).await?,
+        }
+        Ok(())
+    }
+
     /// Docker's stop (SIGTERM, SIGKILL after `grace`) or kill.
     pub async fn stop(&self, servo: &Servo, how: Stop, grace: Duration) -> Result<(), EngineError> {
         match how {

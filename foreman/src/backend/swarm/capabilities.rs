@@ -51,5 +51,10 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         No("no job is given a GPU yet (no generic resources are asked)"),
     ),
     (Snapshots, No("snapshots are not built yet (issue 51)")),
-    (Suspension, No("suspension is not built yet (issue 51)")),
+    (
+        Suspension,
+        No(
+            "a swarm servo waits unfrozen: `suspend_after` freezes only on the local engine (the node's engine could, as it stops; untested)",
+        ),
+    ),
 ];
