@@ -101,6 +101,21 @@ fn rss(container: &str) -> u64 {
     n("total_rss ").or_else(|| n("anon ")).unwrap_or(0)
 }
 
+/// What `docker stats` says the container uses.
+fn mem_usage(container: &str) -> String {
+    let o = Command::new("docker")
+        .args([
+            "stats",
+            "--no-stream",
+            "--format",
+            "{{.MemUsage}}",
+            container,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
 fn kinds(t: &Value) -> Vec<String> {
     t["events"]
         .as_array()
@@ -146,6 +161,7 @@ fn a_waiting_task_is_frozen_then_thawed_by_its_answer_and_completes() {
     });
     let container = running["container"].as_str().unwrap().to_string();
     let rss_waiting = rss(&container);
+    let mem_waiting = mem_usage(&container);
     let (_, c) = frozen(&s, &id, &serve);
     assert_eq!(c, container);
     // Docker and the kernel agree: every process is in the freezer.
@@ -156,6 +172,7 @@ fn a_waiting_task_is_frozen_then_thawed_by_its_answer_and_completes() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(cpu_ns(&container), before, "CPU time grew while frozen");
     let rss_frozen = rss(&container);
+    let mem_frozen = mem_usage(&container);
     // Shown frozen, and counted apart.
     let detail = s.expect(&["task", "status", &id], 0);
     assert!(detail.contains("frozen:"), "{detail}");
@@ -186,7 +203,8 @@ fn a_waiting_task_is_frozen_then_thawed_by_its_answer_and_completes() {
     assert_eq!(get(&m, "saheeli_tasks_frozen", &[]), 0.0);
     assert_eq!(get(&m, "saheeli_servo_thaws_total", &[]), 1.0);
     eprintln!(
-        "measure: rss waiting {} KiB, rss frozen {} KiB; {}; {}",
+        "measure: rss waiting {} KiB, rss frozen {} KiB; docker stats waiting {mem_waiting}, \
+         frozen {mem_frozen}; {}; {}",
         rss_waiting / 1024,
         rss_frozen / 1024,
         detail_of(&t, "frozen"),
@@ -215,6 +233,35 @@ fn a_frozen_task_cancelled_ends_cancelled_with_nothing_left() {
     // It was stopped, not lost: the servo ended on its SIGTERM.
     assert_eq!(t["reason"], "cancelled", "{t:#}");
     assert_eq!(get(&metrics(&s), "saheeli_tasks_frozen", &[]), 0.0);
+    let gone = crate::lifecycle::wait_for(Duration::from_secs(30), || leftovers(&id).is_empty());
+    assert!(gone, "{:?}", leftovers(&id));
+}
+
+#[test]
+fn a_servo_left_frozen_by_a_dead_foreman_is_thawed_by_the_next_and_completes() {
+    require_docker();
+    let llm = asker();
+    let s = project(&llm, "suspend_after: 1s\nlease: 2s\n");
+    s.write("p.md", PROMPT);
+    let id = s.submit("p.md");
+    let first = Serve::start(&s, &["-j", "1"]);
+    let (_, container) = frozen(&s, &id, &first);
+    first.kill9();
+    // No foreman runs: the servo stays frozen, the answer is a row.
+    s.expect(&["task", "answer", &id, "green"], 0);
+    assert_eq!(inspect(&container, "{{.State.Paused}}"), "true");
+    let second = Serve::start(&s, &["-j", "1"]);
+    let t = until(&s, &id, &second, "complete", |t| t["state"] == "complete");
+    assert_eq!(t["reason"], "complete");
+    assert_eq!(llm.seen_count(), 2, "asked once, answered once");
+    assert!(request_text(&llm, 1).contains("answered: green"));
+    let t = s.expect_json(&["task", "status", &id, "--json"], 0);
+    let thawed = detail_of(&t, "thawed");
+    assert!(
+        thawed.contains("the foreman that froze it stopped"),
+        "{thawed}"
+    );
+    drop(second);
     let gone = crate::lifecycle::wait_for(Duration::from_secs(30), || leftovers(&id).is_empty());
     assert!(gone, "{:?}", leftovers(&id));
 }
