@@ -265,3 +265,47 @@ fn a_servo_left_frozen_by_a_dead_foreman_is_thawed_by_the_next_and_completes() {
     let gone = crate::lifecycle::wait_for(Duration::from_secs(30), || leftovers(&id).is_empty());
     assert!(gone, "{:?}", leftovers(&id));
 }
+
+#[test]
+fn a_parent_waiting_for_its_child_is_frozen_and_thawed_when_the_child_ends() {
+    require_docker();
+    let llm = FakeLlm::start(vec![
+        Reply::tool(
+            "spawn_task",
+            json!({"prompt": "Write out.txt.", "model": "replay:w.json"}),
+        ),
+        Reply::tool("wait_tasks", json!({})),
+        Reply::tool("task_complete", json!({"message": "the child is done"})),
+    ]);
+    let s = project(&llm, CONFIG);
+    s.write(
+        "w.json",
+        &crate::util::script(&[
+            (
+                "execute_shell",
+                json!({"command": "sleep 8; echo done > out.txt", "timeout_s": 60}),
+            ),
+            ("task_complete", json!({"message": "worker wrote out.txt"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\ndelegate: { max_children: 1 }\n---\nFan out.\n",
+    );
+    let id = s.submit("p.md");
+    // One slot: the frozen parent holds none, so its child runs.
+    let serve = Serve::start(&s, &["-j", "1"]);
+    let t = until(&s, &id, &serve, "frozen", |t| t["frozen"] == true);
+    assert_eq!(t["state"], "running", "{t:#}");
+    let container = t["container"].as_str().unwrap().to_string();
+    assert!(cgroup_frozen(&container));
+    let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
+    assert_eq!(t["reason"], "complete");
+    assert!(request_text(&llm, 2).contains("worker wrote out.txt"));
+    let t = s.expect_json(&["task", "status", &id, "--json"], 0);
+    let k = kinds(&t);
+    assert!(
+        k.contains(&"frozen".to_string()) && k.contains(&"thawed".to_string()),
+        "{k:?}"
+    );
+}
