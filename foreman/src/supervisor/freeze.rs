@@ -7,8 +7,8 @@
 //! it is thawed before anything needs it, never after.
 //!
 //! Frozen time is waiting time: the watch moves the timeout back by it as
-//! by any wait (the servo's own clock moves its deadline by the whole
-//! wait once it has its answer), and a frozen servo holds no slot.
+//! by any wait (the servo's own deadline stands still while it waits:
+//! `Human::wait_begins`), and a frozen servo holds no slot.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -309,3 +309,27 @@ fn a_parent_waiting_for_its_child_is_frozen_and_thawed_when_the_child_ends() {
         "{k:?}"
     );
 }
+
+#[test]
+fn time_frozen_does_not_count_against_the_timeout() {
+    require_docker();
+    let llm = asker();
+    let s = project(&llm, CONFIG);
+    s.write(
+        "p.md",
+        "---\nmodel: gpt-test\npark_after: 10m\ntimeout: 6s\n---\nPaint the button.\n",
+    );
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    frozen(&s, &id, &serve);
+    // Frozen past the whole timeout: neither the foreman's clock nor the
+    // servo's counts it.
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(s.task(&id)["state"], "waiting_human");
+    s.expect(&["task", "answer", &id, "blue"], 0);
+    let t = until(&s, &id, &serve, "ended", |t| {
+        ["complete", "incomplete", "failed"].contains(&t["state"].as_str().unwrap_or(""))
+    });
+    assert_eq!(t["reason"], "complete", "{t:#}\n{}", serve.log());
+    assert!(request_text(&llm, 1).contains("answered: blue"));
+}

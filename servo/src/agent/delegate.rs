@@ -120,6 +120,7 @@ impl Agent {
             wait_ms: WAIT_POLL.as_millis() as u64,
         };
         let t0 = Instant::now();
+        self.human.wait_begins();
         let answer = loop {
             match self.desk.wait_children(&req, WAIT_POLL).await {
                 Ok(w) if w.done => break Ok(w),

@@ -41,6 +41,10 @@ pub(crate) struct Human {
     pub deadline: Arc<Mutex<tokio::time::Instant>>,
     /// Waits of this start.
     pub waited: Duration,
+    /// During a wait: the working time it had left when the wait began
+    /// (the deadline stands still meanwhile, however long the wait, a
+    /// frozen servo's included: issue 51).
+    held: Option<Duration>,
     /// How long a wait lasts before the servo parks.
     pub park_after: Duration,
     /// Calls answered in a row with the inbox instead of a turn.
@@ -69,11 +73,13 @@ fn approval(tool: &Tool) -> Waiting {
     }
 }
 
-/// Waits until the (movable) deadline has passed.
+/// Waits until the (movable) deadline has passed. It is read again at
+/// least every second: a wait that ends moves it nearer again.
 pub(crate) async fn deadline_passed(deadline: Arc<Mutex<tokio::time::Instant>>) {
     loop {
         let at = *deadline.lock().unwrap();
-        tokio::time::sleep_until(at).await;
+        let look = tokio::time::Instant::now() + Duration::from_secs(1);
+        tokio::time::sleep_until(at.min(look)).await;
         if tokio::time::Instant::now() >= *deadline.lock().unwrap() {
             return;
         }
@@ -110,6 +116,7 @@ impl Human {
             notes: Vec::new(),
             deadline: Arc::new(Mutex::new(tokio::time::Instant::now())),
             waited: Duration::ZERO,
+            held: None,
             park_after: task
                 .park_after_ms
                 .map(Duration::from_millis)
@@ -123,10 +130,26 @@ impl Human {
         self.gates.plan || self.plan_only
     }
 
-    /// A wait for a human is not working time: the deadline moves back.
+    /// A wait begins: the deadline stands still until [`Human::waited_for`]
+    /// (a servo frozen meanwhile must not wake up past its deadline).
+    pub fn wait_begins(&mut self) {
+        let mut at = self.deadline.lock().unwrap();
+        let now = tokio::time::Instant::now();
+        if self.held.is_none() {
+            self.held = Some(at.saturating_duration_since(now));
+            *at = now + Duration::from_secs(365 * 86_400);
+        }
+    }
+
+    /// A wait for a human is not working time: the deadline moves back
+    /// (by `d`, or to what was left when [`Human::wait_begins`] held it).
     pub fn waited_for(&mut self, d: Duration) {
         self.waited += d;
-        *self.deadline.lock().unwrap() += d;
+        let mut at = self.deadline.lock().unwrap();
+        match self.held.take() {
+            Some(left) => *at = tokio::time::Instant::now() + left,
+            None => *at += d,
+        }
     }
 
     /// What a pending call waits for, rebuilt from its tool (None: the
@@ -229,6 +252,7 @@ impl Human {
     /// what the foreman recorded as asked.
     pub async fn await_reply(&mut self, call_id: &str) -> Option<(Reply, Option<Waiting>)> {
         let t0 = Instant::now();
+        self.wait_begins();
         let park_at = t0 + self.park_after;
         loop {
             let left = park_at.saturating_duration_since(Instant::now());
@@ -333,6 +357,37 @@ mod tests {
         .unwrap();
         let desk = Arc::new(Desk::new("http://127.0.0.1:1").unwrap());
         Human::new(desk, Gates::new(&gates).unwrap(), &task)
+    }
+
+    #[tokio::test]
+    async fn the_deadline_stands_still_during_a_wait_however_long() {
+        let mut h = human(&[], false);
+        let start = tokio::time::Instant::now();
+        *h.deadline.lock().unwrap() = start + Duration::from_millis(200);
+        h.wait_begins();
+        // Past the deadline while waiting (a frozen servo wakes up so):
+        // it has not passed.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let early = deadline_passed(h.deadline.clone());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), early)
+                .await
+                .is_err()
+        );
+        // The wait ends: the 200 ms it had left run from now.
+        h.waited_for(start.elapsed());
+        let at = *h.deadline.lock().unwrap();
+        let left = at - tokio::time::Instant::now();
+        assert!(
+            left <= Duration::from_millis(200) && left > Duration::from_millis(100),
+            "{left:?}"
+        );
+        let passed = deadline_passed(h.deadline.clone());
+        assert!(
+            tokio::time::timeout(Duration::from_secs(2), passed)
+                .await
+                .is_ok()
+        );
     }
 
     fn tool(name: &str, arguments: &str) -> Tool {

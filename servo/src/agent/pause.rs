@@ -51,6 +51,7 @@ impl Agent {
         self.audit.log(&AuditEvent::Paused { ts: now(), step });
         info!(step, "paused");
         let t0 = Instant::now();
+        self.human.wait_begins();
         let park_at = t0 + self.human.park_after;
         loop {
             let left = park_at.saturating_duration_since(Instant::now());
