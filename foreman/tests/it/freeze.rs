@@ -333,3 +333,54 @@ fn time_frozen_does_not_count_against_the_timeout() {
     assert_eq!(t["reason"], "complete", "{t:#}\n{}", serve.log());
     assert!(request_text(&llm, 1).contains("answered: blue"));
 }
+
+#[test]
+fn a_paused_task_is_frozen_with_its_memory_and_thawed_by_resume() {
+    require_docker();
+    // The first call is slow (the pause lands during it); its command
+    // leaves a process holding ~100 MB, as an agent's build or server would.
+    let hold = "nohup sh -c 'x=$(head -c 100000000 /dev/zero | tr \"\\000\" a); sleep 3600' >/dev/null 2>&1 &";
+    let llm = FakeLlm::start(vec![
+        Reply::Slow(
+            Duration::from_millis(1500),
+            Box::new(Reply::tool("execute_shell", json!({"command": hold}))),
+        ),
+        // Slow too: the thawed servo is measured running meanwhile.
+        Reply::Slow(
+            Duration::from_millis(3000),
+            Box::new(Reply::tool("task_complete", json!({"message": "done"}))),
+        ),
+    ]);
+    let s = project(&llm, CONFIG);
+    s.write("p.md", PROMPT);
+    let id = s.submit("p.md");
+    let serve = Serve::start(&s, &["-j", "1"]);
+    until(&s, &id, &serve, "running", |t| t["state"] == "running");
+    s.expect(&["task", "pause", &id], 0);
+    until(&s, &id, &serve, "paused", |t| t["state"] == "paused");
+    let t = until(&s, &id, &serve, "frozen", |t| t["frozen"] == true);
+    assert_eq!(t["state"], "paused");
+    let container = t["container"].as_str().unwrap().to_string();
+    assert!(cgroup_frozen(&container));
+    let frozen_rss = rss(&container);
+    let before = cpu_ns(&container);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(cpu_ns(&container), before, "CPU time grew while frozen");
+    assert_eq!(rss(&container), frozen_rss);
+
+    s.expect(&["task", "resume", &id], 0);
+    until(&s, &id, &serve, "thawed", |t| t["frozen"] == false);
+    let running_rss = rss(&container);
+    let t = until(&s, &id, &serve, "complete", |t| t["state"] == "complete");
+    assert_eq!(t["reason"], "complete");
+    let t = s.expect_json(&["task", "status", &id, "--json"], 0);
+    eprintln!(
+        "measure: rss frozen {} KiB, rss after the thaw {} KiB; {}; {}",
+        frozen_rss / 1024,
+        running_rss / 1024,
+        detail_of(&t, "frozen"),
+        detail_of(&t, "thawed")
+    );
+    // Freezing gives no memory back: the held 100 MB stay frozen.
+    assert!(frozen_rss > 90_000_000, "{frozen_rss}");
+}
