@@ -1,19 +1,19 @@
-//! A third-party agent on a real three-node swarm (issue 53): Codex, the
-//! real CLI from its pinned wheels, built on the manager and pushed to
-//! the swarm's registry by `build-servo --agent codex --push`, runs on a
-//! worker (the manager is drained) against the fake LLM, whose key only
-//! the foreman holds.
+//! Third-party agents on a real three-node swarm (issue 53): Codex and
+//! Claude Code, the real CLIs from their pinned wheels, each built on the
+//! manager and pushed to the swarm's registry by `build-servo --agent NAME
+//! --push`, run on the workers (the manager is drained) against the fake
+//! LLM, whose key only the foreman holds.
 //!
-//! One swarm (`Fixture::up(243)`), two tasks side by side: one completes
-//! (its file, its answer and the agent's home come back), the other's
-//! first streamed call reports more than its budget, so the gateway ends
-//! the stream and the task (`incomplete` / `budget`). While the first
-//! one's last call is held, on its worker: the servo and the agent run
-//! as their own uids; the key is in neither `docker inspect` nor any
-//! process's environment nor any file of the container, nor anywhere in
-//! the node's data root. Afterwards the ledger is what the fake billed,
-//! each call reached the provider with the real key, and nothing of
-//! either task is left on any node.
+//! One swarm (`Fixture::up(243)`), three tasks side by side: a Codex and
+//! a Claude Code task complete (their file, their answer and the agent's
+//! home come back); another Codex task's first streamed call reports more
+//! than its budget, so the gateway ends the stream and the task
+//! (`incomplete` / `budget`). While the first one's last call is held, on
+//! its worker: the servo and the agent run as their own uids; the key is
+//! in neither `docker inspect` nor any process's environment nor any file
+//! of the container, nor anywhere in any node's data root. Afterwards the
+//! ledger is what the fake billed, each call reached the provider with the
+//! real key, and nothing of any task is left on any node.
 
 use std::path::Path;
 use std::process::Command;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::agents_cli::{CODEX, turns};
+use crate::agents_cli::{CLAUDE, CODEX, Cli, turns};
 use crate::fake_llm::FakeLlm;
 use crate::lifecycle::wait_for;
 use crate::swarm::{Fixture, elapsed, serve, wait_exit, wait_running};
@@ -48,7 +48,7 @@ fn files(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
-fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
+fn codex_and_claude_code_run_on_workers_with_the_key_kept_on_the_manager_side() {
     require_docker();
     let t0 = Instant::now();
     let Fixture {
@@ -64,17 +64,25 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
     assert!(drained.status.success(), "{drained:?}");
 
     let llm = FakeLlm::start_matching(vec![], {
-        let usual = turns(CODEX, Some(Duration::from_secs(4)));
+        // Its last call held long enough to look inside its container.
+        let codex = turns(CODEX, Some(Duration::from_secs(15)));
+        let claude = turns(CLAUDE, None);
         move |body: &Value| {
             if body.to_string().contains(SPEND) {
                 return Some(CODEX.shell("echo never > never.txt", (1500, 60_000)));
             }
-            usual(body)
+            // Responses (Codex) have `input`; Anthropic Messages do not.
+            match body.get("input") {
+                Some(_) => codex(body),
+                None => claude(body),
+            }
         }
     });
     let s = s
         .env("OPENAI_API_KEY", KEY)
-        .env("OPENAI_BASE_URL", &llm.base_url());
+        .env("OPENAI_BASE_URL", &llm.base_url())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &llm.anthropic_url());
 
     // Not pushed yet: refused at submit, saying how to push it.
     s.write("p.md", &CODEX.prompt(""));
@@ -85,30 +93,35 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
         "{e}"
     );
 
-    // build-servo --agent codex --push: on the manager, from the pushed
+    // build-servo --agent NAME --push: on the manager, from the pushed
     // servo image, into the registry, named by digest.
-    let t = Instant::now();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let pushed = s.expect(
-        &[
-            "build-servo",
-            "--agent",
-            "codex",
-            "--push",
-            "--context",
-            root.to_str().unwrap(),
-        ],
-        0,
-    );
-    let pushed = pushed.trim().to_string();
-    assert!(
-        pushed.starts_with(&format!("{pfx}.1:5000/saheeli-servo-codex@sha256:")),
-        "{pushed}"
-    );
-    eprintln!("build-servo --agent codex --push in {}", elapsed(t));
+    let push = |cli: Cli| -> String {
+        let t = Instant::now();
+        let pushed = s.expect(
+            &[
+                "build-servo",
+                "--agent",
+                cli.name,
+                "--push",
+                "--context",
+                root.to_str().unwrap(),
+            ],
+            0,
+        );
+        let pushed = pushed.trim().to_string();
+        assert!(
+            pushed.starts_with(&format!("{pfx}.1:5000/saheeli-servo-{}@sha256:", cli.name)),
+            "{pushed}"
+        );
+        eprintln!("build-servo --agent {} --push in {}", cli.name, elapsed(t));
+        pushed
+    };
+    let pushed = push(CODEX);
+    let claude_image = push(CLAUDE);
     s.write(
         "config.yaml",
-        &format!("{base}agents:\n  codex: {pushed}\n"),
+        &format!("{base}agents:\n  codex: {pushed}\n  claude-code: {claude_image}\n"),
     );
 
     s.write(
@@ -117,8 +130,10 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
             .prompt("max_tokens: 50000\n")
             .replace("Write hello.txt, then check it.", SPEND),
     );
+    s.write("claude.md", &CLAUDE.prompt(""));
     let id = s.submit("p.md");
     let spend = s.submit("spend.md");
+    let claude = s.submit("claude.md");
     let mut server = serve(&s, true);
     let nodes = wait_running(&s, std::slice::from_ref(&id));
     let node = nodes[0];
@@ -133,6 +148,7 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
         llm.seen().iter().map(|c| &c.path).collect::<Vec<_>>(),
         std::fs::read_to_string(s.path().join("serve.log")).unwrap_or_default()
     );
+    let held = Instant::now();
     let label = format!("label=saheeli.task={id}");
     let cid = swarm
         .lines(node, &["ps", "-q", "--no-trunc", "--filter", &label])
@@ -218,45 +234,64 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
             "the key is in the container's files (read as {user}): {found}"
         );
     }
-    // Nor anywhere in the worker's data root (images, volumes, logs).
-    let data = format!("{}/n{node}/data", swarm.base);
-    let grep = Command::new("grep")
-        .args(["-rlsF", KEY, &data])
-        .output()
-        .unwrap();
-    assert_eq!(
-        grep.status.code(),
-        Some(1),
-        "the key is on the worker: {}",
-        String::from_utf8_lossy(&grep.stdout)
-    );
-
-    wait_exit(&mut server, &s);
-    eprintln!("two codex tasks on the swarm in {}", elapsed(t0));
-    let t = s.task(&id);
-    assert_eq!(t["state"], "complete", "{t:#}");
-    let results = s.path().join("results").join(&id);
-    assert_eq!(
-        std::fs::read_to_string(results.join("hello.txt")).unwrap(),
-        "hello from codex\n"
-    );
-    let completion: Value =
-        serde_json::from_slice(&std::fs::read(results.join("complete.json")).unwrap()).unwrap();
-    assert_eq!(completion["message"], "wrote hello.txt", "{completion}");
+    // All of it seen while the agent ran (its call still held).
+    let alive = swarm.docker(node, &["exec", &cid, "true"]);
     assert!(
-        !files(&results.join(".saheeli/agent")).is_empty(),
-        "nothing collected of the agent's home"
+        alive.status.success(),
+        "the container ended before it was looked at"
     );
-    let seen = std::fs::read_to_string(results.join("seen-env.txt")).unwrap();
-    assert!(seen.contains("sk-saheeli-placeholder"), "{seen}");
-    for f in files(&results) {
-        let bytes = std::fs::read(&f).unwrap();
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains(KEY),
-            "the real key is in `{}`",
-            f.display()
+    eprintln!("looked inside the worker's container for {}", elapsed(held));
+    // Nor anywhere in any node's data root (images, volumes, logs).
+    for n in 1..=3 {
+        let data = format!("{}/n{n}/data", swarm.base);
+        let grep = Command::new("grep")
+            .args(["-rlsF", KEY, &data])
+            .output()
+            .unwrap();
+        assert_eq!(
+            grep.status.code(),
+            Some(1),
+            "the key is on node {n}: {}",
+            String::from_utf8_lossy(&grep.stdout)
         );
     }
+
+    wait_exit(&mut server, &s);
+    eprintln!("three agent tasks on the swarm in {}", elapsed(t0));
+    let t = s.task(&id);
+    let c = s.task(&claude);
+    for (cli, task) in [(CODEX, &t), (CLAUDE, &c)] {
+        assert_eq!(task["state"], "complete", "{task:#}");
+        assert_ne!(
+            crate::swarm::node_of(task),
+            Some(1),
+            "the manager is drained"
+        );
+        let results = s.path().join("results").join(task["id"].as_str().unwrap());
+        assert_eq!(
+            std::fs::read_to_string(results.join("hello.txt")).unwrap(),
+            format!("hello from {}\n", cli.name)
+        );
+        let completion: Value =
+            serde_json::from_slice(&std::fs::read(results.join("complete.json")).unwrap()).unwrap();
+        assert_eq!(completion["message"], "wrote hello.txt", "{completion}");
+        assert!(
+            !files(&results.join(".saheeli/agent")).is_empty(),
+            "nothing collected of {}'s home",
+            cli.name
+        );
+        let seen = std::fs::read_to_string(results.join("seen-env.txt")).unwrap();
+        assert!(seen.contains("sk-saheeli-placeholder"), "{seen}");
+        for f in files(&results) {
+            let bytes = std::fs::read(&f).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(KEY),
+                "the real key is in `{}`",
+                f.display()
+            );
+        }
+    }
+    let results = s.path().join("results").join(&id);
     // The door refuses from inside as on one host.
     let probe = std::fs::read_to_string(results.join("probe.json")).unwrap();
     let p: Value = serde_json::from_str(probe.trim())
@@ -281,7 +316,11 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
     // The ledger is what the fake billed, and each call carried the key.
     let tokens = |t: &Value| t["tokens"].as_u64().unwrap_or(0);
     assert!(llm.billed() > 0);
-    assert_eq!(tokens(&t) + tokens(&b), llm.billed(), "{t:#}\n{b:#}");
+    assert_eq!(
+        tokens(&t) + tokens(&b) + tokens(&c),
+        llm.billed(),
+        "{t:#}\n{b:#}\n{c:#}"
+    );
     for call in &calls {
         let sent = call.api_key.clone().or(call.authorization.clone());
         assert!(
@@ -290,8 +329,8 @@ fn codex_runs_on_a_worker_with_the_key_kept_on_the_manager_side() {
         );
     }
 
-    // Nothing of either task left on any node.
-    for task in [&id, &spend] {
+    // Nothing of any task left on any node.
+    for task in [&id, &spend, &claude] {
         let label = format!("label=saheeli.task={task}");
         assert_eq!(
             swarm.lines(1, &["service", "ls", "-q", "--filter", &label]),
