@@ -4,11 +4,12 @@
 //! --push`, run on the workers (the manager is drained) against the fake
 //! LLM, whose key only the foreman holds.
 //!
-//! One swarm (`Fixture::up(243)`), three tasks side by side: a Codex and
-//! a Claude Code task complete (their file, their answer and the agent's
-//! home come back); another Codex task's first streamed call reports more
-//! than its budget, so the gateway ends the stream and the task
-//! (`incomplete` / `budget`). While the first one's last call is held, on
+//! One swarm (`Fixture::up(243)`). Two Codex tasks side by side on the
+//! overlay: one completes (its file, its answer and the agent's home come
+//! back); the other's first streamed call reports more than its budget,
+//! so the gateway ends the stream and the task (`incomplete` / `budget`).
+//! Then a Claude Code task completes with `swarm.network: none`, its calls
+//! going through the relay on its node. While the first one's last call is held, on
 //! its worker: the servo and the agent run as their own uids; the key is
 //! in neither `docker inspect` nor any process's environment nor any file
 //! of the container, nor anywhere in any node's data root. Afterwards the
@@ -119,10 +120,8 @@ fn codex_and_claude_code_run_on_workers_with_the_key_kept_on_the_manager_side() 
     };
     let pushed = push(CODEX);
     let claude_image = push(CLAUDE);
-    s.write(
-        "config.yaml",
-        &format!("{base}agents:\n  codex: {pushed}\n  claude-code: {claude_image}\n"),
-    );
+    let agents = format!("agents:\n  codex: {pushed}\n  claude-code: {claude_image}\n");
+    s.write("config.yaml", &format!("{base}{agents}"));
 
     s.write(
         "spend.md",
@@ -130,10 +129,8 @@ fn codex_and_claude_code_run_on_workers_with_the_key_kept_on_the_manager_side() 
             .prompt("max_tokens: 50000\n")
             .replace("Write hello.txt, then check it.", SPEND),
     );
-    s.write("claude.md", &CLAUDE.prompt(""));
     let id = s.submit("p.md");
     let spend = s.submit("spend.md");
-    let claude = s.submit("claude.md");
     let mut server = serve(&s, true);
     let nodes = wait_running(&s, std::slice::from_ref(&id));
     let node = nodes[0];
@@ -242,22 +239,36 @@ fn codex_and_claude_code_run_on_workers_with_the_key_kept_on_the_manager_side() 
     );
     eprintln!("looked inside the worker's container for {}", elapsed(held));
     // Nor anywhere in any node's data root (images, volumes, logs).
-    for n in 1..=3 {
-        let data = format!("{}/n{n}/data", swarm.base);
-        let grep = Command::new("grep")
-            .args(["-rlsF", KEY, &data])
-            .output()
-            .unwrap();
-        assert_eq!(
-            grep.status.code(),
-            Some(1),
-            "the key is on node {n}: {}",
-            String::from_utf8_lossy(&grep.stdout)
-        );
-    }
+    let on_no_node = || {
+        for n in 1..=3 {
+            let data = format!("{}/n{n}/data", swarm.base);
+            let grep = Command::new("grep")
+                .args(["-rlsF", KEY, &data])
+                .output()
+                .unwrap();
+            assert_eq!(
+                grep.status.code(),
+                Some(1),
+                "the key is on node {n}: {}",
+                String::from_utf8_lossy(&grep.stdout)
+            );
+        }
+    };
+    on_no_node();
 
     wait_exit(&mut server, &s);
-    eprintln!("three agent tasks on the swarm in {}", elapsed(t0));
+    eprintln!("two codex tasks on the swarm in {}", elapsed(t0));
+
+    // Claude Code with `swarm.network: none`: a job with no network, its
+    // servo forwarding the agent's calls through its node's relay.
+    let none = base.replace("network: saheeli-jobs", "network: none");
+    assert_ne!(none, base);
+    s.write("config.yaml", &format!("{none}{agents}"));
+    s.write("claude.md", &CLAUDE.prompt(""));
+    let claude = s.submit("claude.md");
+    let t = Instant::now();
+    s.drain();
+    eprintln!("a claude-code task with no network in {}", elapsed(t));
     let t = s.task(&id);
     let c = s.task(&claude);
     for (cli, task) in [(CODEX, &t), (CLAUDE, &c)] {
@@ -329,6 +340,7 @@ fn codex_and_claude_code_run_on_workers_with_the_key_kept_on_the_manager_side() 
         );
     }
 
+    on_no_node();
     // Nothing of any task left on any node.
     for task in [&id, &spend, &claude] {
         let label = format!("label=saheeli.task={task}");

@@ -5,12 +5,12 @@
 //! body unchanged and streamed both ways, to the task's gateway: its
 //! socket, which only the servo's uid can open, or on a swarm's node
 //! ([`Gateway::Remote`]) the foreman's TCP hub or the node's relay socket,
-//! each request then carrying the task's token, which only the servo's uid
-//! can read (the agent's own `Authorization` is replaced by it). Only the LLM routes pass
-//! ([`allowed`]): the gateway's other routes (the session key, the human
-//! desk, verify) stay the servo's, so the agent gains nothing by calling
-//! here that it was not given. The key is added by the gateway on the
-//! host; the agent holds a placeholder. Saheeli's own tools
+//! each request then carrying the task's token, which only the servo's
+//! uid can read (the agent's own `Authorization` is replaced by it). Only
+//! the LLM routes pass ([`allowed`]): the gateway's other routes (the
+//! session key, the human desk, verify) stay the servo's, so the agent
+//! gains nothing by calling here that it was not given. The key is added
+//! by the gateway on the foreman's host; the agent holds a placeholder. Saheeli's own tools
 //! (`/saheeli/mcp/tools`, `/saheeli/mcp/call`, for `servo mcp`) are
 //! answered here by the servo itself ([`super::own`]). Messages a person
 //! injected are added to the agent's model calls on the way
@@ -20,9 +20,8 @@ use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hyper::HeaderMap;
-
 use http_body_util::BodyExt;
+use hyper::HeaderMap;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
