@@ -189,14 +189,14 @@ pub(crate) struct BuildServoArgs {
     /// Directory holding the Dockerfile (default: beside config.yaml, else the current directory).
     #[arg(long, value_name = "DIR")]
     pub context: Option<PathBuf>,
-    /// Build on the swarm's manager, tag `<swarm.registry>/saheeli-servo:<content digest>`
-    /// and push; prints the reference by digest to put in `image:`.
+    /// Build on the swarm's manager, tag `<swarm.registry>/saheeli-servo:<content digest>` (an
+    /// agent's: `saheeli-servo-NAME`) and push; prints the reference for `image:` (`agents:`).
     #[arg(long)]
     pub push: bool,
     /// Build an agent image instead (`claude-code`, `codex`, `mini-swe-agent`, `aider`, or
     /// `all`): the servo image (`image:`) with the agent installed from its pinned wheels,
     /// tagged as config.yaml's `agents:` says (default `saheeli-servo-NAME:<version>`).
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["push", "servo_bin"])]
+    #[arg(long, value_name = "NAME", conflicts_with = "servo_bin")]
     pub agent: Option<String>,
 }
 

@@ -104,6 +104,26 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
     let context = context_tar(&dir.join("Dockerfile"), &servo)?;
     // Pushed images are built where the swarm is (its manager trusts the
     // registry), so that the push needs no other engine's configuration.
+    let (d, swarm) = engine_for(cfg, args).await?;
+    let id = build_shown(&d, context, &tag, &cfg.file.base_image, &[], args.no_cache).await?;
+    match swarm {
+        Some(s) => {
+            let pushed = crate::backend::swarm::push(&d, &id, &s.registry, "saheeli-servo").await?;
+            eprintln!("pushed; set `image: {pushed}` in config.yaml");
+            outln!("{pushed}");
+        }
+        None => outln!("{tag}"),
+    }
+    Ok(())
+}
+
+/// The engine an image is built on: the swarm's manager with `--push`
+/// (it trusts the registry, so the push needs no other engine's
+/// configuration), else this host's Docker.
+pub(super) async fn engine_for<'a>(
+    cfg: &'a Config,
+    args: &BuildServoArgs,
+) -> anyhow::Result<(bollard::Docker, Option<&'a crate::config::SwarmConfig>)> {
     let swarm = match (&cfg.file.swarm, args.push) {
         (Some(s), true) => Some(s),
         (None, true) => {
@@ -119,17 +139,7 @@ pub(crate) async fn build_servo(cfg: &Config, args: &BuildServoArgs) -> anyhow::
         }
         None => docker::connect().await?,
     };
-
-    let id = build_shown(&d, context, &tag, &cfg.file.base_image, &[], args.no_cache).await?;
-    match swarm {
-        Some(s) => {
-            let pushed = crate::backend::swarm::push(&d, &id, &s.registry).await?;
-            eprintln!("pushed; set `image: {pushed}` in config.yaml");
-            outln!("{pushed}");
-        }
-        None => outln!("{tag}"),
-    }
-    Ok(())
+    Ok((d, swarm))
 }
 
 /// Builds `tag` from `context`, showing Docker's progress (a spinner on a

@@ -67,7 +67,9 @@ pub(crate) async fn build_agents(
             "`--tag` names one image; with `--agent all` the tags come from `agents:` in config.yaml"
         );
     }
-    let d = docker::connect().await?;
+    // With `--push`, built on the swarm's manager from the servo image
+    // pushed there (`image:`), then pushed as the servo image is.
+    let (d, swarm) = super::build::engine_for(cfg, args).await?;
     docker::require_image(&d, &cfg.file.image)
         .await
         .with_context(|| {
@@ -77,9 +79,12 @@ pub(crate) async fn build_agents(
             )
         })?;
     for name in names {
-        let tag = match &args.tag {
-            Some(t) => t.clone(),
-            None => crate::spec::image_for(cfg, &Agent::Named(name)),
+        let tag = match (&args.tag, swarm) {
+            (Some(t), _) => t.clone(),
+            // `agents:` may name the pushed reference (by digest): the
+            // build is tagged as it would be on this host.
+            (None, Some(_)) => crate::spec::default_image(name),
+            (None, None) => crate::spec::image_for(cfg, &Agent::Named(name)),
         };
         let wheels = fetch_wheels(dir, name)?;
         let context = context_tar(dir, name, &wheels)?;
@@ -88,7 +93,7 @@ pub(crate) async fn build_agents(
             wheels.len(),
             context.len() as f64 / 1e6
         );
-        super::build::build_shown(
+        let id = super::build::build_shown(
             &d,
             context,
             &tag,
@@ -98,7 +103,15 @@ pub(crate) async fn build_agents(
         )
         .await
         .with_context(|| format!("building the `{name}` agent image"))?;
-        outln!("{tag}");
+        match swarm {
+            Some(s) => {
+                let repo = format!("saheeli-servo-{name}");
+                let pushed = crate::backend::swarm::push(&d, &id, &s.registry, &repo).await?;
+                eprintln!("pushed; set `agents: {{ {name}: {pushed} }}` in config.yaml");
+                outln!("{pushed}");
+            }
+            None => outln!("{tag}"),
+        }
     }
     Ok(())
 }

@@ -439,23 +439,27 @@ impl ConfigFile {
     /// name an image in `swarm.registry` (the reference `build-servo
     /// --push` prints). None when it does, or on the local engine.
     pub fn swarm_image_problem(&self) -> Option<String> {
+        let registry = self.outside_swarm_registry(&self.image)?;
+        Some(format!(
+            "`image: {}` is not in the swarm's registry `{registry}`, so the nodes cannot \
+             pull it; run `saheeli build-servo --push` and set `image:` in config.yaml to \
+             the reference it prints",
+            self.image
+        ))
+    }
+
+    /// With `backend: swarm`, the registry `image` is not in (so the
+    /// nodes could not pull it); None when it is, or on the local engine.
+    pub fn outside_swarm_registry(&self, image: &str) -> Option<&str> {
         let swarm = self
             .swarm
             .as_ref()
             .filter(|_| self.backend == BackendKind::Swarm)?;
         let registry = swarm.registry.trim_end_matches('/');
-        let in_registry = self
-            .image
+        let in_registry = image
             .strip_prefix(registry)
             .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1);
-        (!in_registry).then(|| {
-            format!(
-                "`image: {}` is not in the swarm's registry `{registry}`, so the nodes cannot \
-                 pull it; run `saheeli build-servo --push` and set `image:` in config.yaml to \
-                 the reference it prints",
-                self.image
-            )
-        })
+        (!in_registry).then_some(registry)
     }
 
     /// The `task:` defaults must lie within `limits:`.

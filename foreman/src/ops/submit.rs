@@ -63,6 +63,28 @@ pub(crate) async fn require_image(
         return Ok(());
     }
     let image = image_for(cfg, agent);
+    if cfg.file.backend == crate::config::BackendKind::Swarm {
+        // The nodes pull it from the swarm's registry; this host's Docker
+        // need not have it.
+        return match cfg.file.outside_swarm_registry(&image) {
+            None => Ok(()),
+            Some(registry) => Err(EngineError::ImageMissing(anyhow::anyhow!(
+                "{}: `agent` is `{}`, whose image `{image}` is not in the swarm's registry \
+                 `{registry}`, so the nodes cannot pull it; {}",
+                prompt.display(),
+                agent.label(),
+                match agent {
+                    Agent::Named(n) => format!(
+                        "run `saheeli build-servo --agent {n} --push` and set `agents: {{ {n}: \
+                         <the reference it prints> }}` in config.yaml"
+                    ),
+                    Agent::Custom(_) => format!(
+                        "push it to `{registry}` and set `agent.image` to its reference there"
+                    ),
+                }
+            ))),
+        };
+    }
     let docker = crate::backend::docker::connect()
         .await
         .map_err(EngineError::of)?;

@@ -33,7 +33,7 @@ use verification::Verification;
 
 pub(crate) use crate::task::ParamValue;
 pub(crate) use crate::task::{Chain, TaskSpec, Used};
-pub(crate) use agent::image_for;
+pub(crate) use agent::{default_image, image_for};
 pub(crate) use budget::Budget;
 pub(crate) use prompt::{SpecError, front_matter};
 pub(crate) use sources::{Effective, Source, effective};

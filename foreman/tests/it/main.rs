@@ -84,6 +84,7 @@ mod steps_browser;
 mod steps_checked;
 mod steps_gates;
 mod swarm;
+mod swarm_agents;
 mod swarm_certs;
 mod swarm_park;
 mod swarm_relay;

@@ -122,16 +122,12 @@ async fn supervise(
     prompt: &str,
     mode: Mode,
 ) -> Result<(ServoExit, Option<String>), String> {
-    let Some(socket) = gateway.strip_prefix("unix:") else {
-        return Err(format!(
-            "agent `{}` needs the gateway's unix socket, not `{gateway}`",
-            agent.label()
-        ));
-    };
+    let to = proxy::Gateway::of(gateway)
+        .map_err(|e| format!("agent `{}` cannot reach its gateway: {e}", agent.label()))?;
     let own = std::sync::Arc::new(own::Own::new(task, gateway));
     let audit_path = root.join(paths::audit_log(&task.task_id));
     let notes = std::sync::Arc::new(notes::Notes::new(gateway, &audit_path, own.clone()));
-    let port = proxy::start(PathBuf::from(socket), own.clone(), notes)
+    let port = proxy::start(to, own.clone(), notes)
         .await
         .map_err(|e| format!("opening the agent's loopback listener: {e}"))?;
     let home = Path::new(HOME);

@@ -2,12 +2,15 @@
 //!
 //! A listener on the container's own `127.0.0.1` (a container without a
 //! network still has `lo`) forwards each HTTP/1.1 request, its headers and
-//! body unchanged and streamed both ways, to the task's gateway socket,
-//! which only the servo's uid can open. Only the LLM routes pass
-//! ([`allowed`]): the gateway's other routes (the session key, the human
-//! desk, verify) stay the servo's, so the agent gains nothing by calling
-//! here that it was not given. The key is added by the gateway on the
-//! host; the agent holds a placeholder. Saheeli's own tools
+//! body unchanged and streamed both ways, to the task's gateway: its
+//! socket, which only the servo's uid can open, or on a swarm's node
+//! ([`Gateway::Remote`]) the foreman's TCP hub or the node's relay socket,
+//! each request then carrying the task's token, which only the servo's
+//! uid can read (the agent's own `Authorization` is replaced by it). Only
+//! the LLM routes pass ([`allowed`]): the gateway's other routes (the
+//! session key, the human desk, verify) stay the servo's, so the agent
+//! gains nothing by calling here that it was not given. The key is added
+//! by the gateway on the foreman's host; the agent holds a placeholder. Saheeli's own tools
 //! (`/saheeli/mcp/tools`, `/saheeli/mcp/call`, for `servo mcp`) are
 //! answered here by the servo itself ([`super::own`]). Messages a person
 //! injected are added to the agent's model calls on the way
@@ -18,11 +21,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
+use hyper::HeaderMap;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tracing::{debug, warn};
 
 use super::notes::{self, Notes};
@@ -44,10 +48,57 @@ pub(crate) fn allowed(method: &Method, path: &str) -> bool {
         )
 }
 
+/// Where the agent's calls go.
+#[derive(Clone)]
+pub(crate) enum Gateway {
+    /// The task's own socket (this host's Docker).
+    Socket(PathBuf),
+    /// A swarm servo's gateway: `http://host:port` (the hub) or
+    /// `unix:/path` (its node's relay), every request with `headers`
+    /// (the task's token and id).
+    Remote { to: Dial, headers: Arc<HeaderMap> },
+}
+
+/// How a remote gateway is dialled.
+#[derive(Clone)]
+pub(crate) enum Dial {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+impl Gateway {
+    /// The gateway named `address` (`unix:/path` or `http://host:port`);
+    /// remote (with the token) when the servo is a swarm's.
+    pub fn of(address: &str) -> Result<Gateway, String> {
+        let headers = crate::remote::auth_headers()?;
+        let remote = !headers.is_empty();
+        let to = if let Some(path) = address.strip_prefix("unix:") {
+            Dial::Unix(PathBuf::from(path))
+        } else if let Some(host) = address.strip_prefix("http://") {
+            Dial::Tcp(host.trim_end_matches('/').to_string())
+        } else {
+            return Err(format!(
+                "the gateway `{address}` is neither `unix:/path` nor `http://host:port`"
+            ));
+        };
+        match (to, remote) {
+            (Dial::Unix(path), false) => Ok(Gateway::Socket(path)),
+            (Dial::Tcp(_), false) => Err(format!(
+                "the gateway `{address}` is reached over TCP only by a swarm's servo, \
+                 with its token (SAHEELI_GATEWAY_TOKEN_FILE)"
+            )),
+            (to, true) => Ok(Gateway::Remote {
+                to,
+                headers: Arc::new(headers),
+            }),
+        }
+    }
+}
+
 /// Opens the listener on `127.0.0.1:0`; returns its port. Connections are
 /// served until the servo exits.
 pub(crate) async fn start(
-    socket: PathBuf,
+    gateway: Gateway,
     own: Arc<Own>,
     notes: Arc<Notes>,
 ) -> std::io::Result<u16> {
@@ -63,16 +114,16 @@ pub(crate) async fn start(
                     continue;
                 }
             };
-            let socket = socket.clone();
+            let gateway = gateway.clone();
             let (own, notes) = (own.clone(), notes.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
-                    let (socket, own, notes) = (socket.clone(), own.clone(), notes.clone());
+                    let (gateway, own, notes) = (gateway.clone(), own.clone(), notes.clone());
                     async move {
                         if req.uri().path().starts_with("/saheeli/mcp/") {
                             return own_tools(&own, req).await;
                         }
-                        forward(socket, req, &notes).await
+                        forward(gateway, req, &notes).await
                     }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -141,7 +192,7 @@ async fn own_tools(own: &Own, req: Request<Incoming>) -> Result<Response<Body>, 
 }
 
 async fn forward(
-    socket: PathBuf,
+    gateway: Gateway,
     req: Request<Incoming>,
     notes: &Notes,
 ) -> Result<Response<Body>, Infallible> {
@@ -156,32 +207,49 @@ async fn forward(
             ),
         ));
     }
-    let req = match notes::Api::of(req.uri().path()) {
+    let mut req = match notes::Api::of(req.uri().path()) {
         Some(api) => match notes.carry(api, req).await {
             Ok(r) => r,
             Err(why) => return Ok(refuse(StatusCode::BAD_REQUEST, why)),
         },
         None => req.map(Body::Left),
     };
-    let stream = match UnixStream::connect(&socket).await {
-        Ok(s) => s,
-        Err(e) => {
-            return Ok(refuse(
-                StatusCode::BAD_GATEWAY,
-                format!("the gateway cannot be reached: {e}"),
-            ));
+    let dial = match gateway {
+        Gateway::Socket(path) => Dial::Unix(path),
+        Gateway::Remote { to, headers } => {
+            // The task's token and id, never the agent's own: whatever
+            // it sent under these names is replaced.
+            for (name, value) in headers.iter() {
+                req.headers_mut().insert(name, value.clone());
+            }
+            to
         }
     };
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    {
-        Ok(h) => h,
-        Err(e) => {
-            return Ok(refuse(
-                StatusCode::BAD_GATEWAY,
-                format!("the gateway cannot be reached: {e}"),
-            ));
-        }
+    let sent = match dial {
+        Dial::Unix(path) => match UnixStream::connect(&path).await {
+            Ok(s) => send(s, req).await,
+            Err(e) => Err(format!("the gateway cannot be reached: {e}")),
+        },
+        Dial::Tcp(host) => match TcpStream::connect(&host).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                send(s, req).await
+            }
+            Err(e) => Err(format!("the gateway cannot be reached: {e}")),
+        },
     };
+    Ok(sent.unwrap_or_else(|why| refuse(StatusCode::BAD_GATEWAY, why)))
+}
+
+/// Sends `req` over a new connection `stream` to the gateway; its answer
+/// streams back as it comes.
+async fn send<S>(stream: S, req: Request<Body>) -> Result<Response<Body>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("the gateway cannot be reached: {e}"))?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             debug!(error = %e, "agent listener: gateway connection ended");
@@ -189,16 +257,29 @@ async fn forward(
     });
     match sender.send_request(req).await {
         Ok(resp) => Ok(resp.map(Body::Left)),
-        Err(e) => Ok(refuse(
-            StatusCode::BAD_GATEWAY,
-            format!("the gateway failed: {e}"),
-        )),
+        Err(e) => Err(format!("the gateway failed: {e}")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A servo on this host (no token file) reaches its gateway's socket
+    /// only; TCP is a swarm servo's, with its token.
+    #[test]
+    fn a_local_servo_forwards_to_its_socket_only() {
+        if std::env::var_os(saheeli_protocol::remote::TOKEN_FILE_ENV).is_some() {
+            return;
+        }
+        assert!(matches!(
+            Gateway::of("unix:/run/saheeli/gateway.sock"),
+            Ok(Gateway::Socket(p)) if p == std::path::Path::new("/run/saheeli/gateway.sock")
+        ));
+        let e = Gateway::of("http://10.0.0.1:7070").err().unwrap();
+        assert!(e.contains("SAHEELI_GATEWAY_TOKEN_FILE"), "{e}");
+        assert!(Gateway::of("tcp://x").is_err());
+    }
 
     #[test]
     fn only_the_llm_routes_pass() {

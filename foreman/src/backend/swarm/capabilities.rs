@@ -10,10 +10,7 @@ use crate::task::Capability::{self, *};
 
 /// The swarm engine's declaration.
 pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
-    (
-        ThirdPartyAgents,
-        No("third-party agents' native API routes are not wired through the swarm's gateway yet"),
-    ),
+    (ThirdPartyAgents, Yes), // it::swarm_agents
     (
         TaskImages,
         No("a node would need the task's image from the swarm's registry"),

@@ -129,10 +129,13 @@ impl Swarm {
                 "a swarm launch needs a token and a suffix (prepared by the swarm engine)"
             )));
         };
+        // A third-party agent runs in its own image (`agents:`), pushed
+        // to the swarm's registry as the servo's is.
+        let image = crate::spec::image_for(&self.cfg, &spec.agent);
         let plan = super::ServicePlan {
             id,
             spec,
-            image: &self.cfg.file.image,
+            image: &image,
             network: &self.network,
             gateway_url: self.gateway_url.clone(),
             token,

@@ -1,16 +1,23 @@
 //! `saheeli build-servo --push`: the built image tagged
-//! `<registry>/saheeli-servo:<content digest>` and pushed, so that every
-//! node pulls the same bits; tasks name it by the registry's digest.
+//! `<registry>/saheeli-servo:<content digest>` (an agent's image,
+//! `build-servo --agent NAME --push`: `<registry>/saheeli-servo-NAME:…`)
+//! and pushed, so that every node pulls the same bits; tasks name it by
+//! the registry's digest.
 
 use anyhow::Context;
 use bollard::Docker;
 use bollard::query_parameters::{PushImageOptions, TagImageOptions};
 use futures_util::StreamExt;
 
-/// Tags image `id` in `registry` and pushes it; returns the reference by
-/// digest (`<registry>/saheeli-servo@sha256:…`).
-pub(crate) async fn push(d: &Docker, id: &str, registry: &str) -> anyhow::Result<String> {
-    let repo = format!("{registry}/saheeli-servo");
+/// Tags image `id` as repository `name` in `registry` and pushes it;
+/// returns the reference by digest (`<registry>/<name>@sha256:…`).
+pub(crate) async fn push(
+    d: &Docker,
+    id: &str,
+    registry: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    let repo = format!("{registry}/{name}");
     let content = id.trim_start_matches("sha256:").to_string();
     d.tag_image(
         id,
@@ -20,7 +27,7 @@ pub(crate) async fn push(d: &Docker, id: &str, registry: &str) -> anyhow::Result
         }),
     )
     .await
-    .with_context(|| format!("tagging the servo image as `{repo}:{content}`"))?;
+    .with_context(|| format!("tagging the image `{id}` as `{repo}:{content}`"))?;
     let mut stream = Box::pin(d.push_image(
         &repo,
         Some(PushImageOptions {
