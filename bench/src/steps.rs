@@ -196,7 +196,7 @@ async fn measure(env: &Env, p: &Project, llm: &FakeLlm) -> anyhow::Result<Figure
     let hop_floor = hops.tcp_completion_ms + hops.unix_ms;
     Ok(
         Figure::new("per-step overhead through the gateway", "ms", &step)
-            .at_most(2.0)
+            .at_most(1.5)
             .detail("t1 (wall)", median(&ones.iter().map(|r| r.wall).collect::<Vec<_>>()))
             .detail("t101 (wall)", median(&manys.iter().map(|r| r.wall).collect::<Vec<_>>()))
             .detail("wall time of saheeli run, per step", wall)
