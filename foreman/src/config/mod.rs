@@ -17,6 +17,7 @@ mod load;
 mod pool;
 pub(crate) mod providers;
 mod setup_cache;
+mod smtp;
 #[cfg(test)]
 mod tests;
 pub(crate) mod windows;
@@ -31,10 +32,11 @@ pub(crate) use definitions::DefinitionsConfig;
 pub(crate) use file::HttpConfig;
 pub(crate) use file::{
     BackendKind, CapabilityConfig, Collection, ConfigFile, FileAccess, LlmConfig, Price,
-    ProviderConfig, ProviderKind, SmtpConfig, SmtpTls, SwarmConfig,
+    ProviderConfig, ProviderKind, SwarmConfig,
 };
 pub(crate) use limits::{DiskEnforcement, Limits};
 pub(crate) use load::{Config, SetKeys};
 pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};
 pub(crate) use providers::{Providers, header_vars};
 pub(crate) use setup_cache::SetupCacheConfig;
+pub(crate) use smtp::{SmtpConfig, SmtpTls};
