@@ -53,43 +53,50 @@ async fn measure(
     let mut samples = vec![];
     let mut failure = None;
     for _ in 0..n {
-        let before = llm.seen_count();
-        let t0 = Instant::now();
-        let id = match p.submit("first.md") {
-            Ok(id) => id,
+        match submit_to_first_request(env, p, llm, "first.md").await {
+            Ok((ms, _)) => samples.push(ms),
             Err(e) => {
                 failure = Some(e);
                 break;
             }
-        };
-        let first = loop {
-            if let Some(at) = llm.seen_at(before) {
-                break Some(at);
-            }
-            if t0.elapsed() > Duration::from_secs(120) {
-                break None;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        };
-        let Some(first) = first else {
-            failure = Some(anyhow::anyhow!("task {id} never called the LLM"));
-            break;
-        };
-        samples.push(first.duration_since(t0).as_secs_f64() * 1000.0);
-        if env
-            .events
-            .wait_for(&id, Kind::Destroy, Duration::from_secs(120))
-            .await
-            .is_none()
-        {
-            failure = Some(anyhow::anyhow!("task {id}'s container was never removed"));
-            break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     interrupt_twice(&mut serve).await?;
     if let Some(e) = failure {
         return Err(e.context(format!("serve log:\n{}", p.read_log(log))));
     }
     Ok(samples)
+}
+
+/// One `task submit` of `prompt` to a waiting serve: ms to the servo's
+/// first LLM request, and the task's id (its container gone before this
+/// returns).
+pub async fn submit_to_first_request(
+    env: &Env,
+    p: &Project,
+    llm: &crate::llm::Fake,
+    prompt: &str,
+) -> anyhow::Result<(f64, String)> {
+    let before = llm.seen_count();
+    let t0 = Instant::now();
+    let id = p.submit(prompt)?;
+    let first = loop {
+        if let Some(at) = llm.seen_at(before) {
+            break at;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            anyhow::bail!("task {id} ({prompt}) never called the LLM");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    if env
+        .events
+        .wait_for(&id, Kind::Destroy, Duration::from_secs(120))
+        .await
+        .is_none()
+    {
+        anyhow::bail!("task {id}'s container was never removed");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok((first.duration_since(t0).as_secs_f64() * 1000.0, id))
 }

@@ -7,12 +7,12 @@
 //! restores that much into the new workspace. Target: a hit starts within
 //! 1.2× a plain task's start.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 
 use crate::env::{Env, progress};
-use crate::events::Kind;
+use crate::first::submit_to_first_request;
 use crate::project::{Project, interrupt_twice};
 use crate::stats::{Figure, median};
 
@@ -57,38 +57,6 @@ pub async fn setup_start(env: &Env) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
-/// One submit's time to its first LLM request, ms (its container gone
-/// before it returns).
-async fn start(
-    env: &Env,
-    p: &Project,
-    llm: &crate::llm::Fake,
-    prompt: &str,
-) -> anyhow::Result<(f64, String)> {
-    let before = llm.seen_count();
-    let t0 = Instant::now();
-    let id = p.submit(prompt)?;
-    let first = loop {
-        if let Some(at) = llm.seen_at(before) {
-            break at;
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            bail!("task {id} ({prompt}) never called the LLM");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    if env
-        .events
-        .wait_for(&id, Kind::Destroy, Duration::from_secs(120))
-        .await
-        .is_none()
-    {
-        bail!("task {id}'s container was never removed");
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    Ok((first.duration_since(t0).as_secs_f64() * 1000.0, id))
-}
-
 /// Whether task `id`'s set-up was a cache hit (`task status --json`).
 fn was_hit(p: &Project, id: &str) -> anyhow::Result<bool> {
     let task: serde_json::Value = serde_json::from_str(&p.ok(&["task", "status", id, "--json"])?)?;
@@ -115,11 +83,11 @@ async fn measure(
     let run = async {
         let (mut plain, mut hit, mut miss) = (vec![], vec![], vec![]);
         // The first fills the cache (and warms the image and the servo).
-        start(env, p, llm, "cached.md").await?;
-        start(env, p, llm, "plain.md").await?;
+        submit_to_first_request(env, p, llm, "cached.md").await?;
+        submit_to_first_request(env, p, llm, "plain.md").await?;
         for i in 0..n {
-            plain.push(start(env, p, llm, "plain.md").await?.0);
-            let (ms, id) = start(env, p, llm, "cached.md").await?;
+            plain.push(submit_to_first_request(env, p, llm, "plain.md").await?.0);
+            let (ms, id) = submit_to_first_request(env, p, llm, "cached.md").await?;
             if !was_hit(p, &id)? {
                 bail!("task {id}'s set-up was not reused from the cache");
             }
@@ -127,7 +95,7 @@ async fn measure(
             if i < 3 {
                 let name = format!("miss-{i}.md");
                 std::fs::write(p.path().join(&name), setup(&format!("miss {i}")))?;
-                miss.push(start(env, p, llm, &name).await?.0);
+                miss.push(submit_to_first_request(env, p, llm, &name).await?.0);
             }
         }
         // Without the host's copy of the tar (as an entry kept by an
@@ -140,7 +108,7 @@ async fn measure(
             }
         }
         for _ in 0..n.min(3) {
-            via_image.push(start(env, p, llm, "cached.md").await?.0);
+            via_image.push(submit_to_first_request(env, p, llm, "cached.md").await?.0);
         }
         anyhow::Ok((plain, hit, miss, via_image))
     }
