@@ -73,6 +73,7 @@ mod setup_start;
 mod stats;
 mod steps;
 mod swarm;
+mod task_overhead;
 mod thousand;
 mod throughput;
 mod vetting;
@@ -110,6 +111,7 @@ const MEASUREMENTS: &[&str] = &[
     "vetting",
     "egress",
     "setup",
+    "task",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -146,7 +148,9 @@ struct Args {
     /// reading and vetting of a third-party agent's request of 10, 100 and
     /// 400 KB against parsing it alone), egress (issue 50: MB/s and the
     /// latency per request through a task's egress proxy against straight),
-    /// setup (issue 50: a start with a cached set-up against a plain one).
+    /// setup (issue 50: a start with a cached set-up against a plain one),
+    /// task (issue 49: a Harbor task with the oracle against its own work
+    /// in a bare container).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -352,6 +356,10 @@ async fn run(
     if want("setup") {
         quiet_check("setup", busy).await;
         figures.extend(setup_start::setup_start(env).await?);
+    }
+    if want("task") {
+        quiet_check("task", busy).await;
+        figures.extend(task_overhead::task_overhead(env, args.quick).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;
