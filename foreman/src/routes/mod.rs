@@ -29,6 +29,7 @@ pub(crate) mod verify;
 pub(crate) mod verify_egress;
 pub(crate) mod verify_hidden;
 pub(crate) mod verify_link;
+pub(crate) mod verify_spare;
 pub(crate) mod verify_tree;
 
 use std::sync::atomic::AtomicBool;
@@ -64,10 +65,19 @@ pub(crate) struct Plan {
     pub priority: i64,
 }
 
+/// A task's routes, and what its gateway keeps of them.
+pub(crate) struct Built {
+    pub router: Router,
+    /// The desk's asker for the egress proxies (`egress_approval: ask`).
+    pub approver: Arc<egress_ask::DeskApprover>,
+    /// The verify route's link, when the task verifies: its spare verify
+    /// container is made once the servo runs, and removed at the end.
+    pub verify: Option<Arc<VerifyLink>>,
+}
+
 /// Every route of a task on its LLM side `llm`, each with its own link
-/// from the spec: the desk, the steps, verify, capabilities, children;
-/// and the desk's asker for the egress proxies (`egress_approval: ask`).
-pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> (Router, Arc<egress_ask::DeskApprover>) {
+/// from the spec: the desk, the steps, verify, capabilities, children.
+pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Built {
     let id = llm.task_id;
     let ctx = Arc::new(Ctx {
         llm,
@@ -99,8 +109,12 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> (Router, Arc<egress_ask
     let router = Router::new()
         .merge(desk::routes(&ctx, spec))
         .merge(steps::routes(&ctx, steps::Link::of(spec, verify.clone())))
-        .merge(verify::routes(&ctx, verify))
+        .merge(verify::routes(&ctx, verify.clone()))
         .merge(capability::routes(&ctx, spec))
         .merge(children::routes(&ctx, delegate));
-    (router, approver)
+    Built {
+        router,
+        approver,
+        verify,
+    }
 }

@@ -27,6 +27,7 @@ use super::assess;
 use super::ctx::{Ctx, On};
 use super::verify_hidden;
 use super::verify_link::VerifyLink;
+use super::verify_spare;
 use super::verify_tree;
 use crate::backend::docker;
 use crate::inputs;
@@ -186,28 +187,29 @@ pub(crate) async fn run_commands(
             }
         };
         let t0 = std::time::Instant::now();
-        let staged = match verify_hidden::stage_for(&link, id, attempt).await {
-            Ok(s) => s,
-            Err(e) => {
-                let why = format!("the hidden tests could not be staged: {e:#}");
-                return vec![not_run(attempt, CheckKind::Verify, &first, why)];
-            }
+        let made = match verify_spare::take(&link, id, &task_container).await {
+            Some(made) => made,
+            None => match verify_spare::make(&link, id, attempt, &d, &task_container).await {
+                Ok(made) => made,
+                Err(e) => {
+                    return vec![not_run(
+                        attempt,
+                        CheckKind::Verify,
+                        &first,
+                        format!("{e:#}"),
+                    )];
+                }
+            },
         };
-        let opened = docker::VerifyBox::open(
-            &d,
-            id,
-            &task_container,
-            &link.sandbox,
-            attempt,
-            staged.as_deref(),
-        );
-        let vbox = match opened.await {
-            Ok(b) => b,
-            Err(e) => {
-                let why = format!("the verify container could not be made: {e:#}");
-                return vec![not_run(attempt, CheckKind::Verify, &first, why)];
+        let verify_spare::Made { mut vbox, staged } = made;
+        if let Err(e) = vbox.hold().await {
+            let why = format!("the verify container could not be made: {e:#}");
+            link.spares.removing(tokio::spawn(vbox.close()));
+            if let Some(dir) = staged {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
             }
-        };
+            return vec![not_run(attempt, CheckKind::Verify, &first, why)];
+        }
         // The task's container stopping (its timeout, a cancel) ends the
         // check: nothing waits for its verdict any more.
         let stopped = async {
@@ -225,14 +227,23 @@ pub(crate) async fn run_commands(
             }
         };
         let t1 = std::time::Instant::now();
-        if let Err(e) = vbox.close().await {
+        // Killed and the task's container resumed now; removed meanwhile
+        // (the gateway waits for it before the workspace is collected).
+        let (released, removing) = vbox.release().await;
+        link.spares.removing(removing);
+        if let Err(e) = released {
             warn!(task_id = %id, error = %format!("{e:#}"), "the verify container was not undone");
         }
         let close_ms = t1.elapsed().as_millis() as u64;
         if let Some(dir) = staged {
             let _ = tokio::fs::remove_dir_all(&dir).await;
         }
-        info!(task_id = %id, attempt, open_ms, close_ms, "verify container removed");
+        info!(task_id = %id, attempt, open_ms, close_ms, "verify container released");
+        // A failed attempt with another left: its container is made while
+        // the agent works on the feedback.
+        if attempt < link.max_attempts && !checks.iter().all(|c| c.passed) {
+            verify_spare::prewarm(&link, id, attempt + 1);
+        }
         checks
     });
     match ran.await {

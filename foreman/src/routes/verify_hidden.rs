@@ -225,6 +225,11 @@ pub(crate) async fn stage_for(
     Ok(Some(dir))
 }
 
+/// Prints the first of its arguments that can be read and is not a
+/// directory: its path on a line, then its first 64 KiB. Exit 3: none.
+const READ_FIRST: &str = "for p; do if [ -r \"$p\" ] && [ ! -d \"$p\" ]; then \
+    printf '%s\\n' \"$p\"; exec head -c 65536 -- \"$p\"; fi; done; exit 3";
+
 /// Grades the attempt by the reward file its commands left (the one
 /// `verify.reward` names, else Harbor's), read in the verify container and
 /// capped; without one, 1.0 when every command exited 0, else 0.0. The
@@ -244,25 +249,25 @@ pub(crate) async fn grade(
         Some(r) => vec![r],
         None => HARBOR_REWARDS.to_vec(),
     };
-    let mut graded = None;
-    for path in paths {
-        // At most 64 KiB read: a reward path made a link to /dev/zero (by
-        // what the tests ran of the agent's) ends at once, unparsed.
-        let argv = ["head", "-c", "65536", "--", path]
-            .map(String::from)
-            .to_vec();
-        match docker::exec_quiet(d, container, argv).await {
-            Ok(r) if r.exit_code == Some(0) => {
-                graded = Some(parse_reward(path, &r.output));
-                break;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                graded = Some(Err(format!("the reward file could not be read: {e:#}")));
-                break;
-            }
-        }
-    }
+    // One exec for every path tried: the first that can be read names
+    // itself on the first line, then at most 64 KiB of it (a reward path
+    // made a link to /dev/zero, by what the tests ran of the agent's,
+    // ends at once, unparsed).
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        READ_FIRST.to_string(),
+        "sh".to_string(),
+    ];
+    argv.extend(paths.iter().map(|p| p.to_string()));
+    let graded = match docker::exec_quiet(d, container, argv).await {
+        Ok(r) if r.exit_code == Some(0) => match r.output.split_once('\n') {
+            Some((path, body)) => Some(parse_reward(path, body)),
+            None => Some(Err("the reward file could not be read".to_string())),
+        },
+        Ok(_) => None,
+        Err(e) => Some(Err(format!("the reward file could not be read: {e:#}"))),
+    };
     let mut g = match graded {
         Some(Ok(g)) => g,
         Some(Err(why)) => {

@@ -42,6 +42,8 @@ pub(crate) struct VerifyLink {
     /// The task has an egress proxy (issue 50): each attempt's verify
     /// container is given its ledger at `/logs/verifier/egress.json`.
     pub egress: bool,
+    /// The verify container made ahead of the next attempt.
+    pub spares: super::verify_spare::Spares,
 }
 
 impl VerifyLink {
@@ -97,6 +99,7 @@ impl VerifyLink {
             pass_reward: spec.pass_reward,
             state_dir: state_dir.to_path_buf(),
             egress: spec.egress.any(),
+            spares: Default::default(),
         }))
     }
 }

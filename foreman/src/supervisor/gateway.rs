@@ -36,6 +36,9 @@ pub(crate) struct Gateway {
     /// The egress proxies being served (issue 50): the agent phase's for
     /// the task's life, the set-up phase's until the launch returns.
     egress: Vec<egress::Served>,
+    /// The verify route's link (a task that verifies): its spare verify
+    /// container.
+    verify: Option<Arc<routes::VerifyLink>>,
 }
 
 /// How the servo reaches its gateway.
@@ -100,7 +103,7 @@ impl Gateway {
             store: task_routes.store.clone(),
             providers: upstream.providers.hosts(),
         };
-        let (meter, state, app, approver) = Self::app(
+        let (meter, state, built) = Self::app(
             task_id,
             upstream,
             &model,
@@ -111,6 +114,11 @@ impl Gateway {
         if let Some(spent) = adopted {
             seed_adopted(&meter, &ledger, task_id, spent).await?;
         }
+        let routes::Built {
+            router: app,
+            approver,
+            verify,
+        } = built;
         let transport = match way {
             Way::Socket { sockets } => {
                 Transport::Socket(sockets.serve(task_id, app, adopted.is_some())?)
@@ -137,6 +145,7 @@ impl Gateway {
             ledger,
             task_id,
             egress: Vec::new(),
+            verify,
         };
         if let Some(dir) = gateway.dir().map(Path::to_path_buf) {
             gateway.egress = egress_of.serve(task_id, &dir, approver)?;
@@ -159,12 +168,7 @@ impl Gateway {
         budget: Budget,
         task_routes: routes::Plan,
         adopt: bool,
-    ) -> (
-        Arc<Meter>,
-        Arc<GatewayState>,
-        Router,
-        Arc<routes::egress_ask::DeskApprover>,
-    ) {
+    ) -> (Arc<Meter>, Arc<GatewayState>, routes::Built) {
         let route = upstream.providers.route(model);
         info!(task_id = %task_id, provider = %route.provider.name, model = %route.model, adopt, "gateway listening");
         let meter = Arc::new(Meter::default());
@@ -218,9 +222,9 @@ impl Gateway {
                 axum::routing::get(live::follow),
             )
             .with_state(live.clone());
-        let (task_app, approver) = routes::app(state.clone(), task_routes);
-        let app = llm.merge(followers).merge(task_app);
-        (meter, state, app, approver)
+        let mut built = routes::app(state.clone(), task_routes);
+        built.router = llm.merge(followers).merge(built.router);
+        (meter, state, built)
     }
 
     /// The host directory to mount on /run/saheeli (none for a remote servo).
@@ -252,10 +256,21 @@ impl Gateway {
         &self.meter
     }
 
+    /// The task's servo runs: a task that verifies has its first verify
+    /// container made now, while the agent works (`routes::verify_spare`).
+    pub fn servo_started(&self) {
+        if let Some(link) = &self.verify {
+            routes::verify_spare::prewarm(link, self.task_id, 1);
+        }
+    }
+
     /// Stops serving but leaves the socket directory: the task was taken
     /// over, and the new holder serves its own socket there (the container
     /// has the directory mounted, so it must stay the same directory).
     pub async fn abandon(self) {
+        if let Some(link) = &self.verify {
+            link.spares.drain(self.task_id).await;
+        }
         self.state.live.close();
         match self.transport {
             Transport::Socket(Served { stop, server, .. }) => {
@@ -269,6 +284,9 @@ impl Gateway {
 
     /// Stops serving and removes the socket directory.
     pub async fn stop(self) {
+        if let Some(link) = &self.verify {
+            link.spares.drain(self.task_id).await;
+        }
         self.state.live.close();
         match self.transport {
             Transport::Socket(Served { dir, stop, server }) => {

@@ -218,6 +218,9 @@ async fn launch(
             .await
             .map_err(stored)?;
         info!(task_id = %id, "servo running");
+        if let Some(g) = gateway.as_ref() {
+            g.servo_started();
+        }
     }
     Ok(Started {
         servo,

@@ -174,7 +174,7 @@ fn verify_oom_and_live_logs_on_a_real_swarm() {
     let log = std::fs::read_to_string(s.path().join("serve.log")).unwrap();
     let used: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("verify container removed"))
+        .filter(|l| l.contains("verify container released"))
         .collect();
     assert_eq!(used.iter().filter(|l| l.contains(&v)).count(), 2, "{log}");
     assert_eq!(used.iter().filter(|l| l.contains(&assessed)).count(), 1);

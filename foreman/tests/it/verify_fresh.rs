@@ -51,7 +51,7 @@ fn show_attempt_times(prompt: &str, log: &str) {
     eprintln!(
         "{prompt}: verify attempt wall time {:?}, of which the verify container {:?}",
         fields("verification attempt ran", &["ms="]),
-        fields("verify container removed", &["open_ms=", "close_ms="]),
+        fields("verify container released", &["open_ms=", "close_ms="]),
     );
 }
 

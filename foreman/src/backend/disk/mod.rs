@@ -106,23 +106,10 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
 /// servo's user (1000) and empty. Idempotent: an existing mount is kept
 /// (a foreman retrying a launch).
 pub(crate) fn create_at(state_dir: &Path, dir: PathBuf, bytes: u64) -> anyhow::Result<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let root = state_dir.join("workspaces");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&root)
-        .with_context(|| format!("creating `{}`", root.display()))?;
-    // Only root may look in: the images hold other tasks' workspaces.
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("restricting `{}`", root.display()))?;
     let image = dir.join("disk.img");
     let mnt = dir.join("mnt");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&mnt)
-        .with_context(|| format!("creating `{}`", mnt.display()))?;
+    mount_point(state_dir, &mnt)?;
     if is_mounted(&mnt)? {
         return Ok(mnt);
     }
@@ -139,6 +126,27 @@ pub(crate) fn create_at(state_dir: &Path, dir: PathBuf, bytes: u64) -> anyhow::R
         return Err(e).context("making the task's workspace image (`resources.disk`)");
     }
     Ok(mnt)
+}
+
+/// Makes the (empty) mount point `mnt` of a workspace image under
+/// `state_dir`, and the directory of them only root may look in: before
+/// the image, so a container binding it can be made meanwhile.
+pub(crate) fn mount_point(state_dir: &Path, mnt: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let root = state_dir.join("workspaces");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&root)
+        .with_context(|| format!("creating `{}`", root.display()))?;
+    // Only root may look in: the images hold other tasks' workspaces.
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("restricting `{}`", root.display()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(mnt)
+        .with_context(|| format!("creating `{}`", mnt.display()))
 }
 
 /// `/workspace` as the image has it (the Dockerfile): the servo's

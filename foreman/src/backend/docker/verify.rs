@@ -115,19 +115,23 @@ pub(crate) enum VerifyNetwork {
     OfTask,
 }
 
-/// A verify container in use, with the task container paused. Close it
-/// with [`VerifyBox::close`]; [`recover_verify`] undoes one a crash left.
+/// A verify container, made (`make`), then used with the task container
+/// paused (`hold`). Close it with [`VerifyBox::close`] or [`VerifyBox::release`]; [`recover_verify`] undoes one a crash left.
 pub(crate) struct VerifyBox {
     docker: Docker,
     task_container: String,
     container: String,
+    /// Whether the task's container is paused for it ([`VerifyBox::hold`]).
+    held: bool,
 }
 
 impl VerifyBox {
     /// Creates and starts the verify container of attempt `attempt` beside
-    /// `task_container`, then pauses the task container. On an error,
-    /// whatever was made is undone.
-    pub async fn open(
+    /// `task_container`, which goes on running until [`VerifyBox::hold`]:
+    /// made ahead of the check (the agent cannot reach it: no process of
+    /// its runs there, and the tests are bound in this container only). On
+    /// an error, whatever was made is undone.
+    pub async fn make(
         docker: &Docker,
         id: TaskId,
         task_container: &str,
@@ -151,9 +155,9 @@ impl VerifyBox {
             docker: docker.clone(),
             task_container: task_container.to_string(),
             container,
+            held: false,
         };
-        // Started before the pause: the freeze then covers only the check.
-        let opened = async {
+        let started = async {
             timed(DockerOp::Start, async {
                 docker
                     .start_container(&b.container, None)
@@ -165,10 +169,10 @@ impl VerifyBox {
                 let socket = saheeli_protocol::egress::VERIFY_SOCKET;
                 super::setup::start_bridge(docker, &b.container, socket).await?;
             }
-            pause(docker, task_container).await
+            anyhow::Ok(())
         }
         .await;
-        match opened {
+        match started {
             Ok(()) => Ok(b),
             Err(e) => {
                 if let Err(undo) = b.close().await {
@@ -179,18 +183,75 @@ impl VerifyBox {
         }
     }
 
+    /// Pauses the task's container (the cgroup freezer) for the check:
+    /// started before, the freeze covers only the check.
+    pub async fn hold(&mut self) -> anyhow::Result<()> {
+        pause(&self.docker, &self.task_container).await?;
+        self.held = true;
+        Ok(())
+    }
+
     /// The verify container's id.
     pub fn container(&self) -> &str {
         &self.container
     }
 
+    /// The task's container it checks.
+    pub fn task_container(&self) -> &str {
+        &self.task_container
+    }
+
+    /// Ends the check at once: every process of the verify container is
+    /// killed (Docker's kill of SIGKILL returns once it has stopped), then
+    /// the task's container runs again. Its removal (unmounting its root
+    /// takes longest) goes on in the returned task, which the caller
+    /// awaits before the workspace is collected or removed.
+    pub async fn release(
+        self,
+    ) -> (
+        anyhow::Result<()>,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+    ) {
+        let killed = kill(&self.docker, &self.container).await;
+        let resumed = match self.held {
+            true => unpause(&self.docker, &self.task_container).await,
+            false => Ok(()),
+        };
+        let (docker, container) = (self.docker, self.container);
+        let removing = tokio::spawn(async move { remove_container(&docker, &container).await });
+        (killed.and(resumed), removing)
+    }
+
     /// Removes the verify container (what it left running goes with it),
     /// then lets the task container run again.
     pub async fn close(self) -> anyhow::Result<()> {
-        let removed = remove_container(&self.docker, &self.container).await;
-        let resumed = unpause(&self.docker, &self.task_container).await;
-        removed.and(resumed)
+        let (released, removing) = self.release().await;
+        let removed = match removing.await {
+            Ok(r) => r,
+            Err(e) => Err(anyhow::anyhow!(
+                "the removal of the verify container failed: {e}"
+            )),
+        };
+        released.and(removed)
     }
+}
+
+/// Kills every process of `container` (gone or stopped already is fine).
+async fn kill(docker: &Docker, container: &str) -> anyhow::Result<()> {
+    let opts = bollard::query_parameters::KillContainerOptionsBuilder::default()
+        .signal("KILL")
+        .build();
+    timed(DockerOp::Kill, async {
+        match docker.kill_container(container, Some(opts)).await {
+            Ok(())
+            | Err(DockerError::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e).context("killing the verify container"),
+        }
+    })
+    .await
 }
 
 /// What a verify container needs of the task's for its egress bridge

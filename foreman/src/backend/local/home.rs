@@ -46,6 +46,17 @@ impl Local {
         }
     }
 
+    /// Makes the mount point of workspace image `home` ahead of the image,
+    /// so a container binding it can be made meanwhile; false for a volume
+    /// (it must exist before a container names it).
+    pub(super) fn prepare_mount_point(&self, home: &WorkspaceMount) -> anyhow::Result<bool> {
+        let WorkspaceMount::Bind(mnt) = home else {
+            return Ok(false);
+        };
+        crate::backend::disk::mount_point(&self.cfg.state_dir(), mnt)?;
+        Ok(true)
+    }
+
     /// Makes workspace `name`, empty: an image of `bytes` mounted (made
     /// first, so a crash before the container leaves a directory the
     /// sweeper finds), or a volume labelled `labels`.

@@ -9,7 +9,7 @@ use bollard::Docker;
 use saheeli_protocol::TaskId;
 
 use super::pool::Pool;
-use crate::backend::docker;
+use crate::backend::docker::{self, WorkspaceMount};
 use crate::backend::facts::{EngineError, Launched, Prepared, Reach, Servo, ServoKind};
 use crate::config::Config;
 use crate::inputs;
@@ -221,37 +221,54 @@ impl Local {
         let d = &self.docker;
         let t0 = Instant::now();
         let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "launch: {what}");
-        // The image was checked when serve started; one removed since fails
-        // the create with `ImageMissing`.
         let name = docker::volume_name(id);
-        let workspace = if parked {
-            self.home(&name)
-        } else {
-            let bytes = spec.disk.unwrap_or(self.cfg.file.task.disk.0);
-            self.make_home(&name, bytes, docker::task_labels(id))
-                .await?
-        };
-        lap("workspace ready");
         // Small launches travel in the environment: no upload before start.
         let launch_json = serde_json::to_string(launch).map_err(anyhow::Error::from)?;
         let in_env = launch_json.len() <= saheeli_protocol::Launch::MAX_ENV_BYTES;
         let input = inputs::start_tar(&self.cfg.state_dir(), id);
         let creating = Instant::now();
-        // A third-party agent runs in its own image (issue 25); a
-        // benchmark's task in its own, with the servo added (issue 49).
-        let image = self.task_image(spec).await?;
-        lap("image ready");
-        let run = self.servo_image(&image).await;
-        let container = docker::create_container(
-            d,
-            id,
-            spec,
-            &run,
-            &workspace,
-            gateway_dir,
-            in_env.then_some(launch_json),
-        )
-        .await?;
+        // A workspace image's mount point is known before it is made: the
+        // container is made meanwhile (Docker binds the directory when it
+        // starts, by then mounted). A volume must exist first.
+        let home = self.home(&name);
+        let beside = !parked && self.prepare_mount_point(&home)?;
+        let make_home = async {
+            if parked {
+                return Ok(self.home(&name));
+            }
+            let bytes = spec.disk.unwrap_or(self.cfg.file.task.disk.0);
+            let made = self.make_home(&name, bytes, docker::task_labels(id)).await;
+            lap("workspace ready");
+            made
+        };
+        let make_container = |workspace: WorkspaceMount| async move {
+            // A third-party agent runs in its own image (issue 25); a
+            // benchmark's task in its own, with the servo added (issue 49).
+            let image = self.task_image(spec).await?;
+            lap("image ready");
+            let run = self.servo_image(&image).await;
+            let container = docker::create_container(
+                d,
+                id,
+                spec,
+                &run,
+                &workspace,
+                gateway_dir,
+                in_env.then_some(launch_json),
+            )
+            .await?;
+            Ok::<_, EngineError>((image, run, container))
+        };
+        // The image was checked when serve started; one removed since fails
+        // the create with `ImageMissing`.
+        let (workspace, (image, run, container)) = if beside {
+            let (workspace, made) = tokio::join!(make_home, make_container(home));
+            (workspace?, made?)
+        } else {
+            let workspace = make_home.await?;
+            let made = make_container(workspace.clone()).await?;
+            (workspace, made)
+        };
         let engine_time = creating.elapsed();
         lap("container created");
         // What the task's image holds at `workdir:` starts its workspace
