@@ -22,6 +22,7 @@ mod setup_stream;
 mod task_image;
 mod timed;
 mod verify;
+mod verify_undo;
 mod volume;
 
 pub(crate) use crate::fault::DaemonFault;
@@ -51,9 +52,9 @@ pub(crate) use setup_phase::{SetupPhase, set_up};
 pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
-    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, checking_body, recover_verify,
-    remove_verify_containers,
+    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, checking_body,
 };
+pub(crate) use verify_undo::{recover_verify, remove_verify_containers};
 pub(crate) use volume::{
     WorkspaceMount, create_volume_as, local_volume_dir_named, remove_volume, volume_name,
 };
