@@ -35,6 +35,8 @@
 //!   cache against the same task without a set-up.
 //! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
 //!   requests, per call, against parsing them alone.
+//! - `suspend` (issue 51): what a waiting servo holds, running and
+//!   frozen, the freeze and thaw times, and the waiting servos a host holds.
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -72,6 +74,7 @@ mod rates;
 mod setup_start;
 mod stats;
 mod steps;
+mod suspend;
 mod swarm;
 mod thousand;
 mod throughput;
@@ -110,6 +113,7 @@ const MEASUREMENTS: &[&str] = &[
     "vetting",
     "egress",
     "setup",
+    "suspend",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -146,7 +150,9 @@ struct Args {
     /// reading and vetting of a third-party agent's request of 10, 100 and
     /// 400 KB against parsing it alone), egress (issue 50: MB/s and the
     /// latency per request through a task's egress proxy against straight),
-    /// setup (issue 50: a start with a cached set-up against a plain one).
+    /// setup (issue 50: a start with a cached set-up against a plain one),
+    /// suspend (issue 51: memory per waiting servo, running and frozen,
+    /// freeze and thaw times, how many waiting servos this host holds).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -352,6 +358,10 @@ async fn run(
     if want("setup") {
         quiet_check("setup", busy).await;
         figures.extend(setup_start::setup_start(env).await?);
+    }
+    if want("suspend") {
+        quiet_check("suspend", busy).await;
+        figures.extend(suspend::suspend(env, if args.quick { 4 } else { 16 }).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;
