@@ -35,6 +35,8 @@
 //!   cache against the same task without a set-up.
 //! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
 //!   requests, per call, against parsing them alone.
+//! - `suspend` (issue 51): what a waiting servo holds, running and
+//!   frozen, the freeze and thaw times, and the waiting servos a host holds.
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -72,6 +74,7 @@ mod rates;
 mod setup_start;
 mod stats;
 mod steps;
+mod suspend;
 mod swarm;
 mod task_overhead;
 mod thousand;
@@ -112,6 +115,7 @@ const MEASUREMENTS: &[&str] = &[
     "egress",
     "setup",
     "task",
+    "suspend",
 ];
 
 /// Measure Saheeli against raw Docker (offline, on the local daemon).
@@ -150,7 +154,8 @@ struct Args {
     /// latency per request through a task's egress proxy against straight),
     /// setup (issue 50: a start with a cached set-up against a plain one),
     /// task (issue 49: a Harbor task with the oracle against its own work
-    /// in a bare container).
+    /// in a bare container), suspend (issue 51: memory per waiting servo, running and frozen,
+    /// freeze and thaw times, how many waiting servos this host holds).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -360,6 +365,10 @@ async fn run(
     if want("task") {
         quiet_check("task", busy).await;
         figures.extend(task_overhead::task_overhead(env, args.quick).await?);
+    }
+    if want("suspend") {
+        quiet_check("suspend", busy).await;
+        figures.extend(suspend::suspend(env, if args.quick { 4 } else { 16 }).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;

@@ -36,7 +36,7 @@ fn status_mb(pid: &str, field: &str) -> Option<f64> {
 
 /// The memory charged to the cgroup `pid` is in (v1 `memory` controller or
 /// v2 unified), in MB.
-fn cgroup_mb(pid: &str) -> Option<f64> {
+pub fn cgroup_mb(pid: &str) -> Option<f64> {
     let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let v1 = groups.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');

@@ -37,6 +37,8 @@ pub(crate) struct ConfigFile {
     pub stop_grace: Duration,
     /// Freeze a servo that waited this long (issue 51); unset: never.
     pub suspend_after: Option<saheeli_protocol::front_matter::Timeout>,
+    /// What `suspend_after` does: `freeze` (`checkpoint` is refused at load).
+    pub suspend: super::Suspend,
     /// A foreman renews its hold on running tasks every fifth of this; when
     /// it dies, another foreman takes them over once this has passed.
     #[serde(deserialize_with = "parse_duration_value")]
@@ -340,6 +342,7 @@ impl Default for ConfigFile {
             run_dir: None,
             stop_grace: Duration::from_secs(10),
             suspend_after: None,
+            suspend: super::Suspend::Freeze,
             lease: Duration::from_secs(10),
             max_results_size: Memory(10 << 30),
             max_workspace_size: Memory(1 << 30),
@@ -412,8 +415,12 @@ impl ConfigFile {
         (!in_registry).then_some(registry)
     }
 
-    /// The `task:` defaults must lie within `limits:`.
+    /// The `task:` defaults must lie within `limits:`, and `suspend:`
+    /// must be a mode this build can do.
     pub(super) fn check_limits(&self) -> Result<(), String> {
+        if let Some(why) = self.suspend.problem() {
+            return Err(why.into());
+        }
         let (t, l) = (&self.task, &self.limits);
         let over = |key: &str, v: String, max: String| {
             Err(format!(

@@ -18,6 +18,7 @@ mod pool;
 pub(crate) mod providers;
 mod setup_cache;
 mod smtp;
+mod suspend;
 #[cfg(test)]
 mod tests;
 pub(crate) mod windows;
@@ -40,3 +41,4 @@ pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};
 pub(crate) use providers::{Providers, header_vars};
 pub(crate) use setup_cache::SetupCacheConfig;
 pub(crate) use smtp::{SmtpConfig, SmtpTls};
+pub(crate) use suspend::Suspend;

@@ -49,6 +49,10 @@ pub(super) const SERVER: &[Setting] = &[
     Setting::new("suspend_after", "duration")
         .doc("Freeze (cgroup freezer) a servo that waited this long on a human, a pause or `wait_tasks`; thawed when the answer comes. Unset: never (see docs/guides/humans.md).")
         .config("suspend_after"),
+    Setting::new("suspend", "freeze | checkpoint")
+        .default("freeze")
+        .doc("What `suspend_after` does to a waiting servo: `freeze` (cgroup freezer: no CPU, no slot, its memory kept). `checkpoint` (CRIU to disk) is refused at load: not supported, see docs/design/checkpoint.md.")
+        .config("suspend"),
     Setting::new("lease", "duration")
         .default("10s")
         .doc("A foreman renews its hold on running tasks every fifth of this; another takes them over once it passes.")

@@ -49,6 +49,7 @@ mod eval_export;
 mod event_pages;
 mod fencing;
 mod freeze;
+mod freeze_browser;
 mod gateway;
 mod gateway_attack;
 mod gateway_fetch;

@@ -170,7 +170,8 @@ function listView(main) {
     } },
       el("td", {}, badge(t.state)),
       el("td", { class: "title" }, el("a", { href: "/tasks/" + t.id, class: "task-title" }, t.title)),
-      el("td", { class: "waits" }, t.state === "paused" ? "paused" : waits(t.waiting_for)),
+      el("td", { class: "waits" }, t.state === "paused" ? "paused" : waits(t.waiting_for),
+        t.frozen ? el("span", { class: "frozen", title: "its servo is frozen while it waits (suspend_after) since " + clock(t.frozen_at) }, "❄ frozen") : null),
       el("td", { class: "num" }, ago(t.created_at)),
       el("td", { class: "num" }, t.duration_s === null ? "" : span(t.duration_s)),
       el("td", { class: "num" }, t.steps),
@@ -295,6 +296,9 @@ function taskView(main, id) {
       t.recoverable === null || t.recoverable === undefined ? null
         : fact("recoverable", t.recoverable ? "yes" : "no"),
       t.waiting_since ? fact("waiting since", clock(t.waiting_since)) : null,
+      // Issue 51: the servo frozen while it waits (no CPU, no slot).
+      t.frozen ? fact("servo", el("span", { id: "frozen", class: "frozen" },
+        "❄ frozen since " + clock(t.frozen_at) + ": no CPU until the answer thaws it"), true) : null,
       t.parent ? fact("parent", el("a", { href: "/tasks/" + t.parent, id: "parent-link" }, t.parent.slice(-12))) : null,
       t.forked_from ? fact("fork of", el("span", {},
         el("a", { href: "/tasks/" + t.forked_from.task, id: "fork-link" }, t.forked_from.task.slice(-12)),
