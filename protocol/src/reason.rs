@@ -74,7 +74,8 @@ pub enum Reason {
     Unsupported,
     /// Best-of-N (issue 51): every sample ended and none qualified under
     /// the task's `select:` (none completed: verify or the assessor never
-    /// passed one). Each sample keeps its own outcome.
+    /// passed one); the task ends `incomplete`. Each sample keeps its own
+    /// outcome.
     NoSampleQualified,
 }
 

@@ -285,6 +285,13 @@ mod tests {
         };
         assert_eq!(a.verdict, AssessVerdict::Limited);
         assert_eq!(a.findings, ["x"]);
+        assert_eq!(a.score, None, "a score is optional");
+        // Issue 51: `select: assess` ranks samples by it.
+        let Answer::Judged(a) = parse(r#"{"verdict": "met", "feedback": "", "score": 0.75}"#)
+        else {
+            panic!("not judged");
+        };
+        assert_eq!(a.score, Some(0.75));
         for bad in [
             "yes",
             "{\"met\": \"yes\", \"feedback\": \"\"}",

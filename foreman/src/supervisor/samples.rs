@@ -4,7 +4,8 @@
 //! samples once (`Store::spawn_samples`, a no-op when a foreman before
 //! this one did), then looks at them until `select::decide` says: the
 //! winner's results are copied to `results/<task_id>/` and the task ends
-//! as it did; or none qualified and it fails, `no_sample_qualified`.
+//! as it did; or none qualified and it ends `incomplete`,
+//! `no_sample_qualified`.
 //!
 //! Everything it decides from is in SQLite (the samples' states, end
 //! times, checks), so a foreman that takes the task over after a crash
@@ -87,10 +88,18 @@ pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joine
             }
             Decision::NoneQualified(why) => {
                 info!(task_id = %id, %why, "no sample qualified");
+                // `incomplete`, not `failed`: the samples ran; the work
+                // fell short (`failed` is the platform's: evals class it
+                // infra and run it again), unless no sample could be run.
+                let platform = sampled.iter().all(|s| s.state == TaskState::Failed);
                 return finish(
                     &ctx,
                     id,
-                    TaskState::Failed,
+                    if platform {
+                        TaskState::Failed
+                    } else {
+                        TaskState::Incomplete
+                    },
                     Reason::NoSampleQualified,
                     Outcome::default(),
                     &why,

@@ -12,7 +12,7 @@
 //!   highest assessor score wins (no score counts as 0; ties as above);
 //! - `first_complete`: the first qualifying sample wins as soon as it
 //!   ends, and the samples still running or queued are cancelled;
-//! - none qualifies once all have ended: the task fails,
+//! - none qualifies once all have ended: the task ends `incomplete`,
 //!   `no_sample_qualified`.
 
 use saheeli_protocol::TaskId;

@@ -359,3 +359,33 @@ fn kill_9_of_the_foreman_between_the_samples_ends_neither_loses_nor_doubles_the_
         "1\n"
     );
 }
+
+#[test]
+fn no_qualifying_sample_ends_the_task_incomplete_with_each_samples_outcome() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "x.json",
+        &script(&[("task_complete", json!({"message": "claimed"}))]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:x.json\nsamples: 2\nverify: \"false\"\nverify_retries: 0\n---\nNever passes.\n",
+    );
+    let t = s.expect_json(&["run", "p.md", "--json"], 1);
+    let t = s.task(t["id"].as_str().unwrap());
+    assert_eq!(t["state"], "incomplete", "{t:#}");
+    assert_eq!(t["reason"], "no_sample_qualified");
+    assert_eq!(t["recoverable"], true, "`task retry` runs new samples");
+    let detail = t["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(
+            "no sample of 2 passed its verify (select: verify): sample 1 incomplete, sample 2 incomplete"
+        ),
+        "{detail}"
+    );
+    assert!(t["samples"]["winner"].is_null());
+    for x in samples(&s, &t) {
+        assert_eq!(x["reason"], "verification_failed", "{x:#}");
+    }
+}
