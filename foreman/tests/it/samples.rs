@@ -87,6 +87,11 @@ fn select_verify_keeps_the_one_sample_whose_verify_passes() {
     assert_eq!(record["winner"]["task"], winner["id"]);
     assert_eq!(record["select"], "verify");
     assert_eq!(record["samples"].as_array().unwrap().len(), 3);
+    // Its report is the winner's, its samples listed below it.
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let (winners, table) = report.split_once("## Children").expect("a Children table");
+    assert!(winners.contains("# Report: p [sample 2/3]"), "{report}");
+    assert_eq!(table.matches("[sample ").count(), 3, "{report}");
     let shown = s.expect(&["task", "status", id], 0);
     assert!(
         shown.contains("samples:   3 (select: verify): 3 ended, 1 complete; winner"),
