@@ -20,12 +20,14 @@ use serde::{Deserialize, Deserializer, Serialize};
 mod bench;
 mod git;
 mod named;
+mod samples;
 mod setup;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
 pub use git::{Deliver, DeliverOn, GitSource, Workspace};
 pub use named::NamedGates;
+pub use samples::{MAX_SAMPLES, Select};
 pub use setup::Setup;
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
@@ -195,6 +197,10 @@ pub struct FrontMatter {
     /// A host no list names: `deny` (a 403 at once) or `ask` (the task
     /// waits for a person to approve or deny that host).
     pub egress_approval: Option<crate::egress::Approval>,
+    /// Best-of-N (issue 51): K samples, the winner's pick, `samples.rs`.
+    pub samples: Option<u32>,
+    pub select: Option<Select>,
+    pub fork_at: Option<u64>,
 }
 
 /// One webhook: where task events are POSTed, which, and in what shape.

@@ -72,6 +72,11 @@ pub enum Reason {
     /// The task needs an engine capability the engine that was to run it
     /// lacks (issue 53): refused before launch, never started.
     Unsupported,
+    /// Best-of-N (issue 51): every sample ended and none qualified under
+    /// the task's `select:` (none completed: verify or the assessor never
+    /// passed one); the task ends `incomplete`. Each sample keeps its own
+    /// outcome.
+    NoSampleQualified,
 }
 
 impl Reason {
@@ -104,6 +109,7 @@ impl Reason {
         "limited",
         "setup_failed",
         "unsupported",
+        "no_sample_qualified",
     ];
 
     /// The machine-readable word (`exit` for every [`Reason::Exit`]).
@@ -136,6 +142,7 @@ impl Reason {
             Reason::Limited => "limited",
             Reason::SetupFailed => "setup_failed",
             Reason::Unsupported => "unsupported",
+            Reason::NoSampleQualified => "no_sample_qualified",
         }
     }
 
@@ -214,6 +221,7 @@ impl FromStr for Reason {
             "limited" => Reason::Limited,
             "setup_failed" => Reason::SetupFailed,
             "unsupported" => Reason::Unsupported,
+            "no_sample_qualified" => Reason::NoSampleQualified,
             _ => return Err(UnknownReason(s.to_string())),
         };
         Ok(r)

@@ -146,7 +146,7 @@ pub enum AssessVerdict {
 
 /// The shape the assessor must answer in:
 /// `{"verdict": "met" | "not_met" | "limited", "feedback": "...", "findings": [...]}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Assessment {
     pub verdict: AssessVerdict,
@@ -154,6 +154,10 @@ pub struct Assessment {
     /// What the assessor found (a list, or one text).
     #[serde(default, deserialize_with = "one_or_many")]
     pub findings: Vec<String>,
+    /// How well the objective is met, 0 to 1 (issue 51: `select: assess`
+    /// keeps the sample scored highest); optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
 }
 
 /// A list of texts, or one text (a list of one).

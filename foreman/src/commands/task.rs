@@ -120,6 +120,7 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                         ));
                     }
                     text.push_str(&output::family_lines(&store, &t)?);
+                    text.push_str(&output::samples_line(&store, &t)?);
                     if let Some(c) =
                         Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default())
                     {

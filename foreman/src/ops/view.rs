@@ -74,5 +74,6 @@ pub(crate) fn task_view(
     );
     view.webhooks = Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default());
     (view.parent, view.children, view.tree) = output::family(store, &t)?;
+    view.samples = output::samples_view(store, &t)?;
     Ok(view)
 }

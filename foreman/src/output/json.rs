@@ -53,6 +53,12 @@ pub(crate) struct TaskView {
     /// went on from and which fork of how many it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<serde_json::Value>,
+    /// Best-of-N (issue 51): a task's samples and how far they got (one
+    /// task in detail), or a sample's place (`task`, `index`, `count`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_of: Option<serde_json::Value>,
     /// 1 for the first attempt; retries (by policy or `task retry`) count up.
     pub attempt: i64,
     pub prompt: String,
@@ -249,7 +255,10 @@ impl TaskView {
     }
 
     pub fn with_grade(mut self, checks: &[saheeli_protocol::verify::Check]) -> TaskView {
-        if let Some(g) = checks.iter().rev().find_map(|c| c.graded.as_ref()) {
+        // A verifier's grade (an assessor's score, issue 51, is not a reward).
+        let verify = saheeli_protocol::verify::CheckKind::Verify;
+        let mut graded = checks.iter().rev().filter(|c| c.kind == verify);
+        if let Some(g) = graded.find_map(|c| c.graded.as_ref()) {
             self.reward = Some(g.reward);
             self.rewards = Some(g.rewards.clone()).filter(|r| !r.is_empty());
             self.tests = g.tests;
@@ -291,6 +300,13 @@ impl TaskView {
             forked_from: t.spec.forked_from.as_ref().map(|f| {
                 serde_json::json!({"task": f.task.to_string(), "at_step": f.step,
                     "index": f.index, "count": f.count})
+            }),
+            samples: t.spec.samples.map(|p| {
+                serde_json::json!({"count": p.count, "select": p.select.as_str(), "fork_at": p.fork_at})
+            }),
+            sample_of: t.spec.sample_of.map(|o| {
+                let index = t.spec.sample_index(o.task).unwrap_or(o.index);
+                serde_json::json!({"task": o.task.to_string(), "index": index, "count": o.count})
             }),
             attempt: t.attempt,
             prompt: t.spec.prompt_path.clone(),

@@ -120,6 +120,7 @@ impl Report {
         if let Some((c, g)) = checks
             .iter()
             .rev()
+            .filter(|c| c.kind == saheeli_protocol::verify::CheckKind::Verify)
             .find_map(|c| c.graded.as_ref().map(|g| (c, g)))
         {
             let _ = write!(s, "\nReward on attempt {}: **{}**", c.attempt, g.reward);

@@ -16,7 +16,7 @@ use crate::llm::chat::forward;
 use crate::llm::provider_call::error_text;
 use axum::http::StatusCode;
 use saheeli_protocol::chat::{ChatMessage, ChatRequest, ChatResponse};
-use saheeli_protocol::verify::{AssessVerdict, Assessment, Check, CheckKind};
+use saheeli_protocol::verify::{AssessVerdict, Assessment, Check, CheckKind, Graded};
 use tracing::warn;
 
 /// How much of the patch the assessor reads.
@@ -33,7 +33,7 @@ work meets its objective, from the evidence given: the objective, the agent's ow
 results of the verification commands, and the changes it made. You cannot run anything. Be strict \
 about the objective and fair about everything else. Answer with exactly one JSON object and \
 nothing else: {\"verdict\": \"met\" or \"not_met\" or \"limited\", \"feedback\": \"...\", \
-\"findings\": [\"...\"]}. When the objective is not met, the feedback tells the agent precisely what \
+\"findings\": [\"...\"], \"score\": a number from 0 to 1 for how well the objective is met}. When the objective is not met, the feedback tells the agent precisely what \
 is missing or wrong, so that it can fix it. Answer \"limited\" only when more attempts cannot help: \
 the agent lacks a capability or the environment prevents the objective (no network, a missing \
 service, no permission). The findings list what was found and done, and what could not be.";
@@ -83,6 +83,7 @@ pub(crate) async fn assess(
                     verdict: AssessVerdict::NotMet,
                     feedback: format!("the assessment could not be made: {e}"),
                     findings: Vec::new(),
+                    score: None,
                 });
                 break;
             }
@@ -96,6 +97,7 @@ pub(crate) async fn assess(
             verdict: AssessVerdict::NotMet,
             feedback: why,
             findings: Vec::new(),
+            score: None,
         }
     });
     Check {
@@ -108,7 +110,13 @@ pub(crate) async fn assess(
         output: a.feedback,
         limited: a.verdict == AssessVerdict::Limited,
         findings: a.findings,
-        graded: None,
+        // The assessor's score rides as a grade (source `assess`): what
+        // `select: assess` ranks samples by.
+        graded: a.score.filter(|s| s.is_finite()).map(|s| Graded {
+            reward: s.clamp(0.0, 1.0),
+            source: "assess".into(),
+            ..Graded::default()
+        }),
     }
 }
 
@@ -170,6 +178,7 @@ fn parse(text: &str) -> Answer {
                 },
                 feedback: old.feedback,
                 findings: Vec::new(),
+                score: None,
             }),
             Err(_) => Answer::Malformed(format!(
                 "expected {{\"verdict\": \"met\" | \"not_met\" | \"limited\", \"feedback\": string, \
@@ -276,6 +285,13 @@ mod tests {
         };
         assert_eq!(a.verdict, AssessVerdict::Limited);
         assert_eq!(a.findings, ["x"]);
+        assert_eq!(a.score, None, "a score is optional");
+        // Issue 51: `select: assess` ranks samples by it.
+        let Answer::Judged(a) = parse(r#"{"verdict": "met", "feedback": "", "score": 0.75}"#)
+        else {
+            panic!("not judged");
+        };
+        assert_eq!(a.score, Some(0.75));
         for bad in [
             "yes",
             "{\"met\": \"yes\", \"feedback\": \"\"}",

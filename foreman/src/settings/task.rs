@@ -349,6 +349,22 @@ pub(super) const TASK: &[Setting] = &[
         .front(|f| f.assess.is_some())
         .param()
         .shown(|s, _| json!(s.assess)),
+    Setting::new("samples", "integer")
+        .doc("Best-of-N: run K samples of the task (1 to 16), each an ordinary task under it from step 0, each with `max_tokens` / K and `max_cost` / K; the one `select` picks gives the task its results.")
+        .front(|f| f.samples.is_some())
+        .param()
+        .shown(|s, _| json!(s.samples.map(|x| x.count))),
+    Setting::new("select", "verify | assess | first_complete")
+        .doc("With `samples:`, the winner: the first sample whose `verify:` passes (the default with `verify:`), the complete sample the assessor scores highest, or the first to complete (the default without `verify:`; the others are cancelled).")
+        .front(|f| f.select.is_some())
+        .param()
+        .shown(|s, _| json!(s.samples.map(|x| x.select.as_str()))),
+    Setting::new("fork_at", "integer")
+        .default("0")
+        .doc("With `samples:`, the step of a first run the samples are forked from (0: each starts at step 0). Above 0 it needs per-step snapshots and is refused until they exist.")
+        .front(|f| f.fork_at.is_some())
+        .param()
+        .shown(|s, _| json!(s.samples.map_or(0, |x| x.fork_at))),
     Setting::new("logprobs", "bool")
         .default("false")
         .doc("Ask the provider for each answer's per-token log probabilities (OpenAI-compatible chat; Anthropic returns none): kept per call by the gateway, and in `eval export`'s trajectories (each agent step's `metrics.logprobs`).")

@@ -224,7 +224,8 @@ fn the_environment_overrides_config_values() {
 fn param_keys_are_the_ones_it_always_took() {
     // `cache` (issue 26), `deadline` (issue 29), `retry_from` and
     // `budget_per_attempt` (issue 30) joined them; `agent` (issue 49: an
-    // eval's `--param agent=oracle`); `agent_type` (issue 52: `--agent-type`).
+    // eval's `--param agent=oracle`); `agent_type` (issue 52: `--agent-type`);
+    // `samples`, `select`, `fork_at` (issue 51: best-of-N).
     let mut keys = param_keys();
     keys.sort();
     assert_eq!(
@@ -237,6 +238,7 @@ fn param_keys_are_the_ones_it_always_took() {
             "cache",
             "deadline",
             "egress_approval",
+            "fork_at",
             "max_cost",
             "max_steps",
             "max_tokens",
@@ -245,6 +247,8 @@ fn param_keys_are_the_ones_it_always_took() {
             "objective",
             "retries",
             "retry_from",
+            "samples",
+            "select",
             "timeout",
             "title",
             "verify",

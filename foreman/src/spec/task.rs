@@ -71,7 +71,10 @@ impl TaskSpec {
         let dir = path.parent().unwrap_or(Path::new("."));
         let (fm, body, parameters) = template(path, dir, text, params, asked)?;
         let fm = super::agent_type::apply(cfg, path, fm)?;
-        Ok(Self::merged(cfg, path, dir, fm, body, parameters)?)
+        let samples = (fm.samples, fm.select, fm.fork_at);
+        let mut spec = Self::merged(cfg, path, dir, fm, body, parameters)?;
+        spec.samples = super::samples::checked(path, samples, &spec)?;
+        Ok(spec)
     }
 
     /// A resolved prompt merged with config.yaml's defaults and checked.
@@ -128,11 +131,7 @@ impl TaskSpec {
         check_notify(path, &mut notify, cfg.file.smtp.is_some())?;
         let title = title_of(path, fm.title, &body)?;
         let checks = Verification {
-            verify: fm
-                .verify
-                .map(|v| v.run)
-                .unwrap_or_else(|| d.verify.clone())
-                .0,
+            verify: fm.verify.map_or_else(|| d.verify.clone(), |v| v.run).0,
             files: fm.verify_files.unwrap_or_else(|| d.verify_files.clone()),
             retries: fm.verify_retries.unwrap_or(d.verify_retries),
             timeout: verify_timeout
@@ -208,6 +207,8 @@ impl TaskSpec {
             budget_per_attempt: fm.budget_per_attempt.unwrap_or(d.budget_per_attempt),
             chain: None,
             forked_from: None,
+            samples: None,
+            sample_of: None,
             image: bench.image,
             workdir: bench.workdir,
             agent_user: bench.agent_user,

@@ -306,7 +306,7 @@ fn below(conn: &rusqlite::Connection, id: TaskId) -> Result<Vec<(TaskId, u32)>> 
 }
 
 /// The root of `id`'s tree and its depth in it (0: a root).
-fn link_of(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<(String, i64)> {
+pub(super) fn link_of(tx: &rusqlite::Transaction<'_>, id: TaskId) -> Result<(String, i64)> {
     Ok(tx
         .query_row(
             "SELECT root_id, depth FROM children WHERE child_id = ?1",

@@ -36,6 +36,7 @@ mod pause;
 mod pool;
 mod queue;
 mod rows;
+mod samples;
 mod schema;
 mod setup;
 mod step_control;

@@ -68,6 +68,8 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         budget_per_attempt: false,
         chain: None,
         forked_from: None,
+        samples: None,
+        sample_of: None,
         image: None,
         workdir: None,
         agent_user: Default::default(),
@@ -84,14 +86,14 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
     }
 }
 
-fn lease() -> Lease {
+pub(crate) fn lease() -> Lease {
     Lease {
         owner: "test".into(),
         ms: 10_000,
     }
 }
 
-fn store() -> (tempfile::TempDir, Store) {
+pub(crate) fn store() -> (tempfile::TempDir, Store) {
     let d = tempfile::tempdir().unwrap();
     let s = Store::open(&d.path().join("q.db")).unwrap();
     (d, s)

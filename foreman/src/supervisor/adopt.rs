@@ -32,6 +32,10 @@ pub(crate) async fn adopt(ctx: Arc<Ctx>, task: TaskRow, inbox: Inbox) -> Joined 
     if let Err(e) = ctx.db(move |s| s.hold(id, &lease)).await {
         return let_go(&ctx, id, &e).await;
     }
+    if task.spec.samples.is_some() {
+        // Best-of-N (issue 51): no servo to find; its samples are looked at again.
+        return super::samples::run(ctx, task, inbox).await;
+    }
     let recorded = task.container_id.as_deref();
     let gone = match ctx.engine.find(id, recorded).await {
         Found::Running(servo) => return adopt_servo(ctx, task, servo, inbox).await,

@@ -41,6 +41,10 @@
 //! - `task cancel` (any process): a queued task's `cancelled`, and for
 //!   its queued descendants too; running ones are flagged for their
 //!   supervisors;
+//! - a best-of-N task's supervisor (`samples`, issue 51; it runs no
+//!   servo): its own `running` and ending, its samples' `queued` rows
+//!   (once, fenced by its lease) and their cancels (`first_complete`, or
+//!   the task's own cancel);
 //! - engines (`backend`): nothing; they report phases, what was
 //!   collected and typed errors.
 //!
@@ -59,6 +63,9 @@
 //!   `routes`, opened (or adopted with what it spent) and stopped.
 //! - `watch`: the one loop while a servo runs; `freeze`: a waiting
 //!   servo frozen after `suspend_after`, thawed when its wait is over.
+//! - `samples`, `select`: a task with `samples: K` (best-of-N): its
+//!   samples queued and watched, the winner picked (pure), its results
+//!   made the task's.
 //! - `collect`: after the watch (lost, parked, collected).
 //! - `conclude`, `outcome`: what was observed → state and reason (pure).
 //! - `adopt`: a stopped foreman's task; `park`: parked tasks recorded and
@@ -84,6 +91,8 @@ mod park;
 mod record;
 mod retry;
 mod run;
+mod samples;
+mod select;
 mod synthesis;
 mod watch;
 

@@ -103,6 +103,11 @@ pub(super) async fn record_report(ctx: &Ctx, id: TaskId, to: TaskState, outcome:
     let dir = dest.clone();
     let synthesis = outcome.synthesis.clone();
     let written = tokio::task::spawn_blocking(move || {
+        if row.spec.samples.is_some() {
+            // Best-of-N (issue 51): the results are the winner's, its
+            // report and verify logs with them; its samples listed below.
+            return report::append_children(&dir, &children);
+        }
         if row.spec.verifies() {
             report::write_verify_logs(&dir, &checks)?;
         }

@@ -22,6 +22,10 @@ use crate::store::{DbError, Outcome, TaskRow, now_ms};
 
 /// Runs one task from `starting` to a terminal state (or hands it back).
 pub(crate) async fn run(ctx: Arc<Ctx>, task: TaskRow, mut inbox: Inbox) -> Joined {
+    if task.spec.samples.is_some() {
+        // Best-of-N (issue 51): no servo of its own; its samples run.
+        return super::samples::run(ctx, task, inbox).await;
+    }
     let id = task.id;
     let mut gateway = None;
     let began = tokio::time::Instant::now();

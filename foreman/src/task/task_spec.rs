@@ -197,6 +197,12 @@ pub(crate) struct TaskSpec {
     /// from, at which step, and which of how many forks it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOf>,
+    /// Best-of-N (issue 51): the samples this task runs, or (on a
+    /// sample) the task it samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<super::Samples>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_of: Option<super::SampleOf>,
     // --- end issue 30 ---
     // --- issue 49: a benchmark's own tasks ---
     /// The task's own image (`image:`) or the directory it is built from

@@ -77,6 +77,7 @@ mod replay;
 mod report;
 mod retry_resume;
 mod safety;
+mod samples;
 mod sandbox;
 mod setup_cache;
 mod split_key;
