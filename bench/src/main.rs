@@ -60,6 +60,7 @@ mod fake_stream;
 mod first;
 mod floor;
 mod footprint;
+mod fork;
 mod history;
 mod hops;
 mod llm;
@@ -89,6 +90,7 @@ use env::{Env, Sizes, progress};
 
 const MEASUREMENTS: &[&str] = &[
     "floor",
+    "fork",
     "dispatch",
     "first",
     "step",
@@ -146,7 +148,9 @@ struct Args {
     /// reading and vetting of a third-party agent's request of 10, 100 and
     /// 400 KB against parsing it alone), egress (issue 50: MB/s and the
     /// latency per request through a task's egress proxy against straight),
-    /// setup (issue 50: a start with a cached set-up against a plain one).
+    /// setup (issue 50: a start with a cached set-up against a plain one),
+    /// fork (issue 51: a snapshot's cost per step, and a fork at step 5 of
+    /// a 100 MB workspace against a cold launch).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -352,6 +356,10 @@ async fn run(
     if want("setup") {
         quiet_check("setup", busy).await;
         figures.extend(setup_start::setup_start(env).await?);
+    }
+    if want("fork") {
+        quiet_check("fork", busy).await;
+        figures.extend(fork::fork(env).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;

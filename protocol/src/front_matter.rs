@@ -21,12 +21,14 @@ mod bench;
 mod git;
 mod named;
 mod setup;
+mod snapshots;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
 pub use git::{Deliver, DeliverOn, GitSource, Workspace};
 pub use named::NamedGates;
 pub use setup::Setup;
+pub use snapshots::Snapshots;
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
 
@@ -115,6 +117,9 @@ pub struct FrontMatter {
     /// Ask the provider for each answer's per-token log probabilities
     /// (OpenAI-compatible chat), kept per call for the RL export.
     pub logprobs: Option<bool>,
+    /// Keep the workspace and session at each step (`every`), when asked
+    /// (`on_request`) or never (`off`, the default); issue 51's forks.
+    pub snapshots: Option<Snapshots>,
     /// What report.md holds: `facts` (the default) or `synthesized` (one
     /// more metered call adds a short findings section; issue 29).
     pub report: Option<ReportMode>,

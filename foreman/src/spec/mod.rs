@@ -35,6 +35,7 @@ pub(crate) use crate::task::ParamValue;
 pub(crate) use crate::task::{Chain, TaskSpec, Used};
 pub(crate) use agent::{default_image, image_for};
 pub(crate) use budget::Budget;
+pub(crate) use checks::read_replay_here;
 pub(crate) use prompt::{SpecError, front_matter};
 pub(crate) use sources::{Effective, Source, effective};
 pub(crate) use template::{MissingParameters, ask_line, check_value};
