@@ -222,8 +222,7 @@ impl TaskSpec {
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
-        let secrets = crate::config::Providers::from_config(cfg).secrets();
-        spec.redact(&secrets)?;
+        spec.redact(&crate::config::Providers::from_config(cfg).secrets())?;
         Ok(spec)
     }
 
