@@ -33,6 +33,9 @@
 //!   egress proxy against the same client straight on this host.
 //! - `setup` (issue 50): a task's start with its set-up reused from the
 //!   cache against the same task without a set-up.
+//! - `fork` (issue 51): a snapshot's cost per step on a 100 MB
+//!   workspace (time and disk, against a whole copy and an image copy),
+//!   and a fork at step 5 against a cold launch of the same task.
 //! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
 //!   requests, per call, against parsing them alone.
 //! - `suspend` (issue 51): what a waiting servo holds, running and
@@ -62,6 +65,7 @@ mod fake_stream;
 mod first;
 mod floor;
 mod footprint;
+mod fork;
 mod history;
 mod hops;
 mod llm;
@@ -93,6 +97,7 @@ use env::{Env, Sizes, progress};
 
 const MEASUREMENTS: &[&str] = &[
     "floor",
+    "fork",
     "dispatch",
     "first",
     "step",
@@ -154,8 +159,10 @@ struct Args {
     /// latency per request through a task's egress proxy against straight),
     /// setup (issue 50: a start with a cached set-up against a plain one),
     /// task (issue 49: a Harbor task with the oracle against its own work
-    /// in a bare container), suspend (issue 51: memory per waiting servo, running and frozen,
-    /// freeze and thaw times, how many waiting servos this host holds).
+    /// in a bare container), suspend (issue 51: memory per waiting servo,
+    /// running and frozen, freeze and thaw times, how many waiting servos
+    /// this host holds), fork (issue 51: a snapshot's cost per step, and a
+    /// fork at step 5 of a 100 MB workspace against a cold launch).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
     /// Tasks at once in `wide` (default 500; 20 with --quick).
@@ -369,6 +376,10 @@ async fn run(
     if want("suspend") {
         quiet_check("suspend", busy).await;
         figures.extend(suspend::suspend(env, if args.quick { 4 } else { 16 }).await?);
+    }
+    if want("fork") {
+        quiet_check("fork", busy).await;
+        figures.extend(fork::fork(env).await?);
     }
     if want("step") {
         quiet_check("step", busy).await;

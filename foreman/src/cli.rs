@@ -15,7 +15,7 @@ pub(crate) use definitions::DefinitionsCommand;
 pub(crate) use eval::{
     EvalCommand, EvalCompareArgs, EvalExportArgs, EvalListArgs, EvalRegradeArgs,
 };
-pub(crate) use fork::{FollowUpArgs, ForkArgs};
+pub(crate) use fork::{FollowUpArgs, ForkArgs, SnapshotArgs};
 pub(crate) use steps::{BreakpointArgs, StepArgs, StepOverrideArgs};
 
 /// Run coding agents at scale, safely: each task in its own hardened servo container.
@@ -220,8 +220,10 @@ pub(crate) enum TaskCommand {
     Cancel(IdArgs),
     /// Queue the same prompt again as a new task.
     Retry(RetryArgs),
-    /// New tasks going on from an ended task's conversation and workspace (another model, a note).
+    /// New tasks going on from a task's conversation and workspace at a step (another model, a note).
     Fork(ForkArgs),
+    /// Keep a running task's workspace and conversation at its next step (`snapshots: on_request`).
+    Snapshot(SnapshotArgs),
     /// Review feedback on a delivered branch: a new task on the branch's head that delivers to it.
     FollowUp(FollowUpArgs),
     /// Answer the question a task waits on (its `ask_user` call).

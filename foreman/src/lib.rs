@@ -272,6 +272,7 @@ async fn dispatch(cfg: config::Config, cli: Cli) -> anyhow::Result<ExitCode> {
             TaskCommand::Cancel(a) => commands::cancel(&cfg, a).await,
             TaskCommand::Retry(a) => commands::retry(&cfg, a).await,
             TaskCommand::Fork(a) => commands::fork(&cfg, a).await,
+            TaskCommand::Snapshot(a) => commands::snapshot(&cfg, a),
             TaskCommand::FollowUp(a) => commands::follow_up(&cfg, a).await,
             TaskCommand::Answer(a) => commands::answer(&cfg, a).await,
             TaskCommand::Approve(a) => commands::approve(&cfg, a).await,

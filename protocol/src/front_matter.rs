@@ -20,32 +20,23 @@ use serde::{Deserialize, Deserializer, Serialize};
 mod bench;
 mod git;
 mod named;
+mod report;
 mod samples;
 mod setup;
+mod snapshots;
 mod values;
 
 pub use bench::{AgentUser, Environment, Verify};
 pub use git::{Deliver, DeliverOn, GitSource, Workspace};
 pub use named::NamedGates;
+pub use report::ReportMode;
 pub use samples::{MAX_SAMPLES, Select};
 pub use setup::Setup;
+pub use snapshots::Snapshots;
 
 pub use values::{Deadline, Memory, Timeout, parse_duration_value};
 
 /// The keys a prompt's front-matter may set.
-/// What a task's report.md holds (`report:`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportMode {
-    /// Facts only: what ran, what changed, what was checked.
-    #[default]
-    Facts,
-    /// The facts, and a short "Findings / Partial findings / Limitations"
-    /// section written by one metered LLM call from the audit log and the
-    /// verification.
-    Synthesized,
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrontMatter {
@@ -117,6 +108,9 @@ pub struct FrontMatter {
     /// Ask the provider for each answer's per-token log probabilities
     /// (OpenAI-compatible chat), kept per call for the RL export.
     pub logprobs: Option<bool>,
+    /// Keep the workspace and session at each step (`every`), when asked
+    /// (`on_request`) or never (`off`, the default); issue 51's forks.
+    pub snapshots: Option<Snapshots>,
     /// What report.md holds: `facts` (the default) or `synthesized` (one
     /// more metered call adds a short findings section; issue 29).
     pub report: Option<ReportMode>,

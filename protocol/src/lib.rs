@@ -51,6 +51,7 @@ pub mod reason;
 pub mod remote;
 pub mod replay;
 pub mod retry;
+pub mod snapshot;
 pub mod task;
 pub mod template;
 pub mod tools;

@@ -96,6 +96,11 @@ pub struct ServoTask {
     /// before a call it sends there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inbox_on_call: bool,
+    /// The task keeps snapshots (`snapshots: every | on_request`, issue
+    /// 51): before each call the servo posts a
+    /// [`SnapshotPoint`](crate::snapshot::SnapshotPoint) with its step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub snapshots: bool,
     /// End the task `complete` as soon as the model has proposed a plan.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_only: bool,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use saheeli_protocol::human::{
     Ask, Asked, Breakpoint, Delivered, Inbox, MAX_WAIT_MS, Replied, Reply, routes,
 };
+use saheeli_protocol::snapshot::{SnapshotPoint, SnapshotTaken, routes as snapshot_routes};
 use saheeli_protocol::template::{self, StepDone, StepStart, StepsDone};
 use saheeli_protocol::verify::{Verdict, VerifyRequest, routes as verify_routes};
 use serde::Serialize;
@@ -17,6 +18,9 @@ use tracing::{debug, warn};
 /// Longest wait for a verdict (the foreman runs each verify command up to
 /// its `verify_timeout`; the servo's deadline ends the wait sooner).
 const VERIFY_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Longest wait for a snapshot (a copy of a large workspace).
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(600);
 
 /// How long a look at the inbox before an LLM call may take.
 const INBOX_LOOK: Duration = Duration::from_secs(2);
@@ -102,6 +106,27 @@ impl Desk {
             .post_retrying(routes::DELIVERED, &Delivered { ids })
             .await?;
         Ok(())
+    }
+
+    /// A snapshot point (issue 51): `step` steps are done and the session
+    /// saved; the foreman keeps the workspace as it is now when the task's
+    /// `snapshots:` says so. The step waits for it (the copy must not see
+    /// the next step's writes); a gateway away or slow costs the snapshot,
+    /// never the step.
+    pub async fn snapshot(&self, step: u32) -> Option<SnapshotTaken> {
+        let point = SnapshotPoint { step };
+        let call = self.post::<_, SnapshotTaken>(snapshot_routes::SNAPSHOT, &point);
+        match tokio::time::timeout(SNAPSHOT_WAIT, call).await {
+            Ok(Ok(t)) => Some(t),
+            Ok(Err(e)) => {
+                warn!(step, error = %e.0, "no snapshot at this step");
+                None
+            }
+            Err(_) => {
+                warn!(step, "no snapshot at this step: no answer in time");
+                None
+            }
+        }
     }
 
     /// Records that a template step starts; the names of all steps done so far.

@@ -371,9 +371,9 @@ pub(crate) async fn lost<B: Bench>(b: &mut B) -> Vec<String> {
 }
 
 /// The front-matter that needs each capability a prompt can ask for
-/// (`hidden_tests` comes only with an imported benchmark task, `gpus`,
-/// `snapshots` and `suspension` with no setting yet).
-pub(crate) const ASKED: [(&str, &str); 8] = [
+/// (`hidden_tests` comes only with an imported benchmark task, `gpus`
+/// and `suspension` with no setting yet).
+pub(crate) const ASKED: [(&str, &str); 9] = [
     ("third_party_agents", "agent: codex\n"),
     ("task_images", "image: saheeli-conformance-none:latest\n"),
     ("root_agent", "agent_user: root\n"),
@@ -382,17 +382,19 @@ pub(crate) const ASKED: [(&str, &str); 8] = [
     ("child_tasks", "delegate: {max_children: 2}\n"),
     ("disk_quota", "resources: {disk: 1g}\n"),
     ("parking", "park_after: 1s\n"),
+    ("snapshots", "snapshots: every\n"),
 ];
 
 /// Capabilities whose settings need nothing of this host at submit (no
 /// agent's or task's image), so that another engine's foreman queues them.
-const QUEUED_ELSEWHERE: [&str; 6] = [
+const QUEUED_ELSEWHERE: [&str; 7] = [
     "root_agent",
     "setup",
     "egress",
     "child_tasks",
     "disk_quota",
     "parking",
+    "snapshots",
 ];
 
 /// Refusals: a task needing a capability the engine does not declare is

@@ -43,6 +43,24 @@ impl TaskEngine {
         }
     }
 
+    /// The host directory holding the running task's /workspace, to
+    /// snapshot it (issue 51): the loop-mounted image or the volume's
+    /// directory, when this host holds it; None on a swarm (its workspace
+    /// is on a node) or when the container is gone.
+    pub async fn workspace_dir(&self, id: TaskId) -> Option<std::path::PathBuf> {
+        if matches!(self, TaskEngine::Swarm { .. }) {
+            return None;
+        }
+        let (d, container) = self.container(id).await.ok()?;
+        let info = d.inspect_container(&container, None).await.ok()?;
+        match super::docker::WorkspaceMount::of(info.mounts?)? {
+            super::docker::WorkspaceMount::Bind(dir) => Some(dir),
+            super::docker::WorkspaceMount::Volume(name) => {
+                super::docker::local_volume_dir_named(&d, &name).await
+            }
+        }
+    }
+
     /// Undoes a verify attempt a stopped foreman left midway (the task's
     /// container paused, a verify container beside it): for adoption.
     /// A task with no running container now has nothing to undo.

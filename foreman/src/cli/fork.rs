@@ -5,9 +5,9 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub(crate) struct ForkArgs {
-    /// An ended task (id, unique prefix or last digits).
+    /// A task (id, unique prefix or last digits): ended, or running with snapshots.
     pub id: String,
-    /// The step to go on from (default: the task's last; an earlier one needs snapshots, not built yet).
+    /// The step to go on from (default: the task's last; any other needs a snapshot of it, `snapshots:`).
     #[arg(long, value_name = "N")]
     pub at_step: Option<u64>,
     /// How many forks to make (1 to 16).
@@ -20,6 +20,15 @@ pub(crate) struct ForkArgs {
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
     /// Print the new tasks as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SnapshotArgs {
+    /// A running task with `snapshots: on_request` (id, unique prefix or last digits).
+    pub id: String,
+    /// Print the answer as JSON.
     #[arg(long)]
     pub json: bool,
 }

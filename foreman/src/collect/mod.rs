@@ -24,6 +24,7 @@ mod evidence;
 mod read;
 mod redact;
 mod results;
+pub(crate) mod snapshot;
 mod sparse;
 #[cfg(test)]
 mod tests;

@@ -64,6 +64,23 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         removed += 1;
     }
+    // Snapshots (issue 51) of tasks that ended, or that this database
+    // does not know: an ended task's are kept for `task fork --at-step`
+    // until gc.
+    let state_dir = cfg.state_dir();
+    let known = |id: saheeli_protocol::TaskId| store.get(&id.to_string()).ok().flatten().is_some();
+    let mut gone =
+        crate::collect::snapshot::leftovers(&state_dir, &|id| known(id) && !ended(&id.to_string()));
+    gone.sort();
+    for id in gone {
+        let steps = crate::collect::snapshot::steps(&state_dir, id).len();
+        let bytes = crate::collect::snapshot::disk_use(&state_dir, id);
+        outln!("snapshots of task {id} ({steps} steps, {bytes} bytes)");
+        if !args.dry_run {
+            crate::collect::snapshot::remove(&state_dir, id)?;
+        }
+        removed += 1;
+    }
     // Warm servos (issue 28) this database's foremen made that no task
     // that has not ended claimed: idle ones (a serving foreman's pool
     // makes new ones) and what a stopped foreman left.
@@ -100,7 +117,7 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         "removed"
     };
     eprintln!(
-        "{verb} {removed} leftover containers, volumes, workspace images and idle warm servos"
+        "{verb} {removed} leftover containers, volumes, workspace images, snapshots and idle warm servos"
     );
     if args.images {
         task_images(&d, args.dry_run, verb).await?;

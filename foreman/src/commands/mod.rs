@@ -54,5 +54,5 @@ pub(crate) use overrides::override_outcome;
 pub(crate) use report::{diff, report};
 pub(crate) use run::run;
 pub(crate) use serve::serve;
-pub(crate) use task::{cancel, follow_up, fork, logs, results, retry, status, submit};
+pub(crate) use task::{cancel, follow_up, fork, logs, results, retry, snapshot, status, submit};
 pub(crate) use trajectory::trajectory;

@@ -392,6 +392,27 @@ pub(crate) async fn fork(cfg: &Config, args: crate::cli::ForkArgs) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
+/// `task snapshot ID` (issue 51): a snapshot at the task's next step.
+pub(crate) fn snapshot(cfg: &Config, args: crate::cli::SnapshotArgs) -> anyhow::Result<ExitCode> {
+    let asked = crate::ops::request_snapshot(cfg, &args.id)?;
+    let (id, every) = match asked {
+        crate::ops::Asked::Next(id) => (id, false),
+        crate::ops::Asked::Every(id) => (id, true),
+    };
+    let kept = crate::collect::snapshot::steps(&cfg.state_dir(), id);
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::json!({"id": id.to_string(), "every_step": every, "kept": kept})
+        );
+    } else if every {
+        outln!("task {id} keeps a snapshot at every step already (`snapshots: every`)");
+    } else {
+        outln!("task {id} keeps a snapshot at its next step");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) async fn retry(cfg: &Config, args: RetryArgs) -> anyhow::Result<ExitCode> {
     let retried = retry_task(cfg, &args.id).await?;
     if let Some(note) = &retried.note {

@@ -77,6 +77,8 @@ pub(crate) struct TaskDefaults {
     pub objective: Option<String>,
     /// What report.md holds: `facts` or `synthesized`.
     pub report: saheeli_protocol::front_matter::ReportMode,
+    /// When the workspace and session are kept at a step (issue 51).
+    pub snapshots: saheeli_protocol::front_matter::Snapshots,
     // --- long tasks (issue 26) ---
     /// The provider's prompt cache: `5m`, `1h` or `off`.
     pub cache: saheeli_protocol::context::Cache,
@@ -150,6 +152,7 @@ impl Default for TaskDefaults {
             assess: false,
             objective: None,
             report: Default::default(),
+            snapshots: Default::default(),
             cache: saheeli_protocol::context::Cache::default(),
             context: saheeli_protocol::context::ContextSettings::default(),
             agent: saheeli_protocol::Agent::default(),

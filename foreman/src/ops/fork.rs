@@ -1,15 +1,20 @@
 //! `task fork` and the HTTP API's fork (issue 51): K new tasks, each going
-//! on from an ended task's conversation (its sealed session) and its
-//! collected workspace, optionally with another model and a note the
-//! model reads first. Forks are ordinary tasks linked by `forked_from`;
-//! the parent is never touched.
+//! on from a task's conversation (its sealed session) and workspace at a
+//! step, optionally with another model and a note the model reads first:
+//! an ended task's collected results at its last step, or a snapshot
+//! (`snapshots:`, `collect::snapshot`) at any step it kept, the task ended
+//! or running. Forks are ordinary tasks linked by `forked_from`; the
+//! parent is never touched (a running one is only read from its
+//! snapshots, in the foreman's state).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use saheeli_protocol::TaskId;
 use saheeli_protocol::attempt::RetryFrom;
+use saheeli_protocol::front_matter::Snapshots;
 
 use super::error::Error;
+use crate::collect::snapshot;
 use crate::config::Config;
 use crate::inputs;
 use crate::ops::open_existing_store;
@@ -35,7 +40,26 @@ pub(crate) struct Fork {
     pub note: Option<String>,
 }
 
-/// Queues `fork.count` forks of an ended task; their ids, in order.
+/// Queues `count` forks of task `parent` going on from its step `step`
+/// (a snapshot of it, or the last step of an ended task); their ids, in
+/// order. The one call best-of-N's `samples:` / `fork_at:` needs.
+// Best-of-N (issue 51's `samples:`, built beside this) is its caller.
+#[allow(dead_code)]
+pub(crate) async fn fork_at(
+    cfg: &Config,
+    parent: TaskId,
+    step: u64,
+    count: u32,
+) -> Result<Vec<TaskId>, Error> {
+    let fork = Fork {
+        at_step: Some(step),
+        count,
+        ..Fork::default()
+    };
+    fork_task(cfg, &parent.to_string(), fork).await
+}
+
+/// Queues `fork.count` forks of a task; their ids, in order.
 pub(crate) async fn fork_task(
     cfg: &Config,
     id_or_prefix: &str,
@@ -43,18 +67,21 @@ pub(crate) async fn fork_task(
 ) -> Result<Vec<TaskId>, Error> {
     let mut store = open_existing_store(cfg).map_err(Error::Internal)?;
     let parent: TaskRow = store.require(id_or_prefix)?;
-    let session = check(cfg, &parent, &fork)?;
-    let step = parent.steps.max(0) as u64;
-    let results = session
-        .parent()
-        .expect("a session file is in its results")
-        .to_path_buf();
+    let from = check(cfg, &parent, &fork)?;
+    let script = match &fork.model {
+        Some(m) => check_model(cfg, &parent, m)?,
+        None => None,
+    };
+    let (step, results) = (from.step, from.dir.clone());
     let mut forks = Vec::new();
     for index in 1..=fork.count {
         let id = TaskId::new();
         let mut spec = parent.spec.clone();
         if let Some(m) = &fork.model {
             spec.model = m.clone();
+        }
+        if let Some(s) = &script {
+            spec.replay = Some(s.clone());
         }
         spec.forked_from = Some(ForkOf {
             task: parent.id,
@@ -67,7 +94,7 @@ pub(crate) async fn fork_task(
         spec.chain = Some(Chain {
             from: parent.id,
             mode: RetryFrom::Session,
-            note: note(&parent, step, index, fork.count, fork.note.as_deref()),
+            note: note(&parent, &from, index, fork.count, fork.note.as_deref()),
             used: Used::default(),
         });
         forks.push((id, spec));
@@ -81,7 +108,7 @@ pub(crate) async fn fork_task(
         for id in packed_ids {
             inputs::pack_resume(&dir, &results, id, max, secrets.clone()).map_err(|e| {
                 Error::Refused(anyhow::anyhow!(
-                    "the collected workspace of task `{}` cannot be forked: {e}",
+                    "the workspace of task `{}` at step {step} cannot be forked: {e}",
                     parent.id
                 ))
             })?;
@@ -105,32 +132,24 @@ pub(crate) async fn fork_task(
     Ok(ids)
 }
 
-/// Refuses what cannot be forked, saying why; else the parent's session
-/// file (in its collected results).
-fn check(cfg: &Config, parent: &TaskRow, fork: &Fork) -> Result<PathBuf, Error> {
+/// Where forks go on from: a directory holding the parent's workspace
+/// and session file at `step`.
+struct From {
+    dir: PathBuf,
+    step: u64,
+    /// A snapshot (else the collected results of an ended task).
+    snapshot: bool,
+}
+
+/// Refuses what cannot be forked, saying why; else where the forks go
+/// on from.
+fn check(cfg: &Config, parent: &TaskRow, fork: &Fork) -> Result<From, Error> {
     let refuse = |why: String| Err(Error::Refused(anyhow::anyhow!(why)));
     if fork.count == 0 || fork.count > MAX_FORKS {
         return refuse(format!("`--count` must be 1 to {MAX_FORKS}"));
     }
     if fork.note.as_ref().is_some_and(|n| n.len() > MAX_NOTE) {
         return refuse(format!("`--note` must be at most {} KiB", MAX_NOTE / 1024));
-    }
-    if !parent.state.is_terminal() {
-        return Err(Error::WrongState(format!(
-            "task `{}` is {}; only an ended task can be forked for now (forking a running one \
-             needs snapshots, not built yet): wait for it, or fork it once it ends",
-            parent.id, parent.state
-        )));
-    }
-    let last = parent.steps.max(0) as u64;
-    if let Some(n) = fork.at_step
-        && n != last
-    {
-        return refuse(format!(
-            "task `{}` ended at step {last}; `--at-step {n}` needs the workspace as it was at \
-             step {n}, which is kept only with snapshots (not built yet): fork at step {last}",
-            parent.id
-        ));
     }
     if !parent.spec.agent.is_builtin() {
         return refuse(format!(
@@ -140,39 +159,111 @@ fn check(cfg: &Config, parent: &TaskRow, fork: &Fork) -> Result<PathBuf, Error> 
             parent.spec.agent.label()
         ));
     }
-    if let Some(m) = &fork.model {
-        check_model(cfg, parent, m)?;
-    }
-    let Some(results) = &parent.results_path else {
-        return refuse(format!(
-            "task `{}` has no collected results to fork from",
-            parent.id
-        ));
+    let ended = parent.state.is_terminal();
+    let last = parent.steps.max(0) as u64;
+    let from = match fork.at_step {
+        // An ended task's last step: its collected results.
+        Some(n) if ended && n == last => None,
+        None if ended => None,
+        Some(n) => Some(n),
+        None => match snapshot::steps(&cfg.state_dir(), parent.id).last() {
+            Some(n) => Some(u64::from(*n)),
+            None => return Err(no_snapshot(parent, None, &[])),
+        },
     };
-    let session = Path::new(results).join(format!("servo-{}-session.json", parent.id));
+    let (dir, step, snapshot) = match from {
+        None => match &parent.results_path {
+            Some(r) => (PathBuf::from(r), last, false),
+            None => {
+                return refuse(format!(
+                    "task `{}` has no collected results to fork from",
+                    parent.id
+                ));
+            }
+        },
+        Some(n) => {
+            let at = u32::try_from(n).ok();
+            match at.and_then(|n| snapshot::at_step(&cfg.state_dir(), parent.id, n)) {
+                Some(dir) => (dir, n, true),
+                None => {
+                    let kept = snapshot::steps(&cfg.state_dir(), parent.id);
+                    return Err(no_snapshot(parent, Some(n), &kept));
+                }
+            }
+        }
+    };
+    let session = dir.join(format!("servo-{}-session.json", parent.id));
     // Never followed: a link the agent left there is not a session.
     match std::fs::symlink_metadata(&session) {
-        Ok(m) if m.file_type().is_file() => Ok(session),
+        Ok(m) if m.file_type().is_file() => Ok(From {
+            dir,
+            step,
+            snapshot,
+        }),
         _ => refuse(format!(
-            "task `{}` left no session in its results (`{}`) to go on from",
+            "task `{}` left no session at step {step} (`{}`) to go on from",
             parent.id,
             session.display()
         )),
     }
 }
 
+/// Why there is nothing to fork at step `n` (None: the task's latest).
+fn no_snapshot(parent: &TaskRow, n: Option<u64>, kept: &[u32]) -> Error {
+    let (id, state) = (parent.id, parent.state);
+    let at = match n {
+        Some(n) => format!("at step {n}"),
+        None => "yet".into(),
+    };
+    let why = if parent.spec.snapshots == Snapshots::Off {
+        let then = match state.is_terminal() {
+            true => format!("fork it at its last step ({})", parent.steps.max(0)),
+            false => "fork it once it ends".into(),
+        };
+        format!(
+            "task `{id}` is {state} and keeps no snapshots (`snapshots: off`), so there is no \
+             workspace {at} to fork from: {then}, or run it with `snapshots: every`"
+        )
+    } else if kept.is_empty() {
+        format!("task `{id}` is {state} and has no snapshot {at} (it has kept none yet)")
+    } else {
+        let list: Vec<String> = kept.iter().map(u32::to_string).collect();
+        format!(
+            "task `{id}` is {state} and has no snapshot {at}; it has snapshots at steps {}",
+            list.join(", ")
+        )
+    };
+    if state.is_terminal() || n.is_some() {
+        Error::Refused(anyhow::anyhow!(why))
+    } else {
+        Error::WrongState(why)
+    }
+}
+
 /// A model the forks may switch to: one a configured provider serves, of
-/// the same kind as the parent's (a replay script is the parent's own).
-fn check_model(cfg: &Config, parent: &TaskRow, model: &str) -> Result<(), Error> {
+/// the same kind as the parent's; or, for a `replay:` task, another
+/// script (its first turns, as many as the conversation has, are skipped
+/// as on any resume), read now: its turns.
+fn check_model(
+    cfg: &Config,
+    parent: &TaskRow,
+    model: &str,
+) -> Result<Option<saheeli_protocol::ReplayScript>, Error> {
     let refuse = |why: String| Err(Error::Refused(anyhow::anyhow!(why)));
     if model.trim().is_empty() || model.len() > 200 {
         return refuse("`--model` must be 1 to 200 characters".into());
     }
     let replay = |m: &str| m.starts_with("replay:");
+    if replay(model) && replay(&parent.spec.model) {
+        let file = model.trim_start_matches("replay:");
+        return crate::spec::read_replay_here(file)
+            .map(Some)
+            .map_err(Error::Refused);
+    }
     if replay(model) || replay(&parent.spec.model) {
         return refuse(format!(
-            "task `{}` and its forks must both use a provider's model to switch (`replay:` \
-             scripts are read at submit): leave `--model` out",
+            "task `{}` and its forks must both use a provider's model, or both a `replay:` \
+             script, to switch: leave `--model` out",
             parent.id
         ));
     }
@@ -187,16 +278,26 @@ fn check_model(cfg: &Config, parent: &TaskRow, model: &str) -> Result<(), Error>
             r.provider.key_env.as_deref().unwrap_or("its key")
         ));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// What each fork's model reads after the parent's conversation.
-fn note(parent: &TaskRow, step: u64, index: u32, count: u32, extra: Option<&str>) -> String {
+fn note(parent: &TaskRow, from: &From, index: u32, count: u32, extra: Option<&str>) -> String {
+    let how = match from.snapshot {
+        true => format!(
+            "the workspace as it was at that step (the task was {} when forked)",
+            parent.state
+        ),
+        false => format!(
+            "the workspace as that task left it (it ended {})",
+            parent.state
+        ),
+    };
     let mut s = format!(
         "[saheeli] This conversation is fork {index} of {count} of task {}, going on from its \
-         step {step} with the workspace as that task left it (it ended {}).",
+         step {} with {how}.",
         parent.id.short(),
-        parent.state
+        from.step
     );
     if let Some(extra) = extra.filter(|e| !e.trim().is_empty()) {
         s.push_str("\n\n");

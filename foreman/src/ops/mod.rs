@@ -14,6 +14,7 @@ mod follow_up;
 mod fork;
 mod git;
 mod retry;
+mod snapshot;
 mod steer;
 mod steps;
 mod store;
@@ -24,8 +25,11 @@ pub(crate) use children::submit_child;
 pub(crate) use definitions::{template_spec, with_definitions};
 pub(crate) use error::Error;
 pub(crate) use follow_up::{MAX_FEEDBACK, follow_up};
+#[allow(unused_imports)]
+pub(crate) use fork::fork_at;
 pub(crate) use fork::{Fork, fork_task};
 pub(crate) use retry::retry_task;
+pub(crate) use snapshot::{Asked, request_snapshot};
 #[cfg(test)]
 pub(crate) use steer::user_name;
 pub(crate) use steer::{Steer, StepOverrideState, joined, os_user, steer, who};

@@ -73,13 +73,27 @@ fn gather(row: &TaskRow, results: &Path) -> Report {
         template_steps: Vec::new(),
         verification: None,
         synthesis: None,
-        notes: notes(row),
+        notes: notes(row, results),
     }
 }
 
-/// The set-up's summary, the commit it started from and its delivery.
-fn notes(row: &TaskRow) -> Vec<String> {
+/// The set-up's summary, the commit it started from, what it was forked
+/// from and its delivery.
+fn notes(row: &TaskRow, results: &Path) -> Vec<String> {
     let mut out = vec![];
+    if let Some(f) = &row.spec.forked_from {
+        let mut line = format!(
+            "Fork {} of {} of task `{}` at step {}",
+            f.index, f.count, f.task, f.step
+        );
+        if let Some(u) = first_call(results, row) {
+            line.push_str(&format!(
+                "; its first call read {} of {} input tokens from the prompt cache",
+                u.cache_read_tokens, u.input_tokens
+            ));
+        }
+        out.push(line);
+    }
     if let Some(r) = &row.setup {
         out.push(format!("Set-up: {}", r.summary()));
     }
@@ -110,6 +124,23 @@ fn notes(row: &TaskRow) -> Vec<String> {
         None => {}
     }
     out
+}
+
+/// The usage of the task's first LLM call, from the collected audit log.
+fn first_call(results: &Path, row: &TaskRow) -> Option<saheeli_protocol::Usage> {
+    let lines = collect::audit_lines(results, row.id).ok()??;
+    for line in lines {
+        let Ok(Line::Text(line)) = line else {
+            return None;
+        };
+        if let Ok(AuditEvent::LlmCall {
+            usage, error: None, ..
+        }) = serde_json::from_str(&line)
+        {
+            return Some(usage);
+        }
+    }
+    None
 }
 
 /// Tool calls by tool from the collected audit log, most called first.

@@ -23,6 +23,7 @@ pub(crate) mod desk;
 pub(crate) mod egress_ask;
 pub(crate) mod python_modules;
 pub(crate) mod shadow;
+pub(crate) mod snapshot;
 pub(crate) mod steps;
 pub(crate) mod synthesis;
 pub(crate) mod verify;
@@ -98,6 +99,7 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Built {
         ctx: ctx.clone(),
         policy: desk::DeskPolicy::of(spec),
     });
+    let snapshots = snapshot::Link::of(spec, &plan.cfg, plan.engine.clone());
     let verify = VerifyLink::of(spec, id, plan.engine, &plan.cfg.state_dir());
     let delegate = spec.delegate.map(|_| {
         Arc::new(DelegateLink {
@@ -111,7 +113,8 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Built {
         .merge(steps::routes(&ctx, steps::Link::of(spec, verify.clone())))
         .merge(verify::routes(&ctx, verify.clone()))
         .merge(capability::routes(&ctx, spec))
-        .merge(children::routes(&ctx, delegate));
+        .merge(children::routes(&ctx, delegate))
+        .merge(snapshot::routes(&ctx, snapshots));
     Built {
         router,
         approver,

@@ -382,6 +382,12 @@ pub(super) const TASK: &[Setting] = &[
         .config("task.report")
         .front(|f| f.report.is_some())
         .shown(|s, _| json!(s.report)),
+    Setting::new("snapshots", "every | on_request | off")
+        .default("off")
+        .doc("Keep the workspace and the conversation at a step, so that `task fork ID --at-step N` can go on from it, the task running or ended: `every` (before each call, the workspace as the last step left it; only what a step changed is copied, the rest linked), `on_request` (at the next step after `saheeli task snapshot ID`), `off`. Kept in the foreman's state, never in the container, removed with the task. The built-in agent only; the local engine only.")
+        .config("task.snapshots")
+        .front(|f| f.snapshots.is_some())
+        .shown(|s, _| json!(s.snapshots.as_str())),
     Setting::new("parameters", "list")
         .doc("A template's declared parameters; `{{ name }}` in the prompt is replaced by the value (`--param name=…`).")
         .front(|f| !f.parameters.is_empty()),

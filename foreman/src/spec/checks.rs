@@ -47,6 +47,12 @@ pub(super) fn secret_forms(value: &str) -> Vec<String> {
     forms
 }
 
+/// Reads the `replay:` script `file` a command names (`task fork
+/// --model replay:FILE`): inside the current directory's tree.
+pub(crate) fn read_replay_here(file: &str) -> anyhow::Result<ReplayScript> {
+    read_replay(Path::new("--model"), Path::new(""), file)
+}
+
 /// Reads a `replay:` script. It must lie inside the prompt's directory tree
 /// (a prompt cannot read host files through it), and errors never quote its
 /// contents.

@@ -36,6 +36,7 @@ pub(crate) use crate::task::ParamValue;
 pub(crate) use crate::task::{Chain, TaskSpec, Used};
 pub(crate) use agent::{default_image, image_for};
 pub(crate) use budget::Budget;
+pub(crate) use checks::read_replay_here;
 pub(crate) use prompt::{SpecError, front_matter};
 pub(crate) use samples::share as sample_share;
 pub(crate) use sources::{Effective, Source, effective};

@@ -195,6 +195,7 @@ impl TaskSpec {
             objective: checks.objective,
             logprobs: fm.logprobs.unwrap_or(false),
             report: fm.report.unwrap_or(d.report),
+            snapshots: fm.snapshots.unwrap_or(d.snapshots),
             cache: fm.cache.unwrap_or(d.cache),
             context,
             agent,
@@ -222,8 +223,7 @@ impl TaskSpec {
         };
         // Keys pasted into a prompt or a replay script must not reach the
         // database (nor, through it, `task status --json` or a container).
-        let secrets = crate::config::Providers::from_config(cfg).secrets();
-        spec.redact(&secrets)?;
+        spec.redact(&crate::config::Providers::from_config(cfg).secrets())?;
         Ok(spec)
     }
 
@@ -267,6 +267,8 @@ impl TaskSpec {
             // The built-in loop's calls to a model (not a script's turns)
             // reach `llm::chat`, which looks at the inbox with each.
             inbox_on_call: self.agent.is_builtin() && !self.model.starts_with("replay:"),
+            snapshots: self.agent.is_builtin()
+                && self.snapshots != saheeli_protocol::front_matter::Snapshots::Off,
             plan_only: self.plan_only,
             park_after_ms: Some(self.park_after_ms),
             tools: self.tools.clone(),

@@ -58,6 +58,7 @@ pub(crate) fn spec(title: &str) -> TaskSpec {
         objective: None,
         logprobs: false,
         report: Default::default(),
+        snapshots: Default::default(),
         cache: Default::default(),
         context: Default::default(),
         agent: Default::default(),

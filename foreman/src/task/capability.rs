@@ -162,6 +162,12 @@ impl TaskSpec {
         if self.disk_asked {
             need(Capability::DiskQuota, "resources.disk".into());
         }
+        if self.snapshots != saheeli_protocol::front_matter::Snapshots::Off {
+            need(
+                Capability::Snapshots,
+                format!("snapshots: {}", self.snapshots.as_str()),
+            );
+        }
         needs
     }
 }

@@ -149,6 +149,10 @@ pub(crate) struct TaskSpec {
     /// What report.md holds (`report:`; issue 29).
     #[serde(default)]
     pub report: saheeli_protocol::front_matter::ReportMode,
+    /// When the workspace and session are kept at a step (`snapshots:`;
+    /// issue 51).
+    #[serde(default)]
+    pub snapshots: saheeli_protocol::front_matter::Snapshots,
     // --- long tasks (issue 26) ---
     /// The provider's prompt cache (`cache:`).
     #[serde(default)]

@@ -287,7 +287,7 @@ pub(super) struct ActBody {
     prompt: Option<String>,
 }
 
-const ACTIONS: &str = "cancel, retry, fork, follow-up, answer, approve, deny, pause, resume, \
+const ACTIONS: &str = "cancel, retry, fork, snapshot, follow-up, answer, approve, deny, pause, resume, \
      inject, breakpoint, step, step-override";
 
 /// `step-override`'s body: `{"step": NAME, "state": "done" | "skipped", "reason": TEXT}`.
@@ -375,6 +375,9 @@ pub(super) async fn act(
 ) -> ApiResult<Json<Value>> {
     if action == "fork" {
         return super::fork::fork(web, id, body).await;
+    }
+    if action == "snapshot" {
+        return super::fork::snapshot(web, id).await;
     }
     let b: ActBody = json_body(&body)?;
     if action == "follow-up" {

@@ -20,6 +20,23 @@ struct ForkBody {
     note: Option<String>,
 }
 
+/// `POST /api/tasks/{id}/snapshot`: `task snapshot` over HTTP; answers
+/// `{"id", "every_step", "kept": [steps]}`.
+pub(super) async fn snapshot(web: Shared, id: String) -> Result<Json<Value>, ApiError> {
+    let cfg = web.cfg.clone();
+    let asked = tokio::task::spawn_blocking(move || ops::request_snapshot(&cfg, &id))
+        .await
+        .map_err(|e| ApiError::from(ops::Error::panicked("snapshot", e)))??;
+    let (id, every) = match asked {
+        ops::Asked::Next(id) => (id, false),
+        ops::Asked::Every(id) => (id, true),
+    };
+    let kept = crate::collect::snapshot::steps(&web.cfg.state_dir(), id);
+    Ok(Json(
+        json!({"id": id.to_string(), "every_step": every, "kept": kept}),
+    ))
+}
+
 /// Answers `{"ids": [...], "forked_from": ID, "tasks": [views]}`.
 pub(super) async fn fork(web: Shared, id: String, body: Bytes) -> Result<Json<Value>, ApiError> {
     let b: ForkBody = if body.iter().all(u8::is_ascii_whitespace) {

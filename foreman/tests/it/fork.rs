@@ -45,10 +45,10 @@ fn forks_go_on_from_the_conversation_and_workspace_with_a_note() {
     let pid = parent["id"].as_str().unwrap().to_string();
     let steps = parent["steps"].as_i64().unwrap();
 
-    // Refused: an earlier step (no snapshots yet), too many, a bad id.
+    // Refused: an earlier step (no snapshots kept), too many, a bad id.
     let err = s.expect_err(&["task", "fork", &pid, "--at-step", "1"], 2);
     assert!(
-        err.contains("needs the workspace as it was at step 1"),
+        err.contains("keeps no snapshots (`snapshots: off`), so there is no workspace at step 1"),
         "{err}"
     );
     let err = s.expect_err(&["task", "fork", &pid, "--count", "17"], 2);
@@ -170,7 +170,8 @@ fn a_task_that_has_not_ended_is_not_forked() {
     let id = s.submit("p.md");
     let err = s.expect_err(&["task", "fork", &id], 2);
     assert!(
-        err.contains("only an ended task can be forked for now"),
+        err.contains("is queued and keeps no snapshots (`snapshots: off`)")
+            && err.contains("fork it once it ends"),
         "{err}"
     );
 }

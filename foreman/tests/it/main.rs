@@ -10,6 +10,7 @@ mod fake_stream;
 mod fork;
 mod llama;
 mod recording_proxy;
+mod step_snapshots;
 mod util;
 
 mod admission;

@@ -245,6 +245,10 @@ impl Agent {
             return end;
         }
         loop {
+            if self.task.snapshots {
+                // The last step's tools have run and its session is saved.
+                self.human.desk.snapshot(self.steps).await;
+            }
             let t0 = Instant::now();
             let before = self.before_turn().await;
             self.clock.inbox += t0.elapsed();

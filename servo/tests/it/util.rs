@@ -44,6 +44,7 @@ impl Servo {
                 gates: vec![],
                 pause_on_tool_error: false,
                 inbox_on_call: false,
+                snapshots: false,
                 plan_only: false,
                 park_after_ms: None,
                 tools: None,

@@ -25,6 +25,6 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         Gpus,
         No("no container is given a GPU yet (no device requests are made)"),
     ),
-    (Snapshots, No("snapshots are not built yet (issue 51)")),
+    (Snapshots, Yes),  // it::step_snapshots
     (Suspension, Yes), // it::freeze
 ];

@@ -47,7 +47,12 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         Gpus,
         No("no job is given a GPU yet (no generic resources are asked)"),
     ),
-    (Snapshots, No("snapshots are not built yet (issue 51)")),
+    (
+        Snapshots,
+        No(
+            "a swarm servo's workspace is on its node, which the foreman does not copy from while it runs (forks of an ended task at its last step work)",
+        ),
+    ),
     (
         Suspension,
         No(
