@@ -90,3 +90,32 @@ async fn pull(d: &Docker, image: &str) -> anyhow::Result<bool> {
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(yaml: &str) -> Config {
+        Config {
+            source: None,
+            base_dir: "/tmp".into(),
+            file: serde_yaml::from_str(yaml).unwrap(),
+            set_keys: Default::default(),
+        }
+    }
+
+    /// Only the agents' images in the swarm's registry are pulled, each
+    /// once.
+    #[test]
+    fn the_nodes_pull_each_agent_image_of_the_swarm_s_registry_once() {
+        let swarm = "backend: swarm\nswarm: { manager: 'tcp://10.0.0.11:2375', \
+                     registry: '10.0.0.1:5000', network: none, gateway_listen: '10.0.0.1:7070' }\n";
+        let agents = "agents:\n  codex: 10.0.0.1:5000/saheeli-servo-codex@sha256:aa\n  \
+                      aider: 10.0.0.1:5000/saheeli-servo-codex@sha256:aa\n  \
+                      claude-code: saheeli-servo-claude-code:latest\n";
+        assert_eq!(
+            agent_images(&cfg(&format!("{swarm}{agents}"))),
+            ["10.0.0.1:5000/saheeli-servo-codex@sha256:aa"]
+        );
+    }
+}
