@@ -10,7 +10,7 @@ use crate::task::Capability::{self, *};
 
 /// The swarm engine's declaration.
 pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
-    (ThirdPartyAgents, Yes), // it::swarm_agents, it::swarm_agents_more
+    (ThirdPartyAgents, Yes), // it::swarm_agents; it::swarm_agents_more
     (
         TaskImages,
         No("a node would need the task's image from the swarm's registry"),
