@@ -230,6 +230,7 @@ down() {
       docker -H "unix://$BASE/n$n/docker.sock" rm -f >/dev/null 2>&1 & }
   done
   wait
+  log "down: containers removed"
   for n in $(seq 1 "$NODES"); do
     d=$BASE/n$n
     [ -f "$d/docker.pid" ] && kill "$(cat "$d/docker.pid")" 2>/dev/null
@@ -241,6 +242,7 @@ down() {
       for _ in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
     fi
   done
+  log "down: daemons stopped"
   # What is left of ours: processes in our node namespaces (containerd,
   # shims) and in our cgroup parents, by pid.
   for sig in TERM KILL; do
@@ -250,6 +252,7 @@ down() {
     done
     sleep 0.3
   done
+  log "down: processes ended"
   [ -f "$BASE/registry/pid" ] && kill "$(cat "$BASE/registry/pid")" 2>/dev/null
   for n in $(seq 1 "$NODES"); do
     d=$BASE/n$n
@@ -260,8 +263,17 @@ down() {
   done
   [ -e /run/netns/$HUB ] && ip netns del $HUB # takes the ${NS}root veth with it
   ip link del ${NS}root 2>/dev/null
-  rm -rf "$BASE"
-  log "down"
+  # The node directories hold every node's images (a GB and more with
+  # agent images): removing them took most of `down` (37 s of 44 under
+  # load). They are renamed now, so that the next `up` may use $BASE at
+  # once, and removed in the background, at the lowest priority (with
+  # what an interrupted earlier removal left).
+  if [ -d "$BASE" ]; then
+    mv "$BASE" "$BASE.gone.$$"
+  fi
+  setsid sh -c 'for g in "$0".gone.*; do [ -d "$g" ] && nice -n 19 rm -rf "$g"; done' "$BASE" \
+    </dev/null >/dev/null 2>&1 &
+  log "down (its directories are being removed in the background)"
   return 0
 }
 

@@ -88,6 +88,7 @@ mod steps_checked;
 mod steps_gates;
 mod swarm;
 mod swarm_agents;
+mod swarm_agents_more;
 mod swarm_certs;
 mod swarm_park;
 mod swarm_relay;

@@ -10,7 +10,7 @@ use crate::task::Capability::{self, *};
 
 /// The swarm engine's declaration.
 pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
-    (ThirdPartyAgents, Yes), // it::swarm_agents
+    (ThirdPartyAgents, Yes), // it::swarm_agents; it::swarm_agents_more
     (
         TaskImages,
         No("a node would need the task's image from the swarm's registry"),
@@ -41,7 +41,11 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
     (LiveLogs, Yes), // it::swarm_verify (live logs)
     (
         WarmPool,
-        No("warm servos are kept on this host only; a swarm job is scheduled per task"),
+        No(
+            "not built: a warm job would skip Swarm's scheduling and dispatch, about 150 of the \
+             ~350 ms a cold job takes to its first LLM request (measured; docs/operating/swarm.md), \
+             but every swarm object is named and found by its task's id, which a warm job has not",
+        ),
     ),
     (
         Gpus,

@@ -84,12 +84,19 @@ impl Swarm {
         }
     }
 
+    /// Starts pulling the agents' images onto every node (`prepull`).
     /// With an overlay, keeps its sandbox up on every node, with the image
     /// pulled there (`overlay`; a swarm that refuses only costs speed).
     /// With `network: none`, the gateway's relay on every node (`relay`),
     /// which jobs cannot run without, on nodes whose engines have no
     /// default bridge.
     pub async fn check_image(&self) -> Result<(), EngineError> {
+        // The agents' images onto every node, in the background.
+        tokio::spawn(super::prepull::pull_everywhere(
+            self.manager.clone(),
+            self.manager_addr.clone(),
+            super::prepull::agent_images(&self.cfg),
+        ));
         if self.network == super::relay::NONE {
             let bridged =
                 super::relay::nodes_with_a_bridge(&self.manager, &self.manager_addr).await;

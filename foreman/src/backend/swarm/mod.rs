@@ -18,7 +18,8 @@
 //!   sandbox up between tasks (and the image pulled there); `relay`:
 //!   `swarm.network: none`, jobs with no network, reaching the gateway
 //!   through a relay on their node.
-//! - `push`: `build-servo --push`, the image into the swarm's registry.
+//! - `push`: `build-servo --push`, the image into the swarm's registry;
+//!   `prepull`: the agents' images onto every node when `serve` starts.
 //! - `endpoint`, `tls`: reaching the manager's and each node's engine
 //!   API, plain or over TLS (`swarm.tls`).
 //! - `nodes`: reaching each node's engine, to remove what Docker 20.10
@@ -39,6 +40,7 @@ mod locate;
 mod nodes;
 mod observe;
 mod overlay;
+mod prepull;
 mod push;
 mod relay;
 mod service;

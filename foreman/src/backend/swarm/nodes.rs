@@ -41,6 +41,32 @@ pub(crate) async fn node_engines(
     out
 }
 
+/// The engines of the reachable nodes that take jobs (availability
+/// `active`, not drained or paused), by hostname.
+pub(crate) async fn active_node_engines(
+    manager: &Docker,
+    manager_addr: &super::Endpoint,
+) -> Vec<(String, Docker)> {
+    let Ok(nodes) = manager.list_nodes(None::<ListNodesOptions>).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for n in nodes {
+        let active = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.availability)
+            .is_some_and(|a| a == bollard::models::NodeSpecAvailabilityEnum::ACTIVE);
+        if active
+            && let Some((name, at)) = engine_at(n, manager_addr)
+            && let Some(d) = reach(&name, &at).await
+        {
+            out.push((name, d));
+        }
+    }
+    out
+}
+
 /// The engine of the node named `hostname`: an error says why it cannot
 /// be reached now.
 pub(crate) async fn node_engine(
