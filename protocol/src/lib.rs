@@ -7,6 +7,8 @@
 //! # Layout
 //!
 //! - [`agent`]: which agent runs a task (the built-in loop or a CLI).
+//! - [`agent_session`]: a third-party agent's own session, kept and
+//!   restored for a retry from the session.
 //! - [`task`]: [`TaskId`] and [`ServoTask`], the spec the foreman hands a servo
 //!   in `/workspace/.saheeli/task.json`.
 //! - [`front_matter`]: the YAML front-matter of a prompt file.
@@ -35,6 +37,7 @@
 //!   the checks and the verdict.
 
 pub mod agent;
+pub mod agent_session;
 pub mod attempt;
 pub mod audit;
 pub mod capability;

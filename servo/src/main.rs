@@ -21,8 +21,9 @@
 //! # Contract
 //!
 //! No arguments (`servo runner …`, `servo pack DIR`, `servo unpack
-//! DIR`, `servo signal SIG PGID` and `servo collect-home SRC DST MAX` are
-//! the servo's own helpers, started as the agent's user; `servo mcp --url
+//! DIR`, `servo signal SIG PGID`, `servo collect-home SRC DST MAX`, `servo
+//! keep-session KIND HOME DST [ID]` and `servo restore-session KIND STAGED
+//! HOME` are the servo's own helpers, started as the agent's user; `servo mcp --url
 //! URL` is Saheeli's MCP server, started by a third-party agent; `servo
 //! relay SOCKET HOST:PORT` is a swarm node's gateway relay, `relay`). The
 //! environment (the defaults are the container's):
@@ -95,6 +96,8 @@ fn main() -> ExitCode {
         Some("pack") => return remote::pack_main(argv.next()),
         Some("signal") => return external::helpers::signal_main(argv),
         Some("collect-home") => return external::helpers::collect_main(argv),
+        Some("keep-session") => return external::session::keep_main(argv),
+        Some("restore-session") => return external::session::restore_main(argv),
         Some("mcp") => return external::mcp::main(argv),
         Some("unpack") => return remote::unpack_main(argv.next()),
         Some("relay") => return relay::main(argv),

@@ -16,8 +16,10 @@
 //! `volume` copies a stopped task's volume from its host directory instead
 //! (with `*at` calls, links never followed); `read` reads files of a
 //! collected workspace (`complete.json`, the audit log) without following
-//! links and under a cap.
+//! links and under a cap; `agent_session` checks the session a
+//! third-party agent kept before a retry restores it (issue 51).
 
+mod agent_session;
 mod archive;
 mod dir;
 mod evidence;
@@ -34,6 +36,7 @@ use archive::make_links;
 use redact::redact_tree;
 use results::collect_into;
 
+pub(crate) use agent_session::check_kept;
 pub(crate) use archive::{ChannelReader, ChannelWriter, extract};
 pub(crate) use dir::{Dir, is_link_or_not_dir};
 pub(crate) use read::{

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use saheeli_protocol::TaskId;
 
-use super::{PackError, PackOptions, pack_workspace};
+use super::{PackError, PackOptions};
 
 /// The agent's uid and gid inside the container: the workspace's files
 /// are the agent's.
@@ -50,6 +50,21 @@ pub(crate) fn pack_resume(
     max_bytes: u64,
     secrets: Vec<(String, String)>,
 ) -> Result<(), PackError> {
+    pack_resume_with(state_dir, results, to, max_bytes, secrets, None)
+}
+
+/// [`pack_resume`], with the agent's kept session `agent_session` (its
+/// checked directory in `results`) brought along at
+/// `saheeli_protocol::agent_session::STAGED` for the servo to restore
+/// (issue 51).
+pub(crate) fn pack_resume_with(
+    state_dir: &Path,
+    results: &Path,
+    to: TaskId,
+    max_bytes: u64,
+    secrets: Vec<(String, String)>,
+    agent_session: Option<&Path>,
+) -> Result<(), PackError> {
     inputs_dir(state_dir).map_err(|source| PackError::Io {
         dir: results.to_path_buf(),
         source,
@@ -61,7 +76,13 @@ pub(crate) fn pack_resume(
         secrets,
         no_parent_rules: false,
     };
-    pack_workspace(results, &resume_tar(state_dir, to), &opts)
+    let staged = Path::new(saheeli_protocol::agent_session::STAGED);
+    super::pack_workspace_with(
+        results,
+        &resume_tar(state_dir, to),
+        &opts,
+        agent_session.map(|dir| (dir, staged)),
+    )
 }
 
 /// Makes (privately) the directory of [`workspace_tar`] and returns the

@@ -65,6 +65,18 @@ fn always_skipped(name: &std::ffi::OsStr) -> bool {
 /// scanned for the `secrets` as it is written; on any error nothing is left
 /// on disk. Blocking.
 pub(crate) fn pack_workspace(src: &Path, dest: &Path, opts: &PackOptions) -> Result<(), PackError> {
+    pack_workspace_with(src, dest, opts, None)
+}
+
+/// [`pack_workspace`], and the tree `extra.0` added below the name
+/// `extra.1` (walked as the workspace is, with no ignore file above it):
+/// a retry's agent session (issue 51).
+pub(crate) fn pack_workspace_with(
+    src: &Path,
+    dest: &Path,
+    opts: &PackOptions,
+    extra: Option<(&Path, &Path)>,
+) -> Result<(), PackError> {
     let root = src.canonicalize().map_err(|source| PackError::Io {
         dir: src.to_path_buf(),
         source,
@@ -97,7 +109,14 @@ pub(crate) fn pack_workspace(src: &Path, dest: &Path, opts: &PackOptions) -> Res
     let mut b = tar::Builder::new(io::BufWriter::new(file));
     b.follow_symlinks(false);
     b.mode(tar::HeaderMode::Deterministic);
-    append_tree(&mut b, &root, opts)?;
+    append_tree(&mut b, &root, opts, None)?;
+    if let Some((tree, name)) = extra {
+        let more = PackOptions {
+            no_parent_rules: true,
+            ..opts.clone()
+        };
+        append_tree(&mut b, tree, &more, Some(name))?;
+    }
     b.into_inner()
         .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
         .and_then(|f| f.sync_all())
@@ -125,7 +144,7 @@ pub(crate) fn check_workspace(src: &Path, opts: &PackOptions) -> Result<PackedSi
     let mut b = tar::Builder::new(io::sink());
     b.follow_symlinks(false);
     b.mode(tar::HeaderMode::Deterministic);
-    append_tree(&mut b, &root, opts)
+    append_tree(&mut b, &root, opts, None)
 }
 
 /// Removed when dropped (every error path), unless kept.
@@ -143,12 +162,14 @@ impl Drop for TempFile {
     }
 }
 
-/// Appends what is to be copied below `root`, owned by the servo user;
-/// returns how many regular files and bytes that was.
+/// Appends what is to be copied below `root` (named below `prefix`, when
+/// given), owned by the servo user; returns how many regular files and
+/// bytes that was.
 fn append_tree<W: Write>(
     b: &mut tar::Builder<W>,
     root: &Path,
     opts: &PackOptions,
+    prefix: Option<&Path>,
 ) -> Result<PackedSize, PackError> {
     let exclude: Vec<PathBuf> = opts.exclude.iter().map(|p| canonical(p)).collect();
     let mut walk = ignore::WalkBuilder::new(root);
@@ -181,10 +202,28 @@ fn append_tree<W: Write>(
             source,
         })?;
         if entry.depth() == 0 {
+            if let Some(p) = prefix {
+                // The tree's own directory, the agent's.
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_uid(AGENT_UID);
+                h.set_gid(AGENT_UID);
+                h.set_size(0);
+                b.append_data(&mut h, p, io::empty()).map_err(io_err)?;
+            }
             continue;
         }
         let path = entry.path();
         let name = path.strip_prefix(root).expect("walked below the root");
+        let prefixed;
+        let name = match prefix {
+            Some(p) => {
+                prefixed = p.join(name);
+                prefixed.as_path()
+            }
+            None => name,
+        };
         let meta = std::fs::symlink_metadata(path).map_err(io_err)?;
         let mut h = tar::Header::new_gnu();
         h.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);

@@ -69,3 +69,45 @@ fn packs_files_dirs_and_links_as_servo_user() {
     assert!(names.contains(&("link".into(), tar::EntryType::Symlink)));
     assert!(names.contains(&("loop".into(), tar::EntryType::Symlink)));
 }
+
+#[test]
+fn a_retry_brings_the_agents_kept_session_staged_with_links_as_links() {
+    let results = tempfile::tempdir().unwrap();
+    std::fs::write(results.path().join("work.txt"), "w").unwrap();
+    let kept = results.path().join(".saheeli/agent-session");
+    std::fs::create_dir_all(kept.join("home")).unwrap();
+    std::fs::write(kept.join("session.json"), "{}").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", kept.join("home/p")).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let to = saheeli_protocol::TaskId::new();
+    super::pack_resume_with(
+        state.path(),
+        results.path(),
+        to,
+        1 << 20,
+        vec![],
+        Some(&kept),
+    )
+    .unwrap();
+    let tar = std::fs::File::open(super::resume_tar(state.path(), to)).unwrap();
+    let mut names = vec![];
+    for e in tar::Archive::new(tar).entries().unwrap() {
+        let e = e.unwrap();
+        let kind = e.header().entry_type();
+        names.push((e.path().unwrap().display().to_string(), kind.is_symlink()));
+    }
+    let staged = saheeli_protocol::agent_session::STAGED;
+    assert!(
+        names.contains(&(format!("{staged}/session.json"), false)),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(format!("{staged}/home/p"), true)),
+        "a link stays one: {names:?}"
+    );
+    assert!(names.contains(&("work.txt".into(), false)), "{names:?}");
+    assert!(
+        !names.iter().any(|(n, _)| n.starts_with(".saheeli/")),
+        "the servo's own directory stays out: {names:?}"
+    );
+}

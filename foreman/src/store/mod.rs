@@ -35,6 +35,7 @@ mod overrides;
 mod pause;
 mod pool;
 mod queue;
+mod restore;
 mod rows;
 mod samples;
 mod schema;

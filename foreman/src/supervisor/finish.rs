@@ -4,16 +4,17 @@
 
 use std::path::Path;
 
+use saheeli_protocol::agent_session::Kind;
 use saheeli_protocol::attempt::RetryFrom;
 use saheeli_protocol::{Reason, TaskId};
 use tracing::{error, info, warn};
 
 use super::record::record_report;
-use super::retry::{Ended, plan, requeue_delay, should_retry};
+use super::retry::{Ended, plan, requeue_delay, should_retry, starts_over};
 use super::{Ctx, Joined, MAX_REQUEUES, lease_lost};
-use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{Outcome, Retry, TaskRow, now_ms};
+use crate::{collect, inputs};
 
 /// Records the terminal state, and by the retry policy queues the next
 /// attempt in the same transaction; returns what the loop reports.
@@ -29,11 +30,12 @@ pub(super) async fn finish(
     let mut detail = detail.to_string();
     // The retry policy: another attempt, as a new task linked to this one.
     let mut retry = None;
+    let mut said = None;
     if to == TaskState::Incomplete
         && let Ok(task) = ctx.db(move |s| s.require(&id.to_string())).await
         && should_retry(reason, &task.spec.retry_on, task.attempt, task.spec.retries)
     {
-        retry = next_attempt(ctx, &task, reason, &outcome, &mut detail).await;
+        retry = next_attempt(ctx, &task, reason, &outcome, &mut detail, &mut said).await;
     }
     let lease = ctx.lease.clone();
     outcome.detail = Some(detail.clone());
@@ -59,6 +61,12 @@ pub(super) async fn finish(
     match (recorded, retry) {
         (Ok(()), Some(r)) => {
             info!(task_id = %id, state = %to, %reason, retry = %r.id, attempt = r.attempt, "task finished; retried by policy");
+            if let Some((kind, text)) = said {
+                let rid = r.id;
+                if let Err(e) = ctx.db(move |s| s.note_retry(rid, kind, &text)).await {
+                    warn!(task_id = %rid, error = %format!("{e:#}"), "the retry's start not recorded");
+                }
+            }
             // Superseded: the retry reports for both.
             (id, None)
         }
@@ -124,12 +132,15 @@ pub(super) async fn requeue_or_fail(
 /// Decides and prepares the next attempt of `task` (found worth
 /// retrying): its spec with the chain filled in, its wait, and the
 /// workspace it starts on; None (and why, in `detail`) when there is none.
+/// `said`: an event for the retry's trail (issue 51: its agent's own
+/// session not restored).
 async fn next_attempt(
     ctx: &Ctx,
     task: &TaskRow,
     reason: Reason,
     outcome: &Outcome,
     detail: &mut String,
+    said: &mut Option<(&'static str, String)>,
 ) -> Option<Retry> {
     let id = task.id;
     let ended = Ended {
@@ -155,6 +166,23 @@ async fn next_attempt(
         return None;
     }
     let chain = next.spec.chain.as_mut().expect("plan sets the chain");
+    // A third-party agent's own session: Claude Code's and Codex's are
+    // checked here and brought along; the others cannot be resumed.
+    let agent = &task.spec.agent;
+    let kind = Kind::of(agent);
+    let resumes_agent = chain.mode == RetryFrom::Session && !agent.is_builtin();
+    if resumes_agent && kind.is_none() {
+        let why = format!("`{}` cannot resume its own session", agent.label());
+        chain.note = starts_over(&chain.note, &why);
+        detail.push_str(&format!(
+            "; {why}: the retry starts over (a fresh conversation on the workspace as it left it)"
+        ));
+        *said = Some((
+            "starts_over",
+            format!("{why}: a fresh conversation on the workspace as it left it"),
+        ));
+    }
+    let mut restored = None;
     if chain.mode != RetryFrom::Scratch {
         // The retry starts on this attempt's collected workspace.
         let packed = match outcome.results_path.clone() {
@@ -163,14 +191,30 @@ async fn next_attempt(
                 let state_dir = ctx.cfg.state_dir();
                 let max = ctx.cfg.file.max_workspace_size.0;
                 let secrets = ctx.upstream.providers.secrets();
+                let kind = kind.filter(|_| resumes_agent);
                 tokio::task::spawn_blocking(move || {
-                    inputs::pack_resume(&state_dir, Path::new(&results), next_id, max, secrets)
+                    let results = Path::new(&results);
+                    let kept = kind.map(|k| collect::check_kept(results, k));
+                    let dir = kept
+                        .as_ref()
+                        .and_then(|k| k.as_ref().ok())
+                        .map(|k| k.0.clone());
+                    inputs::pack_resume_with(
+                        state_dir.as_path(),
+                        results,
+                        next_id,
+                        max,
+                        secrets,
+                        dir.as_deref(),
+                    )
+                    .map(|()| kept)
                 })
                 .await
                 .map_err(|e| e.to_string())
                 .and_then(|r| r.map_err(|e| e.to_string()))
             }
         };
+        let packed = packed.map(|kept| restored = kept);
         if let Err(e) = packed {
             warn!(task_id = %id, error = %e, "the collected workspace cannot be resumed; the retry starts from scratch");
             detail.push_str(&format!(
@@ -179,6 +223,28 @@ async fn next_attempt(
             chain.mode = RetryFrom::Scratch;
             chain.note.clear();
         }
+    }
+    match restored {
+        Some(Ok((_, session))) => {
+            info!(task_id = %id, %session, "the agent's own session goes to the retry");
+            detail.push_str(&format!(
+                "; its agent's session `{session}` kept for the retry"
+            ));
+        }
+        Some(Err(why)) if chain.mode == RetryFrom::Session => {
+            warn!(task_id = %id, %why, "restore_incomplete: the retry starts over");
+            chain.note = starts_over(&chain.note, &format!("`restore_incomplete`: {why}"));
+            detail.push_str(&format!(
+                "; restore_incomplete: {why}: the retry starts over (a fresh conversation)"
+            ));
+            *said = Some((
+                "restore_incomplete",
+                format!(
+                    "its agent's own session cannot be restored ({why}): it starts over with a fresh conversation"
+                ),
+            ));
+        }
+        _ => {}
     }
     let mode = chain.mode;
     let delay = next.delay;

@@ -106,6 +106,21 @@ pub(super) fn plan(ended: &Ended<'_>, jitter: f64) -> Result<Next, String> {
     })
 }
 
+/// Where a retry from the session goes on from, in its note.
+const SESSION_FROM: &str = "your conversation so far and the workspace as it left it";
+
+/// The note of a retry from the session whose agent's own conversation
+/// is not restored (issue 51): it says plainly that it starts over, and why.
+pub(super) fn starts_over(note: &str, why: &str) -> String {
+    note.replacen(
+        SESSION_FROM,
+        &format!(
+            "the workspace as it left it, but it starts over with a fresh conversation ({why})"
+        ),
+        1,
+    )
+}
+
 /// Longest detail of the ended attempt quoted to the model.
 const MAX_DETAIL: usize = 400;
 
@@ -121,7 +136,7 @@ fn note(ended: &Ended<'_>, attempt: i64, mode: RetryFrom, left: &str, timeout_s:
     }
     let ran = humantime::format_duration(Duration::from_secs((ended.ran_ms.max(0) / 1000) as u64));
     let from = match mode {
-        RetryFrom::Session => "your conversation so far and the workspace as it left it",
+        RetryFrom::Session => SESSION_FROM,
         _ => "the workspace as it left it (a fresh conversation)",
     };
     let total = ended.task.spec.retries + 1;
@@ -245,6 +260,27 @@ mod tests {
         let chain = plan(&ended, 0.5).unwrap().spec.chain.unwrap();
         assert_eq!(chain.mode, RetryFrom::Workspace);
         assert!(chain.note.contains("fresh conversation"), "{}", chain.note);
+    }
+
+    #[test]
+    fn an_agent_not_restored_is_told_it_starts_over() {
+        let task = row(|_| {});
+        let o = outcome(1, 10);
+        let ended = Ended {
+            task: &task,
+            reason: Reason::Lost,
+            outcome: &o,
+            detail: "",
+            ran_ms: 0,
+        };
+        let note = plan(&ended, 0.5).unwrap().spec.chain.unwrap().note;
+        let told = starts_over(&note, "`restore_incomplete`: its session file is not there");
+        assert!(!told.contains("your conversation so far"), "{told}");
+        assert!(
+            told.contains("starts over with a fresh conversation"),
+            "{told}"
+        );
+        assert!(told.contains("restore_incomplete"), "{told}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod agents_cli;
 mod agents_desk;
 mod agents_models;
 mod agents_offline;
+mod agents_resume;
 mod assess_limited;
 mod bench_root;
 mod bench_tasks;

@@ -20,6 +20,11 @@
 //! Whatever ended it, the group's leftovers are killed and the home is
 //! copied to `.saheeli/agent/` by a helper of the agent's uid
 //! (`helpers`: links never followed, size capped).
+//!
+//! Claude Code's and Codex's own session is kept in the workspace before
+//! each of their model calls, and a retry from the session restores it
+//! and resumes the CLI's conversation (`session`, issue 51); the others
+//! start over, told so.
 
 mod answer;
 pub(crate) mod helpers;
@@ -28,6 +33,7 @@ mod notes;
 mod own;
 mod plan;
 mod proxy;
+pub(crate) mod session;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -88,6 +94,15 @@ pub(crate) async fn run(
         Ok(r) => r,
         Err(e) => (ServoExit::BadTask, Some(e)),
     };
+    if let Some(kind) = saheeli_protocol::agent_session::Kind::of(&agent)
+        && root.join(saheeli_protocol::agent_session::KEPT).is_dir()
+    {
+        let id = (kind == saheeli_protocol::agent_session::Kind::ClaudeCode)
+            .then(|| session::last_session_id(root).unwrap_or_else(|| task.task_id.to_string()));
+        if let Some(k) = session::Keeper::new(kind, Path::new(HOME), root, id, mode) {
+            k.keep().await;
+        }
+    }
     collect_home(root, mode).await;
     audit.log(&AuditEvent::Finish {
         ts: now(),
@@ -114,6 +129,70 @@ fn agent_grace(task: &ServoTask) -> Duration {
     (grace * 3 / 5).max(Duration::from_millis(200))
 }
 
+/// The agent's home made, its own session restored (a retry of Claude
+/// Code or Codex from the session), the loopback listener opened (keeping
+/// the session before each call), its config written: how it starts, and
+/// the listener's port.
+async fn start_plan(
+    task: &ServoTask,
+    agent: &Agent,
+    root: &Path,
+    gateway: &str,
+    prompt: &str,
+    mode: Mode,
+    own: std::sync::Arc<own::Own>,
+) -> Result<(plan::Plan, u16), String> {
+    let to = proxy::Gateway::of(gateway)
+        .map_err(|e| format!("agent `{}` cannot reach its gateway: {e}", agent.label()))?;
+    let audit_path = root.join(paths::audit_log(&task.task_id));
+    let notes = std::sync::Arc::new(notes::Notes::new(gateway, &audit_path, own.clone()));
+    let home = Path::new(HOME);
+    make_home(home)?;
+    let prompt_file = root.join("prompt.md");
+    let servo = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/servo"));
+    let task_id = task.task_id.to_string();
+    let mut inputs = plan::Inputs {
+        agent,
+        model: &task.model,
+        port: 0,
+        home,
+        prompt_file: &prompt_file,
+        prompt,
+        servo: &servo,
+        session: plan::Session::New(&task_id),
+    };
+    // The directories of its config first (the servo's, open to the
+    // agent), then its session restored beside them; the config itself
+    // once the listener's port is known.
+    let files = plan::plan(&inputs)
+        .ok_or("the built-in loop is not a third-party agent")?
+        .files;
+    for dir in files.iter().filter_map(|(path, _)| path.parent()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating `{}`: {e}", dir.display()))?;
+        open_up(dir);
+    }
+    let kind = saheeli_protocol::agent_session::Kind::of(agent);
+    let (restored, prompt) =
+        session::resumed(task, agent, root, Path::new(HOME), mode, prompt).await;
+    if let Some(id) = &restored {
+        inputs.session = plan::Session::Resume(id);
+    }
+    inputs.prompt = &prompt;
+    let keeper = kind.and_then(|k| {
+        let id = (k == saheeli_protocol::agent_session::Kind::ClaudeCode)
+            .then(|| restored.clone().unwrap_or_else(|| task_id.clone()));
+        session::Keeper::new(k, home, root, id, mode).map(std::sync::Arc::new)
+    });
+    inputs.port = proxy::start(to, own, notes, keeper)
+        .await
+        .map_err(|e| format!("opening the agent's loopback listener: {e}"))?;
+    let plan = plan::plan(&inputs).ok_or("the built-in loop is not a third-party agent")?;
+    for (path, text) in &plan.files {
+        std::fs::write(path, text).map_err(|e| format!("writing `{}`: {e}", path.display()))?;
+    }
+    Ok((plan, inputs.port))
+}
+
 async fn supervise(
     task: &ServoTask,
     agent: &Agent,
@@ -122,35 +201,8 @@ async fn supervise(
     prompt: &str,
     mode: Mode,
 ) -> Result<(ServoExit, Option<String>), String> {
-    let to = proxy::Gateway::of(gateway)
-        .map_err(|e| format!("agent `{}` cannot reach its gateway: {e}", agent.label()))?;
     let own = std::sync::Arc::new(own::Own::new(task, gateway));
-    let audit_path = root.join(paths::audit_log(&task.task_id));
-    let notes = std::sync::Arc::new(notes::Notes::new(gateway, &audit_path, own.clone()));
-    let port = proxy::start(to, own.clone(), notes)
-        .await
-        .map_err(|e| format!("opening the agent's loopback listener: {e}"))?;
-    let home = Path::new(HOME);
-    make_home(home)?;
-    let prompt_file = root.join("prompt.md");
-    let plan = plan::plan(&plan::Inputs {
-        agent,
-        model: &task.model,
-        port,
-        home,
-        prompt_file: &prompt_file,
-        prompt,
-        servo: &std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/servo")),
-    })
-    .ok_or("the built-in loop is not a third-party agent")?;
-    for (path, text) in &plan.files {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("creating `{}`: {e}", dir.display()))?;
-            open_up(dir);
-        }
-        std::fs::write(path, text).map_err(|e| format!("writing `{}`: {e}", path.display()))?;
-    }
+    let (plan, port) = start_plan(task, agent, root, gateway, prompt, mode, own.clone()).await?;
     let mut cmd = tokio::process::Command::new(&plan.program);
     cmd.args(&plan.args)
         .env_clear()

@@ -36,6 +36,19 @@ pub(crate) struct Inputs<'a> {
     /// The servo's own executable (`servo mcp` is registered with the
     /// agents that speak MCP).
     pub servo: &'a Path,
+    /// The agent's own session (issue 51).
+    pub session: Session<'a>,
+}
+
+/// Which session Claude Code or Codex runs in (the others have none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Session<'a> {
+    /// A new one; Claude Code's gets this id (`--session-id`).
+    New(&'a str),
+    /// One restored into the home: resumed with the CLI's own option
+    /// (`claude --resume ID`, `codex exec resume ID`), the prompt the
+    /// foreman's note on what ended the attempt before.
+    Resume(&'a str),
 }
 
 /// Where an agent leaves its final answer.
@@ -250,20 +263,26 @@ fn claude_code(i: &Inputs, mut env: Vec<(String, String)>) -> Plan {
     let mcp = i.home.join("saheeli-mcp.json");
     let config = serde_json::json!({"mcpServers": {(MCP_SERVER): {
         "type": "stdio", "command": servo, "args": mcp_args, "env": {}}}});
+    let session = match i.session {
+        Session::New(id) => [s("--session-id"), s(id)],
+        Session::Resume(id) => [s("--resume"), s(id)],
+    };
+    let mut args = vec![
+        s("-p"),
+        prompt_arg(i),
+        s("--model"),
+        s(i.model),
+        s("--dangerously-skip-permissions"),
+        s("--output-format"),
+        s("json"),
+        s("--mcp-config"),
+        mcp.display().to_string(),
+        s("--strict-mcp-config"),
+    ];
+    args.extend(session);
     Plan {
         program: s("claude"),
-        args: vec![
-            s("-p"),
-            prompt_arg(i),
-            s("--model"),
-            s(i.model),
-            s("--dangerously-skip-permissions"),
-            s("--output-format"),
-            s("json"),
-            s("--mcp-config"),
-            mcp.display().to_string(),
-            s("--strict-mcp-config"),
-        ],
+        args,
         env,
         files: vec![(mcp, config.to_string())],
         answer: Answer::ClaudeJson,
@@ -295,16 +314,23 @@ fn codex(i: &Inputs, mut env: Vec<(String, String)>) -> Plan {
         toml_str(&servo),
         serde_json::to_string(&mcp_args).expect("strings serialize"),
     );
+    let mut args = vec![s("exec")];
+    if let Session::Resume(_) = i.session {
+        args.push(s("resume"));
+    }
+    args.extend([
+        s("--skip-git-repo-check"),
+        s("--json"),
+        s("--output-last-message"),
+        last.display().to_string(),
+    ]);
+    if let Session::Resume(id) = i.session {
+        args.push(s(id));
+    }
+    args.push(prompt_arg(i));
     Plan {
         program: s("codex"),
-        args: vec![
-            s("exec"),
-            s("--skip-git-repo-check"),
-            s("--json"),
-            s("--output-last-message"),
-            last.display().to_string(),
-            prompt_arg(i),
-        ],
+        args,
         env,
         files: vec![(codex_home.join("config.toml"), config)],
         answer: Answer::File(last),

@@ -12,6 +12,7 @@ fn inputs<'a>(agent: &'a Agent, prompt: &'a str) -> Inputs<'a> {
         prompt_file: Path::new("/workspace/prompt.md"),
         prompt,
         servo: Path::new("/usr/local/bin/servo"),
+        session: Session::New("0190f3a2-1111-7222-8333-444455556666"),
     }
 }
 
@@ -194,5 +195,35 @@ fn a_long_prompt_is_read_from_its_file() {
     assert!(
         last.contains("/workspace/prompt.md") && last.len() < 200,
         "{last}"
+    );
+}
+
+#[test]
+fn claude_code_and_codex_resume_their_own_session() {
+    const ID: &str = "0190f3a2-1111-7222-8333-444455556666";
+    let claude = Agent::Named(AgentName::ClaudeCode);
+    let p = plan(&inputs(&claude, "go on")).unwrap();
+    assert!(
+        p.args.ends_with(&["--session-id".into(), ID.into()]),
+        "{:?}",
+        p.args
+    );
+    let mut i = inputs(&claude, "go on");
+    i.session = Session::Resume(ID);
+    let p = plan(&i).unwrap();
+    assert!(
+        p.args.ends_with(&["--resume".into(), ID.into()]),
+        "{:?}",
+        p.args
+    );
+    let codex = Agent::Named(AgentName::Codex);
+    let mut i = inputs(&codex, "go on");
+    i.session = Session::Resume(ID);
+    let p = plan(&i).unwrap();
+    assert_eq!(&p.args[..2], ["exec", "resume"]);
+    assert!(
+        p.args.ends_with(&[ID.into(), "go on".into()]),
+        "{:?}",
+        p.args
     );
 }

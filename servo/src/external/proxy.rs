@@ -31,6 +31,7 @@ use tracing::{debug, warn};
 
 use super::notes::{self, Notes};
 use super::own::Own;
+use super::session::Keeper;
 
 /// The largest body of a call to Saheeli's own tools.
 const MAX_OWN_BODY: usize = 1 << 20;
@@ -101,6 +102,7 @@ pub(crate) async fn start(
     gateway: Gateway,
     own: Arc<Own>,
     notes: Arc<Notes>,
+    keeper: Option<Arc<Keeper>>,
 ) -> std::io::Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let port = listener.local_addr()?.port();
@@ -115,13 +117,22 @@ pub(crate) async fn start(
                 }
             };
             let gateway = gateway.clone();
-            let (own, notes) = (own.clone(), notes.clone());
+            let (own, notes, keeper) = (own.clone(), notes.clone(), keeper.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let (gateway, own, notes) = (gateway.clone(), own.clone(), notes.clone());
+                    let keeper = keeper.clone();
                     async move {
                         if req.uri().path().starts_with("/saheeli/mcp/") {
                             return own_tools(&own, req).await;
+                        }
+                        // The agent's session as it stands before this
+                        // call, kept in the workspace (issue 51).
+                        if let Some(k) = &keeper
+                            && req.uri().path() != "/v1/messages/count_tokens"
+                            && allowed(req.method(), req.uri().path())
+                        {
+                            k.keep().await;
                         }
                         forward(gateway, req, &notes).await
                     }
