@@ -361,7 +361,7 @@ pub(super) const TASK: &[Setting] = &[
         .shown(|s, _| json!(s.samples.map(|x| x.select.as_str()))),
     Setting::new("fork_at", "integer")
         .default("0")
-        .doc("With `samples:`, the step of a first run the samples are forked from (0: each starts at step 0). Above 0 it needs per-step snapshots and is refused until they exist.")
+        .doc("With `samples:`, the step of a first run the samples are forked from (0: each starts at step 0). Above 0 the first run keeps snapshots and the rest are forked from its step N (built-in agent; an engine with snapshots).")
         .front(|f| f.fork_at.is_some())
         .param()
         .shown(|s, _| json!(s.samples.map_or(0, |x| x.fork_at))),

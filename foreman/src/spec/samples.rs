@@ -10,14 +10,6 @@ use saheeli_protocol::front_matter::{MAX_SAMPLES, Select};
 
 use crate::task::{Samples, TaskSpec};
 
-/// Whether a sample can start from step N > 0 of a first run. That needs
-/// the first run's workspace as it was at step N (per-step snapshots);
-/// until `task fork --at-step N` serves an earlier step than the last,
-/// `fork_at` above 0 is refused here. When it does: `true` here, and the
-/// first run keeps snapshots (`supervisor/samples.rs`, `sample_spec`);
-/// the rest (`fork_rest`) asks `ops::fork_task` for step N already.
-pub(crate) const FORK_AT_STEP: bool = false;
-
 /// The least budget one sample may get: below it a sample could not make
 /// its first call, so K samples are refused rather than run to `budget`.
 pub(crate) const MIN_SAMPLE_TOKENS: u64 = 1_000;
@@ -65,19 +57,10 @@ pub(super) fn checked(
         );
     }
     let fork_at = fork_at.unwrap_or(0);
-    if fork_at > 0 {
-        if !FORK_AT_STEP {
-            bail!(
-                "{p}: `fork_at: {fork_at}` starts the samples from step {fork_at} of a first run, \
-                 which needs that run's workspace as it was at that step (per-step snapshots, \
-                 not built yet); remove `fork_at` to run every sample from step 0"
-            );
-        }
-        if !spec.agent.is_builtin() {
-            bail!(
-                "{p}: `fork_at` forks a conversation, which only the built-in agent's can be; remove it"
-            );
-        }
+    if fork_at > 0 && !spec.agent.is_builtin() {
+        bail!(
+            "{p}: `fork_at` forks a conversation, which only the built-in agent's can be; remove it"
+        );
     }
     let k = u64::from(count);
     if let Some(max) = spec.max_tokens

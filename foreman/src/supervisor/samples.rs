@@ -142,9 +142,10 @@ pub(crate) fn sample_spec(task: &TaskRow, plan: Samples, index: u32) -> TaskSpec
     // A sample's retries share its carve, as a child's do.
     spec.budget_per_attempt = false;
     spec.chain = None;
-    // `fork_at`: the first run must keep its step N for the forks. When
-    // `snapshots:` lands (issue 51's snapshots), with `FORK_AT_STEP`:
-    // if plan.fork_at > 0 && index == 1 { spec.snapshots = Snapshots::Every }
+    // `fork_at`: the first run must keep its step N for the forks.
+    if plan.fork_at > 0 && index == 1 {
+        spec.snapshots = saheeli_protocol::front_matter::Snapshots::Every;
+    }
     spec.env.insert(SAMPLE_ENV.into(), index.to_string());
     spec.env.insert(SAMPLES_ENV.into(), plan.count.to_string());
     spec

@@ -168,6 +168,10 @@ impl TaskSpec {
                 format!("snapshots: {}", self.snapshots.as_str()),
             );
         }
+        // The first run of `fork_at: N` keeps its steps for the forks.
+        if let Some(s) = self.samples.as_ref().filter(|s| s.fork_at > 0) {
+            need(Capability::Snapshots, format!("fork_at: {}", s.fork_at));
+        }
         needs
     }
 }

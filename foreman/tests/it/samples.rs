@@ -193,10 +193,6 @@ fn samples_are_refused_at_submit_when_they_cannot_run() {
             "samples: 4\nmax_tokens: 3000\n",
             "`max_tokens` 3000 cannot cover 4 samples: each gets 750 tokens",
         ),
-        (
-            "samples: 3\nfork_at: 2\n",
-            "needs that run's workspace as it was at that step",
-        ),
         ("samples: 17\n", "`samples` 17 is out of range; use 1 to 16"),
         ("samples: 2\nselect: verify\n", "add `verify:` commands"),
         ("samples: 2\nselect: assess\n", "add `assess: true`"),
@@ -392,5 +388,54 @@ fn no_qualifying_sample_ends_the_task_incomplete_with_each_samples_outcome() {
     assert!(t["samples"]["winner"].is_null());
     for x in samples(&s, &t) {
         assert_eq!(x["reason"], "verification_failed", "{x:#}");
+    }
+}
+
+/// `fork_at: 2`: the first run keeps its steps, and the other samples are
+/// forked from its step 2: they go on from its workspace and conversation
+/// there, never run steps 1 and 2 again.
+#[test]
+fn fork_at_forks_the_other_samples_from_the_first_runs_step() {
+    require_docker();
+    let s = Saheeli::new().env("SAHEELI_CONCURRENCY", "3");
+    s.write(
+        "steps.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "echo $SAMPLE_INDEX >> one.txt"}),
+            ),
+            (
+                "execute_shell",
+                json!({"command": "echo $SAMPLE_INDEX >> two.txt"}),
+            ),
+            (
+                "execute_shell",
+                json!({"command": "echo $SAMPLE_INDEX >> three.txt"}),
+            ),
+            ("task_complete", json!({"message": "done"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:steps.json\nsamples: 3\nfork_at: 2\nselect: verify\nverify: test -f three.txt\nverify_retries: 0\n---\nThree steps.\n",
+    );
+    let t = s.expect_json(&["run", "p.md", "--json"], 0);
+    let t = s.task(t["id"].as_str().unwrap());
+    assert_eq!(t["state"], "complete", "{t:#}");
+    let all = samples(&s, &t);
+    assert_eq!(all.len(), 3, "{t:#}");
+    let first = all.iter().find(|x| index(x) == 1).expect("the first run");
+    assert!(first["forked_from"].is_null(), "{first:#}");
+    for fork in all.iter().filter(|x| index(x) != 1) {
+        assert_eq!(fork["state"], "complete", "{fork:#}");
+        assert_eq!(fork["forked_from"]["task"], first["id"], "{fork:#}");
+        assert_eq!(fork["forked_from"]["at_step"], 2, "{fork:#}");
+        // Steps 1 and 2 ran once, in the first run; the fork ran step 3.
+        let dir = results(fork);
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        assert_eq!(read("one.txt"), "1\n", "{fork:#}");
+        assert_eq!(read("two.txt"), "1\n");
+        assert_eq!(read("three.txt").lines().count(), 1);
     }
 }
