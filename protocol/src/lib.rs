@@ -29,6 +29,8 @@
 //! - [`remote`]: a servo on another host (Swarm): its gateway over TCP
 //!   with a per-task token, the workspace fetched and uploaded.
 //! - [`retry`]: when to try an LLM call again and how long to wait.
+//! - [`setup`]: a cached set-up bound into the container and unpacked by
+//!   the servo.
 //! - [`template`]: a prompt's declared parameters and steps, and the
 //!   `step_done` route.
 //! - [`tools`]: the built-in tools, one table (name, schema, description,
@@ -54,6 +56,7 @@ pub mod reason;
 pub mod remote;
 pub mod replay;
 pub mod retry;
+pub mod setup;
 pub mod snapshot;
 pub mod task;
 pub mod template;

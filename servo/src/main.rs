@@ -21,9 +21,10 @@
 //! # Contract
 //!
 //! No arguments (`servo runner …`, `servo pack DIR`, `servo unpack
-//! DIR`, `servo signal SIG PGID`, `servo collect-home SRC DST MAX`, `servo
-//! keep-session KIND HOME DST [ID]` and `servo restore-session KIND STAGED
-//! HOME` are the servo's own helpers, started as the agent's user; `servo mcp --url
+//! DIR`, `servo unpack-setup DIR MAX`, `servo signal SIG PGID`, `servo
+//! collect-home SRC DST MAX`, `servo keep-session KIND HOME DST [ID]` and
+//! `servo restore-session KIND STAGED HOME` are the servo's own helpers,
+//! started as the agent's user; `servo mcp --url
 //! URL` is Saheeli's MCP server, started by a third-party agent; `servo
 //! relay SOCKET HOST:PORT` is a swarm node's gateway relay, `relay`). The
 //! environment (the defaults are the container's):
@@ -42,6 +43,9 @@
 //! - `SAHEELI_WARM=1`: a warm servo (issue 28, `warm`): its launch, the
 //!   task's env and the submitted workspace are asked of the gateway
 //!   socket once a task is claimed for it.
+//! - `SAHEELI_SETUP_TAR`: a cached set-up's tar bound into the container
+//!   (issue 50, `cached_setup`), unpacked into the workspace as the
+//!   agent's user before the agent starts (a warm servo: before its claim).
 //! - `SAHEELI_GATEWAY_TOKEN_FILE`: set for a servo on another host (Swarm):
 //!   the file holding its task's gateway token, sent on every request; the
 //!   launch and submitted workspace are then fetched from the gateway, and
@@ -58,6 +62,7 @@
 
 mod agent;
 mod audit;
+mod cached_setup;
 mod desk;
 mod egress;
 mod external;
@@ -71,6 +76,7 @@ mod runner;
 mod seal;
 mod task_env;
 mod tools;
+mod unpack;
 mod warm;
 mod workspace;
 
@@ -99,7 +105,8 @@ fn main() -> ExitCode {
         Some("keep-session") => return external::session::keep_main(argv),
         Some("restore-session") => return external::session::restore_main(argv),
         Some("mcp") => return external::mcp::main(argv),
-        Some("unpack") => return remote::unpack_main(argv.next()),
+        Some("unpack") => return remote::unpack_main(argv),
+        Some("unpack-setup") => return cached_setup::unpack_main(argv),
         Some("relay") => return relay::main(argv),
         Some("egress-bridge") => return egress::bridge_main(argv),
         Some(other) => {
@@ -148,6 +155,15 @@ async fn run(mode: privsep::Mode) -> ServoExit {
     };
     let Some(remote) = remote else {
         let warm = std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some();
+        // A cached set-up (issue 50), begun now: a cold servo's runs beside
+        // the rest of its start, a warm one's while it waits for a claim.
+        let mut setup = match cached_setup::begin(&root, mode) {
+            Ok(p) => p,
+            Err(e) => return give_up(&root, &e),
+        };
+        if warm && let Err(e) = cached_setup::settled(setup.take()).await {
+            return give_up(&root, &e);
+        }
         let (launch, key) = if warm {
             // A warm servo: its task is claimed for it after it started.
             match warm::claimed(&root, &gateway, mode).await {
@@ -160,7 +176,7 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         if let Err(e) = unpack_launch(&root, launch) {
             return give_up(&root, &e);
         }
-        let code = run_task(&root, &gateway, mode, key).await;
+        let code = run_task(&root, &gateway, mode, key, setup).await;
         // A warm servo's exit may wait a moment for those claimed beside
         // it (`GET end`); a stopped one never does.
         if warm && code != ServoExit::Terminated {
@@ -170,7 +186,7 @@ async fn run(mode: privsep::Mode) -> ServoExit {
     };
     let code = match remote.fetch(&root, mode).await {
         Ok(launch) => match unpack_launch(&root, Some(launch)) {
-            Ok(()) => run_task(&root, &gateway, mode, None).await,
+            Ok(()) => run_task(&root, &gateway, mode, None, None).await,
             Err(e) => give_up(&root, &e),
         },
         Err(e) => give_up(&root, &e),
@@ -206,12 +222,14 @@ fn give_up(root: &std::path::Path, why: &str) -> ServoExit {
 }
 
 /// Runs the task whose launch is in `root`; `key`: its session key, when
-/// its gateway gave it already (a warm servo's claim).
+/// its gateway gave it already (a warm servo's claim); `setup`: a cached
+/// set-up being unpacked, waited for just before the agent starts.
 async fn run_task(
     root: &std::path::Path,
     gateway: &str,
     mode: privsep::Mode,
     key: Option<saheeli_protocol::human::SessionKey>,
+    setup: Option<cached_setup::Pending>,
 ) -> ServoExit {
     let root = root.to_path_buf();
     let task_path = root.join(".saheeli/task.json");
@@ -251,6 +269,9 @@ async fn run_task(
     }
     // A third-party agent CLI: the servo supervises it instead of looping.
     if let Some(agent) = task.agent.clone().filter(|a| !a.is_builtin()) {
+        if let Err(e) = cached_setup::settled(setup).await {
+            return give_up(&root, &e);
+        }
         return external::run(task, agent, &root, gateway, prompt, mode).await;
     }
     // The session's key, from the gateway only the servo can reach. A
@@ -271,6 +292,9 @@ async fn run_task(
     } else {
         seal::Seal::default()
     };
+    if let Err(e) = cached_setup::settled(setup).await {
+        return give_up(&root, &e);
+    }
     match agent::Agent::new(task, &root, gateway, prompt, mode, seal) {
         Ok(agent) => agent.run().await,
         Err(e) => give_up(&root, &e),

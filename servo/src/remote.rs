@@ -18,8 +18,10 @@ use std::process::Stdio;
 
 mod pack;
 
-use pack::{agent_helper, merge, pack};
-pub(crate) use pack::{pack_main, unpack_main, unpack_streaming};
+pub(crate) use pack::{
+    agent_helper, is_root, pack_main, servo_owned, unpack_main, unpack_streaming,
+};
+use pack::{merge, pack};
 
 use crate::pipe;
 use crate::privsep::Mode;
@@ -119,7 +121,7 @@ impl Remote {
             .map_err(|e| format!("reading the launch: {e}"))?;
         let ws = self.get_retrying(routes::WORKSPACE).await?;
         if ws.status() == reqwest::StatusCode::OK {
-            unpack_streaming(ws, root, mode).await?;
+            unpack_streaming(ws, root, mode, false).await?;
         }
         Ok(launch)
     }

@@ -54,7 +54,10 @@ pub(crate) async fn claimed(
     if workspace {
         let ws = ask(&http, routes_url(routes::WORKSPACE)).await?;
         if ws.status() == reqwest::StatusCode::OK {
-            crate::remote::unpack_streaming(ws, root, mode).await?;
+            // Over a cached set-up unpacked already, the set-up's files
+            // stay (as a cold start unpacks it over the workspace).
+            let keep = crate::cached_setup::given();
+            crate::remote::unpack_streaming(ws, root, mode, keep).await?;
         }
     }
     Ok((launch, key))

@@ -129,6 +129,9 @@ pub(crate) struct Warm {
     pub claimed: std::time::Instant,
     /// Its workspace's size (the task's: kept if the task parks).
     pub disk: u64,
+    /// The cached set-up its workspace holds (issue 50): the task's own
+    /// key, its set-up reused.
+    pub setup_key: Option<String>,
 }
 
 /// What `prepare` settled for one launch: how its servo reaches its
@@ -270,7 +273,9 @@ pub(crate) struct Collected {
     pub took: Duration,
 }
 
-/// What `find` learnt of a task whose foreman stopped.
+/// What `find` learnt of a task whose foreman stopped (once per task a
+/// foreman adopts: a servo's size in it costs nothing worth a box).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Found {
     /// Its servo runs: supervise it.
     Running(Servo),

@@ -37,7 +37,7 @@ pub(crate) use file::{
 };
 pub(crate) use limits::{DiskEnforcement, Limits};
 pub(crate) use load::{Config, SetKeys};
-pub(crate) use pool::{PoolClass, WarmClass, WarmNeeds, class_for};
+pub(crate) use pool::{PoolClass, SetupNeeds, WarmClass, WarmNeeds, class_for};
 pub(crate) use providers::{Providers, header_vars};
 pub(crate) use setup_cache::SetupCacheConfig;
 pub(crate) use smtp::{SmtpConfig, SmtpTls};

@@ -33,6 +33,11 @@ pub(crate) struct PoolClass {
     /// Each unset one: the task default.
     #[serde(default)]
     pub resources: Option<Resources>,
+    /// A cached set-up (its key, or a unique start of it, as `saheeli
+    /// cache ls` shows it): the class's servos start with it unpacked,
+    /// for tasks whose set-up has that key (issue 50).
+    #[serde(default)]
+    pub setup_key: Option<String>,
 }
 
 fn default_max_idle() -> Duration {
@@ -53,6 +58,8 @@ pub(crate) struct WarmClass {
     pub cpus: f64,
     pub pids: i64,
     pub disk: u64,
+    /// The cached set-up its servos hold (a key or its start).
+    pub setup_key: Option<String>,
 }
 
 impl ConfigFile {
@@ -74,6 +81,7 @@ impl ConfigFile {
                     cpus: r.cpus.unwrap_or(t.cpus),
                     pids: r.pids.unwrap_or(t.pids),
                     disk: r.disk.map_or(t.disk.0, |d| d.0),
+                    setup_key: c.setup_key.clone(),
                 }
             })
             .collect()
@@ -110,6 +118,15 @@ impl ConfigFile {
             if c.max_idle < Duration::from_secs(1) {
                 return Err(format!("{at}: `max_idle` must be at least 1s"));
             }
+            if let Some(key) = &c.setup_key
+                && (key.len() < 4
+                    || key.len() > 64
+                    || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            {
+                return Err(format!(
+                    "{at}: `setup_key` must be a set-up cache key or its start (4 to 64 hex digits, as `saheeli cache ls` shows it)"
+                ));
+            }
         }
         Ok(())
     }
@@ -124,23 +141,47 @@ pub(crate) struct WarmNeeds {
     pub cpus: f64,
     pub pids: i64,
     pub disk: u64,
+    /// The task's set-up, when a cached one may serve it (its key is
+    /// known only with the image's id: the pool compares it).
+    pub setup: Option<SetupNeeds>,
+}
+
+/// A task's set-up as its cache key is made of (with the image's id).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SetupNeeds {
+    pub commands: Vec<String>,
+    pub files_digest: Option<String>,
 }
 
 impl WarmClass {
-    /// Whether a task asking `needs` is this class's: every one equal.
-    pub fn serves(&self, needs: &WarmNeeds) -> bool {
+    /// Whether a task asking `needs` may be this class's: every one
+    /// equal, and a set-up exactly when the class holds one (whose key
+    /// must then be the task's: `key_is` says whether it is).
+    pub fn serves(&self, needs: &WarmNeeds, key_is: impl Fn(&SetupNeeds) -> bool) -> bool {
+        let setup = match (&self.setup_key, &needs.setup) {
+            (None, None) => true,
+            (Some(_), Some(s)) => key_is(s),
+            _ => false,
+        };
         self.image == needs.image
             && self.network == needs.network
             && self.memory == needs.memory
             && self.cpus == needs.cpus
             && self.pids == needs.pids
             && self.disk == needs.disk
+            && setup
     }
 }
 
-/// The first class that serves `needs`, if any (else the task goes cold).
-pub(crate) fn class_for<'a>(classes: &'a [WarmClass], needs: &WarmNeeds) -> Option<&'a WarmClass> {
-    classes.iter().find(|c| c.serves(needs))
+/// The first class that serves `needs`, if any (else the task goes
+/// cold); `key_is(class, setup)`: whether class's cached set-up has the
+/// key of the task's `setup`.
+pub(crate) fn class_for<'a>(
+    classes: &'a [WarmClass],
+    needs: &WarmNeeds,
+    key_is: impl Fn(&WarmClass, &SetupNeeds) -> bool,
+) -> Option<&'a WarmClass> {
+    classes.iter().find(|c| c.serves(needs, |s| key_is(c, s)))
 }
 
 #[cfg(test)]
@@ -160,7 +201,12 @@ mod tests {
             cpus: t.cpus,
             pids: t.pids,
             disk: t.disk.0,
+            setup: None,
         }
+    }
+
+    fn plain(classes: &[WarmClass], needs: &WarmNeeds) -> Option<usize> {
+        class_for(classes, needs, |_, _| false).map(|c| c.index)
     }
 
     #[test]
@@ -172,13 +218,13 @@ mod tests {
         assert_eq!(classes.len(), 2);
         assert_eq!(classes[0].max_idle, Duration::from_secs(600));
         let default = needs(&f);
-        assert_eq!(class_for(&classes, &default).map(|c| c.index), Some(0));
+        assert_eq!(plain(&classes, &default), Some(0));
         let big = WarmNeeds {
             memory: 4 << 30,
             cpus: 2.0,
             ..default.clone()
         };
-        assert_eq!(class_for(&classes, &big).map(|c| c.index), Some(1));
+        assert_eq!(plain(&classes, &big), Some(1));
         // Each field that differs from every class: cold.
         let cases = [
             WarmNeeds {
@@ -211,10 +257,42 @@ mod tests {
             },
         ];
         for n in cases {
-            assert_eq!(class_for(&classes, &n), None, "{n:?}");
+            assert_eq!(plain(&classes, &n), None, "{n:?}");
         }
-        assert!(class_for(&file("{}").warm_classes(), &default).is_none());
-        assert!(class_for(&file("pool: []").warm_classes(), &default).is_none());
+        assert!(plain(&file("{}").warm_classes(), &default).is_none());
+        assert!(plain(&file("pool: []").warm_classes(), &default).is_none());
+    }
+
+    /// A class holding a cached set-up serves only tasks whose set-up has
+    /// its key; a plain class never serves a task with a set-up.
+    #[test]
+    fn a_set_up_class_serves_only_its_own_key() {
+        let f = file("pool:\n  - { size: 1, setup_key: abcd1234 }\n  - { size: 1 }\n");
+        let classes = f.warm_classes();
+        assert_eq!(classes[0].setup_key.as_deref(), Some("abcd1234"));
+        let ours = SetupNeeds {
+            commands: vec!["make env".into()],
+            files_digest: None,
+        };
+        let is_ours = |c: &WarmClass, s: &SetupNeeds| c.index == 0 && *s == ours;
+        let with = |commands: &str| WarmNeeds {
+            setup: Some(SetupNeeds {
+                commands: vec![commands.into()],
+                files_digest: None,
+            }),
+            ..needs(&f)
+        };
+        let at = |n: &WarmNeeds| class_for(&classes, n, is_ours).map(|c| c.index);
+        assert_eq!(at(&with("make env")), Some(0));
+        assert_eq!(at(&with("make other")), None, "another key: cold");
+        assert_eq!(at(&needs(&f)), Some(1), "no set-up: the plain class");
+        assert!(f.check_pool().is_ok());
+        for bad in ["xyz1", "ab", "ABCD1234", "abcd-123"] {
+            let e = file(&format!("pool: [{{ size: 1, setup_key: {bad} }}]"))
+                .check_pool()
+                .unwrap_err();
+            assert!(e.contains("setup_key"), "{e}");
+        }
     }
 
     #[test]

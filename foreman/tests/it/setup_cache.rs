@@ -359,3 +359,244 @@ fn cache_ls_rm_prune_and_eviction_past_the_cap() {
     assert!(cache_ls(&s).is_empty());
     prune_all(&s);
 }
+
+/// A set-up of a small environment: a file, an executable, a link to
+/// the system's interpreter (as a virtual environment holds), a stamp of
+/// when it ran, and a `prompt.md` of its own (never the task's).
+fn env_prompt(s: &Saheeli, name: &str, n: &str) {
+    let setup = format!(
+        "{{ run: [\"mkdir -p .venv/bin && echo lib-{n} > .venv/lib.txt\", \
+         \"ln -s /usr/bin/python3 .venv/bin/python\", \
+         \"printf '#!/bin/sh\\\\necho tool-ran\\\\n' > .venv/bin/tool && chmod 750 .venv/bin/tool\", \
+         \"date +%s%N > stamp.txt\", \"echo ran >> counter.txt\", \"echo set-up > prompt.md\"], \
+         key_files: [requirements.txt] }}"
+    );
+    s.write(
+        name,
+        &format!(
+            "---\nmodel: replay:agent.json\nworkspace: ws\ntimeout: 2m\nsetup: {setup}\n---\n\
+             Use the environment.\n"
+        ),
+    );
+}
+
+/// What the agent sees of the environment, in `seen.txt`: the file, the
+/// tool run, the link, the tool's owner and mode, the submitted file the
+/// set-up appended to, the prompt, and whether the cached set-up was
+/// bound into the container for the servo to unpack.
+const LOOK: &str = "{ cat .venv/lib.txt; .venv/bin/tool; readlink .venv/bin/python; \
+                    stat -c '%u %a' .venv/bin/tool; cat counter.txt notes.txt prompt.md; \
+                    ls /run/saheeli-setup 2>&1 | sed 's/^ls: .*/unbound/'; } > seen.txt; true";
+
+fn seen(n: &str, bound: &str, notes: &str) -> String {
+    format!(
+        "lib-{n}\ntool-ran\n/usr/bin/python3\n1000 750\nuser\nran\n{notes}\nUse the environment.\n{bound}\n"
+    )
+}
+
+fn bound_links(s: &Saheeli) -> Vec<String> {
+    std::fs::read_dir(s.path().join(".saheeli/setup-cache"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("bound-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A hit with no `maintenance:` is unpacked by the servo itself (the
+/// host's copy bound in): the agent sees what a cold set-up gave it,
+/// owned by the agent, modes and links kept, the task's own prompt and
+/// its other files; no link of the copy is left on the host; a copy
+/// replaced by a link is never bound (the hit reads the image instead).
+#[test]
+fn a_hit_without_maintenance_is_unpacked_by_the_servo() {
+    require_docker();
+    let s = Saheeli::new();
+    let n = nonce();
+    s.write("ws/requirements.txt", "a==1\n");
+    s.write("ws/notes.txt", "first\n");
+    s.write("ws/counter.txt", "user\n");
+    agent(&s, LOOK);
+    env_prompt(&s, "p.md", &n);
+    let first = run(&s, "p.md", 0);
+    assert_eq!(first["setup"]["hit"], false, "{first}");
+    let key = first["setup"]["key"].as_str().unwrap().to_string();
+    assert_eq!(
+        read(&results(&first), "seen.txt"),
+        seen(&n, "unbound", "first")
+    );
+    let stamp = read(&results(&first), "stamp.txt");
+
+    s.write("ws/notes.txt", "second\n");
+    let second = run(&s, "p.md", 0);
+    assert_eq!(second["setup"]["hit"], true, "{second}");
+    assert_eq!(second["setup"]["key"], key.as_str(), "{second}");
+    let two = results(&second);
+    assert_eq!(read(&two, "seen.txt"), seen(&n, "workspace.tar", "second"));
+    assert_eq!(
+        read(&two, "stamp.txt"),
+        stamp,
+        "the set-up did not run again"
+    );
+    assert!(bound_links(&s).is_empty(), "{:?}", bound_links(&s));
+
+    // The copy replaced by a link: not bound, never followed; the hit is
+    // read back from the cache's image (Docker unpacks it) instead.
+    let copy = s.path().join(format!(".saheeli/setup-cache/{key}.tar"));
+    let elsewhere = s.path().join("elsewhere.tar");
+    std::fs::rename(&copy, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &copy).unwrap();
+    let third = run(&s, "p.md", 0);
+    assert_eq!(third["setup"]["hit"], true, "{third}");
+    assert_eq!(
+        read(&results(&third), "seen.txt"),
+        seen(&n, "unbound", "second")
+    );
+    assert!(bound_links(&s).is_empty(), "{:?}", bound_links(&s));
+    let hits = cache_ls(&s)[0]["hits"].clone();
+    assert_eq!(hits, 2, "{hits}");
+    for t in [&first, &second, &third] {
+        let id = t["id"].as_str().unwrap();
+        assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+    }
+    prune_all(&s);
+}
+
+/// The detail of the task's move to `running` (where it ran).
+fn ran_in(s: &Saheeli, id: &str) -> String {
+    s.task(id)["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["to"] == "running")
+        .and_then(|e| e["detail"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn docker_out(args: &[&str]) -> String {
+    let o = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The project's running warm servos.
+fn warm_servos(s: &Saheeli) -> Vec<String> {
+    let db = s.path().join("saheeli.db");
+    let digest = sha2::Sha256::digest(db.as_os_str().as_encoded_bytes());
+    let label: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let filter = format!("label=saheeli.pool={label}");
+    docker_out(&["ps", "--filter", &filter, "--format", "{{.Names}}"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// A warm class holding a cached set-up (`setup_key:`): its servos start
+/// with the environment unpacked before any claim; a task of that key is
+/// served by one, skips the set-up and sees the environment as a cold
+/// hit does; a task of another key, or with no set-up, starts cold.
+#[test]
+fn a_warm_servo_of_a_cached_set_up_serves_its_key_only() {
+    use std::process::Stdio;
+    require_docker();
+    let s = Saheeli::new();
+    let n = nonce();
+    s.write("ws/requirements.txt", "a==1\n");
+    s.write("ws/notes.txt", "first\n");
+    s.write("ws/counter.txt", "user\n");
+    agent(&s, LOOK);
+    env_prompt(&s, "p.md", &n);
+    env_prompt(&s, "other.md", &format!("{n}-other"));
+    s.write(
+        "plain.md",
+        "---\nmodel: replay:agent.json\nworkspace: ws\n---\nX\n",
+    );
+    let first = run(&s, "p.md", 0);
+    let key = first["setup"]["key"].as_str().unwrap().to_string();
+    let stamp = read(&results(&first), "stamp.txt");
+    let config = s.path().join("config.yaml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "pool:\n  - {{ size: 1, setup_key: {} }}\n",
+        &key[..12]
+    ));
+    std::fs::write(&config, text).unwrap();
+
+    let mut serve = s
+        .cmd(&["serve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait = |what: &str, f: &mut dyn FnMut() -> bool| {
+        assert!(
+            crate::lifecycle::wait_for(std::time::Duration::from_secs(60), f),
+            "{what}"
+        );
+    };
+    let mut idle = Vec::new();
+    wait("the pool never filled", &mut || {
+        idle = warm_servos(&s);
+        idle.len() == 1
+    });
+    // Unpacked before any task was claimed for it.
+    wait("the idle servo never held the environment", &mut || {
+        docker_out(&["exec", &idle[0], "cat", "/workspace/.venv/lib.txt"]) == format!("lib-{n}\n")
+    });
+    let ended = |id: &str| {
+        let t = s.task(id);
+        ["complete", "failed", "incomplete"].contains(&t["state"].as_str().unwrap_or(""))
+    };
+    s.write("ws/notes.txt", "second\n");
+    let warm = s.submit("p.md");
+    wait("the warm task never ended", &mut || ended(&warm));
+    let t = s.task(&warm);
+    assert_eq!(t["state"], "complete", "{t}");
+    assert!(
+        ran_in(&s, &warm).starts_with("warm container "),
+        "{}",
+        ran_in(&s, &warm)
+    );
+    assert_eq!(t["setup"]["hit"], true, "{t}");
+    assert_eq!(t["setup"]["key"], key.as_str(), "{t}");
+    let dir = PathBuf::from(t["results"].as_str().unwrap());
+    assert_eq!(read(&dir, "seen.txt"), seen(&n, "workspace.tar", "second"));
+    assert_eq!(
+        read(&dir, "stamp.txt"),
+        stamp,
+        "the set-up did not run again"
+    );
+
+    // Another key, and no set-up at all: cold, beside an idle warm servo.
+    wait("the pool never refilled", &mut || {
+        warm_servos(&s).len() == 1
+    });
+    let other = s.submit("other.md");
+    let plain = s.submit("plain.md");
+    wait("the cold tasks never ended", &mut || {
+        ended(&other) && ended(&plain)
+    });
+    for id in [&other, &plain] {
+        assert_eq!(s.task(id)["state"], "complete", "{}", s.task(id));
+        assert!(
+            ran_in(&s, id).starts_with("container "),
+            "{}",
+            ran_in(&s, id)
+        );
+    }
+    assert_eq!(s.task(&other)["setup"]["hit"], false);
+    unsafe { libc::kill(serve.id() as i32, libc::SIGINT) };
+    let _ = serve.wait();
+    assert!(warm_servos(&s).is_empty());
+    assert!(bound_links(&s).is_empty(), "{:?}", bound_links(&s));
+    for id in [&warm, &other, &plain] {
+        assert!(leftovers(id).is_empty(), "{:?}", leftovers(id));
+    }
+    prune_all(&s);
+}

@@ -68,7 +68,7 @@ pub(super) fn own_files(root: &Path) -> std::io::Result<Vec<std::path::PathBuf>>
 
 /// `servo pack` or `servo unpack` on `root`, with nothing of the servo's
 /// environment (the token file's name, the launch).
-pub(super) fn agent_helper(verb: &str, root: &Path) -> tokio::process::Command {
+pub(crate) fn agent_helper(verb: &str, root: &Path) -> tokio::process::Command {
     let exe = std::env::current_exe().unwrap_or_else(|_| "/usr/local/bin/servo".into());
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg(verb)
@@ -138,7 +138,7 @@ pub(super) fn append_tree<W: std::io::Write>(
 /// Whether a workspace path (relative, as in the fetched tar) is the
 /// servo's own: its session and audit log at the top, and `.saheeli/`.
 /// A separated servo writes these itself; the agent's unpacker skips them.
-pub(super) fn servo_owned(path: &Path) -> bool {
+pub(crate) fn servo_owned(path: &Path) -> bool {
     let mut parts = path
         .components()
         .filter(|c| !matches!(c, std::path::Component::CurDir));
@@ -174,26 +174,48 @@ pub(crate) fn pack_main(dir: Option<String>) -> std::process::ExitCode {
     }
 }
 
-/// `servo unpack DIR`: a fetched workspace from stdin, as the agent's user
-/// (its files are the agent's), leaving out what is the servo's own.
-pub(crate) fn unpack_main(dir: Option<String>) -> std::process::ExitCode {
-    let Some(dir) = dir else {
+/// `servo unpack DIR [--keep-existing]`: a fetched workspace from stdin,
+/// as the agent's user (its files are the agent's), leaving out what is
+/// the servo's own. `--keep-existing`: what the workspace holds already
+/// (a cached set-up a warm servo unpacked first) stays.
+pub(crate) fn unpack_main(mut argv: impl Iterator<Item = String>) -> std::process::ExitCode {
+    let Some(dir) = argv.next() else {
         eprintln!("servo unpack: which directory?");
         return std::process::ExitCode::from(2);
     };
+    let keep_existing = match argv.next().as_deref() {
+        None => false,
+        Some(KEEP_EXISTING) => true,
+        Some(other) => {
+            eprintln!("servo unpack: unknown argument `{other}`");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let stdin = std::io::BufReader::new(std::io::stdin().lock());
     // Not the workspace's own directory entry either: it is the servo's.
-    let is_root = |p: &Path| {
-        !p.components()
-            .any(|c| matches!(c, std::path::Component::Normal(_)))
+    let agents = |p: &Path| !servo_owned(p) && !is_root(p);
+    let unpacked = if keep_existing {
+        let (caps, keep) = (crate::unpack::Caps::NONE, crate::unpack::Existing::Keep);
+        crate::unpack::unpack(stdin, Path::new(&dir), caps, keep, agents).map(drop)
+    } else {
+        unpack_filtered(stdin, Path::new(&dir), agents)
     };
-    match unpack_filtered(stdin, Path::new(&dir), |p| !servo_owned(p) && !is_root(p)) {
+    match unpacked {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("servo unpack: {e}");
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// `servo unpack`'s flag: what the workspace holds already stays.
+pub(crate) const KEEP_EXISTING: &str = "--keep-existing";
+
+/// Whether a workspace path is the workspace itself.
+pub(crate) fn is_root(p: &Path) -> bool {
+    !p.components()
+        .any(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 /// Unpacks the entries of `tar` that `keep` keeps into `root`, then reads
@@ -218,10 +240,14 @@ pub(super) fn unpack_filtered(
     Ok(())
 }
 
+/// Unpacks the fetched workspace `response` into `root`: the servo's own
+/// files by the servo, the rest (with separation) by the agent's
+/// unpacker; `keep_existing`: what the workspace holds already stays.
 pub(crate) async fn unpack_streaming(
     response: reqwest::Response,
     root: &Path,
     mode: Mode,
+    keep_existing: bool,
 ) -> Result<(), String> {
     use futures_util::StreamExt;
     use tokio::io::AsyncWriteExt;
@@ -231,12 +257,20 @@ pub(crate) async fn unpack_streaming(
     // itself; with separation, all the rest goes to the agent's unpacker.
     let separated = mode == Mode::Separated;
     let unpacker = tokio::task::spawn_blocking(move || {
-        unpack_filtered(pipe::ChannelReader::new(rx), &dir, |p| {
+        let tar = pipe::ChannelReader::new(rx);
+        if !separated && keep_existing {
+            let (caps, keep) = (crate::unpack::Caps::NONE, crate::unpack::Existing::Keep);
+            return crate::unpack::unpack(tar, &dir, caps, keep, |_| true).map(drop);
+        }
+        unpack_filtered(tar, &dir, |p| {
             !separated || (servo_owned(p) && !p.starts_with(".saheeli"))
         })
     });
     let mut agent = if separated {
         let mut cmd = agent_helper("unpack", root);
+        if keep_existing {
+            cmd.arg(KEEP_EXISTING);
+        }
         cmd.stdin(Stdio::piped()).stdout(Stdio::null());
         let mut child = crate::privsep::spawn(Mode::Separated, &mut cmd)
             .map_err(|e| format!("starting the workspace unpacker: {e}"))?;

@@ -43,6 +43,9 @@ pub(crate) const LOG_MAX_SIZE: &str = "8m";
 pub(crate) const CONTAINER_NOFILE: i64 = 4096;
 
 /// Creates the hardened servo container for a task; does not start it.
+/// `setup_tar`: a cached set-up's tar on this host, bound in for the
+/// servo to unpack (issue 50).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn create_container(
     docker: &Docker,
     id: TaskId,
@@ -51,10 +54,20 @@ pub(crate) async fn create_container(
     workspace: &WorkspaceMount,
     gateway_dir: Option<&Path>,
     launch_env: Option<String>,
+    setup_tar: Option<&Path>,
 ) -> anyhow::Result<String> {
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     if let Some(json) = launch_env {
         env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
+    }
+    let mut binds: Vec<(std::path::PathBuf, String)> = spec
+        .solution
+        .iter()
+        .map(|s| (s.clone(), "/solution".to_string()))
+        .collect();
+    if let Some(tar) = setup_tar {
+        env.push(setup_env());
+        binds.push((tar.to_path_buf(), saheeli_protocol::setup::TAR_PATH.into()));
     }
     create_servo(
         docker,
@@ -69,16 +82,19 @@ pub(crate) async fn create_container(
             memory: spec.memory,
             cpus: spec.cpus,
             pids: spec.pids,
-            binds: spec
-                .solution
-                .iter()
-                .map(|s| (s.clone(), "/solution".to_string()))
-                .collect(),
+            binds,
             working_dir: spec.workdir.clone(),
             root_agent: spec.root_agent(),
         },
     )
     .await
+}
+
+/// The variable that tells a servo to unpack the cached set-up bound at
+/// [`saheeli_protocol::setup::TAR_PATH`].
+pub(crate) fn setup_env() -> String {
+    use saheeli_protocol::setup::{TAR_ENV, TAR_PATH};
+    format!("{TAR_ENV}={TAR_PATH}")
 }
 
 /// What a servo container is made of: the same hardening for a cold one

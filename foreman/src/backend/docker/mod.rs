@@ -15,6 +15,7 @@ mod owner;
 mod regrade;
 mod servo_copy;
 mod setup;
+mod setup_bind;
 mod setup_cache;
 mod setup_delta;
 mod setup_phase;
@@ -29,8 +30,8 @@ pub(crate) use crate::fault::DaemonFault;
 pub(crate) use bollard::Docker;
 pub(crate) use container::{
     CONTAINER_CAPS, ServoContainer, create_container, create_servo, download_workspace, hardened,
-    has_started, kill, oom_killed, read_only_bind, remove_container, running, start, stop, upload,
-    upload_as, upload_file, wait,
+    has_started, kill, oom_killed, read_only_bind, remove_container, running, setup_env, start,
+    stop, upload, upload_as, upload_file, wait,
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
 pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};
@@ -47,8 +48,8 @@ pub(crate) use owner::Owner;
 pub(crate) use regrade::RegradeBox;
 pub(crate) use servo_copy::{SERVO_PATH, ServoCopies, ServoImage};
 pub(crate) use setup::run_setup;
-pub(crate) use setup_cache::{CACHE_REPO, CacheEntry, SetupCache};
-pub(crate) use setup_phase::{SetupPhase, set_up};
+pub(crate) use setup_cache::{CACHE_REPO, CacheEntry, SetupCache, cache_key};
+pub(crate) use setup_phase::{SetupPhase, set_up, setup_key};
 pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{

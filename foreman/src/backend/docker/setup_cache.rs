@@ -87,9 +87,9 @@ pub(crate) struct CacheEntry {
 
 /// When a key was last used and how often it was reused.
 #[derive(Debug, Default, Deserialize, Serialize)]
-struct Usage {
-    hits: u64,
-    last_used_ms: i64,
+pub(super) struct Usage {
+    pub hits: u64,
+    pub last_used_ms: i64,
 }
 
 /// The keys to remove so that what `entries` (key, bytes, last used) hold
@@ -121,7 +121,7 @@ pub(crate) fn evictions(
 /// sharing a daemon neither see nor evict each other's.
 #[derive(Clone, Debug)]
 pub(crate) struct SetupCache {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     scope: String,
     pub max_bytes: u64,
 }
@@ -303,10 +303,7 @@ impl SetupCache {
             None => self.restore_via_image(d, key, servo).await,
         };
         copied?;
-        let mut usage = self.read_usage(key);
-        usage.hits += 1;
-        usage.last_used_ms = now_ms();
-        self.write_usage(key, &usage);
+        self.count_hit(key);
         Ok(())
     }
 
@@ -429,7 +426,7 @@ impl SetupCache {
     }
 
     /// This host's copy of `key`'s tar.
-    fn copy_path(&self, key: &str) -> PathBuf {
+    pub(super) fn copy_path(&self, key: &str) -> PathBuf {
         self.dir.join(format!("{key}.tar"))
     }
 
@@ -437,7 +434,7 @@ impl SetupCache {
         self.dir.join(format!("{key}.json"))
     }
 
-    fn read_usage(&self, key: &str) -> Usage {
+    pub(super) fn read_usage(&self, key: &str) -> Usage {
         std::fs::read(self.usage_path(key))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -446,7 +443,7 @@ impl SetupCache {
 
     /// Written whole (a temporary file renamed), so a reader never sees
     /// half of it; two foremen reusing one key at once may count one hit.
-    fn write_usage(&self, key: &str, usage: &Usage) {
+    pub(super) fn write_usage(&self, key: &str, usage: &Usage) {
         let path = self.usage_path(key);
         let tmp = self.dir.join(format!("{key}.json.{}", std::process::id()));
         let written = std::fs::create_dir_all(&self.dir)

@@ -37,6 +37,27 @@ pub(crate) struct SetupPhase<'a> {
     pub secrets: &'a BTreeMap<String, String>,
 }
 
+/// The cache key of `spec`'s set-up in the task's `image` (None: the
+/// cache is off).
+pub(crate) async fn setup_key(
+    d: &Docker,
+    cache: &SetupCache,
+    image: &str,
+    spec: &TaskSpec,
+) -> anyhow::Result<Option<String>> {
+    if !cache.enabled() {
+        return Ok(None);
+    }
+    let image_id = d
+        .inspect_image(image)
+        .await
+        .with_context(|| format!("inspecting image `{image}`"))?
+        .id
+        .unwrap_or_else(|| image.to_string());
+    let digest = spec.setup_plan.files_digest.as_deref();
+    Ok(Some(cache_key(&image_id, &spec.setup, digest)))
+}
+
 /// Runs the phase: Ok(Err(why)) when a set-up or maintenance command failed.
 pub(crate) async fn set_up(
     d: &Docker,
@@ -45,21 +66,7 @@ pub(crate) async fn set_up(
 ) -> anyhow::Result<Result<SetupRan, String>> {
     let t0 = Instant::now();
     let plan = &p.spec.setup_plan;
-    let key = if cache.enabled() {
-        let image_id = d
-            .inspect_image(p.image)
-            .await
-            .with_context(|| format!("inspecting image `{}`", p.image))?
-            .id
-            .unwrap_or_else(|| p.image.to_string());
-        Some(cache_key(
-            &image_id,
-            &p.spec.setup,
-            plan.files_digest.as_deref(),
-        ))
-    } else {
-        None
-    };
+    let key = setup_key(d, cache, p.image, p.spec).await?;
     let mut ran = SetupRan {
         key: key.clone(),
         ..SetupRan::default()

@@ -29,6 +29,7 @@ impl Local {
                             socket: None,
                             claimed: std::time::Instant::now(),
                             disk: self.cfg.file.task.disk.0,
+                            setup_key: None,
                         }),
                         suffix: None,
                     },
@@ -129,6 +130,7 @@ impl Local {
             spec,
             &docker::ServoImage::own(&self.cfg.file.image),
             &self.home(&volume),
+            None,
             None,
             None,
         )

@@ -133,6 +133,7 @@ impl Local {
         let db = docker::pool_db(&self.cfg.database());
         let labels = docker::pool_labels(&db, &pool.owner, slot, class);
         let mut socket = None;
+        let mut held = None;
         let made = async {
             let workspace = self.make_home(&name, c.disk, labels.clone()).await?;
             let s = socket.insert(WarmSocket::bind(&pool.run_dir, &sock, false)?);
@@ -142,8 +143,17 @@ impl Local {
             s.hold_ends_for(Arc::new(move || {
                 weak.upgrade().is_some_and(|p| p.starts_pending())
             }));
-            let warm_env = format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV);
+            let mut env = vec![format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV)];
             let run = self.servo_image(&c.image).await;
+            // A class holding a cached set-up (issue 50): its host copy
+            // bound in, unpacked by the servo while it waits for a claim.
+            let mut binds = Vec::new();
+            if let Some(prefix) = &c.setup_key {
+                let (setup, file) = self.class_setup(prefix, &c.image, &name).await?;
+                env.push(docker::setup_env());
+                binds.push((file, saheeli_protocol::setup::TAR_PATH.to_string()));
+                held = Some(setup);
+            }
             docker::create_servo(
                 d,
                 docker::ServoContainer {
@@ -152,12 +162,12 @@ impl Local {
                     image: &run,
                     workspace: &workspace,
                     gateway_dir: Some(s.dir()),
-                    env: vec![warm_env],
+                    env,
                     network: c.network,
                     memory: c.memory,
                     cpus: c.cpus,
                     pids: c.pids,
-                    binds: Vec::new(),
+                    binds,
                     working_dir: None,
                     root_agent: false,
                 },
@@ -166,12 +176,21 @@ impl Local {
             docker::start(d, &name).await
         }
         .await;
+        if held.is_some() {
+            // Held by the container's mount now, or never needed.
+            self.setup_cache().unbind(&name);
+        }
         match made {
-            Ok(()) => Ok(Idle {
-                name,
-                socket: socket.expect("bound before the container"),
-                born: Instant::now(),
-            }),
+            Ok(()) => {
+                if let Some(setup) = held {
+                    pool.lock().setups[class] = Some(setup);
+                }
+                Ok(Idle {
+                    name,
+                    socket: socket.expect("bound before the container"),
+                    born: Instant::now(),
+                })
+            }
             Err(e) => {
                 if let Some(s) = socket {
                     s.discard().await;

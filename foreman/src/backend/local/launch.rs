@@ -90,15 +90,17 @@ impl Local {
         let Some(pool) = &self.pool else {
             return Prepared::socket();
         };
-        // A task in its own image, with the oracle's solution bound in, a
-        // root agent or a set-up, is never a warm servo's: those run the
-        // servo image as is, their agent as uid 1000, and a warm servo's
-        // workspace is in use already.
+        // A task in its own image, with the oracle's solution bound in or
+        // a root agent is never a warm servo's: those run the servo image
+        // as is, their agent as uid 1000. A set-up is only when a class
+        // holds it cached, and nothing else must run on its reuse (no
+        // `maintenance:`; not a retry that goes on from its workspace).
+        let setup = !spec.setup.is_empty();
         if parked
             || spec.image.is_some()
             || spec.solution.is_some()
             || spec.root_agent()
-            || !spec.setup.is_empty()
+            || (setup && !self.warm_setup_allowed(id, spec))
         {
             pool.missed();
             return Prepared::socket();
@@ -110,6 +112,10 @@ impl Local {
             cpus: spec.cpus,
             pids: spec.pids,
             disk: spec.disk.unwrap_or(self.cfg.file.task.disk.0),
+            setup: setup.then(|| crate::config::SetupNeeds {
+                commands: spec.setup.clone(),
+                files_digest: spec.setup_plan.files_digest.clone(),
+            }),
         };
         match pool.claim(id, &needs) {
             Some(warm) => Prepared {
@@ -188,6 +194,8 @@ impl Local {
             copies.tidy().await;
             copies.resolve(&self.cfg.file.image).await;
         }
+        // Cached set-ups' links an earlier launch left (issue 50).
+        self.setup_cache().sweep_bound();
         Ok(())
     }
 
@@ -206,7 +214,17 @@ impl Local {
         launch: &saheeli_protocol::Launch,
     ) -> Result<Launched, EngineError> {
         if let Reach::Warm(warm) = &prepared.reach {
-            // Started already, waiting for the task: nothing to make.
+            // Started already, waiting for the task: nothing to make; its
+            // set-up, when it holds the task's, is reused.
+            let setup = warm.setup_key.as_ref().map(|key| {
+                self.setup_cache().count_hit(key);
+                tracing::info!(task_id = %id, key = %key, "set-up reused from the cache, unpacked in the warm servo");
+                crate::task::SetupRan {
+                    key: Some(key.clone()),
+                    hit: true,
+                    ..Default::default()
+                }
+            });
             return Ok(Launched {
                 servo: Servo {
                     task: id,
@@ -215,7 +233,7 @@ impl Local {
                     kind: ServoKind::Local,
                 },
                 engine_time: None,
-                setup: None,
+                setup,
             });
         }
         let d = &self.docker;
@@ -230,6 +248,13 @@ impl Local {
         // A workspace image's mount point is known before it is made: the
         // container is made meanwhile (Docker binds the directory when it
         // starts, by then mounted). A volume must exist first.
+        // What the task's image holds at `workdir:` starts its workspace
+        // (a retry that goes on from a collected workspace has it already).
+        let resumes = inputs::resume_tar(&self.cfg.state_dir(), id).is_file();
+        // `setup:` runs on the workspace before the agent (not again for a
+        // parked task or a retry that goes on); a cached one with a copy
+        // here is bound in, and the servo unpacks it as it starts.
+        let sets_up = !spec.setup.is_empty() && !parked && !resumes;
         let home = self.home(&name);
         let beside = !parked && self.prepare_mount_point(&home)?;
         let make_home = async {
@@ -247,6 +272,10 @@ impl Local {
             let image = self.task_image(spec).await?;
             lap("image ready");
             let run = self.servo_image(&image).await;
+            let bound = match sets_up {
+                true => self.bound_setup(id, &image, spec).await?,
+                false => None,
+            };
             let container = docker::create_container(
                 d,
                 id,
@@ -255,13 +284,14 @@ impl Local {
                 &workspace,
                 gateway_dir,
                 in_env.then_some(launch_json),
+                bound.as_ref().map(|b| b.file.as_path()),
             )
             .await?;
-            Ok::<_, EngineError>((image, run, container))
+            Ok::<_, EngineError>((image, run, bound, container))
         };
         // The image was checked when serve started; one removed since fails
         // the create with `ImageMissing`.
-        let (workspace, (image, run, container)) = if beside {
+        let (workspace, (image, run, bound, container)) = if beside {
             let (workspace, made) = tokio::join!(make_home, make_container(home));
             (workspace?, made?)
         } else {
@@ -271,9 +301,6 @@ impl Local {
         };
         let engine_time = creating.elapsed();
         lap("container created");
-        // What the task's image holds at `workdir:` starts its workspace
-        // (a retry that goes on from a collected workspace has it already).
-        let resumes = inputs::resume_tar(&self.cfg.state_dir(), id).is_file();
         // A root agent's files are root's (the container's user, 0:0):
         // root without a capability may write only what it owns.
         let owner = docker::Owner::of(spec);
@@ -290,9 +317,18 @@ impl Local {
             docker::upload(d, &container, tar.into()).await?;
         }
         lap("uploaded");
-        // `setup:` runs on the workspace as it now is, before the agent
-        // (not again for a parked task or a retry that goes on).
-        let setup = if !spec.setup.is_empty() && !parked && !resumes {
+        let setup = if let Some(b) = bound {
+            let ran = crate::task::SetupRan {
+                key: Some(b.key.clone()),
+                hit: true,
+                ms: b.ms,
+                ..Default::default()
+            };
+            self.setup_cache().count_hit(&b.key);
+            tracing::info!(task_id = %id, key = %b.key, "set-up reused from the cache; the servo unpacks it");
+            b.made();
+            Some(ran)
+        } else if sets_up {
             let ran = self
                 .set_up(id, &image, &run, gateway_dir, &container, spec, &workspace)
                 .await?;
@@ -323,6 +359,10 @@ impl Local {
             crate::metrics::live().pool_claim_took(warm.claimed.elapsed());
             return Ok(());
         }
-        Ok(docker::start(&self.docker, &servo.id).await?)
+        let started = docker::start(&self.docker, &servo.id).await;
+        // A cached set-up bound in is held by the container's mount now
+        // (or it will never run): its link goes.
+        self.setup_cache().unbind(&servo.task.to_string());
+        Ok(started?)
     }
 }
