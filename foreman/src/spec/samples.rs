@@ -139,9 +139,13 @@ mod tests {
     }
 
     #[test]
-    fn fork_at_is_refused_until_snapshots_and_the_budget_must_cover_k() {
-        let e = err((Some(3), None, Some(2)), |_| {});
-        assert!(e.contains("`fork_at: 2`") && e.contains("snapshots"), "{e}");
+    fn fork_at_needs_the_builtin_agent_and_the_budget_must_cover_k() {
+        let two = check((Some(3), None, Some(2)), |_| {}).unwrap().unwrap();
+        assert_eq!(two.fork_at, 2);
+        let e = err((Some(3), None, Some(2)), |s| {
+            s.agent = saheeli_protocol::Agent::Named(saheeli_protocol::agent::AgentName::Codex)
+        });
+        assert!(e.contains("`fork_at` forks a conversation"), "{e}");
         let zero = check((Some(3), None, Some(0)), |_| {}).unwrap().unwrap();
         assert_eq!(zero.fork_at, 0);
         let e = err(K3, |s| s.max_tokens = Some(2_999));

@@ -166,13 +166,15 @@ pub(crate) fn keep(
 }
 
 /// Writes `bytes` at `path` whole: a temporary file renamed over it.
+/// Readable by the servo's user: on a swarm the servo packs `.saheeli/`
+/// itself for the upload (a file only the agent could read cut it short).
 fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("saheeli-tmp");
     let _ = fs::remove_file(&tmp);
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
     f.write_all(bytes)?;
