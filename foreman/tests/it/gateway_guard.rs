@@ -28,14 +28,22 @@ pub(crate) fn hold(name: &str) -> Value {
     })
 }
 
-/// Runs `args` in the task's container; whether it succeeded.
+/// Runs `args` in the task's container (its servo's, not a verify
+/// container made ahead, which carries `saheeli.role`); whether it
+/// succeeded.
 fn exec(id: &str, args: &[&str]) -> bool {
     let label = format!("label=saheeli.task={id}");
     let ps = Command::new("docker")
-        .args(["ps", "-q", "--filter", &label])
+        .args(["ps", "--filter", &label])
+        .args(["--format", "{{.ID}} {{.Label \"saheeli.role\"}}"])
         .output()
         .unwrap();
-    let cid = String::from_utf8_lossy(&ps.stdout).trim().to_string();
+    let cid = String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.contains(' '))
+        .unwrap_or_default()
+        .to_string();
     !cid.is_empty()
         && Command::new("docker")
             .arg("exec")
