@@ -77,6 +77,26 @@ pub async fn submit_to_first_request(
     llm: &crate::llm::Fake,
     prompt: &str,
 ) -> anyhow::Result<(f64, String)> {
+    let (ms, id) = submit_timed(p, llm, prompt).await?;
+    if env
+        .events
+        .wait_for(&id, Kind::Destroy, Duration::from_secs(120))
+        .await
+        .is_none()
+    {
+        anyhow::bail!("task {id}'s container was never removed");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok((ms, id))
+}
+
+/// `task submit` of `prompt`: ms to the servo's first LLM request, and
+/// the task's id (returned at once; the task goes on).
+pub async fn submit_timed(
+    p: &Project,
+    llm: &crate::llm::Fake,
+    prompt: &str,
+) -> anyhow::Result<(f64, String)> {
     let before = llm.seen_count();
     let t0 = Instant::now();
     let id = p.submit(prompt)?;
@@ -89,14 +109,5 @@ pub async fn submit_to_first_request(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
-    if env
-        .events
-        .wait_for(&id, Kind::Destroy, Duration::from_secs(120))
-        .await
-        .is_none()
-    {
-        anyhow::bail!("task {id}'s container was never removed");
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
     Ok((first.duration_since(t0).as_secs_f64() * 1000.0, id))
 }

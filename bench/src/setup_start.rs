@@ -199,19 +199,8 @@ async fn warm_first_request(
     llm: &crate::llm::Fake,
     prompt: &str,
 ) -> anyhow::Result<(f64, String)> {
-    let before = llm.seen_count();
     let t0 = Instant::now();
-    let id = p.submit(prompt)?;
-    let first = loop {
-        if let Some(at) = llm.seen_at(before) {
-            break at;
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            bail!("task {id} ({prompt}) never called the LLM");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    let ms = first.duration_since(t0).as_secs_f64() * 1000.0;
+    let (ms, id) = crate::first::submit_timed(p, llm, prompt).await?;
     loop {
         let task: serde_json::Value =
             serde_json::from_str(&p.ok(&["task", "status", &id, "--json"])?)?;
