@@ -187,7 +187,7 @@ pub(crate) async fn run_commands(
             }
         };
         let t0 = std::time::Instant::now();
-        let made = match verify_spare::take(&link, id, &task_container).await {
+        let made = match verify_spare::take(&link, id, attempt, &task_container).await {
             Some(made) => made,
             None => match verify_spare::make(&link, id, attempt, &d, &task_container).await {
                 Ok(made) => made,

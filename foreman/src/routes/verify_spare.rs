@@ -12,6 +12,7 @@
 //! removals a check left running: before the workspace is collected.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use saheeli_protocol::TaskId;
@@ -47,6 +48,10 @@ impl Made {
 pub(crate) struct Spares {
     next: Mutex<Option<JoinHandle<anyhow::Result<Made>>>>,
     removing: Mutex<Vec<JoinHandle<anyhow::Result<()>>>>,
+    /// The last attempt whose check began: a spare for it or an earlier
+    /// one is never made after (a fast agent's check can begin before
+    /// the foreman has seen its servo running).
+    checked: AtomicU32,
 }
 
 impl Spares {
@@ -92,7 +97,7 @@ pub(crate) fn prewarm(link: &Arc<VerifyLink>, id: TaskId, attempt: u32) {
         return;
     }
     let mut next = link.spares.next.lock().expect("spares lock");
-    if next.is_some() {
+    if next.is_some() || attempt <= link.spares.checked.load(Ordering::SeqCst) {
         return;
     }
     let link = link.clone();
@@ -138,8 +143,19 @@ pub(crate) async fn make(
 
 /// The spare, when one was made beside `task_container` (the container
 /// the check is for): else None, and a spare of another is removed.
-pub(crate) async fn take(link: &VerifyLink, id: TaskId, task_container: &str) -> Option<Made> {
-    let next = link.spares.next.lock().expect("spares lock").take()?;
+/// Marks attempt `attempt`'s check begun, so no spare is made for it
+/// after.
+pub(crate) async fn take(
+    link: &VerifyLink,
+    id: TaskId,
+    attempt: u32,
+    task_container: &str,
+) -> Option<Made> {
+    let next = {
+        let mut next = link.spares.next.lock().expect("spares lock");
+        link.spares.checked.fetch_max(attempt, Ordering::SeqCst);
+        next.take()?
+    };
     match next.await {
         Ok(Ok(made)) if made.vbox.task_container() == task_container => Some(made),
         Ok(Ok(other)) => {
