@@ -229,7 +229,10 @@ pub(crate) async fn run_commands(
         let t1 = std::time::Instant::now();
         // Killed and the task's container resumed now; removed meanwhile
         // (the gateway waits for it before the workspace is collected).
-        let (released, removing) = vbox.release().await;
+        // A pass with no assessor after it ends the task: its container
+        // runs again while the verify container is killed.
+        let ends = !link.assess && !checks.is_empty() && checks.iter().all(|c| c.passed);
+        let (released, removing) = vbox.release(ends).await;
         link.spares.removing(removing);
         if let Err(e) = released {
             warn!(task_id = %id, error = %format!("{e:#}"), "the verify container was not undone");
@@ -269,6 +272,7 @@ async fn checks_in(
     ledger: Option<&[u8]>,
 ) -> Vec<Check> {
     let first = commands[0].as_str();
+    let t0 = std::time::Instant::now();
     let prepared = verify_tree::prepare(
         d,
         container,
@@ -304,9 +308,29 @@ async fn checks_in(
             format!("the egress ledger could not be given to verify, so nothing was run: {e:#}");
         return vec![not_run(attempt, CheckKind::Verify, first, why)];
     }
+    let prepare_ms = t0.elapsed().as_millis() as u64;
     let mut checks = Vec::new();
+    // A graded check reads its reward in the command's own exec, once the
+    // command ended: what the last command run left.
+    let paths = verify_hidden::reward_paths(link.reward.as_deref());
+    let mut printed = None;
     for command in commands {
-        let ran = docker::exec_shell(d, container, command, link.timeout, OUTPUT_CAP).await;
+        let ran = if link.grades() {
+            let after = (
+                verify_hidden::READ_FIRST,
+                &paths[..],
+                verify_hidden::READ_FIRST_CAP,
+            );
+            let ran =
+                docker::exec_shell_then(d, container, command, link.timeout, OUTPUT_CAP, after)
+                    .await;
+            ran.map(|(r, p)| {
+                printed = Some(p);
+                r
+            })
+        } else {
+            docker::exec_shell(d, container, command, link.timeout, OUTPUT_CAP).await
+        };
         let check = match ran {
             Ok(r) => Check {
                 attempt,
@@ -320,12 +344,15 @@ async fn checks_in(
                 findings: Vec::new(),
                 graded: None,
             },
-            Err(e) => not_run(
-                attempt,
-                CheckKind::Verify,
-                command,
-                format!("could not be run: {e:#}"),
-            ),
+            Err(e) => {
+                printed = None;
+                not_run(
+                    attempt,
+                    CheckKind::Verify,
+                    command,
+                    format!("could not be run: {e:#}"),
+                )
+            }
         };
         let passed = check.passed;
         checks.push(check);
@@ -333,10 +360,17 @@ async fn checks_in(
             break;
         }
     }
-    if link.grades() {
-        let reward = link.reward.as_deref();
-        verify_hidden::grade(d, container, reward, link.pass_reward, &mut checks).await;
+    let run_ms = t0.elapsed().as_millis() as u64 - prepare_ms;
+    match printed {
+        Some(p) => verify_hidden::grade_printed(&p, link.pass_reward, &mut checks),
+        None if link.grades() => {
+            let reward = link.reward.as_deref();
+            verify_hidden::grade(d, container, reward, link.pass_reward, &mut checks).await;
+        }
+        None => {}
     }
+    let grade_ms = t0.elapsed().as_millis() as u64 - prepare_ms - run_ms;
+    tracing::debug!(attempt, prepare_ms, run_ms, grade_ms, "verify checks");
     checks
 }
 

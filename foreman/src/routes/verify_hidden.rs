@@ -227,8 +227,20 @@ pub(crate) async fn stage_for(
 
 /// Prints the first of its arguments that can be read and is not a
 /// directory: its path on a line, then its first 64 KiB. Exit 3: none.
-const READ_FIRST: &str = "for p; do if [ -r \"$p\" ] && [ ! -d \"$p\" ]; then \
+pub(crate) const READ_FIRST: &str = "for p; do if [ -r \"$p\" ] && [ ! -d \"$p\" ]; then \
     printf '%s\\n' \"$p\"; exec head -c 65536 -- \"$p\"; fi; done; exit 3";
+
+/// The most [`READ_FIRST`] prints: a path and 64 KiB.
+pub(crate) const READ_FIRST_CAP: usize = 65536 + 4096;
+
+/// The paths a reward is looked for at, in order: the one `verify.reward`
+/// names, else Harbor's.
+pub(crate) fn reward_paths(reward: Option<&str>) -> Vec<String> {
+    match reward {
+        Some(r) => vec![r.to_string()],
+        None => HARBOR_REWARDS.iter().map(|p| p.to_string()).collect(),
+    }
+}
 
 /// Grades the attempt by the reward file its commands left (the one
 /// `verify.reward` names, else Harbor's), read in the verify container and
@@ -241,14 +253,6 @@ pub(crate) async fn grade(
     pass_reward: f64,
     checks: &mut [Check],
 ) {
-    let Some(last) = checks.last_mut() else {
-        return;
-    };
-    let ran_all = last.exit_code.is_some();
-    let paths: Vec<&str> = match reward {
-        Some(r) => vec![r],
-        None => HARBOR_REWARDS.to_vec(),
-    };
     // One exec for every path tried: the first that can be read names
     // itself on the first line, then at most 64 KiB of it (a reward path
     // made a link to /dev/zero, by what the tests ran of the agent's,
@@ -259,16 +263,40 @@ pub(crate) async fn grade(
         READ_FIRST.to_string(),
         "sh".to_string(),
     ];
-    argv.extend(paths.iter().map(|p| p.to_string()));
-    let graded = match docker::exec_quiet(d, container, argv).await {
-        Ok(r) if r.exit_code == Some(0) => match r.output.split_once('\n') {
-            Some((path, body)) => Some(parse_reward(path, body)),
-            None => Some(Err("the reward file could not be read".to_string())),
-        },
+    argv.extend(reward_paths(reward));
+    let read = match docker::exec_quiet(d, container, argv).await {
+        Ok(r) if r.exit_code == Some(0) => Some(read_printed(r.output.as_bytes())),
         Ok(_) => None,
         Err(e) => Some(Err(format!("the reward file could not be read: {e:#}"))),
     };
-    let mut g = match graded {
+    apply(read, pass_reward, checks);
+}
+
+/// Grades the attempt by what [`READ_FIRST`] printed after its last
+/// command, in the same exec (`exec_shell_then`): nothing when no reward
+/// file was there.
+pub(crate) fn grade_printed(printed: &[u8], pass_reward: f64, checks: &mut [Check]) {
+    let read = (!printed.is_empty()).then(|| read_printed(printed));
+    apply(read, pass_reward, checks);
+}
+
+/// The reward [`READ_FIRST`] printed: its path on the first line, then
+/// the file.
+fn read_printed(printed: &[u8]) -> Result<Graded, String> {
+    match String::from_utf8_lossy(printed).split_once('\n') {
+        Some((path, body)) => parse_reward(path, body),
+        None => Err("the reward file could not be read".to_string()),
+    }
+}
+
+/// Puts the grade on the last check: `read` is the reward file's (None:
+/// there was none, graded by the exit codes).
+fn apply(read: Option<Result<Graded, String>>, pass_reward: f64, checks: &mut [Check]) {
+    let Some(last) = checks.last_mut() else {
+        return;
+    };
+    let ran_all = last.exit_code.is_some();
+    let mut g = match read {
         Some(Ok(g)) => g,
         Some(Err(why)) => {
             last.passed = false;

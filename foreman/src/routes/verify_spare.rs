@@ -1,7 +1,8 @@
 //! The verify container made ahead (issue 49: a task's overhead). A
 //! fresh container per attempt (HOSTILE.md case 27) costs its creation
 //! and start; made while the agent works, they are off the check's path.
-//! The first is made once the task's servo is running, the next after a
+//! The first is made once the task's servo container exists (beside its
+//! start: an agent that finishes at once finds it ready), the next after a
 //! failed attempt with attempts left. A spare is the same container
 //! `VerifyBox::make` always made: from the task's image, with the task's
 //! hardening, its workspace and (bound in it alone) the attempt's hidden

@@ -256,9 +256,10 @@ impl Gateway {
         &self.meter
     }
 
-    /// The task's servo runs: a task that verifies has its first verify
-    /// container made now, while the agent works (`routes::verify_spare`).
-    pub fn servo_started(&self) {
+    /// The task's servo container is made: a task that verifies has its
+    /// first verify container made now, while the servo starts and the
+    /// agent works (`routes::verify_spare`).
+    pub fn servo_created(&self) {
         if let Some(link) = &self.verify {
             routes::verify_spare::prewarm(link, self.task_id, 1);
         }

@@ -191,6 +191,9 @@ async fn launch(
         g.end_setup();
     }
     let launched = launched?;
+    if let Some(g) = gateway.as_ref() {
+        g.servo_created();
+    }
     let (servo, mut engine_time) = (launched.servo, launched.engine_time);
     if let Some(ran) = launched.setup {
         let lease = ctx.lease.clone();
@@ -222,9 +225,6 @@ async fn launch(
             .await
             .map_err(stored)?;
         info!(task_id = %id, "servo running");
-        if let Some(g) = gateway.as_ref() {
-            g.servo_started();
-        }
     }
     Ok(Started {
         servo,

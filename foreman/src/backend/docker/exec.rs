@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bollard::Docker;
+use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use saheeli_protocol::paths;
@@ -50,6 +51,31 @@ pub(crate) async fn exec_quiet(
         Vec::new(),
     )
     .await
+}
+
+/// Runs `command` as [`exec_shell`] does, then, in the same exec once it
+/// ended, the shell script `after` with `args`: the command's output
+/// (stdout and stderr as they came) is the `Ran`'s; what `after` prints
+/// comes back apart, at most `after_cap` bytes. A check's reward is read
+/// this way with the check (issue 49: one exec, not two). The exit code is
+/// the command's.
+pub(crate) async fn exec_shell_then(
+    docker: &Docker,
+    container: &str,
+    command: &str,
+    limit: Duration,
+    cap: usize,
+    (after, args, after_cap): (&str, &[String], usize),
+) -> anyhow::Result<(Ran, Vec<u8>)> {
+    const WRAP: &str = "s=$1 c=$2 a=$3; shift 3; \
+        timeout --kill-after=5 \"$s\" bash -c \"$c\" 2>&1 </dev/null; rc=$?; \
+        sh -c \"$a\" sh \"$@\" 1>&2 </dev/null; exit $rc";
+    let secs = limit.as_secs().max(1).to_string();
+    let mut argv = ["sh", "-c", WRAP, "sh", &secs, command, after]
+        .map(String::from)
+        .to_vec();
+    argv.extend(args.iter().cloned());
+    exec_apart(docker, container, argv, limit, cap, Vec::new(), after_cap).await
 }
 
 /// Runs `bash -c command` in the container with `limit`, keeping at most
@@ -123,6 +149,21 @@ async fn exec(
     cap: usize,
     env: Vec<String>,
 ) -> anyhow::Result<Ran> {
+    let (ran, _) = exec_apart(docker, container, argv, limit, cap, env, 0).await?;
+    Ok(ran)
+}
+
+/// Runs `argv`; with `apart_cap` > 0 what it writes to stderr is kept
+/// apart (at most `apart_cap` bytes) instead of in the output.
+async fn exec_apart(
+    docker: &Docker,
+    container: &str,
+    argv: Vec<String>,
+    limit: Duration,
+    cap: usize,
+    env: Vec<String>,
+    apart_cap: usize,
+) -> anyhow::Result<(Ran, Vec<u8>)> {
     let t0 = Instant::now();
     let created = docker
         .create_exec(
@@ -146,11 +187,16 @@ async fn exec(
         .await
         .context("starting an exec in the container")?;
     let mut out = Capped::new(cap);
+    let mut apart = Vec::new();
     let mut ended = true;
     if let StartExecResults::Attached { mut output, .. } = started {
         let deadline = tokio::time::Instant::now() + limit + GRACE;
         loop {
             match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(LogOutput::StdErr { message }))) if apart_cap > 0 => {
+                    let room = apart_cap.saturating_sub(apart.len()).min(message.len());
+                    apart.extend_from_slice(&message[..room]);
+                }
                 Ok(Some(Ok(chunk))) => out.push(&chunk.into_bytes()),
                 Ok(Some(Err(e))) => {
                     out.push(format!("\n[saheeli: the output stream failed: {e}]\n").as_bytes());
@@ -174,12 +220,13 @@ async fn exec(
     let timed_out = !ended
         || running
         || (duration >= limit && exit_code.is_some_and(|c| TIMED_OUT.contains(&c)));
-    Ok(Ran {
+    let ran = Ran {
         exit_code: if timed_out { None } else { exit_code },
         timed_out,
         duration,
         output: out.finish(),
-    })
+    };
+    Ok((ran, apart))
 }
 
 /// Output kept under a cap: the first half and the last half, and how

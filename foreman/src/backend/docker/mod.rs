@@ -34,7 +34,7 @@ pub(crate) use container::{
     stop, upload, upload_as, upload_file, wait,
 };
 pub(crate) use daemon::{await_daemon, connect, daemon_fault};
-pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env};
+pub(crate) use exec::{exec_quiet, exec_shell, exec_shell_env, exec_shell_then};
 pub(crate) use freeze::{pause, unpause};
 pub(crate) use image::{
     BuildProgress, ImageMissing, build_image, remove_tag, require_image, unused_task_images,

@@ -204,19 +204,32 @@ impl VerifyBox {
 
     /// Ends the check at once: every process of the verify container is
     /// killed (Docker's kill of SIGKILL returns once it has stopped), then
-    /// the task's container runs again. Its removal (unmounting its root
-    /// takes longest) goes on in the returned task, which the caller
+    /// the task's container runs again. `ends`: the check passed and the
+    /// task ends now (no assessor follows), so its
+    /// container runs again while the kill goes on (what is left of the
+    /// check is gone before the workspace is collected: the collection
+    /// removes every verify container first). Its removal (unmounting its
+    /// root takes longest) goes on in the returned task, which the caller
     /// awaits before the workspace is collected or removed.
     pub async fn release(
         self,
+        ends: bool,
     ) -> (
         anyhow::Result<()>,
         tokio::task::JoinHandle<anyhow::Result<()>>,
     ) {
-        let killed = super::verify_undo::kill(&self.docker, &self.container).await;
-        let resumed = match self.held {
-            true => unpause(&self.docker, &self.task_container).await,
-            false => Ok(()),
+        let resume = async {
+            match self.held {
+                true => unpause(&self.docker, &self.task_container).await,
+                false => Ok(()),
+            }
+        };
+        let kill = super::verify_undo::kill(&self.docker, &self.container);
+        let (killed, resumed) = if ends {
+            tokio::join!(kill, resume)
+        } else {
+            let killed = kill.await;
+            (killed, resume.await)
         };
         let (docker, container) = (self.docker, self.container);
         let removing = tokio::spawn(async move { remove_container(&docker, &container).await });
@@ -226,7 +239,7 @@ impl VerifyBox {
     /// Removes the verify container (what it left running goes with it),
     /// then lets the task container run again.
     pub async fn close(self) -> anyhow::Result<()> {
-        let (released, removing) = self.release().await;
+        let (released, removing) = self.release(false).await;
         let removed = match removing.await {
             Ok(r) => r,
             Err(e) => Err(anyhow::anyhow!(
