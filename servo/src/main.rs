@@ -21,7 +21,7 @@
 //! # Contract
 //!
 //! No arguments (`servo runner …`, `servo pack DIR`, `servo unpack
-//! DIR`, `servo unpack-setup DIR MAX`, `servo signal SIG PGID`, `servo
+//! DIR`, `servo unpack-setup DIR MAX`, `servo copy-seed DIR SRC`, `servo signal SIG PGID`, `servo
 //! collect-home SRC DST MAX`, `servo keep-session KIND HOME DST [ID]` and
 //! `servo restore-session KIND STAGED HOME` are the servo's own helpers,
 //! started as the agent's user; `servo mcp --url
@@ -46,6 +46,9 @@
 //! - `SAHEELI_SETUP_TAR`: a cached set-up's tar bound into the container
 //!   (issue 50, `cached_setup`), unpacked into the workspace as the
 //!   agent's user before the agent starts (a warm servo: before its claim).
+//! - `SAHEELI_SEED`: what the task's own image held at `workdir:` (issue
+//!   49, `seed`), copied into the fresh workspace as the agent's user
+//!   before the agent starts (before a cached set-up is unpacked over it).
 //! - `SAHEELI_GATEWAY_TOKEN_FILE`: set for a servo on another host (Swarm):
 //!   the file holding its task's gateway token, sent on every request; the
 //!   launch and submitted workspace are then fetched from the gateway, and
@@ -74,6 +77,7 @@ mod relay;
 mod remote;
 mod runner;
 mod seal;
+mod seed;
 mod task_env;
 mod tools;
 mod unpack;
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Some("mcp") => return external::mcp::main(argv),
         Some("unpack") => return remote::unpack_main(argv),
         Some("unpack-setup") => return cached_setup::unpack_main(argv),
+        Some("copy-seed") => return seed::copy_main(argv),
         Some("relay") => return relay::main(argv),
         Some("egress-bridge") => return egress::bridge_main(argv),
         Some(other) => {

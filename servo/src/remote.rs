@@ -19,7 +19,7 @@ use std::process::Stdio;
 mod pack;
 
 pub(crate) use pack::{
-    agent_helper, is_root, pack_main, servo_owned, unpack_main, unpack_streaming,
+    agent_helper, append_tree, is_root, pack_main, servo_owned, unpack_main, unpack_streaming,
 };
 use pack::{merge, pack};
 

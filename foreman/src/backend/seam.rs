@@ -57,20 +57,24 @@ pub(crate) struct Traits {
 }
 
 /// The removals an engine does in the background ([`Engine::removals`]).
-pub(crate) struct Removals<'a>(Option<&'a Swarm>);
+pub(crate) struct Removals<'a>(&'a Engine);
 
 impl Removals<'_> {
-    /// Removes what is left of an ended launch once it is safe to.
+    /// Removes what is left of an ended launch once it is safe to (a
+    /// swarm's; this host's collection begins its own).
     pub fn later(&self, servo: Servo) {
-        if let Some(s) = self.0 {
+        if let Engine::Swarm(s) = self.0 {
             s.remove_later(servo);
         }
     }
 
-    /// Waits (up to `patience`) for the removals [`Removals::later`] started.
+    /// Waits (up to `patience`) for the removals begun in the background.
     pub async fn done(&self, patience: Duration) {
-        if let Some(s) = self.0 {
-            s.removals_done(patience).await;
+        match self.0 {
+            Engine::Swarm(s) => s.removals_done(patience).await,
+            Engine::Local(l) => l.removals_done(patience).await,
+            #[cfg(test)]
+            Engine::Fake(_) => {}
         }
     }
 }
@@ -332,10 +336,7 @@ impl Engine {
     /// The removals an ended launch leaves to be done once it is safe to
     /// (on a swarm in the background; collection did them on this host).
     pub fn removals(&self) -> Removals<'_> {
-        match self {
-            Engine::Swarm(s) => Removals(Some(s)),
-            _ => Removals(None),
-        }
+        Removals(self)
     }
 
     /// A parked task's kept workspace, collected into `dest`.

@@ -49,6 +49,7 @@ pub(super) async fn collect(
             watched.exit(),
         )
         .await;
+    tracing::debug!(task_id = %id, ms = collected.took.as_millis() as u64, "collected");
     if let Workspace::Kept = collected.workspace {
         if !still_held(ctx, id).await {
             return abandon(id, gateway).await;
@@ -106,6 +107,7 @@ pub(super) async fn collect(
     if task.attempt > i64::from(task.spec.retries) {
         crate::inputs::remove_workspace(&ctx.cfg.state_dir(), id).await;
     }
+    tracing::debug!(task_id = %id, "changes recorded");
     let seen = Seen {
         watched,
         oom: collected.oom,

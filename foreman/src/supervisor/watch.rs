@@ -104,6 +104,7 @@ pub(super) async fn watch(
                     if !running && !mark_running(ctx, id, servo).await {
                         return None;
                     }
+                    tracing::debug!(task_id = %id, ?code, "servo exited");
                     break Ended::Exited(code);
                 }
                 Ok(Phase::Lost(why)) => break Ended::Lost(why),

@@ -112,7 +112,7 @@ pub(super) fn pack_kept(
 /// as links. FIFOs, sockets and devices are left out, never opened (the
 /// tar crate's own walk fails the whole archive on a socket and names a
 /// FIFO by its host path).
-pub(super) fn append_tree<W: std::io::Write>(
+pub(crate) fn append_tree<W: std::io::Write>(
     b: &mut tar::Builder<W>,
     dir: &Path,
     name: &Path,

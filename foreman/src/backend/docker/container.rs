@@ -44,7 +44,8 @@ pub(crate) const CONTAINER_NOFILE: i64 = 4096;
 
 /// Creates the hardened servo container for a task; does not start it.
 /// `setup_tar`: a cached set-up's tar on this host, bound in for the
-/// servo to unpack (issue 50).
+/// servo to unpack (issue 50); `seed`: the servo copies what the task's
+/// image held at `workdir:` into the workspace (issue 49).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn create_container(
     docker: &Docker,
@@ -55,8 +56,13 @@ pub(crate) async fn create_container(
     gateway_dir: Option<&Path>,
     launch_env: Option<String>,
     setup_tar: Option<&Path>,
+    seed: bool,
 ) -> anyhow::Result<String> {
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if seed {
+        use saheeli_protocol::setup::{SEED_DIR, SEED_ENV};
+        env.push(format!("{SEED_ENV}={SEED_DIR}"));
+    }
     if let Some(json) = launch_env {
         env.push(format!("{}={json}", saheeli_protocol::LAUNCH_ENV));
     }

@@ -10,8 +10,9 @@
 //! `workdir:` (`/app`): what the task's image holds there is moved to
 //! `/.saheeli/seed` and the path becomes a link to /workspace, so the
 //! agent works where the task expects it and everything it makes is
-//! collected. The seed is copied into each task's workspace at launch
-//! ([`seed_workspace`]), owned by the agent.
+//! collected. The seed is copied into each fresh workspace, owned by the
+//! agent: by the servo as it starts (`SAHEELI_SEED`, the servo's `seed`),
+//! or for a root agent uploaded before the start ([`read_seed`]).
 
 use std::io::Read;
 use std::path::{Component, Path};
@@ -21,16 +22,13 @@ use bollard::Docker;
 use bollard::query_parameters::DownloadFromContainerOptionsBuilder;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use saheeli_protocol::setup::{MAX_SEED_BYTES, SEED_DIR};
 use sha2::{Digest, Sha256};
 
 use super::{BuildProgress, DockerOp, build_image, timed};
 
-/// Where a layer keeps what the task's image had at `workdir:`.
-pub(crate) const SEED_DIR: &str = "/.saheeli/seed";
-
-/// The largest environment context read, and the largest seed copied.
+/// The largest environment context read.
 const MAX_CONTEXT_BYTES: u64 = 1 << 30;
-const MAX_SEED_BYTES: u64 = 1 << 30;
 
 /// Bumped when [`LAYER`] changes: every layer is rebuilt.
 const LAYER_VERSION: &str = "1";

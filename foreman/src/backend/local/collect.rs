@@ -44,6 +44,8 @@ impl Local {
             };
         }
         let d = &self.docker;
+        let t0 = Instant::now();
+        let lap = |what: &str| tracing::debug!(task_id = %id, ms = t0.elapsed().as_secs_f64() * 1000.0, "collect: {what}");
         if verifies {
             // A check the servo's end cut short: its container goes before the
             // workspace is read and its volume removed.
@@ -51,18 +53,26 @@ impl Local {
                 warn!(task_id = %id, error = %format!("{e:#}"), "verify container not removed");
             }
         }
+        lap("verify containers removed");
         let oom = ask_oom && docker::oom_killed(d, container).await;
         let started = Instant::now();
         let volume = servo.volume();
         let (collected, removed) = self.gather(id, container, &volume, dest).await;
         let took = started.elapsed();
+        lap("gathered");
         // Removed already for a local copy: not asked again.
         let left = if removed {
             vec![]
         } else {
             vec![container.to_string()]
         };
-        self.remove_all(id, left, &volume).await;
+        // What is left goes in the background (`Removals::done` waits for
+        // it before the foreman exits; the sweeper removes what a crash
+        // left of an ended task).
+        let this = self.clone();
+        self.cleanups
+            .spawn(async move { this.remove_all(id, left, &volume).await });
+        lap("removal begun");
         if servo.warm().is_some() {
             self.forget_warm(container);
         }
@@ -89,17 +99,24 @@ impl Local {
         let cap = self.cfg.file.max_results_size.0;
         let dest = dest.to_path_buf();
         // Local or archive is decided while the container still exists: the
-        // archive API needs it, and a local copy must not start before it is
-        // gone (a removed container runs nothing that could swap an entry for
-        // a link mid-walk; its named volume survives the removal).
+        // archive API needs it. A local copy must not start while anything
+        // runs in the container (nothing may swap an entry for a link
+        // mid-walk): a container that has stopped runs nothing (its init's
+        // end took every process with it, and nothing starts it again), so
+        // it is copied first and removed after, off the task's path; one
+        // that runs still (a wait that failed) is removed first. Its named
+        // volume or image survives the removal.
         let local = match self.cfg.file.collection {
             crate::config::Collection::Auto => self.workspace_dir(volume).await,
             crate::config::Collection::Archive => None,
         };
-        if let Some(src) = local
-            && self.remove_containers(id, Some(container)).await
-        {
-            return (copy_local(id, src, dest, secrets, cap).await, true);
+        if let Some(src) = local {
+            if matches!(docker::running(d, container).await, Ok(Some(false))) {
+                return (copy_local(id, src, dest, secrets, cap).await, false);
+            }
+            if self.remove_containers(id, Some(container)).await {
+                return (copy_local(id, src, dest, secrets, cap).await, true);
+            }
         }
         // A container that would not go away is read through the API.
         let started = Instant::now();
@@ -196,6 +213,20 @@ impl Local {
         if let Some(dir) = super::pool::socket_name(volume) {
             // A warm servo's socket directory, when its gateway left it.
             let _ = std::fs::remove_dir_all(self.cfg.run_dir().join(dir));
+        }
+    }
+
+    /// Waits (up to `patience`) for the removals collections began.
+    pub async fn removals_done(&self, patience: std::time::Duration) {
+        self.cleanups.close();
+        if tokio::time::timeout(patience, self.cleanups.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                left = self.cleanups.len(),
+                "removals of collected tasks still running; the sweeper finishes them"
+            );
         }
     }
 

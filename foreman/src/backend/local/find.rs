@@ -133,6 +133,7 @@ impl Local {
             None,
             None,
             None,
+            false,
         )
         .await;
         match created {

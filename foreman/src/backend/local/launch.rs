@@ -39,6 +39,8 @@ pub(crate) struct Local {
     /// Each task image's seed (`read_seed`), by its content-named tag.
     pub(super) seeds:
         Arc<std::sync::Mutex<std::collections::HashMap<String, Option<bytes::Bytes>>>>,
+    /// What collected launches left, being removed off their tasks' path.
+    pub(super) cleanups: tokio_util::task::TaskTracker,
 }
 
 impl Local {
@@ -60,6 +62,7 @@ impl Local {
             servos,
             builds: Arc::default(),
             seeds: Arc::default(),
+            cleanups: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -255,6 +258,11 @@ impl Local {
         // parked task or a retry that goes on); a cached one with a copy
         // here is bound in, and the servo unpacks it as it starts.
         let sets_up = !spec.setup.is_empty() && !parked && !resumes;
+        // What the task's image holds at `workdir:` starts a fresh
+        // workspace: the servo copies it as it starts (as the agent's
+        // user); it is uploaded before the start for a root agent, and for
+        // a set-up that runs here (on the seeded workspace).
+        let seeds = spec.workdir.is_some() && spec.image.is_some() && !parked && !resumes;
         let home = self.home(&name);
         let beside = !parked && self.prepare_mount_point(&home)?;
         let make_home = async {
@@ -276,6 +284,7 @@ impl Local {
                 true => self.bound_setup(id, &image, spec).await?,
                 false => None,
             };
+            let servo_seeds = seeds && !spec.root_agent() && (!sets_up || bound.is_some());
             let container = docker::create_container(
                 d,
                 id,
@@ -285,13 +294,14 @@ impl Local {
                 gateway_dir,
                 in_env.then_some(launch_json),
                 bound.as_ref().map(|b| b.file.as_path()),
+                servo_seeds,
             )
             .await?;
-            Ok::<_, EngineError>((image, run, bound, container))
+            Ok::<_, EngineError>((image, run, bound, container, servo_seeds))
         };
         // The image was checked when serve started; one removed since fails
         // the create with `ImageMissing`.
-        let (workspace, (image, run, bound, container)) = if beside {
+        let (workspace, (image, run, bound, container, servo_seeds)) = if beside {
             let (workspace, made) = tokio::join!(make_home, make_container(home));
             (workspace?, made?)
         } else {
@@ -304,7 +314,7 @@ impl Local {
         // A root agent's files are root's (the container's user, 0:0):
         // root without a capability may write only what it owns.
         let owner = docker::Owner::of(spec);
-        if spec.workdir.is_some() && spec.image.is_some() && !parked && !resumes {
+        if seeds && !servo_seeds {
             self.seed(&image, &container, owner).await?;
         }
         // A retry that goes on from the attempt before it starts on that
