@@ -436,6 +436,14 @@ fn fork_at_forks_the_other_samples_from_the_first_runs_step() {
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         assert_eq!(read("one.txt"), "1\n", "{fork:#}");
         assert_eq!(read("two.txt"), "1\n");
-        assert_eq!(read("three.txt").lines().count(), 1);
+        // Each fork is its own sample: its commands see its own number
+        // and its title says it, not the first run's.
+        let i = index(fork);
+        assert_eq!(read("three.txt"), format!("{i}\n"), "{fork:#}");
+        assert_eq!(fork["title"], format!("p [sample {i}/3]"), "{fork:#}");
     }
+    let mut indexes: Vec<i64> = all.iter().map(index).collect();
+    indexes.sort();
+    assert_eq!(indexes, [1, 2, 3]);
+    assert_eq!(first["title"], "p [sample 1/3]");
 }
