@@ -35,6 +35,20 @@ pub const MAX_TOTAL: u64 = 128 << 20;
 /// The largest manifest read.
 pub const MAX_MANIFEST: u64 = 64 << 10;
 
+/// `POST` a [`RestoreIncomplete`] to the task's gateway: the servo could
+/// not restore the session a retry brought (after the foreman's check
+/// passed); the retry's trail gets a `restore_incomplete` event.
+pub const RESTORE_INCOMPLETE: &str = "/saheeli/v1/agent-session/restore-incomplete";
+/// The longest reason the foreman keeps, in characters.
+pub const MAX_WHY: usize = 400;
+
+/// Why the servo's restore of a retry's kept session came out incomplete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreIncomplete {
+    pub why: String,
+}
+
 /// An agent whose own session can be kept and resumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -22,6 +22,10 @@ const VERIFY_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Longest wait for a snapshot (a copy of a large workspace).
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(600);
 
+/// How long a report the agent does not wait on (a restore that came
+/// out incomplete) may try to reach the gateway.
+const REPORT_WAIT: Duration = Duration::from_secs(10);
+
 /// How long a look at the inbox before an LLM call may take.
 const INBOX_LOOK: Duration = Duration::from_secs(2);
 
@@ -248,6 +252,24 @@ impl Desk {
             .await
             .map_err(|e| Failure(e.to_string(), false))?;
         read(r).await
+    }
+
+    /// Says the agent's own session a retry brought could not be restored
+    /// (issue 51), for the retry's trail; given up after [`REPORT_WAIT`]
+    /// (the agent starts over either way).
+    pub async fn restore_incomplete(&self, why: &str) -> Result<(), Refused> {
+        use saheeli_protocol::agent_session::{RESTORE_INCOMPLETE, RestoreIncomplete};
+        let body = RestoreIncomplete {
+            why: why.to_string(),
+        };
+        let sent = self.post_retrying::<_, serde_json::Value>(RESTORE_INCOMPLETE, &body);
+        match tokio::time::timeout(REPORT_WAIT, sent).await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(Refused(format!(
+                "the gateway did not answer in {} s",
+                REPORT_WAIT.as_secs()
+            ))),
+        }
     }
 
     async fn get_retrying<T: DeserializeOwned>(&self, url: &str) -> Result<T, Refused> {

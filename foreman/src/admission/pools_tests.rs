@@ -138,7 +138,7 @@ fn a_full_pool_holds_back_only_its_own_tasks_in_order() {
     };
     let pick = |s: &mut Store| {
         let f = |g: &[PoolGroup]| closed(&caps, g);
-        s.claim_within(None, &lease, Some(&f))
+        s.claim_within(None, false, &lease, Some(&f))
             .unwrap()
             .map(|t| t.id)
     };

@@ -379,6 +379,7 @@ pub(crate) async fn fork(cfg: &Config, args: crate::cli::ForkArgs) -> anyhow::Re
         count: args.count,
         model: args.model,
         note: args.note,
+        samples_of: None,
     };
     let ids = crate::ops::fork_task(cfg, &args.id, fork).await?;
     if args.json {

@@ -187,6 +187,7 @@ pub(crate) struct Live {
     launch_failures: Family<CauseLabels, Counter>,
     pool_claims: Family<ResultLabels, Counter>,
     pool_claim_seconds: Histogram,
+    pool_died_idle: Counter,
     rate_waits: Family<ProviderLabels, Counter>,
     rate_waiting: Family<ProviderLabels, Gauge>,
     rate_wait_seconds: Family<ProviderLabels, Counter<f64, AtomicU64>>,
@@ -213,6 +214,7 @@ impl Live {
             launch_failures: Family::default(),
             pool_claims: Family::default(),
             pool_claim_seconds: Histogram::new(CLAIM_BUCKETS.iter().copied()),
+            pool_died_idle: Counter::default(),
             rate_waits: Family::default(),
             rate_waiting: Family::default(),
             rate_wait_seconds: Family::default(),
@@ -369,6 +371,11 @@ impl Live {
             .inc();
     }
 
+    /// A warm servo died while idle (the pool refills after a back-off).
+    pub fn pool_died_idle(&self) {
+        self.pool_died_idle.inc();
+    }
+
     /// A warm claim: from the claim to the launch released to its servo.
     pub fn pool_claim_took(&self, took: Duration) {
         self.pool_claim_seconds.observe(took.as_secs_f64());
@@ -429,6 +436,12 @@ impl Live {
             "pool_claim_duration_seconds",
             "Warm claims, from the claim to the task's launch released to its servo, in this process",
             self.pool_claim_seconds.clone(),
+        );
+        reg.register(
+            "pool_servos_died_idle",
+            "Warm servos that died while idle (their start failed: a cached set-up that would \
+             not unpack, say), in this process; their class refills after a back-off",
+            self.pool_died_idle.clone(),
         );
         reg.register(
             "gateway_rate_limit_waits",

@@ -38,6 +38,9 @@ pub(crate) struct Fork {
     pub model: Option<String>,
     /// Told to each fork's model before its first call.
     pub note: Option<String>,
+    /// Best-of-N's `fork_at`: the forks are samples 2 to K of the task
+    /// of this title (the parent is its sample 1), numbered so.
+    pub samples_of: Option<String>,
 }
 
 /// Queues `count` forks of task `parent` going on from its step `step`
@@ -82,6 +85,9 @@ pub(crate) async fn fork_task(
         }
         if let Some(s) = &script {
             spec.replay = Some(s.clone());
+        }
+        if let Some(title) = &fork.samples_of {
+            spec.number_sample(title, index + 1, fork.count + 1);
         }
         spec.forked_from = Some(ForkOf {
             task: parent.id,

@@ -44,7 +44,9 @@ const POOL_SWEEP_EVERY: Duration = Duration::from_secs(5);
 pub(super) type Handles = Arc<Mutex<HashMap<TaskId, Control>>>;
 
 /// The serve loop. `drain` (first Ctrl-C) stops launching and waits for
-/// running tasks; `stop` (second Ctrl-C) also stops their containers.
+/// running tasks (launching only their queued children, which they wait
+/// on: a best-of-N task's samples); `stop` (second Ctrl-C) also stops
+/// their containers.
 ///
 /// Whatever ends the loop, an error included, the tasks already running
 /// are seen to their end before this returns: nothing is dropped mid-run.
@@ -259,10 +261,13 @@ pub(super) async fn serve_loop(
 
         // Tasks waiting for a human hold no slot; admission sets the
         // limit (fixed or `auto`) and may pause launching (its breaker).
+        // A drain claims only what the running tasks wait on: their
+        // queued children (a best-of-N task's samples).
         while look_for_work
-            && !drain.is_cancelled()
+            && (!drain.is_cancelled() || !running.is_empty())
             && gate::may_launch(ctx, busy(running, handles))
         {
+            let under_held = drain.is_cancelled();
             let (lease, caps) = (ctx.lease.clone(), pools.clone());
             let claimed = ctx
                 .db(move |s| {
@@ -271,10 +276,13 @@ pub(super) async fn serve_loop(
                     let f = |g: &[PoolGroup]| crate::admission::pools::closed(&caps, g);
                     let closed: Option<ClosedBy<'_>> =
                         if caps.is_empty() { None } else { Some(&f) };
-                    s.claim_within(only, &lease, closed)
+                    s.claim_within(only, under_held, &lease, closed)
                 })
                 .await?;
-            queue.found(claimed.is_some());
+            // A drain's look is not at the whole queue.
+            if !under_held {
+                queue.found(claimed.is_some());
+            }
             let Some(task) = claimed else {
                 look_for_work = false;
                 break;

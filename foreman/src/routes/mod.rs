@@ -4,9 +4,11 @@
 //! `assess`; `verify_tree`, `shadow`, `python_modules`: the workspace made
 //! what `changes.patch` delivers, and what shadows the commands refused),
 //! the granted MCP capabilities (`capability`), child tasks (`children`,
-//! `child_spec`: `spawn_task`, `wait_tasks`, issue 30) and the report's
-//! synthesis call (`synthesis`, issue 29). Nothing of a request is
-//! trusted: the agent's shell reaches the socket too.
+//! `child_spec`: `spawn_task`, `wait_tasks`, issue 30), the report's
+//! synthesis call (`synthesis`, issue 29) and a servo's word that it could
+//! not restore its agent's own session (`agent_session`, issue 51).
+//! Nothing of a request is trusted: the agent's shell reaches the socket
+//! too.
 //!
 //! Each route file exports its routes and builds its own link from the
 //! task's spec (`Link::of`); each is served with what every route shares
@@ -14,6 +16,7 @@
 //! the waiting flag) and its link ([`ctx::On`]). [`app`] puts them
 //! together; the loop's context knows none of their settings.
 
+pub(crate) mod agent_session;
 pub(crate) mod assess;
 pub(crate) mod capability;
 pub(crate) mod child_spec;
@@ -114,7 +117,8 @@ pub(crate) fn app(llm: Arc<GatewayState>, plan: Plan) -> Built {
         .merge(verify::routes(&ctx, verify.clone()))
         .merge(capability::routes(&ctx, spec))
         .merge(children::routes(&ctx, delegate))
-        .merge(snapshot::routes(&ctx, snapshots));
+        .merge(snapshot::routes(&ctx, snapshots))
+        .merge(agent_session::routes(&ctx, spec));
     Built {
         router,
         approver,

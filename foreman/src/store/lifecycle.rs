@@ -96,6 +96,11 @@ impl Store {
                     params![r.id.to_string(), r.not_before],
                 )?;
             }
+            // What the retry's start says, with it: never a retry
+            // without it, nor it without the retry.
+            if let Some((kind, detail)) = &r.said {
+                super::desk::note_event(&tx, r.id, kind, Some("saheeli"), detail)?;
+            }
         }
         tx.commit()?;
         Ok(())

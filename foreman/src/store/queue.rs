@@ -60,16 +60,21 @@ impl Store {
     /// `starting`, leased to `lease.owner`, and returns it.
     #[cfg(test)]
     pub fn claim_next(&mut self, only: Option<TaskId>, lease: &Lease) -> Result<Option<TaskRow>> {
-        self.claim_within(only, lease, None)
+        self.claim_within(only, false, lease, None)
     }
 
     /// [`Store::claim_next`] within `pools:` (issue 52): `closed` says,
     /// from the tasks holding a slot now, which agent types, models and
     /// keys are full; the best queued task in none of them is claimed, so
     /// a full pool's tasks never hold up another's behind them.
+    /// `under_held`: only the children of tasks `lease.owner` holds and
+    /// has not ended, or their retries (a draining foreman starts nothing
+    /// new, but a running best-of-N task's queued samples, or a parent's
+    /// queued children, are part of the work it finishes).
     pub fn claim_within(
         &mut self,
         only: Option<TaskId>,
+        under_held: bool,
         lease: &Lease,
         closed: Option<ClosedBy<'_>>,
     ) -> Result<Option<TaskRow>> {
@@ -89,6 +94,12 @@ impl Store {
                 "SELECT id FROM tasks WHERE state = 'queued'
                    AND (?2 IS NULL OR id = ?2
                         OR id IN (SELECT child_id FROM children WHERE root_id = ?2))
+                   AND (?6 IS NULL OR id IN (WITH RECURSIVE under(id) AS (
+                          SELECT c.child_id FROM children c JOIN tasks p ON p.id = c.parent_id
+                           WHERE p.owner = ?6
+                             AND p.state IN ('starting', 'running', 'waiting_human', 'paused', 'blocked')
+                          UNION SELECT t.id FROM tasks t JOIN under u ON t.retry_of = u.id)
+                        SELECT id FROM under))
                    AND (not_before IS NULL OR not_before <= ?1)
                    AND COALESCE(agent_type, '') NOT IN (SELECT value FROM json_each(?3))
                    AND COALESCE(model, '') NOT IN (SELECT value FROM json_each(?4))
@@ -101,7 +112,8 @@ impl Store {
                     only.map(|i| i.to_string()),
                     json(&closed.agent_types),
                     json(&closed.models),
-                    json(&closed.keys)
+                    json(&closed.keys),
+                    under_held.then_some(lease.owner.as_str())
                 ],
                 |r| r.get(0),
             )

@@ -183,6 +183,9 @@ pub(crate) struct Retry {
     pub attempt: i64,
     /// Not claimed before this (`retry_backoff`).
     pub not_before: Option<i64>,
+    /// An event for the retry's trail, written with it (issue 51:
+    /// `restore_incomplete`, `starts_over`): its kind and detail.
+    pub said: Option<(&'static str, String)>,
 }
 
 pub(super) const COLUMNS: &str = "id, title, state, reason, priority, spec, retry_of, container_id, created_at, \

@@ -158,6 +158,63 @@ mod tests {
         (TaskId::new(), s)
     }
 
+    /// A draining foreman (`under_held`) claims the queued samples of a
+    /// task it holds, and their retries, nothing else; another foreman's
+    /// drain claims none of them.
+    #[test]
+    fn a_drain_claims_only_what_the_held_tasks_wait_on() {
+        let (_d, mut s) = store();
+        let task = TaskId::new();
+        s.submit(task, &spec("t"), 0, None, 1).unwrap();
+        assert_eq!(s.claim_next(None, &lease()).unwrap().unwrap().id, task);
+        let other_work = TaskId::new();
+        s.submit(other_work, &spec("other"), 9, None, 1).unwrap();
+        let ids = s
+            .spawn_samples(task, &lease(), &[sample(task, 1)], 0)
+            .unwrap();
+        let someone = Lease {
+            owner: "someone".into(),
+            ms: 10_000,
+        };
+        assert!(
+            s.claim_within(None, true, &someone, None)
+                .unwrap()
+                .is_none()
+        );
+        let first = s.claim_within(None, true, &lease(), None).unwrap().unwrap();
+        assert_eq!(first.id, ids[0], "the sample, not the other work");
+        assert!(
+            s.claim_within(None, true, &lease(), None)
+                .unwrap()
+                .is_none()
+        );
+        // The sample's retry is part of the same work.
+        s.started(first.id, &lease(), "c").unwrap();
+        let retry = crate::store::Retry {
+            id: TaskId::new(),
+            spec: first.spec.clone(),
+            priority: 0,
+            attempt: 2,
+            not_before: None,
+            said: None,
+        };
+        let to = crate::state::TaskState::Incomplete;
+        s.finish(first.id, &lease(), to, None, None, Some(&retry))
+            .unwrap();
+        let next = s.claim_within(None, true, &lease(), None).unwrap().unwrap();
+        assert_eq!(next.id, retry.id);
+        assert!(
+            s.claim_within(None, true, &lease(), None)
+                .unwrap()
+                .is_none()
+        );
+        // Not draining: anything.
+        assert_eq!(
+            s.claim_next(None, &lease()).unwrap().unwrap().id,
+            other_work
+        );
+    }
+
     #[test]
     fn samples_are_queued_once_fenced_and_the_win_noted_once() {
         let (_d, mut s) = store();

@@ -302,11 +302,15 @@ fn writes_are_fenced_by_the_lease() {
         priority: 0,
         attempt: 2,
         not_before: None,
+        said: Some(("restore_incomplete", "gone".into())),
     };
     let err = s
         .finish(id, &old, TaskState::Incomplete, None, None, Some(&retry))
         .unwrap_err();
     assert!(lost(err));
+    // Neither the retry nor what its start says.
+    assert!(s.get(&retry.id.to_string()).unwrap().is_none());
+    assert!(s.events(retry.id).unwrap().is_empty());
     assert!(s.renew(&old).unwrap().is_empty());
     // Nothing the old foreman tried left a trace; the new one goes on.
     assert!(s.get(&retry.id.to_string()).unwrap().is_none());
@@ -358,10 +362,27 @@ fn a_retry_waits_out_its_backoff() {
         priority: 0,
         attempt: 2,
         not_before: Some(later),
+        said: Some(("restore_incomplete", "its session file is gone".into())),
     };
     s.finish(id, &l, TaskState::Incomplete, None, None, Some(&retry))
         .unwrap();
     let row = s.get(&retry.id.to_string()).unwrap().unwrap();
+    // What its start says is on its trail, written with it (issue 51).
+    let said: Vec<_> = s
+        .events(retry.id)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind.as_deref() == Some("restore_incomplete"))
+        .map(|e| (e.to, e.actor, e.detail))
+        .collect();
+    assert_eq!(
+        said,
+        [(
+            TaskState::Queued,
+            Some("saheeli".into()),
+            Some("its session file is gone".into())
+        )]
+    );
     assert_eq!(
         (row.state, row.not_before),
         (TaskState::Queued, Some(later))

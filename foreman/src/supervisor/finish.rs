@@ -30,12 +30,11 @@ pub(super) async fn finish(
     let mut detail = detail.to_string();
     // The retry policy: another attempt, as a new task linked to this one.
     let mut retry = None;
-    let mut said = None;
     if to == TaskState::Incomplete
         && let Ok(task) = ctx.db(move |s| s.require(&id.to_string())).await
         && should_retry(reason, &task.spec.retry_on, task.attempt, task.spec.retries)
     {
-        retry = next_attempt(ctx, &task, reason, &outcome, &mut detail, &mut said).await;
+        retry = next_attempt(ctx, &task, reason, &outcome, &mut detail).await;
     }
     let lease = ctx.lease.clone();
     outcome.detail = Some(detail.clone());
@@ -61,12 +60,6 @@ pub(super) async fn finish(
     match (recorded, retry) {
         (Ok(()), Some(r)) => {
             info!(task_id = %id, state = %to, %reason, retry = %r.id, attempt = r.attempt, "task finished; retried by policy");
-            if let Some((kind, text)) = said {
-                let rid = r.id;
-                if let Err(e) = ctx.db(move |s| s.note_retry(rid, kind, &text)).await {
-                    warn!(task_id = %rid, error = %format!("{e:#}"), "the retry's start not recorded");
-                }
-            }
             // Superseded: the retry reports for both.
             (id, None)
         }
@@ -132,16 +125,16 @@ pub(super) async fn requeue_or_fail(
 /// Decides and prepares the next attempt of `task` (found worth
 /// retrying): its spec with the chain filled in, its wait, and the
 /// workspace it starts on; None (and why, in `detail`) when there is none.
-/// `said`: an event for the retry's trail (issue 51: its agent's own
-/// session not restored).
+/// Its `said`: an event for the retry's trail (issue 51: its agent's
+/// own session not restored).
 async fn next_attempt(
     ctx: &Ctx,
     task: &TaskRow,
     reason: Reason,
     outcome: &Outcome,
     detail: &mut String,
-    said: &mut Option<(&'static str, String)>,
 ) -> Option<Retry> {
+    let mut said = None;
     let id = task.id;
     let ended = Ended {
         task,
@@ -177,7 +170,7 @@ async fn next_attempt(
         detail.push_str(&format!(
             "; {why}: the retry starts over (a fresh conversation on the workspace as it left it)"
         ));
-        *said = Some((
+        said = Some((
             "starts_over",
             format!("{why}: a fresh conversation on the workspace as it left it"),
         ));
@@ -237,7 +230,7 @@ async fn next_attempt(
             detail.push_str(&format!(
                 "; restore_incomplete: {why}: the retry starts over (a fresh conversation)"
             ));
-            *said = Some((
+            said = Some((
                 "restore_incomplete",
                 format!(
                     "its agent's own session cannot be restored ({why}): it starts over with a fresh conversation"
@@ -260,5 +253,6 @@ async fn next_attempt(
         priority: task.priority,
         attempt: task.attempt + 1,
         not_before: Some(now_ms() + delay.as_millis() as i64),
+        said,
     })
 }

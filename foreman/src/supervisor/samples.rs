@@ -27,7 +27,7 @@ use super::{Command, Ctx, Inbox, Joined, abandon, lease_lost};
 use crate::inputs;
 use crate::state::TaskState;
 use crate::store::{DbError, Outcome, Store, StoreError, TaskRow};
-use crate::task::{SAMPLE_ENV, SAMPLES_ENV, SampleOf, Samples, TaskSpec};
+use crate::task::{SampleOf, Samples, TaskSpec};
 
 /// How often the samples are looked at (one indexed read).
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -135,7 +135,7 @@ pub(crate) fn sample_spec(task: &TaskRow, plan: Samples, index: u32) -> TaskSpec
         index,
         count: plan.count,
     });
-    spec.title = format!("{} [sample {index}/{}]", task.spec.title, plan.count);
+    spec.number_sample(&task.spec.title, index, plan.count);
     let (tokens, cost) = crate::spec::sample_share(&plan, task.spec.max_tokens, task.spec.max_cost);
     spec.max_tokens = tokens;
     spec.max_cost = cost;
@@ -146,8 +146,6 @@ pub(crate) fn sample_spec(task: &TaskRow, plan: Samples, index: u32) -> TaskSpec
     if plan.fork_at > 0 && index == 1 {
         spec.snapshots = saheeli_protocol::front_matter::Snapshots::Every;
     }
-    spec.env.insert(SAMPLE_ENV.into(), index.to_string());
-    spec.env.insert(SAMPLES_ENV.into(), plan.count.to_string());
     spec
 }
 
@@ -227,6 +225,7 @@ async fn fork_rest(ctx: &Ctx, task: &TaskRow, plan: Samples) -> anyhow::Result<b
         let fork = crate::ops::Fork {
             at_step: Some(at),
             count: plan.count - 1,
+            samples_of: Some(task.spec.title.clone()),
             ..crate::ops::Fork::default()
         };
         forks = crate::ops::fork_task(&ctx.cfg, &from.to_string(), fork)

@@ -20,6 +20,6 @@ pub(crate) use chain::{Chain, Used};
 pub(crate) use egress::EgressPlan;
 pub(crate) use git::{DeliverPlan, Delivered, GitStart, GitWorkspace, branch_name};
 pub(crate) use params::{ParamSource, ParamValue};
-pub(crate) use samples::{SAMPLE_ENV, SAMPLES_ENV, SampleOf, Samples};
+pub(crate) use samples::{SampleOf, Samples};
 pub(crate) use setup_plan::{SetupPlan, SetupRan};
 pub(crate) use task_spec::{ForkOf, FromDefinitions, TaskImage, TaskSpec};

@@ -33,6 +33,20 @@ pub(crate) const SAMPLE_ENV: &str = "SAMPLE_INDEX";
 pub(crate) const SAMPLES_ENV: &str = "SAMPLE_COUNT";
 
 impl super::TaskSpec {
+    /// Makes this spec sample `index` (1-based) of `count` of the task
+    /// titled `title`: the title says which, and so do its commands'
+    /// `SAMPLE_INDEX` and `SAMPLE_COUNT`. A fork of the first run
+    /// (`fork_at`) is renumbered so, or it would say it is sample 1.
+    pub(crate) fn number_sample(&mut self, title: &str, index: u32, count: u32) {
+        self.title = format!("{title} [sample {index}/{count}]");
+        if let Some(of) = self.sample_of.as_mut() {
+            of.index = index;
+            of.count = count;
+        }
+        self.env.insert(SAMPLE_ENV.into(), index.to_string());
+        self.env.insert(SAMPLES_ENV.into(), count.to_string());
+    }
+
     /// Which sample of task `task` this is (1-based), when it is one: its
     /// `sample_of`, or for a fork of the task's first run (`fork_at`),
     /// one more than its fork number (the first run is sample 1).

@@ -53,6 +53,7 @@ pub(super) async fn fork(web: Shared, id: String, body: Bytes) -> Result<Json<Va
         count: b.count.unwrap_or(1),
         model: b.model,
         note: b.note,
+        samples_of: None,
     };
     let ids = ops::fork_task(&web.cfg, &id, fork).await?;
     let wanted: Vec<String> = ids.iter().map(ToString::to_string).collect();

@@ -73,15 +73,27 @@ fn killed_and_retried(
     command: String,
     before_kill: impl FnOnce(&str),
 ) -> (crate::util::Saheeli, FakeLlm, Value, Value, Instant) {
+    killed_and_retried_then(cli, command, before_kill, "1s", |_| {})
+}
+
+/// [`killed_and_retried`], the retry waiting `backoff` and
+/// `before_retry(project)` run once it is queued (its workspace packed).
+fn killed_and_retried_then(
+    cli: Cli,
+    command: String,
+    before_kill: impl FnOnce(&str),
+    backoff: &str,
+    before_retry: impl FnOnce(&crate::util::Saheeli),
+) -> (crate::util::Saheeli, FakeLlm, Value, Value, Instant) {
     cli.require();
     let llm = FakeLlm::start_matching(vec![], script(cli, command));
     let s = cli.project(&llm);
     s.write(
         "p.md",
-        &cli.prompt(
+        &cli.prompt(&format!(
             "retries: 1\nretry_from: session\n\
-             retry_backoff: { initial: 1s, multiplier: 1, max: 1s }\n",
-        ),
+             retry_backoff: {{ initial: {backoff}, multiplier: 1, max: {backoff} }}\n"
+        )),
     );
     let run = s
         .cmd(&["run", "p.md", "--json"])
@@ -103,6 +115,12 @@ fn killed_and_retried(
     // SIGKILL to every process in it, as the OOM killer or a lost node.
     docker(&["kill", &cid]);
     let killed = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(120), || s.tasks().len() == 2),
+        "{}: no retry was queued",
+        cli.name
+    );
+    before_retry(&s);
     let out = run.wait_with_output().unwrap();
     let last: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -268,4 +286,70 @@ fn links_and_oversize_files_in_the_agents_home_are_not_kept() {
     let resumed = resumed_request(&llm, killed);
     assert!(CLAUDE.results(&resumed.body) >= 1);
     assert!(!resumed.body.to_string().contains("root:x:0:0"));
+}
+
+/// The foreman's check of the kept session passes, but the servo's
+/// restore in the retry's container fails (here: the session file taken
+/// out of the packed workspace after the check, before the retry starts).
+/// The agent starts over, told so, and the retry's trail says
+/// `restore_incomplete` by the servo with its reason: not only a line in
+/// the container's log.
+#[test]
+fn a_restore_that_fails_in_the_servo_reaches_the_retrys_trail() {
+    let (s, llm, first, last, killed) = killed_and_retried_then(
+        CLAUDE,
+        first(""),
+        |_| {},
+        "6s",
+        |s| {
+            let retry = s.tasks().into_iter().find(|t| t["retry_of"].is_string());
+            let retry = retry.expect("the retry")["id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let tar = s.path().join(format!(".saheeli/inputs/{retry}.resume.tar"));
+            let list = Command::new("tar").arg("-tf").arg(&tar).output().unwrap();
+            assert!(list.status.success(), "{}", tar.display());
+            let sessions: Vec<String> = String::from_utf8_lossy(&list.stdout)
+                .lines()
+                .filter(|l| l.contains("agent-session/home/") && l.ends_with(".jsonl"))
+                .map(String::from)
+                .collect();
+            assert!(!sessions.is_empty(), "no session file in the packed retry");
+            let deleted = Command::new("tar")
+                .arg("--delete")
+                .arg("-f")
+                .arg(&tar)
+                .args(&sessions)
+                .status()
+                .unwrap();
+            assert!(deleted.success());
+        },
+    );
+    assert_eq!(last["state"], "complete", "{last:#}");
+    // The foreman's check passed: it brought the session along.
+    let detail = first["detail"].as_str().unwrap();
+    assert!(detail.contains("kept for the retry"), "{detail}");
+    let said: Vec<&Value> = last["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "restore_incomplete")
+        .collect();
+    assert_eq!(said.len(), 1, "not on the retry's trail: {last:#}");
+    assert_eq!(said[0]["by"], "servo", "{said:?}");
+    let why = said[0]["detail"].as_str().unwrap();
+    assert!(
+        why.contains("the servo could not restore its agent's own session")
+            && why.contains(".jsonl"),
+        "{why}"
+    );
+    // A fresh conversation, told so.
+    let resumed = resumed_request(&llm, killed);
+    let body = resumed.body.to_string();
+    assert_eq!(CLAUDE.results(&resumed.body), 0, "{body}");
+    assert!(body.contains("restore_incomplete"), "{body}");
+    assert!(body.contains("Write hello.txt"), "{body}");
+    let status = s.expect(&["task", "status", last["id"].as_str().unwrap()], 0);
+    assert!(status.contains("restore_incomplete"), "{status}");
 }

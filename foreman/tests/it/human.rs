@@ -39,6 +39,24 @@ impl Serve {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A first Ctrl-C (SIGINT): the foreman drains.
+    pub fn interrupt(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+    }
+
+    /// Its exit status once it ends, waiting up to `most`; None if it is
+    /// still running then.
+    pub fn wait_exit(&mut self, most: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < most {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     /// `kill -9`: the foreman dies without cleaning anything up.
     pub fn kill9(mut self) {
         let _ = self.child.kill();

@@ -436,6 +436,75 @@ fn fork_at_forks_the_other_samples_from_the_first_runs_step() {
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         assert_eq!(read("one.txt"), "1\n", "{fork:#}");
         assert_eq!(read("two.txt"), "1\n");
-        assert_eq!(read("three.txt").lines().count(), 1);
+        // Each fork is its own sample: its commands see its own number
+        // and its title says it, not the first run's.
+        let i = index(fork);
+        assert_eq!(read("three.txt"), format!("{i}\n"), "{fork:#}");
+        assert_eq!(fork["title"], format!("p [sample {i}/3]"), "{fork:#}");
     }
+    let mut indexes: Vec<i64> = all.iter().map(index).collect();
+    indexes.sort();
+    assert_eq!(indexes, [1, 2, 3]);
+    assert_eq!(first["title"], "p [sample 1/3]");
+}
+
+/// A first Ctrl-C of `serve` (a drain: finish what runs, start nothing
+/// new) while a best-of-N task runs: its samples still queued are part of
+/// that running work, so the drain runs them, the task ends with its
+/// winner, and the foreman exits by itself (it used to wait for a second
+/// Ctrl-C, the task waiting on samples nobody would claim).
+#[test]
+fn a_drain_runs_the_queued_samples_of_a_running_best_of_n_task() {
+    require_docker();
+    let s = Saheeli::new();
+    // Sample 1 waits for the test's `/tmp/go` and fails its verify; only
+    // sample 2 can win, and at `-j 1` it is queued behind sample 1.
+    s.write(
+        "gate.json",
+        &script(&[
+            (
+                "execute_shell",
+                json!({"command": "if [ \"$SAMPLE_INDEX\" = 1 ]; then until [ -e /tmp/go ]; do sleep 0.1; done; fi; echo $SAMPLE_INDEX > n.txt", "timeout_s": 300}),
+            ),
+            ("task_complete", json!({"message": "done"})),
+        ]),
+    );
+    s.write(
+        "p.md",
+        "---\nmodel: replay:gate.json\nsamples: 2\nselect: verify\nverify: test \"$(cat n.txt)\" = 2\nverify_retries: 0\n---\nGated.\n",
+    );
+    let id = s.submit("p.md");
+    let mut serve = Serve::start(&s, &["-j", "1"]);
+    let t = until(&s, &id, &serve, "sample 1 running, sample 2 queued", |t| {
+        let all = samples(&s, t);
+        all.len() == 2
+            && all.iter().any(|x| index(x) == 1 && x["state"] == "running")
+            && all.iter().any(|x| index(x) == 2 && x["state"] == "queued")
+    });
+    let first = samples(&s, &t).into_iter().find(|x| index(x) == 1).unwrap();
+    serve.interrupt();
+    crate::gateway_guard::release(first["id"].as_str().unwrap(), "go");
+    let status = serve.wait_exit(std::time::Duration::from_secs(120));
+    let t = s.task(&id);
+    assert!(
+        status.is_some(),
+        "serve did not end after the drain\n{t:#}\n--- serve log\n{}",
+        serve.log()
+    );
+    // It exited by itself (1: sample 1 ended incomplete, as it must).
+    assert_eq!(status.unwrap().code(), Some(1), "{}", serve.log());
+    assert!(
+        serve.log().contains("served 3 tasks, 2 complete"),
+        "{}",
+        serve.log()
+    );
+    assert_eq!(t["state"], "complete", "{t:#}\n{}", serve.log());
+    let all = samples(&s, &t);
+    let winner = all.iter().find(|x| index(x) == 2).unwrap();
+    assert_eq!(winner["state"], "complete", "{all:#?}");
+    assert_eq!(t["samples"]["winner"], winner["id"]);
+    assert_eq!(
+        std::fs::read_to_string(results(&t).join("n.txt")).unwrap(),
+        "2\n"
+    );
 }

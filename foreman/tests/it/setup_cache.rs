@@ -600,3 +600,100 @@ fn a_warm_servo_of_a_cached_set_up_serves_its_key_only() {
     }
     prune_all(&s);
 }
+
+/// Container creations of the project's warm servos between two Unix
+/// times (Docker's own event log, so none is missed however short-lived).
+fn warm_creates(s: &Saheeli, since: f64, until: f64) -> usize {
+    let db = s.path().join("saheeli.db");
+    let digest = sha2::Sha256::digest(db.as_os_str().as_encoded_bytes());
+    let label: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    docker_out(&[
+        "events",
+        "--since",
+        &format!("{since:.3}"),
+        "--until",
+        &format!("{until:.3}"),
+        "--filter",
+        "type=container",
+        "--filter",
+        "event=create",
+        "--filter",
+        &format!("label=saheeli.pool={label}"),
+        "--format",
+        "{{.Actor.ID}}",
+    ])
+    .lines()
+    .filter(|l| !l.is_empty())
+    .count()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A warm class whose cached set-up will not unpack (its host copy
+/// corrupted after it was cached): each of its servos dies idle. The pool
+/// waits longer after each death (1 s, 2 s, 4 s…) rather than making the
+/// next at once, a hot loop of containers on a shared daemon, and says
+/// so in its log.
+#[test]
+fn a_warm_class_whose_set_up_will_not_unpack_backs_off() {
+    require_docker();
+    let s = Saheeli::new();
+    let n = nonce();
+    s.write("ws/requirements.txt", "a==1\n");
+    agent(&s, "true");
+    prompt(&s, "p.md", &n, "");
+    let first = run(&s, "p.md", 0);
+    let key = first["setup"]["key"].as_str().unwrap().to_string();
+    let copy = s.path().join(format!(".saheeli/setup-cache/{key}.tar"));
+    assert!(copy.is_file(), "{}", copy.display());
+    // Not a tar: the servo's unpack fails, and the servo with it.
+    std::fs::write(&copy, vec![0x5a; 64 * 1024]).unwrap();
+    let config = s.path().join("config.yaml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "pool:\n  - {{ size: 1, setup_key: {} }}\n",
+        &key[..12]
+    ));
+    std::fs::write(&config, text).unwrap();
+    let since = unix_now();
+    let serve = crate::human::Serve::start(&s, &[]);
+    // The window the creations are counted in.
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let until = unix_now();
+    let log = serve.log();
+    drop(serve);
+    let made = warm_creates(&s, since, until);
+    let died = log.matches("a warm servo died while idle").count();
+    eprintln!("FIGURE warm servos made in 12 s with a corrupt set-up: {made} ({died} died idle)");
+    assert!(died >= 2, "the servos did not die idle as expected:\n{log}");
+    // Back-off: made at 0 s, then after pauses of ~1, ~2, ~4 s (±20 %)
+    // plus each one's own start: at most 4 in 12 s. Without it, one
+    // every start (about a second here).
+    assert!(
+        made <= 4,
+        "{made} warm servos made in 12 s: the pool churns\n{log}"
+    );
+    let pauses: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("a warm servo died while idle"))
+        .filter_map(|l| {
+            l.split("pause_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        pauses.len() >= 2 && pauses.windows(2).all(|w| w[1] > w[0]),
+        "{pauses:?}\n{log}"
+    );
+    assert!(warm_servos(&s).is_empty());
+    prune_all(&s);
+}

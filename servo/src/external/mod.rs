@@ -173,7 +173,7 @@ async fn start_plan(
     }
     let kind = saheeli_protocol::agent_session::Kind::of(agent);
     let (restored, prompt) =
-        session::resumed(task, agent, root, Path::new(HOME), mode, prompt).await;
+        session::resumed(task, agent, root, Path::new(HOME), mode, prompt, &own).await;
     if let Some(id) = &restored {
         inputs.session = plan::Session::Resume(id);
     }

@@ -120,6 +120,15 @@ impl Own {
         }
     }
 
+    /// Tells the foreman the agent's own session could not be restored
+    /// (issue 51): the retry's trail says `restore_incomplete`.
+    pub async fn restore_incomplete(&self, why: &str) {
+        let Some(desk) = &self.desk else { return };
+        if let Err(e) = desk.restore_incomplete(why).await {
+            warn!(error = %e.0, "restore_incomplete not reported to the foreman");
+        }
+    }
+
     /// The tools, as MCP's `tools/list` result.
     pub fn list(&self) -> Value {
         let mut names = vec!["ask_user", "task_complete"];

@@ -392,7 +392,8 @@ pub(crate) fn last_session_id(root: &Path) -> Option<String> {
 /// What a retry's agent starts with: the session restored (Claude Code
 /// and Codex going on from the session), and its prompt: the foreman's
 /// note alone when it resumes its own conversation, else the note before
-/// the task (it starts over, and says so).
+/// the task (it starts over, and says so, to the agent and, through
+/// `own`, to the retry's trail).
 pub(crate) async fn resumed(
     task: &saheeli_protocol::ServoTask,
     agent: &saheeli_protocol::Agent,
@@ -400,6 +401,7 @@ pub(crate) async fn resumed(
     home: &Path,
     mode: Mode,
     prompt: &str,
+    own: &super::own::Own,
 ) -> (Option<String>, String) {
     use saheeli_protocol::attempt::RetryFrom;
     let Some(resume) = &task.resume else {
@@ -416,6 +418,7 @@ pub(crate) async fn resumed(
             Some(Ok(_)) | None => {}
             Some(Err(why)) => {
                 warn!(%why, "restore_incomplete: the agent's own session cannot be restored; it starts over");
+                own.restore_incomplete(&why).await;
                 note.push_str(&format!(
                     " (restore_incomplete: your own session could not be restored ({why}): \
                      this attempt starts over with a fresh conversation.)"

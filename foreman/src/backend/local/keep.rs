@@ -4,7 +4,8 @@
 //! servos made their first model call, so refills never
 //! crowd out the launches they are there to speed up), idle servos older
 //! than `max_idle` replaced, one that dies while idle removed and
-//! replaced; on stop every idle servo goes. Sweeping what a stopped foreman's pool left is the sweeper's
+//! replaced after a back-off that grows with each death in a row in its
+//! class; on stop every idle servo goes. Sweeping what a stopped foreman's pool left is the sweeper's
 //! decision (`reconciler::sweep`); listing and removing it is here.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use saheeli_protocol::TaskId;
+use saheeli_protocol::attempt::Backoff;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -26,6 +28,12 @@ pub(crate) type Pace = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Servos made at once (each is a volume, a create and a start).
 const REFILL_AT_ONCE: usize = 4;
+/// The wait before a class whose servo died idle is refilled (a servo
+/// that cannot start, say a cached set-up that will not unpack, would
+/// otherwise be replaced at once, over and over): 1 s, doubling, 60 s at
+/// most; after twice that with no death the count starts again.
+const DIED_IDLE_BACKOFF: Backoff =
+    Backoff::new(Duration::from_secs(1), 2.0, Duration::from_secs(60));
 /// How often the keeper looks even when nothing rang.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
@@ -41,6 +49,7 @@ impl Local {
         let mut watching: JoinSet<String> = JoinSet::new();
         let mut failures = 0u32;
         let mut calm_until = Instant::now();
+        let mut deaths = Deaths::new(pool.classes.len());
         loop {
             self.expire(&pool);
             // A burst of claims goes first: refills wait for its lull and
@@ -48,6 +57,9 @@ impl Local {
             let lull = pool.lull_ends();
             if lull.is_none() && pace() && Instant::now() >= calm_until {
                 for class in 0..pool.classes.len() {
+                    if deaths.calm(class) {
+                        continue;
+                    }
                     let target = pool.target(class);
                     loop {
                         let short = {
@@ -91,8 +103,12 @@ impl Local {
                     }
                 }
                 Some(dead) = watching.join_next() => {
-                    if let Ok(name) = dead {
-                        self.died_idle(&pool, &name).await;
+                    if let Ok(name) = dead
+                        && let Some(class) = self.died_idle(&pool, &name).await
+                    {
+                        let pause = deaths.died(class);
+                        crate::metrics::live().pool_died_idle();
+                        warn!(servo = %name, class, pause_ms = pause.as_millis() as u64, "a warm servo died while idle; its class refills after a pause");
                     }
                 }
                 _ = pool.wake.notified() => {}
@@ -225,21 +241,22 @@ impl Local {
         }
     }
 
-    /// A watched servo's container stopped: if it was idle, it died idle.
-    async fn died_idle(&self, pool: &Pool, name: &str) {
+    /// A watched servo's container stopped: if it was idle, it died idle
+    /// and is removed; its class.
+    async fn died_idle(&self, pool: &Pool, name: &str) -> Option<usize> {
         let idle = {
             let mut st = pool.lock();
-            st.idle.iter_mut().find_map(|q| {
+            st.idle.iter_mut().enumerate().find_map(|(class, q)| {
                 let at = q.iter().position(|i| i.name == name)?;
-                q.remove(at)
+                q.remove(at).map(|i| (class, i))
             })
         };
         // Not idle: claimed, and its task's supervisor watches it.
-        let Some(idle) = idle else { return };
+        let (class, idle) = idle?;
         pool.publish();
-        warn!(servo = %name, "a warm servo died while idle; replacing it");
         self.discard(pool, idle).await;
         pool.wake.notify_one();
+        Some(class)
     }
 
     /// Removes an idle servo and forgets it.
@@ -288,6 +305,40 @@ impl Local {
     }
 }
 
+/// Per class, the warm servos that died idle lately, and until when the
+/// class is not refilled ([`DIED_IDLE_BACKOFF`]).
+struct Deaths {
+    /// Per class: deaths in a row, the last one's time, refills resume at.
+    classes: Vec<(u32, Option<Instant>, Instant)>,
+}
+
+impl Deaths {
+    fn new(n: usize) -> Deaths {
+        Deaths {
+            classes: vec![(0, None, Instant::now()); n],
+        }
+    }
+
+    /// Whether class `class` waits out a back-off now.
+    fn calm(&self, class: usize) -> bool {
+        Instant::now() < self.classes[class].2
+    }
+
+    /// A servo of class `class` died idle: the pause before its refill.
+    fn died(&mut self, class: usize) -> Duration {
+        let now = Instant::now();
+        let (count, last, until) = &mut self.classes[class];
+        if last.is_some_and(|t| now - t > DIED_IDLE_BACKOFF.max.0 * 2) {
+            *count = 0;
+        }
+        *count += 1;
+        *last = Some(now);
+        let pause = DIED_IDLE_BACKOFF.delay(*count, fastrand::f64());
+        *until = now + pause;
+        pause
+    }
+}
+
 /// This host's warm pool as the serve loop and the sweeper reach it
 /// (`Engine::pool`): kept, counted, and what earlier foremen's pools left.
 pub(crate) struct WarmPool<'a>(pub(crate) &'a Local);
@@ -313,5 +364,29 @@ impl WarmPool<'_> {
     /// Removes the warm servos named (for the sweeper, `gc`).
     pub async fn remove(&self, names: &[String]) {
         self.0.remove_pool_leftovers(names).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_death_in_a_row_pauses_its_class_longer() {
+        let mut d = Deaths::new(2);
+        assert!(!d.calm(0) && !d.calm(1));
+        let pauses: Vec<Duration> = (0..8).map(|_| d.died(0)).collect();
+        // 1 s, 2 s, 4 s… within ±20 %, at most 60 s.
+        for (n, p) in pauses.iter().enumerate().take(5) {
+            let base = 1u64 << n;
+            assert!(
+                *p >= Duration::from_millis(base * 800) && *p <= Duration::from_millis(base * 1200),
+                "death {}: {p:?}",
+                n + 1
+            );
+        }
+        assert!(pauses.iter().all(|p| *p <= Duration::from_secs(60)));
+        assert!(d.calm(0), "its class waits");
+        assert!(!d.calm(1), "another class does not");
     }
 }
