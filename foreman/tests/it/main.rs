@@ -52,6 +52,7 @@ mod event_pages;
 mod fencing;
 mod freeze;
 mod freeze_browser;
+mod freeze_model;
 mod gateway;
 mod gateway_attack;
 mod gateway_fetch;
