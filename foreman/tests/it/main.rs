@@ -83,6 +83,7 @@ mod safety;
 mod samples;
 mod sandbox;
 mod setup_cache;
+mod snapshot_flood;
 mod split_key;
 mod steps;
 mod steps_browser;
