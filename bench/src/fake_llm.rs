@@ -35,6 +35,9 @@ pub struct Seen {
 
 type Log = Arc<Mutex<Vec<Seen>>>;
 
+/// Whether a `limited-N` model's one 429 was answered.
+static LIMITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub struct FakeLlm {
     pub addr: SocketAddr,
     log: Log,
@@ -123,6 +126,25 @@ async fn complete(State(log): State<Log>, body: Bytes) -> Response {
         Ok(v) => v,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("not JSON: {e}")).into_response(),
     };
+    // `limited-N`: the first call of all is refused with a 429 and a
+    // `retry-after` of N seconds (a provider's rate limit); every other
+    // call completes the task.
+    if let Some(secs) = req["model"]
+        .as_str()
+        .and_then(|m| m.strip_prefix("limited-"))
+    {
+        if !LIMITED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let body = json!({"error": {"message": "rate limit reached", "type": "rate_limit"}});
+            let retry = secs.to_string();
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, retry)],
+                axum::Json(body),
+            )
+                .into_response();
+        }
+        return axum::Json(answer(1, 1, body.len())).into_response();
+    }
     let Some(total) = req["model"].as_str().and_then(turns) else {
         return (StatusCode::BAD_REQUEST, "model must be `steps-N`").into_response();
     };

@@ -39,7 +39,8 @@
 //! - `vetting` (issue 47): the gateway's vetting of a third-party agent's
 //!   requests, per call, against parsing them alone.
 //! - `suspend` (issue 51): what a waiting servo holds, running and
-//!   frozen, the freeze and thaw times, and the waiting servos a host holds.
+//!   frozen, the freeze and thaw times, and the waiting servos a host
+//!   holds; `suspend_model`: the freeze and thaw of servos in a model wait.
 //! - `stats`: medians, p95 and the report.
 
 mod admission;
@@ -79,6 +80,7 @@ mod setup_start;
 mod stats;
 mod steps;
 mod suspend;
+mod suspend_model;
 mod swarm;
 mod task_overhead;
 mod thousand;
@@ -161,7 +163,8 @@ struct Args {
     /// task (issue 49: a Harbor task with the oracle against its own work
     /// in a bare container), suspend (issue 51: memory per waiting servo,
     /// running and frozen, freeze and thaw times, how many waiting servos
-    /// this host holds), fork (issue 51: a snapshot's cost per step, and a
+    /// this host holds; the freeze and thaw of servos in a model wait),
+    /// fork (issue 51: a snapshot's cost per step, and a
     /// fork at step 5 of a 100 MB workspace against a cold launch).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(MEASUREMENTS))]
     only: Vec<String>,
@@ -376,6 +379,7 @@ async fn run(
     if want("suspend") {
         quiet_check("suspend", busy).await;
         figures.extend(suspend::suspend(env, if args.quick { 4 } else { 16 }).await?);
+        figures.extend(suspend_model::model_wait(env, 4).await?);
     }
     if want("fork") {
         quiet_check("fork", busy).await;

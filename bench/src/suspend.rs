@@ -64,13 +64,13 @@ fn prompt(p: &Project) -> anyhow::Result<String> {
     Ok("ask.md".into())
 }
 
-fn status(p: &Project, id: &str) -> anyhow::Result<Value> {
+pub(crate) fn status(p: &Project, id: &str) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(
         &p.ok(&["task", "status", id, "--json"])?,
     )?)
 }
 
-async fn until_all(
+pub(crate) async fn until_all(
     p: &Project,
     ids: &[String],
     what: &str,
@@ -214,7 +214,7 @@ fn figures(
 }
 
 /// The `N` of `PREFIX N ms` in the task's first `kind` event's detail.
-fn event_ms(t: &Value, kind: &str, prefix: &str) -> Option<f64> {
+pub(crate) fn event_ms(t: &Value, kind: &str, prefix: &str) -> Option<f64> {
     let detail = t["events"].as_array()?.iter().find(|e| e["kind"] == kind)?["detail"].as_str()?;
     let rest = &detail[detail.find(prefix)? + prefix.len()..];
     rest.split_whitespace().next()?.parse().ok()

@@ -27,6 +27,7 @@ mod read;
 mod redact;
 mod results;
 pub(crate) mod snapshot;
+pub(crate) mod snapshot_record;
 mod sparse;
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,8 @@
 //! <state_dir>/snapshots/                 0700, the foreman's
 //!   <task_id>/                           0700
 //!     step-000002/                       the workspace as step 2 left it (its session file too)
+//!     cost-000002, stamps                what each added on disk, the newest's per-file
+//!                                        record (`snapshot_record`)
 //!     requested                          `task snapshot ID` asked for one (`on_request`)
 //! ```
 //!
@@ -39,7 +41,7 @@ use anyhow::{Context, bail};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use saheeli_protocol::TaskId;
 
-use super::{Dir, sparse};
+use super::{Dir, snapshot_record, sparse};
 
 /// The directory every task's snapshots are under.
 pub(crate) fn root(state_dir: &Path) -> PathBuf {
@@ -51,7 +53,7 @@ pub(crate) fn task_dir(state_dir: &Path, id: TaskId) -> PathBuf {
     root(state_dir).join(id.to_string())
 }
 
-fn step_name(step: u32) -> String {
+pub(super) fn step_name(step: u32) -> String {
     format!("step-{step:06}")
 }
 
@@ -125,12 +127,12 @@ fn own_dir(state_dir: &Path, id: TaskId) -> std::io::Result<Dir> {
 /// What a file was when it was copied: if it is still that, the copy is
 /// linked into the next snapshot instead of made again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    ino: u64,
-    size: i64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-    mode: u32,
+pub(super) struct Stamp {
+    pub ino: u64,
+    pub size: i64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+    pub mode: u32,
 }
 
 impl Stamp {
@@ -155,11 +157,29 @@ pub(crate) struct Taken {
     pub linked: u64,
     /// Bytes copied (what it costs on disk beyond names and directories).
     pub copied: u64,
+    /// Directories made, its own included.
+    pub dirs: u64,
     pub took: std::time::Duration,
-    stamps: HashMap<PathBuf, Stamp>,
+    pub(super) stamps: HashMap<PathBuf, Stamp>,
     /// When the walk began (less a margin, see `now`): a file whose ctime
     /// is later may have changed under the same stamp, so it is copied.
-    began: (i64, i64),
+    pub(super) began: (i64, i64),
+}
+
+impl Taken {
+    /// A snapshot of `step` begun at `began`, nothing in it yet.
+    pub(super) fn empty(step: u32, began: (i64, i64)) -> Taken {
+        Taken {
+            step,
+            files: 0,
+            linked: 0,
+            copied: 0,
+            dirs: 1,
+            took: Default::default(),
+            stamps: HashMap::new(),
+            began,
+        }
+    }
 }
 
 /// Snapshots the workspace at `src` (a running task's, on this host) as
@@ -189,25 +209,21 @@ pub(crate) fn take(
     let mut walk = Walk {
         prev,
         max_bytes,
-        taken: Taken {
-            step,
-            files: 0,
-            linked: 0,
-            copied: 0,
-            took: Default::default(),
-            stamps: HashMap::new(),
-            began,
-        },
+        taken: Taken::empty(step, began),
     };
     let walked = walk.dir(&source, &out, before.as_ref(), Path::new(""), 0);
     if let Err(e) = walked {
         let _ = remove_entry(&dir, &tmp);
         return Err(e);
     }
+    // The record of the snapshot before goes first: it may be of this
+    // very step, about to be replaced.
+    snapshot_record::forget(&dir);
     let _ = remove_entry(&dir, &name);
     dir.rename(OsStr::new(&tmp), OsStr::new(&name))
         .context("putting the snapshot in place")?;
     walk.taken.took = t0.elapsed();
+    snapshot_record::record(&dir, &walk.taken);
     Ok(walk.taken)
 }
 
@@ -276,6 +292,7 @@ impl Walk<'_> {
                     let to = dst
                         .make_dir(&os, 0o755)
                         .with_context(|| format!("copying `{}`", shown.display()))?;
+                    self.taken.dirs += 1;
                     let was = before.and_then(|b| b.sub(&os).ok());
                     self.dir(&sub, &to, was.as_ref(), &shown, depth + 1)?;
                 }

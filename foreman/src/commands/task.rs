@@ -101,7 +101,10 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                     limit: args.events,
                 };
                 if args.json {
-                    serde_json::to_string_pretty(&task_view(&store, id, page)?)?
+                    let mut view = task_view(&store, id, page)?;
+                    let tid = store.require(id)?.id;
+                    view.snapshots = Some(crate::ops::kept_snapshots(cfg, tid));
+                    serde_json::to_string_pretty(&view)?
                 } else {
                     let t = store.require(id)?;
                     let (mut events, total) = store.events_page(t.id, page.before, page.limit)?;
@@ -121,6 +124,8 @@ pub(crate) async fn status(cfg: &Config, args: StatusArgs) -> anyhow::Result<Exi
                     }
                     text.push_str(&output::family_lines(&store, &t)?);
                     text.push_str(&output::samples_line(&store, &t)?);
+                    let kept = crate::ops::kept_snapshots(cfg, t.id);
+                    text.push_str(&output::snapshots_line(&t.id.short(), &kept));
                     if let Some(c) =
                         Some(store.webhook_counts(t.id)?).filter(|c| *c != Default::default())
                     {

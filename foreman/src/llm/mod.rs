@@ -32,6 +32,8 @@
 //! - `redact`, `splice`: keys out, also of a stream whose text is split
 //!   between events; `record`: the trajectory lines of every call, with
 //!   the per-token `logprobs` a provider returned.
+//! - `held`: the agent's calls while the gateway holds them, for the
+//!   supervisor's freezer (issue 51): a frozen servo is never answered.
 //! - `probe`, `doctor`: what a local server says, and `saheeli doctor`.
 //! - `vendor`: the vendors' own APIs for third-party agents (issue 25).
 
@@ -41,6 +43,7 @@ pub(crate) mod assemble;
 pub(crate) mod chat;
 pub(crate) mod count;
 pub(crate) mod doctor;
+pub(crate) mod held;
 pub(crate) mod inbox;
 pub(crate) mod input_bound;
 pub(crate) mod ledger;

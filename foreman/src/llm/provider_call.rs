@@ -14,6 +14,7 @@ use saheeli_protocol::context::Cache;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use super::held::Why;
 use super::limit_headers::{self, Observed};
 use crate::config::ProviderKind;
 use crate::llm::GatewayState;
@@ -237,7 +238,7 @@ pub(crate) async fn call(gw: &GatewayState, body: Bytes) -> (Response, Option<Ch
         }
         warn!(task_id = %gw.task_id, attempt, wait_ms = wait.as_millis() as u64, error = %last, "retrying LLM call");
         live().retry(&provider.name, RetryCause::of(status));
-        tokio::time::sleep(wait).await;
+        retry_wait(gw, wait).await;
         attempt += 1;
     }
     live().refusal(Refusal::Unavailable);
@@ -297,11 +298,20 @@ pub(crate) async fn rate_turn(gw: &GatewayState, body_bytes: usize) -> super::li
     turn
 }
 
+/// The wait before a call's next try; what its hold waits for meanwhile
+/// (`held`).
+pub(crate) async fn retry_wait(gw: &GatewayState, wait: Duration) {
+    gw.held.note(Why::Retry);
+    tokio::time::sleep(wait).await;
+    gw.held.note(Why::Model);
+}
+
 /// A call starts (`Some`: for about this long) or stops waiting for its
 /// turn in the provider's budget: the metrics, and the task's row that
 /// `task status` reads (`waiting for provider rate limit`).
 pub(crate) fn rate_waiting(gw: &GatewayState, wait: Option<Duration>) {
     let provider = &gw.route.provider.name;
+    gw.held.note(wait.map_or(Why::Model, |_| Why::RateLimit));
     live().rate_limit_wait(provider, wait);
     let until = wait.map(|w| crate::store::now_ms() + w.as_millis() as i64);
     let (l, task_id) = (gw.upstream.ledger.clone(), gw.task_id);

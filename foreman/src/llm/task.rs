@@ -49,6 +49,9 @@ pub(crate) struct GatewayState {
     /// The desk's inbox look for the servo's own calls (set by the routes,
     /// for the built-in loop only).
     pub(crate) inbox: std::sync::OnceLock<Arc<dyn super::inbox::InboxLook>>,
+    /// The agent's calls held here, which the supervisor's freezer reads
+    /// (`held`, issue 51).
+    pub(crate) held: Arc<super::held::Held>,
 }
 
 impl GatewayState {

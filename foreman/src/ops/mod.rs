@@ -29,7 +29,7 @@ pub(crate) use follow_up::{MAX_FEEDBACK, follow_up};
 pub(crate) use fork::fork_at;
 pub(crate) use fork::{Fork, fork_task};
 pub(crate) use retry::retry_task;
-pub(crate) use snapshot::{Asked, request_snapshot};
+pub(crate) use snapshot::{Asked, kept_snapshots, request_snapshot};
 #[cfg(test)]
 pub(crate) use steer::user_name;
 pub(crate) use steer::{Steer, StepOverrideState, joined, os_user, steer, who};

@@ -48,3 +48,14 @@ pub(crate) fn request_snapshot(cfg: &Config, id_or_prefix: &str) -> Result<Asked
         }
     }
 }
+
+/// The snapshots task `id` keeps, for `task status` (issue 51).
+pub(crate) fn kept_snapshots(cfg: &Config, id: TaskId) -> Vec<crate::output::SnapshotView> {
+    crate::collect::snapshot_record::kept(&cfg.state_dir(), id)
+        .into_iter()
+        .map(|k| crate::output::SnapshotView {
+            step: k.step,
+            bytes: k.bytes,
+        })
+        .collect()
+}

@@ -87,6 +87,10 @@ pub(crate) struct TaskView {
     /// and since when.
     pub frozen: bool,
     pub frozen_at: Option<String>,
+    /// The snapshots it keeps (issue 51; one task in detail): each step
+    /// kept, and what that snapshot added on disk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<Vec<super::SnapshotView>>,
     /// Set when a person overrode the outcome: `state` is what they gave it.
     #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
     pub overridden: Option<OverrideView>,
@@ -320,6 +324,7 @@ impl TaskView {
             waiting_since: t.waiting_since.map(time),
             frozen: frozen.is_some(),
             frozen_at: frozen.map(time),
+            snapshots: None,
             overridden: t.overridden.as_ref().map(|o| OverrideView::new(o, t.state)),
             events: events.map(|evs| {
                 evs.iter()

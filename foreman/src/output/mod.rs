@@ -1,12 +1,14 @@
 //! How tasks are shown: tables for people, JSON for scripts; a
 //! template's steps with their marks (`steps`); the serving foreman's
 //! admission footer (`admission`); the log line of an ended task (`ended`);
-//! how long a queued task still waits (`waits`).
+//! how long a queued task still waits (`waits`); the snapshots a task
+//! keeps (`kept`).
 
 mod admission;
 mod dry_run;
 mod ended;
 mod json;
+mod kept;
 mod recoverable;
 mod samples;
 mod steps;
@@ -23,6 +25,7 @@ pub(crate) use admission::admission_line;
 pub(crate) use dry_run::{DryRunView, DryWorkspace};
 pub(crate) use ended::log_finished;
 pub(crate) use json::{AttemptView, TaskView, hit_rate};
+pub(crate) use kept::{SnapshotView, snapshots_line};
 pub(crate) use recoverable::recoverable;
 pub(crate) use samples::{samples_line, samples_view};
 pub(crate) use steps::{StepView, steps_text};

@@ -9,10 +9,20 @@
 //! its uid's alone. A snapshot of a step already kept is taken again
 //! (the servo's own point comes last). Each snapshot copies at most the
 //! workspace cap, and a task's snapshots at most `max_results_size`
-//! together; past that, no more are taken and the answer says why.
+//! together (their directories counted too); past that, no more are
+//! taken and the answer says why.
+//!
+//! The agent's shell reaches the socket too, so the route is paced per
+//! task: one snapshot at a time (a point while one is taken is refused,
+//! not queued), and at most [`BURST`] at once, then one per [`REFILL`]
+//! (a token bucket). A refused point gets a 429 with a JSON error saying
+//! which (`snapshot_busy`, `snapshot_rate`) and a `retry-after`; the
+//! servo goes on without that step's snapshot, so a flood neither stalls
+//! the task nor grows the disk past its caps.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -26,7 +36,55 @@ use tracing::{info, warn};
 use super::ctx::{Ctx, On};
 use crate::backend::TaskEngine;
 use crate::collect::snapshot::{self, Taken};
-use crate::llm::task::json_response;
+use crate::collect::snapshot_record::{self, DIR_BYTES};
+use crate::llm::task::{error_response, json_response};
+
+/// Snapshots a task may take at once before the pace holds them back.
+const BURST: f64 = 10.0;
+
+/// Then one more per this long.
+const REFILL: Duration = Duration::from_secs(1);
+
+/// The route's token bucket: [`BURST`] tokens, one back per [`REFILL`].
+#[derive(Debug)]
+struct Pace {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn new(now: Instant) -> Pace {
+        Pace {
+            tokens: BURST,
+            at: now,
+        }
+    }
+
+    /// Takes a token at `now`; else how long until one is back.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let back = now.saturating_duration_since(self.at).as_secs_f64() / REFILL.as_secs_f64();
+        self.tokens = (self.tokens + back).min(BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(REFILL.mul_f64(1.0 - self.tokens))
+        }
+    }
+}
+
+/// Where the task's snapshots stand.
+#[derive(Default)]
+struct Last {
+    /// The newest snapshot: what the next links from.
+    taken: Option<Taken>,
+    /// What the task's snapshots added on disk so far (for its cap).
+    bytes: u64,
+    /// Read back from the snapshot directory (a foreman that adopted the
+    /// task goes on from its record: `snapshot_record`).
+    loaded: bool,
+}
 
 /// What the route takes from the task.
 pub(crate) struct Link {
@@ -39,9 +97,10 @@ pub(crate) struct Link {
     max_total: u64,
     /// The workspace's host directory, found at the first point.
     dir: tokio::sync::OnceCell<Option<PathBuf>>,
-    /// The last snapshot (what the next links from) and the bytes copied
-    /// so far; one snapshot at a time.
-    last: tokio::sync::Mutex<(Option<Taken>, u64)>,
+    /// The last snapshot (what the next links from) and what they added
+    /// on disk so far; one snapshot at a time.
+    last: tokio::sync::Mutex<Last>,
+    pace: std::sync::Mutex<Pace>,
 }
 
 impl Link {
@@ -60,13 +119,24 @@ impl Link {
                 .max(cfg.file.max_workspace_size.0),
             max_total: cfg.file.max_results_size.0,
             dir: tokio::sync::OnceCell::new(),
-            last: tokio::sync::Mutex::new((None, 0)),
+            last: tokio::sync::Mutex::new(Last::default()),
+            pace: std::sync::Mutex::new(Pace::new(Instant::now())),
         }
     }
 }
 
 fn answer(gw: &On<Link>, taken: bool, why: Option<String>) -> Response {
     json_response(gw, StatusCode::OK, &SnapshotTaken { taken, why })
+}
+
+/// A point refused by the pace: a 429 saying why and when to come back.
+fn refuse(gw: &On<Link>, kind: &str, message: &str, after: Duration) -> Response {
+    let mut r = error_response(gw, StatusCode::TOO_MANY_REQUESTS, kind, message);
+    let secs = after.as_secs_f64().ceil().max(1.0) as u64;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
+        r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+    }
+    r
 }
 
 async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Response {
@@ -79,6 +149,18 @@ async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Resp
         );
     };
     let (id, link) = (gw.task_id, &gw.link);
+    if link.mode == Snapshots::Off {
+        return answer(&gw, false, None);
+    }
+    // One at a time: a point while a snapshot is taken is refused.
+    let Ok(mut last) = link.last.try_lock() else {
+        return refuse(
+            &gw,
+            BUSY,
+            "a snapshot of this task is being taken; no other is taken meanwhile",
+            REFILL,
+        );
+    };
     let due = match link.mode {
         Snapshots::Every => true,
         Snapshots::OnRequest => snapshot::take_request(&link.state_dir, id),
@@ -86,6 +168,24 @@ async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Resp
     };
     if !due {
         return answer(&gw, false, None);
+    }
+    let paced = link
+        .pace
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take(Instant::now());
+    if let Err(after) = paced {
+        if link.mode == Snapshots::OnRequest {
+            // The request stands for a point the pace lets through.
+            let _ = snapshot::request(&link.state_dir, id);
+        }
+        warn!(task_id = %id, step = point.step, "snapshot point refused: too many too fast");
+        let why = format!(
+            "too many snapshot points: a task takes at most {BURST} snapshots at once, then one \
+             every {}s",
+            REFILL.as_secs()
+        );
+        return refuse(&gw, RATE, &why, after);
     }
     let dir = link
         .dir
@@ -99,15 +199,23 @@ async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Resp
             Some("the task's workspace is not on this host".into()),
         );
     };
-    let mut last = link.last.lock().await;
-    if last.1 >= link.max_total {
+    if !last.loaded {
+        let (state_dir, id) = (link.state_dir.clone(), id);
+        if let Ok((taken, bytes)) =
+            tokio::task::spawn_blocking(move || snapshot_record::load(&state_dir, id)).await
+        {
+            (last.taken, last.bytes) = (taken, bytes);
+        }
+        last.loaded = true;
+    }
+    if last.bytes >= link.max_total {
         let why = format!(
             "the task's snapshots reached their cap ({} bytes, `max_results_size`)",
             link.max_total
         );
         return answer(&gw, false, Some(why));
     }
-    let prev = last.0.take();
+    let prev = last.taken.take();
     let (state_dir, max) = (link.state_dir.clone(), link.max_bytes);
     let step = point.step;
     let made = tokio::task::spawn_blocking(move || {
@@ -119,22 +227,51 @@ async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Resp
         Ok((Ok(t), _)) => {
             info!(task_id = %id, step, files = t.files, linked = t.linked, copied = t.copied,
                   took_ms = t.took.as_millis() as u64, "snapshot kept");
-            last.1 += t.copied;
-            last.0 = Some(t);
+            last.bytes += t.copied + t.dirs * DIR_BYTES;
+            last.taken = Some(t);
             answer(&gw, true, None)
         }
         Ok((Err(e), prev)) => {
             warn!(task_id = %id, step, error = %format!("{e:#}"), "no snapshot at this step");
-            last.0 = prev;
+            last.taken = prev;
             answer(&gw, false, Some(format!("{e:#}")))
         }
         Err(_) => answer(&gw, false, Some("the snapshot thread panicked".into())),
     }
 }
 
+/// The error types of a point refused (429).
+pub(crate) const BUSY: &str = "snapshot_busy";
+pub(crate) const RATE: &str = "snapshot_rate";
+
 /// The snapshot route.
 pub(crate) fn routes(ctx: &Arc<Ctx>, link: Link) -> Router {
     Router::new()
         .route(r::SNAPSHOT, post(point))
         .with_state(On::new(ctx, link))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pace_lets_a_burst_through_then_one_per_refill() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(t0);
+        for _ in 0..BURST as usize {
+            assert_eq!(p.take(t0), Ok(()));
+        }
+        assert_eq!(p.take(t0), Err(REFILL));
+        let half = t0 + REFILL / 2;
+        assert_eq!(p.take(half), Err(REFILL / 2));
+        assert_eq!(p.take(t0 + REFILL), Ok(()));
+        assert!(p.take(t0 + REFILL).is_err());
+        // Idle long enough, a whole burst again, never more.
+        let later = t0 + REFILL * 100;
+        for _ in 0..BURST as usize {
+            assert_eq!(p.take(later), Ok(()));
+        }
+        assert!(p.take(later).is_err());
+    }
 }

@@ -47,7 +47,7 @@ pub(super) const SERVER: &[Setting] = &[
         .doc("How long a stopped servo gets to flush before it is killed.")
         .config("stop_grace"),
     Setting::new("suspend_after", "duration")
-        .doc("Freeze (cgroup freezer) a servo that waited this long on a human, a pause or `wait_tasks`; thawed when the answer comes. Unset: never (see docs/guides/humans.md).")
+        .doc("Freeze (cgroup freezer) a servo that waited this long on a human, a pause, `wait_tasks` or a model call its gateway holds (a rate-limit wait, a Retry-After, a slow model); thawed when the answer comes (a model call's answer waits for the thaw). Unset: never (see docs/guides/humans.md).")
         .config("suspend_after"),
     Setting::new("suspend", "freeze | checkpoint")
         .default("freeze")

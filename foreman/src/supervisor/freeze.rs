@@ -1,14 +1,19 @@
 //! Freezing a waiting servo (issue 51, `suspend_after`): once the task's
-//! waiting flag has held for `suspend_after`, the engine freezes the
-//! servo's container (the cgroup freezer); anything that moves the task's
-//! trail after the wait began (an answer, an approval, a resume, a
-//! message, a cancel) or ends one of its children thaws it, and so does a
-//! stop, before the servo is asked to end. A frozen servo answers nothing:
-//! it is thawed before anything needs it, never after.
+//! waiting flag has held for `suspend_after`, or every model call of its
+//! agent has been held by the gateway that long (`llm::held`: a rate-limit
+//! wait, a provider's Retry-After, a slow model), the engine freezes the
+//! servo's container (the cgroup freezer). A wait's freeze is thawed by
+//! anything that moves the task's trail after the wait began (an answer,
+//! an approval, a resume, a message, a cancel) or ends one of its
+//! children; a model call's as soon as no call is held any more, before
+//! its answer goes back (the answer waits for it). Both are thawed by a
+//! stop, before the servo is asked to end. A frozen servo answers
+//! nothing: it is thawed before anything needs it, never after.
 //!
 //! Frozen time is waiting time: the watch moves the timeout back by it as
 //! by any wait (the servo's own deadline stands still while it waits:
-//! `Human::wait_begins`), and a frozen servo holds no slot.
+//! `Human::wait_begins`, and moves back by any time it did not run), and
+//! a frozen servo holds no slot.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +24,7 @@ use tracing::{info, warn};
 
 use super::{Ctx, lease_lost};
 use crate::backend::Servo;
+use crate::llm::held::Held;
 use crate::store::{TaskRow, now_ms};
 
 /// One watched servo's freezer.
@@ -27,12 +33,23 @@ pub(super) struct Freezer {
     after: Option<Duration>,
     /// Since when the task waits, and where the trail stood then.
     waiting: Option<(Instant, i64)>,
-    /// Since when the servo is frozen, and the trail's mark of its wait.
-    frozen: Option<(Instant, i64)>,
+    /// Since when the servo is frozen, and for what.
+    frozen: Option<(Instant, Cause)>,
+    /// The agent's model calls the gateway holds (None: no gateway).
+    held: Option<Arc<Held>>,
     /// The supervisor's flag for admission (a frozen servo holds no slot).
     flag: Arc<AtomicBool>,
     /// A foreman that stopped left the servo frozen: thaw it first.
     inherited: bool,
+}
+
+/// What a freeze is for, and so what thaws it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cause {
+    /// The task waits; the trail's mark when the wait began.
+    Wait(i64),
+    /// Its agent's model calls are held (`llm::held`).
+    Model,
 }
 
 /// What the watch does next.
@@ -43,11 +60,17 @@ pub(super) enum Next {
 }
 
 impl Freezer {
-    pub fn new(ctx: &Ctx, task: &TaskRow, flag: Arc<AtomicBool>) -> Freezer {
+    pub fn new(
+        ctx: &Ctx,
+        task: &TaskRow,
+        flag: Arc<AtomicBool>,
+        held: Option<Arc<Held>>,
+    ) -> Freezer {
         Freezer {
             after: ctx.cfg.file.suspend_after.map(|t| t.0),
             waiting: None,
             frozen: None,
+            held,
             flag,
             inherited: task.frozen_at.is_some(),
         }
@@ -71,22 +94,26 @@ impl Freezer {
                 .thaw(ctx, id, servo, "the foreman that froze it stopped")
                 .await;
         }
-        if let Some((_, mark)) = self.frozen {
-            return match ctx.db(move |s| s.moved_since(id, mark)).await {
-                Ok(true) => self.thaw(ctx, id, servo, "the wait is over").await,
-                Ok(false) => Next::Go,
-                Err(e) => {
-                    warn!(task_id = %id, error = %format!("{e:#}"), "could not look whether a frozen servo's wait is over");
-                    Next::Go
-                }
-            };
+        match self.frozen {
+            Some((_, Cause::Model)) => return self.calls_moved(ctx, id, servo).await,
+            Some((_, Cause::Wait(mark))) => {
+                return match ctx.db(move |s| s.moved_since(id, mark)).await {
+                    Ok(true) => self.thaw(ctx, id, servo, "the wait is over").await,
+                    Ok(false) => Next::Go,
+                    Err(e) => {
+                        warn!(task_id = %id, error = %format!("{e:#}"), "could not look whether a frozen servo's wait is over");
+                        Next::Go
+                    }
+                };
+            }
+            None => {}
         }
         let Some(after) = self.after else {
             return Next::Go;
         };
         if !waits {
             self.waiting = None;
-            return Next::Go;
+            return self.model_look(ctx, id, servo, after).await;
         }
         let (since, mark) = match self.waiting {
             Some(w) => w,
@@ -101,37 +128,114 @@ impl Freezer {
         if since.elapsed() < after {
             return Next::Go;
         }
-        self.freeze(ctx, id, servo, since, mark).await
-    }
-
-    async fn freeze(
-        &mut self,
-        ctx: &Ctx,
-        id: saheeli_protocol::TaskId,
-        servo: &Servo,
-        since: Instant,
-        mark: i64,
-    ) -> Next {
+        let waited = since.elapsed();
         let t0 = Instant::now();
-        match ctx.engine.freeze(servo).await {
-            Ok(true) => {}
-            Ok(false) => {
-                info!(task_id = %id, "this engine does not freeze servos; it waits unfrozen");
-                self.after = None;
-                return Next::Go;
-            }
-            Err(e) => {
-                warn!(task_id = %id, error = %format!("{e:#}"), "freezing the servo failed; trying again later");
+        match self.engine_freeze(ctx, id, servo).await {
+            Some(true) => {}
+            Some(false) => return Next::Go,
+            None => {
                 self.waiting = Some((Instant::now(), mark));
                 return Next::Go;
             }
         }
-        let took = t0.elapsed();
-        self.frozen = Some((Instant::now(), mark));
+        let what = format!("{}s of waiting", waited.as_secs());
+        self.frozen_now(ctx, id, Cause::Wait(mark), &what, t0.elapsed())
+            .await
+    }
+
+    /// The model calls' look: every call held for `after` or more freezes
+    /// the servo; a call answered during the freeze thaws it again at once.
+    async fn model_look(
+        &mut self,
+        ctx: &Ctx,
+        id: saheeli_protocol::TaskId,
+        servo: &Servo,
+        after: Duration,
+    ) -> Next {
+        let Some(held) = self.held.clone() else {
+            return Next::Go;
+        };
+        let Some((waited, why)) = held.freezing(after) else {
+            return Next::Go;
+        };
+        let t0 = Instant::now();
+        let froze = self.engine_freeze(ctx, id, servo).await;
+        let still = held.froze(froze == Some(true));
+        if froze != Some(true) {
+            return Next::Go;
+        }
+        let what = format!(
+            "{}s of a model call held ({})",
+            waited.as_secs(),
+            why.as_str()
+        );
+        if let Next::Lost = self
+            .frozen_now(ctx, id, Cause::Model, &what, t0.elapsed())
+            .await
+        {
+            return Next::Lost;
+        }
+        if still {
+            Next::Go
+        } else {
+            self.thaw(ctx, id, servo, "the model call is answered")
+                .await
+        }
+    }
+
+    /// A model call ended (or the gateway's bell rang): a servo frozen for
+    /// its model calls is thawed once none is held, its answer waiting.
+    pub async fn calls_moved(
+        &mut self,
+        ctx: &Ctx,
+        id: saheeli_protocol::TaskId,
+        servo: &Servo,
+    ) -> Next {
+        let held = self.held.as_ref().is_some_and(|h| h.holds());
+        match self.frozen {
+            Some((_, Cause::Model)) if !held => {
+                self.thaw(ctx, id, servo, "the model call is answered")
+                    .await
+            }
+            _ => Next::Go,
+        }
+    }
+
+    /// The engine freezes the servo: Some(true) done, Some(false) never
+    /// (this engine cannot), None failed (tried again later).
+    async fn engine_freeze(
+        &mut self,
+        ctx: &Ctx,
+        id: saheeli_protocol::TaskId,
+        servo: &Servo,
+    ) -> Option<bool> {
+        match ctx.engine.freeze(servo).await {
+            Ok(true) => Some(true),
+            Ok(false) => {
+                info!(task_id = %id, "this engine does not freeze servos; it waits unfrozen");
+                self.after = None;
+                Some(false)
+            }
+            Err(e) => {
+                warn!(task_id = %id, error = %format!("{e:#}"), "freezing the servo failed; trying again later");
+                None
+            }
+        }
+    }
+
+    /// The servo is frozen (after `what`, in `took`): flagged and recorded.
+    async fn frozen_now(
+        &mut self,
+        ctx: &Ctx,
+        id: saheeli_protocol::TaskId,
+        cause: Cause,
+        what: &str,
+        took: Duration,
+    ) -> Next {
+        self.frozen = Some((Instant::now(), cause));
         self.flag.store(true, Ordering::Relaxed);
         let detail = format!(
-            "servo frozen after {}s of waiting (froze in {} ms)",
-            since.elapsed().as_secs(),
+            "servo frozen after {what} (froze in {} ms)",
             took.as_millis()
         );
         info!(task_id = %id, freeze_ms = took.as_millis() as u64, "servo frozen while it waits");
@@ -164,6 +268,10 @@ impl Freezer {
             return Next::Go;
         }
         let took = t0.elapsed();
+        // The answers waiting for the thaw go back now.
+        if let Some(held) = &self.held {
+            held.thawed();
+        }
         let frozen_for = self.frozen.map(|(at, _)| at.elapsed().as_secs());
         self.frozen = None;
         self.inherited = false;

@@ -208,6 +208,7 @@ impl Gateway {
             chat_items: Default::default(),
             writes: Default::default(),
             inbox: Default::default(),
+            held: Default::default(),
         });
         let llm = Router::new()
             .route("/v1/chat/completions", post(passthrough::chat_completions))

@@ -62,7 +62,9 @@
 //! - `gateway`: the task's gateway put together from `door`, `llm` and
 //!   `routes`, opened (or adopted with what it spent) and stopped.
 //! - `watch`: the one loop while a servo runs; `freeze`: a waiting
-//!   servo frozen after `suspend_after`, thawed when its wait is over.
+//!   servo frozen after `suspend_after` (a wait of its task's, or model
+//!   calls its gateway holds: `llm::held`), thawed when its wait is over
+//!   (a held call's answer waits for the thaw).
 //! - `samples`, `select`: a task with `samples: K` (best-of-N): its
 //!   samples queued and watched, the winner picked (pure), its results
 //!   made the task's.

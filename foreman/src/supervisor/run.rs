@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 use super::collect::collect;
 use super::finish::{finish, requeue_or_fail};
 use super::gateway::{Gateway, GatewayPlan, Way};
-use super::watch::watch;
+use super::watch::{Llm, watch};
 use super::{Ctx, Inbox, Joined, abandon, lease_lost, still_held};
 use crate::admission::Report;
 use crate::backend::Removal;
@@ -64,8 +64,11 @@ pub(super) async fn supervise(
     inbox: Inbox,
 ) -> Joined {
     let id = task.id;
-    let meter = gateway.as_ref().map(|g| g.meter());
-    let watched = watch(&ctx, &task, &servo, meter, started_ms, running, inbox).await;
+    let llm = gateway.as_ref().map(|g| Llm {
+        meter: g.meter(),
+        held: g.llm().held.clone(),
+    });
+    let watched = watch(&ctx, &task, &servo, llm, started_ms, running, inbox).await;
     // Only the holder collects: a foreman that was paused past its lease
     // must not write into results another one is collecting.
     let Some(watched) = watched else {

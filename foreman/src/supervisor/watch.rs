@@ -4,6 +4,7 @@
 //! again until the servo is gone), live usage, and the lease (a lost one
 //! ends the watch without touching anything).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use saheeli_protocol::{Reason, TaskId};
@@ -44,6 +45,23 @@ impl Watched {
     }
 }
 
+/// What the watch reads of the task's gateway: its meter (live usage)
+/// and the model calls it holds (`llm::held`, for the freezer).
+pub(super) struct Llm<'a> {
+    pub meter: &'a crate::llm::Meter,
+    pub held: Arc<crate::llm::held::Held>,
+}
+
+/// Rings when the gateway's held calls change; never without a gateway.
+async fn calls_moved(bell: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(rx) = bell
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
 /// Watches `servo` until it ends. `started_ms`: when its working time
 /// began (the timeout counts from there); `running`: the task is recorded
 /// `running` already. None: another foreman holds the task now.
@@ -51,7 +69,7 @@ pub(super) async fn watch(
     ctx: &Ctx,
     task: &TaskRow,
     servo: &Servo,
-    meter: Option<&crate::llm::Meter>,
+    llm: Option<Llm<'_>>,
     started_ms: i64,
     mut running: bool,
     mut inbox: Inbox,
@@ -84,7 +102,10 @@ pub(super) async fn watch(
     let waiting = inbox.waiting();
     // Nor time frozen while waiting (issue 51); a frozen servo is thawed
     // before it is asked to stop.
-    let mut freezer = Freezer::new(ctx, task, inbox.frozen());
+    let held = llm.as_ref().map(|l| l.held.clone());
+    let mut bell = held.as_ref().map(|h| h.subscribe());
+    let meter = llm.map(|l| l.meter);
+    let mut freezer = Freezer::new(ctx, task, inbox.frozen(), held);
     let mut waited = Duration::ZERO;
     let mut last_tick = tokio::time::Instant::now();
     let ended = loop {
@@ -145,6 +166,13 @@ pub(super) async fn watch(
                 escalations += 1;
                 freezer.thaw(ctx, id, servo, "stopping").await;
                 escalate_at = Some(stop_servo(engine, servo, grace, escalations).await);
+            }
+            // A held model call's answer is ready: the servo is thawed
+            // now, not at the next tick (the answer waits for it).
+            _ = calls_moved(&mut bell) => {
+                if let Next::Lost = freezer.calls_moved(ctx, id, servo).await {
+                    return None;
+                }
             }
             _ = usage_tick.tick() => {
                 let now = tokio::time::Instant::now();

@@ -130,7 +130,10 @@ impl Rig {
                 &ctx,
                 &task,
                 &servo,
-                meter.as_deref(),
+                meter.as_deref().map(|meter| Llm {
+                    meter,
+                    held: Arc::default(),
+                }),
                 started,
                 running,
                 inbox,

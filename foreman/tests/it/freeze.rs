@@ -32,7 +32,7 @@ fn asker() -> FakeLlm {
     ])
 }
 
-fn inspect(container: &str, format: &str) -> String {
+pub fn inspect(container: &str, format: &str) -> String {
     let o = Command::new("docker")
         .args(["inspect", "--format", format, container])
         .output()
@@ -61,7 +61,7 @@ fn cgroup_dir(container: &str, controller: &str) -> std::path::PathBuf {
 }
 
 /// Whether the kernel's freezer holds the container's cgroup.
-fn cgroup_frozen(container: &str) -> bool {
+pub fn cgroup_frozen(container: &str) -> bool {
     let dir = cgroup_dir(container, "freezer");
     match std::fs::read_to_string(dir.join("freezer.state")) {
         Ok(state) => state.trim() == "FROZEN",
@@ -75,7 +75,7 @@ fn cgroup_frozen(container: &str) -> bool {
 }
 
 /// The CPU time the container's cgroup used so far, in nanoseconds.
-fn cpu_ns(container: &str) -> u64 {
+pub fn cpu_ns(container: &str) -> u64 {
     let dir = cgroup_dir(container, "cpuacct");
     if let Ok(n) = std::fs::read_to_string(dir.join("cpuacct.usage")) {
         return n.trim().parse().unwrap();
@@ -116,7 +116,7 @@ fn mem_usage(container: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
-fn kinds(t: &Value) -> Vec<String> {
+pub fn kinds(t: &Value) -> Vec<String> {
     t["events"]
         .as_array()
         .unwrap()
@@ -125,7 +125,7 @@ fn kinds(t: &Value) -> Vec<String> {
         .collect()
 }
 
-fn detail_of(t: &Value, kind: &str) -> String {
+pub fn detail_of(t: &Value, kind: &str) -> String {
     t["events"]
         .as_array()
         .unwrap()
@@ -135,7 +135,9 @@ fn detail_of(t: &Value, kind: &str) -> String {
         .unwrap_or_default()
 }
 
-fn metrics(s: &crate::util::Saheeli) -> std::collections::BTreeMap<crate::metrics::Series, f64> {
+pub fn metrics(
+    s: &crate::util::Saheeli,
+) -> std::collections::BTreeMap<crate::metrics::Series, f64> {
     parse(&s.expect(&["metrics"], 0))
 }
 

@@ -73,14 +73,26 @@ fn approval(tool: &Tool) -> Waiting {
     }
 }
 
+/// A look this much later than asked for means the servo did not run
+/// meanwhile (its container was frozen, issue 51).
+const STOOD_STILL: Duration = Duration::from_secs(1);
+
 /// Waits until the (movable) deadline has passed. It is read again at
-/// least every second: a wait that ends moves it nearer again.
+/// least every second: a wait that ends moves it nearer again. A look
+/// that comes late by more than [`STOOD_STILL`] moves it back by the
+/// delay: the servo was frozen (a model call the gateway held, issue 51)
+/// and that time was not its own; the foreman does not count it either.
 pub(crate) async fn deadline_passed(deadline: Arc<Mutex<tokio::time::Instant>>) {
     loop {
         let at = *deadline.lock().unwrap();
-        let look = tokio::time::Instant::now() + Duration::from_secs(1);
-        tokio::time::sleep_until(at.min(look)).await;
-        if tokio::time::Instant::now() >= *deadline.lock().unwrap() {
+        let look = (tokio::time::Instant::now() + Duration::from_secs(1)).min(at);
+        tokio::time::sleep_until(look).await;
+        let late = tokio::time::Instant::now().saturating_duration_since(look);
+        let mut at = deadline.lock().unwrap();
+        if late > STOOD_STILL {
+            *at += late;
+        }
+        if tokio::time::Instant::now() >= *at {
             return;
         }
     }

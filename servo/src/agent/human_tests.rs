@@ -169,3 +169,36 @@ fn only_the_call_the_human_saw_matches() {
     };
     assert!(!same_ask(&question, &seen));
 }
+
+/// Issue 51: a servo frozen during a model call wakes up past its
+/// deadline; the time it stood still is not counted.
+#[test]
+fn time_the_servo_stood_still_moves_the_deadline_back() {
+    // A current-thread runtime whose thread is stopped, as a frozen
+    // container's are: its timers fire late.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let deadline = Arc::new(Mutex::new(
+            tokio::time::Instant::now() + Duration::from_millis(2500),
+        ));
+        let passed = tokio::spawn(deadline_passed(deadline.clone()));
+        tokio::task::yield_now().await;
+        // Stopped for 4 s, past the deadline: nothing runs meanwhile (it
+        // counts the 3 s its look at 1 s came late).
+        std::thread::sleep(Duration::from_secs(4));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!passed.is_finished(), "the frozen time was counted");
+        let left = deadline
+            .lock()
+            .unwrap()
+            .saturating_duration_since(tokio::time::Instant::now());
+        assert!(left > Duration::from_millis(500), "{left:?}");
+        tokio::time::timeout(Duration::from_secs(3), passed)
+            .await
+            .expect("the deadline passes once the time left is used")
+            .unwrap();
+    });
+}

@@ -116,7 +116,10 @@ pub(crate) async fn chat_completions(
         };
         return json_response(&gw, StatusCode::CONFLICT, &first);
     }
-    crate::llm::chat::typed(gw, req).await
+    let call = gw.held.call();
+    let answer = crate::llm::chat::typed(gw.clone(), req).await;
+    call.answer().await;
+    answer
 }
 
 /// `POST /v1/messages/count_tokens`: estimated here, nothing forwarded.
@@ -160,7 +163,16 @@ fn not_spoken(gw: &GatewayState, api: Api) -> Response {
     )
 }
 
+/// An agent's call, held (`llm::held`) until its answer is ready and the
+/// servo free to take it.
 async fn serve(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes) -> Response {
+    let call = gw.held.call();
+    let answer = serve_held(gw, api, headers, body).await;
+    call.answer().await;
+    answer
+}
+
+async fn serve_held(gw: Arc<GatewayState>, api: Api, headers: &HeaderMap, body: Bytes) -> Response {
     // A replayed agent's script speaks whichever API the agent does.
     let replayed = gw.replay.is_some();
     if !replayed && !api.served_by(gw.route.provider.kind) {
@@ -468,7 +480,7 @@ async fn send(
             break;
         }
         warn!(task_id = %gw.task_id, attempt, error = %last.1, "retrying LLM call");
-        tokio::time::sleep(wait).await;
+        provider_call::retry_wait(gw, wait).await;
         attempt += 1;
     }
     let (status, why, body) = last;
