@@ -102,8 +102,9 @@ fn routes_url(route: &str) -> String {
 
 /// `GET url` until it is answered 200: 204 (no task yet) asks again at
 /// once, a gateway that cannot be reached (a foreman restarting) is asked
-/// again for [`warm::PATIENCE_S`]; a refusal is final.
-async fn ask(http: &reqwest::Client, url: String) -> Result<reqwest::Response, String> {
+/// again for [`warm::PATIENCE_S`]; a refusal is final. A warm job on a
+/// swarm node asks its hub so too (`remote::Remote::claimed`).
+pub(crate) async fn ask(http: &reqwest::Client, url: String) -> Result<reqwest::Response, String> {
     let patience = Duration::from_secs(warm::PATIENCE_S);
     let mut unreachable_since: Option<tokio::time::Instant> = None;
     let mut delay = Duration::from_millis(20);
