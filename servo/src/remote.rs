@@ -126,30 +126,10 @@ impl Remote {
         Ok(launch)
     }
 
-    /// A warm job's task (issue 53): its launch, asked for (`GET claim`,
-    /// a long poll) for as long as it takes a task to be claimed for it,
-    /// its env kept for the agent, then, when its claim says there is one,
-    /// the task's workspace unpacked into `root`.
+    /// A warm job's task (issue 53), claimed through its hub as a warm
+    /// servo's is through its socket (`warm::claimed_at`).
     pub async fn claimed(&self, root: &Path, mode: Mode) -> Result<String, String> {
-        let url = format!("{}{}", self.base, remote::warm::CLAIM);
-        let launch = crate::warm::ask(&self.http, url).await?;
-        let workspace = launch
-            .headers()
-            .get(remote::warm::WORKSPACE_HEADER)
-            .is_none_or(|v| v != "none");
-        let launch = launch
-            .text()
-            .await
-            .map_err(|e| format!("reading the claimed launch: {e}"))?;
-        let parsed: saheeli_protocol::Launch = serde_json::from_str(&launch)
-            .map_err(|e| format!("the claimed launch is not valid: {e}"))?;
-        crate::task_env::set(parsed.env);
-        if workspace {
-            let ws = self.get_retrying(routes::WORKSPACE).await?;
-            if ws.status() == reqwest::StatusCode::OK {
-                unpack_streaming(ws, root, mode, false).await?;
-            }
-        }
+        let (launch, _) = crate::warm::claimed_at(&self.http, &self.base, root, mode).await?;
         Ok(launch)
     }
 

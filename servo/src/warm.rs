@@ -34,7 +34,19 @@ pub(crate) async fn claimed(
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| format!("building the HTTP client: {e}"))?;
-    let launch = ask(&http, routes_url(warm::CLAIM)).await?;
+    claimed_at(&http, "http://gateway", root, mode).await
+}
+
+/// [`claimed`] through `http` at `base` (the host is a placeholder for a
+/// socket; a warm job on a swarm node, issue 53: its hub, `http` sending
+/// its slot's token).
+pub(crate) async fn claimed_at(
+    http: &reqwest::Client,
+    base: &str,
+    root: &Path,
+    mode: Mode,
+) -> Result<(String, Option<SessionKey>), String> {
+    let launch = ask(http, format!("{base}{}", warm::CLAIM)).await?;
     // No submitted workspace: nothing to ask for (a round trip less).
     let workspace = launch
         .headers()
@@ -52,7 +64,7 @@ pub(crate) async fn claimed(
         .map_err(|e| format!("the claimed launch is not valid: {e}"))?;
     crate::task_env::set(parsed.env);
     if workspace {
-        let ws = ask(&http, routes_url(routes::WORKSPACE)).await?;
+        let ws = ask(http, format!("{base}{}", routes::WORKSPACE)).await?;
         if ws.status() == reqwest::StatusCode::OK {
             // Over a cached set-up unpacked already, the set-up's files
             // stay (as a cold start unpacks it over the workspace).
@@ -102,9 +114,8 @@ fn routes_url(route: &str) -> String {
 
 /// `GET url` until it is answered 200: 204 (no task yet) asks again at
 /// once, a gateway that cannot be reached (a foreman restarting) is asked
-/// again for [`warm::PATIENCE_S`]; a refusal is final. A warm job on a
-/// swarm node asks its hub so too (`remote::Remote::claimed`).
-pub(crate) async fn ask(http: &reqwest::Client, url: String) -> Result<reqwest::Response, String> {
+/// again for [`warm::PATIENCE_S`]; a refusal is final.
+async fn ask(http: &reqwest::Client, url: String) -> Result<reqwest::Response, String> {
     let patience = Duration::from_secs(warm::PATIENCE_S);
     let mut unreachable_since: Option<tokio::time::Instant> = None;
     let mut delay = Duration::from_millis(20);
