@@ -117,6 +117,7 @@ const MEASUREMENTS: &[&str] = &[
     "rates",
     "auto",
     "swarm",
+    "swarm-start",
     "local",
     "vetting",
     "egress",
@@ -153,7 +154,9 @@ struct Args {
     /// admission, cost, length (`cost` and `length` run together), pool
     /// (issue 28: warm first request, burst, cost, and the thousand with
     /// the pool on), rates, auto, swarm (not in `--quick` unless named: it
-    /// starts a 3-node swarm), local (issue 27: one call through Saheeli to
+    /// starts a 3-node swarm), swarm-start (issue 53, only when named: a
+    /// cold job, a warm one and this host's start, one task at a time),
+    /// local (issue 27: one call through Saheeli to
     /// a real llama-server against the same call straight to it; needs
     /// `scripts/setup.sh llama`), vetting (issue 47: the gateway's
     /// reading and vetting of a third-party agent's request of 10, 100 and
@@ -445,6 +448,10 @@ async fn run(
     if args.only.iter().any(|o| o == "swarm") || (args.only.is_empty() && !args.quick) {
         quiet_check("swarm", busy).await;
         figures.extend(swarm::swarm(env, &servo, args.quick).await?);
+    }
+    if args.only.iter().any(|o| o == "swarm-start") {
+        quiet_check("swarm-start", busy).await;
+        figures.extend(swarm::swarm_start(env, &servo, args.quick).await?);
     }
     if want("vetting") {
         quiet_check("vetting", busy).await;

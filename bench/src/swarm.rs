@@ -152,8 +152,10 @@ async fn drain(p: &Project, n: usize) -> anyhow::Result<f64> {
 }
 
 /// `task submit` → the servo's first LLM request, `n` times, each task
-/// completed before the next; ms.
-async fn dispatch(p: &mut Project, n: usize) -> anyhow::Result<Vec<f64>> {
+/// completed before the next; ms. `warm`: the project keeps a pool of
+/// that many jobs (issue 53), and each submit waits until it is full
+/// (the foreman's `warm job idle` lines), each task then served warm.
+async fn dispatch(p: &mut Project, n: usize, warm: Option<usize>) -> anyhow::Result<Vec<f64>> {
     let llm = crate::llm::start(1, Duration::ZERO).await?;
     p.env.push(("OPENAI_BASE_URL".into(), llm.base_url()));
     p.env
@@ -166,7 +168,16 @@ async fn dispatch(p: &mut Project, n: usize) -> anyhow::Result<Vec<f64>> {
     let mut serve = p.serve_up(log, "saheeli=info,warn").await?;
     let mut samples = vec![];
     let mut failure = None;
-    for _ in 0..n {
+    for i in 0..n {
+        if let Some(size) = warm {
+            let t = Instant::now();
+            while p.read_log(log).matches("warm job idle").count() < size + i {
+                if t.elapsed() > Duration::from_secs(120) {
+                    bail!("the swarm's pool did not fill: {}", p.read_log(log));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         let before = llm.seen_count();
         let t0 = Instant::now();
         let id = p.submit("first.md")?;
@@ -198,6 +209,10 @@ async fn dispatch(p: &mut Project, n: usize) -> anyhow::Result<Vec<f64>> {
     }
     interrupt_twice(&mut serve).await?;
     p.env.truncate(p.env.len() - 2);
+    let claimed = p.read_log(log).matches("warm job claimed").count();
+    if failure.is_none() && warm.is_some() && claimed != n {
+        failure = Some(anyhow::anyhow!("{claimed} of {n} tasks were served warm"));
+    }
     match failure {
         Some(e) => Err(e.context(format!("serve log:\n{}", p.read_log(log)))),
         None => Ok(samples),
@@ -247,11 +262,11 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
         progress(&format!("swarm: dispatch, {n_dispatch} tasks one by one"));
         let local_dispatch = {
             let mut local = Project::new(env, CONCURRENCY)?;
-            let d = dispatch(&mut local, n_dispatch).await;
+            let d = dispatch(&mut local, n_dispatch, None).await;
             local.cleanup(env).await;
             d?
         };
-        let swarm_dispatch = dispatch(&mut on_swarm, n_dispatch).await?;
+        let swarm_dispatch = dispatch(&mut on_swarm, n_dispatch, None).await?;
         anyhow::Ok((here, there, overlay, local_dispatch, swarm_dispatch))
     }
     .await;
@@ -298,4 +313,70 @@ pub async fn swarm(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<F
         median(&swarm_dispatch)
     ));
     Ok(vec![throughput, on_overlay, dispatch])
+}
+
+/// Dispatch alone (issue 53), `task submit` → the servo's first LLM
+/// request, one task at a time, `network: none`: a cold job on the swarm,
+/// a warm job claimed from a pool of one, and this host's cold launch,
+/// rounds interleaved (cold, warm, here, …).
+pub async fn swarm_start(env: &Env, servo: &Path, quick: bool) -> anyhow::Result<Vec<Figure>> {
+    let (rounds, per) = if quick { (1, 3) } else { (2, 5) };
+    let root = std::env::current_dir()?;
+    progress("swarm-start: starting a private 3-node swarm (scripts/swarm.sh, TLS)");
+    let up = tokio::task::block_in_place(|| Up::start(&root, &env.base))?;
+    let mut cold = swarm_project(env, &up, &root, servo, "none")?;
+    let mut warm = swarm_project(env, &up, &root, servo, "none")?;
+    let config = std::fs::read_to_string(warm.path().join("config.yaml"))?;
+    std::fs::write(
+        warm.path().join("config.yaml"),
+        format!("{config}pool:\n  - {{ size: 1, max_idle: 30m }}\n"),
+    )?;
+    let result = async {
+        progress("swarm-start: warming up (each node pulls the image)");
+        drain(&cold, 6).await?;
+        let (mut c, mut w, mut h) = (vec![], vec![], vec![]);
+        for round in 1..=rounds {
+            progress(&format!(
+                "swarm-start {round}/{rounds}: {per} cold, {per} warm, {per} here"
+            ));
+            c.extend(dispatch(&mut cold, per, None).await?);
+            w.extend(dispatch(&mut warm, per, Some(1)).await?);
+            let mut local = Project::new(env, CONCURRENCY)?;
+            let d = dispatch(&mut local, per, None).await;
+            local.cleanup(env).await;
+            h.extend(d?);
+        }
+        anyhow::Ok((c, w, h))
+    }
+    .await;
+    drop(up);
+    let (c, w, h) = result?;
+    let here = median(&h);
+    let note = |what: &str, v: &[f64]| {
+        format!(
+            "{what}: p50 {:.0} ms ({:.2}x this host's {here:.0} ms); all: {}",
+            median(v),
+            median(v) / here,
+            v.iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Ok(vec![
+        Figure::new(
+            "swarm start, cold job: submit → servo's first LLM call (network: none)",
+            "ms",
+            &c,
+        )
+        .against("this host's", here, 1.5)
+        .note(note("cold", &c)),
+        Figure::new(
+            "swarm start, warm job: submit → servo's first LLM call (network: none)",
+            "ms",
+            &w,
+        )
+        .against("this host's", here, 1.5)
+        .note(note("warm", &w)),
+    ])
 }

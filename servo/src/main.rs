@@ -42,7 +42,8 @@
 //! - `SAHEELI_LOG`: a tracing filter for stderr (default `servo=info`).
 //! - `SAHEELI_WARM=1`: a warm servo (issue 28, `warm`): its launch, the
 //!   task's env and the submitted workspace are asked of the gateway
-//!   socket once a task is claimed for it.
+//!   socket once a task is claimed for it (a warm job on a swarm node,
+//!   issue 53: of its hub, as its slot, by the slot's token).
 //! - `SAHEELI_SETUP_TAR`: a cached set-up's tar bound into the container
 //!   (issue 50, `cached_setup`), unpacked into the workspace as the
 //!   agent's user before the agent starts (a warm servo: before its claim).
@@ -189,7 +190,18 @@ async fn run(mode: privsep::Mode) -> ServoExit {
         }
         return code;
     };
-    let code = match remote.fetch(&root, mode).await {
+    // A warm job on a swarm node (issue 53): its task is claimed for it
+    // after it started; one never claimed has nothing to upload.
+    let warm = std::env::var_os(saheeli_protocol::remote::warm::WARM_ENV).is_some();
+    let fetched = if warm {
+        match remote.claimed(&root, mode).await {
+            Ok(launch) => Ok(launch),
+            Err(e) => return give_up(&root, &e),
+        }
+    } else {
+        remote.fetch(&root, mode).await
+    };
+    let code = match fetched {
         Ok(launch) => match unpack_launch(&root, Some(launch)) {
             Ok(()) => run_task(&root, &gateway, mode, None, None).await,
             Err(e) => give_up(&root, &e),

@@ -126,6 +126,13 @@ impl Remote {
         Ok(launch)
     }
 
+    /// A warm job's task (issue 53), claimed through its hub as a warm
+    /// servo's is through its socket (`warm::claimed_at`).
+    pub async fn claimed(&self, root: &Path, mode: Mode) -> Result<String, String> {
+        let (launch, _) = crate::warm::claimed_at(&self.http, &self.base, root, mode).await?;
+        Ok(launch)
+    }
+
     async fn get_retrying(&self, route: &str) -> Result<reqwest::Response, String> {
         let url = format!("{}{route}", self.base);
         let mut last = String::new();

@@ -34,7 +34,19 @@ pub(crate) async fn claimed(
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| format!("building the HTTP client: {e}"))?;
-    let launch = ask(&http, routes_url(warm::CLAIM)).await?;
+    claimed_at(&http, "http://gateway", root, mode).await
+}
+
+/// [`claimed`] through `http` at `base` (the host is a placeholder for a
+/// socket; a warm job on a swarm node, issue 53: its hub, `http` sending
+/// its slot's token).
+pub(crate) async fn claimed_at(
+    http: &reqwest::Client,
+    base: &str,
+    root: &Path,
+    mode: Mode,
+) -> Result<(String, Option<SessionKey>), String> {
+    let launch = ask(http, format!("{base}{}", warm::CLAIM)).await?;
     // No submitted workspace: nothing to ask for (a round trip less).
     let workspace = launch
         .headers()
@@ -52,7 +64,7 @@ pub(crate) async fn claimed(
         .map_err(|e| format!("the claimed launch is not valid: {e}"))?;
     crate::task_env::set(parsed.env);
     if workspace {
-        let ws = ask(&http, routes_url(routes::WORKSPACE)).await?;
+        let ws = ask(http, format!("{base}{}", routes::WORKSPACE)).await?;
         if ws.status() == reqwest::StatusCode::OK {
             // Over a cached set-up unpacked already, the set-up's files
             // stay (as a cold start unpacks it over the workspace).

@@ -110,6 +110,9 @@ pub(crate) enum Reach {
     Remote {
         hub: crate::door::Hub,
         token: String,
+        /// A warm job on a swarm node claimed for the launch (issue 53):
+        /// its slot, which it calls as (the token is the slot's).
+        slot: Option<TaskId>,
     },
     /// A warm servo's socket: the servo runs already (issue 28).
     Warm(Warm),

@@ -13,6 +13,8 @@
 //! - `swarm`: Docker Swarm, a job service per task on any node.
 //! - `engine`: [`TaskEngine`], where one launch runs, for what acts on its
 //!   running container (verify, the assessor, live logs).
+//! - `warm_pool`: an engine's warm pool as the serve loop and the
+//!   sweeper reach it.
 //! - `fake`: a scripted engine for the supervisor's unit tests.
 //! - `conformance`: the suite every engine must pass (issue 53), written
 //!   once over a `Bench`; run on the Fake (`reconciler/conformance_tests.rs`)
@@ -30,6 +32,7 @@ mod fake;
 pub(crate) mod local;
 mod seam;
 pub(crate) mod swarm;
+mod warm_pool;
 
 pub(crate) use engine::TaskEngine;
 pub(crate) use facts::{EngineError, Found, Phase, Prepared, Reach, Servo, Stop, Workspace};

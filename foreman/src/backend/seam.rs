@@ -17,8 +17,9 @@ use super::TaskEngine;
 use super::facts::{Collected, EngineError, Found, Launched, Phase, Prepared, Reach, Servo, Stop};
 #[cfg(test)]
 use super::fake::{Fake, FakePhases};
-use super::local::{Local, LocalLeftovers, LocalPhases, WarmPool};
+use super::local::{Local, LocalLeftovers, LocalPhases};
 use super::swarm::{Swarm, SwarmLeftovers, SwarmPhases};
+use super::warm_pool::WarmPool;
 use crate::door::UploadFrom;
 use crate::spec::TaskSpec;
 
@@ -153,7 +154,7 @@ impl Engine {
     ) -> Result<Prepared, EngineError> {
         match self {
             Engine::Local(l) => Ok(l.prepare(id, parked, spec)),
-            Engine::Swarm(s) => s.prepare(id, parked),
+            Engine::Swarm(s) => s.prepare(id, parked, spec),
             #[cfg(test)]
             Engine::Fake(_) => Ok(Prepared::socket()),
         }
@@ -162,8 +163,24 @@ impl Engine {
     /// Where a launch of task `id` runs, for what acts on its container
     /// (verify, the assessor).
     pub fn task_engine(&self, id: TaskId, prepared: &Prepared) -> TaskEngine {
-        if let (Engine::Local(l), Reach::Warm(w)) = (self, &prepared.reach) {
-            return TaskEngine::Container(l.docker.clone(), w.name.clone());
+        match (self, &prepared.reach) {
+            (Engine::Local(l), Reach::Warm(w)) => {
+                return TaskEngine::Container(l.docker.clone(), w.name.clone());
+            }
+            // A warm job (issue 53): its service is named by its slot.
+            (
+                Engine::Swarm(s),
+                Reach::Remote {
+                    slot: Some(slot), ..
+                },
+            ) => {
+                return TaskEngine::Swarm {
+                    manager: s.manager.clone(),
+                    manager_addr: s.manager_addr.clone(),
+                    service: super::swarm::warm_name(*slot),
+                };
+            }
+            _ => {}
         }
         match (self, prepared.suffix.as_deref()) {
             (Engine::Local(l), _) => TaskEngine::Local(l.docker.clone()),
@@ -206,7 +223,10 @@ impl Engine {
     pub async fn start(&self, servo: &Servo) -> Result<bool, EngineError> {
         match self {
             Engine::Local(l) => l.start(servo).await.map(|()| true),
-            Engine::Swarm(_) => Ok(false),
+            Engine::Swarm(s) => {
+                s.start(servo);
+                Ok(false)
+            }
             #[cfg(test)]
             Engine::Fake(_) => Ok(true),
         }
@@ -324,12 +344,14 @@ impl Engine {
         }
     }
 
-    /// This host's warm pool (issue 28), as the serve loop and the
-    /// sweeper reach it: None on an engine with none (a swarm).
+    /// The engine's warm pool (issue 28; on a swarm issue 53), as the
+    /// serve loop and the sweeper reach it: None on an engine with none.
     pub fn pool(&self) -> Option<WarmPool<'_>> {
         match self {
-            Engine::Local(l) => Some(WarmPool(l)),
-            _ => None,
+            Engine::Local(l) => Some(WarmPool::Local(l)),
+            Engine::Swarm(s) => Some(WarmPool::Swarm(s)),
+            #[cfg(test)]
+            Engine::Fake(_) => None,
         }
     }
 
@@ -359,7 +381,7 @@ impl Engine {
     pub async fn find(&self, id: TaskId, recorded: Option<&str>) -> Found {
         match self {
             Engine::Local(l) => l.find(id, recorded).await,
-            Engine::Swarm(s) => s.find(id).await,
+            Engine::Swarm(s) => s.find(id, recorded).await,
             #[cfg(test)]
             Engine::Fake(f) => f.find(id),
         }

@@ -182,8 +182,25 @@ async fn gc_swarm(
     } else {
         swarm::remove_objects(&manager, &engines, &ended).await
     };
-    // Workspaces kept for parked tasks that have ended since.
+    // Warm jobs (issue 53) this database's foremen made that no task that
+    // has not ended claimed: idle ones (a serving foreman's pool makes new
+    // ones) and what a stopped foreman left.
+    let db = crate::backend::docker::pool_db(&cfg.database());
     let mut kept = 0;
+    for (name, _) in swarm::warm_jobs(&manager, &manager_addr, &db).await? {
+        let Some(slot) = swarm::slot_of_name(&name) else {
+            continue;
+        };
+        if store.container_in_use(&name)? {
+            continue;
+        }
+        outln!("warm job {name}");
+        if !args.dry_run {
+            swarm::remove_warm_job(&manager, &manager_addr, slot).await;
+        }
+        kept += 1;
+    }
+    // Workspaces kept for parked tasks that have ended since.
     for id in crate::inputs::parked_tasks(&cfg.state_dir()) {
         let over = store
             .get(&id.to_string())

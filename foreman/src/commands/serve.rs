@@ -125,7 +125,11 @@ pub(super) async fn context(cfg: &Config) -> anyhow::Result<Arc<Ctx>> {
         crate::backend::Engine::Local(l) => {
             crate::backend::Engine::Local(l.with_pool(&lease.owner))
         }
-        other => other,
+        crate::backend::Engine::Swarm(s) => {
+            crate::backend::Engine::Swarm(s.with_pool(&lease.owner))
+        }
+        #[cfg(test)]
+        fake @ crate::backend::Engine::Fake(_) => fake,
     };
     let store = open_store(cfg)?;
     prepare_results_dir(cfg)?;

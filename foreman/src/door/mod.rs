@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub(crate) mod remote;
+mod slots;
 pub(crate) mod socket;
 pub(crate) mod warm;
 

@@ -53,6 +53,9 @@ pub(crate) struct RemoteTask {
     pub parked_dest: PathBuf,
     pub secrets: Vec<(String, String)>,
     pub max_bytes: u64,
+    /// A warm job claimed for the task (issue 53): the slot it calls as
+    /// (its token is the slot's), with the task's `env:` in `launch`.
+    pub slot: Option<TaskId>,
 }
 
 /// A finished upload: what was extracted, or why it failed.
@@ -65,9 +68,9 @@ pub(crate) struct Upload {
     pub parked: bool,
 }
 
-struct Entry {
+pub(super) struct Entry {
     app: Router,
-    task: RemoteTask,
+    pub(super) task: RemoteTask,
     /// Set once, by the first upload (later ones are refused).
     upload: Mutex<UploadState>,
     done: Notify,
@@ -89,6 +92,8 @@ const REMOTE_MAX_CONNECTIONS: usize = 2048;
 #[derive(Clone, Default)]
 pub(crate) struct Hub {
     tasks: Arc<Mutex<HashMap<TaskId, Arc<Entry>>>>,
+    /// Warm jobs on the swarm's nodes, by slot (`slots`).
+    pub(super) slots: super::slots::Slots,
 }
 
 impl Hub {
@@ -124,11 +129,37 @@ impl Hub {
             upload: Mutex::new(UploadState::None),
             done: Notify::new(),
         });
+        if let Some(slot) = entry.task.slot {
+            self.slots.claimed(slot, id, &entry.task.token);
+        }
         self.lock().insert(id, entry);
     }
 
     pub(crate) fn unregister(&self, id: TaskId) {
-        self.lock().remove(&id);
+        let gone = self.lock().remove(&id);
+        if let Some(slot) = gone.and_then(|e| e.task.slot) {
+            self.slots.remove(slot);
+        }
+    }
+
+    /// A warm job (issue 53) calling as `slot` with `token`, idle.
+    pub(crate) fn add_warm(&self, slot: TaskId, token: String) {
+        self.slots.add(slot, token);
+    }
+
+    /// A warm job removed before it was claimed.
+    pub(crate) fn remove_warm(&self, slot: TaskId) {
+        self.slots.remove(slot);
+    }
+
+    /// Gives the task claimed for warm job `slot` to it.
+    pub(crate) fn release_warm(&self, slot: TaskId) {
+        self.slots.release(slot);
+    }
+
+    /// The task registered as `id`.
+    pub(super) fn entry(&self, id: TaskId) -> Option<Arc<Entry>> {
+        self.lock().get(&id).cloned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Arc<Entry>>> {
@@ -159,7 +190,14 @@ impl Hub {
 /// workspace routes.
 async fn front(State(hub): State<Hub>, mut req: Request) -> Response {
     let entry = match authenticate(&hub, &req) {
-        Ok(e) => e,
+        Ok(Caller::Task(e)) => e,
+        Ok(Caller::Slot(slot)) => {
+            let claim = super::slots::Slots::asks_claim(&req);
+            match hub.slots.front(&hub, slot, claim).await {
+                super::slots::Slotted::Task(e) => e,
+                super::slots::Slotted::Answer(r) => return r,
+            }
+        }
         Err((status, why)) => return refuse(status, why),
     };
     // The handlers behind never see the token.
@@ -186,7 +224,7 @@ async fn front(State(hub): State<Hub>, mut req: Request) -> Response {
     }
 }
 
-fn refuse(status: StatusCode, why: &str) -> Response {
+pub(super) fn refuse(status: StatusCode, why: &str) -> Response {
     let body = serde_json::json!({"error": {"message": why, "type": "unauthorized"}});
     (
         status,
@@ -196,8 +234,14 @@ fn refuse(status: StatusCode, why: &str) -> Response {
         .into_response()
 }
 
-/// The task the request proves it is, or the refusal.
-fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, (StatusCode, &'static str)> {
+/// Who a request proves it is: a task's servo, or a warm job's.
+enum Caller {
+    Task(Arc<Entry>),
+    Slot(TaskId),
+}
+
+/// The task (or warm slot) the request proves it is, or the refusal.
+fn authenticate(hub: &Hub, req: &Request) -> Result<Caller, (StatusCode, &'static str)> {
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -214,7 +258,12 @@ fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, (StatusCode, &'s
         .and_then(|v| v.parse::<TaskId>().ok());
     let entry = id.and_then(|id| hub.lock().get(&id).cloned());
     match entry {
-        Some(e) if constant_time_eq(e.task.token.as_bytes(), token.as_bytes()) => Ok(e),
+        Some(e) if constant_time_eq(e.task.token.as_bytes(), token.as_bytes()) => {
+            Ok(Caller::Task(e))
+        }
+        None if id.is_some_and(|slot| hub.slots.proves(slot, token)) => {
+            Ok(Caller::Slot(id.expect("checked")))
+        }
         _ => {
             crate::metrics::live().refusal(crate::metrics::Refusal::NotFound);
             Err((
@@ -226,7 +275,7 @@ fn authenticate(hub: &Hub, req: &Request) -> Result<Arc<Entry>, (StatusCode, &'s
 }
 
 /// Equal without leaking where two strings first differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -121,7 +121,7 @@ pub(super) const SERVER: &[Setting] = &[
         .config("swarm.gateway_listen"),
     Setting::new("pool", "list")
         .default("[]")
-        .doc("Warm servos on this host (issue 28): classes `{size: N | auto, max_idle, image?, network?, resources?, setup_key?}`; a task whose image, network and resources equal a class's (and, with `setup_key`, a cached set-up's key its set-up's) is served by one of its idle servos, else it launches cold.")
+        .doc("Warm servos on this host (issue 28), or warm job services on a swarm's nodes (issue 53): classes `{size: N | auto, max_idle, image?, network?, resources?, setup_key?}`; a task whose image, network and resources equal a class's (and, with `setup_key`, a cached set-up's key its set-up's) is served by one of its idle servos, else it launches cold.")
         .config("pool"),
     Setting::new("agent_types", "map")
         .default("{}")

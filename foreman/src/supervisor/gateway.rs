@@ -124,7 +124,13 @@ impl Gateway {
                 Transport::Socket(sockets.serve(task_id, app, adopted.is_some())?)
             }
             Way::Remote { hub, task } => {
+                let slot = task.slot;
                 hub.register(task_id, app, task);
+                if let Some(slot) = slot.filter(|_| adopted.is_some()) {
+                    // A warm job whose foreman recorded the claim and
+                    // stopped: it may still be waiting for its launch.
+                    hub.release_warm(slot);
+                }
                 Transport::Remote { hub, task_id }
             }
             Way::Warm { socket, task } => {

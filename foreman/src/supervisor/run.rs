@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use saheeli_protocol::Reason;
+use saheeli_protocol::{Reason, TaskId};
 use tracing::{error, info, warn};
 
 use super::collect::collect;
@@ -264,9 +264,9 @@ pub(super) fn way(ctx: &Ctx, task: &TaskRow, prepared: &Prepared) -> anyhow::Res
         Reach::Socket => Way::Socket {
             sockets: ctx.sockets.clone(),
         },
-        Reach::Remote { hub, token } => Way::Remote {
+        Reach::Remote { hub, token, slot } => Way::Remote {
             hub: hub.clone(),
-            task: remote_task(ctx, task, token)?,
+            task: remote_task(ctx, task, token, *slot)?,
         },
         Reach::Warm(warm) => Way::Warm {
             socket: match &warm.socket {
@@ -292,10 +292,21 @@ fn warm_task(ctx: &Ctx, task: &TaskRow) -> anyhow::Result<WarmTask> {
     })
 }
 
-/// What a remote servo of `task` fetches, and where its upload goes.
-fn remote_task(ctx: &Ctx, task: &TaskRow, token: &str) -> anyhow::Result<RemoteTask> {
+/// What a remote servo of `task` fetches, and where its upload goes; a
+/// warm job's (`slot`) gets the task's `env:` in its launch (a cold job
+/// has it in its container's environment).
+fn remote_task(
+    ctx: &Ctx,
+    task: &TaskRow,
+    token: &str,
+    slot: Option<TaskId>,
+) -> anyhow::Result<RemoteTask> {
     let id = task.id;
-    let launch = serde_json::to_string(&servo_launch(ctx, task))?;
+    let mut launch = servo_launch(ctx, task);
+    if slot.is_some() {
+        launch.env = task.spec.env.clone();
+    }
+    let launch = serde_json::to_string(&launch)?;
     let input = crate::inputs::start_tar(&ctx.cfg.state_dir(), id);
     // A parked task goes on from the workspace it parked with.
     let kept = crate::inputs::parked_dir(&ctx.cfg.state_dir(), id);
@@ -308,6 +319,7 @@ fn remote_task(ctx: &Ctx, task: &TaskRow, token: &str) -> anyhow::Result<RemoteT
         parked_dest: kept,
         secrets: ctx.upstream.providers.secrets(),
         max_bytes: ctx.cfg.file.max_results_size.0,
+        slot,
     })
 }
 

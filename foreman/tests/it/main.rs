@@ -94,6 +94,7 @@ mod swarm_agents;
 mod swarm_agents_more;
 mod swarm_certs;
 mod swarm_park;
+mod swarm_pool;
 mod swarm_relay;
 mod swarm_verify;
 mod swe_bench;

@@ -41,8 +41,8 @@ pub(crate) use image::{
 };
 pub(crate) use labels::task_labels;
 pub(crate) use labels::{
-    TASK_LABEL, every_task_container, labelled, pool_db, pool_labelled, pool_labels,
-    task_containers, task_containers_in_order, task_volumes,
+    POOL_LABEL, POOL_OWNER_LABEL, POOL_SLOT_LABEL, TASK_LABEL, every_task_container, labelled,
+    pool_db, pool_labelled, pool_labels, task_containers, task_containers_in_order, task_volumes,
 };
 pub(crate) use owner::Owner;
 pub(crate) use regrade::RegradeBox;

@@ -339,34 +339,6 @@ impl Deaths {
     }
 }
 
-/// This host's warm pool as the serve loop and the sweeper reach it
-/// (`Engine::pool`): kept, counted, and what earlier foremen's pools left.
-pub(crate) struct WarmPool<'a>(pub(crate) &'a Local);
-
-impl WarmPool<'_> {
-    /// Keeps the pool until `stop`, then removes its idle servos; returns
-    /// at once when this foreman has none.
-    pub async fn keep(&self, pace: Pace, stop: CancellationToken) {
-        self.0.keep_warm(pace, stop).await;
-    }
-
-    /// Idle warm servos now (None: this foreman keeps no pool).
-    pub fn idle(&self) -> Option<usize> {
-        self.0.pool_idle()
-    }
-
-    /// Every warm servo's container or volume on this host, by name: the
-    /// owner its label names, and whether this foreman's pool knows it.
-    pub async fn leftovers(&self) -> anyhow::Result<BTreeMap<String, (String, bool)>> {
-        self.0.pool_leftovers().await
-    }
-
-    /// Removes the warm servos named (for the sweeper, `gc`).
-    pub async fn remove(&self, names: &[String]) {
-        self.0.remove_pool_leftovers(names).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

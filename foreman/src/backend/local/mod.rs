@@ -29,7 +29,7 @@ mod sweep;
 mod watch;
 
 pub(crate) use collect::collect_workspace;
-pub(crate) use keep::{Pace, WarmPool};
+pub(crate) use keep::Pace;
 pub(crate) use launch::Local;
 pub(crate) use pool::{ORPHAN_SLOT_AGE, POOL_PREFIX, remove_warm, slot_of};
 

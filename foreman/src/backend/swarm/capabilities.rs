@@ -39,14 +39,7 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
     ),
     (Parking, Yes),  // conformance::park_and_resume; it::swarm_park
     (LiveLogs, Yes), // it::swarm_verify (live logs)
-    (
-        WarmPool,
-        No(
-            "not built: a warm job would skip Swarm's scheduling and dispatch, about 150 of the \
-             ~350 ms a cold job takes to its first LLM request (measured; docs/operating/swarm.md), \
-             but every swarm object is named and found by its task's id, which a warm job has not",
-        ),
-    ),
+    (WarmPool, Yes), // it::swarm_pool
     (
         Gpus,
         No("no job is given a GPU yet (no generic resources are asked)"),

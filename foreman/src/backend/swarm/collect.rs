@@ -120,9 +120,15 @@ impl Swarm {
     pub fn remove_later(&self, servo: Servo) {
         let (objects, seen) = parts(&servo);
         let (launch, node) = (objects.clone(), seen.lock().unwrap().node.clone());
+        // A claimed warm job goes with its task: its pool forgets it once
+        // it is removed (until then the sweeper leaves it alone).
+        let pool = self.pool.clone().filter(|_| launch.slot.is_some());
         let (manager, addr) = (self.manager.clone(), self.manager_addr.clone());
         self.cleanups.spawn(async move {
             let failed = super::remove_launch(&manager, &addr, &launch, node.as_deref()).await;
+            if let Some(pool) = pool {
+                pool.forget(&launch.name);
+            }
             if failed > 0 {
                 warn!(task_id = %launch.task, left = failed, "swarm leftovers kept for the sweeper");
             }

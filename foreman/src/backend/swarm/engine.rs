@@ -30,6 +30,8 @@ pub(crate) struct Swarm {
     pub(super) secrets: Arc<Vec<(String, String)>>,
     /// What Swarm says of every watched job, in one look.
     pub(super) board: super::board::Board,
+    /// Warm jobs (`pool:`, issue 53), when configured.
+    pub(super) pool: Option<Arc<super::pool::SwarmPool>>,
 }
 
 /// What a swarm engine is made of (`swarm:` in config.yaml, resolved).
@@ -55,13 +57,34 @@ impl Swarm {
             secrets: Arc::new(secrets),
             board: super::board::Board::new(parts.manager.clone()),
             manager: parts.manager,
+            pool: None,
         }
+    }
+
+    /// With the pool `pool:` configures (none: every launch is cold),
+    /// its jobs labelled as this foreman's (`owner`, its lease owner).
+    pub fn with_pool(mut self, owner: &str) -> Swarm {
+        let classes = self.cfg.file.warm_classes();
+        if !classes.is_empty() {
+            let db = crate::backend::docker::pool_db(&self.cfg.database());
+            self.pool = Some(Arc::new(super::pool::SwarmPool::new(
+                classes,
+                owner.to_string(),
+                db,
+            )));
+        }
+        self
     }
 
     /// A launch's suffix and token; a parked task's kept workspace must be
     /// there (starting over from the submitted workspace would silently
     /// lose the work and the session the task parked with).
-    pub fn prepare(&self, id: TaskId, parked: bool) -> Result<Prepared, EngineError> {
+    pub fn prepare(
+        &self,
+        id: TaskId,
+        parked: bool,
+        spec: &TaskSpec,
+    ) -> Result<Prepared, EngineError> {
         let kept = crate::inputs::parked_dir(&self.cfg.state_dir(), id);
         if parked && !kept.is_dir() {
             return Err(EngineError::Gone(format!(
@@ -69,8 +92,51 @@ impl Swarm {
                 kept.display()
             )));
         }
+        if let Some(job) = self.claim_warm(id, parked, spec) {
+            return Ok(self.prepared_warm(job.slot));
+        }
         let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
         Ok(self.prepared(id, suffix))
+    }
+
+    /// An idle warm job of the task's class (issue 53), never for a parked
+    /// task (it goes on from the workspace it parked with) or one a warm
+    /// job cannot be (its own image, the oracle's solution, a set-up).
+    fn claim_warm(
+        &self,
+        id: TaskId,
+        parked: bool,
+        spec: &TaskSpec,
+    ) -> Option<super::pool::IdleJob> {
+        let pool = self.pool.as_ref()?;
+        if parked || spec.image.is_some() || spec.solution.is_some() || spec.root_agent() {
+            return pool.missed();
+        }
+        let needs = crate::config::WarmNeeds {
+            image: crate::spec::image_for(&self.cfg, &spec.agent),
+            network: spec.network,
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+            disk: spec.disk.unwrap_or(self.cfg.file.task.disk.0),
+            setup: (!spec.setup.is_empty()).then(|| crate::config::SetupNeeds {
+                commands: spec.setup.clone(),
+                files_digest: spec.setup_plan.files_digest.clone(),
+            }),
+        };
+        pool.claim(id, &needs)
+    }
+
+    /// How warm job `slot` reaches its gateway: as its slot, by its token.
+    pub(super) fn prepared_warm(&self, slot: TaskId) -> Prepared {
+        Prepared {
+            reach: Reach::Remote {
+                hub: self.hub.clone(),
+                token: super::token(&self.key, slot, super::pool::WARM_SUFFIX),
+                slot: Some(slot),
+            },
+            suffix: None,
+        }
     }
 
     /// How launch `suffix` of task `id` reaches its gateway.
@@ -79,6 +145,7 @@ impl Swarm {
             reach: Reach::Remote {
                 hub: self.hub.clone(),
                 token: super::token(&self.key, id, &suffix),
+                slot: None,
             },
             suffix: Some(suffix),
         }
@@ -130,6 +197,12 @@ impl Swarm {
         prepared: Prepared,
         _gateway_dir: Option<&Path>,
     ) -> Result<Launched, EngineError> {
+        if let Reach::Remote {
+            slot: Some(slot), ..
+        } = &prepared.reach
+        {
+            return Ok(self.launch_warm(id, *slot, prepared.clone()));
+        }
         let (Reach::Remote { token, .. }, Some(suffix)) = (&prepared.reach, &prepared.suffix)
         else {
             return Err(EngineError::Other(anyhow::anyhow!(
@@ -139,16 +212,16 @@ impl Swarm {
         // A third-party agent runs in its own image (`agents:`), pushed
         // to the swarm's registry as the servo's is.
         let image = crate::spec::image_for(&self.cfg, &spec.agent);
-        let plan = super::ServicePlan {
+        let plan = super::ServicePlan::task(
             id,
-            spec,
-            image: &image,
-            network: &self.network,
-            gateway_url: self.gateway_url.clone(),
-            token,
             suffix,
-            stop_grace: self.cfg.file.stop_grace,
-        };
+            spec,
+            &image,
+            &self.network,
+            self.gateway_url.clone(),
+            token,
+            self.cfg.file.stop_grace,
+        );
         let l = super::create_service(&self.manager, &plan).await?;
         info!(task_id = %id, service = %l.service_id, "job service created");
         Ok(Launched {
@@ -164,5 +237,43 @@ impl Swarm {
             engine_time: None,
             setup: None,
         })
+    }
+}
+
+impl Swarm {
+    /// A warm job claimed for task `id`: its servo runs on a node already,
+    /// so nothing is made; the row records the job's name.
+    fn launch_warm(&self, id: TaskId, slot: TaskId, prepared: Prepared) -> Launched {
+        let name = super::warm_name(slot);
+        // The board watches a service by its id: the pool knew it.
+        let service = self
+            .pool
+            .as_ref()
+            .and_then(|p| p.service_of(slot))
+            .unwrap_or_else(|| name.clone());
+        info!(task_id = %id, job = %name, "warm job given the task");
+        Launched {
+            servo: Servo {
+                task: id,
+                id: name,
+                prepared,
+                kind: ServoKind::Swarm {
+                    objects: super::LaunchObjects::warm(id, slot, &service),
+                    seen: Arc::default(),
+                },
+            },
+            engine_time: None,
+            setup: None,
+        }
+    }
+
+    /// Gives a claimed warm job its task; a cold job starts on its own.
+    pub fn start(&self, servo: &Servo) {
+        if let Reach::Remote {
+            slot: Some(slot), ..
+        } = &servo.prepared.reach
+        {
+            self.hub.release_warm(*slot);
+        }
     }
 }

@@ -15,7 +15,12 @@ use super::{LAUNCH_LABEL, LaunchObjects, Object, Swarm};
 use crate::backend::facts::{EngineError, Found, Servo, ServoKind};
 
 impl Swarm {
-    pub async fn find(&self, id: TaskId) -> Found {
+    /// `recorded`: the container the task's row names, a warm job's
+    /// (issue 53) found by it (it carries no task label).
+    pub async fn find(&self, id: TaskId, recorded: Option<&str>) -> Found {
+        if let Some(slot) = recorded.and_then(super::slot_of_name) {
+            return self.find_warm(id, slot).await;
+        }
         let services: Vec<String> = match super::swarm_objects(&self.manager, Some(id)).await {
             Ok(objects) => objects
                 .into_iter()
@@ -43,6 +48,51 @@ impl Swarm {
             },
         })
     }
+}
+
+impl Swarm {
+    /// The warm job `slot` claimed for task `id`, while it has not ended.
+    async fn find_warm(&self, id: TaskId, slot: TaskId) -> Found {
+        let name = super::warm_name(slot);
+        let inspected = match self.manager.inspect_service(&name, None).await {
+            Ok(s) => s,
+            Err(e) if is_gone(&e) => return Found::Gone,
+            Err(e) => return Found::Unknown(EngineError::of(e.into())),
+        };
+        let labelled = inspected
+            .spec
+            .as_ref()
+            .and_then(|s| s.labels.as_ref())
+            .and_then(|l| l.get(crate::backend::docker::POOL_SLOT_LABEL))
+            .is_some_and(|s| *s == slot.to_string());
+        let Some(service) = inspected.id.filter(|_| labelled) else {
+            return Found::Gone;
+        };
+        match super::observe(&self.manager, &service).await {
+            Ok(o) if matches!(o.phase, Swarmed::Waiting | Swarmed::Running) => {}
+            Ok(_) => return Found::Gone,
+            Err(e) => return Found::Unknown(EngineError::of(e)),
+        }
+        Found::Running(Servo {
+            task: id,
+            id: name,
+            prepared: self.prepared_warm(slot),
+            kind: ServoKind::Swarm {
+                objects: LaunchObjects::warm(id, slot, &service),
+                seen: Arc::default(),
+            },
+        })
+    }
+}
+
+fn is_gone(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
 }
 
 /// The service's id and launch suffix, when its task has not ended.

@@ -8,7 +8,7 @@ use anyhow::Context;
 use bollard::Docker;
 use saheeli_protocol::TaskId;
 
-use crate::backend::docker::TASK_LABEL;
+use crate::backend::docker::{POOL_SLOT_LABEL, TASK_LABEL};
 
 use super::{Phase, node_engine, observe};
 
@@ -38,15 +38,21 @@ pub(crate) async fn locate(
         .inspect_service(service, None)
         .await
         .with_context(|| format!("the job service `{service}` of task `{id}` is gone"))?;
-    let labelled = inspected
-        .spec
-        .as_ref()
-        .and_then(|s| s.labels.as_ref())
-        .and_then(|l| l.get(TASK_LABEL).cloned());
-    anyhow::ensure!(
-        labelled.as_deref() == Some(id.to_string().as_str()),
-        "the job service `{service}` is not task `{id}`'s"
-    );
+    let labels = inspected.spec.as_ref().and_then(|s| s.labels.as_ref());
+    // A warm job claimed for the task (issue 53) carries its pool's
+    // labels, never the task's: named by the task's own launch.
+    let slot = labels.and_then(|l| l.get(POOL_SLOT_LABEL).cloned());
+    let labelled = labels.and_then(|l| l.get(TASK_LABEL).cloned());
+    let container_label = match &slot {
+        Some(slot) => format!("{POOL_SLOT_LABEL}={slot}"),
+        None => {
+            anyhow::ensure!(
+                labelled.as_deref() == Some(id.to_string().as_str()),
+                "the job service `{service}` is not task `{id}`'s"
+            );
+            format!("{TASK_LABEL}={id}")
+        }
+    };
     let name = inspected.spec.and_then(|s| s.name).unwrap_or_default();
     let service_id = inspected.id.unwrap_or_else(|| service.to_string());
     let o = observe(manager, &service_id).await?;
@@ -62,7 +68,7 @@ pub(crate) async fn locate(
     let engine = node_engine(manager, manager_addr, &node).await?;
     let container = match o.container {
         Some(c) => c,
-        None => running_container(&engine, id, &name)
+        None => running_container(&engine, id, &name, &container_label)
             .await?
             .with_context(|| {
                 format!("the servo of task `{id}` has no running container on node `{node}` yet")
@@ -72,14 +78,20 @@ pub(crate) async fn locate(
 }
 
 /// The running container of job service `name` (its task containers are
-/// named `<name>.<slot>.<task>`) labelled for task `id`, on one engine.
-async fn running_container(d: &Docker, id: TaskId, name: &str) -> anyhow::Result<Option<String>> {
+/// named `<name>.<slot>.<task>`) labelled `label` (for task `id`), on one
+/// engine.
+async fn running_container(
+    d: &Docker,
+    id: TaskId,
+    name: &str,
+    label: &str,
+) -> anyhow::Result<Option<String>> {
     anyhow::ensure!(
         !name.is_empty(),
         "the job service of task `{id}` has no name"
     );
     let filters = std::collections::HashMap::from([
-        ("label", vec![format!("{TASK_LABEL}={id}")]),
+        ("label", vec![label.to_string()]),
         ("name", vec![format!("{name}.")]),
         ("status", vec!["running".to_string()]),
     ]);

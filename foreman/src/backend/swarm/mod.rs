@@ -28,6 +28,9 @@
 //!   `verify`, OOM detection and live logs.
 //! - `engine`, `watch`, `collect`, `find`: the swarm as an engine (what
 //!   the supervisor asks of it: launch, phases, stop, the upload, adopt).
+//! - `pool`, `keep`: warm jobs (issue 53): claimed by `prepare`, kept
+//!   warm in the background, removed on stop; what a stopped foreman's
+//!   pool left.
 
 mod capabilities;
 pub(crate) use capabilities::CAPABILITIES;
@@ -36,10 +39,12 @@ mod collect;
 mod endpoint;
 mod engine;
 mod find;
+mod keep;
 mod locate;
 mod nodes;
 mod observe;
 mod overlay;
+mod pool;
 mod prepull;
 mod push;
 mod relay;
@@ -50,12 +55,14 @@ mod watch;
 pub(crate) use collect::SwarmLeftovers;
 pub(crate) use endpoint::Endpoint;
 pub(crate) use engine::{Swarm, SwarmParts};
+pub(crate) use keep::{remove_warm_job, warm_jobs};
 pub(crate) use locate::{locate, oom_killed, service_name};
 pub(crate) use nodes::{
     LaunchObjects, Object, leftovers, node_engine, remove_launch, remove_objects, remove_task,
     swarm_objects,
 };
 pub(crate) use observe::{Phase, observe};
+pub(crate) use pool::{slot_of_name, warm_name};
 pub(crate) use push::push;
 pub(crate) use service::{LAUNCH_LABEL, ServicePlan, create_service};
 pub(crate) use watch::SwarmPhases;

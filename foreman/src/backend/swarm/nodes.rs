@@ -310,6 +310,19 @@ pub(crate) struct LaunchObjects {
     pub service: String,
     pub secret: String,
     pub name: String,
+    /// A warm job's slot (issue 53): its container carries the pool's
+    /// labels, not the task's.
+    pub slot: Option<TaskId>,
+}
+
+impl LaunchObjects {
+    /// The label its task container carries.
+    fn container_label(&self) -> String {
+        match self.slot {
+            Some(slot) => format!("{}={slot}", crate::backend::docker::POOL_SLOT_LABEL),
+            None => format!("{TASK_LABEL}={}", self.task),
+        }
+    }
 }
 
 fn gone(e: &bollard::errors::Error) -> bool {
@@ -359,7 +372,7 @@ pub(crate) async fn remove_launch(
     // The task container's name is `<service name>.<slot>.<swarm task id>`;
     // a verify container (found by its role) may still hold the volume.
     let f = HashMap::from([
-        ("label", vec![format!("{TASK_LABEL}={}", l.task)]),
+        ("label", vec![l.container_label()]),
         ("name", vec![format!("{}.", l.name)]),
     ]);
     let verify = HashMap::from([(

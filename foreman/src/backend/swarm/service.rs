@@ -36,18 +36,96 @@ use saheeli_protocol::{TaskId, paths, remote};
 use super::LaunchObjects;
 use crate::backend::docker::TASK_LABEL;
 
-/// What a task's service needs besides its spec.
+/// What a job service needs: who it is, its image, resources and way
+/// to its gateway.
 pub(crate) struct ServicePlan<'a> {
-    pub id: TaskId,
-    pub spec: &'a crate::spec::TaskSpec,
+    pub job: Job,
     pub image: &'a str,
     pub network: &'a str,
     /// `http://addr:port` of the gateway, as the servo reaches it.
     pub gateway_url: String,
     pub token: &'a str,
-    /// This launch's own suffix (names, the `saheeli.launch` label).
-    pub suffix: &'a str,
+    /// The task's `env:` (a warm job's comes with its claim: none here).
+    pub env: Vec<String>,
+    pub memory: u64,
+    pub cpus: f64,
+    pub pids: i64,
     pub stop_grace: std::time::Duration,
+}
+
+/// Whose job a service is.
+pub(crate) enum Job {
+    /// One launch (`suffix`: names, the `saheeli.launch` label) of task `id`.
+    Task { id: TaskId, suffix: String },
+    /// A warm job (issue 53): no task yet, its pool's labels instead.
+    Warm {
+        slot: TaskId,
+        labels: HashMap<String, String>,
+    },
+}
+
+impl Job {
+    /// The service's (and its workspace volume's) name.
+    pub fn name(&self) -> String {
+        match self {
+            Job::Task { id, suffix } => super::service_name(*id, suffix),
+            Job::Warm { slot, .. } => super::warm_name(*slot),
+        }
+    }
+
+    /// The labels on everything it makes.
+    fn labels(&self) -> HashMap<String, String> {
+        match self {
+            Job::Task { id, .. } => labels(*id),
+            Job::Warm { labels, .. } => labels.clone(),
+        }
+    }
+
+    /// The id it calls its gateway as.
+    fn caller(&self) -> TaskId {
+        match self {
+            Job::Task { id, .. } | Job::Warm { slot: id, .. } => *id,
+        }
+    }
+
+    /// Its token secret's name.
+    pub fn secret_name(&self) -> String {
+        match self {
+            Job::Task { id, suffix } => format!("saheeli-token-{id}-{suffix}"),
+            Job::Warm { slot, .. } => super::warm_name(*slot),
+        }
+    }
+}
+
+impl<'a> ServicePlan<'a> {
+    /// The plan of launch `suffix` of task `id`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn task(
+        id: TaskId,
+        suffix: &str,
+        spec: &crate::spec::TaskSpec,
+        image: &'a str,
+        network: &'a str,
+        gateway_url: String,
+        token: &'a str,
+        stop_grace: std::time::Duration,
+    ) -> ServicePlan<'a> {
+        ServicePlan {
+            job: Job::Task {
+                id,
+                suffix: suffix.to_string(),
+            },
+            image,
+            network,
+            gateway_url,
+            token,
+            env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            memory: spec.memory,
+            cpus: spec.cpus,
+            pids: spec.pids,
+            stop_grace,
+        }
+    }
 }
 
 /// The label naming a task's launch (its token is derived from it).
@@ -67,26 +145,29 @@ fn labels(id: TaskId) -> HashMap<String, String> {
 
 /// Creates the token secret, then the job service that mounts it.
 pub(crate) async fn create_service(d: &Docker, plan: &ServicePlan<'_>) -> anyhow::Result<Launched> {
-    let id = plan.id;
-    let suffix = plan.suffix;
-    let secret_name = LaunchObjects::of(id, "", suffix).secret;
+    let caller = plan.job.caller();
+    let secret_name = plan.job.secret_name();
     let secret = d
         .create_secret(SecretSpec {
             name: Some(secret_name.clone()),
-            labels: Some(labels(id)),
+            labels: Some(plan.job.labels()),
             data: Some(base64::engine::general_purpose::STANDARD.encode(plan.token)),
             ..Default::default()
         })
         .await
-        .with_context(|| format!("creating the gateway secret of task `{id}`"))?;
+        .with_context(|| format!("creating the gateway secret `{secret_name}`"))?;
     let spec = service_spec(plan, &secret.id, &secret_name);
     match d.create_service(spec, None).await {
         Ok(created) => {
             let service_id = created.id.unwrap_or_default();
+            let objects = match &plan.job {
+                Job::Task { id, suffix } => LaunchObjects::of(*id, &service_id, suffix),
+                Job::Warm { slot, .. } => LaunchObjects::warm(caller, *slot, &service_id),
+            };
             Ok(Launched {
                 objects: LaunchObjects {
                     secret: secret.id,
-                    ..LaunchObjects::of(id, &service_id, suffix)
+                    ..objects
                 },
                 service_id,
             })
@@ -95,7 +176,8 @@ pub(crate) async fn create_service(d: &Docker, plan: &ServicePlan<'_>) -> anyhow
             let _ = d.delete_secret(&secret.id).await;
             Err(e).with_context(|| {
                 format!(
-                    "creating the job service of task `{id}` from image `{}`",
+                    "creating the job service `{}` from image `{}`",
+                    plan.job.name(),
                     plan.image
                 )
             })
@@ -111,6 +193,19 @@ impl LaunchObjects {
             service: service.to_string(),
             secret: format!("saheeli-token-{id}-{suffix}"),
             name: super::service_name(id, suffix),
+            slot: None,
+        }
+    }
+
+    /// A warm job's objects (`id`: the task claiming it, or the slot
+    /// itself while idle), the service by id or name.
+    pub(crate) fn warm(id: TaskId, slot: TaskId, service: &str) -> LaunchObjects {
+        LaunchObjects {
+            task: id,
+            service: service.to_string(),
+            secret: super::warm_name(slot),
+            name: super::warm_name(slot),
+            slot: Some(slot),
         }
     }
 }
@@ -121,9 +216,8 @@ pub(crate) fn service_spec(
     secret_id: &str,
     secret_name: &str,
 ) -> ServiceSpec {
-    let id = plan.id;
-    let suffix = plan.suffix;
-    let spec = plan.spec;
+    let name = plan.job.name();
+    let job_labels = plan.job.labels();
     let no_network = plan.network == super::relay::NONE;
     let gateway_addr = plan.gateway_url.trim_start_matches("http://");
     let gateway = if no_network {
@@ -131,22 +225,25 @@ pub(crate) fn service_spec(
     } else {
         plan.gateway_url.clone()
     };
-    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut env = plan.env.clone();
+    if matches!(plan.job, Job::Warm { .. }) {
+        env.push(format!("{}=1", saheeli_protocol::remote::warm::WARM_ENV));
+    }
     env.extend([
         "HOME=/tmp".to_string(),
         format!("SAHEELI_GATEWAY={gateway}"),
         format!("{}={}", remote::TOKEN_FILE_ENV, remote::TOKEN_FILE),
-        format!("{}={id}", remote::TASK_ID_ENV),
+        format!("{}={}", remote::TASK_ID_ENV, plan.job.caller()),
         format!("{}=1", saheeli_protocol::uids::PRIVSEP_ENV),
     ]);
-    let memory = i64::try_from(spec.memory).unwrap_or(i64::MAX);
+    let memory = i64::try_from(plan.memory).unwrap_or(i64::MAX);
     let mut mounts = vec![
         Mount {
             target: Some(paths::WORKSPACE.into()),
-            source: Some(super::service_name(id, suffix)),
+            source: Some(name.clone()),
             typ: Some(MountType::VOLUME),
             volume_options: Some(MountVolumeOptions {
-                labels: Some(labels(id)),
+                labels: Some(job_labels.clone()),
                 ..Default::default()
             }),
             ..Default::default()
@@ -171,7 +268,7 @@ pub(crate) fn service_spec(
         .unwrap_or("saheeli-gateway-token");
     let container = TaskSpecContainerSpec {
         image: Some(plan.image.to_string()),
-        labels: Some(labels(id)),
+        labels: Some(job_labels.clone()),
         env: Some(env),
         dir: Some(paths::WORKSPACE.into()),
         // Root with three capabilities: the servo separates itself from its
@@ -207,10 +304,12 @@ pub(crate) fn service_spec(
         }]),
         ..Default::default()
     };
-    let mut service_labels = labels(id);
-    service_labels.insert(LAUNCH_LABEL.into(), suffix.into());
+    let mut service_labels = job_labels;
+    if let Job::Task { suffix, .. } = &plan.job {
+        service_labels.insert(LAUNCH_LABEL.into(), suffix.clone());
+    }
     ServiceSpec {
-        name: Some(super::service_name(id, suffix)),
+        name: Some(name),
         labels: Some(service_labels),
         mode: Some(ServiceSpecMode {
             replicated_job: Some(ServiceSpecModeReplicatedJob {
@@ -223,9 +322,9 @@ pub(crate) fn service_spec(
             container_spec: Some(container),
             resources: Some(TaskSpecResources {
                 limits: Some(Limit {
-                    nano_cpus: Some((spec.cpus * 1e9) as i64),
+                    nano_cpus: Some((plan.cpus * 1e9) as i64),
                     memory_bytes: Some(memory),
-                    pids: Some(spec.pids),
+                    pids: Some(plan.pids),
                 }),
                 ..Default::default()
             }),
@@ -276,16 +375,16 @@ mod tests {
         )
         .unwrap();
         let spec = crate::spec::TaskSpec::from_prompt(&cfg, &prompt, &[]).unwrap();
-        let plan = ServicePlan {
+        let plan = ServicePlan::task(
             id,
-            spec: &spec,
-            image: "10.0.0.1:5000/saheeli-servo@sha256:00",
-            network: "jobs",
-            gateway_url: "http://10.0.0.1:7070".into(),
-            token: "t",
-            suffix: "abcd",
-            stop_grace: std::time::Duration::from_secs(3),
-        };
+            "abcd",
+            &spec,
+            "10.0.0.1:5000/saheeli-servo@sha256:00",
+            "jobs",
+            "http://10.0.0.1:7070".into(),
+            "t",
+            std::time::Duration::from_secs(3),
+        );
         let none = ServicePlan {
             network: super::super::relay::NONE,
             gateway_url: plan.gateway_url.clone(),
