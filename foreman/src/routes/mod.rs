@@ -30,6 +30,7 @@ pub(crate) mod snapshot;
 pub(crate) mod steps;
 pub(crate) mod synthesis;
 pub(crate) mod verify;
+pub(crate) mod verify_checks;
 pub(crate) mod verify_egress;
 pub(crate) mod verify_hidden;
 pub(crate) mod verify_link;

@@ -216,28 +216,8 @@ impl Local {
         gateway_dir: Option<&Path>,
         launch: &saheeli_protocol::Launch,
     ) -> Result<Launched, EngineError> {
-        if let Reach::Warm(warm) = &prepared.reach {
-            // Started already, waiting for the task: nothing to make; its
-            // set-up, when it holds the task's, is reused.
-            let setup = warm.setup_key.as_ref().map(|key| {
-                self.setup_cache().count_hit(key);
-                tracing::info!(task_id = %id, key = %key, "set-up reused from the cache, unpacked in the warm servo");
-                crate::task::SetupRan {
-                    key: Some(key.clone()),
-                    hit: true,
-                    ..Default::default()
-                }
-            });
-            return Ok(Launched {
-                servo: Servo {
-                    task: id,
-                    id: warm.name.clone(),
-                    prepared,
-                    kind: ServoKind::Local,
-                },
-                engine_time: None,
-                setup,
-            });
+        if let Reach::Warm(_) = &prepared.reach {
+            return Ok(self.warm_launched(id, prepared));
         }
         let d = &self.docker;
         let t0 = Instant::now();
@@ -357,6 +337,36 @@ impl Local {
             engine_time: Some(engine_time),
             setup,
         })
+    }
+
+    /// A warm servo's launch: started already, waiting for the task, so
+    /// nothing is made; its set-up, when it holds the task's, is reused.
+    fn warm_launched(&self, id: TaskId, prepared: Prepared) -> Launched {
+        let (name, setup) = match &prepared.reach {
+            Reach::Warm(warm) => {
+                let setup = warm.setup_key.as_ref().map(|key| {
+                    self.setup_cache().count_hit(key);
+                    tracing::info!(task_id = %id, key = %key, "set-up reused from the cache, unpacked in the warm servo");
+                    crate::task::SetupRan {
+                        key: Some(key.clone()),
+                        hit: true,
+                        ..Default::default()
+                    }
+                });
+                (warm.name.clone(), setup)
+            }
+            _ => (String::new(), None),
+        };
+        Launched {
+            servo: Servo {
+                task: id,
+                id: name,
+                prepared,
+                kind: ServoKind::Local,
+            },
+            engine_time: None,
+            setup,
+        }
     }
 
     /// Starts the created container; a warm servo runs already, and is
