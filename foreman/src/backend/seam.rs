@@ -288,7 +288,10 @@ impl Engine {
     ) -> Collected {
         let oom = may_be_oom(exit);
         match self {
-            Engine::Local(l) => l.collect(servo, dest, parked, verifies, oom).await,
+            Engine::Local(l) => {
+                l.collect(servo, dest, parked, verifies, oom, exit.is_some())
+                    .await
+            }
             Engine::Swarm(s) => s.collect(servo, upload, parked, oom).await,
             #[cfg(test)]
             Engine::Fake(f) => f.collect(servo.task, dest, parked),

@@ -20,7 +20,8 @@ impl Local {
     /// Brings a stopped servo's workspace home (`parked`: keeps it on its
     /// volume for the next launch instead); its container and volume go.
     /// `ask_oom`: whether to ask the daemon if it was OOM-killed (see
-    /// [`crate::backend::seam::may_be_oom`]).
+    /// [`crate::backend::seam::may_be_oom`]); `exited`: its end was seen
+    /// (nothing runs in it any more).
     pub async fn collect(
         &self,
         servo: &Servo,
@@ -28,6 +29,7 @@ impl Local {
         parked: bool,
         verifies: bool,
         ask_oom: bool,
+        exited: bool,
     ) -> Collected {
         let (id, container) = (servo.task, servo.id.as_str());
         if parked && let Some(warm) = servo.warm() {
@@ -57,7 +59,7 @@ impl Local {
         let oom = ask_oom && docker::oom_killed(d, container).await;
         let started = Instant::now();
         let volume = servo.volume();
-        let (collected, removed) = self.gather(id, container, &volume, dest).await;
+        let (collected, removed) = self.gather(id, container, &volume, dest, exited).await;
         let took = started.elapsed();
         lap("gathered");
         // Removed already for a local copy: not asked again.
@@ -86,13 +88,15 @@ impl Local {
     /// Brings the workspace of a stopped servo into `dest`: straight from the
     /// volume's directory when it is on this host, else through the archive
     /// API (asked again if the daemon restarts mid-stream). Says whether its
-    /// container is gone already (a local copy removes it first).
+    /// container is gone already (a local copy removes it first, unless it
+    /// is known to have `exited`).
     pub(super) async fn gather(
         &self,
         id: TaskId,
         container: &str,
         volume: &str,
         dest: &std::path::Path,
+        exited: bool,
     ) -> (anyhow::Result<collect::Collected>, bool) {
         let d = &self.docker;
         let secrets = self.secrets.to_vec();
@@ -101,17 +105,17 @@ impl Local {
         // Local or archive is decided while the container still exists: the
         // archive API needs it. A local copy must not start while anything
         // runs in the container (nothing may swap an entry for a link
-        // mid-walk): a container that has stopped runs nothing (its init's
-        // end took every process with it, and nothing starts it again), so
-        // it is copied first and removed after, off the task's path; one
-        // that runs still (a wait that failed) is removed first. Its named
+        // mid-walk): a container whose end was seen runs nothing (its
+        // init's end took every process with it, and nothing starts it
+        // again), so it is copied first and removed after, off the task's
+        // path; any other (a wait that failed) is removed first. Its named
         // volume or image survives the removal.
         let local = match self.cfg.file.collection {
             crate::config::Collection::Auto => self.workspace_dir(volume).await,
             crate::config::Collection::Archive => None,
         };
         if let Some(src) = local {
-            if matches!(docker::running(d, container).await, Ok(Some(false))) {
+            if exited {
                 return (copy_local(id, src, dest, secrets, cap).await, false);
             }
             if self.remove_containers(id, Some(container)).await {

@@ -138,7 +138,7 @@ impl Local {
         .await;
         match created {
             Ok(cid) => {
-                let (collected, removed) = self.gather(id, &cid, &volume, dest).await;
+                let (collected, removed) = self.gather(id, &cid, &volume, dest, false).await;
                 // Removed already for a local copy: not asked again.
                 let left = if removed { vec![] } else { vec![cid] };
                 self.remove_all(id, left, &volume).await;
