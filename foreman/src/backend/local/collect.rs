@@ -70,10 +70,20 @@ impl Local {
         };
         // What is left goes in the background (`Removals::done` waits for
         // it before the foreman exits; the sweeper removes what a crash
-        // left of an ended task).
+        // left of an ended task). A daemon that is restarting is waited
+        // for: a removal it refused would leave the container.
         let this = self.clone();
-        self.cleanups
-            .spawn(async move { this.remove_all(id, left, &volume).await });
+        self.cleanups.spawn(async move {
+            let known = left.first().map(String::as_str);
+            for _ in 0..3 {
+                if known.is_none() || this.remove_containers(id, known).await {
+                    break;
+                }
+                docker::await_daemon(&this.docker, DAEMON_PATIENCE).await;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            this.remove_all(id, Vec::new(), &volume).await;
+        });
         lap("removal begun");
         if servo.warm().is_some() {
             self.forget_warm(container);
