@@ -69,13 +69,24 @@ impl Removals<'_> {
         }
     }
 
-    /// Waits (up to `patience`) for the removals begun in the background.
+    /// Waits (up to `patience`) for the removals begun in the background;
+    /// the sweeper finishes what is still running then.
     pub async fn done(&self, patience: Duration) {
-        match self.0 {
-            Engine::Swarm(s) => s.removals_done(patience).await,
-            Engine::Local(l) => l.removals_done(patience).await,
+        let cleanups = match self.0 {
+            Engine::Swarm(s) => &s.cleanups,
+            Engine::Local(l) => &l.cleanups,
             #[cfg(test)]
-            Engine::Fake(_) => {}
+            Engine::Fake(_) => return,
+        };
+        cleanups.close();
+        if tokio::time::timeout(patience, cleanups.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = cleanups.len(),
+                "removals of ended tasks still running; the sweeper finishes them"
+            );
         }
     }
 }

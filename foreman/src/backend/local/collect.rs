@@ -230,20 +230,6 @@ impl Local {
         }
     }
 
-    /// Waits (up to `patience`) for the removals collections began.
-    pub async fn removals_done(&self, patience: std::time::Duration) {
-        self.cleanups.close();
-        if tokio::time::timeout(patience, self.cleanups.wait())
-            .await
-            .is_err()
-        {
-            warn!(
-                left = self.cleanups.len(),
-                "removals of collected tasks still running; the sweeper finishes them"
-            );
-        }
-    }
-
     /// A claimed warm servo went with its task: its pool forgets it.
     pub(super) fn forget_warm(&self, name: &str) {
         if let Some(pool) = &self.pool {

@@ -40,7 +40,7 @@ pub(crate) struct Local {
     pub(super) seeds:
         Arc<std::sync::Mutex<std::collections::HashMap<String, Option<bytes::Bytes>>>>,
     /// What collected launches left, being removed off their tasks' path.
-    pub(super) cleanups: tokio_util::task::TaskTracker,
+    pub(crate) cleanups: tokio_util::task::TaskTracker,
 }
 
 impl Local {

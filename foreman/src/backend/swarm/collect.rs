@@ -135,20 +135,6 @@ impl Swarm {
         });
     }
 
-    /// Waits (up to `patience`) for the removals of ended launches.
-    pub async fn removals_done(&self, patience: Duration) {
-        self.cleanups.close();
-        if tokio::time::timeout(patience, self.cleanups.wait())
-            .await
-            .is_err()
-        {
-            warn!(
-                left = self.cleanups.len(),
-                "swarm cleanups still running; the sweeper finishes them"
-            );
-        }
-    }
-
     /// Services, secrets, and containers and volumes on every reachable
     /// node (a node that was Down keeps its own until it is back).
     pub async fn leftovers(&self) -> anyhow::Result<SwarmLeftovers> {

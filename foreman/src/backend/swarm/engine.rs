@@ -25,7 +25,7 @@ pub(crate) struct Swarm {
     pub(super) key: Arc<Vec<u8>>,
     /// Removals of ended launches, run after their slot is free; `serve`
     /// waits for them before it exits.
-    pub(super) cleanups: tokio_util::task::TaskTracker,
+    pub(crate) cleanups: tokio_util::task::TaskTracker,
     pub(super) cfg: Arc<Config>,
     pub(super) secrets: Arc<Vec<(String, String)>>,
     /// What Swarm says of every watched job, in one look.
