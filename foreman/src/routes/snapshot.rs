@@ -14,11 +14,16 @@
 //!
 //! The agent's shell reaches the socket too, so the route is paced per
 //! task: one snapshot at a time (a point while one is taken is refused,
-//! not queued), and at most [`BURST`] at once, then one per [`REFILL`]
-//! (a token bucket). A refused point gets a 429 with a JSON error saying
-//! which (`snapshot_busy`, `snapshot_rate`) and a `retry-after`; the
-//! servo goes on without that step's snapshot, so a flood neither stalls
-//! the task nor grows the disk past its caps.
+//! not queued). A point for a step no snapshot was taken at yet, and no
+//! later than the model calls this gateway answered (and the turns of a
+//! `replay:` script the servo plays itself), is earned by those calls
+//! (each call earns one, and calls are budgeted); any other point
+//! (a step again, or ahead of the calls) takes a token from a bucket of
+//! [`BURST`] that gets one back per [`REFILL`]. A refused point gets a
+//! 429 with a JSON error saying which (`snapshot_busy`, `snapshot_rate`)
+//! and a `retry-after`; the servo goes on without that step's snapshot,
+//! so a flood neither stalls the task nor grows the disk past its caps,
+//! while a servo whose steps are quick keeps one snapshot per step.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,11 +50,14 @@ const BURST: f64 = 10.0;
 /// Then one more per this long.
 const REFILL: Duration = Duration::from_secs(1);
 
-/// The route's token bucket: [`BURST`] tokens, one back per [`REFILL`].
+/// The route's pace: steps earned by model calls, and a token bucket of
+/// [`BURST`] tokens, one back per [`REFILL`], for every other point.
 #[derive(Debug)]
 struct Pace {
     tokens: f64,
     at: Instant,
+    /// The last step a model call earned a snapshot for.
+    earned: Option<u32>,
 }
 
 impl Pace {
@@ -57,7 +65,20 @@ impl Pace {
         Pace {
             tokens: BURST,
             at: now,
+            earned: None,
         }
+    }
+
+    /// Lets a point for `step` through at `now`, when `calls` model calls
+    /// were answered: free when the calls earned it, else for a token;
+    /// else how long until one is back.
+    fn let_through(&mut self, now: Instant, step: u32, calls: u64) -> Result<(), Duration> {
+        let new = self.earned.is_none_or(|e| step > e);
+        if new && u64::from(step) <= calls {
+            self.earned = Some(step);
+            return Ok(());
+        }
+        self.take(now)
     }
 
     /// Takes a token at `now`; else how long until one is back.
@@ -101,6 +122,9 @@ pub(crate) struct Link {
     /// on disk so far; one snapshot at a time.
     last: tokio::sync::Mutex<Last>,
     pace: std::sync::Mutex<Pace>,
+    /// The turns of the built-in loop's `replay:` script: the steps such
+    /// a servo takes without a model call.
+    scripted: u64,
 }
 
 impl Link {
@@ -121,6 +145,11 @@ impl Link {
             dir: tokio::sync::OnceCell::new(),
             last: tokio::sync::Mutex::new(Last::default()),
             pace: std::sync::Mutex::new(Pace::new(Instant::now())),
+            scripted: spec
+                .replay
+                .as_ref()
+                .filter(|_| spec.agent.api().is_none())
+                .map_or(0, |r| r.turns.len() as u64),
         }
     }
 }
@@ -173,7 +202,11 @@ async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Resp
         .pace
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .take(Instant::now());
+        .let_through(
+            Instant::now(),
+            point.step,
+            link.scripted + gw.meter.calls.load(std::sync::atomic::Ordering::Relaxed),
+        );
     if let Err(after) = paced {
         if link.mode == Snapshots::OnRequest {
             // The request stands for a point the pace lets through.
@@ -181,8 +214,8 @@ async fn point(State(gw): State<Arc<On<Link>>>, body: axum::body::Bytes) -> Resp
         }
         warn!(task_id = %id, step = point.step, "snapshot point refused: too many too fast");
         let why = format!(
-            "too many snapshot points: a task takes at most {BURST} snapshots at once, then one \
-             every {}s",
+            "too many snapshot points: past one per model call, a task takes at most {BURST} \
+             snapshots at once, then one every {}s",
             REFILL.as_secs()
         );
         return refuse(&gw, RATE, &why, after);
@@ -273,5 +306,26 @@ mod tests {
             assert_eq!(p.take(later), Ok(()));
         }
         assert!(p.take(later).is_err());
+    }
+
+    #[test]
+    fn each_model_call_earns_one_snapshot_and_no_more() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(t0);
+        // A quick servo: a point per step, each after its call.
+        for step in 0..50 {
+            assert_eq!(p.let_through(t0, step, u64::from(step)), Ok(()));
+        }
+        assert_eq!(p.tokens, BURST, "earned points take no token");
+        // The same step again, or one ahead of the calls, takes a token.
+        for _ in 0..BURST as usize {
+            assert_eq!(p.let_through(t0, 49, 49), Ok(()));
+        }
+        assert!(p.let_through(t0, 49, 49).is_err());
+        assert!(p.let_through(t0, 60, 49).is_err());
+        // A step going back (a compaction undone) is not earned again.
+        assert!(p.let_through(t0, 10, 49).is_err());
+        // The next call earns the next step.
+        assert_eq!(p.let_through(t0, 50, 50), Ok(()));
     }
 }
