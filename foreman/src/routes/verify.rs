@@ -198,7 +198,11 @@ pub(crate) async fn run_commands(
                 }
             },
         };
-        let verify_spare::Made { mut vbox, staged } = made;
+        let verify_spare::Made {
+            mut vbox,
+            staged,
+            host,
+        } = made;
         if let Err(e) = vbox.hold().await {
             let why = format!("the verify container could not be made: {e:#}");
             link.spares.removing(tokio::spawn(vbox.close()));
@@ -217,7 +221,7 @@ pub(crate) async fn run_commands(
         };
         let open_ms = t0.elapsed().as_millis() as u64;
         let checks = tokio::select! {
-            checks = verify_checks::checks_in(&d, vbox.container(), &link, &commands, attempt, ledger.as_deref()) => checks,
+            checks = verify_checks::checks_in(&d, (vbox.container(), host.as_deref()), &link, &commands, attempt, ledger.as_deref()) => checks,
             () = stopped => {
                 let why = "the task's container stopped during verification (its timeout, or a cancel)";
                 vec![not_run(attempt, CheckKind::Verify, &first, why.to_string())]

@@ -18,7 +18,7 @@ use crate::inputs;
 /// `verify_files`, then runs each command until one fails.
 pub(super) async fn checks_in(
     d: &Docker,
-    container: &str,
+    (container, host): (&str, Option<&std::path::Path>),
     link: &VerifyLink,
     commands: &[String],
     attempt: u32,
@@ -29,6 +29,7 @@ pub(super) async fn checks_in(
     let prepared = verify_tree::prepare(
         d,
         container,
+        host,
         &link.submitted,
         &link.files,
         link.max_workspace,

@@ -29,6 +29,9 @@ use crate::backend::docker::VerifyBox;
 pub(crate) struct Made {
     pub vbox: VerifyBox,
     pub staged: Option<PathBuf>,
+    /// The workspace's directory on this host (the local engine's), which
+    /// the check reads in place (`verify_tree`).
+    pub host: Option<PathBuf>,
 }
 
 impl Made {
@@ -132,7 +135,13 @@ pub(crate) async fn make(
     .await
     .context("the verify container could not be made");
     match made {
-        Ok(vbox) => Ok(Made { vbox, staged }),
+        Ok(vbox) => {
+            let host = match link.engine {
+                TaskEngine::Swarm { .. } => None,
+                _ => vbox.host_workspace().await,
+            };
+            Ok(Made { vbox, staged, host })
+        }
         Err(e) => {
             if let Some(dir) = staged {
                 let _ = tokio::fs::remove_dir_all(&dir).await;

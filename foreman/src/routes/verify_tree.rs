@@ -2,9 +2,11 @@
 //! submitted workspace plus the agent's changes the patch carries
 //! (HOSTILE.md N25: a planted `unittest/` that the agent's own `.gitignore`
 //! of `*` hid from the patch made `python3 -m unittest` pass). Before the
-//! commands run, in the verify container (the task's is paused), the
-//! workspace is read whole (`docker cp`'s archive, never a host path) and
-//! compared with the submitted tar:
+//! commands run (the task's container is paused), the workspace is read
+//! whole and compared with the submitted tar: where it lies on this host
+//! (the local engine's: walked by handles that never follow a link,
+//! `verify_tree_host`), else through Docker's archive of the verify
+//! container's /workspace (a swarm node's):
 //!
 //! - what the patch leaves out as ignored (paths the agent added that the
 //!   submitted `.gitignore` files or Saheeli's defaults name: bytecode,
@@ -60,14 +62,45 @@ struct Kept {
 
 /// Makes the verify container's /workspace what the patch delivers.
 /// Ok(Some(why)) refuses the attempt (nothing was changed); Ok(None): the
-/// commands may run.
+/// commands may run. `host`: the workspace's directory on this host,
+/// read in place (`host::scan_host`); else Docker's archive is read.
 pub(crate) async fn prepare(
+    d: &Docker,
+    container: &str,
+    host: Option<&Path>,
+    submitted: &Path,
+    pinned: &[PathBuf],
+    max_bytes: u64,
+) -> anyhow::Result<Option<String>> {
+    let found = match host {
+        Some(dir) => {
+            let (dir, submitted, pinned) =
+                (dir.to_path_buf(), submitted.to_path_buf(), pinned.to_vec());
+            tokio::task::spawn_blocking(move || {
+                let sub = Submitted::open(&submitted)?;
+                host::scan_host(&dir, &sub, &pinned, max_bytes)
+            })
+            .await
+            .context("the workspace scan panicked")?
+            .context("reading the workspace to verify")?
+        }
+        None => scan_archive(d, container, submitted, pinned, max_bytes).await?,
+    };
+    if !found.refused.is_empty() {
+        return Ok(Some(refusal(&found.refused)));
+    }
+    remove(d, container, &found.remove).await?;
+    Ok(None)
+}
+
+/// Scans the verify container's /workspace through Docker's archive.
+async fn scan_archive(
     d: &Docker,
     container: &str,
     submitted: &Path,
     pinned: &[PathBuf],
     max_bytes: u64,
-) -> anyhow::Result<Option<String>> {
+) -> anyhow::Result<Scan> {
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
     let mut stream = Box::pin(docker::download_workspace(d, container));
     let pump = async move {
@@ -89,14 +122,9 @@ pub(crate) async fn prepare(
         )
     });
     let ((), scanned) = tokio::join!(pump, scanning);
-    let found = scanned
+    scanned
         .context("the workspace scan panicked")?
-        .context("reading the workspace to verify")?;
-    if !found.refused.is_empty() {
-        return Ok(Some(refusal(&found.refused)));
-    }
-    remove(d, container, &found.remove).await?;
-    Ok(None)
+        .context("reading the workspace to verify")
 }
 
 /// The refusal the model and the report read.
@@ -118,6 +146,129 @@ fn refusal(refused: &[String]) -> String {
     out
 }
 
+/// What a scan keeps as it goes through the workspace's entries.
+struct Scanner<'a> {
+    sub: &'a Submitted,
+    pinned: &'a [PathBuf],
+    max_bytes: u64,
+    found: Scan,
+    total: u64,
+    kept: Vec<Kept>,
+    /// Directories holding an `__init__.py` (packages: Python does not
+    /// search them for top-level modules).
+    packages: HashSet<Vec<u8>>,
+}
+
+impl<'a> Scanner<'a> {
+    fn new(sub: &'a Submitted, pinned: &'a [PathBuf], max_bytes: u64) -> Scanner<'a> {
+        Scanner {
+            sub,
+            pinned,
+            max_bytes,
+            found: Scan::default(),
+            total: 0,
+            kept: Vec::new(),
+            packages: HashSet::new(),
+        }
+    }
+
+    /// Counts `size` bytes against the workspace's size.
+    fn count(&mut self, size: u64) -> anyhow::Result<()> {
+        self.total = self.total.saturating_add(size);
+        if self.total > self.max_bytes {
+            anyhow::bail!(
+                "the workspace's files hold more than {} MiB (sparse files counted whole), more \
+                 than its size: remove the largest",
+                self.max_bytes >> 20
+            );
+        }
+        Ok(())
+    }
+
+    /// One entry that is not a directory, at `rel`; `bytes` reads it (a
+    /// link's target) when it must be judged.
+    fn see(
+        &mut self,
+        rel: Vec<u8>,
+        bytes: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+    ) -> anyhow::Result<()> {
+        if is_saheelis(&rel) || under(&self.found.remove, &rel) {
+            return Ok(());
+        }
+        if let Some(root) = self.sub.left_out(&rel) {
+            self.found.remove.insert(root);
+            return Ok(());
+        }
+        if let Some(dir) = rel.strip_suffix(b"__init__.py")
+            && (dir.is_empty() || dir.ends_with(b"/"))
+        {
+            self.packages
+                .insert(dir.strip_suffix(b"/").unwrap_or(dir).to_vec());
+        }
+        let as_path = Path::new(std::ffi::OsStr::from_bytes(&rel));
+        if self.pinned.iter().any(|p| as_path.starts_with(p)) {
+            return Ok(());
+        }
+        let change = if self.sub.has(&rel) {
+            Change::Changed
+        } else {
+            Change::Added
+        };
+        let wanted = shadow::look(&rel, change, &|_| false) != Look::Fine;
+        let bytes = if wanted { Some(bytes()?) } else { None };
+        if change == Change::Changed {
+            // Unchanged: nothing to judge.
+            let same = match (&bytes, self.sub.bytes(&rel)) {
+                (Some(new), Some(old)) => *new == old,
+                _ => !wanted,
+            };
+            if same {
+                return Ok(());
+            }
+        }
+        self.kept.push(Kept {
+            path: rel,
+            change,
+            bytes,
+        });
+        Ok(())
+    }
+
+    /// What was found, each kept path judged.
+    fn finish(self) -> Scan {
+        let Scanner {
+            sub,
+            mut found,
+            mut kept,
+            packages,
+            ..
+        } = self;
+        let searched = |dir: &[u8]| dir.is_empty() || !packages.contains(dir);
+        // Named in git's order, whatever order the entries came in.
+        kept.sort_by(|a, b| a.path.cmp(&b.path));
+        for k in kept {
+            let why = match shadow::look(&k.path, k.change, &searched) {
+                Look::Fine => continue,
+                Look::Refused(why) => why,
+                Look::Compare(c) => {
+                    let new = k.bytes.as_deref().unwrap_or_default();
+                    if !shadow::config_differs(c, sub.bytes(&k.path).as_deref(), new) {
+                        continue;
+                    }
+                    shadow::config_why(c).to_string()
+                }
+            };
+            let change = match k.change {
+                Change::Added => "added",
+                Change::Changed => "changed",
+            };
+            let path = String::from_utf8_lossy(&k.path);
+            found.refused.push(format!("`{path}` ({change}): {why}"));
+        }
+        found
+    }
+}
+
 /// Reads the workspace archive (entries prefixed `workspace/`) against
 /// the submitted tree, refusing one whose files hold more than `max_bytes`
 /// (the workspace's size: only sparse files exceed it, and the archive
@@ -128,92 +279,19 @@ fn scan(
     pinned: &[PathBuf],
     max_bytes: u64,
 ) -> anyhow::Result<Scan> {
-    let mut found = Scan::default();
-    let mut total = 0u64;
-    let mut kept: Vec<Kept> = Vec::new();
-    // Directories holding an `__init__.py` (packages: Python does not
-    // search them for top-level modules).
-    let mut packages: HashSet<Vec<u8>> = HashSet::new();
+    let mut scanner = Scanner::new(sub, pinned, max_bytes);
     let mut archive = tar::Archive::new(reader);
     for entry in archive.entries()? {
         let mut entry = entry?;
-        total = total.saturating_add(entry.size());
-        if total > max_bytes {
-            anyhow::bail!(
-                "the workspace's files hold more than {} MiB (sparse files counted whole), more \
-                 than its size: remove the largest",
-                max_bytes >> 20
-            );
-        }
+        scanner.count(entry.size())?;
         let raw = entry.path_bytes().into_owned();
         let Some(rel) = relative(&raw) else { continue };
-        let kind = entry.header().entry_type();
-        if kind.is_dir() || is_saheelis(&rel) || under(&found.remove, &rel) {
+        if entry.header().entry_type().is_dir() {
             continue;
         }
-        if let Some(root) = sub.left_out(&rel) {
-            found.remove.insert(root);
-            continue;
-        }
-        if let Some(dir) = rel.strip_suffix(b"__init__.py")
-            && (dir.is_empty() || dir.ends_with(b"/"))
-        {
-            packages.insert(dir.strip_suffix(b"/").unwrap_or(dir).to_vec());
-        }
-        let as_path = Path::new(std::ffi::OsStr::from_bytes(&rel));
-        if pinned.iter().any(|p| as_path.starts_with(p)) {
-            continue;
-        }
-        let change = if sub.has(&rel) {
-            Change::Changed
-        } else {
-            Change::Added
-        };
-        let wanted = shadow::look(&rel, change, &|_| false) != Look::Fine;
-        let bytes = if wanted {
-            Some(entry_bytes(&mut entry)?)
-        } else {
-            None
-        };
-        if change == Change::Changed {
-            // Unchanged: nothing to judge.
-            let same = match (&bytes, sub.bytes(&rel)) {
-                (Some(new), Some(old)) => *new == old,
-                _ => !wanted,
-            };
-            if same {
-                continue;
-            }
-        }
-        kept.push(Kept {
-            path: rel,
-            change,
-            bytes,
-        });
+        scanner.see(rel, || entry_bytes(&mut entry))?;
     }
-    let searched = |dir: &[u8]| dir.is_empty() || !packages.contains(dir);
-    // Named in git's order, whatever order the archive had.
-    kept.sort_by(|a, b| a.path.cmp(&b.path));
-    for k in kept {
-        let why = match shadow::look(&k.path, k.change, &searched) {
-            Look::Fine => continue,
-            Look::Refused(why) => why,
-            Look::Compare(c) => {
-                let new = k.bytes.as_deref().unwrap_or_default();
-                if !shadow::config_differs(c, sub.bytes(&k.path).as_deref(), new) {
-                    continue;
-                }
-                shadow::config_why(c).to_string()
-            }
-        };
-        let change = match k.change {
-            Change::Added => "added",
-            Change::Changed => "changed",
-        };
-        let path = String::from_utf8_lossy(&k.path);
-        found.refused.push(format!("`{path}` ({change}): {why}"));
-    }
-    Ok(found)
+    Ok(scanner.finish())
 }
 
 /// An entry's path below /workspace (None for /workspace itself).
@@ -276,6 +354,9 @@ async fn remove(d: &Docker, container: &str, paths: &BTreeSet<Vec<u8>>) -> anyho
     }
     Ok(())
 }
+
+#[path = "verify_tree_host.rs"]
+mod host;
 
 #[cfg(test)]
 #[path = "verify_tree_tests.rs"]

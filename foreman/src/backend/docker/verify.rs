@@ -122,6 +122,8 @@ pub(crate) struct VerifyBox {
     docker: Docker,
     task_container: String,
     container: String,
+    /// The task's workspace, bound on its /workspace.
+    workspace: WorkspaceMount,
     /// Whether the task's container is paused for it ([`VerifyBox::hold`]).
     held: bool,
 }
@@ -156,6 +158,7 @@ impl VerifyBox {
             docker: docker.clone(),
             task_container: task_container.to_string(),
             container,
+            workspace: volume,
             held: false,
         };
         let started = async {
@@ -197,6 +200,15 @@ impl VerifyBox {
         &self.container
     }
 
+    /// The workspace's directory on this host, when the daemon is this
+    /// host's (a local volume's mount point, or the workspace image's).
+    pub async fn host_workspace(&self) -> Option<std::path::PathBuf> {
+        match &self.workspace {
+            WorkspaceMount::Bind(dir) => Some(dir.clone()),
+            WorkspaceMount::Volume(name) => super::local_volume_dir_named(&self.docker, name).await,
+        }
+    }
+
     /// The task's container it checks.
     pub fn task_container(&self) -> &str {
         &self.task_container
@@ -205,12 +217,12 @@ impl VerifyBox {
     /// Ends the check at once: every process of the verify container is
     /// killed (Docker's kill of SIGKILL returns once it has stopped), then
     /// the task's container runs again. `ends`: the check passed and the
-    /// task ends now (no assessor follows), so its
-    /// container runs again while the kill goes on (what is left of the
-    /// check is gone before the workspace is collected: the collection
-    /// removes every verify container first). Its removal (unmounting its
-    /// root takes longest) goes on in the returned task, which the caller
-    /// awaits before the workspace is collected or removed.
+    /// task ends now (no assessor follows), so its container runs again at
+    /// once and the kill goes on with the removal (what is left of the
+    /// check is gone before the workspace is collected: the caller awaits
+    /// the returned task first, and the collection removes every verify
+    /// container anyway). The removal (unmounting its root takes longest)
+    /// goes on in the returned task.
     pub async fn release(
         self,
         ends: bool,
@@ -218,21 +230,21 @@ impl VerifyBox {
         anyhow::Result<()>,
         tokio::task::JoinHandle<anyhow::Result<()>>,
     ) {
-        let resume = async {
-            match self.held {
-                true => unpause(&self.docker, &self.task_container).await,
-                false => Ok(()),
-            }
+        let killed = match ends {
+            true => Ok(()),
+            false => super::verify_undo::kill(&self.docker, &self.container).await,
         };
-        let kill = super::verify_undo::kill(&self.docker, &self.container);
-        let (killed, resumed) = if ends {
-            tokio::join!(kill, resume)
-        } else {
-            let killed = kill.await;
-            (killed, resume.await)
+        let resumed = match self.held {
+            true => unpause(&self.docker, &self.task_container).await,
+            false => Ok(()),
         };
         let (docker, container) = (self.docker, self.container);
-        let removing = tokio::spawn(async move { remove_container(&docker, &container).await });
+        let removing = tokio::spawn(async move {
+            if ends {
+                super::verify_undo::kill(&docker, &container).await?;
+            }
+            remove_container(&docker, &container).await
+        });
         (killed.and(resumed), removing)
     }
 
