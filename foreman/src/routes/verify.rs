@@ -184,33 +184,11 @@ pub(crate) async fn run_commands(
             }
         };
         let t0 = std::time::Instant::now();
-        let made = match verify_spare::take(&link, id, attempt, &task_container).await {
-            Some(made) => made,
-            None => match verify_spare::make(&link, id, attempt, &d, &task_container).await {
-                Ok(made) => made,
-                Err(e) => {
-                    return vec![not_run(
-                        attempt,
-                        CheckKind::Verify,
-                        &first,
-                        format!("{e:#}"),
-                    )];
-                }
-            },
+        let made = match open_box(&link, id, attempt, &d, &task_container).await {
+            Ok(made) => made,
+            Err(why) => return vec![not_run(attempt, CheckKind::Verify, &first, why)],
         };
-        let verify_spare::Made {
-            mut vbox,
-            staged,
-            host,
-        } = made;
-        if let Err(e) = vbox.hold().await {
-            let why = format!("the verify container could not be made: {e:#}");
-            link.spares.removing(tokio::spawn(vbox.close()));
-            if let Some(dir) = staged {
-                let _ = tokio::fs::remove_dir_all(&dir).await;
-            }
-            return vec![not_run(attempt, CheckKind::Verify, &first, why)];
-        }
+        let verify_spare::Made { vbox, staged, host } = made;
         // The task's container stopping (its timeout, a cancel) ends the
         // check: nothing waits for its verdict any more.
         let stopped = async {
@@ -240,7 +218,9 @@ pub(crate) async fn run_commands(
         }
         let close_ms = t1.elapsed().as_millis() as u64;
         if let Some(dir) = staged {
-            let _ = tokio::fs::remove_dir_all(&dir).await;
+            link.spares.removing(tokio::spawn(async move {
+                tokio::fs::remove_dir_all(&dir).await.map_err(Into::into)
+            }));
         }
         info!(task_id = %id, attempt, open_ms, close_ms, "verify container released");
         // A failed attempt with another left: its container is made while
@@ -258,6 +238,58 @@ pub(crate) async fn run_commands(
             &shown,
             format!("the verify run failed: {e}"),
         )],
+    }
+}
+
+/// The check's verify container (the spare, or one made now), with the
+/// task's container paused meanwhile: the freeze and the wait for the
+/// container overlap. Else why not, with the task's container running.
+async fn open_box(
+    link: &Arc<VerifyLink>,
+    id: TaskId,
+    attempt: u32,
+    d: &bollard::Docker,
+    task_container: &str,
+) -> Result<verify_spare::Made, String> {
+    let opened = async {
+        match verify_spare::take(link, id, attempt, task_container).await {
+            Some(made) => Ok(made),
+            None => verify_spare::make(link, id, attempt, d, task_container).await,
+        }
+    };
+    // A swarm's verify container joins the task container's network: it
+    // is made first, the freeze after.
+    let (made, frozen) = match link.engine {
+        crate::backend::TaskEngine::Swarm { .. } => {
+            let made = opened.await;
+            let frozen = match &made {
+                Ok(_) => docker::freeze(d, task_container).await,
+                Err(_) => Err(anyhow::anyhow!("no verify container")),
+            };
+            (made, frozen)
+        }
+        _ => tokio::join!(opened, docker::freeze(d, task_container)),
+    };
+    match (made, frozen) {
+        (Ok(mut made), Ok(())) => {
+            made.vbox.held_already();
+            Ok(made)
+        }
+        (Ok(made), Err(e)) => {
+            link.spares.removing(tokio::spawn(made.vbox.close()));
+            if let Some(dir) = made.staged {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+            }
+            Err(format!("the verify container could not be made: {e:#}"))
+        }
+        (Err(e), frozen) => {
+            if frozen.is_ok()
+                && let Err(t) = docker::thaw(d, task_container).await
+            {
+                warn!(task_id = %id, error = %format!("{t:#}"), "the task's container was not resumed");
+            }
+            Err(format!("{e:#}"))
+        }
     }
 }
 

@@ -53,7 +53,7 @@ pub(crate) use setup_phase::{SetupPhase, set_up, setup_key};
 pub(crate) use task_image::{TaskBase, read_seed, task_image};
 use timed::{DockerOp, timed};
 pub(crate) use verify::{
-    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, checking_body,
+    ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, checking_body, freeze, thaw,
 };
 pub(crate) use verify_undo::{recover_verify, remove_verify_containers};
 pub(crate) use volume::{

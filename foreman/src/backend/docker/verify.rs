@@ -117,20 +117,20 @@ pub(crate) enum VerifyNetwork {
 }
 
 /// A verify container, made (`make`), then used with the task container
-/// paused (`hold`). Close it with [`VerifyBox::close`] or [`VerifyBox::release`]; [`recover_verify`] undoes one a crash left.
+/// paused ([`freeze`], then [`VerifyBox::held_already`]). Close it with [`VerifyBox::close`] or [`VerifyBox::release`]; [`recover_verify`] undoes one a crash left.
 pub(crate) struct VerifyBox {
     docker: Docker,
     task_container: String,
     container: String,
     /// The task's workspace, bound on its /workspace.
     workspace: WorkspaceMount,
-    /// Whether the task's container is paused for it ([`VerifyBox::hold`]).
+    /// Whether the task's container is paused for it ([`VerifyBox::held_already`]).
     held: bool,
 }
 
 impl VerifyBox {
     /// Creates and starts the verify container of attempt `attempt` beside
-    /// `task_container`, which goes on running until [`VerifyBox::hold`]:
+    /// `task_container`, which goes on running until the check [`freeze`]s it:
     /// made ahead of the check (the agent cannot reach it: no process of
     /// its runs there, and the tests are bound in this container only). On
     /// an error, whatever was made is undone.
@@ -187,12 +187,10 @@ impl VerifyBox {
         }
     }
 
-    /// Pauses the task's container (the cgroup freezer) for the check:
-    /// started before, the freeze covers only the check.
-    pub async fn hold(&mut self) -> anyhow::Result<()> {
-        pause(&self.docker, &self.task_container).await?;
+    /// The task's container was paused for this check by [`freeze`] (while
+    /// this container was still being made): it is resumed on release.
+    pub fn held_already(&mut self) {
         self.held = true;
-        Ok(())
     }
 
     /// The verify container's id.
@@ -260,6 +258,19 @@ impl VerifyBox {
         };
         released.and(removed)
     }
+}
+
+/// Pauses a task's container (the cgroup freezer) for a check, while its
+/// verify container may still be being made (then
+/// [`VerifyBox::held_already`]); [`thaw`] undoes it when no check follows.
+pub(crate) async fn freeze(docker: &Docker, task_container: &str) -> anyhow::Result<()> {
+    pause(docker, task_container).await
+}
+
+/// Resumes a task's container [`freeze`] paused, when its check failed to
+/// get a verify container.
+pub(crate) async fn thaw(docker: &Docker, task_container: &str) -> anyhow::Result<()> {
+    unpause(docker, task_container).await
 }
 
 /// What a verify container needs of the task's for its egress bridge
