@@ -215,12 +215,12 @@ impl VerifyBox {
     /// Ends the check at once: every process of the verify container is
     /// killed (Docker's kill of SIGKILL returns once it has stopped), then
     /// the task's container runs again. `ends`: the check passed and the
-    /// task ends now (no assessor follows), so its container runs again at
-    /// once and the kill goes on with the removal (what is left of the
-    /// check is gone before the workspace is collected: the caller awaits
-    /// the returned task first, and the collection removes every verify
-    /// container anyway). The removal (unmounting its root takes longest)
-    /// goes on in the returned task.
+    /// task ends now (no assessor follows), so its container runs again
+    /// while the kill goes on (what is left of the check is gone before
+    /// the workspace is collected: the collection removes every verify
+    /// container first). Its removal (unmounting its root takes longest)
+    /// goes on in the returned task, which the caller awaits before the
+    /// workspace is collected or removed.
     pub async fn release(
         self,
         ends: bool,
@@ -228,21 +228,21 @@ impl VerifyBox {
         anyhow::Result<()>,
         tokio::task::JoinHandle<anyhow::Result<()>>,
     ) {
-        let killed = match ends {
-            true => Ok(()),
-            false => super::verify_undo::kill(&self.docker, &self.container).await,
+        let resume = async {
+            match self.held {
+                true => unpause(&self.docker, &self.task_container).await,
+                false => Ok(()),
+            }
         };
-        let resumed = match self.held {
-            true => unpause(&self.docker, &self.task_container).await,
-            false => Ok(()),
+        let kill = super::verify_undo::kill(&self.docker, &self.container);
+        let (killed, resumed) = if ends {
+            tokio::join!(kill, resume)
+        } else {
+            let killed = kill.await;
+            (killed, resume.await)
         };
         let (docker, container) = (self.docker, self.container);
-        let removing = tokio::spawn(async move {
-            if ends {
-                super::verify_undo::kill(&docker, &container).await?;
-            }
-            remove_container(&docker, &container).await
-        });
+        let removing = tokio::spawn(async move { remove_container(&docker, &container).await });
         (killed.and(resumed), removing)
     }
 
