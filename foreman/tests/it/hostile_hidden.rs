@@ -166,9 +166,7 @@ fn hidden_tests_copied_into_the_workspace_by_a_failed_check_never_reach_the_agen
 /// lower layer is the volume's directory.
 #[test]
 fn hidden_tests_copied_into_a_volume_workspace_never_reach_the_agent() {
-    the_tests_copied_by_a_failed_check_never_reach_the_agent(
-        "limits: { disk_enforcement: off }\n",
-    );
+    the_tests_copied_by_a_failed_check_never_reach_the_agent("limits: { disk_enforcement: off }\n");
 }
 
 /// Ids of the task's containers with `filter` (`docker ps -aq`).
@@ -185,7 +183,10 @@ fn containers(id: &str, filter: &str) -> Vec<String> {
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let (t, limit) = (std::time::Instant::now(), std::time::Duration::from_secs(60));
+    let (t, limit) = (
+        std::time::Instant::now(),
+        std::time::Duration::from_secs(60),
+    );
     while !done() {
         assert!(t.elapsed() < limit, "waited {limit:?} for {what}");
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -245,6 +246,89 @@ fn a_foreman_killed_mid_check_on_a_copy_leaves_nothing_its_successor_does_not_un
     let dir = s.path().join("results").join(&id);
     let v = std::fs::read_to_string(dir.join(".saheeli/verify-1.log")).unwrap();
     assert!(v.contains("second run"), "{v}");
-    assert!(!dir.join(".began").exists(), "the first check wrote through");
+    assert!(
+        !dir.join(".began").exists(),
+        "the first check wrote through"
+    );
     assert_no_copy(&s, &id);
+}
+
+/// A check's copy as a crash leaves it: the overlay of a workspace
+/// mounted under `<state_dir>/checks/<id>/`, made by hand here.
+fn leave_a_copy(s: &Saheeli, id: &str, lower: &Path) {
+    let dir = s.path().join(".saheeli/checks").join(id);
+    for d in ["upper/u", "upper/w", "merged"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        dir.join("upper/u").display(),
+        dir.join("upper/w").display()
+    );
+    let merged = dir.join("merged");
+    let st = std::process::Command::new("mount")
+        .args(["-t", "overlay", "overlay", "-o", &options])
+        .arg(&merged)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(merged.join("stolen"), MARKER).unwrap();
+    assert_eq!(copy_mounts(s).len(), 1);
+}
+
+/// `saheeli gc` removes the copy an ended task's check left (listed by
+/// `--dry-run` first), and keeps a live task's.
+#[test]
+fn gc_removes_a_checks_copy_an_ended_task_left_and_keeps_a_live_ones() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "t.json",
+        &script(&[("task_complete", json!({"message": "x"}))]),
+    );
+    s.write("t.md", "---\nmodel: replay:t.json\n---\nGo.\n");
+    let ended = s.submit("t.md");
+    s.expect(&["task", "cancel", &ended], 0);
+    let queued = s.submit("t.md");
+    let lower = s.path().join("lower");
+    std::fs::create_dir_all(&lower).unwrap();
+    std::fs::write(lower.join("kept"), "mine").unwrap();
+    leave_a_copy(&s, &ended, &lower);
+    let dry = s.expect(&["gc", "--dry-run"], 0);
+    assert!(
+        dry.contains(&format!("copy of a workspace (task {ended})")),
+        "{dry}"
+    );
+    assert_eq!(copy_mounts(&s).len(), 1, "a dry run removes nothing");
+    s.expect(&["gc"], 0);
+    assert_no_copy(&s, &ended);
+    assert_eq!(std::fs::read_to_string(lower.join("kept")).unwrap(), "mine");
+    assert!(!lower.join("stolen").exists());
+    // A live task's copy is its check's: kept.
+    leave_a_copy(&s, &queued, &lower);
+    s.expect(&["gc"], 0);
+    assert_eq!(copy_mounts(&s).len(), 1);
+    s.expect(&["task", "cancel", &queued], 0);
+    s.expect(&["gc"], 0);
+    assert_no_copy(&s, &queued);
+}
+
+/// The sweeper of `serve` removes the copy an ended task's check left.
+#[test]
+fn the_sweeper_removes_a_checks_copy_an_ended_task_left() {
+    require_docker();
+    let s = Saheeli::new();
+    s.write(
+        "t.json",
+        &script(&[("task_complete", json!({"message": "x"}))]),
+    );
+    s.write("t.md", "---\nmodel: replay:t.json\n---\nGo.\n");
+    let ended = s.submit("t.md");
+    s.expect(&["task", "cancel", &ended], 0);
+    let lower = s.path().join("lower");
+    std::fs::create_dir_all(&lower).unwrap();
+    leave_a_copy(&s, &ended, &lower);
+    s.expect(&["serve", "--drain"], 0);
+    assert_no_copy(&s, &ended);
 }
