@@ -86,7 +86,7 @@ const FIXED: &str = "def add(a, b):\n    return a + b\n";
 /// else it can read (its session and audit log are in /workspace), finds
 /// nothing of them; its notes are as it left them; a correct solution then
 /// passes the last attempt; nothing of the check's copy is left.
-fn the_tests_copied_by_a_failed_check_never_reach_the_agent(config: &str) {
+fn the_tests_copied_by_a_failed_check_never_reach_the_agent(config: &str, warm: bool) {
     require_docker();
     let s = Saheeli::with_config(config);
     s.write("proj/solution.py", "def add(a, b):\n    return 0\n");
@@ -126,7 +126,11 @@ fn the_tests_copied_by_a_failed_check_never_reach_the_agent(config: &str) {
         "---\nmodel: replay:s.json\ntimeout: 3m\nworkspace: proj\nverify_retries: 1\n\
          verify: { files: tests/, run: python3 /tests/test_add.py }\n---\nFix `add`.\n",
     );
-    let t = run(&s, "p.md", 0);
+    let t = if warm {
+        run_warm(&s, "p.md")
+    } else {
+        run(&s, "p.md", 0)
+    };
     assert_eq!(t["state"], "complete", "{t}");
     let dir = std::path::PathBuf::from(t["results"].as_str().unwrap());
     // The theft ran in the first check.
@@ -159,14 +163,73 @@ fn the_tests_copied_by_a_failed_check_never_reach_the_agent(config: &str) {
 
 #[test]
 fn hidden_tests_copied_into_the_workspace_by_a_failed_check_never_reach_the_agent() {
-    the_tests_copied_by_a_failed_check_never_reach_the_agent("");
+    the_tests_copied_by_a_failed_check_never_reach_the_agent("", false);
 }
 
 /// The same with the workspace a Docker volume (no size limit): the copy's
 /// lower layer is the volume's directory.
 #[test]
 fn hidden_tests_copied_into_a_volume_workspace_never_reach_the_agent() {
-    the_tests_copied_by_a_failed_check_never_reach_the_agent("limits: { disk_enforcement: off }\n");
+    the_tests_copied_by_a_failed_check_never_reach_the_agent(
+        "limits: { disk_enforcement: off }\n",
+        false,
+    );
+}
+
+/// The same in a warm servo (issue 28): its workspace is its slot's image.
+#[test]
+fn hidden_tests_copied_into_a_warm_servos_workspace_never_reach_the_agent() {
+    the_tests_copied_by_a_failed_check_never_reach_the_agent(
+        "pool:\n  - { size: 1, max_idle: 10m }\n",
+        true,
+    );
+}
+
+/// Serves `prompt` once the pool has its warm servo, until the task ends:
+/// the task, which ran in the warm servo.
+fn run_warm(s: &Saheeli, prompt: &str) -> Value {
+    use sha2::Digest;
+    let db = s.path().join("saheeli.db");
+    let digest = sha2::Sha256::digest(db.as_os_str().as_encoded_bytes());
+    let pool: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let mut serving = s
+        .cmd(&["serve"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("a warm servo", || {
+        let o = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=saheeli.pool={pool}"),
+            ])
+            .output()
+            .unwrap();
+        !o.stdout.is_empty()
+    });
+    let id = s.submit(prompt);
+    wait_for("the task to end", || {
+        let t = s.task(&id);
+        let state = t["state"].as_str().unwrap_or("");
+        ["complete", "incomplete", "failed", "cancelled"].contains(&state)
+    });
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(serving.id() as i32, libc::SIGINT) };
+    assert!(serving.wait().unwrap().success());
+    let t = s.task(&id);
+    let running = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["to"] == "running")
+        .and_then(|e| e["detail"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(running.contains("warm"), "not run warm: {running}");
+    t
 }
 
 /// Ids of the task's containers with `filter` (`docker ps -aq`).
@@ -329,6 +392,18 @@ fn the_sweeper_removes_a_checks_copy_an_ended_task_left() {
     let lower = s.path().join("lower");
     std::fs::create_dir_all(&lower).unwrap();
     leave_a_copy(&s, &ended, &lower);
-    s.expect(&["serve", "--drain"], 0);
+    // The sweep runs beside the loop (a drain may end before it does).
+    let mut serving = s
+        .cmd(&["serve"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its directory goes last.
+    let dir = s.path().join(".saheeli/checks").join(&ended);
+    wait_for("the sweep", || !dir.exists());
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(serving.id() as i32, libc::SIGINT) };
+    assert!(serving.wait().unwrap().success());
     assert_no_copy(&s, &ended);
 }
