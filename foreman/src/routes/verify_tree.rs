@@ -4,8 +4,8 @@
 //! of `*` hid from the patch made `python3 -m unittest` pass). Before the
 //! commands run (the task's container is paused), the workspace is read
 //! whole and compared with the submitted tar: where it lies on this host
-//! (the local engine's: walked by handles that never follow a link,
-//! `verify_tree_host`), else through Docker's archive of the verify
+//! (the local engine's, or its copy-on-write view on a check that has
+//! one: walked by handles that never follow a link, `verify_tree_host`), else through Docker's archive of the verify
 //! container's /workspace (a swarm node's):
 //!
 //! - what the patch leaves out as ignored (paths the agent added that the
