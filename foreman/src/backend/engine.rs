@@ -62,12 +62,17 @@ impl TaskEngine {
     }
 
     /// Undoes a verify attempt a stopped foreman left midway (the task's
-    /// container paused, a verify container beside it): for adoption.
+    /// container paused, a verify container beside it, a copy of its
+    /// workspace under `state_dir`): for adoption.
     /// A task with no running container now has nothing to undo.
-    pub async fn recover_verify(&self, id: TaskId) -> anyhow::Result<()> {
+    pub async fn recover_verify(
+        &self,
+        id: TaskId,
+        state_dir: &std::path::Path,
+    ) -> anyhow::Result<()> {
         let Ok((d, container)) = self.container(id).await else {
             return Ok(());
         };
-        super::docker::recover_verify(&d, id, &container).await
+        super::docker::recover_verify(&d, id, &container, state_dir).await
     }
 }

@@ -44,6 +44,20 @@ pub(crate) async fn gc(cfg: &Config, args: GcArgs) -> anyhow::Result<ExitCode> {
         }
         removed += 1;
     }
+    // Checks' copies of workspaces (a foreman stopped mid-check), after the
+    // verify containers binding them, before the workspaces they are a
+    // view of.
+    for id in crate::backend::disk::check_copy::present(&cfg.state_dir()) {
+        let task = id.to_string();
+        if !ended(&task) {
+            continue;
+        }
+        outln!("check's copy of a workspace (task {task})");
+        if !args.dry_run {
+            crate::backend::disk::check_copy::remove(&cfg.state_dir(), id)?;
+        }
+        removed += 1;
+    }
     for (name, task) in volumes.iter().filter(|(_, t)| ended(t)) {
         outln!("volume {name} (task {task})");
         if !args.dry_run {

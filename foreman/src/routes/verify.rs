@@ -7,7 +7,10 @@
 //! run are refused (`verify_tree`, `shadow`); `verify_files` are
 //! restored in it from the submitted workspace, each `verify` command runs
 //! in it (`docker exec`, the servo's user, /workspace, `verify_timeout`,
-//! output capped), and it is removed. Then, with `assess: true`, an LLM
+//! output capped), and it is removed. With hidden tests, a check the agent
+//! gets its workspace back after sees it through a throwaway copy-on-write
+//! view (`VerifyLink::on_copy`), so the checked code cannot leave the tests
+//! in it. Then, with `assess: true`, an LLM
 //! judges the work against the objective (`assess`). The checks are
 //! rows in SQLite (fenced by the lease); the foreman counts the attempts,
 //! so neither the servo nor the agent's shell, which can reach this route
@@ -258,8 +261,17 @@ async fn open_box(
         }
     };
     // A swarm's verify container joins the task container's network: it
-    // is made first, the freeze after.
+    // is made first, the freeze after. A check on a copy of the workspace
+    // freezes first: the copy is made on the frozen workspace, and so is
+    // its container (no spare; one of a later attempt is left for it).
     let (made, frozen) = match link.engine {
+        _ if link.on_copy(attempt).is_some() => match docker::freeze(d, task_container).await {
+            Ok(()) => {
+                let made = verify_spare::make(link, id, attempt, d, task_container).await;
+                (made, Ok(()))
+            }
+            Err(e) => (Err(e), Err(anyhow::anyhow!("not paused"))),
+        },
         crate::backend::TaskEngine::Swarm { .. } => {
             let made = opened.await;
             let frozen = match &made {

@@ -52,6 +52,20 @@ impl VerifyLink {
     pub fn grades(&self) -> bool {
         !self.hidden.is_empty() || self.reward.is_some()
     }
+
+    /// Where check `attempt` sees the workspace through a throwaway
+    /// copy-on-write view (`docker::OnCopy`), None for the workspace itself:
+    /// a copy when the task has hidden tests and the agent gets its
+    /// workspace back after the check (a verify attempt with another left;
+    /// a checked step, numbered past the verify attempts), so that nothing
+    /// the check's code writes, the tests copied into /workspace say, ever
+    /// reaches it. The last attempt checks the workspace itself.
+    pub fn on_copy(&self, attempt: u32) -> Option<docker::OnCopy<'_>> {
+        (!self.hidden.is_empty() && attempt != self.max_attempts).then_some(docker::OnCopy {
+            state_dir: &self.state_dir,
+            bytes: self.max_workspace,
+        })
+    }
 }
 
 impl VerifyLink {

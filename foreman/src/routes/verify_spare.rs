@@ -11,6 +11,10 @@
 //!
 //! Whatever is made is removed when the gateway stops (`drain`), with the
 //! removals a check left running: before the workspace is collected.
+//!
+//! A check on a copy of the workspace (`VerifyLink::on_copy`: hidden tests,
+//! and the agent gets its workspace back after it) has no spare: the copy
+//! is made once the task's container is paused, and so is its container.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -93,11 +97,30 @@ impl Spares {
     }
 }
 
+/// Removes what the task's checks made (`Spares::drain`) and a copy of
+/// its workspace a check stopped midway left (`VerifyLink::on_copy`;
+/// detached: a check still running keeps its view until its container is
+/// killed, and the workspace changes under neither, its container being
+/// paused until then).
+pub(crate) async fn drain(link: &VerifyLink, id: TaskId) {
+    link.spares.drain(id).await;
+    if !link.hidden.is_empty()
+        && let Err(e) = crate::backend::docker::remove_check_copy(&link.state_dir, id).await
+    {
+        warn!(task_id = %id, error = %format!("{e:#}"), "a check's copy of the workspace was not removed");
+    }
+}
+
 /// Begins making a spare verify container for attempt `attempt` of task
 /// `id`, unless one is there: on this host only (a swarm's verify joins
 /// its task's node, found at check time), and only for commands.
 pub(crate) fn prewarm(link: &Arc<VerifyLink>, id: TaskId, attempt: u32) {
-    if link.commands.is_empty() || matches!(link.engine, TaskEngine::Swarm { .. }) {
+    // A check on a copy of the workspace makes its container once the
+    // task's is paused (`VerifyLink::on_copy`).
+    if link.commands.is_empty()
+        || matches!(link.engine, TaskEngine::Swarm { .. })
+        || link.on_copy(attempt).is_some()
+    {
         return;
     }
     let mut next = link.spares.next.lock().expect("spares lock");
@@ -129,7 +152,7 @@ pub(crate) async fn make(
         id,
         task_container,
         &link.sandbox,
-        attempt,
+        (attempt, link.on_copy(attempt)),
         staged.as_deref(),
     )
     .await

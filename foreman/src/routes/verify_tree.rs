@@ -4,15 +4,21 @@
 //! of `*` hid from the patch made `python3 -m unittest` pass). Before the
 //! commands run (the task's container is paused), the workspace is read
 //! whole and compared with the submitted tar: where it lies on this host
-//! (the local engine's: walked by handles that never follow a link,
-//! `verify_tree_host`), else through Docker's archive of the verify
+//! (the local engine's, or its copy-on-write view on a check that has
+//! one: walked by handles that never follow a link, `verify_tree_host`), else through Docker's archive of the verify
 //! container's /workspace (a swarm node's):
 //!
 //! - what the patch leaves out as ignored (paths the agent added that the
 //!   submitted `.gitignore` files or Saheeli's defaults name: bytecode,
 //!   caches, an ignored `node_modules/` or `target/`) is removed from the
 //!   workspace, for good (the agent finds it gone after a failed attempt,
-//!   and results do not hold it);
+//!   and results do not hold it). On a check with hidden tests the agent
+//!   gets its workspace back after (`VerifyLink::on_copy`), the container's
+//!   /workspace is a throwaway copy-on-write view: the removal keeps the
+//!   check from seeing those paths, and the real workspace keeps them
+//!   (they never reach `changes.patch`; results hold them if that attempt
+//!   passes). Deleting the agent's paths from the host as root, outside
+//!   the container's confinement, is not worth that;
 //! - then each path the agent added or changed outside `verify_files`
 //!   (restored as submitted anyway) is judged by `shadow::look`: a module,
 //!   plugin, configuration or hook that changes what the command runs

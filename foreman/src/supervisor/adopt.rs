@@ -218,7 +218,7 @@ async fn adopt_servo(ctx: Arc<Ctx>, task: TaskRow, servo: Servo, inbox: Inbox) -
     };
     // A verify attempt its foreman left midway: the servo is paused. It
     // runs again once its gateway answers, and asks again.
-    if let Err(e) = task_engine.recover_verify(id).await {
+    if let Err(e) = task_engine.recover_verify(id, &ctx.cfg.state_dir()).await {
         warn!(task_id = %id, error = %format!("{e:#}"), "a verify attempt left midway was not undone");
     }
     let started = if task.active_ms > 0 {

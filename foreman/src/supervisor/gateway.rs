@@ -277,7 +277,7 @@ impl Gateway {
     /// has the directory mounted, so it must stay the same directory).
     pub async fn abandon(self) {
         if let Some(link) = &self.verify {
-            link.spares.drain(self.task_id).await;
+            routes::verify_spare::drain(link, self.task_id).await;
         }
         self.state.live.close();
         match self.transport {
@@ -293,7 +293,7 @@ impl Gateway {
     /// Stops serving and removes the socket directory.
     pub async fn stop(self) {
         if let Some(link) = &self.verify {
-            link.spares.drain(self.task_id).await;
+            routes::verify_spare::drain(link, self.task_id).await;
         }
         self.state.live.close();
         match self.transport {

@@ -62,6 +62,7 @@ mod git_workspace;
 mod hardening;
 mod hostile_collect;
 mod hostile_files;
+mod hostile_hidden;
 mod human;
 mod import;
 mod inbox_call;

@@ -287,7 +287,11 @@ pub fn leftovers(id: &str) -> Vec<String> {
     let mut out: Vec<String> = mountinfo
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.ends_with(&format!("/workspaces/{id}/mnt")))
+        .filter(|m| {
+            // A workspace image, or a check's copy of one (its overlay and
+            // upper layer).
+            m.ends_with(&format!("/workspaces/{id}/mnt")) || m.contains(&format!("/checks/{id}/"))
+        })
         .map(String::from)
         .collect();
     for args in [

@@ -31,6 +31,7 @@ use anyhow::{Context, bail};
 use saheeli_protocol::TaskId;
 
 mod attach;
+pub(crate) mod check_copy;
 mod format;
 
 /// Where a task's image and mount point live.

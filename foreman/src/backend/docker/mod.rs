@@ -23,6 +23,7 @@ mod setup_stream;
 mod task_image;
 mod timed;
 mod verify;
+mod verify_copy;
 mod verify_undo;
 mod volume;
 
@@ -55,6 +56,7 @@ use timed::{DockerOp, timed};
 pub(crate) use verify::{
     ROLE_LABEL, Sandbox, VERIFY_ROLE, VerifyBox, VerifyNetwork, checking_body, freeze, thaw,
 };
+pub(crate) use verify_copy::{OnCopy, remove as remove_check_copy};
 pub(crate) use verify_undo::{recover_verify, remove_verify_containers};
 pub(crate) use volume::{
     WorkspaceMount, create_volume_as, local_volume_dir_named, remove_volume, volume_name,

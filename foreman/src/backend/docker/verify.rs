@@ -21,6 +21,11 @@
 //! fed back and the agent fixes its work), which a kill would end; a
 //! freeze is also atomic (no process can outrun it) and undone exactly.
 //!
+//! A check the agent gets its workspace back after, on a task with hidden
+//! tests, is given a throwaway copy-on-write view of the workspace instead
+//! (`verify_copy`): made once the task's container is paused, removed
+//! before it runs again, so nothing the checked code writes reaches it.
+//!
 //! The verify container carries the task's label and `saheeli.role=verify`:
 //! [`super::task_containers`] never takes it for the servo's, while the
 //! sweeper and `saheeli gc` (which list by the task label alone) remove a
@@ -37,6 +42,7 @@ use bollard::query_parameters::CreateContainerOptionsBuilder;
 use saheeli_protocol::{NetworkMode, TaskId, paths};
 use tracing::warn;
 
+use super::verify_copy::OnCopy;
 use super::verify_undo::{pause, unpause};
 use super::{DockerOp, WorkspaceMount, remove_container, task_labels, timed};
 
@@ -126,42 +132,57 @@ pub(crate) struct VerifyBox {
     workspace: WorkspaceMount,
     /// Whether the task's container is paused for it ([`VerifyBox::held_already`]).
     held: bool,
+    /// The state directory its copy-on-write view of the workspace is
+    /// under, when the agent gets its workspace back after the check
+    /// (`verify_copy`; `workspace` is then the view).
+    copy: Option<std::path::PathBuf>,
+    id: TaskId,
 }
 
 impl VerifyBox {
     /// Creates and starts the verify container of attempt `attempt` beside
     /// `task_container`, which goes on running until the check [`freeze`]s it:
     /// made ahead of the check (the agent cannot reach it: no process of
-    /// its runs there, and the tests are bound in this container only). On
-    /// an error, whatever was made is undone.
+    /// its runs there, and the tests are bound in this container only).
+    /// `copy`: the check sees a copy-on-write view of the workspace
+    /// (`verify_copy`), made now: the task's container must be paused
+    /// already (the view's lower layer must not change under it). On an
+    /// error, whatever was made is undone.
     pub async fn make(
         docker: &Docker,
         id: TaskId,
         task_container: &str,
         sandbox: &Sandbox,
-        attempt: u32,
+        (attempt, copy): (u32, Option<OnCopy<'_>>),
         tests: Option<&std::path::Path>,
     ) -> anyhow::Result<VerifyBox> {
         let (image, volume, egress) = task_image_and_volume(docker, task_container).await?;
         let egress = egress.filter(|_| sandbox.egress);
-        let container = create(
-            docker,
-            id,
-            task_container,
-            (&image, &volume),
-            sandbox,
-            attempt,
-            (tests, egress.as_ref()),
-        )
-        .await?;
-        let b = VerifyBox {
+        let mut b = VerifyBox {
             docker: docker.clone(),
             task_container: task_container.to_string(),
-            container,
+            container: String::new(),
             workspace: volume,
             held: false,
+            copy: None,
+            id,
         };
-        let started = async {
+        let made = async {
+            if let Some(at) = copy {
+                b.copy = Some(at.state_dir.to_path_buf());
+                let view = super::verify_copy::make(docker, id, &b.workspace, at).await?;
+                b.workspace = WorkspaceMount::Bind(view);
+            }
+            b.container = create(
+                docker,
+                id,
+                task_container,
+                (&image, &b.workspace),
+                sandbox,
+                attempt,
+                (tests, egress.as_ref()),
+            )
+            .await?;
             timed(DockerOp::Start, async {
                 docker
                     .start_container(&b.container, None)
@@ -176,7 +197,7 @@ impl VerifyBox {
             anyhow::Ok(())
         }
         .await;
-        match started {
+        match made {
             Ok(()) => Ok(b),
             Err(e) => {
                 if let Err(undo) = b.close().await {
@@ -213,12 +234,13 @@ impl VerifyBox {
     }
 
     /// Ends the check at once: every process of the verify container is
-    /// killed (Docker's kill of SIGKILL returns once it has stopped), then
-    /// the task's container runs again. `ends`: the check passed and the
-    /// task ends now (no assessor follows), so its container runs again
-    /// while the kill goes on (what is left of the check is gone before
-    /// the workspace is collected: the collection removes every verify
-    /// container first). Its removal (unmounting its root takes longest)
+    /// killed (Docker's kill of SIGKILL returns once it has stopped), its
+    /// copy of the workspace removed, then the task's container runs
+    /// again. `ends`: the check passed and the task ends now (no assessor
+    /// follows), so its container runs again while the kill goes on (what
+    /// is left of the check is gone before the workspace is collected: the
+    /// collection removes every verify container first); not with a copy,
+    /// which goes first. The removal (unmounting its root takes longest)
     /// goes on in the returned task, which the caller awaits before the
     /// workspace is collected or removed.
     pub async fn release(
@@ -234,16 +256,38 @@ impl VerifyBox {
                 false => Ok(()),
             }
         };
-        let kill = super::verify_undo::kill(&self.docker, &self.container);
-        let (killed, resumed) = if ends {
-            tokio::join!(kill, resume)
-        } else {
-            let killed = kill.await;
-            (killed, resume.await)
+        let kill = async {
+            match self.container.is_empty() {
+                true => Ok(()),
+                false => super::verify_undo::kill(&self.docker, &self.container).await,
+            }
+        };
+        let (killed, uncopied, resumed) = match &self.copy {
+            None if ends => {
+                let (killed, resumed) = tokio::join!(kill, resume);
+                (killed, Ok(()), resumed)
+            }
+            // The copy's overlay goes before its lower layer, the
+            // workspace, changes again; one that could not be removed has
+            // no user left and never reaches the workspace, so the task
+            // runs again whatever happened.
+            copy => {
+                let killed = kill.await;
+                let uncopied = match copy {
+                    Some(state_dir) => super::verify_copy::remove(state_dir, self.id).await,
+                    None => Ok(()),
+                };
+                (killed, uncopied, resume.await)
+            }
         };
         let (docker, container) = (self.docker, self.container);
-        let removing = tokio::spawn(async move { remove_container(&docker, &container).await });
-        (killed.and(resumed), removing)
+        let removing = tokio::spawn(async move {
+            if container.is_empty() {
+                return Ok(());
+            }
+            remove_container(&docker, &container).await
+        });
+        (killed.and(uncopied).and(resumed), removing)
     }
 
     /// Removes the verify container (what it left running goes with it),

@@ -92,14 +92,20 @@ pub(crate) async fn verify_containers(docker: &Docker, id: TaskId) -> anyhow::Re
 }
 
 /// Undoes a verify attempt a stopped foreman left midway: its verify
-/// containers are removed and the task's container runs again. For a
-/// foreman adopting a running task.
+/// containers and its copy of the workspace (under `state_dir`) are
+/// removed and the task's container runs again. For a foreman adopting a
+/// running task.
 pub(crate) async fn recover_verify(
     docker: &Docker,
     id: TaskId,
     task_container: &str,
+    state_dir: &std::path::Path,
 ) -> anyhow::Result<()> {
     remove_verify_containers(docker, id).await?;
+    // Before the workspace, its lower layer, changes again; one that could
+    // not be removed has no user left and never reaches the workspace: the
+    // task runs again whatever happened (the sweeper tries again).
+    let uncopied = super::verify_copy::remove(state_dir, id).await;
     let paused = timed(DockerOp::Inspect, async {
         docker
             .inspect_container(task_container, None)
@@ -113,7 +119,7 @@ pub(crate) async fn recover_verify(
     if paused {
         unpause(docker, task_container).await?;
     }
-    Ok(())
+    uncopied
 }
 
 /// Removes the verify containers of task `id` and waits (10 s at most)

@@ -1,5 +1,6 @@
 //! Leftovers of tasks on this host: labelled containers and volumes, and
-//! workspace images (by their directory, named by the task). Which of them
+//! workspace images and checks' copies of workspaces (by their directory,
+//! named by the task). Which of them
 //! belong to ended tasks is the sweeper's to say; a warm slot's image is
 //! the pool's sweep (`keep::pool_leftovers`).
 
@@ -15,6 +16,8 @@ pub(crate) struct LocalLeftovers {
     containers: Vec<(String, String)>,
     volumes: Vec<(String, String)>,
     images: Vec<(saheeli_protocol::TaskId, std::path::PathBuf)>,
+    /// Checks' copies of workspaces (`disk::check_copy`) a crash left.
+    copies: Vec<saheeli_protocol::TaskId>,
 }
 
 impl LocalLeftovers {
@@ -25,6 +28,7 @@ impl LocalLeftovers {
             .chain(self.volumes.iter())
             .map(|(_, t)| t.clone())
             .chain(self.images.iter().map(|(id, _)| id.to_string()))
+            .chain(self.copies.iter().map(|id| id.to_string()))
             .collect()
     }
 }
@@ -35,10 +39,14 @@ impl Local {
         // Workspace images not bound through a volume (every one since
         // issue 28's cut; an older foreman's went with its volume).
         let state_dir = self.cfg.state_dir();
-        let present =
-            tokio::task::spawn_blocking(move || crate::backend::disk::present(&state_dir))
-                .await
-                .unwrap_or_default();
+        let (present, copies) = tokio::task::spawn_blocking(move || {
+            (
+                crate::backend::disk::present(&state_dir),
+                crate::backend::disk::check_copy::present(&state_dir),
+            )
+        })
+        .await
+        .unwrap_or_default();
         let images = present
             .into_iter()
             .filter(|(id, _)| !volumes.iter().any(|(_, t)| *t == id.to_string()))
@@ -47,6 +55,7 @@ impl Local {
             containers,
             volumes,
             images,
+            copies,
         })
     }
 
@@ -56,6 +65,17 @@ impl Local {
             if ended.contains(task) {
                 info!(task_id = %task, container = %cid, "removing a leftover container");
                 let _ = docker::remove_container(&self.docker, cid).await;
+            }
+        }
+        // After the verify containers binding them, before the workspaces
+        // they are a view of.
+        for id in left.copies {
+            if ended.contains(&id.to_string()) {
+                info!(task_id = %id, "removing a check's leftover copy of a workspace");
+                let removed = docker::remove_check_copy(&self.cfg.state_dir(), id).await;
+                if let Err(e) = removed {
+                    warn!(task_id = %id, error = %format!("{e:#}"), "a check's copy not removed");
+                }
             }
         }
         for (name, task) in &left.volumes {
