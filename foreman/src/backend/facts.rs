@@ -188,6 +188,13 @@ impl Servo {
     pub fn running_detail(&self) -> String {
         let short = |s: &str| s[..12.min(s.len())].to_string();
         match &self.kind {
+            // A claimed warm job (issue 53) by its name: its service
+            // id says nothing of the pool.
+            ServoKind::Swarm { objects, seen } if objects.slot.is_some() => format!(
+                "warm job {} on node {}",
+                pool_short(&objects.name),
+                self.node(seen)
+            ),
             ServoKind::Swarm { objects, seen } => format!(
                 "service {} on node {}",
                 short(&objects.service),
