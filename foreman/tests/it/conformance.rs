@@ -102,9 +102,9 @@ impl Cli {
         out
     }
 
-    /// The warm jobs task `id` was served by (`saheeli-pool-<12 hex>`, a
-    /// prefix of each one's service, secret, container and volume names),
-    /// from its events (`warm job <hex> on node …`).
+    /// The warm jobs task `id` was served by (`saheeli-pool-<slot>`, the
+    /// name of each one's service, secret and volume, and the start of its
+    /// container's), from its events (`warm job <name> on node …`).
     pub fn warm_jobs(&self, id: &str) -> Vec<String> {
         let t = self.s.task(id);
         let mut jobs: Vec<String> = t["events"]
@@ -113,7 +113,7 @@ impl Cli {
             .flatten()
             .filter_map(|e| e["detail"].as_str()?.strip_prefix("warm job "))
             .filter_map(|d| d.split_whitespace().next())
-            .map(|hex| format!("saheeli-pool-{hex}"))
+            .map(String::from)
             .collect();
         jobs.dedup();
         jobs

@@ -315,8 +315,11 @@ fn warm_jobs_on_a_real_three_node_swarm() {
         .filter(|e| e["to"] == "running")
         .filter_map(|e| e["detail"].as_str())
         .collect();
+    // `task status` names the warm job it ran in, as its row does.
+    let job = task["container"].as_str().unwrap();
+    assert!(job.starts_with("saheeli-pool-"), "{task:#}");
     assert!(
-        ran.len() == 1 && ran[0].starts_with("warm job "),
+        ran.len() == 1 && ran[0].starts_with(&format!("warm job {job} on node ")),
         "{task:#}"
     );
     eprintln!("warm task ran on node {node}");
