@@ -389,7 +389,10 @@ impl Bench for Cli {
         let label = format!("label=saheeli.task={id}");
         let mut out = self.servos(id).await;
         let filters = self.filters(id, &label);
-        for (filter, (_, h)) in filters.iter().flat_map(|f| self.hosts().into_iter().map(move |h| (f, h))) {
+        for (filter, (_, h)) in filters
+            .iter()
+            .flat_map(|f| self.hosts().into_iter().map(move |h| (f, h)))
+        {
             out.extend(Self::docker(
                 &h,
                 &["volume", "ls", "-q", "--filter", filter],

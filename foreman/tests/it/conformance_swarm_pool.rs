@@ -200,7 +200,10 @@ fn the_swarm_engine_passes_the_conformance_suite_with_warm_jobs() {
     require_docker();
     let t0 = Instant::now();
     let Fixture { swarm, s, base, .. } = Fixture::up(249);
-    s.write("config.yaml", &format!("{base}pool:\n  - {{ size: {SIZE} }}\n"));
+    s.write(
+        "config.yaml",
+        &format!("{base}pool:\n  - {{ size: {SIZE} }}\n"),
+    );
     let db = pool_db(&s);
     // Jobs on the workers only: the lost-node case kills one's dockerd.
     let me = swarm.lines(1, &["info", "--format", "{{.Swarm.NodeID}}"]);
