@@ -10,7 +10,9 @@
 //!   playing each servo's acts as phases, store writes and files), once
 //!   declaring each engine's capabilities;
 //! - this host's Docker (`tests/it/conformance_local.rs`);
-//! - a real three-node swarm (`tests/it/conformance_swarm.rs`).
+//! - a real three-node swarm (`tests/it/conformance_swarm.rs`), and one
+//!   whose foreman keeps a warm pool, each case's task served by a warm
+//!   job (`tests/it/conformance_swarm_pool.rs`).
 //!
 //! The file names no crate item: `tests/it` includes it as it is
 //! (`#[path]`). Each place supplies a [`Bench`], the engine factory: a

@@ -188,6 +188,12 @@ impl Servo {
     pub fn running_detail(&self) -> String {
         let short = |s: &str| s[..12.min(s.len())].to_string();
         match &self.kind {
+            // A claimed warm job (issue 53) by its whole name (its service
+            // id says nothing of the pool; a slot's first hex digits are
+            // its time, shared by jobs made in the same millisecond).
+            ServoKind::Swarm { objects, seen } if objects.slot.is_some() => {
+                format!("warm job {} on node {}", objects.name, self.node(seen))
+            }
             ServoKind::Swarm { objects, seen } => format!(
                 "service {} on node {}",
                 short(&objects.service),

@@ -34,7 +34,7 @@ pub(crate) struct Cli {
     /// Capabilities the engine's column says yes to (`doctor --capabilities`).
     declared: Vec<String>,
     foreman: Option<Child>,
-    infra: Infra,
+    pub infra: Infra,
     /// The swarm node whose dockerd `lose` killed.
     killed: Option<u32>,
     prompts: usize,
@@ -60,7 +60,7 @@ impl Cli {
     }
 
     /// The daemons the engine's servos may be on (`-H` values).
-    fn hosts(&self) -> Vec<(u32, String)> {
+    pub fn hosts(&self) -> Vec<(u32, String)> {
         match &self.infra {
             Infra::Local(d) => vec![(0, d.socket())],
             Infra::Swarm(sw) => (1..=3)
@@ -85,17 +85,38 @@ impl Cli {
     }
 
     /// The task's containers, on whichever daemon: (node, container).
+    /// A warm job's (issue 53) carries its pool's labels, not the
+    /// task's: found by its name, which the task's events give.
     fn containers(&self, id: &str, all: bool) -> Vec<(u32, String)> {
-        let label = format!("label=saheeli.task={id}");
-        let args: &[&str] = if all {
-            &["ps", "-aq", "--filter", &label]
-        } else {
-            &["ps", "-q", "--filter", &label]
-        };
-        self.hosts()
+        let mut out = Vec::new();
+        for filter in &self.filters(id, &format!("label=saheeli.task={id}")) {
+            let args: &[&str] = if all {
+                &["ps", "-aq", "--filter", filter]
+            } else {
+                &["ps", "-q", "--filter", filter]
+            };
+            for (n, h) in self.hosts() {
+                out.extend(Self::docker(&h, args).into_iter().map(|c| (n, c)));
+            }
+        }
+        out
+    }
+
+    /// The warm jobs task `id` was served by (`saheeli-pool-<slot>`, the
+    /// name of each one's service, secret and volume, and the start of its
+    /// container's), from its events (`warm job <name> on node …`).
+    pub fn warm_jobs(&self, id: &str) -> Vec<String> {
+        let t = self.s.task(id);
+        let mut jobs: Vec<String> = t["events"]
+            .as_array()
             .into_iter()
-            .flat_map(|(n, h)| Self::docker(&h, args).into_iter().map(move |c| (n, c)))
-            .collect()
+            .flatten()
+            .filter_map(|e| e["detail"].as_str()?.strip_prefix("warm job "))
+            .filter_map(|d| d.split_whitespace().next())
+            .map(String::from)
+            .collect();
+        jobs.dedup();
+        jobs
     }
 
     /// The swarm's manager (node 1), for services and secrets.
@@ -106,7 +127,14 @@ impl Cli {
         }
     }
 
-    fn log(&self) -> String {
+    /// `label`, and a name filter for each warm job `id` was served by.
+    fn filters(&self, id: &str, label: &str) -> Vec<String> {
+        let mut all = vec![label.to_string()];
+        all.extend(self.warm_jobs(id).iter().map(|w| format!("name={w}")));
+        all
+    }
+
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.s.path().join("serve.log")).unwrap_or_default()
     }
 }
@@ -347,10 +375,12 @@ impl Bench for Cli {
         let label = format!("label=saheeli.task={id}");
         let mut out: Vec<String> = self.containers(id, true).into_iter().map(|c| c.1).collect();
         if let Some(m) = self.manager() {
-            out.extend(Self::docker(
-                &m,
-                &["service", "ls", "-q", "--filter", &label],
-            ));
+            for filter in self.filters(id, &label) {
+                out.extend(Self::docker(
+                    &m,
+                    &["service", "ls", "-q", "--filter", &filter],
+                ));
+            }
         }
         out
     }
@@ -358,17 +388,23 @@ impl Bench for Cli {
     async fn leftovers(&mut self, id: &str) -> Vec<String> {
         let label = format!("label=saheeli.task={id}");
         let mut out = self.servos(id).await;
-        for (_, h) in self.hosts() {
+        let filters = self.filters(id, &label);
+        for (filter, (_, h)) in filters
+            .iter()
+            .flat_map(|f| self.hosts().into_iter().map(move |h| (f, h)))
+        {
             out.extend(Self::docker(
                 &h,
-                &["volume", "ls", "-q", "--filter", &label],
+                &["volume", "ls", "-q", "--filter", filter],
             ));
         }
         if let Some(m) = self.manager() {
-            out.extend(Self::docker(
-                &m,
-                &["secret", "ls", "-q", "--filter", &label],
-            ));
+            for filter in &filters {
+                out.extend(Self::docker(
+                    &m,
+                    &["secret", "ls", "-q", "--filter", filter],
+                ));
+            }
         }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         out.extend(

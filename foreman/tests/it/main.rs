@@ -34,6 +34,7 @@ mod cli;
 mod conformance;
 mod conformance_local;
 mod conformance_swarm;
+mod conformance_swarm_pool;
 mod daemon;
 mod deadline;
 mod definitions;

@@ -4,9 +4,12 @@
 //! manager's events say so), completes, and the pool refills; its `env:`
 //! reaches it through the claim. A foreman killed mid-task with idle and
 //! claimed jobs: the next one adopts the claimed job (the task completes
-//! once) and removes the dead foreman's idle ones; a cancel removes its
-//! task's job; `serve`'s drain removes the idle ones, leaving nothing of
-//! the pool on any node.
+//! once) and removes the dead foreman's idle ones; a task's live log
+//! (`task logs --follow`) is read from its warm job while it runs, and
+//! its cancel removes the job; `serve`'s drain removes the idle ones,
+//! leaving nothing of the pool on any node. Verify, parking, a timeout
+//! and a lost node on warm jobs are the conformance suite's cases, run
+//! with a pool by `conformance_swarm_pool`.
 
 use std::collections::BTreeSet;
 use std::process::Child;
@@ -19,7 +22,7 @@ use crate::util::*;
 
 /// The pool label's value for a project (as the foreman labels what its
 /// pool makes).
-fn pool_db(s: &Saheeli) -> String {
+pub(crate) fn pool_db(s: &Saheeli) -> String {
     use sha2::Digest;
     let db = s.path().join("saheeli.db");
     let digest = sha2::Sha256::digest(db.as_os_str().as_encoded_bytes());
@@ -56,7 +59,7 @@ fn running_warm(swarm: &TestSwarm, db: &str) -> Vec<String> {
 
 /// Everything of the project's pool anywhere: services and secrets (the
 /// manager), containers and volumes (every node).
-fn pool_objects(swarm: &TestSwarm, db: &str) -> Vec<String> {
+pub(crate) fn pool_objects(swarm: &TestSwarm, db: &str) -> Vec<String> {
     let label = format!("label=saheeli.pool={db}");
     let mut all = Vec::new();
     for args in [
@@ -165,6 +168,76 @@ impl Drop for Serving {
     }
 }
 
+/// `task logs ID --follow`, its lines read as they come.
+struct Follow {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Follow {
+    fn start(s: &Saheeli, id: &str) -> Follow {
+        use std::io::BufRead;
+        let mut child = s
+            .cmd(&["task", "logs", id, "--follow"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Follow { child, lines }
+    }
+
+    /// The next line, within `patience`.
+    fn line(&mut self, patience: Duration) -> String {
+        match self.lines.recv_timeout(patience) {
+            Ok(line) => line,
+            Err(e) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("no live log line ({e}): {}", stderr_of(&mut self.child));
+            }
+        }
+    }
+
+    /// The command ends, successfully, once its task has.
+    fn ends(&mut self) {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "`task logs --follow` did not end with its task"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(status.success(), "{status}: {}", stderr_of(&mut self.child));
+    }
+}
+
+/// What a finished command wrote to stderr.
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    err
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn warm_jobs_on_a_real_three_node_swarm() {
     require_docker();
@@ -237,6 +310,18 @@ fn warm_jobs_on_a_real_three_node_swarm() {
     );
     let task = s.task(&id);
     let node = node_of(&task).expect("the node is in `task status`");
+    let ran = task["events"].as_array().unwrap().iter();
+    let ran: Vec<&str> = ran
+        .filter(|e| e["to"] == "running")
+        .filter_map(|e| e["detail"].as_str())
+        .collect();
+    // `task status` names the warm job it ran in: one of the idle ones.
+    let job = ran.first().and_then(|d| d.strip_prefix("warm job "));
+    let job = job.and_then(|d| d.split_whitespace().next());
+    assert!(
+        ran.len() == 1 && job.is_some_and(|j| first.contains(j)),
+        "{first:?}: {task:#}"
+    );
     eprintln!("warm task ran on node {node}");
     let created = services_created(&swarm, since);
     assert!(
@@ -317,6 +402,16 @@ fn warm_jobs_on_a_real_three_node_swarm() {
         .unwrap()
         .to_string();
     assert!(job.starts_with("saheeli-pool-"), "{job}");
+    // Its live log (`task logs --follow`) is the warm job's container's,
+    // on its node: the task's audit lines (its start first) while it
+    // runs, and the command ends with the task.
+    let mut follow = Follow::start(&s, &cancelled);
+    let live = follow.line(Duration::from_secs(60));
+    assert!(
+        live.contains("replay:slow.replay.json"),
+        "not its start: {live}"
+    );
+    assert_eq!(s.task(&cancelled)["state"], "running");
     s.expect(&["task", "cancel", &cancelled], 0);
     until(
         &s,
@@ -324,6 +419,7 @@ fn warm_jobs_on_a_real_three_node_swarm() {
         "the cancelled task never ended",
         || s.task(&cancelled)["state"] == "cancelled",
     );
+    follow.ends();
     until(
         &s,
         Duration::from_secs(60),

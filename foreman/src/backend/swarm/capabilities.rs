@@ -38,8 +38,8 @@ pub(crate) const CAPABILITIES: [(Capability, Support); 15] = [
         No("a job's workspace is a plain node-local volume with no size limit"),
     ),
     (Parking, Yes),  // conformance::park_and_resume; it::swarm_park
-    (LiveLogs, Yes), // it::swarm_verify (live logs)
-    (WarmPool, Yes), // it::swarm_pool
+    (LiveLogs, Yes), // it::swarm_verify (live logs); it::swarm_pool (a warm job's)
+    (WarmPool, Yes), // it::swarm_pool; it::conformance_swarm_pool
     (
         Gpus,
         No("no job is given a GPU yet (no generic resources are asked)"),

@@ -31,7 +31,7 @@ use crate::backend::docker::{POOL_LABEL, POOL_OWNER_LABEL, POOL_SLOT_LABEL, pool
 const REFILL_AT_ONCE: usize = 4;
 /// How often the keeper looks even when nothing rang.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
-/// How often an idle job is looked at (ended, lost, removed).
+/// How often an idle job is asked for (removed by `saheeli gc`).
 const ENDED_LOOK: Duration = Duration::from_secs(2);
 /// How long a new job may take to run on a node before it is given up.
 const START_PATIENCE: Duration = Duration::from_secs(120);
@@ -48,7 +48,7 @@ impl Swarm {
             "keeping the swarm's pool warm"
         );
         let mut making: JoinSet<(usize, anyhow::Result<IdleJob>)> = JoinSet::new();
-        let mut watching: JoinSet<TaskId> = JoinSet::new();
+        let mut watching: JoinSet<(TaskId, Option<IdleJob>)> = JoinSet::new();
         let mut failures = 0u32;
         let mut calm_until = Instant::now();
         loop {
@@ -83,10 +83,13 @@ impl Swarm {
                         Ok(job) => {
                             failures = 0;
                             info!(class, job = %warm_name(job.slot), "warm job idle");
-                            let (me, watched) = (self.clone(), job.clone());
+                            let (me, watched, p) = (self.clone(), job.clone(), pool.clone());
                             watching.spawn(async move {
                                 me.ended(&watched.service).await;
-                                watched.slot
+                                // Out of the idle ones at once: its node's
+                                // other jobs die with it, and a task lost
+                                // there and queued again must not claim one.
+                                (watched.slot, p.take_idle(watched.slot))
                             });
                             pool.lock().idle[class].push_back(job);
                         }
@@ -99,8 +102,8 @@ impl Swarm {
                     }
                 }
                 Some(dead) = watching.join_next() => {
-                    if let Ok(slot) = dead {
-                        self.died_idle(&pool, slot).await;
+                    if let Ok((slot, Some(job))) = dead {
+                        self.died_idle(&pool, slot, job).await;
                     }
                 }
                 _ = pool.wake.notified() => {}
@@ -205,22 +208,34 @@ impl Swarm {
         })
     }
 
-    /// Returns once job service `service` ended, is lost, or is gone (a
-    /// `saheeli gc` removes idle jobs).
+    /// Returns once job service `service` ended or is lost (seen in the
+    /// board's look, the one its claiming task's supervisor would read), or
+    /// is gone (a `saheeli gc` removes idle jobs).
     async fn ended(&self, service: &str) {
+        let mut w = self.board.watch(service);
+        let mut gone = tokio::time::interval(ENDED_LOOK);
+        gone.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::time::sleep(ENDED_LOOK).await;
-            match self.manager.inspect_service(service, None).await {
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => return,
-                Err(_) => continue,
-                Ok(_) => {}
-            }
-            if let Ok(o) = super::observe(&self.manager, service).await
-                && matches!(o.phase, Swarmed::Exited(_) | Swarmed::Lost(_))
-            {
-                return;
+            tokio::select! {
+                changed = w.looks.changed() => {
+                    if changed.is_err() {
+                        w = w.again();
+                        continue;
+                    }
+                    let look = w.looks.borrow_and_update().clone();
+                    let phase = look.seen.get(service).map(|o| &o.phase);
+                    if matches!(phase, Some(Swarmed::Exited(_) | Swarmed::Lost(_))) {
+                        return;
+                    }
+                }
+                _ = gone.tick() => {
+                    if let Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404, ..
+                    }) = self.manager.inspect_service(service, None).await
+                    {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -244,17 +259,8 @@ impl Swarm {
         }
     }
 
-    /// A watched job ended: if it was idle, it died idle.
-    async fn died_idle(&self, pool: &SwarmPool, slot: TaskId) {
-        let idle = {
-            let mut st = pool.lock();
-            st.idle.iter_mut().find_map(|q| {
-                let at = q.iter().position(|j| j.slot == slot)?;
-                q.remove(at)
-            })
-        };
-        // Not idle: claimed, and its task's supervisor watches it.
-        let Some(job) = idle else { return };
+    /// A watched job ended while idle (taken out of the idle ones already).
+    async fn died_idle(&self, pool: &SwarmPool, slot: TaskId, job: IdleJob) {
         let said = self.last_words(slot).await;
         warn!(job = %warm_name(slot), servo = %said, "a warm job ended while idle; replacing it");
         self.discard(pool, job).await;

@@ -192,6 +192,16 @@ impl SwarmPool {
         }
     }
 
+    /// Job `slot` taken out of the idle ones, if it was idle (not
+    /// claimed).
+    pub fn take_idle(&self, slot: TaskId) -> Option<IdleJob> {
+        let mut st = self.lock();
+        st.idle.iter_mut().find_map(|q| {
+            let at = q.iter().position(|j| j.slot == slot)?;
+            q.remove(at)
+        })
+    }
+
     /// The service id of job `slot`, made by this pool.
     pub fn service_of(&self, slot: TaskId) -> Option<String> {
         self.lock().services.get(&slot).cloned()
