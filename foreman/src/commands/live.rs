@@ -1,6 +1,7 @@
 //! Where a running task's live audit lines are: the servo mirrors each
 //! line to stdout, so they are its container's log. On this host that is
-//! the container labelled with the task; on a swarm it is the container of
+//! the container labelled with the task (or the warm servo's the store
+//! names, whose labels are its pool's); on a swarm it is the container of
 //! the task's current launch on whichever node runs it now (found through
 //! the manager from the job service the store names), so a task requeued
 //! to another node is followed there.
@@ -39,11 +40,17 @@ impl LiveLog {
     /// engines (none when no servo runs now).
     pub async fn containers(&self, t: &TaskRow) -> anyhow::Result<Vec<(Docker, String)>> {
         match self {
-            LiveLog::Local(d) => Ok(docker::task_containers(d, t.id)
-                .await?
-                .into_iter()
-                .map(|c| (d.clone(), c))
-                .collect()),
+            LiveLog::Local(d) => {
+                let mut found = docker::task_containers(d, t.id).await?;
+                // A warm servo's container carries its pool's labels, not
+                // the task's: the store names the one that claimed it.
+                if found.is_empty()
+                    && let Some(c) = &t.container_id
+                {
+                    found.push(c.clone());
+                }
+                Ok(found.into_iter().map(|c| (d.clone(), c)).collect())
+            }
             LiveLog::Swarm {
                 manager,
                 manager_addr,

@@ -298,6 +298,29 @@ fn warm_is_cold(extra: &str, mount: &str) {
     );
 
     let with_env = pool.submit("env.md");
+    // Its live log while it runs (its shell sleeps a second): the claimed
+    // warm servo's container log (its start line, the task's model),
+    // though no container carries the task's label.
+    let mut live = String::new();
+    assert!(wait_for(Duration::from_secs(60), || {
+        let running = |s: &Saheeli| s.task(&with_env)["state"] == "running";
+        if ended(&pool, &with_env) {
+            return true;
+        }
+        if !running(&pool) {
+            return false;
+        }
+        let out =
+            String::from_utf8_lossy(&pool.run(&["task", "logs", &with_env]).stdout).into_owned();
+        if running(&pool) && out.contains("replay:s.json") {
+            live = out;
+        }
+        !live.is_empty()
+    }));
+    assert!(
+        live.contains("start") && live.contains("replay:s.json"),
+        "no live log of a warm task: {live}"
+    );
     assert!(wait_for(Duration::from_secs(60), || ended(
         &pool, &with_env
     )));
