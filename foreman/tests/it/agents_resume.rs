@@ -111,6 +111,21 @@ fn killed_and_retried_then(
     let id = s.tasks()[0]["id"].as_str().unwrap().to_string();
     let cid = container_of(&id);
     assert!(!cid.is_empty(), "no running container for {id}");
+    // The session is kept before each call and again while the held one
+    // is out (a CLI may write the turn it sends after sending it): the
+    // kill comes after that keep, as a lost container's would come later.
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let logs = Command::new("docker")
+                .args(["logs", &cid])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&logs.stderr).contains("its call still out")
+                || String::from_utf8_lossy(&logs.stdout).contains("its call still out")
+        }),
+        "{}: the session was not kept while its call was out",
+        cli.name
+    );
     before_kill(&cid);
     // SIGKILL to every process in it, as the OOM killer or a lost node.
     docker(&["kill", &cid]);

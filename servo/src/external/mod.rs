@@ -100,7 +100,7 @@ pub(crate) async fn run(
         let id = (kind == saheeli_protocol::agent_session::Kind::ClaudeCode)
             .then(|| session::last_session_id(root).unwrap_or_else(|| task.task_id.to_string()));
         if let Some(k) = session::Keeper::new(kind, Path::new(HOME), root, id, mode) {
-            k.keep().await;
+            k.keep(false).await;
         }
     }
     collect_home(root, mode).await;

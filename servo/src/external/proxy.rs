@@ -96,6 +96,24 @@ impl Gateway {
     }
 }
 
+/// How long a call is out before the agent's session is kept again.
+const LATE_KEEP: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Keeps the session once more after [`LATE_KEEP`] unless the returned
+/// flag was cleared (the call came back) by then. A keep once begun runs
+/// to its end: keeps are one at a time.
+fn keep_late(k: Arc<Keeper>) -> Arc<std::sync::atomic::AtomicBool> {
+    let out = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let still = out.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(LATE_KEEP).await;
+        if still.load(std::sync::atomic::Ordering::Relaxed) {
+            k.keep(true).await;
+        }
+    });
+    out
+}
+
 /// Opens the listener on `127.0.0.1:0`; returns its port. Connections are
 /// served until the servo exits.
 pub(crate) async fn start(
@@ -127,14 +145,23 @@ pub(crate) async fn start(
                             return own_tools(&own, req).await;
                         }
                         // The agent's session as it stands before this
-                        // call, kept in the workspace (issue 51).
+                        // call, kept in the workspace (issue 51); kept
+                        // again while a call is still out after
+                        // `LATE_KEEP` (a CLI may write the turn it sends
+                        // after sending it).
+                        let mut late = None;
                         if let Some(k) = &keeper
                             && req.uri().path() != "/v1/messages/count_tokens"
                             && allowed(req.method(), req.uri().path())
                         {
-                            k.keep().await;
+                            k.keep(false).await;
+                            late = Some(keep_late(k.clone()));
                         }
-                        forward(gateway, req, &notes).await
+                        let answer = forward(gateway, req, &notes).await;
+                        if let Some(out) = late {
+                            out.store(false, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        answer
                     }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()

@@ -310,8 +310,9 @@ impl Keeper {
         })
     }
 
-    /// Copies what changed (through the agent's helper).
-    pub async fn keep(&self) {
+    /// Copies what changed (through the agent's helper); `late`: while a
+    /// call is out (said in the log).
+    pub async fn keep(&self, late: bool) {
         let _one = self.busy.lock().await;
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/local/bin/servo"));
         let mut cmd = tokio::process::Command::new(exe);
@@ -327,7 +328,13 @@ impl Keeper {
             Ok(c) => {
                 match tokio::time::timeout(Duration::from_secs(30), c.wait_with_output()).await {
                     Ok(Ok(out)) => {
-                        info!(said = %String::from_utf8_lossy(&out.stdout).trim(), "agent session kept")
+                        let said = String::from_utf8_lossy(&out.stdout);
+                        match late {
+                            true => {
+                                info!(said = %said.trim(), "agent session kept again, its call still out")
+                            }
+                            false => info!(said = %said.trim(), "agent session kept"),
+                        }
                     }
                     _ => warn!("keeping the agent's session failed or took over 30 s"),
                 }
