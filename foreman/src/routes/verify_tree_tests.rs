@@ -18,6 +18,16 @@ fn archive(root: &Path) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
+/// `ws` packed as submitted into `tar`, opened.
+fn submitted(ws: &Path, tar: &Path) -> Submitted {
+    let opts = PackOptions {
+        max_bytes: u64::MAX,
+        ..Default::default()
+    };
+    pack_workspace(ws, tar, &opts).unwrap();
+    Submitted::open(tar).unwrap()
+}
+
 /// The scan of `ws` read in place and through its archive: the same.
 fn scan_both(ws: &Path, sub: &Submitted, pinned: &[PathBuf], max: u64) -> anyhow::Result<Scan> {
     let archived = scan(&archive(ws)[..], sub, pinned, max);
@@ -48,13 +58,7 @@ fn the_scan_removes_what_the_patch_leaves_out_and_refuses_shadows() {
     ] {
         put(&ws, path, text);
     }
-    let tar = d.path().join("t.tar");
-    let opts = PackOptions {
-        max_bytes: u64::MAX,
-        ..Default::default()
-    };
-    pack_workspace(&ws, &tar, &opts).unwrap();
-    let sub = Submitted::open(&tar).unwrap();
+    let sub = submitted(&ws, &d.path().join("t.tar"));
     let pinned = [PathBuf::from("test_calc.py")];
 
     // The real fix: nothing refused, the test run's bytecode and the
@@ -113,13 +117,7 @@ fn the_host_scan_counts_a_hard_linked_file_once_and_never_follows_a_link() {
     let d = tempfile::tempdir().unwrap();
     let ws = d.path().join("ws");
     put(&ws, "calc.py", "x = 1\n");
-    let tar = d.path().join("t.tar");
-    let opts = PackOptions {
-        max_bytes: u64::MAX,
-        ..Default::default()
-    };
-    pack_workspace(&ws, &tar, &opts).unwrap();
-    let sub = Submitted::open(&tar).unwrap();
+    let sub = submitted(&ws, &d.path().join("t.tar"));
     // A 1 MiB file with 8 links counts 1 MiB, as Docker's archive does
     // (a link's entry after the first carries no bytes).
     std::fs::write(ws.join("big.bin"), vec![7u8; 1 << 20]).unwrap();
